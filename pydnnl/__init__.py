@@ -1,0 +1,31 @@
+"""pydnnl: oneDNN-style deep-learning primitives for any OpenCL device, generated with loopy.
+
+    import pydnnl as dnnl
+    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+    s = dnnl.stream(eng)
+    md = dnnl.memory.desc([2, 3], dnnl.memory.data_type.f32, dnnl.memory.format_tag.ab)
+"""
+from __future__ import annotations
+
+from . import _icd
+
+_icd.ensure_icd()  # before anything queries OpenCL platforms
+
+from . import constants as _constants  # noqa: E402
+from .attr import post_ops, primitive_attr  # noqa: E402
+from .constants import *  # noqa: E402,F401,F403
+from .constants import (algorithm, prop_kind, query, rnn_direction, rnn_flags,  # noqa: E402
+                        scratchpad_mode)
+from .engine import DeviceInfo, engine  # noqa: E402
+from .error import (error, invalid_arguments, out_of_memory, runtime_error,  # noqa: E402
+                    unimplemented)
+from .memory import memory  # noqa: E402
+from .memory.data_types import data_type  # noqa: E402
+from .memory.desc import MemoryDesc, format_kind  # noqa: E402
+from .memory.format_tags import format_tag  # noqa: E402
+from .primitives import primitive, primitive_desc_base, reorder  # noqa: E402
+from .stream import stream  # noqa: E402
+
+_constants.export_dnnl_aliases(globals())
+
+__version__ = "0.1.0"

@@ -1,0 +1,158 @@
+"""Primitive attributes (``dnnl::primitive_attr``) and post-ops (``dnnl::post_ops``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .constants import algorithm, arg_name, scratchpad_mode
+from .error import invalid_arguments
+from .memory.data_types import as_data_type, data_type
+
+
+@dataclass(frozen=True)
+class _sum_op:
+    scale: float
+    zero_point: int
+    data_type: data_type
+
+
+@dataclass(frozen=True)
+class _eltwise_op:
+    alg: algorithm
+    alpha: float
+    beta: float
+
+
+class post_ops:
+    """An ordered list of operations applied to a primitive's result."""
+
+    def __init__(self):
+        self._ops: list = []
+
+    def len(self) -> int:
+        return len(self._ops)
+
+    __len__ = len
+
+    def kind(self, index: int) -> str:
+        op = self._ops[index]
+        return "sum" if isinstance(op, _sum_op) else "eltwise"
+
+    def append_sum(self, scale: float = 1.0, zero_point: int = 0, data_type=data_type.undef) -> None:
+        """dst = scale * (dst_before - zero_point) + result (``dnnl::post_ops::append_sum``)."""
+        self._ops.append(_sum_op(float(scale), int(zero_point), as_data_type(data_type)))
+
+    def append_eltwise(self, alg: algorithm, alpha: float = 0.0, beta: float = 0.0) -> None:
+        try:
+            alg = algorithm(alg)
+        except ValueError:
+            raise invalid_arguments(f"post_ops.append_eltwise: unknown algorithm {alg!r}") from None
+        if not alg.name.startswith("eltwise_"):
+            raise invalid_arguments(
+                f"post_ops.append_eltwise: expected an eltwise_* algorithm, got {alg.name}")
+        self._ops.append(_eltwise_op(alg, float(alpha), float(beta)))
+
+    def get_params_sum(self, index: int) -> tuple[float, int, data_type]:
+        op = self._ops[index]
+        if not isinstance(op, _sum_op):
+            raise invalid_arguments(f"post_ops.get_params_sum: entry {index} is not a sum")
+        return op.scale, op.zero_point, op.data_type
+
+    def get_params_eltwise(self, index: int) -> tuple[algorithm, float, float]:
+        op = self._ops[index]
+        if not isinstance(op, _eltwise_op):
+            raise invalid_arguments(f"post_ops.get_params_eltwise: entry {index} is not an eltwise")
+        return op.alg, op.alpha, op.beta
+
+    @property
+    def ops(self) -> tuple:
+        return tuple(self._ops)
+
+    def key(self) -> tuple:
+        return tuple(self._ops)
+
+
+class primitive_attr:
+    """Attributes that modify a primitive: scratchpad mode, scales, zero points, post-ops, RNN
+    quantization parameters. Scales and zero points are runtime arguments, passed at execute as
+    ``ARG_ATTR_SCALES | ARG_x`` / ``ARG_ATTR_ZERO_POINTS | ARG_x`` (oneDNN v3)."""
+
+    def __init__(self):
+        self._scratchpad_mode = scratchpad_mode.library
+        self._scales: dict[int, int] = {}
+        self._zero_points: dict[int, int] = {}
+        self._post_ops = post_ops()
+        self._rnn_data_qparams: tuple[float, float] | None = None
+        self._rnn_weights_qparams: tuple[int, tuple[float, ...]] | None = None
+        self._rnn_weights_projection_qparams: tuple[int, tuple[float, ...]] | None = None
+
+    def set_scratchpad_mode(self, mode: scratchpad_mode) -> None:
+        try:
+            self._scratchpad_mode = scratchpad_mode(mode)
+        except ValueError:
+            raise invalid_arguments(f"primitive_attr.set_scratchpad_mode: unknown mode {mode!r}") from None
+
+    def get_scratchpad_mode(self) -> scratchpad_mode:
+        return self._scratchpad_mode
+
+    def set_scales_mask(self, arg: int, mask: int) -> None:
+        """Scales for ``arg``: mask 0 is one scale, bit d set means one scale per index of dim d."""
+        self._scales[int(arg)] = _check_mask(mask, f"set_scales_mask({arg_name(arg)})")
+
+    def set_zero_points_mask(self, arg: int, mask: int) -> None:
+        self._zero_points[int(arg)] = _check_mask(mask, f"set_zero_points_mask({arg_name(arg)})")
+
+    def get_scales_mask(self, arg: int) -> int | None:
+        return self._scales.get(int(arg))
+
+    def get_zero_points_mask(self, arg: int) -> int | None:
+        return self._zero_points.get(int(arg))
+
+    @property
+    def scales(self) -> dict[int, int]:
+        return dict(self._scales)
+
+    @property
+    def zero_points(self) -> dict[int, int]:
+        return dict(self._zero_points)
+
+    def set_post_ops(self, ops: post_ops) -> None:
+        if not isinstance(ops, post_ops):
+            raise invalid_arguments(f"primitive_attr.set_post_ops: expected post_ops, got {type(ops).__name__}")
+        self._post_ops = ops
+
+    def get_post_ops(self) -> post_ops:
+        return self._post_ops
+
+    def set_rnn_data_qparams(self, scale: float, shift: float) -> None:
+        self._rnn_data_qparams = (float(scale), float(shift))
+
+    def set_rnn_weights_qparams(self, mask: int, scales) -> None:
+        self._rnn_weights_qparams = (_check_mask(mask, "set_rnn_weights_qparams"),
+                                     tuple(float(s) for s in scales))
+
+    def set_rnn_weights_projection_qparams(self, mask: int, scales) -> None:
+        self._rnn_weights_projection_qparams = (
+            _check_mask(mask, "set_rnn_weights_projection_qparams"), tuple(float(s) for s in scales))
+
+    def get_rnn_data_qparams(self):
+        return self._rnn_data_qparams
+
+    def get_rnn_weights_qparams(self):
+        return self._rnn_weights_qparams
+
+    def is_default(self) -> bool:
+        return (not self._scales and not self._zero_points and not len(self._post_ops)
+                and self._rnn_data_qparams is None and self._rnn_weights_qparams is None
+                and self._scratchpad_mode == scratchpad_mode.library)
+
+    def key(self) -> tuple:
+        return (int(self._scratchpad_mode), tuple(sorted(self._scales.items())),
+                tuple(sorted(self._zero_points.items())), self._post_ops.key(),
+                self._rnn_data_qparams, self._rnn_weights_qparams,
+                self._rnn_weights_projection_qparams)
+
+
+def _check_mask(mask, what: str) -> int:
+    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
+        raise invalid_arguments(f"{what}: mask must be a non-negative int, got {mask!r}")
+    return mask

@@ -1,0 +1,248 @@
+"""Engines: OpenCL devices, chosen by kind and index (``dnnl::engine``)."""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+from . import _icd
+from .error import invalid_arguments, runtime_error
+
+# Platforms that simulate a device: never chosen implicitly, only by PYDNNL_DEVICE or name.
+_SIMULATORS = ("oclgrind",)
+
+
+def _cl():
+    _icd.ensure_icd()
+    import pyopencl as cl
+
+    return cl
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device is and what it can do."""
+
+    name: str
+    vendor: str
+    platform: str
+    driver_version: str
+    device_version: str
+    type: str  # "cpu", "gpu" or "accelerator"
+    compute_units: int
+    global_mem_bytes: int
+    local_mem_bytes: int
+    max_work_group_size: int
+    max_clock_mhz: int
+    fp16: bool
+    fp64: bool
+    preferred_float_vector_width: int
+
+    @property
+    def signature(self) -> str:
+        """Identifies the device for caches and the perf database."""
+        return (f"{self.platform}|{self.name}|{self.driver_version}|{self.compute_units}cu")
+
+
+_TYPE_NAMES = {"cpu": 2, "gpu": 4, "accelerator": 8}
+
+
+def _device_info(platform, device) -> DeviceInfo:
+    cl = _cl()
+    t = device.type
+    typ = "gpu" if t & cl.device_type.GPU else "cpu" if t & cl.device_type.CPU else "accelerator"
+    ext = device.extensions.split()
+    return DeviceInfo(
+        name=device.name.strip(), vendor=device.vendor.strip(), platform=platform.name.strip(),
+        driver_version=device.driver_version.strip(), device_version=device.version.strip(),
+        type=typ, compute_units=device.max_compute_units,
+        global_mem_bytes=device.global_mem_size, local_mem_bytes=device.local_mem_size,
+        max_work_group_size=device.max_work_group_size, max_clock_mhz=device.max_clock_frequency,
+        fp16="cl_khr_fp16" in ext, fp64="cl_khr_fp64" in ext or device.double_fp_config != 0,
+        preferred_float_vector_width=device.preferred_vector_width_float)
+
+
+def _cpu_rank(info: DeviceInfo) -> int:
+    """Order CPU runtimes fastest first: Intel's runtime, other vendors' runtimes, then PoCL."""
+    p = info.platform.lower()
+    if "intel" in p:
+        return 0
+    if "portable computing language" in p or "pocl" in p:
+        return 2
+    return 1
+
+
+@dataclass
+class _Device:
+    kind: "engine.kind"
+    platform: object
+    device: object
+    info: DeviceInfo
+
+    @cached_property
+    def context(self):
+        return _cl().Context([self.device])
+
+
+_DEVICES: list[_Device] | None = None
+
+
+def _all_devices() -> list[_Device]:
+    """Every OpenCL device seen, simulators included, CPU runtimes ordered fastest first."""
+    global _DEVICES
+    if _DEVICES is None:
+        cl = _cl()
+        try:
+            platforms = cl.get_platforms()
+        except cl.Error:  # no ICD at all
+            platforms = []
+        found = []
+        for p in platforms:
+            try:
+                devs = p.get_devices()
+            except cl.Error:
+                continue
+            for d in devs:
+                info = _device_info(p, d)
+                k = engine.kind.gpu if info.type == "gpu" else engine.kind.cpu
+                found.append(_Device(k, p, d, info))
+        found.sort(key=lambda x: (x.kind, _cpu_rank(x.info) if x.kind == engine.kind.cpu else 0))
+        _DEVICES = found
+    return _DEVICES
+
+
+def _is_simulator(d: _Device) -> bool:
+    return any(s in d.info.platform.lower() for s in _SIMULATORS)
+
+
+def _override() -> tuple[str, object] | None:
+    """Parse PYDNNL_DEVICE: ('kind', (kind, index)) or ('name', substring)."""
+    v = os.environ.get("PYDNNL_DEVICE", "").strip()
+    if not v:
+        return None
+    head, _, tail = v.partition(":")
+    if head.lower() in ("cpu", "gpu", "any") and (tail == "" or tail.isdigit()):
+        return "kind", (engine.kind[head.lower()], int(tail or 0))
+    return "name", v.lower()
+
+
+def _candidates(kind: "engine.kind") -> list[_Device]:
+    ov = _override()
+    devs = _all_devices()
+    if ov and ov[0] == "name":
+        sub = ov[1]
+        devs = [d for d in devs if sub in d.info.platform.lower() or sub in d.info.name.lower()]
+    else:
+        devs = [d for d in devs if not _is_simulator(d)]
+    if kind == engine.kind.any:
+        return devs
+    return [d for d in devs if d.kind == kind]
+
+
+def _describe_all() -> str:
+    devs = _all_devices()
+    if not devs:
+        return "no OpenCL device at all (install pocl-binary-distribution for a CPU device)"
+    return "; ".join(f"{d.kind.name}: {d.info.name} [{d.info.platform}]" for d in devs)
+
+
+class engine:
+    """An OpenCL device: ``engine(engine.kind.cpu, 0)``.
+
+    CPU index 0 is the fastest CPU runtime present (Intel's CPU runtime when installed, else
+    another vendor's, else PoCL). ``PYDNNL_DEVICE`` overrides the choice of index 0:
+    ``gpu:0``/``cpu:1`` pick by kind and index, anything else keeps only devices whose platform
+    or device name contains it (``pocl``, ``Intel``, ``Oclgrind``, ``NVIDIA``).
+    """
+
+    class kind(enum.IntEnum):
+        any = 0
+        cpu = 1
+        gpu = 2
+
+    def __init__(self, kind: "engine.kind" = None, index: int = 0):
+        if kind is None:
+            kind = engine.kind.cpu
+        try:
+            kind = engine.kind(kind)
+        except ValueError:
+            raise invalid_arguments(f"engine: kind must be engine.kind.cpu/gpu/any, got {kind!r}") from None
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise invalid_arguments(f"engine: index must be a non-negative int, got {index!r}")
+        ov = _override()
+        if ov and ov[0] == "kind" and index == 0 and kind in (engine.kind.any, ov[1][0]):
+            kind, index = ov[1]
+        devs = _candidates(kind)
+        if index >= len(devs):
+            raise invalid_arguments(
+                f"engine: no {kind.name} device with index {index} ({len(devs)} {kind.name} "
+                f"device(s) available"
+                + (f" with PYDNNL_DEVICE={os.environ.get('PYDNNL_DEVICE')!r}" if ov else "")
+                + f"); devices seen: {_describe_all()}")
+        self._dev = devs[index]
+        self._kind = self._dev.kind
+
+    @staticmethod
+    def get_count(kind: "engine.kind") -> int:
+        """Number of devices of ``kind`` (simulators excluded unless PYDNNL_DEVICE names them)."""
+        return len(_candidates(engine.kind(kind)))
+
+    @staticmethod
+    def list_devices() -> list[DeviceInfo]:
+        """Every OpenCL device seen, simulators included."""
+        return [d.info for d in _all_devices()]
+
+    @classmethod
+    def from_name(cls, substring: str, index: int = 0) -> "engine":
+        """The ``index``-th device whose platform or device name contains ``substring``."""
+        sub = substring.lower()
+        devs = [d for d in _all_devices() if sub in d.info.platform.lower() or sub in d.info.name.lower()]
+        if index >= len(devs):
+            raise invalid_arguments(
+                f"engine.from_name: no device matching {substring!r} with index {index}; "
+                f"devices seen: {_describe_all()}")
+        e = cls.__new__(cls)
+        e._dev, e._kind = devs[index], devs[index].kind
+        return e
+
+    def get_kind(self) -> "engine.kind":
+        return self._kind
+
+    @property
+    def info(self) -> DeviceInfo:
+        return self._dev.info
+
+    @property
+    def context(self):
+        """The ``pyopencl.Context`` shared by all engines on this device."""
+        return self._dev.context
+
+    @property
+    def device(self):
+        """The ``pyopencl.Device``."""
+        return self._dev.device
+
+    @property
+    def is_simulator(self) -> bool:
+        return _is_simulator(self._dev)
+
+    @cached_property
+    def default_queue(self):
+        """An in-order queue used for host transfers outside any stream."""
+        return _cl().CommandQueue(self.context, self.device)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, engine) and other._dev is self._dev
+
+    def __hash__(self) -> int:
+        return id(self._dev)
+
+    def __repr__(self) -> str:
+        return f"engine({self._kind.name}: {self.info.name} [{self.info.platform}])"
+
+
+def check_runtime() -> None:
+    """Raise ``runtime_error`` when no OpenCL device at all is visible."""
+    if not _all_devices():
+        raise runtime_error(f"no OpenCL device: {_describe_all()}")

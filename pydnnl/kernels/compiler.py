@@ -1,0 +1,168 @@
+"""Turning generated kernels into launchable OpenCL kernels, cached on disk.
+
+A kernel generator returns a loopy ``TranslationUnit`` whose sizes are all fixed. Code
+generation runs once per (family, problem, parameters): the OpenCL source and launch sizes are
+stored in a per-user cache folder, so a second process neither imports loopy nor regenerates;
+the OpenCL build itself is cached by pyopencl per device and source.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..engine import _cl
+from ..error import runtime_error
+
+# Bump when generators change in a way their keys do not capture.
+GENERATOR_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    """Folder of the generated-kernel cache (``PYDNNL_CACHE_DIR`` overrides it)."""
+    env = os.environ.get("PYDNNL_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("pydnnl")) / "kernels"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Generated OpenCL source plus what is needed to launch it."""
+
+    name: str
+    source: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    arg_names: tuple[str, ...]
+    build_options: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "source": self.source,
+                           "global_size": list(self.global_size),
+                           "local_size": None if self.local_size is None else list(self.local_size),
+                           "arg_names": list(self.arg_names),
+                           "build_options": list(self.build_options)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "KernelSource":
+        d = json.loads(text)
+        return cls(d["name"], d["source"], tuple(d["global_size"]),
+                   None if d["local_size"] is None else tuple(d["local_size"]),
+                   tuple(d["arg_names"]), tuple(d.get("build_options", ())))
+
+
+def source_from_loopy(tu) -> KernelSource:
+    """Generate OpenCL source and launch sizes from a loopy TranslationUnit with fixed sizes."""
+    import loopy as lp
+
+    knl = tu.default_entrypoint
+    code = lp.generate_code_v2(tu).device_code()
+    gsize, lsize = knl.get_grid_size_upper_bounds_as_exprs(tu.callables_table)
+
+    def _ints(t):
+        out = []
+        for v in t:
+            try:
+                out.append(int(v))
+            except TypeError:
+                raise runtime_error(
+                    f"kernel {knl.name}: launch size {v} is not a constant; generators must fix "
+                    f"every size parameter") from None
+        return tuple(out)
+
+    g, l = _ints(gsize), _ints(lsize)
+    if not g:
+        g, l = (1,), (1,)
+    if not l:
+        l = (1,) * len(g)
+    while len(l) < len(g):
+        l = l + (1,)
+    while len(g) < len(l):
+        g = g + (1,)
+    global_size = tuple(gi * li for gi, li in zip(g, l))
+    arg_names = tuple(a.name for a in knl.args)
+    return KernelSource(knl.name, code, global_size, l, arg_names)
+
+
+class Kernel:
+    """A built OpenCL kernel with fixed launch sizes: ``kernel(stream, buf_a, buf_b, ...)``."""
+
+    def __init__(self, context, device, src: KernelSource):
+        cl = _cl()
+        self.src = src
+        try:
+            self.program = cl.Program(context, src.source).build(
+                options=list(src.build_options), devices=[device])
+        except cl.Error as e:
+            raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
+        self.kernel = getattr(self.program, src.name)
+        self.name = src.name
+
+    def __call__(self, stream, *args, wait_for=None):
+        """Enqueue on ``stream`` (a ``pydnnl.stream``); args in the kernel's argument order."""
+        cl = _cl()
+        self.kernel.set_args(*args)
+        evt = cl.enqueue_nd_range_kernel(stream.queue, self.kernel, self.src.global_size,
+                                         self.src.local_size, wait_for=wait_for)
+        stream.record(self.name, evt)
+        return evt
+
+
+_mem_cache: dict[tuple, Kernel] = {}
+_lock = threading.Lock()
+
+
+def _key_hash_fast(family: str, key) -> str:
+    # loopy's version participates without importing loopy: read it from package metadata
+    from importlib.metadata import version
+
+    text = repr((GENERATOR_VERSION, family, key, version("loopy")))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
+    """The kernel for ``(family, key)`` on ``engine``, generating it with ``build()`` on a miss.
+
+    ``key`` must capture everything the generated source depends on (problem and tuning
+    parameters); ``build`` returns a loopy TranslationUnit or a :class:`KernelSource`.
+    """
+    mkey = (engine.context.int_ptr, engine.device.int_ptr, family, key)
+    with _lock:
+        k = _mem_cache.get(mkey)
+    if k is not None:
+        return k
+    h = _key_hash_fast(family, key)
+    path = cache_dir() / f"{family}-{h}.json"
+    src = None
+    if os.environ.get("PYDNNL_NO_KERNEL_CACHE") != "1":
+        try:
+            src = KernelSource.from_json(path.read_text())
+        except (OSError, ValueError, KeyError):
+            src = None
+    if src is None:
+        built = build()
+        src = built if isinstance(built, KernelSource) else source_from_loopy(built)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(src.to_json())
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache only costs time
+    k = Kernel(engine.context, engine.device, src)
+    with _lock:
+        _mem_cache[mkey] = k
+    return k
+
+
+def clear_memory_cache() -> None:
+    """Forget kernels built in this process (the disk cache stays)."""
+    with _lock:
+        _mem_cache.clear()

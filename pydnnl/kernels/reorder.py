@@ -1,0 +1,146 @@
+"""Loopy generator of reorder kernels: any layout and data type to any other, with scales.
+
+One work-item per logical element: ``dst[off_dst(x)] = cvt(src[off_src(x)])``, where each
+offset is a sum of per-dimension terms read off the memory descs (strides and inner blocks), so
+plain, strided and blocked layouts share one generator. With attributes the value is
+``src_scale * (src - src_zp) / dst_scale + dst_zp`` (oneDNN v3 reorder semantics).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+
+
+@dataclass(frozen=True)
+class ReorderProblem:
+    """Everything a reorder kernel depends on (hashable: the kernel-cache key)."""
+
+    dims: tuple[int, ...]
+    src_dt: data_type
+    dst_dt: data_type
+    src_layout: tuple  # (offset0, per dim: (block, stride, ((modulus, divisor, stride), ...)))
+    dst_layout: tuple
+    src_nelems: int  # storage elements of each buffer
+    dst_nelems: int
+    src_scale_mask: int | None = None
+    dst_scale_mask: int | None = None
+    src_zp_mask: int | None = None
+    dst_zp_mask: int | None = None
+
+
+def layout_of(md: MemoryDesc) -> tuple:
+    """Hashable description of ``md``'s offset function: (offset0, per-dim terms)."""
+    blk = md.block_sizes()
+    per_dim = tuple((blk[d], md.strides[d], tuple(md.inner_terms(d))) for d in range(len(md.dims)))
+    return (md.offset0, per_dim)
+
+
+def _offset_expr(layout: tuple, idx):
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    offset0, per_dim = layout
+    expr = offset0
+    for d, (blk, stride, inner) in enumerate(per_dim):
+        x = idx[d]
+        outer = FloorDiv(x, blk) if blk > 1 else x
+        expr = expr + outer * stride if stride else expr
+        for mod, div, s in inner:
+            term = Remainder(x, mod)
+            if div > 1:
+                term = FloorDiv(term, div)
+            expr = expr + term * s
+    return expr
+
+
+def _masked_index(mask: int, dims, idx):
+    expr, n = 0, 1
+    for d in range(len(dims) - 1, -1, -1):
+        if mask >> d & 1:
+            expr = expr + idx[d] * n
+            n *= dims[d]
+    return expr, n
+
+
+def _pick_local_dim(p: ReorderProblem) -> int:
+    """The dim with the smallest dst stride: consecutive work-items write consecutive elements."""
+    best, best_stride = len(p.dims) - 1, None
+    for d, (blk, stride, inner) in enumerate(p.dst_layout[1]):
+        if p.dims[d] == 1:
+            continue
+        s = min([t[2] for t in inner] + [stride]) if inner else stride
+        if best_stride is None or s < best_stride:
+            best, best_stride = d, s
+    return best
+
+
+def build_reorder(p: ReorderProblem, params: dict | None = None):
+    """loopy TranslationUnit ``reorder(src, dst[, src_scale, dst_scale, src_zp, dst_zp])``."""
+    import loopy as lp
+    from pymbolic import var
+
+    from .clhelpers import compute_type, load_helper, register_helpers, store_helper
+
+    params = dict(params or {})
+    wg = int(params.get("wg", 32))
+    nd = len(p.dims)
+    names = [f"i{d}" for d in range(nd)]
+    idx = [var(n) for n in names]
+    domain = "{[" + ",".join(names) + "]: " + " and ".join(
+        f"0 <= {n} < {v}" for n, v in zip(names, p.dims)) + "}"
+    src_size, dst_size = p.src_nelems, p.dst_nelems
+
+    same = (p.src_dt == p.dst_dt and p.src_scale_mask is None and p.dst_scale_mask is None
+            and p.src_zp_mask is None and p.dst_zp_mask is None)
+    args = [lp.GlobalArg("src", _np_storage(p.src_dt), shape=(src_size,)),
+            lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True)]
+    src_val = var("src")[_offset_expr(p.src_layout, idx)]
+    helpers = []
+    if same:
+        value = src_val
+    else:
+        ct = compute_type(p.src_dt, p.dst_dt)
+        ld, st = load_helper(p.src_dt, ct), store_helper(p.dst_dt, ct)
+        helpers += [ld, st]
+        value = var(ld[0])(src_val)
+        for name, mask, kind in (("src_zp", p.src_zp_mask, "zp"), ("src_scale", p.src_scale_mask, "scale"),
+                                 ("dst_scale", p.dst_scale_mask, "scale"), ("dst_zp", p.dst_zp_mask, "zp")):
+            if mask is None:
+                continue
+            e, n = _masked_index(mask, p.dims, idx)
+            args.append(lp.GlobalArg(name, np.int32 if kind == "zp" else np.float32, shape=(n,)))
+            term = var(name)[e]
+            if name == "src_zp":
+                value = value - term
+            elif name == "src_scale":
+                value = value * term
+            elif name == "dst_scale":
+                value = value / term
+            else:
+                value = value + term
+        value = var(st[0])(value)
+    dst_off = _offset_expr(p.dst_layout, idx)
+    insn = lp.Assignment(var("dst")[dst_off], value, within_inames=frozenset(names))
+    knl = lp.make_kernel(domain, [insn], args, name="pydnnl_reorder",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    ld_dim = _pick_local_dim(p)
+    others = sorted((d for d in range(nd) if d != ld_dim), key=lambda d: -p.dims[d])
+    tags = {}
+    inner = names[ld_dim]
+    if p.dims[ld_dim] >= wg:
+        knl = lp.split_iname(knl, inner, wg, inner_tag="l.0", outer_tag="g.0")
+    else:
+        tags[inner] = "l.0"
+    for k, d in enumerate(others[:2]):
+        tags[names[d]] = f"g.{k + 1}" if p.dims[ld_dim] >= wg else f"g.{k}"
+    knl = lp.tag_inames(knl, tags)
+    if helpers:
+        knl = register_helpers(knl, helpers)
+    return knl
+
+
+def _np_storage(dt: data_type):
+    return np.uint16 if dt in (data_type.f16, data_type.bf16) else dt.storage_dtype

@@ -1,0 +1,224 @@
+"""What every primitive shares: descriptor queries, argument validation, execute, verbose."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import verbose
+from ..attr import primitive_attr
+from ..constants import (ARG_ATTR_SCALES, ARG_ATTR_ZERO_POINTS, ARG_SCRATCHPAD, ARG_WORKSPACE,
+                         arg_name, query, scratchpad_mode)
+from ..engine import engine as _engine
+from ..error import invalid_arguments
+from ..memory import memory
+from ..memory.desc import MemoryDesc
+from ..stream import stream as _stream
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One execution argument: its desc, whether the primitive writes it, whether it must come."""
+
+    md: MemoryDesc
+    output: bool
+    required: bool = True
+
+
+# query -> (first argument number of that family); index i adds i
+_QUERY_ARGS = {
+    query.src_md: (1, 2, 3, 4), query.dst_md: (17, 18, 19), query.weights_md: (33, 34, 35, 36, 41),
+    query.diff_src_md: (129, 130, 131, 132), query.diff_dst_md: (145, 146, 147),
+    query.diff_weights_md: (161, 162, 163, 164, 169),
+}
+
+
+class primitive_desc_base:
+    """Common queries of every primitive descriptor.
+
+    Subclasses fill ``self._args`` (argument number -> :class:`ArgSpec`) during validation,
+    and set ``self._kind``, ``self._impl`` and ``self._info``.
+    """
+
+    _kind = "primitive"
+
+    def _init_base(self, eng: _engine, attr: primitive_attr | None) -> None:
+        if not isinstance(eng, _engine):
+            raise invalid_arguments(f"{self._kind}: engine must be a pydnnl.engine, got {type(eng).__name__}")
+        if attr is not None and not isinstance(attr, primitive_attr):
+            raise invalid_arguments(f"{self._kind}: attr must be a primitive_attr, got {type(attr).__name__}")
+        self._engine = eng
+        self._attr = attr if attr is not None else primitive_attr()
+        self._args: dict[int, ArgSpec] = {}
+        self._impl = "ref"
+        self._info = ""
+        self._scratchpad_md = MemoryDesc()
+        self._t_create = time.perf_counter()
+
+    def _add_runtime_attr_args(self) -> None:
+        """Scales and zero points set in the attributes become required arguments."""
+        from ..memory.data_types import data_type
+
+        for base, masks, dt in ((ARG_ATTR_SCALES, self._attr.scales, data_type.f32),
+                                (ARG_ATTR_ZERO_POINTS, self._attr.zero_points, data_type.s32)):
+            for arg, mask in masks.items():
+                target = self._args.get(arg)
+                if target is None:
+                    raise invalid_arguments(
+                        f"{self._kind}: attribute scales/zero points set for {arg_name(arg)}, "
+                        f"which this primitive does not take")
+                n = 1
+                for d, v in enumerate(target.md.dims):
+                    if mask >> d & 1:
+                        n *= v
+                if mask >> len(target.md.dims):
+                    raise invalid_arguments(
+                        f"{self._kind}: mask {mask} for {arg_name(arg)} names a dimension beyond "
+                        f"its {len(target.md.dims)} dims")
+                self._args[base | arg] = ArgSpec(MemoryDesc([n], dt, "a"), False, True)
+
+    def _finish_scratchpad(self, nbytes: int) -> None:
+        from ..memory.data_types import data_type
+
+        if nbytes > 0:
+            self._scratchpad_md = MemoryDesc([nbytes], data_type.u8, "a")
+        if self._attr.get_scratchpad_mode() == scratchpad_mode.user and nbytes > 0:
+            self._args[ARG_SCRATCHPAD] = ArgSpec(self._scratchpad_md, True, True)
+
+    # -- queries --------------------------------------------------------------------------------
+    def get_engine(self) -> _engine:
+        return self._engine
+
+    def get_primitive_attr(self) -> primitive_attr:
+        return self._attr
+
+    def impl_info_str(self) -> str:
+        return self._impl
+
+    def query_md(self, what: query, index: int = 0) -> MemoryDesc:
+        """The desc of an argument; a zero desc when the primitive has no such argument."""
+        what = query(what)
+        if what == query.exec_arg_md:
+            spec = self._args.get(int(index))
+            return spec.md if spec else MemoryDesc()
+        if what == query.workspace_md:
+            return self.workspace_desc()
+        if what == query.scratchpad_md:
+            return self.scratchpad_desc()
+        family = _QUERY_ARGS.get(what)
+        if family is None or index >= len(family):
+            return MemoryDesc()
+        spec = self._args.get(family[index])
+        return spec.md if spec else MemoryDesc()
+
+    def src_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.src_md, index)
+
+    def dst_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.dst_md, index)
+
+    def weights_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.weights_md, index)
+
+    def diff_src_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.diff_src_md, index)
+
+    def diff_dst_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.diff_dst_md, index)
+
+    def diff_weights_desc(self, index: int = 0) -> MemoryDesc:
+        return self.query_md(query.diff_weights_md, index)
+
+    def workspace_desc(self) -> MemoryDesc:
+        spec = self._args.get(ARG_WORKSPACE)
+        return spec.md if spec else MemoryDesc()
+
+    def scratchpad_desc(self) -> MemoryDesc:
+        return self._scratchpad_md
+
+    def _arg_engine(self, arg: int) -> _engine:
+        """The engine argument ``arg`` must live on."""
+        return self._engine
+
+    def _stream_engine_ok(self, eng: _engine) -> bool:
+        return eng == self._engine
+
+    def arg_specs(self) -> dict[int, ArgSpec]:
+        return dict(self._args)
+
+    def _verbose_mds(self) -> str:
+        return " ".join(f"{arg_name(a)[4:].lower()}:{s.md.short_str()}"
+                        for a, s in self._args.items() if a < ARG_ATTR_SCALES)
+
+
+class primitive:
+    """A primitive built once from its descriptor and executed many times."""
+
+    def __init__(self, pd: primitive_desc_base):
+        if not isinstance(pd, primitive_desc_base):
+            raise invalid_arguments(f"{type(self).__name__}: expected a primitive_desc, got {type(pd).__name__}")
+        self._pd = pd
+        t0 = time.perf_counter()
+        self._create()
+        if verbose.enabled():
+            verbose.line("create", pd._kind, pd._impl, pd._verbose_mds(), pd._info,
+                         (time.perf_counter() - t0) * 1e3)
+
+    def get_primitive_desc(self) -> primitive_desc_base:
+        return self._pd
+
+    @property
+    def primitive_desc(self) -> primitive_desc_base:
+        return self._pd
+
+    def _create(self) -> None:  # build kernels and plan
+        raise NotImplementedError
+
+    def _execute(self, s: _stream, args: dict[int, memory]) -> None:
+        raise NotImplementedError
+
+    def execute(self, s: _stream, args: dict[int, memory]) -> None:
+        """Validate ``args`` (``{ARG_*: memory}``) and enqueue the work on stream ``s``."""
+        self._check_args(s, args)
+        if verbose.enabled():
+            s.wait()
+            t0 = time.perf_counter()
+            self._execute(s, args)
+            s.wait()
+            verbose.line("exec", self._pd._kind, self._pd._impl, self._pd._verbose_mds(),
+                         self._pd._info, (time.perf_counter() - t0) * 1e3)
+        else:
+            self._execute(s, args)
+
+    def _check_args(self, s: _stream, args) -> None:
+        pd, kind = self._pd, self._pd._kind
+        if not isinstance(s, _stream):
+            raise invalid_arguments(f"{kind}.execute: expected a pydnnl.stream, got {type(s).__name__}")
+        if not pd._stream_engine_ok(s.get_engine()):
+            raise invalid_arguments(
+                f"{kind}.execute: the stream is on {s.get_engine()!r}, the primitive on "
+                f"{pd.get_engine()!r}")
+        if not isinstance(args, dict):
+            raise invalid_arguments(f"{kind}.execute: args must be a dict {{ARG_*: memory}}, got {type(args).__name__}")
+        for a, m in args.items():
+            if a not in pd._args:
+                known = ", ".join(arg_name(k) for k in pd._args)
+                raise invalid_arguments(
+                    f"{kind}.execute: unexpected argument {arg_name(a)}; this primitive takes {known}")
+            if not isinstance(m, memory):
+                raise invalid_arguments(
+                    f"{kind}.execute: argument {arg_name(a)} must be a pydnnl.memory, got {type(m).__name__}")
+        for a, spec in pd._args.items():
+            m = args.get(a)
+            if m is None:
+                if spec.required:
+                    raise invalid_arguments(
+                        f"{kind}.execute: missing argument {arg_name(a)} (expected {spec.md!r})")
+                continue
+            if m.get_desc() != spec.md:
+                raise invalid_arguments(
+                    f"{kind}.execute: argument {arg_name(a)} has desc {m.get_desc()!r}, the primitive "
+                    f"expects {spec.md!r}")
+            if m.get_engine() != pd._arg_engine(a):
+                raise invalid_arguments(
+                    f"{kind}.execute: argument {arg_name(a)} lives on {m.get_engine()!r}, the "
+                    f"primitive expects it on {pd._arg_engine(a)!r}")

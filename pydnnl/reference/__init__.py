@@ -1,0 +1,1 @@
+"""Plain numpy reference implementations of pydnnl's primitives (tests, benchdnn correctness)."""
