@@ -34,7 +34,13 @@ gates), then evaluates its assignments in order; an assignment may read any inpu
 and any name assigned before it (in this stage or an earlier one). Activated gates are
 assigned under the gate's name (``i``, ``f``, ``c_tilde``, ``o``, ``u``, ``r``, ``a``), the new
 states under ``c`` and ``h``. For LSTM with projection, ``h`` is the state before projection
-(the projection GEMM ``h @ R`` follows the elementwise work).
+(the projection GEMM ``h @ R`` follows the elementwise work). The vanilla GRU kinds have two
+stages: the first assigns ``u``, ``r`` and ``rh`` = r*h_prev, the source of the second stage's
+recurrent GEMM (``gh_o``).
+
+For the backward pass, :meth:`CellSpec.partials` gives each assignment's partial derivatives
+with respect to the variables it reads; reverse mode walks that list backwards, and the
+adjoints of ``gh_<gate>`` go back through the recurrent GEMM to its source.
 """
 from __future__ import annotations
 
@@ -153,6 +159,21 @@ class CellSpec:
             if a.name == name:
                 return env[name]
         raise KeyError(f"cell {self.name!r} assigns no value named {name!r}")
+
+    def partials(self, peephole: bool = False) -> tuple[tuple[str, dict[str, Expression]], ...]:
+        """For each assignment, in evaluation order, the partial derivatives of its expression
+        with respect to every variable it reads directly (inputs or earlier assignments).
+
+        Reverse-mode backward is a walk over this list from the end:
+        ``adj[v] += adj[name] * d`` for each ``(v, d)`` of each ``(name, partials)``.
+        """
+        dep = DependencyMapper(include_calls="descend_args", include_subscripts=False,
+                               include_lookups=False)
+        out = []
+        for a in self.assignments(peephole):
+            names = sorted(v.name for v in dep(a.expr))
+            out.append((a.name, {v: differentiate(a.expr, v) for v in names}))
+        return tuple(out)
 
     def bias_gate_index(self, target: str, gate: str) -> int | None:
         for k, b in enumerate(self.bias_gates):

@@ -529,7 +529,7 @@ def rnn_backward(
                     d_proj[l, d] += g["dprojection"]
                 if d_att is not None:
                     d_att[t] += g["datt"]
-            d_src_iter[l, d] = dh * 1.00001
+            d_src_iter[l, d] = dh
             if d_src_iter_c is not None:
                 d_src_iter_c[l, d] = dc
             dy = dx
