@@ -23,7 +23,9 @@ from .memory import memory  # noqa: E402
 from .memory.data_types import data_type  # noqa: E402
 from .memory.desc import MemoryDesc, format_kind  # noqa: E402
 from .memory.format_tags import format_tag  # noqa: E402
-from .primitives import primitive, primitive_desc_base, reorder  # noqa: E402
+from .primitives import (augru_forward, gru_forward, lbr_augru_forward,  # noqa: E402
+                         lbr_gru_forward, lstm_forward, primitive, primitive_desc_base,
+                         reorder, vanilla_rnn_forward)
 from .stream import stream  # noqa: E402
 
 _constants.export_dnnl_aliases(globals())

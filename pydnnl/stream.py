@@ -26,6 +26,8 @@ class stream:
             raise invalid_arguments(f"stream: engine must be a pydnnl.engine, got {type(engine).__name__}")
         try:
             flags = stream.flags(int(flags))
+            if int(flags) & ~0x7:  # IntFlag keeps unknown bits instead of rejecting them
+                raise ValueError
         except (ValueError, TypeError):
             raise invalid_arguments(f"stream: flags must be stream.flags values, got {flags!r}") from None
         if flags & stream.flags.in_order and flags & stream.flags.out_of_order:

@@ -18,8 +18,24 @@ from typing import Callable
 from ..engine import _cl
 from ..error import runtime_error
 
-# Bump when generators change in a way their keys do not capture.
+# Bump when generators change in a way their keys do not capture (the sources of the kernel
+# generators and cell specs are hashed into every key as well).
 GENERATOR_VERSION = "1"
+_SOURCES_HASH: str | None = None
+
+
+def _generator_sources_hash() -> str:
+    """Hash of the code that generates kernels, so an edited generator never hits old entries."""
+    global _SOURCES_HASH
+    if _SOURCES_HASH is None:
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for sub in ("kernels", "cells"):
+            for f in sorted((root / sub).glob("*.py")):
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+        _SOURCES_HASH = h.hexdigest()[:16]
+    return _SOURCES_HASH
 
 
 def cache_dir() -> Path:
@@ -87,8 +103,19 @@ def source_from_loopy(tu) -> KernelSource:
     while len(g) < len(l):
         g = g + (1,)
     global_size = tuple(gi * li for gi, li in zip(g, l))
-    arg_names = tuple(a.name for a in knl.args)
-    return KernelSource(knl.name, code, global_size, l, arg_names)
+    return KernelSource(knl.name, code, global_size, l, _signature_args(code, knl.name))
+
+
+def _signature_args(code: str, name: str) -> tuple[str, ...]:
+    """Parameter names of kernel ``name`` as generated (loopy leaves unused ones out)."""
+    import re
+
+    m = re.search(r"__kernel\s+void\s+(?:__attribute__\s*\(\(.*?\)\)\s*)?" + re.escape(name)
+                  + r"\s*\((.*?)\)\s*\{", code, re.S)
+    if m is None:
+        raise runtime_error(f"kernel {name}: could not find its signature in the generated code")
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    return tuple(re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params)
 
 
 class Kernel:
@@ -123,7 +150,7 @@ def _key_hash_fast(family: str, key) -> str:
     # loopy's version participates without importing loopy: read it from package metadata
     from importlib.metadata import version
 
-    text = repr((GENERATOR_VERSION, family, key, version("loopy")))
+    text = repr((GENERATOR_VERSION, _generator_sources_hash(), family, key, version("loopy")))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

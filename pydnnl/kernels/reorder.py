@@ -30,6 +30,7 @@ class ReorderProblem:
     dst_scale_mask: int | None = None
     src_zp_mask: int | None = None
     dst_zp_mask: int | None = None
+    beta: float = 0.0  # dst = convert(value) + beta * dst (accumulate; f32 only)
 
 
 def layout_of(md: MemoryDesc) -> tuple:
@@ -95,6 +96,8 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
 
     same = (p.src_dt == p.dst_dt and p.src_scale_mask is None and p.dst_scale_mask is None
             and p.src_zp_mask is None and p.dst_zp_mask is None)
+    if p.beta != 0.0 and not (p.src_dt == p.dst_dt == data_type.f32):
+        raise ValueError("reorder with beta (accumulate) needs f32 src and dst")
     args = [lp.GlobalArg("src", _np_storage(p.src_dt), shape=(src_size,)),
             lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True)]
     src_val = var("src")[_offset_expr(p.src_layout, idx)]
@@ -123,6 +126,10 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
                 value = value + term
         value = var(st[0])(value)
     dst_off = _offset_expr(p.dst_layout, idx)
+    if p.beta != 0.0:
+        value = value + (var("dst")[dst_off] if p.beta == 1.0 else np.float32(p.beta) * var("dst")[dst_off])
+        args[1] = lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True,
+                               is_input=True)
     insn = lp.Assignment(var("dst")[dst_off], value, within_inames=frozenset(names))
     knl = lp.make_kernel(domain, [insn], args, name="pydnnl_reorder",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())

@@ -99,7 +99,12 @@ class memory:
         self._write_values(_check_values(self._desc, array, "memory.write"))
 
     def _write_values(self, values: np.ndarray) -> None:
-        flat = self._desc.pack(values)
+        d = self._desc
+        if d.offset0 == 0 and d.is_dense():
+            flat = d.pack(values)
+        else:  # a view into a larger buffer (submemory, gaps): keep the bytes around it
+            flat = self.read_raw()
+            flat[d.element_offsets()] = values
         if flat.size:
             _cl().enqueue_copy(self._engine.default_queue, self._buffer, flat, is_blocking=True)
 

@@ -142,10 +142,12 @@ class reorder(primitive):
         cl = _cl()
         extra = [args[arg].buffer for _, arg in self._attr_args]
         if not self._cross:
+            wait = None
             if self._pad_fill:
                 evt = cl.enqueue_fill_buffer(s.queue, dst.buffer, b"\0", 0, dst.buffer.size)
                 s.record("reorder_zero_padding", evt)
-            self._kernel(s, src.buffer, dst.buffer, *extra)
+                wait = [evt]  # out-of-order queues: the fill must finish before the kernel
+            self._kernel(s, src.buffer, dst.buffer, *extra, wait_for=wait)
             return
         # cross-engine: convert on the src engine into a temporary in dst's layout, then copy
         from ..stream import stream as _stream
@@ -153,9 +155,10 @@ class reorder(primitive):
         src_eng = self._pd.get_src_engine()
         tmp = memory(self._pd._args[ARG_TO].md, src_eng)
         ss = s if s.get_engine() == src_eng else _stream(src_eng)
+        wait = None
         if self._pad_fill:
-            cl.enqueue_fill_buffer(ss.queue, tmp.buffer, b"\0", 0, tmp.buffer.size)
-        self._kernel(ss, src.buffer, tmp.buffer, *extra)
+            wait = [cl.enqueue_fill_buffer(ss.queue, tmp.buffer, b"\0", 0, tmp.buffer.size)]
+        self._kernel(ss, src.buffer, tmp.buffer, *extra, wait_for=wait)
         ss.wait()
         raw = tmp.read_raw()
         if raw.size:

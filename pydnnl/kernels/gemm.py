@@ -1,0 +1,838 @@
+"""The GEMM kernel family: ``C = alpha * op(A) @ op(B) + beta * C`` generated with loopy.
+
+Every kernel is specialised to one :class:`GemmProblem` (sizes, leading dimensions, offsets,
+batch strides, transposes, alpha and beta are compile-time constants, like a JIT) and one set
+of tuning parameters. Buffers are flat 1-D ``__global`` arrays named ``a``, ``b`` and ``c``;
+callers pass raw ``pyopencl.Buffer`` objects (the kernel has exactly these three arguments, in
+that order, and no scalar arguments). All matrices are row-major: ``A`` is ``m x k`` (stored
+``k x m`` when ``trans_a``), ``B`` is ``k x n`` (stored ``n x k`` when ``trans_b``), ``C`` is
+``m x n``; element ``(r, s)`` of a stored matrix ``X`` of batch entry ``t`` lives at
+``x_offset + t * stride_x + r * ldx + s``.
+
+Two pipelines turn one base description into a kernel:
+
+* **register tile** (``local_prefetch=False``, CPUs): each work-item owns a ``rows x cols``
+  tile of ``C`` held in private ``float<vec>`` accumulators. Per ``k`` it loads ``cols``
+  contiguous values of ``B`` into vectors, broadcasts one ``A`` value per row and does
+  ``rows * cols / vec`` vector multiply-adds. No local memory, no barriers. ``B`` is read
+  fastest when pre-packed in panels of ``cols`` contiguous columns (layout ``panel<cols>``,
+  see :func:`pack_b`): every load is then one contiguous cache-line-sized block.
+* **local tiles** (``local_prefetch=True``, GPUs): a work-group computes a
+  ``(wg_m*rows) x (wg_n*cols)`` block of ``C``; per ``k_tile`` slice the work-group stages the
+  ``A`` and ``B`` tiles into ``__local`` memory (``loopy.precompute``), then every work-item
+  accumulates its strided ``rows x cols`` register tile (CLBlast's STRM = STRN = 1 layout).
+
+Ragged sizes: tiles never need to divide ``m``, ``n`` or ``k``. Rows past ``m`` read a clamped
+(valid) row of ``A`` and are never stored; columns past ``n`` read zero padding (packed ``B``),
+the start of the next row of plain ``B`` (the last ``k`` steps, which could run past the end of
+``B``, are peeled off and clamped), or a clamped column (transposed ``B``). Stores are guarded.
+``beta == 0`` never reads ``C``.
+
+Tuning parameters (``params`` dict; :func:`normalize_params` fills the defaults):
+
+``rows``           rows of ``C`` per work-item (register tile height), >= 1
+``cols``           columns of ``C`` per work-item (register tile width), a multiple of ``vec``
+``vec``            OpenCL vector width along N (1, 2, 4, 8 or 16); 1 means scalar code
+``wg``             work-group shape ``(wg_n, wg_m)``: work-items along N (axis 0) and M (axis 1)
+``k_unroll``       unroll factor of the k loop (register-tile pipeline)
+``local_prefetch`` stage A/B tiles through ``__local`` memory (GPU style; needs ``vec == 1``)
+``k_tile``         k extent of one local-memory stage (``local_prefetch`` only)
+``packed_b``       the kernel reads B pre-packed in ``panel<cols>`` layout (the problem's
+                   ``b_layout`` must say so; build it with ``pack_b(problem, params).problem``)
+``m_inner``        put the M tiles on grid axis 0 (consecutive work-groups share a B panel)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "GemmProblem", "BPacking", "build_gemm", "pack_b", "default_params", "search_space",
+    "normalize_params", "flops", "panel_layout", "panel_width", "DEFAULT_CPU_PARAMS",
+    "DEFAULT_GPU_PARAMS",
+]
+
+_PANEL = "panel"
+# How register-tile loops are unrolled: "unr" (by loopy: slow code generation, ~5 ms per
+# unrolled statement) or "unr_hint" (#pragma unroll: the OpenCL compiler unrolls).
+_UNROLL = "unr_hint"
+_VEC_WIDTHS = (1, 2, 4, 8, 16)
+
+
+def panel_layout(width: int) -> str:
+    """Name of the packed-B layout with panels of ``width`` contiguous columns."""
+    return f"{_PANEL}{int(width)}"
+
+
+def panel_width(layout: str) -> int | None:
+    """Panel width of a packed-B layout name, or None for ``"plain"``."""
+    if layout == "plain":
+        return None
+    if layout.startswith(_PANEL) and layout[len(_PANEL):].isdigit() and int(layout[len(_PANEL):]) > 0:
+        return int(layout[len(_PANEL):])
+    raise ValueError(f"GemmProblem: b_layout must be 'plain' or 'panel<width>', got {layout!r}")
+
+
+# {{{ problem
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """One (optionally batched, strided) GEMM, every size fixed.
+
+    ``C[t] = alpha * op(A[t]) @ op(B[t]) + beta * C[t]`` for ``t < batch``, row-major, with
+    ``op(A)`` of shape ``(m, k)`` and ``op(B)`` of shape ``(k, n)``. ``lda``/``ldb``/``ldc`` are
+    leading dimensions (elements between consecutive stored rows) and default to dense;
+    offsets and batch strides are in elements (stride defaults: dense; 0 broadcasts A or B).
+    ``b_layout`` is ``"plain"`` or ``"panel<w>"``: B pre-packed in panels of ``w`` columns,
+    element ``(kk, j)`` at ``b_offset + t*stride_b + (j//w)*k*w + kk*w + j%w``, ``n`` padded
+    with zeros to a multiple of ``w`` (``ldb`` and ``trans_b`` are ignored then).
+    ``dtype`` is the storage type of A, B and C; ``acc_dtype`` the accumulation type
+    (float32 for float16/float32 storage, float64 for float64).
+    """
+
+    m: int
+    n: int
+    k: int
+    trans_a: bool = False
+    trans_b: bool = False
+    dtype: Any = np.float32
+    alpha: float = 1.0
+    beta: float = 0.0
+    lda: int | None = None
+    ldb: int | None = None
+    ldc: int | None = None
+    a_offset: int = 0
+    b_offset: int = 0
+    c_offset: int = 0
+    batch: int = 1
+    stride_a: int | None = None
+    stride_b: int | None = None
+    stride_c: int | None = None
+    b_layout: str = "plain"
+    acc_dtype: Any = None
+
+    def __post_init__(self):
+        def setf(name, value):
+            object.__setattr__(self, name, value)
+
+        for name in ("m", "n", "k", "batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"GemmProblem: {name} must be a positive int, got {v!r}")
+            setf(name, int(v))
+        for name in ("a_offset", "b_offset", "c_offset"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"GemmProblem: {name} must be a non-negative int, got {v!r}")
+            setf(name, int(v))
+        setf("trans_a", bool(self.trans_a))
+        setf("trans_b", bool(self.trans_b))
+        dt = np.dtype(self.dtype)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)):
+            raise ValueError(f"GemmProblem: dtype must be float16, float32 or float64, got {dt}")
+        setf("dtype", dt)
+        acc = np.dtype(self.acc_dtype) if self.acc_dtype is not None else (
+            np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32))
+        if acc not in (np.dtype(np.float32), np.dtype(np.float64)) or acc.itemsize < dt.itemsize:
+            raise ValueError(f"GemmProblem: acc_dtype must be float32/float64 and at least as wide "
+                             f"as dtype {dt}, got {acc}")
+        setf("acc_dtype", acc)
+        setf("alpha", float(self.alpha))
+        setf("beta", float(self.beta))
+        pw = panel_width(self.b_layout)
+
+        a_cols = self.m if self.trans_a else self.k
+        b_cols = self.k if self.trans_b else self.n
+        for name, need in (("lda", a_cols), ("ldb", b_cols), ("ldc", self.n)):
+            v = getattr(self, name)
+            if name == "ldb" and pw is not None:
+                setf(name, pw)
+                continue
+            if v is None:
+                v = need
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < need:
+                raise ValueError(f"GemmProblem: {name} must be an int >= {need}, got {v!r}")
+            setf(name, int(v))
+        for name in ("stride_a", "stride_b", "stride_c"):
+            v = getattr(self, name)
+            dense = {"stride_a": self._rows("a") * self.lda, "stride_b": self._b_dense_stride(),
+                     "stride_c": self.m * self.ldc}[name]
+            if v is None:
+                v = dense
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"GemmProblem: {name} must be a non-negative int, got {v!r}")
+            setf(name, int(v))
+        if self.batch > 1 and self.stride_c < self.extent("c"):
+            raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
+                             f"overlap (one entry spans {self.extent('c')} elements)")
+
+    def _rows(self, which: str) -> int:
+        if which == "a":
+            return self.k if self.trans_a else self.m
+        if which == "b":
+            return self.n if self.trans_b else self.k
+        return self.m
+
+    def _b_dense_stride(self) -> int:
+        pw = panel_width(self.b_layout)
+        if pw is not None:
+            return -(-self.n // pw) * pw * self.k
+        return self._rows("b") * self.ldb
+
+    @property
+    def panel_width(self) -> int | None:
+        """Panel width of a packed B, None when B is plain."""
+        return panel_width(self.b_layout)
+
+    def extent(self, which: str) -> int:
+        """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
+        if which == "b" and self.panel_width is not None:
+            return self._b_dense_stride()
+        cols = {"a": self.m if self.trans_a else self.k,
+                "b": self.k if self.trans_b else self.n, "c": self.n}[which]
+        ld = {"a": self.lda, "b": self.ldb, "c": self.ldc}[which]
+        return (self._rows(which) - 1) * ld + cols
+
+    def size(self, which: str) -> int:
+        """Elements the buffer ``which`` must hold (offset included)."""
+        off = {"a": self.a_offset, "b": self.b_offset, "c": self.c_offset}[which]
+        stride = {"a": self.stride_a, "b": self.stride_b, "c": self.stride_c}[which]
+        return off + (self.batch - 1) * stride + self.extent(which)
+
+# }}}
+
+
+# {{{ parameters
+
+DEFAULT_CPU_PARAMS: dict = {
+    "rows": 6, "cols": 16, "vec": 8, "wg": (1, 1), "k_unroll": 1, "local_prefetch": False,
+    "k_tile": 16, "packed_b": True, "m_inner": False,
+}
+DEFAULT_GPU_PARAMS: dict = {
+    "rows": 4, "cols": 4, "vec": 1, "wg": (16, 16), "k_unroll": 1, "local_prefetch": True,
+    "k_tile": 16, "packed_b": False, "m_inner": False,
+}
+_KEYS = tuple(DEFAULT_CPU_PARAMS)
+
+
+def normalize_params(params: dict | None) -> dict:
+    """``params`` completed with CPU defaults and checked; raises ValueError naming the key."""
+    params = dict(params or {})
+    unknown = set(params) - set(_KEYS)
+    if unknown:
+        raise ValueError(f"gemm params: unknown keys {sorted(unknown)}; known: {list(_KEYS)}")
+    p = dict(DEFAULT_CPU_PARAMS)
+    p.update(params)
+    for key in ("rows", "cols", "k_unroll", "k_tile"):
+        v = p[key]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"gemm params: {key} must be a positive int, got {v!r}")
+        p[key] = int(v)
+    if p["vec"] not in _VEC_WIDTHS:
+        raise ValueError(f"gemm params: vec must be one of {_VEC_WIDTHS}, got {p['vec']!r}")
+    p["vec"] = int(p["vec"])
+    if p["cols"] % p["vec"]:
+        raise ValueError(f"gemm params: cols ({p['cols']}) must be a multiple of vec ({p['vec']})")
+    wg = p["wg"]
+    if (not isinstance(wg, (tuple, list)) or len(wg) != 2
+            or not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 1
+                       for w in wg)):
+        raise ValueError(f"gemm params: wg must be a pair (wg_n, wg_m) of positive ints, got {wg!r}")
+    p["wg"] = (int(wg[0]), int(wg[1]))
+    for key in ("local_prefetch", "packed_b", "m_inner"):
+        p[key] = bool(p[key])
+    if p["local_prefetch"] and p["vec"] != 1:
+        raise ValueError("gemm params: local_prefetch needs vec == 1")
+    if p["local_prefetch"] and p["packed_b"]:
+        raise ValueError("gemm params: local_prefetch reads plain B; set packed_b=False")
+    return p
+
+
+def _device_traits(device) -> dict:
+    """type/vendor/platform/limits of a pyopencl Device, pydnnl engine or DeviceInfo."""
+    if device is None:
+        return {"type": "cpu", "vendor": "", "platform": "", "max_wg": 1024,
+                "max_items": (1024, 1024, 1024), "local_mem": 32768}
+    info = getattr(device, "info", None)
+    if info is not None and hasattr(info, "max_work_group_size"):  # pydnnl engine
+        device = info
+    if hasattr(device, "preferred_float_vector_width") and hasattr(device, "platform") \
+            and isinstance(getattr(device, "platform"), str):  # pydnnl DeviceInfo
+        return {"type": device.type, "vendor": device.vendor, "platform": device.platform,
+                "max_wg": device.max_work_group_size,
+                "max_items": (device.max_work_group_size,) * 3,
+                "local_mem": device.local_mem_bytes}
+    import pyopencl as cl  # a pyopencl.Device
+
+    t = device.type
+    typ = "gpu" if t & cl.device_type.GPU else "cpu" if t & cl.device_type.CPU else "accelerator"
+    return {"type": typ, "vendor": device.vendor, "platform": device.platform.name,
+            "max_wg": device.max_work_group_size,
+            "max_items": tuple(device.max_work_item_sizes),
+            "local_mem": device.local_mem_size}
+
+
+def default_params(device=None) -> dict:
+    """Heuristic parameters for ``device`` (a pyopencl Device, pydnnl engine or DeviceInfo).
+
+    CPUs: a 6x16 register tile in float8 vectors (12 of AVX2's 16 vector registers), one
+    work-item per work-group, B pre-packed in 16-column panels. GPUs: 16x16 work-items with
+    4x4 register tiles over 16-deep local-memory tiles (32x32 on NVIDIA, 8x8 per work-item).
+    """
+    tr = _device_traits(device)
+    if tr["type"] != "gpu":
+        return dict(DEFAULT_CPU_PARAMS)
+    p = dict(DEFAULT_GPU_PARAMS)
+    if "nvidia" in tr["vendor"].lower():
+        p.update(rows=8, cols=8, wg=(16, 16), k_tile=16)
+    if p["wg"][0] * p["wg"][1] > tr["max_wg"]:
+        p["wg"] = (8, 8)
+    return p
+
+
+def local_mem_bytes(problem: GemmProblem, params: dict) -> int:
+    """``__local`` bytes one work-group of the local-tile pipeline uses (0 otherwise)."""
+    p = normalize_params(params)
+    if not p["local_prefetch"]:
+        return 0
+    wn, wm = p["wg"]
+    return p["k_tile"] * (wm * p["rows"] + wn * p["cols"]) * problem.acc_dtype.itemsize
+
+
+def is_valid(problem: GemmProblem, params: dict, device=None) -> bool:
+    """Whether ``params`` can build and launch for ``problem`` on ``device``."""
+    try:
+        p = normalize_params(params)
+    except ValueError:
+        return False
+    tr = _device_traits(device)
+    wn, wm = p["wg"]
+    if wn * wm > tr["max_wg"] or wn > tr["max_items"][0] or wm > tr["max_items"][1]:
+        return False
+    if p["packed_b"] != (problem.panel_width is not None) and problem.panel_width is not None:
+        return False
+    if problem.panel_width is not None and problem.panel_width != p["cols"]:
+        return False
+    if local_mem_bytes(problem, p) > tr["local_mem"]:
+        return False
+    return True
+
+
+def search_space(problem: GemmProblem, device=None) -> list[dict]:
+    """Valid parameter points worth timing for ``problem`` on ``device``, best guesses first.
+
+    Pruned: work-groups over the device limits, local tiles over the local memory, register
+    tiles over a CPU's vector register file (``rows*cols/vec + cols/vec + 1 <= 16`` vectors
+    for vec=8), tiles much larger than the problem (a 6-row tile for ``m == 1``).
+    """
+    tr = _device_traits(device)
+    m, n = problem.m, problem.n
+    packed_choices = (True, False) if problem.panel_width is None else (True,)
+    out: list[dict] = []
+
+    def useful_rows(r):  # no taller tile than the (rounded) problem needs
+        return r <= max(1, m) or r == 1
+
+    def useful_cols(c, v):
+        return c <= max(v, -(-n // v) * v)
+
+    if tr["type"] != "gpu":
+        first = dict(DEFAULT_CPU_PARAMS)
+        out.append(first)
+        for vec in (8, 4, 16):
+            for cols in (8, 16, 24, 32):
+                if cols % vec:
+                    continue
+                for rows in (1, 2, 3, 4, 5, 6, 8):
+                    nregs = rows * cols // vec + cols // vec + 1
+                    if nregs > (16 if vec <= 8 else 32) or (vec == 16 and rows * cols > 128):
+                        continue
+                    if rows * cols < 32 and not (m < 4 or n < 16):
+                        continue
+                    if not (useful_rows(rows) and useful_cols(cols, vec)):
+                        continue
+                    for packed in packed_choices:
+                        for ku in (1, 4):
+                            for wg in ((1, 1), (4, 1)):
+                                out.append({"rows": rows, "cols": cols, "vec": vec, "wg": wg,
+                                            "k_unroll": ku, "local_prefetch": False,
+                                            "k_tile": 16, "packed_b": packed, "m_inner": False})
+        for mi in (True,):
+            out.append(dict(DEFAULT_CPU_PARAMS, m_inner=mi))
+    else:
+        out.append(default_params(device))
+        for rows, cols in ((2, 2), (4, 4), (4, 8), (8, 4), (8, 8)):
+            for wg in ((8, 8), (16, 8), (16, 16), (32, 8)):
+                for kt in (8, 16, 32):
+                    out.append({"rows": rows, "cols": cols, "vec": 1, "wg": wg, "k_unroll": 1,
+                                "local_prefetch": True, "k_tile": kt, "packed_b": False,
+                                "m_inner": False})
+    seen, result = set(), []
+    for p in out:
+        p = normalize_params(p)
+        key = tuple(sorted(p.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        prob = problem if not p["packed_b"] or problem.panel_width else pack_b(problem, p).problem
+        if is_valid(prob, p, device):
+            result.append(p)
+    return result
+
+
+def flops(problem: GemmProblem) -> int:
+    """Floating-point operations of the GEMM (2*m*n*k per batch entry)."""
+    return 2 * problem.m * problem.n * problem.k * problem.batch
+
+# }}}
+
+
+# {{{ expression helpers
+
+def _var(name):
+    import pymbolic.primitives as prim
+
+    return prim.Variable(name)
+
+
+def _lt(a, b):
+    import pymbolic.primitives as prim
+
+    return prim.Comparison(a, "<", b)
+
+
+def _clamp_hi(expr, limit):
+    """``expr`` if ``expr < limit`` else ``limit - 1`` (a C conditional expression)."""
+    import pymbolic.primitives as prim
+
+    return prim.If(_lt(expr, limit), expr, limit - 1)
+
+
+def _sub(name, *idx):
+    import pymbolic.primitives as prim
+
+    return prim.Subscript(_var(name), tuple(idx) if len(idx) > 1 else idx[0])
+
+
+def _cast(dtype, expr, from_dtype):
+    if np.dtype(dtype) == np.dtype(from_dtype):
+        return expr
+    from loopy.symbolic import TypeCast
+
+    return TypeCast(np.dtype(dtype), expr)
+
+# }}}
+
+
+@dataclass
+class _Layout:
+    """Index expressions of one kernel: how (row, col) of A, B, C map to flat offsets."""
+
+    pr: GemmProblem
+    bt: Any  # batch index expression (0 when batch == 1)
+    mp: int  # padded M (rows computed)
+    np_: int  # padded N (columns computed)
+    extra: dict = field(default_factory=dict)
+
+    def a(self, i, kk):
+        pr = self.pr
+        if self.mp > pr.m:
+            i = _clamp_hi(i, pr.m)
+        base = pr.a_offset + self.bt * pr.stride_a
+        idx = base + (kk * pr.lda + i if pr.trans_a else i * pr.lda + kk)
+        return _cast(pr.acc_dtype, _sub("a", idx), pr.dtype)
+
+    def b_plain(self, kk, j, clamp: bool):
+        pr = self.pr
+        base = pr.b_offset + self.bt * pr.stride_b
+        if pr.trans_b:
+            if self.np_ > pr.n:
+                j = _clamp_hi(j, pr.n)
+            idx = base + j * pr.ldb + kk
+        else:
+            if clamp and self.np_ > pr.n:
+                j = _clamp_hi(j, pr.n)
+            idx = base + kk * pr.ldb + j
+        return _cast(pr.acc_dtype, _sub("b", idx), pr.dtype)
+
+    def b_panel(self, kk, panel, within):
+        pr = self.pr
+        w = pr.panel_width
+        idx = pr.b_offset + self.bt * pr.stride_b + panel * (pr.k * w) + kk * w + within
+        return _cast(pr.acc_dtype, _sub("b", idx), pr.dtype)
+
+    def c_index(self, i, j):
+        pr = self.pr
+        return pr.c_offset + self.bt * pr.stride_c + i * pr.ldc + j
+
+    def store(self, i, j, acc_expr):
+        """(assignee, value, predicates) of the C update for element (i, j)."""
+        import pymbolic.primitives as prim
+
+        pr = self.pr
+        value = acc_expr if pr.alpha == 1.0 else pr.alpha * acc_expr
+        if pr.beta != 0.0:
+            old = _cast(pr.acc_dtype, _sub("c", self.c_index(i, j)), pr.dtype)
+            value = value + (old if pr.beta == 1.0 else pr.beta * old)
+        preds = []
+        if self.mp > pr.m:
+            preds.append(_lt(i, pr.m))
+        if self.np_ > pr.n:
+            preds.append(_lt(j, pr.n))
+        return (_sub("c", self.c_index(i, j)), _cast(pr.dtype, value, pr.acc_dtype),
+                frozenset(preds))
+
+
+def _args(pr: GemmProblem):
+    import loopy as lp
+
+    return [
+        lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
+        lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
+        lp.GlobalArg("c", pr.dtype, shape=(pr.size("c"),), is_input=pr.beta != 0.0,
+                     is_output=True),
+    ]
+
+
+def _finish(knl, name_hint=None):
+    import loopy as lp
+
+    knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check",
+                         enforce_variable_access_ordered="no_check")
+    ep = knl.default_entrypoint
+    knl = knl.with_kernel(ep.copy(silenced_warnings=list(ep.silenced_warnings) + [
+        "v1_scheduler_fallback", "vectorize_failed", "unused_inames"]))
+    return knl
+
+
+def _tag_grid(knl, iname, size_inner, axis):
+    """Split ``iname`` over work-groups (g.axis) and work-items (l.axis)."""
+    import loopy as lp
+
+    if size_inner == 1:
+        return lp.tag_inames(knl, {iname: f"g.{axis}"})
+    return lp.split_iname(knl, iname, size_inner, outer_tag=f"g.{axis}", inner_tag=f"l.{axis}")
+
+
+def build_gemm(problem: GemmProblem, params: dict | None = None):
+    """A loopy TranslationUnit computing ``problem`` with tuning ``params`` (all sizes fixed).
+
+    The kernel is named ``gemm`` and takes ``(a, b, c)``: flat ``__global`` buffers of
+    ``problem.dtype`` holding at least ``problem.size('a'/'b'/'c')`` elements. Launch it with
+    the grid loopy reports (``get_grid_size_upper_bounds_as_exprs``).
+    """
+    p = normalize_params(params)
+    pr = problem
+    pw = pr.panel_width
+    if p["packed_b"] and pw is None:
+        raise ValueError("build_gemm: params['packed_b'] is set but problem.b_layout is 'plain'; "
+                         "pack B and build with pack_b(problem, params).problem")
+    if pw is not None and not p["packed_b"]:
+        raise ValueError(f"build_gemm: problem.b_layout is {pr.b_layout!r} but params['packed_b'] "
+                         f"is False")
+    if pw is not None and pw != p["cols"]:
+        raise ValueError(f"build_gemm: problem.b_layout {pr.b_layout!r} needs params['cols'] == "
+                         f"{pw}, got {p['cols']}")
+    if p["local_prefetch"]:
+        return _build_local(pr, p)
+    return _build_register(pr, p)
+
+
+# {{{ register-tile pipeline (CPUs)
+
+def _build_register(pr: GemmProblem, p: dict):
+    import loopy as lp
+    import pymbolic.primitives as prim
+
+    rm, nr, vw = p["rows"], p["cols"], p["vec"]
+    nv = nr // vw
+    wn, wm = p["wg"]
+    mt = -(-pr.m // rm)
+    nt = -(-pr.n // nr)
+    mp, np_ = mt * rm, nt * nr
+    batched = pr.batch > 1
+    V = _var
+    bt = V("bt") if batched else 0
+    lay = _Layout(pr, bt, mp, np_)
+    packed = pr.panel_width is not None
+
+    # plain, non-transposed B with a ragged N: columns past n read into the next row of B,
+    # which is only safe while that stays inside B; the last n_peel k steps clamp instead.
+    n_peel = 0
+    if not packed and not pr.trans_b and np_ > pr.n:
+        n_peel = min(pr.k, -(-(np_ - pr.n) // pr.ldb))
+    k_main = pr.k - n_peel
+
+    outer = ["io", "jo"] + (["bt"] if batched else [])
+    small = {"ii": rm, "jj": nv, "jv": vw, "iz": rm, "jz": nv, "vz": vw, "jb": nv, "vb": vw,
+             "is": rm, "js": nv, "vs": vw}
+    bounds = [f"0 <= io < {mt}", f"0 <= jo < {nt}"] + ([f"0 <= bt < {pr.batch}"] if batched else [])
+    bounds += [f"0 <= {n} < {s}" for n, s in small.items()]
+    inames = outer + list(small)
+    if k_main > 0:
+        inames.append("k")
+        bounds.append(f"0 <= k < {k_main}")
+    if n_peel:
+        inames += ["kp", "jbp", "vbp", "ip", "jp", "vp"]
+        bounds += [f"{k_main} <= kp < {pr.k}", f"0 <= jbp < {nv}", f"0 <= vbp < {vw}",
+                   f"0 <= ip < {rm}", f"0 <= jp < {nv}", f"0 <= vp < {vw}"]
+    domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
+
+    def row(ii):
+        return V("io") * rm + ii
+
+    def col(jj, jv):
+        return V("jo") * nr + jj * vw + jv
+
+    def bload(kk, jj, jv, clamp):
+        if packed:
+            return lay.b_panel(kk, V("jo"), jj * vw + jv)
+        return lay.b_plain(kk, col(jj, jv), clamp)
+
+    base = frozenset(outer)
+    acc = lambda i, j, v: _sub("acc", V(i), V(j), V(v))  # noqa: E731
+    insns = [lp.Assignment(acc("iz", "jz", "vz"), 0, id="zero",
+                           within_inames=base | {"iz", "jz", "vz"})]
+    fma_ids = []
+    last = "zero"
+    steps = []
+    if k_main > 0:
+        steps.append(("k", "jb", "vb", "ii", "jj", "jv", False, ""))
+    if n_peel:
+        steps.append(("kp", "jbp", "vbp", "ip", "jp", "vp", True, "_peel"))
+    for kk, jb, vb, ii, jj, jv, clamp, sfx in steps:
+        insns.append(lp.Assignment(
+            _sub("bv", V(jb), V(vb)), bload(V(kk), V(jb), V(vb), clamp), id="ldb" + sfx,
+            depends_on=frozenset([last]), within_inames=base | {kk, jb, vb}))
+        insns.append(lp.Assignment(
+            acc(ii, jj, jv), acc(ii, jj, jv) + lay.a(row(V(ii)), V(kk)) * _sub("bv", V(jj), V(jv)),
+            id="fma" + sfx, depends_on=frozenset(["ldb" + sfx, "zero"]),
+            within_inames=base | {kk, ii, jj, jv}))
+        last = "fma" + sfx
+        fma_ids.append(last)
+    assignee, value, preds = lay.store(row(V("is")), col(V("js"), V("vs")), acc("is", "js", "vs"))
+    insns.append(lp.Assignment(assignee, value, id="store", predicates=preds,
+                               depends_on=frozenset(fma_ids or ["zero"]),
+                               within_inames=base | {"is", "js", "vs"}))
+
+    temps = [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nv, vw),
+                                  address_space=lp.AddressSpace.PRIVATE),
+             lp.TemporaryVariable("bv", pr.acc_dtype, shape=(nv, vw),
+                                  address_space=lp.AddressSpace.PRIVATE)]
+    knl = lp.make_kernel(domain, insns, _args(pr) + temps, target=lp.OpenCLTarget(),
+                         name="gemm", lang_version=(2018, 2), index_dtype=np.int64)
+    if vw > 1:
+        knl = lp.tag_array_axes(knl, "acc", "c,c,vec")
+        knl = lp.tag_array_axes(knl, "bv", "c,vec")
+    vec = "vec" if vw > 1 else "unr"
+    u = _UNROLL
+    tags = {"ii": u, "jj": u, "jv": vec, "iz": u, "jz": u, "vz": vec,
+            "jb": u, "vb": "unr", "is": u, "js": u, "vs": "unr"}
+    if n_peel:
+        tags.update({"jbp": u, "vbp": "unr", "ip": u, "jp": u, "vp": vec})
+    knl = lp.tag_inames(knl, tags)
+    if k_main > 0:
+        knl = lp.prioritize_loops(knl, "k,ii,jj,jv")
+        knl = lp.prioritize_loops(knl, "k,jb,vb")
+    if n_peel:
+        knl = lp.prioritize_loops(knl, "kp,ip,jp,vp")
+        knl = lp.prioritize_loops(knl, "kp,jbp,vbp")
+    ku = p["k_unroll"]
+    if k_main > 0 and ku > 1 and k_main >= ku:
+        knl = lp.split_iname(knl, "k", ku, inner_tag="unr",
+                             slabs=(0, 1) if k_main % ku else (0, 0))
+    if n_peel > 1:
+        knl = lp.tag_inames(knl, {"kp": "unr"})
+    ax_n, ax_m = (1, 0) if p["m_inner"] else (0, 1)
+    knl = _tag_grid(knl, "jo", wn, ax_n)
+    knl = _tag_grid(knl, "io", wm, ax_m)
+    if batched:
+        knl = lp.tag_inames(knl, {"bt": "g.2"})
+    return _finish(knl)
+
+# }}}
+
+
+# {{{ local-memory pipeline (GPUs)
+
+def _build_local(pr: GemmProblem, p: dict):
+    import loopy as lp
+    import pymbolic.primitives as prim
+
+    rm, nr = p["rows"], p["cols"]
+    wn, wm = p["wg"]
+    kt = min(p["k_tile"], pr.k)
+    tm, tn = wm * rm, wn * nr  # work-group tile
+    mt, nt = -(-pr.m // tm), -(-pr.n // tn)
+    batched = pr.batch > 1
+    V = _var
+    bt = V("bt") if batched else 0
+    # ragged edges are cut out of the domain here (loopy guards the fetches, the multiply-adds
+    # and the stores), so indices never need clamping
+    lay = _Layout(pr, bt, pr.m, pr.n)
+    kot = -(-pr.k // kt)
+
+    outer = ["gi", "gj"] + (["bt"] if batched else [])
+    bounds = [f"0 <= gi < {mt}", f"0 <= gj < {nt}", f"0 <= li < {wm}", f"0 <= lj < {wn}",
+              f"0 <= ii < {rm}", f"0 <= jj < {nr}", f"0 <= iz < {rm}", f"0 <= jz < {nr}",
+              f"0 <= is < {rm}", f"0 <= js < {nr}", f"0 <= ko < {kot}",
+              f"0 <= ki < {kt}", f"ko*{kt} + ki < {pr.k}"]
+    for i_, j_ in (("ii", "jj"), ("is", "js")):
+        bounds += [f"gi*{tm} + {i_}*{wm} + li < {pr.m}", f"gj*{tn} + {j_}*{wn} + lj < {pr.n}"]
+    if batched:
+        bounds.append(f"0 <= bt < {pr.batch}")
+    inames = outer + ["li", "lj", "ii", "jj", "iz", "jz", "is", "js", "ko", "ki"]
+    domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
+
+    def row(ii):
+        return V("gi") * tm + ii * wm + V("li")
+
+    def col(jj):
+        return V("gj") * tn + jj * wn + V("lj")
+
+    rules = [
+        lp.SubstitutionRule("a_tile", ("ri", "rk"), lay.a(V("ri"), V("rk"))),
+        lp.SubstitutionRule("b_tile", ("rk", "rj"), lay.b_plain(V("rk"), V("rj"), False)),
+    ]
+    base = frozenset(outer + ["li", "lj"])
+    acc = lambda i, j: _sub("acc", V(i), V(j))  # noqa: E731
+    kk = V("ko") * kt + V("ki")
+    insns = rules + [
+        lp.Assignment(acc("iz", "jz"), 0, id="zero", within_inames=base | {"iz", "jz"}),
+        lp.Assignment(acc("ii", "jj"),
+                      acc("ii", "jj")
+                      + prim.Call(V("a_tile"), (row(V("ii")), kk))
+                      * prim.Call(V("b_tile"), (kk, col(V("jj")))),
+                      id="fma", depends_on=frozenset(["zero"]),
+                      within_inames=base | {"ko", "ki", "ii", "jj"}),
+    ]
+    assignee, value, preds = lay.store(row(V("is")), col(V("js")), acc("is", "js"))
+    insns.append(lp.Assignment(assignee, value, id="store", predicates=preds,
+                               depends_on=frozenset(["fma"]),
+                               within_inames=base | {"is", "js"}))
+    temps = [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nr),
+                                  address_space=lp.AddressSpace.PRIVATE)]
+    knl = lp.make_kernel(domain, insns, _args(pr) + temps, target=lp.OpenCLTarget(),
+                         name="gemm", lang_version=(2018, 2), index_dtype=np.int64)
+    u = _UNROLL
+    knl = lp.tag_inames(knl, {"gi": "g.1", "gj": "g.0", "li": "l.1", "lj": "l.0",
+                              "ii": u, "jj": u, "iz": u, "jz": u, "is": u, "js": u})
+    if batched:
+        knl = lp.tag_inames(knl, {"bt": "g.2"})
+    knl = lp.prioritize_loops(knl, "ko,ki,ii,jj")
+    for rule, sweep, name in (("a_tile", ["li", "ii", "ki"], "a_loc"),
+                              ("b_tile", ["lj", "jj", "ki"], "b_loc")):
+        knl = lp.precompute(knl, rule, sweep_inames=sweep,
+                            precompute_outer_inames=frozenset(outer + ["ko"]),
+                            temporary_address_space=lp.AddressSpace.LOCAL,
+                            temporary_name=name, default_tag="l.auto",
+                            compute_insn_id="fetch_" + name[0])
+    return _finish(knl)
+
+# }}}
+
+
+# {{{ packing B
+
+@dataclass(frozen=True)
+class BPacking:
+    """How to turn ``source`` (a problem with plain B) into the packed B ``problem`` reads.
+
+    ``problem`` is the same GEMM with ``b_layout == panel<width>``, ``b_offset == 0`` and a
+    dense ``stride_b``; ``size`` is the packed buffer's element count. :meth:`pack` packs a
+    numpy array on the host; :meth:`build` makes a loopy kernel ``pack_b(b, bp)`` doing the
+    same on the device (``b``: the source buffer as the source problem describes it).
+    """
+
+    source: GemmProblem
+    problem: GemmProblem
+    width: int
+
+    @property
+    def size(self) -> int:
+        return self.problem.size("b")
+
+    def pack(self, b: np.ndarray) -> np.ndarray:
+        """Packed flat array from ``b``: the flat source buffer (as the source problem
+        addresses it), or the logical ``op(B)`` as a ``(k, n)`` / ``(batch, k, n)`` array."""
+        src, w = self.source, self.width
+        b = np.asarray(b)
+        if b.ndim >= 2:
+            logical = b.reshape((-1, src.k, src.n))
+            if logical.shape[0] not in (1, src.batch):
+                raise ValueError(f"BPacking.pack: expected {src.batch} matrices of shape "
+                                 f"({src.k}, {src.n}), got array of shape {b.shape}")
+            logical = np.broadcast_to(logical, (src.batch, src.k, src.n))
+        else:
+            if b.size < src.size("b"):
+                raise ValueError(f"BPacking.pack: flat source holds {b.size} elements, the "
+                                 f"problem addresses {src.size('b')}")
+            mats = []
+            for t in range(src.batch):
+                start = src.b_offset + t * src.stride_b
+                rows = src.n if src.trans_b else src.k
+                cols = src.k if src.trans_b else src.n
+                view = np.lib.stride_tricks.as_strided(
+                    b[start:], shape=(rows, cols), strides=(src.ldb * b.itemsize, b.itemsize))
+                mats.append(view.T if src.trans_b else view)
+            logical = np.stack(mats)
+        npad = -(-src.n // w) * w
+        padded = np.zeros((src.batch, src.k, npad), dtype=src.dtype)
+        padded[:, :, :src.n] = logical
+        out = padded.reshape(src.batch, src.k, npad // w, w).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(out).reshape(-1)
+
+    def build(self):
+        """loopy TranslationUnit ``pack_b(b, bp)`` packing on the device."""
+        import loopy as lp
+        import pymbolic.primitives as prim
+
+        src, dst, w = self.source, self.problem, self.width
+        npan = -(-src.n // w)
+        batched = src.batch > 1
+        V = _var
+        bt = V("bt") if batched else 0
+        lay = _Layout(src, bt, src.m, npan * w)
+        inames = ["p", "kk", "r"] + (["bt"] if batched else [])
+        bounds = [f"0 <= p < {npan}", f"0 <= kk < {src.k}", f"0 <= r < {w}"] + (
+            [f"0 <= bt < {src.batch}"] if batched else [])
+        domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
+        j = V("p") * w + V("r")
+        value = lay.b_plain(V("kk"), j, False)
+        if src.n % w:
+            value = prim.If(_lt(j, src.n), value, 0)
+        value = _cast(src.dtype, value, src.acc_dtype)
+        idx = bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
+        insn = lp.Assignment(_sub("bp", idx), value, id="pack",
+                             within_inames=frozenset(inames))
+        args = [lp.GlobalArg("b", src.dtype, shape=(src.size("b"),), is_input=True,
+                             is_output=False),
+                lp.GlobalArg("bp", src.dtype, shape=(dst.size("b"),), is_input=False,
+                             is_output=True)]
+        knl = lp.make_kernel(domain, [insn], args, target=lp.OpenCLTarget(), name="pack_b",
+                             lang_version=(2018, 2))
+        knl = lp.split_iname(knl, "kk", 16, outer_tag="g.0")
+        knl = lp.tag_inames(knl, {"p": "g.1", "r": "l.0", "kk_inner": "unr"})
+        if batched:
+            knl = lp.tag_inames(knl, {"bt": "g.2"})
+        return _finish(knl)
+
+
+def pack_b(problem: GemmProblem, params: dict | None = None) -> BPacking:
+    """The packing that makes ``problem``'s B readable by a kernel built with ``params``.
+
+    Panels are ``params['cols']`` columns wide (one work-item's columns), so every B load of
+    the register-tile kernel is contiguous. Weights are static: pack once at primitive creation.
+    """
+    p = normalize_params(params)
+    if problem.panel_width is not None:
+        raise ValueError(f"pack_b: B is already packed ({problem.b_layout})")
+    w = p["cols"]
+    packed = replace(problem, b_layout=panel_layout(w), b_offset=0, ldb=None, stride_b=None,
+                     trans_b=False)
+    return BPacking(source=problem, problem=packed, width=w)
+
+# }}}

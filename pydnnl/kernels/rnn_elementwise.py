@@ -1,0 +1,235 @@
+"""Loopy generator of the per-step RNN elementwise kernel of one cell stage.
+
+The formulas come from the cell spec (:mod:`pydnnl.cells`): every input variable of the
+stage's assignments is mapped to a buffer access, every assignment becomes a private
+temporary, and the values the step must keep (activated gates, ``c``, ``h``, ``rh``) are
+stored. Buffers are flat and addressed with run-time element offsets, so one kernel serves
+every time step, layer and direction of a primitive.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cells import get_cell
+
+# Run-time offset arguments, in this order after the buffers.
+OFFSET_ARGS = ("gx_off", "bias_off", "h_prev_off", "c_prev_off", "c_off", "h_off", "peep_off",
+               "att_off", "gates_off", "gh_off", "rh_off")
+
+
+@dataclass(frozen=True)
+class ElementwiseProblem:
+    """What one stage kernel depends on (the kernel-cache key)."""
+
+    cell: str
+    stage: int
+    peephole: bool
+    activation: str  # "relu", "tanh", "logistic" (vanilla RNN only)
+    alpha: float
+    n: int  # batch
+    dhc: int
+    ld_h_prev: int  # row stride of h_prev (SIC-wide state rows)
+    ld_h: int  # row stride of the h written (DHC for the pre-projection buffer, else DIC)
+    wg: int = 32
+
+
+def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
+    """The buffer arguments the stage kernel takes, in order."""
+    spec = get_cell(p.cell)
+    st = spec.forward_stages(p.peephole)[p.stage]
+    names = set(st.inputs(()))
+    assigned = set(st.assigned)
+    bufs = ["gates"]
+    if any(n.startswith("gx_") for n in names):
+        bufs += ["gx", "bias"]
+    if any(n.startswith("gh_") for n in names):
+        bufs.append("gh")
+    if "h_prev" in names:
+        bufs.append("h_prev")
+    if "c_prev" in names:
+        bufs.append("c_prev")
+    if "c" in assigned:
+        bufs.append("c")
+    if "h" in assigned:
+        bufs.append("h")
+    if "rh" in assigned:
+        bufs.append("rh")
+    if any(n in names for n in ("p_i", "p_f", "p_o")):
+        bufs.append("peep")
+    if "att" in names:
+        bufs.append("att")
+    return tuple(bufs)
+
+
+def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
+    out: list[str] = []
+    for st in spec.forward_stages(p.peephole)[: p.stage]:
+        out += st.assigned
+    return tuple(out)
+
+
+def build_elementwise(p: ElementwiseProblem):
+    """loopy TranslationUnit of one stage; args: buffers (see :func:`stage_buffers`), then
+    the int32 offsets of :data:`OFFSET_ARGS`."""
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.mapper.substitutor import substitute
+
+    spec = get_cell(p.cell)
+    stage = spec.forward_stages(p.peephole)[p.stage]
+    G = spec.n_gates
+    gates = spec.gate_names
+    gemm_gates = stage.recurrent_gemm.gates
+    n, j = var("n"), var("j")
+    N, DHC = p.n, p.dhc
+    before = set(_known_before(spec, p))
+
+    def off(name):
+        return var(name)
+
+    def gate_slot(g):
+        return var("gates")[off("gates_off") + (n * G + gates.index(g)) * DHC + j]
+
+    mapping = {}
+    for name in stage.inputs(()):
+        if name.startswith("gx_"):
+            g = name[3:]
+            e = var("gx")[off("gx_off") + (n * G + gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gx", g)
+            if b is not None:
+                e = e + var("bias")[off("bias_off") + b * DHC + j]
+            mapping[name] = e
+        elif name.startswith("gh_"):
+            g = name[3:]
+            e = var("gh")[off("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gh", g)
+            if b is not None:
+                e = e + var("bias")[off("bias_off") + b * DHC + j]
+            mapping[name] = e
+        elif name == "h_prev":
+            mapping[name] = var("h_prev")[off("h_prev_off") + n * p.ld_h_prev + j]
+        elif name == "c_prev":
+            mapping[name] = var("c_prev")[off("c_prev_off") + n * DHC + j]
+        elif name in ("p_i", "p_f", "p_o"):
+            mapping[name] = var("peep")[off("peep_off") + "ifo".index(name[2]) * DHC + j]
+        elif name == "att":
+            mapping[name] = var("att")[off("att_off") + n]
+        elif name in before and name in gates:
+            mapping[name] = ("load", gate_slot(name))
+        else:
+            raise ValueError(f"cell {spec.name} stage {p.stage}: no buffer for input {name!r}")
+
+    def fn_sub(expr):
+        return _FunctionInliner(p.activation, p.alpha)(expr)
+
+    temps, insns = [], []
+    prev_id = None
+    # values of earlier stages are loaded first, so that every later instruction reads private
+    # temporaries and the gate stores can all come last
+    for name, m in list(mapping.items()):
+        if isinstance(m, tuple):
+            tname, iid = f"v_{name}", f"l_{name}"
+            temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
+                                              address_space=lp.AddressSpace.PRIVATE))
+            insns.append(lp.Assignment(var(tname), m[1], id=iid, depends_on_is_final=True,
+                                       depends_on=frozenset([prev_id]) if prev_id else frozenset(),
+                                       within_inames=frozenset(["n", "j"])))
+            prev_id = iid
+            mapping[name] = var(tname)
+    for a in stage.assignments:
+        expr = fn_sub(substitute(a.expr, mapping))
+        tname = f"v_{a.name}"
+        temps.append(lp.TemporaryVariable(tname, np.float32, shape=(), address_space=lp.AddressSpace.PRIVATE))
+        iid = f"i_{a.name}"
+        insns.append(lp.Assignment(var(tname), expr, id=iid, depends_on_is_final=True,
+                                   depends_on=frozenset([prev_id]) if prev_id else frozenset(),
+                                   within_inames=frozenset(["n", "j"])))
+        prev_id = iid
+        mapping[a.name] = var(tname)
+    stores = []
+    for a in stage.assignments:
+        if a.name in gates:
+            target = gate_slot(a.name)
+        elif a.name == "c":
+            target = var("c")[off("c_off") + n * DHC + j]
+        elif a.name == "h":
+            target = var("h")[off("h_off") + n * p.ld_h + j]
+        elif a.name == "rh":
+            target = var("rh")[off("rh_off") + n * DHC + j]
+        else:
+            continue  # an intermediate (e.g. u_tilde)
+        # one sequential chain: the explicit order is complete (a later stage reads gates
+        # written by an earlier kernel, which loopy cannot tell apart from this one's stores)
+        stores.append(lp.Assignment(target, var(f"v_{a.name}"), id=f"s_{a.name}",
+                                    depends_on=frozenset([prev_id]), depends_on_is_final=True,
+                                    within_inames=frozenset(["n", "j"])))
+        prev_id = f"s_{a.name}"
+    # every work-item touches only its own (n, j) elements: no barrier is ever needed
+    all_ids = [i.id for i in insns + stores]
+    nosync = frozenset((i, "any") for i in all_ids)
+    insns = [i.copy(no_sync_with=nosync) for i in insns]
+    stores = [i.copy(no_sync_with=nosync) for i in stores]
+    bufs = stage_buffers(p)
+    args = []
+    for b in bufs:
+        out = b in ("gates", "c", "h", "rh")
+        args.append(lp.GlobalArg(b, np.float32, shape=None, is_output=out,
+                                 is_input=not out or b == "gates"))
+    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS]
+    knl = lp.make_kernel(f"{{[n, j]: 0 <= n < {N} and 0 <= j < {DHC}}}", insns + stores,
+                         args + temps, name=f"rnn_{spec.name}_s{p.stage}",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         seq_dependencies=False)
+    wg = min(p.wg, DHC)
+    knl = lp.split_iname(knl, "j", wg, inner_tag="l.0", outer_tag="g.0")
+    knl = lp.tag_inames(knl, {"n": "g.1"})
+    return knl
+
+
+class _FunctionInliner:
+    """Replace calls of logistic/tanh/act by OpenCL expressions loopy understands."""
+
+    def __init__(self, activation: str, alpha: float):
+        self.activation, self.alpha = activation, alpha
+
+    def __call__(self, expr):
+        from pymbolic.mapper import IdentityMapper
+
+        outer = self
+
+        class M(IdentityMapper):
+            def map_call(self, e, *args):
+                params = tuple(self.rec(x) for x in e.parameters)
+                name = e.function.name
+                if name == "logistic":
+                    return _logistic(params[0])
+                if name == "tanh":
+                    from pymbolic import var
+
+                    return var("tanh")(params[0])
+                if name == "act":
+                    return _activation(outer.activation, outer.alpha, params[0])
+                return type(e)(e.function, params)
+
+        return M()(expr)
+
+
+def _logistic(x):
+    from pymbolic import var
+
+    return 1.0 / (1.0 + var("exp")(-x))
+
+
+def _activation(kind: str, alpha: float, x):
+    import pymbolic.primitives as prim
+    from pymbolic import var
+
+    if kind == "tanh":
+        return var("tanh")(x)
+    if kind == "logistic":
+        return _logistic(x)
+    if kind == "relu":
+        return prim.If(prim.Comparison(x, ">", 0), x, np.float32(alpha) * x)
+    raise ValueError(f"activation must be relu, tanh or logistic, got {kind!r}")

@@ -1,0 +1,94 @@
+"""Where an RNN primitive keeps its intermediate values: workspace and scratchpad regions.
+
+All regions hold f32 elements; offsets are in elements, each region starts on a 64-byte
+boundary. The workspace (training) holds everything backward needs:
+
+====== ============================== ============================================
+region dims                           contents
+====== ============================== ============================================
+h0     [L, D, N, SIC]                 initial hidden state (src_iter, or zeros)
+c0     [L, D, N, DHC]                 initial cell state (LSTM)
+h      [L, D, T, N, DIC]              hidden state after each step (after projection)
+c      [L, D, T, N, DHC]              cell state after each step (LSTM)
+ht     [L, D, T, N, DHC]              hidden state before projection (LSTMP)
+gates  [L, D, T, N, G, DHC]           activated gates of each step
+gh     [L, D, T, N, G, DHC]           recurrent GEMM results (LBR kinds: ``U_o h + B_u'``)
+====== ============================== ============================================
+
+In inference the same regions live in the scratchpad, with ``gates`` and ``gh`` holding one
+step only. Time index t is the position in the sequence (not the processing order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...memory.data_types import data_type
+from ...memory.desc import MemoryDesc
+from .problem import RnnShape
+
+_ALIGN = 16  # elements of f32: 64 bytes
+
+
+@dataclass
+class Regions:
+    """A bump allocator of named regions inside one buffer (offsets and sizes in elements)."""
+
+    offsets: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, name: str, nelems: int) -> int:
+        off = (self.total + _ALIGN - 1) // _ALIGN * _ALIGN
+        self.offsets[name] = off
+        self.sizes[name] = nelems
+        self.total = off + nelems
+        return off
+
+    def __getitem__(self, name: str) -> int:
+        return self.offsets[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.offsets
+
+    def nbytes(self) -> int:
+        return self.total * 4
+
+
+def lbr(shape: RnnShape) -> bool:
+    return shape.cell in ("lbr_gru", "lbr_augru")
+
+
+def state_regions(shape: RnnShape, training: bool) -> Regions:
+    """The regions listed in the module docstring, for one problem."""
+    s = shape
+    r = Regions()
+    r.add("h0", s.L * s.D * s.N * s.SIC)
+    if s.cell == "vanilla_lstm":
+        r.add("c0", s.L * s.D * s.N * s.DHC)
+    r.add("h", s.L * s.D * s.T * s.N * s.DIC)
+    if s.cell == "vanilla_lstm":
+        r.add("c", s.L * s.D * s.T * s.N * s.DHC)
+    if s.projection:
+        r.add("ht", s.L * s.D * s.T * s.N * s.DHC)
+    steps = s.T if training else 1
+    per_step = s.N * s.G * s.DHC
+    r.add("gates", (s.L * s.D * steps if training else 1) * per_step)
+    if training and lbr(s):
+        r.add("gh", s.L * s.D * steps * per_step)
+    return r
+
+
+def region_desc(dims, offset: int, strides=None) -> MemoryDesc:
+    """An f32 desc of a dense (or strided) region starting ``offset`` elements into a buffer."""
+    if strides is None:
+        strides, acc = [0] * len(dims), 1
+        for i in range(len(dims) - 1, -1, -1):
+            strides[i] = acc
+            acc *= dims[i]
+    md = MemoryDesc(list(dims), data_type.f32, list(strides))
+    md.offset0 = offset
+    return md
+
+
+def workspace_md(nbytes: int) -> MemoryDesc:
+    return MemoryDesc([max(nbytes, 1)], data_type.u8, "a")

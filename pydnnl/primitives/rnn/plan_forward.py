@@ -1,0 +1,289 @@
+"""The forward RNN plan: the ordered kernel launches of one problem, built once.
+
+Per direction and layer: one GEMM over all time steps for the input (``gx = x @ W``), then
+per step the recurrent GEMM of each cell stage (``gh = h_prev @ U``) followed by the stage's
+elementwise kernel generated from the cell spec, then (LSTMP) the projection GEMM. Inputs
+given in other layouts than the kernels read are reordered into the scratchpad first;
+outputs are reordered from the state regions into the user's layouts at the end.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DST_ITER, ARG_DST_ITER_C,
+                          ARG_DST_LAYER, ARG_SCRATCHPAD, ARG_SRC_ITER, ARG_SRC_ITER_C,
+                          ARG_SRC_LAYER, ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER,
+                          ARG_WEIGHTS_PEEPHOLE, ARG_WEIGHTS_PROJECTION, ARG_WORKSPACE,
+                          rnn_direction)
+from ...engine import _cl
+from ...kernels.compiler import get_kernel
+from ...kernels.matmul import GemmShape, get_gemm
+from ...kernels.reorder import ReorderProblem, build_reorder, layout_of
+from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise, stage_buffers
+from ...memory import memory
+from ...memory.desc import MemoryDesc
+from . import layout
+from .layout import Regions, region_desc
+
+_INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
+           "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
+           "weights_layer_desc": ARG_WEIGHTS_LAYER, "weights_iter_desc": ARG_WEIGHTS_ITER,
+           "weights_peephole_desc": ARG_WEIGHTS_PEEPHOLE,
+           "weights_projection_desc": ARG_WEIGHTS_PROJECTION, "bias_desc": ARG_BIAS}
+# inputs the kernels read directly (src_iter/src_iter_c are always copied into h0/c0)
+_DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_iter_desc",
+           "weights_peephole_desc", "weights_projection_desc", "bias_desc")
+
+
+def scratch_regions(pd) -> Regions:
+    """Scratchpad regions of a forward primitive (state regions too, in inference)."""
+    from .forward import canonical_desc
+
+    s = pd.shape
+    r = Regions()
+    if not pd.training:
+        for name, off in pd.ws_regions.offsets.items():
+            r.add("st_" + name, pd.ws_regions.sizes[name])
+    r.add("gx", s.T * s.N * s.G * s.DHC)
+    r.add("gh", s.N * s.G * s.DHC)
+    if s.cell in ("vanilla_gru", "vanilla_augru"):
+        r.add("rh", s.N * s.DHC)
+    for name in _DIRECT:
+        md = pd._descs.get(name)
+        if md is not None and not md.is_zero() and md != canonical_desc(name, md):
+            r.add("in_" + name, md.nelems())
+    return r
+
+
+class _Ref:
+    """A buffer named in the plan, bound at execute time."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"_Ref({self.key!r})"
+
+
+class ForwardPlan:
+    """Kernels and launch arguments of one forward RNN problem."""
+
+    def __init__(self, pd):
+        from .forward import canonical_desc
+
+        self.pd = pd
+        s = self.s = pd.shape
+        eng = self.engine = pd.get_engine()
+        spec = self.spec = pd._spec
+        self.steps: list[tuple] = []  # (callable, args); callable(stream, *args)
+        self.ws_key = "ws" if pd.training else "scratch"
+        ws_off = pd.ws_regions.offsets if pd.training else {
+            k: pd.scratch["st_" + k] for k in pd.ws_regions.offsets}
+        self.ws_off = ws_off
+        sc = pd.scratch
+        self.scratch_bytes = sc.nbytes()
+
+        # -- where each input is read from: the user's buffer or a staged canonical copy ---------
+        self.src = {}
+        for name, arg in _INPUTS.items():
+            md = pd._descs.get(name)
+            if md is None or md.is_zero():
+                continue
+            if name in _DIRECT and md != canonical_desc(name, md):
+                off = sc["in_" + name]
+                dst_md = canonical_desc(name, md)
+                dst_md = region_desc(dst_md.dims, off)
+                self._add_reorder(_Ref(arg), md, _Ref("scratch"), dst_md)
+                self.src[name] = (_Ref("scratch"), off)
+            else:
+                self.src[name] = (_Ref(arg), 0)
+
+        # -- initial states into h0 / c0 ---------------------------------------------------------
+        cl = _cl()
+        for name, reg, width in (("src_iter_desc", "h0", s.SIC), ("src_iter_c_desc", "c0", s.DHC)):
+            if reg not in pd.ws_regions:
+                continue
+            md = pd._descs.get(name)
+            dims = [s.L, s.D, s.N, width]
+            if md is not None and not md.is_zero():
+                self._add_reorder(_Ref(_INPUTS[name]), md, _Ref(self.ws_key),
+                                  region_desc(dims, ws_off[reg]))
+            else:
+                nbytes = int(np.prod(dims)) * 4
+                off_b = ws_off[reg] * 4
+                self.steps.append((_fill_zero, (_Ref(self.ws_key), off_b, nbytes)))
+
+        # -- kernels -----------------------------------------------------------------------------
+        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        self.layer_gemm = {}
+        stages = spec.forward_stages(s.peephole)
+        self.stage_kernels = []
+        for k, st in enumerate(stages):
+            ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
+                                    ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC)
+            kern = get_kernel(eng, "rnn_elementwise", ep, lambda ep=ep: build_elementwise(ep))
+            gates = st.recurrent_gemm.gates
+            g0 = spec.gate_names.index(gates[0])
+            if tuple(spec.gate_names[g0:g0 + len(gates)]) != tuple(gates):
+                raise AssertionError(f"{spec.name}: stage gates {gates} are not contiguous")
+            gemm = get_gemm(eng, GemmShape(m=N, n=len(gates) * DHC, k=s.SIC, lda=s.SIC,
+                                           ldb=G * DHC, ldc=len(gates) * DHC))
+            self.stage_kernels.append((st, kern, gemm, g0, len(gates)))
+        k_in = {0: s.SLC}
+        if s.L > 1:
+            k_in[1] = s.DIC
+        for l, K in k_in.items():
+            self.layer_gemm[l] = get_gemm(eng, GemmShape(m=T * N, n=G * DHC, k=K, lda=K,
+                                                         ldb=G * DHC, ldc=G * DHC))
+        if s.projection:
+            self.proj_gemm = get_gemm(eng, GemmShape(m=N, n=s.DIC, k=DHC, lda=DHC, ldb=s.DIC,
+                                                     ldc=s.DIC))
+
+        for d in range(s.D):
+            for l in range(s.L):
+                self._plan_layer(l, d)
+        self._plan_outputs()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _add_reorder(self, src_ref, src_md: MemoryDesc, dst_ref, dst_md: MemoryDesc, beta=0.0):
+        p = ReorderProblem(dims=src_md.dims, src_dt=src_md.data_type, dst_dt=dst_md.data_type,
+                           src_layout=layout_of(src_md), dst_layout=layout_of(dst_md),
+                           src_nelems=src_md.nelems_physical(),
+                           dst_nelems=dst_md.nelems_physical(), beta=beta)
+        kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
+        self.steps.append((kern, (src_ref, dst_ref)))
+
+    def _ltr(self, d: int) -> bool:
+        dr = self.s.direction
+        if dr == rnn_direction.unidirectional_left2right:
+            return True
+        if dr == rnn_direction.unidirectional_right2left:
+            return False
+        return d == 0
+
+    def _reg(self, name: str, l: int, d: int, t: int, per: int) -> int:
+        """Offset of (l, d, t) in a region of ``per`` elements per step."""
+        s = self.s
+        return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
+
+    def _plan_layer(self, l: int, d: int) -> None:
+        s, pd = self.s, self.pd
+        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        ws = _Ref(self.ws_key)
+        scr = _Ref("scratch")
+        sc = pd.scratch
+        ld = l * s.D + d
+        # layer GEMM over all steps
+        if l == 0:
+            a_ref, a_off = self.src["src_layer_desc"]
+        else:
+            a_ref, a_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
+        w_ref, w_off = self.src["weights_layer_desc"]
+        K = s.SLC if l == 0 else s.DIC
+        self.steps.append((self.layer_gemm[min(l, 1)],
+                           (a_ref, a_off, w_ref, w_off + ld * K * G * DHC, scr, sc["gx"])))
+        u_ref, u_off = self.src["weights_iter_desc"]
+        u_off += ld * s.SIC * G * DHC
+        b_ref, b_off = self.src["bias_desc"]
+        b_off += ld * s.Gb * DHC
+        peep = self.src.get("weights_peephole_desc")
+        att = self.src.get("attention_desc")
+        training = pd.training
+        order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
+        prev_t = None
+        for t in order:
+            if prev_t is None:
+                h_prev_off = self.ws_off["h0"] + ld * N * s.SIC
+                c_prev_off = self.ws_off["c0"] + ld * N * DHC if "c0" in self.ws_off else 0
+            else:
+                h_prev_off = self._reg("h", l, d, prev_t, N * s.DIC)
+                c_prev_off = self._reg("c", l, d, prev_t, N * DHC) if "c" in self.ws_off else 0
+            gates_off = self._reg("gates", l, d, t, N * G * DHC) if training else self.ws_off["gates"]
+            gh_base = self._reg("gh", l, d, t, N * G * DHC) if "gh" in self.ws_off else None
+            h_out = self._reg("ht", l, d, t, N * DHC) if s.projection else self._reg("h", l, d, t, N * s.DIC)
+            c_out = self._reg("c", l, d, t, N * DHC) if "c" in self.ws_off else 0
+            gh_col = 0
+            for st, kern, gemm, g0, ng in self.stage_kernels:
+                if gh_base is not None:
+                    gh_ref, gh_off = ws, gh_base + gh_col
+                else:
+                    gh_ref, gh_off = scr, sc["gh"] + gh_col
+                gh_col += N * ng * DHC
+                if st.recurrent_gemm.source == "h_prev":
+                    self.steps.append((gemm, (ws, h_prev_off, u_ref, u_off + g0 * DHC, gh_ref, gh_off)))
+                else:  # rh = r * h_prev, written by the previous stage
+                    self.steps.append((gemm, (scr, sc["rh"], u_ref, u_off + g0 * DHC, gh_ref, gh_off)))
+                vals = {
+                    "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
+                    "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
+                    "peep": peep[0] if peep else None, "att": att[0] if att else None,
+                    "gx_off": sc["gx"] + t * N * G * DHC, "bias_off": b_off,
+                    "h_prev_off": h_prev_off, "c_prev_off": c_prev_off, "c_off": c_out,
+                    "h_off": h_out, "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
+                    "att_off": (att[1] + t * N) if att else 0, "gates_off": gates_off,
+                    "gh_off": gh_off, "rh_off": sc["rh"] if "rh" in sc else 0,
+                }
+                args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
+                             for n in kern.src.arg_names)
+                self.steps.append((kern, args))
+            if s.projection:
+                r_ref, r_off = self.src["weights_projection_desc"]
+                self.steps.append((self.proj_gemm, (ws, h_out, r_ref, r_off + ld * DHC * s.DIC,
+                                                    ws, self._reg("h", l, d, t, N * s.DIC))))
+            prev_t = t
+
+    def _plan_outputs(self) -> None:
+        s, pd = self.s, self.pd
+        N, T = s.N, s.T
+        ws = _Ref(self.ws_key)
+        dst_md = pd._descs["dst_layer_desc"]
+        top = s.L - 1
+        for d in range(s.D):
+            src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
+            if s.direction == rnn_direction.bidirectional_concat:
+                target = dst_md.submemory_desc([T, N, s.DIC], [0, 0, d * s.DIC])
+                beta = 0.0
+            else:
+                target = dst_md
+                beta = 1.0 if d == 1 else 0.0
+            self._add_reorder(ws, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
+        for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
+                                      ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
+            md = pd._descs.get(name)
+            if md is None or md.is_zero():
+                continue
+            for d in range(s.D):
+                t_last = T - 1 if self._ltr(d) else 0
+                base = self.ws_off[reg] + (d * T + t_last) * N * width
+                src_md = region_desc([s.L, 1, N, width], base,
+                                     strides=[s.D * T * N * width, 0, width, 1])
+                target = md.submemory_desc([s.L, 1, N, width], [0, d, 0, 0])
+                self._add_reorder(ws, src_md, _Ref(arg), target)
+
+    # -- execution -------------------------------------------------------------------------------
+    def execute(self, stream, args) -> None:
+        bufs = {k: m.buffer for k, m in args.items()}
+        scratch = args.get(ARG_SCRATCHPAD)
+        if scratch is None and self.scratch_bytes:
+            scratch = self._scratch_memory()
+        if scratch is not None:
+            bufs["scratch"] = scratch.buffer
+        if ARG_WORKSPACE in args:
+            bufs["ws"] = args[ARG_WORKSPACE].buffer
+        for fn, fargs in self.steps:
+            fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs])
+
+    def _scratch_memory(self) -> memory:
+        m = getattr(self, "_scratch", None)
+        if m is None:
+            m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
+        return m
+
+
+def _fill_zero(stream, buf, offset_bytes: int, nbytes: int):
+    cl = _cl()
+    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes)
+    stream.record("rnn_zero_state", evt)
+    return evt

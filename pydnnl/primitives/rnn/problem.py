@@ -1,0 +1,217 @@
+"""RNN problem description: shapes read from the descs, checked with oneDNN's consistency rules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...cells import CellSpec
+from ...constants import prop_kind, rnn_direction
+from ...error import invalid_arguments, unimplemented
+from ...memory.data_types import data_type
+from ...memory.desc import MemoryDesc
+
+# descriptor names, as oneDNN's C++ API spells the parameters
+DESC_NAMES = ("src_layer_desc", "src_iter_desc", "src_iter_c_desc", "attention_desc",
+              "weights_layer_desc", "weights_iter_desc", "weights_peephole_desc",
+              "weights_projection_desc", "bias_desc", "dst_layer_desc", "dst_iter_desc",
+              "dst_iter_c_desc")
+
+
+@dataclass(frozen=True)
+class RnnShape:
+    """Sizes of one RNN problem (oneDNN's letters)."""
+
+    cell: str
+    T: int
+    N: int
+    L: int
+    D: int
+    SLC: int
+    SIC: int
+    DHC: int
+    DIC: int
+    G: int
+    Gb: int
+    direction: rnn_direction
+    with_src_iter: bool
+    with_src_iter_c: bool
+    with_dst_iter: bool
+    with_dst_iter_c: bool
+    peephole: bool
+    projection: bool
+    activation: str  # vanilla RNN: relu / tanh / logistic
+    alpha: float
+    dt: data_type
+
+    @property
+    def DLC(self) -> int:
+        return self.DIC * (2 if self.direction == rnn_direction.bidirectional_concat else 1)
+
+    def flops_forward(self) -> int:
+        """Multiply-adds x 2 of the GEMMs (elementwise work is not counted)."""
+        g = 2 * self.T * self.N * self.G * self.DHC
+        per_dir = 0
+        for l in range(self.L):
+            k_in = self.SLC if l == 0 else self.DIC
+            per_dir += g * k_in + g * self.SIC
+            if self.projection:
+                per_dir += 2 * self.T * self.N * self.DHC * self.DIC
+        return per_dir * self.D
+
+
+def _dims(md: MemoryDesc) -> tuple[int, ...]:
+    return tuple(md.dims)
+
+
+def _present(md: MemoryDesc | None) -> bool:
+    return md is not None and not md.is_zero()
+
+
+def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, descs: dict,
+                 activation: str = "tanh", alpha: float = 0.0, kind: str = "rnn") -> RnnShape:
+    """Validate the forward descs of one RNN problem; return its sizes.
+
+    ``descs`` maps :data:`DESC_NAMES` to memory descs or None. Raises ``invalid_arguments``
+    naming the dims involved when a oneDNN consistency rule is violated.
+    """
+
+    def need(name: str, rank: int) -> tuple[int, ...]:
+        md = descs.get(name)
+        if not _present(md):
+            raise invalid_arguments(f"{kind}: {name} is required, got {md!r}")
+        d = _dims(md)
+        if len(d) != rank:
+            raise invalid_arguments(f"{kind}: {name} must have {rank} dims, got {list(d)}")
+        return d
+
+    def opt(name: str, rank: int) -> tuple[int, ...] | None:
+        md = descs.get(name)
+        if not _present(md):
+            return None
+        d = _dims(md)
+        if len(d) != rank:
+            raise invalid_arguments(f"{kind}: {name} must have {rank} dims, got {list(d)}")
+        return d
+
+    for name, md in descs.items():
+        if md is not None and not isinstance(md, MemoryDesc):
+            raise invalid_arguments(f"{kind}: {name} must be a memory.desc or None, got {type(md).__name__}")
+    try:
+        prop = prop_kind(prop)
+    except ValueError:
+        raise invalid_arguments(f"{kind}: unknown prop_kind {prop!r}") from None
+    if prop not in (prop_kind.forward_training, prop_kind.forward_inference):
+        raise invalid_arguments(
+            f"{kind}: prop_kind must be forward_training or forward_inference, got {prop.name}")
+    try:
+        direction = rnn_direction(direction)
+    except ValueError:
+        raise invalid_arguments(f"{kind}: unknown direction {direction!r}") from None
+    if direction == rnn_direction.undef:
+        raise invalid_arguments(f"{kind}: direction must not be undef")
+
+    T, N, SLC = need("src_layer_desc", 3)
+    L, D, SLC_w, G, DHC = need("weights_layer_desc", 5)
+    L_i, D_i, SIC, G_i, DHC_i = need("weights_iter_desc", 5)
+    Lb, Db, Gb, DHC_b = need("bias_desc", 4)
+    T_d, N_d, DLC = need("dst_layer_desc", 3)
+    for v, what in ((T, "T (src_layer_desc dims[0])"), (N, "N (src_layer_desc dims[1])")):
+        if v <= 0:
+            raise invalid_arguments(f"{kind}: {what} must be positive, got {v}")
+    expect_D = 2 if direction in (rnn_direction.bidirectional_concat, rnn_direction.bidirectional_sum) else 1
+    if D != expect_D:
+        raise invalid_arguments(
+            f"{kind}: direction {direction.name} needs D = {expect_D} directions, weights_layer_desc "
+            f"dims {[L, D, SLC_w, G, DHC]} have D = {D}")
+    if G != spec.n_gates:
+        raise invalid_arguments(
+            f"{kind}: {spec.name} has {spec.n_gates} gates, weights_layer_desc dims "
+            f"{[L, D, SLC_w, G, DHC]} have G = {G}")
+    if SLC_w != SLC:
+        raise invalid_arguments(
+            f"{kind}: weights_layer_desc input channels {SLC_w} differ from src_layer_desc SLC {SLC}")
+    if (L_i, D_i, G_i, DHC_i) != (L, D, G, DHC):
+        raise invalid_arguments(
+            f"{kind}: weights_iter_desc dims {[L_i, D_i, SIC, G_i, DHC_i]} disagree with "
+            f"weights_layer_desc dims {[L, D, SLC_w, G, DHC]} in L, D, G or DHC")
+    if (Lb, Db, Gb, DHC_b) != (L, D, spec.n_bias_gates, DHC):
+        raise invalid_arguments(
+            f"{kind}: bias_desc dims must be [L, D, {spec.n_bias_gates}, DHC] = "
+            f"{[L, D, spec.n_bias_gates, DHC]}, got {[Lb, Db, Gb, DHC_b]}")
+    if (T_d, N_d) != (T, N):
+        raise invalid_arguments(
+            f"{kind}: dst_layer_desc dims {[T_d, N_d, DLC]} disagree with src_layer_desc dims "
+            f"{[T, N, SLC]} in T or N")
+    for v, what in ((L, "L"), (SLC, "SLC"), (SIC, "SIC"), (DHC, "DHC")):
+        if v <= 0:
+            raise invalid_arguments(f"{kind}: {what} must be positive, got {v}")
+
+    peep = opt("weights_peephole_desc", 4)
+    proj = opt("weights_projection_desc", 4)
+    if peep is not None and not spec.supports_peephole:
+        raise invalid_arguments(f"{kind}: {spec.name} takes no weights_peephole_desc")
+    if proj is not None and not spec.supports_projection:
+        raise invalid_arguments(f"{kind}: {spec.name} takes no weights_projection_desc")
+    if peep is not None and peep != (L, D, 3, DHC):
+        raise invalid_arguments(
+            f"{kind}: weights_peephole_desc dims must be [L, D, 3, DHC] = {[L, D, 3, DHC]}, got {list(peep)}")
+    DIC = DHC
+    if proj is not None:
+        if proj[:3] != (L, D, DHC):
+            raise invalid_arguments(
+                f"{kind}: weights_projection_desc dims must be [L, D, DHC, DIC] with L, D, DHC = "
+                f"{[L, D, DHC]}, got {list(proj)}")
+        DIC = proj[3]
+    mult = 2 if direction == rnn_direction.bidirectional_concat else 1
+    if DLC != mult * DIC:
+        raise invalid_arguments(
+            f"{kind}: dst_layer_desc channels DLC = {DLC} must be {mult} x DIC = {mult * DIC} "
+            f"for direction {direction.name}")
+    if L > 1 and SLC != DIC:
+        raise invalid_arguments(
+            f"{kind}: with L = {L} layers each layer reads the one below, so SLC ({SLC}) must equal "
+            f"DIC ({DIC})")
+    if T > 1 and SIC != DIC:
+        raise invalid_arguments(
+            f"{kind}: with T = {T} steps the recurrent input is the previous output, so SIC ({SIC}) "
+            f"must equal DIC ({DIC})")
+    if spec.requires_sic_eq_dhc and SIC != DHC:
+        raise invalid_arguments(f"{kind}: {spec.name} needs SIC ({SIC}) equal to DHC ({DHC})")
+
+    si = opt("src_iter_desc", 4)
+    if si is not None and si != (L, D, N, SIC):
+        raise invalid_arguments(f"{kind}: src_iter_desc dims must be [L, D, N, SIC] = {[L, D, N, SIC]}, got {list(si)}")
+    sic = opt("src_iter_c_desc", 4)
+    di = opt("dst_iter_desc", 4)
+    if di is not None and di != (L, D, N, DIC):
+        raise invalid_arguments(f"{kind}: dst_iter_desc dims must be [L, D, N, DIC] = {[L, D, N, DIC]}, got {list(di)}")
+    dic = opt("dst_iter_c_desc", 4)
+    if not spec.has_cell_state:
+        for name, v in (("src_iter_c_desc", sic), ("dst_iter_c_desc", dic)):
+            if v is not None:
+                raise invalid_arguments(f"{kind}: {spec.name} has no cell state; {name} must be None")
+    for name, v in (("src_iter_c_desc", sic), ("dst_iter_c_desc", dic)):
+        if v is not None and v != (L, D, N, DHC):
+            raise invalid_arguments(f"{kind}: {name} dims must be [L, D, N, DHC] = {[L, D, N, DHC]}, got {list(v)}")
+    if spec.has_attention:
+        att = descs.get("attention_desc")
+        if not _present(att):
+            raise invalid_arguments(f"{kind}: {spec.name} needs attention_desc [T, N, 1]")
+        if _dims(att) not in ((T, N, 1), (T, N)):
+            raise invalid_arguments(f"{kind}: attention_desc dims must be [T, N, 1] = {[T, N, 1]}, got {list(_dims(att))}")
+        if direction != rnn_direction.unidirectional_left2right:
+            raise invalid_arguments(f"{kind}: {spec.name} supports only unidirectional_left2right, got {direction.name}")
+        if L != 1:
+            raise invalid_arguments(f"{kind}: {spec.name} supports only L = 1 layer, got L = {L}")
+    elif _present(descs.get("attention_desc")):
+        raise invalid_arguments(f"{kind}: {spec.name} takes no attention_desc")
+
+    dts = {n: md.data_type for n, md in descs.items() if _present(md)}
+    if any(dt != data_type.f32 for dt in dts.values()):
+        bad = {n: dt.name for n, dt in dts.items() if dt != data_type.f32}
+        raise unimplemented(f"{kind}: only f32 is implemented so far; got {bad}")
+    return RnnShape(cell=spec.name, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
+                    Gb=Gb, direction=direction, with_src_iter=si is not None,
+                    with_src_iter_c=sic is not None, with_dst_iter=di is not None,
+                    with_dst_iter_c=dic is not None, peephole=peep is not None,
+                    projection=proj is not None, activation=activation, alpha=float(alpha),
+                    dt=data_type.f32)
