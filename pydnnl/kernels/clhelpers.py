@@ -72,7 +72,9 @@ def _typed_callable_class():
                 return self.copy(name_in_target=self.name), clbl_inf_ctx
 
             def with_descrs(self, arg_id_to_descr, clbl_inf_ctx):
-                return self.copy(arg_id_to_descr=arg_id_to_descr), clbl_inf_ctx
+                from constantdict import constantdict
+
+                return self.copy(arg_id_to_descr=constantdict(arg_id_to_descr)), clbl_inf_ctx
 
         TypedHelper.__qualname__ = "TypedHelper"
         globals()["TypedHelper"] = TypedHelper

@@ -122,11 +122,16 @@ class Kernel:
     """A built OpenCL kernel with fixed launch sizes: ``kernel(stream, buf_a, buf_b, ...)``."""
 
     def __init__(self, context, device, src: KernelSource):
+        import warnings
+
         cl = _cl()
         self.src = src
         try:
-            self.program = cl.Program(context, src.source).build(
-                options=list(src.build_options), devices=[device])
+            with warnings.catch_warnings():
+                # drivers print informational build logs; pyopencl turns them into warnings
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                self.program = cl.Program(context, src.source).build(
+                    options=list(src.build_options), devices=[device])
         except cl.Error as e:
             raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
         self.kernel = getattr(self.program, src.name)

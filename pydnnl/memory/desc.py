@@ -215,9 +215,9 @@ class MemoryDesc:
 
     def is_dense(self) -> bool:
         """True when the storage holds the elements (and block padding) with no gaps."""
-        return self.is_plain() and self.nelems_physical() - self.offset0 == self.nelems() or (
-            bool(self.inner_blks) and self.offset0 + int(np.prod(
-                [p for p in self.padded_dims])) == self.nelems_physical())
+        if self.format_kind != format_kind.blocked:
+            return False
+        return self.nelems_physical() - self.offset0 == int(np.prod(self.padded_dims))
 
     def format_name(self) -> str:
         """The tag name when built from a tag, else a oneDNN-like description of the strides."""

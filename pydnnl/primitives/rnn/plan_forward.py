@@ -272,8 +272,12 @@ class ForwardPlan:
             bufs["scratch"] = scratch.buffer
         if ARG_WORKSPACE in args:
             bufs["ws"] = args[ARG_WORKSPACE].buffer
+        # kernels of one primitive stay ordered on out-of-order queues too
+        chain = stream.out_of_order
+        evt = None
         for fn, fargs in self.steps:
-            fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs])
+            evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
+                     wait_for=[evt] if chain and evt is not None else None)
 
     def _scratch_memory(self) -> memory:
         m = getattr(self, "_scratch", None)
@@ -282,8 +286,9 @@ class ForwardPlan:
         return m
 
 
-def _fill_zero(stream, buf, offset_bytes: int, nbytes: int):
+def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):
     cl = _cl()
-    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes)
+    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes,
+                                 wait_for=wait_for)
     stream.record("rnn_zero_state", evt)
     return evt
