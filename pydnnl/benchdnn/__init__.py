@@ -1,0 +1,1 @@
+"""A benchmark and correctness driver modeled on oneDNN's benchdnn: ``python -m pydnnl.benchdnn``."""

@@ -1,0 +1,135 @@
+"""``python -m pydnnl.benchdnn``: a benchmark and correctness driver modeled on oneDNN's benchdnn.
+
+    python -m pydnnl.benchdnn --rnn --alg=VANILLA_LSTM --prop=FWD_I l1t50mb64sic512
+    python -m pydnnl.benchdnn --rnn --mode=C --direction=concat l2t5mb3sic16
+    python -m pydnnl.benchdnn --rnn --compare=torch --batch=benchmarks/rnn/inference.txt
+    python -m pydnnl.benchdnn --gemm --compare=numpy 1024x1024x1024
+
+Options apply to the problems that follow them, as in benchdnn. Output: one ``perf`` line per
+problem (min and median ms, GFLOP/s, the peer's median ms and the ratio peer/pydnnl) or one
+``check`` line in correctness mode.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+USAGE = __doc__
+
+
+def _expand(argv: list[str]) -> list[str]:
+    """Replace ``--batch=FILE`` by the file's tokens (comments after ``#`` dropped)."""
+    out: list[str] = []
+    for a in argv:
+        if a.startswith("--batch="):
+            path = Path(a.split("=", 1)[1])
+            for line in path.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    out += _expand(line.split())
+        else:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pydnnl as dnnl
+
+    from . import gemm as gemm_drv
+    from . import rnn as rnn_drv
+
+    argv = _expand(list(sys.argv[1:] if argv is None else argv))
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    driver = None
+    mode = "P"
+    compare = None
+    engine_kind = "cpu"
+    ropts = rnn_drv.RnnOptions()
+    overrides: dict[str, int] = {}
+    min_seconds = 1.0
+    failures = 0
+    eng = None
+    for a in argv:
+        key, _, val = a.partition("=")
+        if a in ("--rnn", "--gemm"):
+            driver = a[2:]
+        elif key == "--mode":
+            mode = val.upper()
+        elif key == "--compare":
+            compare = val.lower() or None
+        elif key == "--engine":
+            engine_kind, eng = val, None
+        elif key == "--alg":
+            if val.upper() not in rnn_drv.ALGS:
+                raise SystemExit(f"--alg: expected one of {', '.join(rnn_drv.ALGS)}, got {val}")
+            ropts = replace(ropts, alg=val.upper())
+        elif key == "--direction":
+            if val not in rnn_drv.DIRECTIONS:
+                raise SystemExit(f"--direction: expected one of {', '.join(rnn_drv.DIRECTIONS)}")
+            ropts = replace(ropts, direction=val)
+        elif key == "--prop":
+            if val.upper() not in rnn_drv.PROPS:
+                raise SystemExit(f"--prop: expected one of {', '.join(rnn_drv.PROPS)}")
+            ropts = replace(ropts, prop=val.upper())
+        elif key == "--activation":
+            ropts = replace(ropts, activation=val.upper())
+        elif a == "--with-peephole":
+            ropts = replace(ropts, with_peephole=True)
+        elif a == "--with-projection":
+            ropts = replace(ropts, with_projection=True)
+        elif key in ("--l", "--t", "--mb"):
+            overrides[key[2:]] = int(val)
+        elif key == "--min-seconds":
+            min_seconds = float(val)
+        elif a == "--reset":
+            ropts, overrides, mode, compare = rnn_drv.RnnOptions(), {}, "P", None
+        elif a.startswith("--"):
+            raise SystemExit(f"unknown option {a}\n\n{USAGE}")
+        else:
+            if driver is None:
+                raise SystemExit("give --rnn or --gemm before the problems")
+            if eng is None:
+                eng = dnnl.engine(getattr(dnnl.engine.kind, engine_kind), 0)
+                print(f"# engine: {eng.info.name} [{eng.info.platform}]", flush=True)
+            if driver == "rnn":
+                p = replace(rnn_drv.parse_problem(a), **overrides)
+                failures += _run_rnn(eng, p, ropts, mode, compare, min_seconds)
+            else:
+                failures += gemm_drv.run(eng, a, mode, compare, min_seconds)
+    return 1 if failures else 0
+
+
+def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
+    from . import rnn as rnn_drv
+
+    desc = (f"--alg={o.alg} --direction={o.direction} --prop={o.prop}"
+            + (f" --activation={o.activation}" if o.alg == "VANILLA_RNN" else "")
+            + (" --with-peephole" if o.with_peephole else "")
+            + (" --with-projection" if o.with_projection else ""))
+    b = rnn_drv.RnnBench(eng, p, o)
+    if mode == "C":
+        err = b.check()
+        ok = err <= 1e-5
+        print(f"check,{'passed' if ok else 'FAILED'},{desc},{p.to_str()},max_rel_err={err:.2e}", flush=True)
+        return 0 if ok else 1
+    times = b.time(min_seconds=min_seconds)
+    tmin, tmed = min(times), float(np.median(times))
+    gflops = b.flops() / tmed * 1e-6
+    line = (f"perf,{desc},{p.to_str()},create_ms={b.create_ms:.1f},min_ms={tmin:.3f},"
+            f"median_ms={tmed:.3f},gflops={gflops:.1f}")
+    if compare == "torch":
+        dev = "cuda" if eng.info.type == "gpu" else "cpu"
+        peer = rnn_drv.torch_time(p, o, device=dev, min_seconds=min_seconds)
+        line += (f",torch_ms={peer:.3f},speed_vs_torch={peer / tmed:.2f}x" if peer is not None
+                 else ",torch=n/a")
+    print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""benchdnn-style GEMM driver: ``MxNxK`` problems timed against numpy."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import pydnnl as dnnl
+from ..kernels.matmul import GemmShape, get_gemm
+
+
+def parse(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"gemm problem {text!r}: expected MxNxK, e.g. 1024x1024x1024") from None
+    return m, n, k
+
+
+def _median_ms(fn, min_seconds: float) -> tuple[float, float]:
+    fn()
+    times = []
+    t_end = time.perf_counter() + min_seconds
+    while len(times) < 5 or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if len(times) >= 1000:
+            break
+    return min(times), float(np.median(times))
+
+
+def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> int:
+    m, n, k = parse(text)
+    dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    ma = dnnl.memory(dnnl.memory.desc([m, k], dt.f32, tag.ab), eng, a)
+    mb = dnnl.memory(dnnl.memory.desc([k, n], dt.f32, tag.ab), eng, b)
+    mc = dnnl.memory(dnnl.memory.desc([m, n], dt.f32, tag.ab), eng)
+    s = dnnl.stream(eng)
+    t0 = time.perf_counter()
+    g = get_gemm(eng, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n))
+    create_ms = (time.perf_counter() - t0) * 1e3
+
+    def once():
+        g(s, ma.buffer, 0, mb.buffer, 0, mc.buffer, 0)
+        s.wait()
+
+    if mode == "C":
+        once()
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        err = float(np.max(np.abs(mc.to_numpy() - ref)) / np.max(np.abs(ref)))
+        ok = err <= 1e-5
+        print(f"check,{'passed' if ok else 'FAILED'},gemm,{m}x{n}x{k},max_rel_err={err:.2e}", flush=True)
+        return 0 if ok else 1
+    tmin, tmed = _median_ms(once, min_seconds)
+    gflops = 2 * m * n * k / tmed * 1e-6
+    line = f"perf,gemm,{m}x{n}x{k},create_ms={create_ms:.1f},min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}"
+    if compare == "numpy":
+        c = np.empty((m, n), np.float32)
+        _, nmed = _median_ms(lambda: np.matmul(a, b, out=c), min_seconds)
+        line += f",numpy_ms={nmed:.3f},numpy_gflops={2 * m * n * k / nmed * 1e-6:.1f},ratio={nmed / tmed:.2f}"
+    print(line, flush=True)
+    return 0

@@ -1,0 +1,234 @@
+"""benchdnn's RNN driver: problem syntax, creation, timing, correctness, peer comparison."""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+import pydnnl as dnnl
+from ..cells import get_cell
+
+ALGS = {"VANILLA_RNN": ("vanilla_rnn", "vanilla_rnn_forward"),
+        "VANILLA_LSTM": ("vanilla_lstm", "lstm_forward"),
+        "VANILLA_GRU": ("vanilla_gru", "gru_forward"),
+        "LBR_GRU": ("lbr_gru", "lbr_gru_forward"),
+        "VANILLA_AUGRU": ("vanilla_augru", "augru_forward"),
+        "LBR_AUGRU": ("lbr_augru", "lbr_augru_forward")}
+DIRECTIONS = {"left2right": "unidirectional_left2right", "right2left": "unidirectional_right2left",
+              "concat": "bidirectional_concat", "sum": "bidirectional_sum"}
+PROPS = {"FWD_I": "forward_inference", "FWD_D": "forward_training", "BWD_DW": "backward"}
+ACTIVATIONS = {"RELU": "eltwise_relu", "TANH": "eltwise_tanh", "LOGISTIC": "eltwise_logistic"}
+
+
+@dataclass(frozen=True)
+class RnnProblem:
+    """One benchdnn RNN problem: ``l1t50mb64sic512slc512dhc512dic512n"name"``."""
+
+    l: int = 1
+    t: int = 1
+    mb: int = 2
+    sic: int = 0
+    slc: int = 0
+    dhc: int = 0
+    dic: int = 0
+    name: str = ""
+
+    def to_str(self) -> str:
+        s = f"l{self.l}t{self.t}mb{self.mb}sic{self.sic}slc{self.slc}dhc{self.dhc}dic{self.dic}"
+        return s + (f'n"{self.name}"' if self.name else "")
+
+
+_FIELD = re.compile(r'(mb|sic|slc|dhc|dic|l|t|n)("[^"]*"|\d+)')
+
+
+def parse_problem(text: str) -> RnnProblem:
+    """Parse benchdnn's descriptor; ``_`` is ignored, sic is required, others default."""
+    s = text.strip()
+    body = s.replace("_", "")
+    vals: dict[str, object] = {}
+    pos = 0
+    for m in _FIELD.finditer(body):
+        if m.start() != pos:
+            break
+        key, v = m.group(1), m.group(2)
+        if key == "n":
+            vals["name"] = v.strip('"')
+        else:
+            if not v.isdigit():
+                raise ValueError(f"rnn problem {text!r}: {key} needs a number")
+            vals[key] = int(v)
+        pos = m.end()
+    if pos != len(body):
+        raise ValueError(f"rnn problem {text!r}: cannot parse from {body[pos:]!r}")
+    if "sic" not in vals:
+        raise ValueError(f"rnn problem {text!r}: sic is required")
+    p = RnnProblem(**vals)  # type: ignore[arg-type]
+    slc = p.slc or p.sic
+    dhc = p.dhc or p.sic
+    dic = p.dic or dhc
+    return replace(p, slc=slc, dhc=dhc, dic=dic)
+
+
+@dataclass
+class RnnOptions:
+    alg: str = "VANILLA_LSTM"
+    direction: str = "left2right"
+    prop: str = "FWD_I"
+    activation: str = "TANH"
+    with_peephole: bool = False
+    with_projection: bool = False
+
+
+def _descs(p: RnnProblem, o: RnnOptions):
+    dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+    cell = get_cell(ALGS[o.alg][0])
+    D = 2 if o.direction in ("concat", "sum") else 1
+    G = cell.n_gates
+    dic = p.dic if o.with_projection else p.dhc
+    dlc = dic * (2 if o.direction == "concat" else 1)
+    md = dnnl.memory.desc
+    d = {"src_layer_desc": md([p.t, p.mb, p.slc], dt.f32, tag.tnc),
+         "src_iter_desc": md([p.l, D, p.mb, p.sic], dt.f32, tag.ldnc),
+         "weights_layer_desc": md([p.l, D, p.slc, G, p.dhc], dt.f32, tag.any),
+         "weights_iter_desc": md([p.l, D, p.sic, G, p.dhc], dt.f32, tag.any),
+         "bias_desc": md([p.l, D, cell.n_bias_gates, p.dhc], dt.f32, tag.ldgo),
+         "dst_layer_desc": md([p.t, p.mb, dlc], dt.f32, tag.tnc),
+         "dst_iter_desc": md([p.l, D, p.mb, dic], dt.f32, tag.ldnc)}
+    if cell.has_cell_state:
+        d["src_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], dt.f32, tag.ldnc)
+        d["dst_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], dt.f32, tag.ldnc)
+    if o.with_peephole:
+        d["weights_peephole_desc"] = md([p.l, D, 3, p.dhc], dt.f32, tag.ldgo)
+    if o.with_projection:
+        d["weights_projection_desc"] = md([p.l, D, p.dhc, dic], dt.f32, tag.any)
+    if cell.has_attention:
+        d["attention_desc"] = md([p.t, p.mb, 1], dt.f32, tag.tnc)
+    return cell, d
+
+
+class RnnBench:
+    """Creates the primitive and its memories for one problem; times or checks it."""
+
+    def __init__(self, eng, p: RnnProblem, o: RnnOptions, seed: int = 0):
+        if o.prop not in ("FWD_I", "FWD_D"):
+            raise dnnl.unimplemented(f"benchdnn --rnn: --prop={o.prop} needs the RNN backward "
+                                     f"primitives, which are not implemented yet")
+        self.eng, self.p, self.o = eng, p, o
+        self.cell, descs = _descs(p, o)
+        cls = getattr(dnnl, ALGS[o.alg][1])
+        prop = getattr(dnnl.prop_kind, PROPS[o.prop])
+        direction = getattr(dnnl.rnn_direction, DIRECTIONS[o.direction])
+        head = (eng, prop) + ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
+                              if self.cell.name == "vanilla_rnn" else ()) + (direction,)
+        t0 = time.perf_counter()
+        self.pd = cls.primitive_desc(*head, **descs)
+        self.prim = cls(self.pd)
+        self.create_ms = (time.perf_counter() - t0) * 1e3
+        rng = np.random.default_rng(seed)
+        self.values = {}
+        self.args = {}
+        from ..constants import ARG_WORKSPACE
+        for arg, spec in self.pd.arg_specs().items():
+            if arg == ARG_WORKSPACE or spec.output:
+                self.args[arg] = dnnl.memory(spec.md, eng)
+                continue
+            scale = 1.0 / np.sqrt(max(spec.md.dims[-1], 1)) if len(spec.md.dims) == 5 else 1.0
+            v = (rng.standard_normal(spec.md.dims) * scale).astype(np.float32)
+            if arg == dnnl.ARG_AUGRU_ATTENTION:
+                v = rng.random(spec.md.dims).astype(np.float32)
+            self.values[arg] = v
+            self.args[arg] = dnnl.memory(spec.md, eng, v)
+        self.stream = dnnl.stream(eng)
+
+    def flops(self) -> int:
+        return self.pd.shape.flops_forward()
+
+    def run(self) -> None:
+        self.prim.execute(self.stream, self.args)
+
+    def time(self, warmup: int = 2, min_reps: int = 5, min_seconds: float = 1.0) -> list[float]:
+        for _ in range(warmup):
+            self.run()
+        self.stream.wait()
+        times = []
+        t_end = time.perf_counter() + min_seconds
+        while len(times) < min_reps or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            self.run()
+            self.stream.wait()
+            times.append((time.perf_counter() - t0) * 1e3)
+            if len(times) >= 1000:
+                break
+        return times
+
+    def check(self) -> float:
+        """Max relative difference of dst_layer (and dst_iter) to the numpy reference."""
+        from ..reference.rnn import rnn_forward
+
+        self.run()
+        self.stream.wait()
+        v = self.values
+        att = v.get(dnnl.ARG_AUGRU_ATTENTION)
+        ref = rnn_forward(self.cell.name, v[dnnl.ARG_SRC_LAYER], v.get(dnnl.ARG_SRC_ITER),
+                          v.get(dnnl.ARG_SRC_ITER_C), v[dnnl.ARG_WEIGHTS_LAYER],
+                          v[dnnl.ARG_WEIGHTS_ITER], v[dnnl.ARG_BIAS],
+                          direction=DIRECTIONS[self.o.direction],
+                          activation=ACTIVATIONS[self.o.activation][8:].lower(),
+                          weights_peephole=v.get(dnnl.ARG_WEIGHTS_PEEPHOLE),
+                          weights_projection=v.get(dnnl.ARG_WEIGHTS_PROJECTION),
+                          attention=None if att is None else att[..., 0], dtype=np.float64)
+        err = 0.0
+        for arg, r in ((dnnl.ARG_DST_LAYER, ref[0]), (dnnl.ARG_DST_ITER, ref[1]),
+                       (dnnl.ARG_DST_ITER_C, ref[2])):
+            if arg in self.args and r is not None:
+                got = self.args[arg].to_numpy()
+                err = max(err, float(np.max(np.abs(got - r)) / max(np.max(np.abs(r)), 1e-30)))
+        return err
+
+
+def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: float = 1.0):
+    """Median ms of the same problem with torch.nn.{RNN,LSTM,GRU}, or None if not comparable."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if o.alg not in ("VANILLA_LSTM", "LBR_GRU", "VANILLA_RNN") or o.with_peephole:
+        return None  # torch.nn.GRU is linear-before-reset; no peephole in torch
+    if o.direction in ("right2left", "sum"):
+        return None
+    if o.with_projection:
+        return None
+    bidir = o.direction == "concat"
+    kw = dict(input_size=p.slc, hidden_size=p.dhc, num_layers=p.l, bidirectional=bidir)
+    if o.alg == "VANILLA_LSTM":
+        m = torch.nn.LSTM(**kw)
+    elif o.alg == "LBR_GRU":
+        m = torch.nn.GRU(**kw)
+    else:
+        m = torch.nn.RNN(nonlinearity=ACTIVATIONS[o.activation][8:].lower(), **kw) \
+            if o.activation in ("TANH", "RELU") else None
+        if m is None:
+            return None
+    if p.l > 1 and bidir:
+        return None  # torch stacks bidirectional layers differently from oneDNN
+    m = m.to(device)
+    x = torch.randn(p.t, p.mb, p.slc, device=device)
+    training = o.prop != "FWD_I"
+    ctx = torch.enable_grad() if training else torch.no_grad()
+    sync = (torch.cuda.synchronize if device.startswith("cuda") else (lambda: None))
+    with ctx:
+        for _ in range(2):
+            m(x)
+        sync()
+        times = []
+        t_end = time.perf_counter() + min_seconds
+        while len(times) < 5 or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            m(x)
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3)
+            if len(times) >= 1000:
+                break
+    return float(np.median(times))
