@@ -38,11 +38,16 @@ _ACTIVATIONS = {algorithm.eltwise_relu: "relu", algorithm.eltwise_tanh: "tanh",
 
 
 def canonical_desc(name: str, md: MemoryDesc) -> MemoryDesc:
-    """The plain layout pydnnl's RNN kernels read and write for this tensor."""
+    """The plain layout pydnnl's RNN kernels read and write for this tensor (md's data type)."""
     tag = ARGS[name][1]
     if name == "attention_desc" and len(md.dims) == 2:
         tag = "ab"
     return MemoryDesc(md.dims, md.data_type if md.data_type != data_type.undef else data_type.f32, tag)
+
+
+def kernel_desc(name: str, md: MemoryDesc) -> MemoryDesc:
+    """What the kernels read directly: the canonical layout in f32 (f16/bf16 are converted)."""
+    return canonical_desc(name, md).with_data_type(data_type.f32)
 
 
 class rnn_forward_pd_base(primitive_desc_base):

@@ -37,7 +37,7 @@ _DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_it
 
 def scratch_regions(pd) -> Regions:
     """Scratchpad regions of a forward primitive (state regions too, in inference)."""
-    from .forward import canonical_desc
+    from .forward import kernel_desc
 
     s = pd.shape
     r = Regions()
@@ -50,7 +50,7 @@ def scratch_regions(pd) -> Regions:
         r.add("rh", s.N * s.DHC)
     for name in _DIRECT:
         md = pd._descs.get(name)
-        if md is not None and not md.is_zero() and md != canonical_desc(name, md):
+        if md is not None and not md.is_zero() and md != kernel_desc(name, md):
             r.add("in_" + name, md.nelems())
     return r
 
@@ -71,7 +71,7 @@ class ForwardPlan:
     """Kernels and launch arguments of one forward RNN problem."""
 
     def __init__(self, pd):
-        from .forward import canonical_desc
+        from .forward import kernel_desc
 
         self.pd = pd
         s = self.s = pd.shape
@@ -91,10 +91,9 @@ class ForwardPlan:
             md = pd._descs.get(name)
             if md is None or md.is_zero():
                 continue
-            if name in _DIRECT and md != canonical_desc(name, md):
+            if name in _DIRECT and md != kernel_desc(name, md):
                 off = sc["in_" + name]
-                dst_md = canonical_desc(name, md)
-                dst_md = region_desc(dst_md.dims, off)
+                dst_md = region_desc(md.dims, off)
                 self._add_reorder(_Ref(arg), md, _Ref("scratch"), dst_md)
                 self.src[name] = (_Ref("scratch"), off)
             else:

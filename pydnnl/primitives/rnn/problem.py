@@ -205,13 +205,39 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
     elif _present(descs.get("attention_desc")):
         raise invalid_arguments(f"{kind}: {spec.name} takes no attention_desc")
 
-    dts = {n: md.data_type for n, md in descs.items() if _present(md)}
-    if any(dt != data_type.f32 for dt in dts.values()):
-        bad = {n: dt.name for n, dt in dts.items() if dt != data_type.f32}
-        raise unimplemented(f"{kind}: only f32 is implemented so far; got {bad}")
+    _check_data_types(descs, proj is not None, kind)
+    dt = descs["src_layer_desc"].data_type
     return RnnShape(cell=spec.name, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
                     Gb=Gb, direction=direction, with_src_iter=si is not None,
                     with_src_iter_c=sic is not None, with_dst_iter=di is not None,
                     with_dst_iter_c=dic is not None, peephole=peep is not None,
                     projection=proj is not None, activation=activation, alpha=float(alpha),
-                    dt=data_type.f32)
+                    dt=dt)
+
+
+_F32, _BF16, _F16 = data_type.f32, data_type.bf16, data_type.f16
+# oneDNN's forward data-type configurations: (data, bias, cell state) per configuration name
+_CONFIGS = {"f32": (_F32, (_F32,), (_F32,)), "bf16": (_BF16, (_F32, _BF16), (_F32, _BF16)),
+            "f16": (_F16, (_F16, _F32), (_F16, _F32))}
+
+
+def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
+    """Accept oneDNN's configurations: all f32; bf16 data with f32 (or bf16) bias and cell
+    state; all f16 (f32 bias/cell state allowed). Computation is f32 in every case."""
+    present = {n: md.data_type for n, md in descs.items() if _present(md)}
+    data = present["src_layer_desc"]
+    cfg = next((c for c in _CONFIGS.values() if c[0] == data), None)
+    if cfg is None:
+        raise unimplemented(
+            f"{kind}: src_layer_desc data type {data.name} is not supported; expected f32, bf16 "
+            f"or f16 (int8 inference is not implemented)")
+    for name, dt in present.items():
+        allowed = cfg[1] if name == "bias_desc" else cfg[2] if name in (
+            "src_iter_c_desc", "dst_iter_c_desc") else (data, _F32) if name == "attention_desc" \
+            else (data,)
+        if dt not in allowed:
+            raise invalid_arguments(
+                f"{kind}: with {data.name} src_layer_desc, {name} must be "
+                f"{' or '.join(a.name for a in allowed)}, got {dt.name}")
+    if projection and data != _F32:
+        raise unimplemented(f"{kind}: LSTM with projection is implemented for f32 only, got {data.name}")
