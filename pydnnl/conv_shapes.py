@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .error import invalid_arguments
 
 __all__ = [
@@ -58,13 +60,7 @@ def kernel_extent(k: int, d: int) -> int:
 
 
 def _is_int(v: Any) -> bool:
-    try:
-        import numpy as np
-        if isinstance(v, np.integer):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _dims(name: str, dims: Any, op: str) -> tuple[int, ...]:

@@ -332,10 +332,6 @@ def parse_conv_problem(desc: str) -> ConvProblem:
     for ax in "dhw":
         ext = _ext(v[f"k{ax}"], v[f"d{ax}"])
         pad_r[f"p{ax}_r"] = (v[f"o{ax}"] - 1) * v[f"s{ax}"] - v[f"i{ax}"] + ext - v[f"p{ax}"]
-        if v[f"i{ax}"] + v[f"p{ax}"] + pad_r[f"p{ax}_r"] < ext:
-            raise invalid_arguments(
-                f"conv problem {desc!r}: along {ax} the kernel extent {ext} exceeds the padded "
-                f"input ({v[f'i{ax}']} + {v[f'p{ax}']} + {pad_r[f'p{ax}_r']})")
     return ConvProblem(**{k: v[k] for k in _KEYS}, **pad_r, name=name, ndims=ndims,
                        has_groups=has_groups)
 
