@@ -56,7 +56,8 @@ class _reorder_pd(primitive_desc_base):
         return self._args[ARG_TO].md if index == 0 else MemoryDesc()
 
     def _arg_engine(self, arg: int) -> _engine:
-        return self._dst_engine if arg & 0xFF == ARG_TO else self._src_engine
+        # scales and zero points are read by the conversion kernel, which runs on the src engine
+        return self._dst_engine if arg == ARG_TO else self._src_engine
 
     def _stream_engine_ok(self, eng: _engine) -> bool:
         return eng in (self._src_engine, self._dst_engine)
@@ -122,7 +123,11 @@ class reorder(primitive):
             ("src_zp", ARG_ATTR_ZERO_POINTS | ARG_FROM), ("src_scale", ARG_ATTR_SCALES | ARG_FROM),
             ("dst_scale", ARG_ATTR_SCALES | ARG_TO), ("dst_zp", ARG_ATTR_ZERO_POINTS | ARG_TO))
             if arg in pd._args]
-        self._pad_fill = dst.get_padded_dims() != dst.get_dims()
+        # zero the padding where dst owns one contiguous span; a view into a bigger blocked
+        # tensor (submemory with gaps) leaves the parent's padding and other parts alone
+        self._pad_fill = dst.get_padded_dims() != dst.get_dims() and dst.is_dense()
+        isz = dst.data_type.itemsize
+        self._dst_span = (dst.offset0 * isz, (dst.nelems_physical() - dst.offset0) * isz)
         self._cross = pd.get_src_engine() != pd.get_dst_engine()
 
     def execute(self, s, *args):
@@ -144,7 +149,7 @@ class reorder(primitive):
         if not self._cross:
             wait = None
             if self._pad_fill:
-                evt = cl.enqueue_fill_buffer(s.queue, dst.buffer, b"\0", 0, dst.buffer.size)
+                evt = cl.enqueue_fill_buffer(s.queue, dst.buffer, b"\0", *self._dst_span)
                 s.record("reorder_zero_padding", evt)
                 wait = [evt]  # out-of-order queues: the fill must finish before the kernel
             self._kernel(s, src.buffer, dst.buffer, *extra, wait_for=wait)
@@ -161,6 +166,16 @@ class reorder(primitive):
         self._kernel(ss, src.buffer, tmp.buffer, *extra, wait_for=wait)
         ss.wait()
         raw = tmp.read_raw()
-        if raw.size:
-            cl.enqueue_copy(s.queue if s.get_engine() == dst.get_engine() else dst.get_engine().default_queue,
-                            dst.buffer, raw, is_blocking=True)
+        md = self._pd._args[ARG_TO].md
+        q = s.queue if s.get_engine() == dst.get_engine() else dst.get_engine().default_queue
+        start = md.offset0  # storage before offset0 belongs to other parts of the buffer
+        if not md.is_dense():  # a view with gaps: write only its elements, keep the rest
+            if s.get_engine() == dst.get_engine():
+                s.wait()
+            cur = dst.read_raw()
+            idx = md.element_offsets()
+            cur[idx] = raw[idx]
+            raw, start = cur, 0
+        if raw.size > start:
+            cl.enqueue_copy(q, dst.buffer, raw[start:], device_offset=start * raw.itemsize,
+                            is_blocking=True)

@@ -1,0 +1,188 @@
+"""Engines: kinds, counts, device information and the PYDNNL_DEVICE override.
+
+Expected device lists come from pyopencl's own enumeration, not from pydnnl.
+"""
+from __future__ import annotations
+
+import pyopencl as cl
+import pytest
+
+import pydnnl as dnnl
+
+SIMULATORS = ("oclgrind",)
+
+
+def _cl_devices():
+    """(platform, device, is_gpu) of every device pyopencl sees, simulators excluded."""
+    out = []
+    for p in cl.get_platforms():
+        if any(s in p.name.lower() for s in SIMULATORS):
+            continue
+        for d in p.get_devices():
+            out.append((p, d, bool(d.type & cl.device_type.GPU)))
+    return out
+
+
+def _seen():
+    return [(p.name.strip(), d.name.strip()) for p in cl.get_platforms() for d in p.get_devices()]
+
+
+@pytest.fixture
+def no_override(monkeypatch):
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+
+
+def test_get_count_matches_pyopencl(no_override):
+    devs = _cl_devices()
+    assert dnnl.engine.get_count(dnnl.engine.kind.cpu) == sum(not g for _, _, g in devs)
+    assert dnnl.engine.get_count(dnnl.engine.kind.gpu) == sum(g for _, _, g in devs)
+    assert dnnl.engine.get_count(dnnl.engine.kind.any) == len(devs)
+    assert dnnl.engine.get_count(dnnl.engine.kind.cpu) >= 1  # the install brings a CPU device
+
+
+def test_every_device_reachable_and_kind(no_override):
+    seen = set()
+    for kind in (dnnl.engine.kind.cpu, dnnl.engine.kind.gpu):
+        for i in range(dnnl.engine.get_count(kind)):
+            e = dnnl.engine(kind, i)
+            assert e.get_kind() == kind
+            assert e.info.type == ("gpu" if kind == dnnl.engine.kind.gpu else "cpu")
+            seen.add((e.info.platform, e.info.name))
+    expected = {(p.name.strip(), d.name.strip()) for p, d, _ in _cl_devices()}
+    assert seen == expected
+
+
+def test_cpu_index0_is_fastest_runtime(no_override):
+    platforms = [p.name for p, _, g in _cl_devices() if not g]
+    cpus = [dnnl.engine(dnnl.engine.kind.cpu, i).info.platform for i in range(len(platforms))]
+    if any("Intel" in p for p in platforms):
+        assert "Intel" in cpus[0]
+    pocl = [i for i, p in enumerate(cpus) if "Portable Computing Language" in p]
+    assert all(i >= len(cpus) - len(pocl) for i in pocl)  # PoCL comes last
+
+
+def test_kind_any_and_default(no_override):
+    e_any = dnnl.engine(dnnl.engine.kind.any, 0)
+    first = dnnl.engine(dnnl.engine.kind.cpu, 0) if dnnl.engine.get_count(dnnl.engine.kind.cpu) else \
+        dnnl.engine(dnnl.engine.kind.gpu, 0)
+    assert e_any == first
+    assert dnnl.engine() == dnnl.engine(dnnl.engine.kind.cpu, 0)
+    assert hash(dnnl.engine(dnnl.engine.kind.cpu, 0)) == hash(dnnl.engine(dnnl.engine.kind.cpu, 0))
+
+
+def test_device_info_fields(engine):
+    info = engine.info
+    d = engine.device
+    assert isinstance(info, dnnl.DeviceInfo)
+    assert info.name == d.name.strip()
+    assert info.platform == d.platform.name.strip()
+    assert info.vendor == d.vendor.strip()
+    assert info.driver_version == d.driver_version.strip()
+    assert info.device_version == d.version.strip()
+    assert info.compute_units == d.max_compute_units >= 1
+    assert info.global_mem_bytes == d.global_mem_size > 0
+    assert info.local_mem_bytes == d.local_mem_size
+    assert info.max_work_group_size == d.max_work_group_size >= 1
+    assert info.max_clock_mhz == d.max_clock_frequency
+    assert info.fp16 == ("cl_khr_fp16" in d.extensions.split())
+    assert info.fp64 == ("cl_khr_fp64" in d.extensions.split() or d.double_fp_config != 0)
+    assert info.preferred_float_vector_width == d.preferred_vector_width_float
+    assert info.platform in info.signature and info.name in info.signature
+    assert engine.context.devices == [d]
+
+
+def test_bad_kind_and_index(no_override):
+    with pytest.raises(dnnl.invalid_arguments, match="kind"):
+        dnnl.engine(7, 0)
+    with pytest.raises(dnnl.invalid_arguments, match="index"):
+        dnnl.engine(dnnl.engine.kind.cpu, -1)
+    with pytest.raises(dnnl.invalid_arguments, match="index"):
+        dnnl.engine(dnnl.engine.kind.cpu, 1.0)
+    n = dnnl.engine.get_count(dnnl.engine.kind.cpu)
+    with pytest.raises(dnnl.invalid_arguments) as ei:
+        dnnl.engine(dnnl.engine.kind.cpu, n)
+    msg = str(ei.value)
+    assert "cpu" in msg and str(n) in msg and "devices seen" in msg
+
+
+def test_no_device_of_kind_lists_devices(no_override):
+    n_gpu = dnnl.engine.get_count(dnnl.engine.kind.gpu)
+    with pytest.raises(dnnl.error) as ei:
+        dnnl.engine(dnnl.engine.kind.gpu, n_gpu)
+    assert isinstance(ei.value, ValueError)
+    msg = str(ei.value)
+    assert "gpu" in msg
+    for plat, name in _seen():  # every device seen is listed, simulators included
+        assert name in msg and plat in msg
+
+
+def test_override_kind_index(monkeypatch):
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+    n_cpu = dnnl.engine.get_count(dnnl.engine.kind.cpu)
+    cpus = [dnnl.engine(dnnl.engine.kind.cpu, i) for i in range(n_cpu)]
+    monkeypatch.setenv("PYDNNL_DEVICE", f"cpu:{n_cpu - 1}")
+    assert dnnl.engine(dnnl.engine.kind.cpu, 0) == cpus[-1]
+    assert dnnl.engine(dnnl.engine.kind.any, 0) == cpus[-1]
+    # explicit non-zero indices are not overridden
+    if n_cpu > 1:
+        assert dnnl.engine(dnnl.engine.kind.cpu, 1) == cpus[1]
+    monkeypatch.setenv("PYDNNL_DEVICE", "cpu:1")
+    if n_cpu > 1:
+        assert dnnl.engine(dnnl.engine.kind.cpu, 0) == cpus[1]
+    else:
+        with pytest.raises(dnnl.invalid_arguments, match="PYDNNL_DEVICE"):
+            dnnl.engine(dnnl.engine.kind.cpu, 0)
+
+
+def test_override_gpu0(monkeypatch):
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+    n_gpu = dnnl.engine.get_count(dnnl.engine.kind.gpu)
+    monkeypatch.setenv("PYDNNL_DEVICE", "gpu:0")
+    if n_gpu:
+        e = dnnl.engine(dnnl.engine.kind.any, 0)
+        assert e.get_kind() == dnnl.engine.kind.gpu
+        assert dnnl.engine(dnnl.engine.kind.gpu, 0) == e
+    else:
+        with pytest.raises(dnnl.invalid_arguments) as ei:
+            dnnl.engine(dnnl.engine.kind.any, 0)
+        msg = str(ei.value)
+        assert "gpu" in msg and "PYDNNL_DEVICE='gpu:0'" in msg and "devices seen" in msg
+
+
+@pytest.mark.parametrize("sub", ["Portable", "pocl", "Intel"])
+def test_override_platform_substring(monkeypatch, sub):
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+    matching = [(p, d) for p, d, g in _cl_devices() if not g and (
+        sub.lower() in p.name.lower() or sub.lower() in d.name.lower())]
+    monkeypatch.setenv("PYDNNL_DEVICE", sub)
+    assert dnnl.engine.get_count(dnnl.engine.kind.cpu) == len(matching)
+    if matching:
+        e = dnnl.engine(dnnl.engine.kind.cpu, 0)
+        assert sub.lower() in (e.info.platform + e.info.name).lower()
+    else:
+        with pytest.raises(dnnl.invalid_arguments, match=sub):
+            dnnl.engine(dnnl.engine.kind.cpu, 0)
+
+
+def test_simulator_only_by_name(monkeypatch):
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+    grind = [(p, d) for p in cl.get_platforms() if "oclgrind" in p.name.lower() for d in p.get_devices()]
+    if not grind:
+        with pytest.raises(dnnl.invalid_arguments, match="Oclgrind"):
+            dnnl.engine.from_name("Oclgrind")
+        return
+    e = dnnl.engine.from_name("Oclgrind")
+    assert e.is_simulator and "Oclgrind" in e.info.platform
+    kind = dnnl.engine.kind.gpu if grind[0][1].type & cl.device_type.GPU else dnnl.engine.kind.cpu
+    # not among the implicit choices
+    for i in range(dnnl.engine.get_count(kind)):
+        assert not dnnl.engine(kind, i).is_simulator
+    monkeypatch.setenv("PYDNNL_DEVICE", "oclgrind")
+    assert dnnl.engine.get_count(kind) == 1
+    assert dnnl.engine(kind, 0) == e
+    assert dnnl.engine(dnnl.engine.kind.any, 0) == e
+
+
+def test_list_devices_includes_simulators(no_override):
+    listed = {(d.platform, d.name) for d in dnnl.engine.list_devices()}
+    assert listed == set(_seen())
