@@ -23,9 +23,11 @@ from .memory import memory  # noqa: E402
 from .memory.data_types import data_type  # noqa: E402
 from .memory.desc import MemoryDesc, format_kind  # noqa: E402
 from .memory.format_tags import format_tag  # noqa: E402
-from .primitives import (augru_forward, gru_forward, lbr_augru_forward,  # noqa: E402
-                         lbr_gru_forward, lstm_forward, primitive, primitive_desc_base,
-                         reorder, vanilla_rnn_forward)
+from .primitives import (augru_backward, augru_forward, gru_backward,  # noqa: E402
+                         gru_forward, lbr_augru_backward, lbr_augru_forward,
+                         lbr_gru_backward, lbr_gru_forward, lstm_backward, lstm_forward,
+                         primitive, primitive_desc_base, reorder, vanilla_rnn_backward,
+                         vanilla_rnn_forward)
 from .stream import stream  # noqa: E402
 
 _constants.export_dnnl_aliases(globals())

@@ -40,6 +40,8 @@ Tuning parameters (``params`` dict; :func:`normalize_params` fills the defaults)
 ``packed_b``       the kernel reads B pre-packed in ``panel<cols>`` layout (the problem's
                    ``b_layout`` must say so; build it with ``pack_b(problem, params).problem``)
 ``m_inner``        put the M tiles on grid axis 0 (consecutive work-groups share a B panel)
+``m_loop``         register-tile pipeline: row tiles one work-item computes one after the other
+                   (its B panel stays in L1 across them), >= 1
 """
 from __future__ import annotations
 
@@ -51,10 +53,12 @@ import numpy as np
 
 __all__ = [
     "GemmProblem", "BPacking", "build_gemm", "pack_b", "default_params", "search_space",
-    "normalize_params", "flops", "panel_layout", "panel_width", "DEFAULT_CPU_PARAMS",
-    "DEFAULT_GPU_PARAMS",
+    "normalize_params", "is_valid", "local_mem_bytes", "cache_key", "flops", "panel_layout",
+    "panel_width", "DEFAULT_CPU_PARAMS", "DEFAULT_GPU_PARAMS", "GENERATOR_VERSION",
 ]
 
+# Bump when the generated code changes for the same (problem, params).
+GENERATOR_VERSION = "gemm-1"
 _PANEL = "panel"
 # How register-tile loops are unrolled: "unr" (by loopy: slow code generation, ~5 ms per
 # unrolled statement) or "unr_hint" (#pragma unroll: the OpenCL compiler unrolls).
@@ -131,8 +135,11 @@ class GemmProblem:
         setf("trans_a", bool(self.trans_a))
         setf("trans_b", bool(self.trans_b))
         dt = np.dtype(self.dtype)
-        if dt not in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)):
-            raise ValueError(f"GemmProblem: dtype must be float16, float32 or float64, got {dt}")
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            # float16 storage with float32 accumulation fits the design (acc_dtype, the casts
+            # in _Layout, the c_val staging in _store_insns) but loopy 2025.2 has no OpenCL
+            # name for float16: it needs ushort storage plus vload_half/vstore_half helpers
+            raise ValueError(f"GemmProblem: dtype must be float32 or float64, got {dt}")
         setf("dtype", dt)
         acc = np.dtype(self.acc_dtype) if self.acc_dtype is not None else (
             np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32))
@@ -208,12 +215,12 @@ class GemmProblem:
 # {{{ parameters
 
 DEFAULT_CPU_PARAMS: dict = {
-    "rows": 6, "cols": 16, "vec": 8, "wg": (1, 1), "k_unroll": 1, "local_prefetch": False,
-    "k_tile": 16, "packed_b": True, "m_inner": False,
+    "rows": 4, "cols": 24, "vec": 8, "wg": (1, 1), "k_unroll": 1, "local_prefetch": False,
+    "k_tile": 16, "packed_b": True, "m_inner": False, "m_loop": 1,
 }
 DEFAULT_GPU_PARAMS: dict = {
     "rows": 4, "cols": 4, "vec": 1, "wg": (16, 16), "k_unroll": 1, "local_prefetch": True,
-    "k_tile": 16, "packed_b": False, "m_inner": False,
+    "k_tile": 16, "packed_b": False, "m_inner": False, "m_loop": 1,
 }
 _KEYS = tuple(DEFAULT_CPU_PARAMS)
 
@@ -226,7 +233,7 @@ def normalize_params(params: dict | None) -> dict:
         raise ValueError(f"gemm params: unknown keys {sorted(unknown)}; known: {list(_KEYS)}")
     p = dict(DEFAULT_CPU_PARAMS)
     p.update(params)
-    for key in ("rows", "cols", "k_unroll", "k_tile"):
+    for key in ("rows", "cols", "k_unroll", "k_tile", "m_loop"):
         v = p[key]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"gemm params: {key} must be a positive int, got {v!r}")
@@ -252,19 +259,19 @@ def normalize_params(params: dict | None) -> dict:
 
 
 def _device_traits(device) -> dict:
-    """type/vendor/platform/limits of a pyopencl Device, pydnnl engine or DeviceInfo."""
+    """type/vendor/limits/SIMD width of a pyopencl Device, pydnnl engine or DeviceInfo."""
     if device is None:
         return {"type": "cpu", "vendor": "", "platform": "", "max_wg": 1024,
-                "max_items": (1024, 1024, 1024), "local_mem": 32768}
+                "max_items": (1024, 1024, 1024), "local_mem": 32768, "simd": 8}
     info = getattr(device, "info", None)
     if info is not None and hasattr(info, "max_work_group_size"):  # pydnnl engine
         device = info
-    if hasattr(device, "preferred_float_vector_width") and hasattr(device, "platform") \
-            and isinstance(getattr(device, "platform"), str):  # pydnnl DeviceInfo
+    if isinstance(getattr(device, "platform", None), str):  # pydnnl DeviceInfo
+        pref = int(getattr(device, "preferred_float_vector_width", 1) or 1)
         return {"type": device.type, "vendor": device.vendor, "platform": device.platform,
                 "max_wg": device.max_work_group_size,
                 "max_items": (device.max_work_group_size,) * 3,
-                "local_mem": device.local_mem_bytes}
+                "local_mem": device.local_mem_bytes, "simd": 16 if pref >= 16 else 8}
     import pyopencl as cl  # a pyopencl.Device
 
     t = device.type
@@ -272,19 +279,46 @@ def _device_traits(device) -> dict:
     return {"type": typ, "vendor": device.vendor, "platform": device.platform.name,
             "max_wg": device.max_work_group_size,
             "max_items": tuple(device.max_work_item_sizes),
-            "local_mem": device.local_mem_size}
+            "local_mem": device.local_mem_size,
+            "simd": max(1, int(device.native_vector_width_float))}
+
+
+def _vector_registers(simd: int) -> int:
+    """Vector registers of a CPU whose float SIMD width is ``simd`` (AVX2: 16; AVX-512: 32)."""
+    return 32 if simd >= 16 else 16
+
+
+def _cpu_tiles(simd: int) -> list[tuple[int, int]]:
+    """(rows, cols) register tiles for a CPU, best first: every tile keeps its accumulators,
+    one row of B vectors and one broadcast A value inside the vector register file."""
+    w = 16 if simd >= 16 else 8 if simd >= 8 else 4
+    cand = [(4, 3 * w), (6, 2 * w), (4, 2 * w), (2, 4 * w), (8, w), (3, 3 * w), (2, 2 * w),
+            (1, 4 * w), (1, 2 * w), (1, w)]
+    if w == 16:
+        cand = [(6, 4 * w), (8, 3 * w), (6, 2 * w), (4, 4 * w)] + cand
+    regs = _vector_registers(simd)
+    return [(r, c) for r, c in cand if r * (c // w) + c // w + 1 <= regs]
 
 
 def default_params(device=None) -> dict:
     """Heuristic parameters for ``device`` (a pyopencl Device, pydnnl engine or DeviceInfo).
 
-    CPUs: a 6x16 register tile in float8 vectors (12 of AVX2's 16 vector registers), one
-    work-item per work-group, B pre-packed in 16-column panels. GPUs: 16x16 work-items with
-    4x4 register tiles over 16-deep local-memory tiles (32x32 on NVIDIA, 8x8 per work-item).
+    CPUs: a 4x24 register tile in float8 vectors (12 accumulators + 3 B vectors + 1 broadcast
+    = AVX2's 16 vector registers), one work-item per work-group, B pre-packed in 24-column
+    panels; 6x64 in float16 vectors where the device reports 16-wide float SIMD (AVX-512,
+    unmeasured). GPUs: 16x16 work-items, 4x4 register tiles (8x8 on NVIDIA) over 16-deep
+    local-memory tiles.
     """
     tr = _device_traits(device)
     if tr["type"] != "gpu":
-        return dict(DEFAULT_CPU_PARAMS)
+        p = dict(DEFAULT_CPU_PARAMS)
+        if tr["simd"] >= 16:
+            r, c = _cpu_tiles(16)[0]
+            p.update(rows=r, cols=c, vec=16)
+        elif tr["simd"] < 8:
+            r, c = _cpu_tiles(4)[0]
+            p.update(rows=r, cols=c, vec=4)
+        return p
     p = dict(DEFAULT_GPU_PARAMS)
     if "nvidia" in tr["vendor"].lower():
         p.update(rows=8, cols=8, wg=(16, 16), k_tile=16)
@@ -299,11 +333,14 @@ def local_mem_bytes(problem: GemmProblem, params: dict) -> int:
     if not p["local_prefetch"]:
         return 0
     wn, wm = p["wg"]
-    return p["k_tile"] * (wm * p["rows"] + wn * p["cols"]) * problem.acc_dtype.itemsize
+    return min(p["k_tile"], problem.k) * (wm * p["rows"] + wn * p["cols"]) * \
+        problem.acc_dtype.itemsize
 
 
 def is_valid(problem: GemmProblem, params: dict, device=None) -> bool:
-    """Whether ``params`` can build and launch for ``problem`` on ``device``."""
+    """Whether ``params`` can build and launch for ``problem`` on ``device``.
+
+    ``problem`` may have a plain B while ``params['packed_b']`` is set: the caller packs."""
     try:
         p = normalize_params(params)
     except ValueError:
@@ -312,9 +349,8 @@ def is_valid(problem: GemmProblem, params: dict, device=None) -> bool:
     wn, wm = p["wg"]
     if wn * wm > tr["max_wg"] or wn > tr["max_items"][0] or wm > tr["max_items"][1]:
         return False
-    if p["packed_b"] != (problem.panel_width is not None) and problem.panel_width is not None:
-        return False
-    if problem.panel_width is not None and problem.panel_width != p["cols"]:
+    pw = problem.panel_width
+    if pw is not None and (not p["packed_b"] or pw != p["cols"]):
         return False
     if local_mem_bytes(problem, p) > tr["local_mem"]:
         return False
@@ -322,65 +358,62 @@ def is_valid(problem: GemmProblem, params: dict, device=None) -> bool:
 
 
 def search_space(problem: GemmProblem, device=None) -> list[dict]:
-    """Valid parameter points worth timing for ``problem`` on ``device``, best guesses first.
+    """Valid parameter points worth timing for ``problem`` on ``device``, likeliest first.
 
-    Pruned: work-groups over the device limits, local tiles over the local memory, register
-    tiles over a CPU's vector register file (``rows*cols/vec + cols/vec + 1 <= 16`` vectors
-    for vec=8), tiles much larger than the problem (a 6-row tile for ``m == 1``).
+    Time a prefix when time is short. Points with ``packed_b`` need B packed first
+    (:func:`pack_b`); a problem whose B is already packed only gets points reading that
+    layout. Pruned: work-groups over the device limits, local tiles over the local memory,
+    CPU register tiles over the vector register file, tiles taller or wider than the problem.
     """
     tr = _device_traits(device)
     m, n = problem.m, problem.n
-    packed_choices = (True, False) if problem.panel_width is None else (True,)
     out: list[dict] = []
-
-    def useful_rows(r):  # no taller tile than the (rounded) problem needs
-        return r <= max(1, m) or r == 1
-
-    def useful_cols(c, v):
-        return c <= max(v, -(-n // v) * v)
-
     if tr["type"] != "gpu":
-        first = dict(DEFAULT_CPU_PARAMS)
-        out.append(first)
-        for vec in (8, 4, 16):
-            for cols in (8, 16, 24, 32):
-                if cols % vec:
-                    continue
-                for rows in (1, 2, 3, 4, 5, 6, 8):
-                    nregs = rows * cols // vec + cols // vec + 1
-                    if nregs > (16 if vec <= 8 else 32) or (vec == 16 and rows * cols > 128):
-                        continue
-                    if rows * cols < 32 and not (m < 4 or n < 16):
-                        continue
-                    if not (useful_rows(rows) and useful_cols(cols, vec)):
-                        continue
-                    for packed in packed_choices:
-                        for ku in (1, 4):
-                            for wg in ((1, 1), (4, 1)):
-                                out.append({"rows": rows, "cols": cols, "vec": vec, "wg": wg,
-                                            "k_unroll": ku, "local_prefetch": False,
-                                            "k_tile": 16, "packed_b": packed, "m_inner": False})
-        for mi in (True,):
-            out.append(dict(DEFAULT_CPU_PARAMS, m_inner=mi))
+        simd = tr["simd"]
+        w = 16 if simd >= 16 else 8 if simd >= 8 else 4
+        tiles = [(r, c) for r, c in _cpu_tiles(simd)
+                 if r <= max(1, m) and c <= max(w, -(-n // w) * w)]
+        if not tiles:
+            tiles = [(1, w)]
+        packs = (True, False) if problem.panel_width is None else (True,)
+        base = dict(DEFAULT_CPU_PARAMS, vec=w)
+        for packed in packs:
+            for r, c in tiles[:3]:
+                for ku in (1, 4):
+                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
+            r, c = tiles[0]
+            mt = -(-m // r)
+            for ml in sorted({4, mt if mt <= 32 else 4} - {1}):
+                if ml <= mt:
+                    out.append(dict(base, rows=r, cols=c, m_loop=ml, packed_b=packed))
+            out.append(dict(base, rows=r, cols=c, m_inner=True, packed_b=packed))
+            for r, c in tiles[3:]:
+                for ku in (1, 4):
+                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
+            out.append(dict(base, rows=tiles[0][0], cols=tiles[0][1], wg=(4, 1),
+                            packed_b=packed))
     else:
         out.append(default_params(device))
-        for rows, cols in ((2, 2), (4, 4), (4, 8), (8, 4), (8, 8)):
-            for wg in ((8, 8), (16, 8), (16, 16), (32, 8)):
-                for kt in (8, 16, 32):
-                    out.append({"rows": rows, "cols": cols, "vec": 1, "wg": wg, "k_unroll": 1,
-                                "local_prefetch": True, "k_tile": kt, "packed_b": False,
-                                "m_inner": False})
+        for rows, cols in ((4, 4), (8, 8), (4, 8), (8, 4), (2, 2)):
+            for wg in ((16, 16), (8, 8), (16, 8), (32, 8)):
+                for kt in (16, 8, 32):
+                    out.append(dict(DEFAULT_GPU_PARAMS, rows=rows, cols=cols, wg=wg, k_tile=kt))
     seen, result = set(), []
     for p in out:
         p = normalize_params(p)
+        if problem.panel_width is not None and p["cols"] != problem.panel_width:
+            continue
         key = tuple(sorted(p.items()))
-        if key in seen:
+        if key in seen or not is_valid(problem, p, device):
             continue
         seen.add(key)
-        prob = problem if not p["packed_b"] or problem.panel_width else pack_b(problem, p).problem
-        if is_valid(prob, p, device):
-            result.append(p)
+        result.append(p)
     return result
+
+
+def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
+    """Everything the generated kernel depends on (for kernel caches and perf databases)."""
+    return (GENERATOR_VERSION, problem, tuple(sorted(normalize_params(params).items())))
 
 
 def flops(problem: GemmProblem) -> int:
@@ -473,17 +506,42 @@ class _Layout:
         import pymbolic.primitives as prim
 
         pr = self.pr
-        value = acc_expr if pr.alpha == 1.0 else pr.alpha * acc_expr
+        acc_t = pr.acc_dtype.type
+        value = acc_expr if pr.alpha == 1.0 else acc_t(pr.alpha) * acc_expr
         if pr.beta != 0.0:
             old = _cast(pr.acc_dtype, _sub("c", self.c_index(i, j)), pr.dtype)
-            value = value + (old if pr.beta == 1.0 else pr.beta * old)
+            value = value + (old if pr.beta == 1.0 else acc_t(pr.beta) * old)
         preds = []
         if self.mp > pr.m:
             preds.append(_lt(i, pr.m))
         if self.np_ > pr.n:
             preds.append(_lt(j, pr.n))
-        return (_sub("c", self.c_index(i, j)), _cast(pr.dtype, value, pr.acc_dtype),
-                frozenset(preds))
+        # the narrowing to a float16 C happens in the C assignment (a TypeCast would
+        # make loopy print the constants of ``value`` as halves)
+        return _sub("c", self.c_index(i, j)), value, frozenset(preds)
+
+
+def _store_insns(lay: _Layout, i, j, acc_expr, within, deps):
+    """Instructions (and temporaries) writing ``alpha*acc + beta*C`` to C[i, j]."""
+    import loopy as lp
+
+    pr = lay.pr
+    assignee, value, preds = lay.store(i, j, acc_expr)
+    if pr.dtype == pr.acc_dtype:
+        return [lp.Assignment(assignee, value, id="store", predicates=preds,
+                              depends_on=frozenset(deps), within_inames=frozenset(within))], []
+    # narrower C (float16): compute in acc_dtype, then narrow in a plain assignment, because
+    # loopy prints every constant of an expression in the assignee's type
+    cv = _var("c_val")
+    nosync = frozenset([("store", "any"), ("store_val", "any")])  # same work-item, same element
+    return [lp.Assignment(cv, value, id="store_val", predicates=preds,
+                          depends_on=frozenset(deps), within_inames=frozenset(within),
+                          depends_on_is_final=True, no_sync_with=nosync),
+            lp.Assignment(assignee, cv, id="store", predicates=preds,
+                          depends_on=frozenset(["store_val"]), within_inames=frozenset(within),
+                          depends_on_is_final=True, no_sync_with=nosync)], [
+        lp.TemporaryVariable("c_val", pr.acc_dtype, shape=(),
+                             address_space=lp.AddressSpace.PRIVATE)]
 
 
 def _args(pr: GemmProblem):
@@ -613,12 +671,12 @@ def _build_register(pr: GemmProblem, p: dict):
             within_inames=base | {kk, ii, jj, jv}))
         last = "fma" + sfx
         fma_ids.append(last)
-    assignee, value, preds = lay.store(row(V("is")), col(V("js"), V("vs")), acc("is", "js", "vs"))
-    insns.append(lp.Assignment(assignee, value, id="store", predicates=preds,
-                               depends_on=frozenset(fma_ids or ["zero"]),
-                               within_inames=base | {"is", "js", "vs"}))
+    st_insns, st_temps = _store_insns(lay, row(V("is")), col(V("js"), V("vs")),
+                                      acc("is", "js", "vs"), base | {"is", "js", "vs"},
+                                      fma_ids or ["zero"])
+    insns += st_insns
 
-    temps = [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nv, vw),
+    temps = st_temps + [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nv, vw),
                                   address_space=lp.AddressSpace.PRIVATE),
              lp.TemporaryVariable("bv", pr.acc_dtype, shape=(nv, vw),
                                   address_space=lp.AddressSpace.PRIVATE)]
@@ -640,15 +698,20 @@ def _build_register(pr: GemmProblem, p: dict):
     if n_peel:
         knl = lp.prioritize_loops(knl, "kp,ip,jp,vp")
         knl = lp.prioritize_loops(knl, "kp,jbp,vbp")
+    grid_io = "io"
+    ml = min(p["m_loop"], mt)
+    if ml > 1:
+        knl = lp.split_iname(knl, "io", ml)
+        grid_io = "io_outer"
+        for kname in (["k"] if k_main > 0 else []) + (["kp"] if n_peel else []):
+            knl = lp.prioritize_loops(knl, f"io_inner,{kname}")
     ku = p["k_unroll"]
     if k_main > 0 and ku > 1 and k_main >= ku:
-        knl = lp.split_iname(knl, "k", ku, inner_tag="unr",
+        knl = lp.split_iname(knl, "k", ku, inner_tag=_UNROLL,
                              slabs=(0, 1) if k_main % ku else (0, 0))
-    if n_peel > 1:
-        knl = lp.tag_inames(knl, {"kp": "unr"})
     ax_n, ax_m = (1, 0) if p["m_inner"] else (0, 1)
     knl = _tag_grid(knl, "jo", wn, ax_n)
-    knl = _tag_grid(knl, "io", wm, ax_m)
+    knl = _tag_grid(knl, grid_io, wm, ax_m)
     if batched:
         knl = lp.tag_inames(knl, {"bt": "g.2"})
     return _finish(knl)
@@ -670,18 +733,14 @@ def _build_local(pr: GemmProblem, p: dict):
     batched = pr.batch > 1
     V = _var
     bt = V("bt") if batched else 0
-    # ragged edges are cut out of the domain here (loopy guards the fetches, the multiply-adds
-    # and the stores), so indices never need clamping
-    lay = _Layout(pr, bt, pr.m, pr.n)
+    # rows/columns past the edges read clamped (valid) elements and are never stored
+    lay = _Layout(pr, bt, mt * tm, nt * tn)
     kot = -(-pr.k // kt)
 
     outer = ["gi", "gj"] + (["bt"] if batched else [])
     bounds = [f"0 <= gi < {mt}", f"0 <= gj < {nt}", f"0 <= li < {wm}", f"0 <= lj < {wn}",
               f"0 <= ii < {rm}", f"0 <= jj < {nr}", f"0 <= iz < {rm}", f"0 <= jz < {nr}",
-              f"0 <= is < {rm}", f"0 <= js < {nr}", f"0 <= ko < {kot}",
-              f"0 <= ki < {kt}", f"ko*{kt} + ki < {pr.k}"]
-    for i_, j_ in (("ii", "jj"), ("is", "js")):
-        bounds += [f"gi*{tm} + {i_}*{wm} + li < {pr.m}", f"gj*{tn} + {j_}*{wn} + lj < {pr.n}"]
+              f"0 <= is < {rm}", f"0 <= js < {nr}", f"0 <= ko < {kot}", f"0 <= ki < {kt}"]
     if batched:
         bounds.append(f"0 <= bt < {pr.batch}")
     inames = outer + ["li", "lj", "ii", "jj", "iz", "jz", "is", "js", "ko", "ki"]
@@ -693,9 +752,15 @@ def _build_local(pr: GemmProblem, p: dict):
     def col(jj):
         return V("gj") * tn + jj * wn + V("lj")
 
+    # the last k tile is zero-filled past k: every loop keeps a uniform trip count
+    a_val, b_val = lay.a(V("ri"), V("rk")), lay.b_plain(V("rk"), V("rj"), True)
+    if pr.k % kt:
+        zero = pr.acc_dtype.type(0)
+        a_val = prim.If(_lt(V("rk"), pr.k), a_val, zero)
+        b_val = prim.If(_lt(V("rk"), pr.k), b_val, zero)
     rules = [
-        lp.SubstitutionRule("a_tile", ("ri", "rk"), lay.a(V("ri"), V("rk"))),
-        lp.SubstitutionRule("b_tile", ("rk", "rj"), lay.b_plain(V("rk"), V("rj"), False)),
+        lp.SubstitutionRule("a_tile", ("ri", "rk"), a_val),
+        lp.SubstitutionRule("b_tile", ("rk", "rj"), b_val),
     ]
     base = frozenset(outer + ["li", "lj"])
     acc = lambda i, j: _sub("acc", V(i), V(j))  # noqa: E731
@@ -709,11 +774,10 @@ def _build_local(pr: GemmProblem, p: dict):
                       id="fma", depends_on=frozenset(["zero"]),
                       within_inames=base | {"ko", "ki", "ii", "jj"}),
     ]
-    assignee, value, preds = lay.store(row(V("is")), col(V("js")), acc("is", "js"))
-    insns.append(lp.Assignment(assignee, value, id="store", predicates=preds,
-                               depends_on=frozenset(["fma"]),
-                               within_inames=base | {"is", "js"}))
-    temps = [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nr),
+    st_insns, st_temps = _store_insns(lay, row(V("is")), col(V("js")), acc("is", "js"),
+                                      base | {"is", "js"}, ["fma"])
+    insns += st_insns
+    temps = st_temps + [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nr),
                                   address_space=lp.AddressSpace.PRIVATE)]
     knl = lp.make_kernel(domain, insns, _args(pr) + temps, target=lp.OpenCLTarget(),
                          name="gemm", lang_version=(2018, 2), index_dtype=np.int64)
@@ -723,13 +787,20 @@ def _build_local(pr: GemmProblem, p: dict):
     if batched:
         knl = lp.tag_inames(knl, {"bt": "g.2"})
     knl = lp.prioritize_loops(knl, "ko,ki,ii,jj")
-    for rule, sweep, name in (("a_tile", ["li", "ii", "ki"], "a_loc"),
-                              ("b_tile", ["lj", "jj", "ki"], "b_loc")):
+    # fetch loops: the axis contiguous in global memory goes to local axis 0 (coalescing)
+    a_axes = ("ar", "ak") if not pr.trans_a else ("ak", "ar")  # (slow, fast) in memory
+    b_axes = ("bk", "bc") if not pr.trans_b else ("bc", "bk")
+    for rule, sweep, name, pinames, axes in (
+            ("a_tile", ["li", "ii", "ki"], "a_loc", ["ar", "ak"], a_axes),
+            ("b_tile", ["lj", "jj", "ki"], "b_loc", ["bk", "bc"], b_axes)):
         knl = lp.precompute(knl, rule, sweep_inames=sweep,
                             precompute_outer_inames=frozenset(outer + ["ko"]),
+                            precompute_inames=pinames,
                             temporary_address_space=lp.AddressSpace.LOCAL,
-                            temporary_name=name, default_tag="l.auto",
-                            compute_insn_id="fetch_" + name[0])
+                            temporary_name=name, compute_insn_id="fetch_" + name[0])
+        slow, fast = axes
+        knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
+        knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
     return _finish(knl)
 
 # }}}
@@ -753,25 +824,31 @@ class BPacking:
 
     @property
     def size(self) -> int:
+        """Elements of the packed buffer."""
         return self.problem.size("b")
+
+    @property
+    def count(self) -> int:
+        """Number of B matrices packed (1 when the batch shares B via ``stride_b == 0``)."""
+        return 1 if self.source.stride_b == 0 else self.source.batch
 
     def pack(self, b: np.ndarray) -> np.ndarray:
         """Packed flat array from ``b``: the flat source buffer (as the source problem
         addresses it), or the logical ``op(B)`` as a ``(k, n)`` / ``(batch, k, n)`` array."""
-        src, w = self.source, self.width
+        src, w, cnt = self.source, self.width, self.count
         b = np.asarray(b)
         if b.ndim >= 2:
             logical = b.reshape((-1, src.k, src.n))
-            if logical.shape[0] not in (1, src.batch):
-                raise ValueError(f"BPacking.pack: expected {src.batch} matrices of shape "
+            if logical.shape[0] not in (1, cnt):
+                raise ValueError(f"BPacking.pack: expected {cnt} matrices of shape "
                                  f"({src.k}, {src.n}), got array of shape {b.shape}")
-            logical = np.broadcast_to(logical, (src.batch, src.k, src.n))
+            logical = np.broadcast_to(logical, (cnt, src.k, src.n))
         else:
             if b.size < src.size("b"):
                 raise ValueError(f"BPacking.pack: flat source holds {b.size} elements, the "
                                  f"problem addresses {src.size('b')}")
             mats = []
-            for t in range(src.batch):
+            for t in range(cnt):
                 start = src.b_offset + t * src.stride_b
                 rows = src.n if src.trans_b else src.k
                 cols = src.k if src.trans_b else src.n
@@ -780,9 +857,9 @@ class BPacking:
                 mats.append(view.T if src.trans_b else view)
             logical = np.stack(mats)
         npad = -(-src.n // w) * w
-        padded = np.zeros((src.batch, src.k, npad), dtype=src.dtype)
+        padded = np.zeros((cnt, src.k, npad), dtype=src.dtype)
         padded[:, :, :src.n] = logical
-        out = padded.reshape(src.batch, src.k, npad // w, w).transpose(0, 2, 1, 3)
+        out = padded.reshape(cnt, src.k, npad // w, w).transpose(0, 2, 1, 3)
         return np.ascontiguousarray(out).reshape(-1)
 
     def build(self):
@@ -792,13 +869,13 @@ class BPacking:
 
         src, dst, w = self.source, self.problem, self.width
         npan = -(-src.n // w)
-        batched = src.batch > 1
+        batched = self.count > 1
         V = _var
         bt = V("bt") if batched else 0
         lay = _Layout(src, bt, src.m, npan * w)
         inames = ["p", "kk", "r"] + (["bt"] if batched else [])
         bounds = [f"0 <= p < {npan}", f"0 <= kk < {src.k}", f"0 <= r < {w}"] + (
-            [f"0 <= bt < {src.batch}"] if batched else [])
+            [f"0 <= bt < {self.count}"] if batched else [])
         domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
         j = V("p") * w + V("r")
         value = lay.b_plain(V("kk"), j, False)
@@ -813,9 +890,9 @@ class BPacking:
                 lp.GlobalArg("bp", src.dtype, shape=(dst.size("b"),), is_input=False,
                              is_output=True)]
         knl = lp.make_kernel(domain, [insn], args, target=lp.OpenCLTarget(), name="pack_b",
-                             lang_version=(2018, 2))
-        knl = lp.split_iname(knl, "kk", 16, outer_tag="g.0")
-        knl = lp.tag_inames(knl, {"p": "g.1", "r": "l.0", "kk_inner": "unr"})
+                             lang_version=(2018, 2), index_dtype=np.int64)
+        knl = lp.split_iname(knl, "kk", 16, outer_tag="g.0", inner_tag=_UNROLL)
+        knl = lp.tag_inames(knl, {"p": "g.1", "r": "l.0"})
         if batched:
             knl = lp.tag_inames(knl, {"bt": "g.2"})
         return _finish(knl)
@@ -831,8 +908,9 @@ def pack_b(problem: GemmProblem, params: dict | None = None) -> BPacking:
     if problem.panel_width is not None:
         raise ValueError(f"pack_b: B is already packed ({problem.b_layout})")
     w = p["cols"]
-    packed = replace(problem, b_layout=panel_layout(w), b_offset=0, ldb=None, stride_b=None,
-                     trans_b=False)
+    shared = problem.batch > 1 and problem.stride_b == 0  # one B for every batch entry
+    packed = replace(problem, b_layout=panel_layout(w), b_offset=0, ldb=None,
+                     stride_b=0 if shared else None, trans_b=False)
     return BPacking(source=problem, problem=packed, width=w)
 
 # }}}

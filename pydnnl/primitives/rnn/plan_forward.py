@@ -11,19 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DST_ITER, ARG_DST_ITER_C,
-                          ARG_DST_LAYER, ARG_SCRATCHPAD, ARG_SRC_ITER, ARG_SRC_ITER_C,
-                          ARG_SRC_LAYER, ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER,
-                          ARG_WEIGHTS_PEEPHOLE, ARG_WEIGHTS_PROJECTION, ARG_WORKSPACE,
-                          rnn_direction)
-from ...engine import _cl
+                          ARG_DST_LAYER, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_SRC_LAYER,
+                          ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WEIGHTS_PEEPHOLE,
+                          ARG_WEIGHTS_PROJECTION, rnn_direction)
 from ...kernels.compiler import get_kernel
 from ...kernels.matmul import GemmShape, get_gemm
-from ...kernels.reorder import ReorderProblem, build_reorder, layout_of
-from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise, stage_buffers
-from ...memory import memory
-from ...memory.desc import MemoryDesc
-from . import layout
+from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
+from .plan_common import PlanBase, _Ref
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
            "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -55,29 +50,12 @@ def scratch_regions(pd) -> Regions:
     return r
 
 
-class _Ref:
-    """A buffer named in the plan, bound at execute time."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key):
-        self.key = key
-
-    def __repr__(self) -> str:
-        return f"_Ref({self.key!r})"
-
-
-class ForwardPlan:
+class ForwardPlan(PlanBase):
     """Kernels and launch arguments of one forward RNN problem."""
 
     def __init__(self, pd):
-        from .forward import kernel_desc
-
-        self.pd = pd
-        s = self.s = pd.shape
-        eng = self.engine = pd.get_engine()
-        spec = self.spec = pd._spec
-        self.steps: list[tuple] = []  # (callable, args); callable(stream, *args)
+        PlanBase.__init__(self, pd)
+        s, eng, spec = self.s, self.engine, self.spec
         self.ws_key = "ws" if pd.training else "scratch"
         ws_off = pd.ws_regions.offsets if pd.training else {
             k: pd.scratch["st_" + k] for k in pd.ws_regions.offsets}
@@ -85,34 +63,19 @@ class ForwardPlan:
         sc = pd.scratch
         self.scratch_bytes = sc.nbytes()
 
-        # -- where each input is read from: the user's buffer or a staged canonical copy ---------
-        self.src = {}
-        for name, arg in _INPUTS.items():
-            md = pd._descs.get(name)
-            if md is None or md.is_zero():
-                continue
-            if name in _DIRECT and md != kernel_desc(name, md):
-                off = sc["in_" + name]
-                dst_md = region_desc(md.dims, off)
-                self._add_reorder(_Ref(arg), md, _Ref("scratch"), dst_md)
-                self.src[name] = (_Ref("scratch"), off)
-            else:
-                self.src[name] = (_Ref(arg), 0)
+        self.stage_inputs(_INPUTS, _DIRECT)
 
         # -- initial states into h0 / c0 ---------------------------------------------------------
-        cl = _cl()
         for name, reg, width in (("src_iter_desc", "h0", s.SIC), ("src_iter_c_desc", "c0", s.DHC)):
             if reg not in pd.ws_regions:
                 continue
             md = pd._descs.get(name)
             dims = [s.L, s.D, s.N, width]
             if md is not None and not md.is_zero():
-                self._add_reorder(_Ref(_INPUTS[name]), md, _Ref(self.ws_key),
+                self.add_reorder(_Ref(_INPUTS[name]), md, _Ref(self.ws_key),
                                   region_desc(dims, ws_off[reg]))
             else:
-                nbytes = int(np.prod(dims)) * 4
-                off_b = ws_off[reg] * 4
-                self.steps.append((_fill_zero, (_Ref(self.ws_key), off_b, nbytes)))
+                self.add_zero(_Ref(self.ws_key), ws_off[reg], int(np.prod(dims)))
 
         # -- kernels -----------------------------------------------------------------------------
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
@@ -146,14 +109,6 @@ class ForwardPlan:
         self._plan_outputs()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _add_reorder(self, src_ref, src_md: MemoryDesc, dst_ref, dst_md: MemoryDesc, beta=0.0):
-        p = ReorderProblem(dims=src_md.dims, src_dt=src_md.data_type, dst_dt=dst_md.data_type,
-                           src_layout=layout_of(src_md), dst_layout=layout_of(dst_md),
-                           src_nelems=src_md.nelems_physical(),
-                           dst_nelems=dst_md.nelems_physical(), beta=beta)
-        kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
-        self.steps.append((kern, (src_ref, dst_ref)))
-
     def _ltr(self, d: int) -> bool:
         dr = self.s.direction
         if dr == rnn_direction.unidirectional_left2right:
@@ -247,7 +202,7 @@ class ForwardPlan:
             else:
                 target = dst_md
                 beta = 1.0 if d == 1 else 0.0
-            self._add_reorder(ws, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
+            self.add_reorder(ws, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
         for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
                                       ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
             md = pd._descs.get(name)
@@ -259,35 +214,4 @@ class ForwardPlan:
                 src_md = region_desc([s.L, 1, N, width], base,
                                      strides=[s.D * T * N * width, 0, width, 1])
                 target = md.submemory_desc([s.L, 1, N, width], [0, d, 0, 0])
-                self._add_reorder(ws, src_md, _Ref(arg), target)
-
-    # -- execution -------------------------------------------------------------------------------
-    def execute(self, stream, args) -> None:
-        bufs = {k: m.buffer for k, m in args.items()}
-        scratch = args.get(ARG_SCRATCHPAD)
-        if scratch is None and self.scratch_bytes:
-            scratch = self._scratch_memory()
-        if scratch is not None:
-            bufs["scratch"] = scratch.buffer
-        if ARG_WORKSPACE in args:
-            bufs["ws"] = args[ARG_WORKSPACE].buffer
-        # kernels of one primitive stay ordered on out-of-order queues too
-        chain = stream.out_of_order
-        evt = None
-        for fn, fargs in self.steps:
-            evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
-                     wait_for=[evt] if chain and evt is not None else None)
-
-    def _scratch_memory(self) -> memory:
-        m = getattr(self, "_scratch", None)
-        if m is None:
-            m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
-        return m
-
-
-def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):
-    cl = _cl()
-    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes,
-                                 wait_for=wait_for)
-    stream.record("rnn_zero_state", evt)
-    return evt
+                self.add_reorder(ws, src_md, _Ref(arg), target)

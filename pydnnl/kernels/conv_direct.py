@@ -1,0 +1,232 @@
+"""Loopy generators of direct convolution kernels: forward, backward data, backward weights.
+
+One work-item computes a small register tile: ``tile`` output channels (forward, backward
+data) of one output point, or ``tile`` output channels of one weight element (backward
+weights), as a sum over the kernel taps. Axis 0 of the launch runs over the flattened spatial
+positions (or weight positions), so CPU runtimes vectorise across neighbouring output points;
+axis 1 runs over (image, group, channel tile). Every tensor is addressed through its
+per-dimension layout terms, so plain, strided and blocked layouts share the kernels. Bias and
+post-ops (sum, eltwise) are applied before the single store of forward and backward-data
+results (deconvolution forward is convolution backward data with a bias).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .conv_common import (apply_postops, bounds_condition, decompose, finish, guarded_load,
+                          make_args, offset, prod, split_fast)
+
+
+@dataclass(frozen=True)
+class DirectProblem:
+    """A direct-convolution kernel (hashable: the kernel-cache key).
+
+    ``mode`` is ``fwd`` (writes dst), ``bwd_d`` (writes src, i.e. diff_src) or ``bwd_w``
+    (writes wei). Layouts: src ``[N, G*ICg, in...]``, wei ``[G, OCg, ICg, k...]``,
+    dst ``[N, G*OCg, out...]``; ``bias`` is the layout of the bias added to the written
+    activation (forward: OC entries; backward data: IC entries), or None.
+    """
+
+    mode: str
+    mb: int
+    groups: int
+    icg: int
+    ocg: int
+    src_sp: tuple
+    dst_sp: tuple
+    kernel: tuple
+    strides: tuple
+    dilates: tuple
+    padding_l: tuple
+    src: tuple
+    wei: tuple
+    dst: tuple
+    src_n: int
+    wei_n: int
+    dst_n: int
+    bias: tuple | None = None
+    bias_n: int = 0
+    post_ops: tuple = ()
+    tile: int = 1
+    wg: int = 16
+
+
+def build_direct(p: DirectProblem):
+    """loopy TranslationUnit of the direct kernel ``p`` (arguments src, wei, dst[, bias])."""
+    if p.mode == "fwd":
+        return _build_fwd(p)
+    if p.mode == "bwd_d":
+        return _build_bwd_d(p)
+    if p.mode == "bwd_w":
+        return _build_bwd_w(p)
+    raise ValueError(f"direct convolution: unknown mode {p.mode!r}")
+
+
+def _domain(ranges: dict) -> str:
+    names = ", ".join(ranges)
+    cond = " and ".join(f"0 <= {k} < {v}" for k, v in ranges.items())
+    return "{[" + names + "]: " + cond + "}"
+
+
+def _args(p: DirectProblem, out: str, reads_out: bool):
+    specs = [("src", p.src_n, out == "src", out != "src" or reads_out),
+             ("wei", p.wei_n, out == "wei", out != "wei" or reads_out),
+             ("dst", p.dst_n, out == "dst", out != "dst" or reads_out)]
+    if p.bias is not None:
+        specs.append(("bias", p.bias_n, False, True))
+    return make_args(specs)
+
+
+def _has_sum(p: DirectProblem) -> bool:
+    return any(op[0] == "sum" for op in p.post_ops)
+
+
+def _make(domain, insn, args, name, p, fast, fast_size, tile_iname, reduce_order):
+    import loopy as lp
+
+    knl = lp.make_kernel(domain, [insn], args, name=name, lang_version=(2018, 2),
+                         target=lp.PyOpenCLTarget(),
+                         silenced_warnings=["v1_scheduler_fallback"])
+    knl = split_fast(knl, fast, fast_size, p.wg)
+    tags = {"q": "g.1"}
+    if p.tile > 1:
+        tags[tile_iname] = "ilp"
+    knl = lp.tag_inames(knl, tags)
+    if len(reduce_order) > 1:
+        knl = lp.prioritize_loops(knl, ",".join(reduce_order))
+    return finish(knl, p.post_ops)
+
+
+def _build_fwd(p: DirectProblem):
+    import loopy as lp
+    from pymbolic import var
+    from loopy.symbolic import Reduction
+
+    nsp = len(p.kernel)
+    P = prod(p.dst_sp)
+    T = p.tile
+    NB = p.ocg // T
+    Q = p.mb * p.groups * NB
+    ks = [f"k{i}" for i in range(nsp)]
+    ranges = {"p": P, "q": Q, "t": T, "ic": p.icg, **{k: v for k, v in zip(ks, p.kernel)}}
+    pv, qv, t, ic = var("p"), var("q"), var("t"), var("ic")
+    n, g, ob = decompose(qv, [p.mb, p.groups, NB])
+    oc = ob * T + t if T > 1 else ob
+    o = decompose(pv, list(p.dst_sp))
+    pos = [o[i] * p.strides[i] - p.padding_l[i] + var(ks[i]) * (p.dilates[i] + 1)
+           for i in range(nsp)]
+    lo_hi = [(-p.padding_l[i],
+              (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + (p.kernel[i] - 1) * (p.dilates[i] + 1))
+             for i in range(nsp)]
+    cond = bounds_condition(pos, lo_hi, p.src_sp)
+    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]))
+    w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
+    value = Reduction("sum", tuple(["ic"] + ks), x * w)
+    c = g * p.ocg + oc
+    if p.bias is not None:
+        value = value + var("bias")[offset(p.bias, [c])]
+    dst_at = var("dst")[offset(p.dst, [n, c, *o])]
+    value = apply_postops(value, p.post_ops, dst_at)
+    insn = lp.Assignment(dst_at, value, within_inames=frozenset(["p", "q", "t"]))
+    return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p)), "pydnnl_conv_direct_fwd",
+                 p, "p", P, "t", ["ic"] + ks)
+
+
+def _build_bwd_d(p: DirectProblem):
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
+    from loopy.symbolic import Reduction
+
+    nsp = len(p.kernel)
+    PI = prod(p.src_sp)
+    T = p.tile
+    NB = p.icg // T
+    Q = p.mb * p.groups * NB
+    ks = [f"k{i}" for i in range(nsp)]
+    ranges = {"p": PI, "q": Q, "t": T, "oc": p.ocg, **{k: v for k, v in zip(ks, p.kernel)}}
+    pv, qv, t, oc = var("p"), var("q"), var("t"), var("oc")
+    n, g, ib = decompose(qv, [p.mb, p.groups, NB])
+    ic = ib * T + t if T > 1 else ib
+    i_sp = decompose(pv, list(p.src_sp))
+    conds, o = [], []
+    for d in range(nsp):
+        num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
+        s = p.strides[d]
+        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
+        hi = p.src_sp[d] - 1 + p.padding_l[d]
+        if lo < 0:
+            conds.append(Comparison(num, ">=", 0))
+        if s == 1:
+            od = num
+            if hi >= p.dst_sp[d]:
+                conds.append(Comparison(num, "<", p.dst_sp[d]))
+        else:
+            conds.append(Comparison(Remainder(num, s), "==", 0))
+            od = FloorDiv(num, s)
+            if hi >= p.dst_sp[d] * s:
+                conds.append(Comparison(num, "<", p.dst_sp[d] * s))
+        o.append(od)
+    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+    dy = guarded_load(cond, "dst", offset(p.dst, [n, g * p.ocg + oc, *o]))
+    w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
+    value = Reduction("sum", tuple(["oc"] + ks), dy * w)
+    c = g * p.icg + ic
+    if p.bias is not None:
+        value = value + var("bias")[offset(p.bias, [c])]
+    out_at = var("src")[offset(p.src, [n, c, *i_sp])]
+    value = apply_postops(value, p.post_ops, out_at)
+    insn = lp.Assignment(out_at, value, within_inames=frozenset(["p", "q", "t"]))
+    return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p)),
+                 "pydnnl_conv_direct_bwd_data", p, "p", PI, "t", ["oc"] + ks)
+
+
+def _build_bwd_w(p: DirectProblem):
+    import loopy as lp
+    from pymbolic import var
+    from loopy.symbolic import Reduction
+
+    nsp = len(p.kernel)
+    K = prod(p.kernel)
+    T = p.tile
+    NB = p.ocg // T
+    Q = p.groups * NB
+    X = p.icg * K
+    os_ = [f"o{i}" for i in range(nsp)]
+    ranges = {"x": X, "q": Q, "t": T, "n": p.mb, **{o: v for o, v in zip(os_, p.dst_sp)}}
+    xv, qv, t = var("x"), var("q"), var("t")
+    g, ob = decompose(qv, [p.groups, NB])
+    oc = ob * T + t if T > 1 else ob
+    ic, *kk = decompose(xv, [p.icg, *p.kernel])
+    n = var("n")
+    pos = [var(os_[i]) * p.strides[i] - p.padding_l[i] + kk[i] * (p.dilates[i] + 1)
+           for i in range(nsp)]
+    lo_hi = [(-p.padding_l[i],
+              (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + (p.kernel[i] - 1) * (p.dilates[i] + 1))
+             for i in range(nsp)]
+    cond = bounds_condition(pos, lo_hi, p.src_sp)
+    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]))
+    dy = var("dst")[offset(p.dst, [n, g * p.ocg + oc, *[var(o) for o in os_]])]
+    value = Reduction("sum", tuple(["n"] + os_), x * dy)
+    out_at = var("wei")[offset(p.wei, [g, oc, ic, *kk])]
+    insn = lp.Assignment(out_at, value, within_inames=frozenset(["x", "q", "t"]))
+    return _make(_domain(ranges), insn, _args(p, "wei", False), "pydnnl_conv_direct_bwd_weights",
+                 p, "x", X, "t", ["n"] + os_)
+
+
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is <= ``cap``."""
+    for d in range(min(n, max(cap, 1)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def flops(p: DirectProblem) -> int:
+    return 2 * p.mb * p.groups * p.icg * p.ocg * prod(p.dst_sp) * prod(p.kernel)
+
+
+__all__ = ["DirectProblem", "build_direct", "largest_divisor_at_most", "flops"]
+_ = np

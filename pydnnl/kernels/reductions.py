@@ -1,0 +1,107 @@
+"""Small loopy kernels with run-time offsets: column sums (bias gradients), row sums,
+and elementwise sums of two buffers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ColSum:
+    """``out[o_off + j] (+)= sum_{r < rows} src[i_off + r * ld + j]`` for ``j < width``."""
+
+    rows: int
+    width: int
+    ld: int
+    accumulate: bool = True
+    wg: int = 32
+
+
+@dataclass(frozen=True)
+class RowSum:
+    """``out[o_off + r] = sum_{j < width} src[i_off + r * ld + j]`` for ``r < rows``."""
+
+    rows: int
+    width: int
+    ld: int
+    wg: int = 32
+
+
+@dataclass(frozen=True)
+class Add2:
+    """``out[o_off + i] = a[a_off + i] + b[b_off + i]`` for ``i < count``."""
+
+    count: int
+    wg: int = 64
+
+
+def _args(lp, names_out, names_in, offsets):
+    args = [lp.GlobalArg(n, np.float32, shape=None, is_output=True, is_input=True) for n in names_out]
+    args += [lp.GlobalArg(n, np.float32, shape=None) for n in names_in]
+    args += [lp.ValueArg(o, np.int32) for o in offsets]
+    return args
+
+
+def build_colsum(p: ColSum):
+    import loopy as lp
+    from loopy.symbolic import Reduction
+    from pymbolic import var
+
+    j, r = var("j"), var("r")
+    red = Reduction("sum", ("r",), var("src")[var("i_off") + r * p.ld + j])
+    tgt = var("out")[var("o_off") + j]
+    insn = lp.Assignment(tgt, (tgt + red) if p.accumulate else red, within_inames=frozenset(["j"]))
+    knl = lp.make_kernel(f"{{[j, r]: 0 <= j < {p.width} and 0 <= r < {p.rows}}}", [insn],
+                         _args(lp, ["out"], ["src"], ["o_off", "i_off"]), name="pydnnl_colsum",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    return lp.split_iname(knl, "j", min(p.wg, p.width), inner_tag="l.0", outer_tag="g.0")
+
+
+def build_rowsum(p: RowSum):
+    import loopy as lp
+    from loopy.symbolic import Reduction
+    from pymbolic import var
+
+    j, r = var("j"), var("r")
+    red = Reduction("sum", ("j",), var("src")[var("i_off") + r * p.ld + j])
+    insn = lp.Assignment(var("out")[var("o_off") + r], red, within_inames=frozenset(["r"]))
+    knl = lp.make_kernel(f"{{[j, r]: 0 <= j < {p.width} and 0 <= r < {p.rows}}}", [insn],
+                         _args(lp, ["out"], ["src"], ["o_off", "i_off"]), name="pydnnl_rowsum",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    return lp.split_iname(knl, "r", min(p.wg, p.rows), inner_tag="l.0", outer_tag="g.0")
+
+
+def build_add2(p: Add2):
+    import loopy as lp
+    from pymbolic import var
+
+    i = var("i")
+    insn = lp.Assignment(var("out")[var("o_off") + i],
+                         var("a")[var("a_off") + i] + var("b")[var("b_off") + i],
+                         within_inames=frozenset(["i"]))
+    knl = lp.make_kernel(f"{{[i]: 0 <= i < {p.count}}}", [insn],
+                         _args(lp, ["out"], ["a", "b"], ["o_off", "a_off", "b_off"]),
+                         name="pydnnl_add2", lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    return lp.split_iname(knl, "i", min(p.wg, p.count), inner_tag="l.0", outer_tag="g.0")
+
+
+BUILDERS = {ColSum: build_colsum, RowSum: build_rowsum, Add2: build_add2}
+
+
+class Launcher:
+    """A reduction kernel called with keyword buffers and offsets."""
+
+    def __init__(self, engine, problem):
+        from .compiler import get_kernel
+
+        self.kernel = get_kernel(engine, type(problem).__name__.lower(), problem,
+                                 lambda: BUILDERS[type(problem)](problem))
+        self.names = self.kernel.src.arg_names
+
+    def __call__(self, stream, *args, wait_for=None):
+        return self.kernel(stream, *args, wait_for=wait_for)
+
+    def bind(self, **kw) -> tuple:
+        """Arguments in kernel order; ints become int32."""
+        return tuple(kw[n] if not isinstance(kw[n], int) else np.int32(kw[n]) for n in self.names)

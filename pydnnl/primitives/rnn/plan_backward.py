@@ -1,0 +1,386 @@
+"""The backward RNN plan: back-propagation through time from the forward's workspace.
+
+Per direction, layers from the top down; per layer the steps in reverse processing order:
+the stage kernels generated from the cell spec (reverse mode) produce the gate gradients of the
+step, the recurrent GEMM ``dh_prev += dG @ U^T`` carries the gradient to the previous step.
+After the steps, the weight gradients are GEMMs over all steps at once (``dW += X^T dG``,
+``dU += H_prev^T dG``), the bias and peephole gradients are column sums, and the input
+gradient ``dX = dG W^T`` is one GEMM that becomes the output gradient of the layer below.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DIFF_AUGRU_ATTENTION,
+                          ARG_DIFF_BIAS, ARG_DIFF_DST_ITER, ARG_DIFF_DST_ITER_C,
+                          ARG_DIFF_DST_LAYER, ARG_DIFF_SRC_ITER, ARG_DIFF_SRC_ITER_C,
+                          ARG_DIFF_SRC_LAYER, ARG_DIFF_WEIGHTS_ITER, ARG_DIFF_WEIGHTS_LAYER,
+                          ARG_DIFF_WEIGHTS_PEEPHOLE, ARG_DIFF_WEIGHTS_PROJECTION, ARG_SRC_LAYER,
+                          ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WEIGHTS_PEEPHOLE,
+                          ARG_WEIGHTS_PROJECTION, rnn_direction, rnn_flags)
+from ...kernels.compiler import get_kernel
+from ...kernels.matmul import GemmShape, get_gemm
+from ...kernels.reductions import Add2, ColSum, Launcher, RowSum
+from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward_buffers,
+                                            build_elementwise_bwd)
+from .layout import Regions, region_desc
+from .plan_common import PlanBase, _Ref
+
+_INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "attention_desc": ARG_AUGRU_ATTENTION,
+           "weights_layer_desc": ARG_WEIGHTS_LAYER, "weights_iter_desc": ARG_WEIGHTS_ITER,
+           "weights_peephole_desc": ARG_WEIGHTS_PEEPHOLE,
+           "weights_projection_desc": ARG_WEIGHTS_PROJECTION, "bias_desc": ARG_BIAS}
+# diff weights: desc name -> (argument, forward name)
+_DIFF_W = {"diff_weights_layer_desc": (ARG_DIFF_WEIGHTS_LAYER, "weights_layer_desc"),
+           "diff_weights_iter_desc": (ARG_DIFF_WEIGHTS_ITER, "weights_iter_desc"),
+           "diff_weights_peephole_desc": (ARG_DIFF_WEIGHTS_PEEPHOLE, "weights_peephole_desc"),
+           "diff_weights_projection_desc": (ARG_DIFF_WEIGHTS_PROJECTION, "weights_projection_desc"),
+           "diff_bias_desc": (ARG_DIFF_BIAS, "bias_desc")}
+
+
+def _canon(pd, name: str) -> bool:
+    from .forward import kernel_desc
+
+    md = pd._descs.get(name)
+    return md is not None and not md.is_zero() and md == kernel_desc(name.replace("diff_", "", 1), md)
+
+
+def scratch_regions(pd) -> Regions:
+    s = pd.shape
+    r = Regions()
+    W = max(s.SIC, s.DIC)
+    r.add("dhl", s.T * s.N * s.DIC)
+    if s.projection:
+        r.add("dha", s.T * s.N * s.DIC)
+        r.add("dht", s.N * s.DHC)
+    r.add("dh0", s.N * W)
+    r.add("dh1", s.N * W)
+    r.add("zero", s.N * max(W, s.DHC))
+    if s.cell == "vanilla_lstm":
+        r.add("dc0", s.N * s.DHC)
+        r.add("dc1", s.N * s.DHC)
+    r.add("dgx", s.T * s.N * s.G * s.DHC)
+    r.add("dgh", s.T * s.N * s.G * s.DHC)
+    if s.cell in ("vanilla_gru", "vanilla_augru"):
+        r.add("drh", s.N * s.DHC)
+        r.add("rh", s.T * s.N * s.DHC)
+        r.add("carry", s.N * s.G * s.DHC)
+    if s.cell in ("vanilla_augru", "lbr_augru"):
+        r.add("datt", s.T * s.N * s.DHC)
+        if not _canon_attention(pd):
+            r.add("dattn", s.T * s.N)
+    if s.peephole:
+        r.add("dpeep", s.T * s.N * 3 * s.DHC)
+    if _present(pd, "diff_dst_iter_desc"):
+        r.add("ddi", s.L * s.D * s.N * s.DIC)
+    if _present(pd, "diff_dst_iter_c_desc"):
+        r.add("ddic", s.L * s.D * s.N * s.DHC)
+    if _present(pd, "diff_src_iter_desc"):
+        r.add("dsi", s.L * s.D * s.N * s.SIC)
+    if _present(pd, "diff_src_iter_c_desc"):
+        r.add("dsic", s.L * s.D * s.N * s.DHC)
+    if not _canon(pd, "diff_src_layer_desc"):
+        r.add("dsrc", s.T * s.N * s.SLC)
+    from .plan_forward import _DIRECT
+    from .forward import kernel_desc
+
+    for name in _DIRECT:
+        md = pd._descs.get(name)
+        if md is not None and not md.is_zero() and md != kernel_desc(name, md):
+            r.add("in_" + name, md.nelems())
+    for dname in _DIFF_W:
+        if _present(pd, dname) and not _canon(pd, dname):
+            r.add("dw_" + dname, pd._descs[dname].nelems())
+    return r
+
+
+def _present(pd, name: str) -> bool:
+    md = pd._descs.get(name)
+    return md is not None and not md.is_zero()
+
+
+def _canon_attention(pd) -> bool:
+    from .forward import kernel_desc
+
+    md = pd._descs.get("diff_attention_desc")
+    return md is None or md.is_zero() or md == kernel_desc("attention_desc", md)
+
+
+class BackwardPlan(PlanBase):
+    """Kernels and launch arguments of one backward RNN problem."""
+
+    def __init__(self, pd):
+        PlanBase.__init__(self, pd)
+        s, eng, spec = self.s, self.engine, self.spec
+        sc = pd.scratch
+        self.ws_off = pd.ws_regions.offsets
+        self.stage_inputs(_INPUTS, tuple(_INPUTS))
+        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        overwrite = bool(pd.get_flags() & rnn_flags.diff_weights_overwrite)
+        scr = _Ref("scratch")
+
+        # -- diff weights: the user's buffers, or staged copies (accumulation needs the old values)
+        self.dw: dict[str, tuple[_Ref, int]] = {}
+        from .forward import kernel_desc
+
+        for dname, (arg, fname) in _DIFF_W.items():
+            if not _present(pd, dname):
+                continue
+            md = pd._descs[dname]
+            if _canon(pd, dname):
+                ref, off = _Ref(arg), 0
+                if overwrite:
+                    self.add_zero(ref, 0, md.nelems())
+            else:
+                ref, off = scr, sc["dw_" + dname]
+                if overwrite:
+                    self.add_zero(ref, off, md.nelems())
+                else:
+                    self.add_reorder(_Ref(arg), md, ref, region_desc(md.dims, off))
+            self.dw[dname] = (ref, off)
+        self.add_zero(scr, sc["zero"], sc.sizes["zero"])
+        for dname, reg in (("diff_dst_iter_desc", "ddi"), ("diff_dst_iter_c_desc", "ddic")):
+            if _present(pd, dname):
+                md = pd._descs[dname]
+                self.add_reorder(_Ref(DIFF_ARG[dname]), md, scr, region_desc(md.dims, sc[reg]))
+
+        # -- kernels -----------------------------------------------------------------------------
+        stages = spec.forward_stages(s.peephole)
+        self.stage_kernels = []
+        for k, st in enumerate(stages):
+            bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N,
+                                            DHC, ld_h_prev=s.SIC,
+                                            ld_dh=DHC if s.projection else s.DIC,
+                                            two_dh=not s.projection)
+            kern = get_kernel(eng, "rnn_elementwise_bwd", bp, lambda bp=bp: build_elementwise_bwd(bp))
+            gates = st.recurrent_gemm.gates
+            g0 = spec.gate_names.index(gates[0])
+            ng = len(gates)
+            # gradient to the GEMM's source: rh (written) or h_prev (accumulated)
+            to_src = get_gemm(eng, GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=G * DHC, ldb=G * DHC,
+                                             ldc=s.SIC, trans_b=True,
+                                             beta=0.0 if st.recurrent_gemm.source == "rh" else 1.0))
+            self.stage_kernels.append((st, kern, backward_buffers(bp), to_src, g0, ng))
+        self.add2 = Launcher(eng, Add2(N * s.DIC)) if s.projection else None
+        if s.projection:
+            self.dht_gemm = get_gemm(eng, GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC,
+                                                    ldc=DHC, trans_b=True))
+        for d in range(s.D):
+            self._plan_top(d)
+            for l in range(s.L - 1, -1, -1):
+                self._plan_layer(l, d)
+        self._plan_outputs()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _ltr(self, d: int) -> bool:
+        dr = self.s.direction
+        if dr == rnn_direction.unidirectional_left2right:
+            return True
+        if dr == rnn_direction.unidirectional_right2left:
+            return False
+        return d == 0
+
+    def _reg(self, name: str, l: int, d: int, t: int, per: int) -> int:
+        s = self.s
+        return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
+
+    def _gemm(self, shape: GemmShape, *args):
+        self.steps.append((get_gemm(self.engine, shape), args))
+
+    def _plan_top(self, d: int) -> None:
+        """dhl = this direction's part of diff_dst_layer."""
+        s, pd = self.s, self.pd
+        md = pd._descs["diff_dst_layer_desc"]
+        if s.direction == rnn_direction.bidirectional_concat:
+            src = md.submemory_desc([s.T, s.N, s.DIC], [0, 0, d * s.DIC])
+        else:
+            src = md
+        self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
+                         region_desc([s.T, s.N, s.DIC], pd.scratch["dhl"]))
+
+    def _plan_layer(self, l: int, d: int) -> None:
+        s, pd = self.s, self.pd
+        sc = pd.scratch
+        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        ws, scr = _Ref("ws"), _Ref("scratch")
+        ld = l * s.D + d
+        u_ref, u_off = self.src["weights_iter_desc"]
+        u_off += ld * s.SIC * G * DHC
+        b_ref, b_off = self.src["bias_desc"]
+        b_off += ld * s.Gb * DHC
+        peep = self.src.get("weights_peephole_desc")
+        att = self.src.get("attention_desc")
+        order = list(range(T)) if self._ltr(d) else list(range(T - 1, -1, -1))
+        per_g = N * G * DHC
+        for k in range(T):
+            t = order[T - 1 - k]
+            t_prev = order[T - 2 - k] if k < T - 1 else None
+            first, last = k == 0, k == T - 1
+            # gradient arriving from the next step (or diff_dst_iter), and its successor
+            if first:
+                dh_cur = (sc["ddi"] + ld * N * s.DIC) if "ddi" in sc else sc["zero"]
+                dc_cur = (sc["ddic"] + ld * N * DHC) if "ddic" in sc else sc["zero"]
+            else:
+                dh_cur = sc["dh%d" % (k % 2)]
+                dc_cur = sc["dc%d" % (k % 2)] if "dc0" in sc else 0
+            if last and "dsi" in sc:
+                dh_nxt = sc["dsi"] + ld * N * s.SIC
+            else:
+                dh_nxt = sc["dh%d" % ((k + 1) % 2)]
+            if last and "dsic" in sc:
+                dc_nxt = sc["dsic"] + ld * N * DHC
+            else:
+                dc_nxt = sc["dc%d" % ((k + 1) % 2)] if "dc0" in sc else 0
+            self.add_zero(scr, dh_nxt, N * s.SIC)
+            h_prev = self._reg("h", l, d, t_prev, N * s.DIC) if t_prev is not None else \
+                self.ws_off["h0"] + ld * N * s.SIC
+            c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else
+                      self.ws_off["c0"] + ld * N * DHC) if "c0" in self.ws_off else 0
+            dhl_t = sc["dhl"] + t * N * s.DIC
+            if s.projection:
+                dha_t = sc["dha"] + t * N * s.DIC
+                self.steps.append((self.add2, self.add2.bind(out=scr, a=scr, b=scr, o_off=dha_t,
+                                                             a_off=dhl_t, b_off=dh_cur)))
+                r_ref, r_off = self.src["weights_projection_desc"]
+                self._gemm(GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC, ldc=DHC,
+                                     trans_b=True),
+                           scr, dha_t, r_ref, r_off + ld * DHC * s.DIC, scr, sc["dht"])
+                dh_a, dh_b = sc["dht"], 0
+            else:
+                dh_a, dh_b = dhl_t, dh_cur
+            vals = {
+                "gates": ws, "c": ws, "c_prev": ws, "h_prev": ws, "att": att[0] if att else None,
+                "peep": peep[0] if peep else None, "bias": b_ref, "gh": ws, "dh_a": scr,
+                "dh_b": scr, "dc": scr, "dc_prev": scr, "drh": scr, "dgx": scr, "dgh": scr,
+                "dhp": scr, "datt": scr, "dpeep": scr, "rh": scr, "carry": scr,
+                "gates_off": self._reg("gates", l, d, t, per_g),
+                "c_off": self._reg("c", l, d, t, N * DHC) if "c" in self.ws_off else 0,
+                "c_prev_off": c_prev, "h_prev_off": h_prev,
+                "att_off": (att[1] + t * N) if att else 0,
+                "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
+                "bias_off": b_off,
+                "gh_off": self._reg("gh", l, d, t, per_g) if "gh" in self.ws_off else 0,
+                "dh_a_off": dh_a, "dh_b_off": dh_b, "dc_off": dc_cur, "dc_prev_off": dc_nxt,
+                "drh_off": sc["drh"] if "drh" in sc else 0,
+                "dgx_off": sc["dgx"] + t * per_g, "dgh_off": sc["dgh"] + t * per_g,
+                "dhp_off": dh_nxt, "datt_off": (sc["datt"] + t * N * DHC) if "datt" in sc else 0,
+                "dpeep_off": (sc["dpeep"] + t * N * 3 * DHC) if "dpeep" in sc else 0,
+                "rh_off": (sc["rh"] + t * N * DHC) if "rh" in sc else 0,
+                "carry_off": sc["carry"] if "carry" in sc else 0,
+            }
+            for st, kern, bufs, to_src, g0, ng in reversed(self.stage_kernels):
+                args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
+                             for n in kern.src.arg_names)
+                self.steps.append((kern, args))
+                if st.recurrent_gemm.source == "rh":
+                    self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, u_ref,
+                                                u_off + g0 * DHC, scr, sc["drh"])))
+                else:
+                    self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, u_ref,
+                                                u_off + g0 * DHC, scr, dh_nxt)))
+        self._plan_weight_grads(l, d, order)
+
+    def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:
+        s, pd = self.s, self.pd
+        sc = pd.scratch
+        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        ws, scr = _Ref("ws"), _Ref("scratch")
+        ld = l * s.D + d
+        GD = G * DHC
+        # dW_layer += X^T dGx
+        if l == 0:
+            x_ref, x_off = self.src["src_layer_desc"]
+            K = s.SLC
+        else:
+            x_ref, x_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
+            K = s.DIC
+        dwl_ref, dwl_off = self.dw["diff_weights_layer_desc"]
+        self._gemm(GemmShape(m=K, n=GD, k=T * N, lda=K, ldb=GD, ldc=GD, trans_a=True, beta=1.0),
+                   x_ref, x_off, scr, sc["dgx"], dwl_ref, dwl_off + ld * K * GD)
+        # dU += H_prev^T dGh, per stage (vanilla GRU's o gate reads rh)
+        dwi_ref, dwi_off = self.dw["diff_weights_iter_desc"]
+        dwi_off += ld * s.SIC * GD
+        t0 = order[0]
+        for st, _, _, _, g0, ng in self.stage_kernels:
+            cols = ng * DHC
+            if st.recurrent_gemm.source == "rh":
+                self._gemm(GemmShape(m=s.SIC, n=cols, k=T * N, lda=DHC, ldb=GD, ldc=GD,
+                                     trans_a=True, beta=1.0),
+                           scr, sc["rh"], scr, sc["dgh"] + g0 * DHC,
+                           dwi_ref, dwi_off + g0 * DHC)
+                continue
+            if T > 1:
+                # steps after the first read h of the neighbouring step: contiguous rows
+                h_first = self._reg("h", l, d, 0 if self._ltr(d) else 1, N * s.DIC)
+                dg_first = sc["dgh"] + (1 if self._ltr(d) else 0) * N * GD + g0 * DHC
+                self._gemm(GemmShape(m=s.SIC, n=cols, k=(T - 1) * N, lda=s.DIC, ldb=GD, ldc=GD,
+                                     trans_a=True, beta=1.0),
+                           ws, h_first, scr, dg_first, dwi_ref, dwi_off + g0 * DHC)
+            self._gemm(GemmShape(m=s.SIC, n=cols, k=N, lda=s.SIC, ldb=GD, ldc=GD, trans_a=True,
+                                 beta=1.0),
+                       ws, self.ws_off["h0"] + ld * N * s.SIC, scr,
+                       sc["dgh"] + t0 * N * GD + g0 * DHC, dwi_ref, dwi_off + g0 * DHC)
+        # bias: column sums of the gate gradients, per bias gate
+        db_ref, db_off = self.dw["diff_bias_desc"]
+        colsum = Launcher(self.engine, ColSum(rows=T * N, width=DHC, ld=GD))
+        for b, bg in enumerate(self.spec.bias_gates):
+            src = sc["dgx"] if bg.target == "gx" else sc["dgh"]
+            self.steps.append((colsum, colsum.bind(
+                out=db_ref, src=scr, o_off=db_off + (ld * s.Gb + b) * DHC,
+                i_off=src + self.spec.gate_names.index(bg.gate) * DHC)))
+        if s.peephole:
+            dp_ref, dp_off = self.dw["diff_weights_peephole_desc"]
+            cs = Launcher(self.engine, ColSum(rows=T * N, width=3 * DHC, ld=3 * DHC))
+            self.steps.append((cs, cs.bind(out=dp_ref, src=scr, o_off=dp_off + ld * 3 * DHC,
+                                           i_off=sc["dpeep"])))
+        if s.projection:
+            dr_ref, dr_off = self.dw["diff_weights_projection_desc"]
+            self._gemm(GemmShape(m=DHC, n=s.DIC, k=T * N, lda=DHC, ldb=s.DIC, ldc=s.DIC,
+                                 trans_a=True, beta=1.0),
+                       ws, self._reg("ht", l, d, 0, N * DHC), scr, sc["dha"], dr_ref,
+                       dr_off + ld * DHC * s.DIC)
+        if "datt" in sc:
+            rs = Launcher(self.engine, RowSum(rows=T * N, width=DHC, ld=DHC))
+            if "dattn" in sc:
+                out_ref, out_off = scr, sc["dattn"]
+            else:
+                out_ref, out_off = _Ref(ARG_DIFF_AUGRU_ATTENTION), 0
+            self.steps.append((rs, rs.bind(out=out_ref, src=scr, o_off=out_off, i_off=sc["datt"])))
+        # dX = dGx W^T: the output gradient of the layer below, or diff_src_layer
+        w_ref, w_off = self.src["weights_layer_desc"]
+        w_off += ld * K * GD
+        if l > 0:
+            self._gemm(GemmShape(m=T * N, n=s.DIC, k=GD, lda=GD, ldb=GD, ldc=s.DIC, trans_b=True),
+                       scr, sc["dgx"], w_ref, w_off, scr, sc["dhl"])
+        else:
+            if "dsrc" in sc:
+                out_ref, out_off = scr, sc["dsrc"]
+            else:
+                out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+            beta = 1.0 if d > 0 else 0.0
+            self._gemm(GemmShape(m=T * N, n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC, trans_b=True,
+                                 beta=beta),
+                       scr, sc["dgx"], w_ref, w_off, out_ref, out_off)
+
+    def _plan_outputs(self) -> None:
+        s, pd = self.s, self.pd
+        sc = pd.scratch
+        scr = _Ref("scratch")
+        if "dsrc" in sc:
+            md = pd._descs["diff_src_layer_desc"]
+            self.add_reorder(scr, region_desc(md.dims, sc["dsrc"]), _Ref(ARG_DIFF_SRC_LAYER), md)
+        for dname, reg in (("diff_src_iter_desc", "dsi"), ("diff_src_iter_c_desc", "dsic")):
+            if reg in sc:
+                md = pd._descs[dname]
+                self.add_reorder(scr, region_desc(md.dims, sc[reg]), _Ref(DIFF_ARG[dname]), md)
+        if "dattn" in sc:
+            md = pd._descs["diff_attention_desc"]
+            self.add_reorder(scr, region_desc(md.dims, sc["dattn"]), _Ref(ARG_DIFF_AUGRU_ATTENTION), md)
+        for dname, (ref, off) in self.dw.items():
+            if ref.key == "scratch":
+                md = pd._descs[dname]
+                self.add_reorder(scr, region_desc(md.dims, off), _Ref(_DIFF_W[dname][0]), md)
+
+
+DIFF_ARG = {"diff_dst_iter_desc": ARG_DIFF_DST_ITER, "diff_dst_iter_c_desc": ARG_DIFF_DST_ITER_C,
+            "diff_src_iter_desc": ARG_DIFF_SRC_ITER, "diff_src_iter_c_desc": ARG_DIFF_SRC_ITER_C}

@@ -1,0 +1,97 @@
+"""What the forward and backward RNN plans share: named buffers bound at execute time,
+input staging into canonical f32 layouts, reorders, zero fills, ordered execution."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...constants import ARG_SCRATCHPAD, ARG_WORKSPACE
+from ...engine import _cl
+from ...kernels.compiler import get_kernel
+from ...kernels.reorder import ReorderProblem, build_reorder, layout_of
+from ...memory import memory
+from ...memory.desc import MemoryDesc
+from .layout import region_desc
+
+
+class _Ref:
+    """A buffer named in the plan, bound at execute time."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"_Ref({self.key!r})"
+
+
+class PlanBase:
+    """An ordered list of launches ``(callable, args)``; args may name buffers (:class:`_Ref`)."""
+
+    def __init__(self, pd):
+        self.pd = pd
+        self.s = pd.shape
+        self.engine = pd.get_engine()
+        self.spec = pd._spec
+        self.steps: list[tuple] = []
+        self.scratch_bytes = pd.scratch.nbytes()
+        self.src: dict[str, tuple[_Ref, int]] = {}
+
+    def stage_inputs(self, inputs: dict, direct: tuple) -> None:
+        """Decide where each input is read from: the user's buffer, or (other layouts and data
+        types) a canonical f32 copy in the scratchpad made by a reorder at the start."""
+        from .forward import kernel_desc
+
+        sc = self.pd.scratch
+        for name, arg in inputs.items():
+            md = self.pd._descs.get(name)
+            if md is None or md.is_zero():
+                continue
+            if name in direct and md != kernel_desc(name, md):
+                off = sc["in_" + name]
+                self.add_reorder(_Ref(arg), md, _Ref("scratch"), region_desc(md.dims, off))
+                self.src[name] = (_Ref("scratch"), off)
+            else:
+                self.src[name] = (_Ref(arg), 0)
+
+    def add_reorder(self, src_ref, src_md: MemoryDesc, dst_ref, dst_md: MemoryDesc, beta=0.0):
+        p = ReorderProblem(dims=src_md.dims, src_dt=src_md.data_type, dst_dt=dst_md.data_type,
+                           src_layout=layout_of(src_md), dst_layout=layout_of(dst_md),
+                           src_nelems=src_md.nelems_physical(),
+                           dst_nelems=dst_md.nelems_physical(), beta=beta)
+        kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
+        self.steps.append((kern, (src_ref, dst_ref)))
+
+    def add_zero(self, ref, offset_elems: int, nelems: int) -> None:
+        if nelems > 0:
+            self.steps.append((_fill_zero, (ref, offset_elems * 4, nelems * 4)))
+
+    def execute(self, stream, args) -> None:
+        bufs = {k: m.buffer for k, m in args.items()}
+        scratch = args.get(ARG_SCRATCHPAD)
+        if scratch is None and self.scratch_bytes:
+            scratch = self._scratch_memory()
+        if scratch is not None:
+            bufs["scratch"] = scratch.buffer
+        if ARG_WORKSPACE in args:
+            bufs["ws"] = args[ARG_WORKSPACE].buffer
+        # kernels of one primitive stay ordered on out-of-order queues too
+        chain = stream.out_of_order
+        evt = None
+        for fn, fargs in self.steps:
+            evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
+                     wait_for=[evt] if chain and evt is not None else None)
+
+    def _scratch_memory(self) -> memory:
+        m = getattr(self, "_scratch", None)
+        if m is None:
+            m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
+        return m
+
+
+def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):
+    cl = _cl()
+    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes,
+                                 wait_for=wait_for)
+    stream.record("rnn_zero", evt)
+    return evt
