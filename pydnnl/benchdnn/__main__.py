@@ -113,6 +113,9 @@ def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
             + (" --with-projection" if o.with_projection else ""))
     b = rnn_drv.RnnBench(eng, p, o)
     if mode == "C":
+        if b.bwd is not None:
+            raise SystemExit("--mode=C with --prop=BWD_DW: the backward is checked by the test "
+                             "suite against finite differences; use --mode=P here")
         err = b.check()
         ok = err <= 1e-5
         print(f"check,{'passed' if ok else 'FAILED'},{desc},{p.to_str()},max_rel_err={err:.2e}", flush=True)

@@ -112,26 +112,34 @@ class RnnBench:
     """Creates the primitive and its memories for one problem; times or checks it."""
 
     def __init__(self, eng, p: RnnProblem, o: RnnOptions, seed: int = 0):
-        if o.prop not in ("FWD_I", "FWD_D"):
-            raise dnnl.unimplemented(f"benchdnn --rnn: --prop={o.prop} needs the RNN backward "
-                                     f"primitives, which are not implemented yet")
         self.eng, self.p, self.o = eng, p, o
         self.cell, descs = _descs(p, o)
         cls = getattr(dnnl, ALGS[o.alg][1])
-        prop = getattr(dnnl.prop_kind, PROPS[o.prop])
+        backward = o.prop == "BWD_DW"
+        prop = dnnl.prop_kind.forward_training if backward else getattr(dnnl.prop_kind, PROPS[o.prop])
         direction = getattr(dnnl.rnn_direction, DIRECTIONS[o.direction])
-        head = (eng, prop) + ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
-                              if self.cell.name == "vanilla_rnn" else ()) + (direction,)
+        act = ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
+               if self.cell.name == "vanilla_rnn" else ())
         t0 = time.perf_counter()
-        self.pd = cls.primitive_desc(*head, **descs)
+        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs)
         self.prim = cls(self.pd)
+        self.bwd = None
+        if backward:
+            bcls = getattr(dnnl, ALGS[o.alg][1].replace("_forward", "_backward"))
+            bdescs = dict(descs)
+            for k, md in descs.items():
+                bdescs["diff_" + k] = dnnl.memory.desc(md.get_dims(), dnnl.memory.data_type.f32,
+                                                       dnnl.memory.format_tag.any)
+            self.bpd = bcls.primitive_desc(eng, dnnl.prop_kind.backward, *act, direction,
+                                           **bdescs, hint_fwd_pd=self.pd,
+                                           flags=dnnl.rnn_flags.diff_weights_overwrite)
+            self.bwd = bcls(self.bpd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         rng = np.random.default_rng(seed)
         self.values = {}
         self.args = {}
-        from ..constants import ARG_WORKSPACE
         for arg, spec in self.pd.arg_specs().items():
-            if arg == ARG_WORKSPACE or spec.output:
+            if arg == dnnl.ARG_WORKSPACE or spec.output:
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
             scale = 1.0 / np.sqrt(max(spec.md.dims[-1], 1)) if len(spec.md.dims) == 5 else 1.0
@@ -140,13 +148,27 @@ class RnnBench:
                 v = rng.random(spec.md.dims).astype(np.float32)
             self.values[arg] = v
             self.args[arg] = dnnl.memory(spec.md, eng, v)
+        self.bargs = {}
+        if self.bwd is not None:
+            for arg, spec in self.bpd.arg_specs().items():
+                if arg in self.args:
+                    self.bargs[arg] = self.args[arg]
+                elif spec.output:
+                    self.bargs[arg] = dnnl.memory(spec.md, eng)
+                else:
+                    v = rng.standard_normal(spec.md.dims).astype(np.float32)
+                    self.bargs[arg] = dnnl.memory(spec.md, eng, v)
         self.stream = dnnl.stream(eng)
 
     def flops(self) -> int:
-        return self.pd.shape.flops_forward()
+        """Forward GEMM flops; backward adds twice as many (data and weight gradients)."""
+        f = self.pd.shape.flops_forward()
+        return f * 3 if self.bwd is not None else f
 
     def run(self) -> None:
         self.prim.execute(self.stream, self.args)
+        if self.bwd is not None:
+            self.bwd.execute(self.stream, self.bargs)
 
     def time(self, warmup: int = 2, min_reps: int = 5, min_seconds: float = 1.0) -> list[float]:
         for _ in range(warmup):
@@ -216,17 +238,26 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
     m = m.to(device)
     x = torch.randn(p.t, p.mb, p.slc, device=device)
     training = o.prop != "FWD_I"
+    backward = o.prop == "BWD_DW"
     ctx = torch.enable_grad() if training else torch.no_grad()
     sync = (torch.cuda.synchronize if device.startswith("cuda") else (lambda: None))
+    if backward:
+        x.requires_grad_(True)
+
+    def step():
+        y = m(x)[0]
+        if backward:
+            y.backward(torch.ones_like(y))
+
     with ctx:
         for _ in range(2):
-            m(x)
+            step()
         sync()
         times = []
         t_end = time.perf_counter() + min_seconds
         while len(times) < 5 or time.perf_counter() < t_end:
             t0 = time.perf_counter()
-            m(x)
+            step()
             sync()
             times.append((time.perf_counter() - t0) * 1e3)
             if len(times) >= 1000:
