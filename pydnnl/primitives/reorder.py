@@ -177,5 +177,5 @@ class reorder(primitive):
             cur[idx] = raw[idx]
             raw, start = cur, 0
         if raw.size > start:
-            cl.enqueue_copy(q, dst.buffer, raw[start:], device_offset=start * raw.itemsize,
+            cl.enqueue_copy(q, dst.buffer, raw[start:], dst_offset=start * raw.itemsize,
                             is_blocking=True)
