@@ -161,6 +161,9 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
                 f"{kind}: weights_projection_desc dims must be [L, D, DHC, DIC] with L, D, DHC = "
                 f"{[L, D, DHC]}, got {list(proj)}")
         DIC = proj[3]
+        if DIC <= 0:
+            raise invalid_arguments(
+                f"{kind}: DIC (weights_projection_desc dims[3]) must be positive, got {DIC}")
     mult = 2 if direction == rnn_direction.bidirectional_concat else 1
     if DLC != mult * DIC:
         raise invalid_arguments(
