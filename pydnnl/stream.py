@@ -42,6 +42,9 @@ class stream:
         self._engine = engine
         self._flags = flags
         self.queue = cl.CommandQueue(engine.context, engine.device, properties=props)
+        from .memory.pool import register_stream
+
+        register_stream(engine.context, self)
         self._out_of_order = bool(props & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
         self._profiling = bool(flags & stream.flags.profiling)
         self._records: list[tuple[str, object]] = []

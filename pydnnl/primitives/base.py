@@ -135,6 +135,12 @@ class primitive_desc_base:
     def scratchpad_desc(self) -> MemoryDesc:
         return self._scratchpad_md
 
+    #: names preferred in messages for this primitive's arguments (e.g. the RNN mnemonics)
+    _ARG_LABELS: dict[int, str] = {}
+
+    def _arg_label(self, arg: int) -> str:
+        return self._ARG_LABELS.get(arg) or arg_name(arg)
+
     def _arg_engine(self, arg: int) -> _engine:
         """The engine argument ``arg`` must live on."""
         return self._engine
@@ -146,7 +152,7 @@ class primitive_desc_base:
         return dict(self._args)
 
     def _verbose_mds(self) -> str:
-        return " ".join(f"{arg_name(a)[4:].lower()}:{s.md.short_str()}"
+        return " ".join(f"{self._arg_label(a)[4:].lower()}:{s.md.short_str()}"
                         for a, s in self._args.items() if a < ARG_ATTR_SCALES)
 
 
@@ -201,24 +207,24 @@ class primitive:
             raise invalid_arguments(f"{kind}.execute: args must be a dict {{ARG_*: memory}}, got {type(args).__name__}")
         for a, m in args.items():
             if a not in pd._args:
-                known = ", ".join(arg_name(k) for k in pd._args)
+                known = ", ".join(pd._arg_label(k) for k in pd._args)
                 raise invalid_arguments(
-                    f"{kind}.execute: unexpected argument {arg_name(a)}; this primitive takes {known}")
+                    f"{kind}.execute: unexpected argument {pd._arg_label(a)}; this primitive takes {known}")
             if not isinstance(m, memory):
                 raise invalid_arguments(
-                    f"{kind}.execute: argument {arg_name(a)} must be a pydnnl.memory, got {type(m).__name__}")
+                    f"{kind}.execute: argument {pd._arg_label(a)} must be a pydnnl.memory, got {type(m).__name__}")
         for a, spec in pd._args.items():
             m = args.get(a)
             if m is None:
                 if spec.required:
                     raise invalid_arguments(
-                        f"{kind}.execute: missing argument {arg_name(a)} (expected {spec.md!r})")
+                        f"{kind}.execute: missing argument {pd._arg_label(a)} (expected {spec.md!r})")
                 continue
             if m.get_desc() != spec.md:
                 raise invalid_arguments(
-                    f"{kind}.execute: argument {arg_name(a)} has desc {m.get_desc()!r}, the primitive "
+                    f"{kind}.execute: argument {pd._arg_label(a)} has desc {m.get_desc()!r}, the primitive "
                     f"expects {spec.md!r}")
             if m.get_engine() != pd._arg_engine(a):
                 raise invalid_arguments(
-                    f"{kind}.execute: argument {arg_name(a)} lives on {m.get_engine()!r}, the "
+                    f"{kind}.execute: argument {pd._arg_label(a)} lives on {m.get_engine()!r}, the "
                     f"primitive expects it on {pd._arg_engine(a)!r}")

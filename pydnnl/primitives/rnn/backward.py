@@ -51,6 +51,7 @@ class rnn_backward_pd_base(primitive_desc_base):
     """Shared parsing and validation of the backward RNN pds."""
 
     _kind = "rnn_backward"
+    _ARG_LABELS = fwd.RNN_ARG_LABELS
     _cell = ""
     _signatures: tuple[tuple[str, ...], ...] = ()
     _has_activation = False
@@ -73,6 +74,14 @@ class rnn_backward_pd_base(primitive_desc_base):
         # positional descs end where hint_fwd_pd (a primitive descriptor) begins
         lens = {len(sig): sig for sig in self._signatures}
         cut = next((i for i, v in enumerate(rest) if isinstance(v, primitive_desc_base)), len(rest))
+        if rest and cut not in lens:
+            # hint_fwd_pd passed positionally as None (then attr, alpha, beta): the descs end
+            # where that None stands, so the error below names the missing hint
+            for k in range(1, 5):
+                if (cut - k in lens and rest[cut - k] is None
+                        and not any(isinstance(v, MemoryDesc) for v in rest[cut - k + 1:cut])):
+                    cut -= k
+                    break
         if rest and cut not in lens:
             raise invalid_arguments(
                 f"{self._kind}: expected {' or '.join(map(str, sorted(lens)))} memory descs after "

@@ -33,6 +33,17 @@ ARGS = {
     "dst_iter_c_desc": (ARG_DST_ITER_C, "ldnc", True),
 }
 
+RNN_ARG_LABELS = {
+    1: "ARG_SRC_LAYER", 2: "ARG_SRC_ITER", 3: "ARG_SRC_ITER_C", 4: "ARG_AUGRU_ATTENTION",
+    17: "ARG_DST_LAYER", 18: "ARG_DST_ITER", 19: "ARG_DST_ITER_C", 33: "ARG_WEIGHTS_LAYER",
+    34: "ARG_WEIGHTS_ITER", 35: "ARG_WEIGHTS_PEEPHOLE", 36: "ARG_WEIGHTS_PROJECTION",
+    41: "ARG_BIAS", 64: "ARG_WORKSPACE", 80: "ARG_SCRATCHPAD",
+    129: "ARG_DIFF_SRC_LAYER", 130: "ARG_DIFF_SRC_ITER", 131: "ARG_DIFF_SRC_ITER_C",
+    132: "ARG_DIFF_AUGRU_ATTENTION", 145: "ARG_DIFF_DST_LAYER", 146: "ARG_DIFF_DST_ITER",
+    147: "ARG_DIFF_DST_ITER_C", 161: "ARG_DIFF_WEIGHTS_LAYER", 162: "ARG_DIFF_WEIGHTS_ITER",
+    163: "ARG_DIFF_WEIGHTS_PEEPHOLE", 164: "ARG_DIFF_WEIGHTS_PROJECTION", 169: "ARG_DIFF_BIAS",
+}
+
 _ACTIVATIONS = {algorithm.eltwise_relu: "relu", algorithm.eltwise_tanh: "tanh",
                 algorithm.eltwise_logistic: "logistic"}
 
@@ -54,6 +65,7 @@ class rnn_forward_pd_base(primitive_desc_base):
     """Shared parsing, validation, layout negotiation and queries of the forward RNN pds."""
 
     _kind = "rnn_forward"
+    _ARG_LABELS = RNN_ARG_LABELS
     _cell = ""
     #: positional parameter lists accepted after (engine, prop_kind, [activation,] direction)
     _signatures: tuple[tuple[str, ...], ...] = ()
