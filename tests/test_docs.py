@@ -26,7 +26,8 @@ def test_doc_snippet_runs(path, index, code):
 
 
 @pytest.mark.parametrize("script,args", [("examples/quickstart.py", []),
-                                         ("examples/lstm_inference.py", ["8", "4", "32"])])
+                                         ("examples/lstm_inference.py", ["8", "4", "32"]),
+                                         ("examples/train_digits_lstm.py", [])])
 def test_example_runs(script, args):
     r = subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True,
                        text=True, timeout=600)
