@@ -1,0 +1,354 @@
+"""The GEMM kernel family against numpy: ragged sizes, M/N/K of 1, transposes, alpha/beta,
+beta == 0 over a C full of NaN (C must not be read), offsets and leading dimensions, batched
+and strided GEMMs, packed B, both pipelines (register tiles, local-memory tiles); then the
+parameter helpers, and one run under the Oclgrind simulator for invalid memory accesses."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels import gemm as G
+from pydnnl.kernels.compiler import get_kernel
+
+
+def _engines() -> list:
+    out = []
+    for kind in (dnnl.engine.kind.cpu, dnnl.engine.kind.gpu):
+        for i in range(dnnl.engine.get_count(kind)):
+            out.append(dnnl.engine(kind, i))
+    return out
+
+
+ENGINES = _engines()
+
+
+@pytest.fixture(scope="module", params=ENGINES,
+                ids=[f"{e.get_kind().name}-{e.info.platform.split()[0]}" for e in ENGINES])
+def dev(request):
+    """(engine, stream) for every device present (Intel's CPU runtime, PoCL, GPUs)."""
+    eng = request.param
+    return eng, dnnl.stream(eng)
+
+
+def _mat(buf, off, rows, cols, ld):
+    return np.lib.stride_tricks.as_strided(buf[off:], shape=(rows, cols),
+                                           strides=(ld * buf.itemsize, buf.itemsize))
+
+
+def reference(pr: G.GemmProblem, a, b, c):
+    """The whole C buffer after the GEMM, computed in float64 (untouched elements kept)."""
+    out = c.astype(np.float64)
+    for t in range(pr.batch):
+        A = _mat(a, pr.a_offset + t * pr.stride_a, *((pr.k, pr.m) if pr.trans_a else
+                                                      (pr.m, pr.k)), pr.lda).astype(np.float64)
+        B = _mat(b, pr.b_offset + t * pr.stride_b, *((pr.n, pr.k) if pr.trans_b else
+                                                      (pr.k, pr.n)), pr.ldb).astype(np.float64)
+        A = A.T if pr.trans_a else A
+        B = B.T if pr.trans_b else B
+        C = _mat(out, pr.c_offset + t * pr.stride_c, pr.m, pr.n, pr.ldc)
+        C[...] = pr.alpha * (A @ B) + (pr.beta * C if pr.beta != 0 else 0.0)
+    return out
+
+
+def run_gemm(dev, pr: G.GemmProblem, params: dict | None = None, device_pack=False, seed=0):
+    """Run ``pr`` with ``params`` (packing B when they ask for it); (result C, expected C)."""
+    import pyopencl as cl
+
+    eng, s = dev
+    params = G.normalize_params(params)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(pr.size("a")).astype(pr.dtype)
+    b = rng.standard_normal(pr.size("b")).astype(pr.dtype)
+    c = (rng.standard_normal(pr.size("c")).astype(pr.dtype) if pr.beta != 0
+         else np.full(pr.size("c"), np.nan, pr.dtype))
+    ctx, q = eng.context, s.queue
+    mf = cl.mem_flags
+    A = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    C = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+    kpr = pr
+    if params["packed_b"]:
+        pk = G.pack_b(pr, params)
+        kpr = pk.problem
+        if device_pack:
+            Bsrc = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+            B = cl.Buffer(ctx, mf.READ_WRITE, size=max(1, pk.size) * b.itemsize)
+            packer = get_kernel(eng, "gemm_pack_b", (G.GENERATOR_VERSION, pr, params["cols"]),
+                                pk.build)
+            packer(s, Bsrc, B)
+            packed = np.empty(pk.size, pr.dtype)
+            cl.enqueue_copy(q, packed, B)
+            q.finish()
+            np.testing.assert_array_equal(packed, pk.pack(b))
+        else:
+            B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=pk.pack(b))
+    else:
+        B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    k = get_kernel(eng, "gemm", G.cache_key(kpr, params), lambda: G.build_gemm(kpr, params))
+    k(s, A, B, C)
+    out = np.empty_like(c)
+    cl.enqueue_copy(q, out, C)
+    q.finish()
+    return out, reference(pr, a, b, c)
+
+
+def check(dev, pr, params=None, **kw):
+    out, ref = run_gemm(dev, pr, params, **kw)
+    tol = 2e-6 * max(1, pr.k) ** 0.5 * 8
+    np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)  # NaN where ref has NaN only
+
+
+# small tiles so that every tile size is exceeded and none divides the sizes
+SMALL = {"rows": 3, "cols": 8, "vec": 4}
+
+CASES = {
+    # name: (problem, params)
+    "ragged_packed": (G.GemmProblem(13, 37, 11), {}),
+    "ragged_plain_alpha_beta": (G.GemmProblem(13, 37, 11, alpha=2.0, beta=0.5),
+                                {"packed_b": False}),
+    "m1": (G.GemmProblem(1, 29, 7), {}),
+    "n1_plain": (G.GemmProblem(9, 1, 5, beta=1.0), dict(SMALL, packed_b=False)),
+    "k1": (G.GemmProblem(6, 10, 1, alpha=-1.0), dict(SMALL)),
+    "mnk1": (G.GemmProblem(1, 1, 1, beta=0.5), dict(SMALL, packed_b=False)),
+    "trans_plain": (G.GemmProblem(7, 19, 9, trans_a=True, trans_b=True, lda=11, ldb=12,
+                                  alpha=0.5, beta=-1.0), dict(SMALL, packed_b=False)),
+    "trans_b_packed": (G.GemmProblem(7, 19, 9, trans_b=True, ldb=10), dict(SMALL)),
+    "offsets_ld_kunroll": (G.GemmProblem(9, 19, 7, lda=20, ldb=30, ldc=25, a_offset=3,
+                                         b_offset=5, c_offset=7, beta=0.25),
+                           dict(SMALL, packed_b=False, k_unroll=4)),
+    "batched_strided": (G.GemmProblem(5, 11, 6, batch=3, lda=8, ldc=13, stride_a=50,
+                                      stride_b=70, stride_c=80, a_offset=1, c_offset=2,
+                                      beta=1.0),
+                        dict(SMALL, packed_b=False, wg=(2, 2), m_loop=2)),
+    "batched_shared_b_packed": (G.GemmProblem(5, 11, 6, batch=3, stride_b=0),
+                                dict(SMALL, m_inner=True, k_unroll=2)),
+    "scalar_vec1": (G.GemmProblem(6, 9, 5, trans_b=True), {"rows": 2, "cols": 3, "vec": 1,
+                                                           "packed_b": False}),
+    "f64_accumulate": (G.GemmProblem(7, 13, 9, beta=0.5, acc_dtype=np.float64), dict(SMALL)),
+    "f64": (G.GemmProblem(7, 13, 9, alpha=1.5, dtype=np.float64), dict(SMALL, packed_b=False)),
+    "local_tiles": (G.GemmProblem(11, 13, 9, alpha=0.5, beta=0.25),
+                    {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
+                     "wg": (4, 2), "k_tile": 4}),
+    "local_tiles_trans_batched": (G.GemmProblem(9, 10, 7, batch=2, trans_a=True, trans_b=True,
+                                                lda=12, c_offset=3),
+                                  {"local_prefetch": True, "packed_b": False, "vec": 1,
+                                   "rows": 2, "cols": 3, "wg": (2, 2), "k_tile": 4}),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gemm_matches_numpy(dev, name):
+    pr, params = CASES[name]
+    if np.float64 in (pr.dtype, pr.acc_dtype) and not dev[0].info.fp64:
+        pytest.skip("the device has no float64")
+    check(dev, pr, params)
+
+
+def test_default_params_and_device_packing(dev):
+    """The device's default parameters on a ragged problem, B packed by the device packer."""
+    eng, _ = dev
+    pr = G.GemmProblem(10, 27, 13, trans_b=True, beta=0.5)
+    params = G.default_params(eng)
+    if params["packed_b"]:
+        check(dev, pr, params, device_pack=True)
+    else:
+        check(dev, pr, params)
+
+
+# {{{ no device needed
+
+def test_problem_defaults_and_sizes():
+    pr = G.GemmProblem(3, 5, 7, trans_a=True)
+    assert (pr.lda, pr.ldb, pr.ldc) == (3, 5, 5)
+    assert pr.size("a") == 7 * 3 and pr.size("b") == 7 * 5 and pr.size("c") == 3 * 5
+    bt = G.GemmProblem(3, 5, 7, batch=4, a_offset=2, stride_b=0)
+    assert bt.stride_a == 21 and bt.size("a") == 2 + 3 * 21 + 21 and bt.size("b") == 35
+    pk = G.GemmProblem(3, 5, 7, b_layout="panel8")
+    assert pk.panel_width == 8 and pk.size("b") == 8 * 7
+    assert G.flops(bt) == 2 * 3 * 5 * 7 * 4
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(m=0, n=1, k=1), "m"), (dict(m=1, n=1, k=1, lda=0, trans_a=False), "lda"),
+    (dict(m=2, n=3, k=4, ldc=2), "ldc"), (dict(m=1, n=1, k=1, dtype=np.int32), "dtype"),
+    (dict(m=1, n=1, k=1, b_layout="blocked"), "b_layout"),
+    (dict(m=2, n=2, k=2, batch=2, stride_c=1), "stride_c"),
+    (dict(m=1, n=1, k=1, a_offset=-1), "a_offset"),
+])
+def test_problem_rejects(kw, word):
+    with pytest.raises(ValueError, match=word):
+        G.GemmProblem(**kw)
+
+
+@pytest.mark.parametrize("params, word", [
+    ({"rows": 0}, "rows"), ({"cols": 12, "vec": 8}, "cols"), ({"vec": 3}, "vec"),
+    ({"wg": (0, 1)}, "wg"), ({"bogus": 1}, "bogus"),
+    ({"local_prefetch": True, "vec": 8}, "vec"),
+])
+def test_params_rejects(params, word):
+    with pytest.raises(ValueError, match=word):
+        G.normalize_params(params)
+
+
+def test_build_checks_b_layout():
+    pr = G.GemmProblem(4, 5, 6)
+    with pytest.raises(ValueError, match="pack"):
+        G.build_gemm(pr, {"packed_b": True})
+    packed = G.pack_b(pr, {"cols": 16, "vec": 8}).problem
+    assert packed.b_layout == "panel16" and packed.b_offset == 0
+    with pytest.raises(ValueError, match="cols"):
+        G.build_gemm(packed, {"cols": 24, "packed_b": True})
+    with pytest.raises(ValueError, match="packed_b"):
+        G.build_gemm(packed, {"cols": 16, "packed_b": False})
+
+
+def test_numpy_packer_layout():
+    pr = G.GemmProblem(2, 5, 3, trans_b=True, ldb=4, b_offset=1)
+    pk = G.pack_b(pr, {"cols": 4, "vec": 4})
+    flat = np.arange(pr.size("b"), dtype=np.float32)
+    logical = _mat(flat, 1, 5, 3, 4).T  # op(B): (k, n)
+    packed = pk.pack(flat).reshape(2, 3, 4)  # (panel, k, column in panel)
+    np.testing.assert_array_equal(packed[0], logical[:, :4])
+    np.testing.assert_array_equal(packed[1, :, 0], logical[:, 4])
+    assert not packed[1, :, 1:].any()  # zero padding past n
+    np.testing.assert_array_equal(pk.pack(logical), pk.pack(flat))
+
+
+class _FakeDevice:
+    """A pydnnl DeviceInfo look-alike."""
+
+    def __init__(self, type_, vendor="", max_wg=1024, local=32768, vec=1):
+        self.type, self.vendor, self.platform = type_, vendor, "fake"
+        self.max_work_group_size, self.local_mem_bytes = max_wg, local
+        self.preferred_float_vector_width = vec
+
+
+def test_default_params_by_device_type():
+    cpu = G.default_params(_FakeDevice("cpu"))
+    assert not cpu["local_prefetch"] and cpu["vec"] == 8 and cpu["packed_b"]
+    gpu = G.default_params(_FakeDevice("gpu", "NVIDIA Corporation"))
+    assert gpu["local_prefetch"] and gpu["vec"] == 1 and not gpu["packed_b"]
+    small = G.default_params(_FakeDevice("gpu", "Other", max_wg=64))
+    assert small["wg"][0] * small["wg"][1] <= 64
+
+
+def test_search_space_is_pruned():
+    pr = G.GemmProblem(1, 7, 300)
+    space = G.search_space(pr, _FakeDevice("cpu"))
+    assert space and all(p["rows"] == 1 and p["cols"] == 8 for p in space)
+    big = G.search_space(G.GemmProblem(64, 2048, 512), _FakeDevice("cpu"))
+    assert big[0] == G.normalize_params(G.default_params(_FakeDevice("cpu")))
+    assert len({tuple(sorted(p.items())) for p in big}) == len(big)
+    for p in big:  # accumulators + a row of B + a broadcast fit AVX2's 16 registers
+        assert p["rows"] * p["cols"] // p["vec"] + p["cols"] // p["vec"] + 1 <= 16
+    gpu = G.search_space(G.GemmProblem(64, 64, 64), _FakeDevice("gpu", max_wg=128, local=4096))
+    assert gpu and all(p["wg"][0] * p["wg"][1] <= 128 for p in gpu)
+    assert all(G.local_mem_bytes(G.GemmProblem(64, 64, 64), p) <= 4096 for p in gpu)
+    packed = G.GemmProblem(8, 40, 8, b_layout="panel16")
+    assert all(p["cols"] == 16 and p["packed_b"] for p in G.search_space(packed, None))
+
+
+def test_kernel_signature_and_fixed_sizes():
+    import loopy as lp
+
+    pr = G.GemmProblem(13, 37, 11, batch=2, beta=1.0)
+    for params in ({"packed_b": False}, dict(G.DEFAULT_GPU_PARAMS)):
+        tu = G.build_gemm(pr, params)
+        knl = tu.default_entrypoint
+        assert [a.name for a in knl.args] == ["a", "b", "c"]
+        assert all(len(a.shape) == 1 for a in knl.args)
+        gsize, lsize = knl.get_grid_size_upper_bounds_as_exprs(tu.callables_table)
+        assert all(isinstance(int(x), int) for x in gsize + lsize)
+        code = lp.generate_code_v2(tu).device_code()
+        assert "__kernel" in code
+
+# }}}
+
+
+# {{{ Oclgrind
+
+PROBE = r"""
+import json, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import pyopencl as cl
+import pydnnl as dnnl
+from pydnnl.kernels import gemm as G
+from pydnnl.kernels.compiler import source_from_loopy
+eng = dnnl.engine.from_name("Oclgrind")
+ctx = eng.context
+q = cl.CommandQueue(ctx, eng.device)
+mf = cl.mem_flags
+rng = np.random.default_rng(1)
+results = {}
+cases = {
+    "plain": (G.GemmProblem(5, 11, 4, beta=0.5, lda=6, c_offset=1),
+              {"rows": 2, "cols": 8, "vec": 4, "packed_b": False, "k_unroll": 2}),
+    "packed_trans": (G.GemmProblem(5, 11, 4, trans_a=True, trans_b=True, batch=2),
+                     {"rows": 2, "cols": 8, "vec": 8, "wg": (2, 1)}),
+    "local": (G.GemmProblem(5, 7, 5, beta=1.0),
+              {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
+               "wg": (2, 2), "k_tile": 2}),
+}
+for name, (pr, params) in cases.items():
+    params = G.normalize_params(params)
+    a = rng.standard_normal(pr.size("a")).astype(np.float32)
+    b = rng.standard_normal(pr.size("b")).astype(np.float32)
+    c = rng.standard_normal(pr.size("c")).astype(np.float32)
+    kpr, bdev = pr, b
+    if params["packed_b"]:
+        pk = G.pack_b(pr, params)
+        kpr, bdev = pk.problem, pk.pack(b)
+    src = source_from_loopy(G.build_gemm(kpr, params))
+    knl = getattr(cl.Program(ctx, src.source).build(), src.name)
+    A = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
+    C = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+    knl(q, src.global_size, src.local_size, A, B, C)
+    out = np.empty_like(c)
+    cl.enqueue_copy(q, out, C)
+    q.finish()
+    ref = c.astype(np.float64)
+    for t in range(pr.batch):
+        def mat(buf, off, rows, cols, ld):
+            return np.lib.stride_tricks.as_strided(buf[off:], (rows, cols),
+                                                   (ld * buf.itemsize, buf.itemsize))
+        Am = mat(a, pr.a_offset + t * pr.stride_a, *((pr.k, pr.m) if pr.trans_a else (pr.m, pr.k)), pr.lda)
+        Bm = mat(b, pr.b_offset + t * pr.stride_b, *((pr.n, pr.k) if pr.trans_b else (pr.k, pr.n)), pr.ldb)
+        Am, Bm = (Am.T if pr.trans_a else Am), (Bm.T if pr.trans_b else Bm)
+        Cm = mat(ref, pr.c_offset + t * pr.stride_c, pr.m, pr.n, pr.ldc)
+        Cm[...] = pr.alpha * (Am.astype(np.float64) @ Bm) + pr.beta * Cm
+    results[name] = bool(np.allclose(out, ref, rtol=1e-5, atol=1e-5))
+print(json.dumps(results))
+"""
+
+PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                     "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
+
+
+def _has_oclgrind() -> bool:
+    return any("oclgrind" in d.platform.lower() for d in dnnl.engine.list_devices())
+
+
+@pytest.mark.skipif(not _has_oclgrind(), reason="the Oclgrind simulator is not installed")
+def test_gemm_kernels_clean_under_oclgrind():
+    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
+    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
+               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1")
+    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    stderr = r.stderr.replace(PYOPENCL_NV_PROBE, "")
+    problems = [ln for ln in stderr.splitlines()
+                if re.search(r"invalid|error|uninitiali[sz]ed|race", ln, re.IGNORECASE)]
+    assert not problems, "Oclgrind reported:\n" + stderr
+    results = json.loads(r.stdout.strip().splitlines()[-1])
+    assert results == {"plain": True, "packed_trans": True, "local": True}
+
+# }}}
