@@ -41,11 +41,17 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
     mc = dnnl.memory(dnnl.memory.desc([m, n], dt.f32, tag.ab), eng)
     s = dnnl.stream(eng)
     t0 = time.perf_counter()
-    g = get_gemm(eng, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n))
+    # B is treated as a weight: packed once into the panels the kernel reads (not timed)
+    g = get_gemm(eng, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), static_b=True)
+    b_buf = mb.buffer
+    if g.packed:
+        packed = dnnl.memory(dnnl.memory.desc([g.packed_size], dt.f32, tag.a), eng)
+        g.packer(0, 1, k * n, 0)(s, mb.buffer, packed.buffer)
+        b_buf = packed.buffer
     create_ms = (time.perf_counter() - t0) * 1e3
 
     def once():
-        g(s, ma.buffer, 0, mb.buffer, 0, mc.buffer, 0)
+        g(s, ma.buffer, 0, b_buf, 0, mc.buffer, 0)
         s.wait()
 
     if mode == "C":

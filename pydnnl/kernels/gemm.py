@@ -130,6 +130,9 @@ class GemmProblem:
     stride_c: int | None = None
     b_layout: str = "plain"
     acc_dtype: Any = None
+    #: the kernel takes ``a_off, b_off, c_off`` (int64, in elements) after its buffers, added to
+    #: the offsets above at run time: one kernel serves many sub-matrices of big buffers
+    runtime_offsets: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -475,6 +478,14 @@ def _cast(dtype, expr, from_dtype):
 # }}}
 
 
+def _off(pr: GemmProblem, which: str):
+    """Base offset of buffer ``which``: the constant, plus the run-time argument if any."""
+    const = {"a": pr.a_offset, "b": pr.b_offset, "c": pr.c_offset}[which]
+    if not pr.runtime_offsets:
+        return const
+    return _var(f"{which}_off") + const if const else _var(f"{which}_off")
+
+
 @dataclass
 class _Layout:
     """Index expressions of one kernel: how (row, col) of A, B, C map to flat offsets."""
@@ -488,13 +499,13 @@ class _Layout:
         pr = self.pr
         if self.mp > pr.m:
             i = _clamp_hi(i, pr.m)
-        base = pr.a_offset + self.bt * pr.stride_a
+        base = _off(pr, "a") + self.bt * pr.stride_a
         idx = base + (kk * pr.lda + i if pr.trans_a else i * pr.lda + kk)
         return _cast(pr.acc_dtype, _sub("a", idx), pr.dtype)
 
     def b_plain(self, kk, j, clamp: bool):
         pr = self.pr
-        base = pr.b_offset + self.bt * pr.stride_b
+        base = _off(pr, "b") + self.bt * pr.stride_b
         if pr.trans_b:
             if self.np_ > pr.n:
                 j = _clamp_hi(j, pr.n)
@@ -508,12 +519,12 @@ class _Layout:
     def b_panel(self, kk, panel, within):
         pr = self.pr
         w = pr.panel_width
-        idx = pr.b_offset + self.bt * pr.stride_b + panel * (pr.k * w) + kk * w + within
+        idx = _off(pr, "b") + self.bt * pr.stride_b + panel * (pr.k * w) + kk * w + within
         return _cast(pr.acc_dtype, _sub("b", idx), pr.dtype)
 
     def c_index(self, i, j):
         pr = self.pr
-        return pr.c_offset + self.bt * pr.stride_c + i * pr.ldc + j
+        return _off(pr, "c") + self.bt * pr.stride_c + i * pr.ldc + j
 
     def store(self, i, j, acc_expr):
         """(assignee, value, predicates) of the C update for element (i, j)."""
@@ -566,6 +577,14 @@ def _gpu_index_dtype(pr: GemmProblem):
 def _args(pr: GemmProblem):
     import loopy as lp
 
+    if pr.runtime_offsets:  # sizes unknown at build time: the caller guarantees them
+        return [
+            lp.GlobalArg("a", pr.dtype, shape=None, is_input=True, is_output=False),
+            lp.GlobalArg("b", pr.dtype, shape=None, is_input=True, is_output=False),
+            lp.GlobalArg("c", pr.dtype, shape=None, is_input=pr.beta != 0.0, is_output=True),
+            lp.ValueArg("a_off", np.int64), lp.ValueArg("b_off", np.int64),
+            lp.ValueArg("c_off", np.int64),
+        ]
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
@@ -880,8 +899,9 @@ class BPacking:
         out = padded.reshape(cnt, src.k, npad // w, w).transpose(0, 2, 1, 3)
         return np.ascontiguousarray(out).reshape(-1)
 
-    def build(self):
-        """loopy TranslationUnit ``pack_b(b, bp)`` packing on the device."""
+    def build(self, dst_offset: int = 0):
+        """loopy TranslationUnit ``pack_b(b, bp)`` packing on the device, writing the packed
+        matrices from element ``dst_offset`` of ``bp`` on."""
         import loopy as lp
         import pymbolic.primitives as prim
 
@@ -900,13 +920,13 @@ class BPacking:
         if src.n % w:
             value = prim.If(_lt(j, src.n), value, 0)
         value = _cast(src.dtype, value, src.acc_dtype)
-        idx = bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
+        idx = dst_offset + bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
         insn = lp.Assignment(_sub("bp", idx), value, id="pack",
                              within_inames=frozenset(inames))
         args = [lp.GlobalArg("b", src.dtype, shape=(src.size("b"),), is_input=True,
                              is_output=False),
-                lp.GlobalArg("bp", src.dtype, shape=(dst.size("b"),), is_input=False,
-                             is_output=True)]
+                lp.GlobalArg("bp", src.dtype, shape=(dst_offset + dst.size("b"),),
+                             is_input=False, is_output=True)]
         knl = lp.make_kernel(domain, [insn], args, target=lp.OpenCLTarget(), name="pack_b",
                              lang_version=(2018, 2), index_dtype=np.int64)
         knl = lp.split_iname(knl, "kk", 16, outer_tag="g.0", inner_tag=_UNROLL)

@@ -1,8 +1,11 @@
-"""GEMMs as primitives' plans use them: fixed sizes, run-time buffer offsets.
+"""GEMMs as primitives' plans use them: fixed sizes, run-time buffer offsets, tuned parameters.
 
 ``get_gemm(engine, shape)`` returns a launcher ``g(stream, a, a_off, b, b_off, c, c_off)``
 computing, row-major, ``C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C`` where the
 offsets (in elements) change per call: one kernel serves every time step, layer and direction.
+The kernel is the tuned GEMM family of :mod:`pydnnl.kernels.gemm` reading B as it lies (no
+packing); its parameters come from the perf database or the device default
+(``PYDNNL_TUNING=fast|exhaustive`` searches and stores them).
 """
 from __future__ import annotations
 
@@ -27,51 +30,115 @@ class GemmShape:
     beta: float = 0.0
 
 
-def build_simple_gemm(s: GemmShape, params: dict | None = None):
-    """A straightforward loopy GEMM: one C element per work-item, 16x16 work-groups."""
-    import loopy as lp
-    from pymbolic import var
-    from loopy.symbolic import Reduction
+def _problem(shape: GemmShape, panel: int | None = None):
+    from .gemm import GemmProblem, panel_layout
 
-    i, j, kk = var("i"), var("j"), var("kk")
-    a_idx = var("a_off") + (kk * s.lda + i if s.trans_a else i * s.lda + kk)
-    b_idx = var("b_off") + (j * s.ldb + kk if s.trans_b else kk * s.ldb + j)
-    c_idx = var("c_off") + i * s.ldc + j
-    prod = Reduction("sum", ("kk",), var("a")[a_idx] * var("b")[b_idx])
-    rhs = prod if s.alpha == 1.0 else np.float32(s.alpha) * prod
-    if s.beta != 0.0:
-        rhs = rhs + np.float32(s.beta) * var("c")[c_idx]
-    insn = lp.Assignment(var("c")[c_idx], rhs, within_inames=frozenset(["i", "j"]))
-    knl = lp.make_kernel(
-        f"{{[i, j, kk]: 0 <= i < {s.m} and 0 <= j < {s.n} and 0 <= kk < {s.k}}}", [insn],
-        [lp.GlobalArg("a", np.float32, shape=None), lp.GlobalArg("b", np.float32, shape=None),
-         lp.GlobalArg("c", np.float32, shape=None, is_output=True, is_input=s.beta != 0.0),
-         lp.ValueArg("a_off", np.int32), lp.ValueArg("b_off", np.int32),
-         lp.ValueArg("c_off", np.int32)],
-        name="pydnnl_gemm_simple", lang_version=(2018, 2), target=lp.PyOpenCLTarget())
-    bj = min(16, s.n)
-    bi = min(16, s.m)
-    knl = lp.split_iname(knl, "j", bj, inner_tag="l.0", outer_tag="g.0")
-    knl = lp.split_iname(knl, "i", bi, inner_tag="l.1", outer_tag="g.1")
-    return knl
+    return GemmProblem(m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
+                       trans_b=shape.trans_b if panel is None else False, alpha=shape.alpha,
+                       beta=shape.beta, lda=shape.lda, ldb=shape.ldb if panel is None else None,
+                       ldc=shape.ldc, runtime_offsets=True,
+                       b_layout="plain" if panel is None else panel_layout(panel))
+
+
+def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
+    """Tuned parameters for ``shape`` on ``engine`` (perf database, default or search).
+
+    ``static_b``: B is a weight the plan may pack once per execution into panels (the
+    parameters then may ask for packed B); otherwise B is read as it lies.
+    """
+    from . import gemm as fam
+    from ..tuning import choose
+
+    prob = _problem(shape)
+
+    def norm(p):
+        p = fam.normalize_params(p)
+        return p if static_b else dict(p, packed_b=False)
+
+    default = norm(fam.default_params(engine))
+
+    def candidates():
+        seen, out = set(), []
+        for p in fam.search_space(prob, engine):
+            p = norm(p)
+            key = repr(sorted(p.items()))
+            if key not in seen and fam.is_valid(prob, p, engine):
+                seen.add(key)
+                out.append(p)
+        return out
+
+    def make_launch(params):
+        from ..memory.pool import BufferPool
+
+        pr = _problem(shape, params["cols"] if params["packed_b"] else None)
+        kern = _build(engine, pr, params)
+        pool = BufferPool.of(engine)
+        bufs = [pool.take(max(pr.size(w), 1) * 4) for w in "abc"]
+        vals = {"a": bufs[0], "b": bufs[1], "c": bufs[2], "a_off": np.int64(0),
+                "b_off": np.int64(0), "c_off": np.int64(0)}
+        args = [vals[n] for n in kern.src.arg_names]
+        return lambda s: kern(s, *args)
+
+    return choose(engine, "gemm", (fam.GENERATOR_VERSION, prob, static_b), default, candidates,
+                  make_launch)
+
+
+def _build(engine, prob, params):
+    from . import gemm as fam
+
+    return get_kernel(engine, "gemm", fam.cache_key(prob, params),
+                      lambda: fam.build_gemm(prob, params))
 
 
 class Gemm:
-    """Launcher of one GEMM kernel with run-time offsets."""
+    """Launcher of one GEMM kernel with run-time offsets.
 
-    def __init__(self, engine, shape: GemmShape):
+    When ``packed`` is true the kernel reads B packed in panels of ``panel`` columns
+    (``packed_size`` elements per matrix): the plan packs its weights with :meth:`packer`.
+    """
+
+    def __init__(self, engine, shape: GemmShape, static_b: bool = False):
+        self.engine = engine
         self.shape = shape
-        self.kernel = get_kernel(engine, "gemm_simple", shape, lambda: build_simple_gemm(shape))
+        self.params = choose_params(engine, shape, static_b)
+        self.packed = bool(self.params["packed_b"])
+        self.panel = self.params["cols"] if self.packed else None
+        prob = _problem(shape, self.panel)
+        self.packed_size = prob.extent("b") if self.packed else 0
+        self.kernel = _build(engine, prob, self.params)
+        self._names = self.kernel.src.arg_names
+
+    def packer(self, b_offset: int, count: int, stride: int, dst_offset: int):
+        """Kernel ``pack_b(b, bp)``: ``count`` B matrices of this GEMM's shape, the first at
+        ``b_offset`` of ``b`` and then every ``stride`` elements, into consecutive panels
+        from ``dst_offset`` of ``bp`` (``packed_size`` elements apart)."""
+        from . import gemm as fam
+
+        sh = self.shape
+        src = fam.GemmProblem(m=sh.m, n=sh.n, k=sh.k, trans_b=sh.trans_b, ldb=sh.ldb,
+                              b_offset=b_offset, batch=count, stride_b=stride)
+        pk = fam.pack_b(src, self.params)
+        assert pk.problem.stride_b in (None, self.packed_size) or count == 1
+        return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
+                                                      dst_offset),
+                          lambda: pk.build(dst_offset))
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, wait_for=None):
-        vals = {"a": a, "b": b, "c": c, "a_off": np.int32(a_off), "b_off": np.int32(b_off),
-                "c_off": np.int32(c_off)}
-        args = [vals[n] for n in self.kernel.src.arg_names]
-        return self.kernel(stream, *args, wait_for=wait_for)
+        vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
+                "c_off": np.int64(c_off)}
+        return self.kernel(stream, *[vals[n] for n in self._names], wait_for=wait_for)
 
     def flops(self) -> int:
         return 2 * self.shape.m * self.shape.n * self.shape.k
 
 
-def get_gemm(engine, shape: GemmShape) -> Gemm:
-    return Gemm(engine, shape)
+_cache: dict = {}
+
+
+def get_gemm(engine, shape: GemmShape, static_b: bool = False) -> Gemm:
+    """The GEMM launcher for ``shape``; ``static_b`` allows a kernel that reads packed B."""
+    key = (id(engine.context), shape, static_b)
+    g = _cache.get(key)
+    if g is None:
+        g = _cache[key] = Gemm(engine, shape, static_b)
+    return g

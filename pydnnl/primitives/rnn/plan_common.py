@@ -62,6 +62,19 @@ class PlanBase:
         kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
         self.steps.append((kern, (src_ref, dst_ref)))
 
+    def weights_for(self, role: str, gemm, src_name: str, col_off: int, count: int,
+                    stride: int) -> tuple[_Ref, int, int]:
+        """Where GEMM ``gemm`` reads its static B (weights) from: ``(buffer, offset of matrix 0,
+        elements between matrices)``. When the kernel wants packed B, a pack kernel copies the
+        ``count`` matrices into the scratchpad region ``pk_<role>`` at the start of execute."""
+        ref, base = self.src[src_name]
+        if not gemm.packed:
+            return ref, base + col_off, stride
+        off = self.pd.scratch["pk_" + role]
+        kern = gemm.packer(base + col_off, count, stride, off)
+        self.steps.append((kern, (ref, _Ref("scratch"))))
+        return _Ref("scratch"), off, gemm.packed_size
+
     def add_zero(self, ref, offset_elems: int, nelems: int) -> None:
         if nelems > 0:
             self.steps.append((_fill_zero, (ref, offset_elems * 4, nelems * 4)))
@@ -87,6 +100,16 @@ class PlanBase:
         if m is None:
             m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
         return m
+
+
+def reserve_packed(regions, engine, roles: dict) -> None:
+    """Scratchpad room for the packed weights of each GEMM role that packs them."""
+    from ...kernels.matmul import get_gemm
+
+    for role, (shape, _, _, count, _) in roles.items():
+        g = get_gemm(engine, shape, static_b=True)
+        if g.packed:
+            regions.add("pk_" + role, count * g.packed_size)
 
 
 def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):

@@ -18,7 +18,7 @@ from ...kernels.compiler import get_kernel
 from ...kernels.matmul import GemmShape, get_gemm
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
-from .plan_common import PlanBase, _Ref
+from .plan_common import PlanBase, _Ref, reserve_packed
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
            "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -28,6 +28,28 @@ _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
 # inputs the kernels read directly (src_iter/src_iter_c are always copied into h0/c0)
 _DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_iter_desc",
            "weights_peephole_desc", "weights_projection_desc", "bias_desc")
+
+
+def weight_gemms(s) -> dict:
+    """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
+    matrices (L*D), elements between matrices)."""
+    G, DHC, N, T = s.G, s.DHC, s.N, s.T
+    from ...cells import get_cell
+
+    spec = get_cell(s.cell)
+    roles = {"layer": (GemmShape(m=T * N, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
+                                 ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
+                       s.SLC * G * DHC)}
+    for k, st in enumerate(spec.forward_stages(s.peephole)):
+        gates = st.recurrent_gemm.gates
+        g0, ng = spec.gate_names.index(gates[0]), len(gates)
+        roles[f"iter{k}"] = (GemmShape(m=N, n=ng * DHC, k=s.SIC, lda=s.SIC, ldb=G * DHC,
+                                       ldc=ng * DHC), "weights_iter_desc", g0 * DHC, s.L * s.D,
+                             s.SIC * G * DHC)
+    if s.projection:
+        roles["proj"] = (GemmShape(m=N, n=s.DIC, k=DHC, lda=DHC, ldb=s.DIC, ldc=s.DIC),
+                         "weights_projection_desc", 0, s.L * s.D, DHC * s.DIC)
+    return roles
 
 
 def scratch_regions(pd) -> Regions:
@@ -47,6 +69,7 @@ def scratch_regions(pd) -> Regions:
         md = pd._descs.get(name)
         if md is not None and not md.is_zero() and md != kernel_desc(name, md):
             r.add("in_" + name, md.nelems())
+    reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape))
     return r
 
 
@@ -79,29 +102,17 @@ class ForwardPlan(PlanBase):
 
         # -- kernels -----------------------------------------------------------------------------
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
-        self.layer_gemm = {}
-        stages = spec.forward_stages(s.peephole)
+        roles = weight_gemms(s)
+        self.gemm, self.wsrc = {}, {}
+        for role, (shape, src_name, col, count, stride) in roles.items():
+            g = self.gemm[role] = get_gemm(eng, shape, static_b=True)
+            self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         self.stage_kernels = []
-        for k, st in enumerate(stages):
+        for k, st in enumerate(spec.forward_stages(s.peephole)):
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC)
             kern = get_kernel(eng, "rnn_elementwise", ep, lambda ep=ep: build_elementwise(ep))
-            gates = st.recurrent_gemm.gates
-            g0 = spec.gate_names.index(gates[0])
-            if tuple(spec.gate_names[g0:g0 + len(gates)]) != tuple(gates):
-                raise AssertionError(f"{spec.name}: stage gates {gates} are not contiguous")
-            gemm = get_gemm(eng, GemmShape(m=N, n=len(gates) * DHC, k=s.SIC, lda=s.SIC,
-                                           ldb=G * DHC, ldc=len(gates) * DHC))
-            self.stage_kernels.append((st, kern, gemm, g0, len(gates)))
-        k_in = {0: s.SLC}
-        if s.L > 1:
-            k_in[1] = s.DIC
-        for l, K in k_in.items():
-            self.layer_gemm[l] = get_gemm(eng, GemmShape(m=T * N, n=G * DHC, k=K, lda=K,
-                                                         ldb=G * DHC, ldc=G * DHC))
-        if s.projection:
-            self.proj_gemm = get_gemm(eng, GemmShape(m=N, n=s.DIC, k=DHC, lda=DHC, ldb=s.DIC,
-                                                     ldc=s.DIC))
+            self.stage_kernels.append((st, kern, self.gemm[f"iter{k}"], f"iter{k}"))
 
         for d in range(s.D):
             for l in range(s.L):
@@ -134,12 +145,9 @@ class ForwardPlan(PlanBase):
             a_ref, a_off = self.src["src_layer_desc"]
         else:
             a_ref, a_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
-        w_ref, w_off = self.src["weights_layer_desc"]
-        K = s.SLC if l == 0 else s.DIC
-        self.steps.append((self.layer_gemm[min(l, 1)],
-                           (a_ref, a_off, w_ref, w_off + ld * K * G * DHC, scr, sc["gx"])))
-        u_ref, u_off = self.src["weights_iter_desc"]
-        u_off += ld * s.SIC * G * DHC
+        w_ref, w_off, w_step = self.wsrc["layer"]
+        self.steps.append((self.gemm["layer"],
+                           (a_ref, a_off, w_ref, w_off + ld * w_step, scr, sc["gx"])))
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")
@@ -159,16 +167,19 @@ class ForwardPlan(PlanBase):
             h_out = self._reg("ht", l, d, t, N * DHC) if s.projection else self._reg("h", l, d, t, N * s.DIC)
             c_out = self._reg("c", l, d, t, N * DHC) if "c" in self.ws_off else 0
             gh_col = 0
-            for st, kern, gemm, g0, ng in self.stage_kernels:
+            for st, kern, gemm, role in self.stage_kernels:
+                ng = len(st.recurrent_gemm.gates)
+                u_ref, u_base, u_step = self.wsrc[role]
+                u_off = u_base + ld * u_step
                 if gh_base is not None:
                     gh_ref, gh_off = ws, gh_base + gh_col
                 else:
                     gh_ref, gh_off = scr, sc["gh"] + gh_col
                 gh_col += N * ng * DHC
                 if st.recurrent_gemm.source == "h_prev":
-                    self.steps.append((gemm, (ws, h_prev_off, u_ref, u_off + g0 * DHC, gh_ref, gh_off)))
+                    self.steps.append((gemm, (ws, h_prev_off, u_ref, u_off, gh_ref, gh_off)))
                 else:  # rh = r * h_prev, written by the previous stage
-                    self.steps.append((gemm, (scr, sc["rh"], u_ref, u_off + g0 * DHC, gh_ref, gh_off)))
+                    self.steps.append((gemm, (scr, sc["rh"], u_ref, u_off, gh_ref, gh_off)))
                 vals = {
                     "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
                     "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
@@ -183,8 +194,8 @@ class ForwardPlan(PlanBase):
                              for n in kern.src.arg_names)
                 self.steps.append((kern, args))
             if s.projection:
-                r_ref, r_off = self.src["weights_projection_desc"]
-                self.steps.append((self.proj_gemm, (ws, h_out, r_ref, r_off + ld * DHC * s.DIC,
+                r_ref, r_base, r_step = self.wsrc["proj"]
+                self.steps.append((self.gemm["proj"], (ws, h_out, r_ref, r_base + ld * r_step,
                                                     ws, self._reg("h", l, d, t, N * s.DIC))))
             prev_t = t
 
