@@ -24,7 +24,7 @@ from ...kernels.reductions import Add2, ColSum, Launcher, RowSum
 from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward_buffers,
                                             build_elementwise_bwd)
 from .layout import Regions, region_desc
-from .plan_common import PlanBase, _Ref
+from .plan_common import PlanBase, _Ref, reserve_packed
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "attention_desc": ARG_AUGRU_ATTENTION,
            "weights_layer_desc": ARG_WEIGHTS_LAYER, "weights_iter_desc": ARG_WEIGHTS_ITER,
@@ -43,6 +43,32 @@ def _canon(pd, name: str) -> bool:
 
     md = pd._descs.get(name)
     return md is not None and not md.is_zero() and md == kernel_desc(name.replace("diff_", "", 1), md)
+
+
+def weight_gemms(s) -> dict:
+    """GEMMs of the backward that read weights (transposed): role -> (shape, weights desc,
+    first column, matrices, elements between matrices)."""
+    from ...cells import get_cell
+
+    spec = get_cell(s.cell)
+    G, DHC, N, T = s.G, s.DHC, s.N, s.T
+    GD = G * DHC
+    roles = {}
+    for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)):
+        roles[f"dx_b{int(beta)}"] = (GemmShape(m=T * N, n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
+                                               trans_b=True, beta=beta),
+                                     "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
+    for k, st in enumerate(spec.forward_stages(s.peephole)):
+        gates = st.recurrent_gemm.gates
+        g0, ng = spec.gate_names.index(gates[0]), len(gates)
+        beta = 0.0 if st.recurrent_gemm.source == "rh" else 1.0
+        roles[f"dh{k}"] = (GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=GD, ldb=GD, ldc=s.SIC,
+                                     trans_b=True, beta=beta),
+                           "weights_iter_desc", g0 * DHC, s.L * s.D, s.SIC * GD)
+    if s.projection:
+        roles["dht"] = (GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC, ldc=DHC, trans_b=True),
+                        "weights_projection_desc", 0, s.L * s.D, DHC * s.DIC)
+    return roles
 
 
 def scratch_regions(pd) -> Regions:
@@ -91,6 +117,7 @@ def scratch_regions(pd) -> Regions:
     for dname in _DIFF_W:
         if _present(pd, dname) and not _canon(pd, dname):
             r.add("dw_" + dname, pd._descs[dname].nelems())
+    reserve_packed(r, pd.get_engine(), weight_gemms(s))
     return r
 
 
@@ -145,6 +172,10 @@ class BackwardPlan(PlanBase):
                 self.add_reorder(_Ref(DIFF_ARG[dname]), md, scr, region_desc(md.dims, sc[reg]))
 
         # -- kernels -----------------------------------------------------------------------------
+        self.gemm, self.wsrc = {}, {}
+        for role, (shape, src_name, col, count, stride) in weight_gemms(s).items():
+            g = self.gemm[role] = get_gemm(eng, shape, static_b=True)
+            self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         stages = spec.forward_stages(s.peephole)
         self.stage_kernels = []
         for k, st in enumerate(stages):
@@ -157,14 +188,8 @@ class BackwardPlan(PlanBase):
             g0 = spec.gate_names.index(gates[0])
             ng = len(gates)
             # gradient to the GEMM's source: rh (written) or h_prev (accumulated)
-            to_src = get_gemm(eng, GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=G * DHC, ldb=G * DHC,
-                                             ldc=s.SIC, trans_b=True,
-                                             beta=0.0 if st.recurrent_gemm.source == "rh" else 1.0))
-            self.stage_kernels.append((st, kern, backward_buffers(bp), to_src, g0, ng))
+            self.stage_kernels.append((st, kern, backward_buffers(bp), self.gemm[f"dh{k}"], g0, ng))
         self.add2 = Launcher(eng, Add2(N * s.DIC)) if s.projection else None
-        if s.projection:
-            self.dht_gemm = get_gemm(eng, GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC,
-                                                    ldc=DHC, trans_b=True))
         for d in range(s.D):
             self._plan_top(d)
             for l in range(s.L - 1, -1, -1):
@@ -204,8 +229,6 @@ class BackwardPlan(PlanBase):
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
         ws, scr = _Ref("ws"), _Ref("scratch")
         ld = l * s.D + d
-        u_ref, u_off = self.src["weights_iter_desc"]
-        u_off += ld * s.SIC * G * DHC
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")
@@ -241,10 +264,9 @@ class BackwardPlan(PlanBase):
                 dha_t = sc["dha"] + t * N * s.DIC
                 self.steps.append((self.add2, self.add2.bind(out=scr, a=scr, b=scr, o_off=dha_t,
                                                              a_off=dhl_t, b_off=dh_cur)))
-                r_ref, r_off = self.src["weights_projection_desc"]
-                self._gemm(GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC, ldc=DHC,
-                                     trans_b=True),
-                           scr, dha_t, r_ref, r_off + ld * DHC * s.DIC, scr, sc["dht"])
+                r_ref, r_base, r_step = self.wsrc["dht"]
+                self.steps.append((self.gemm["dht"], (scr, dha_t, r_ref, r_base + ld * r_step,
+                                                      scr, sc["dht"])))
                 dh_a, dh_b = sc["dht"], 0
             else:
                 dh_a, dh_b = dhl_t, dh_cur
@@ -268,16 +290,14 @@ class BackwardPlan(PlanBase):
                 "rh_off": (sc["rh"] + t * N * DHC) if "rh" in sc else 0,
                 "carry_off": sc["carry"] if "carry" in sc else 0,
             }
-            for st, kern, bufs, to_src, g0, ng in reversed(self.stage_kernels):
+            for k_st, (st, kern, bufs, to_src, g0, ng) in reversed(list(enumerate(self.stage_kernels))):
                 args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
                              for n in kern.src.arg_names)
                 self.steps.append((kern, args))
-                if st.recurrent_gemm.source == "rh":
-                    self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, u_ref,
-                                                u_off + g0 * DHC, scr, sc["drh"])))
-                else:
-                    self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, u_ref,
-                                                u_off + g0 * DHC, scr, dh_nxt)))
+                ut_ref, ut_base, ut_step = self.wsrc[f"dh{k_st}"]
+                target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt
+                self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
+                                            ut_base + ld * ut_step, scr, target)))
         self._plan_weight_grads(l, d, order)
 
     def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:
@@ -347,20 +367,17 @@ class BackwardPlan(PlanBase):
                 out_ref, out_off = _Ref(ARG_DIFF_AUGRU_ATTENTION), 0
             self.steps.append((rs, rs.bind(out=out_ref, src=scr, o_off=out_off, i_off=sc["datt"])))
         # dX = dGx W^T: the output gradient of the layer below, or diff_src_layer
-        w_ref, w_off = self.src["weights_layer_desc"]
-        w_off += ld * K * GD
+        # (with L > 1, SLC == DIC: every layer's dX GEMM has the same shape)
+        role = "dx_b1" if (l == 0 and d > 0) else "dx_b0"
+        w_ref, w_base, w_step = self.wsrc[role]
         if l > 0:
-            self._gemm(GemmShape(m=T * N, n=s.DIC, k=GD, lda=GD, ldb=GD, ldc=s.DIC, trans_b=True),
-                       scr, sc["dgx"], w_ref, w_off, scr, sc["dhl"])
+            out_ref, out_off = scr, sc["dhl"]
+        elif "dsrc" in sc:
+            out_ref, out_off = scr, sc["dsrc"]
         else:
-            if "dsrc" in sc:
-                out_ref, out_off = scr, sc["dsrc"]
-            else:
-                out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
-            beta = 1.0 if d > 0 else 0.0
-            self._gemm(GemmShape(m=T * N, n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC, trans_b=True,
-                                 beta=beta),
-                       scr, sc["dgx"], w_ref, w_off, out_ref, out_off)
+            out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+        self.steps.append((self.gemm[role], (scr, sc["dgx"], w_ref, w_base + ld * w_step,
+                                             out_ref, out_off)))
 
     def _plan_outputs(self) -> None:
         s, pd = self.s, self.pd
