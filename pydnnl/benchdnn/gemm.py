@@ -64,9 +64,35 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
     tmin, tmed = _median_ms(once, min_seconds)
     gflops = 2 * m * n * k / tmed * 1e-6
     line = f"perf,gemm,{m}x{n}x{k},create_ms={create_ms:.1f},min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}"
+    if compare == "torch":
+        peer = _torch_ms(m, n, k, "cuda" if eng.info.type == "gpu" else "cpu", min_seconds)
+        line += (f",torch_ms={peer:.3f},torch_gflops={2 * m * n * k / peer * 1e-6:.1f},"
+                 f"ratio={peer / tmed:.2f}" if peer else ",torch=n/a")
     if compare == "numpy":
         c = np.empty((m, n), np.float32)
         _, nmed = _median_ms(lambda: np.matmul(a, b, out=c), min_seconds)
         line += f",numpy_ms={nmed:.3f},numpy_gflops={2 * m * n * k / nmed * 1e-6:.1f},ratio={nmed / tmed:.2f}"
     print(line, flush=True)
     return 0
+
+
+def _torch_ms(m: int, n: int, k: int, device: str, min_seconds: float):
+    """Median ms of torch.matmul in fp32 (TF32 disabled), or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(m, k, device=device)
+    b = torch.randn(k, n, device=device)
+    c = torch.empty(m, n, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def once():
+        torch.matmul(a, b, out=c)
+        sync()
+
+    return _median_ms(once, min_seconds)[1]
