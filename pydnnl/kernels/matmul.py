@@ -123,10 +123,14 @@ class Gemm:
                                                       dst_offset),
                           lambda: pk.build(dst_offset))
 
-    def __call__(self, stream, a, a_off, b, b_off, c, c_off, wait_for=None):
+    def ordered(self, a, a_off, b, b_off, c, c_off) -> list:
+        """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off)}
-        return self.kernel(stream, *[vals[n] for n in self._names], wait_for=wait_for)
+        return [vals[n] for n in self._names]
+
+    def __call__(self, stream, a, a_off, b, b_off, c, c_off, wait_for=None):
+        return self.kernel(stream, *self.ordered(a, a_off, b, b_off, c, c_off), wait_for=wait_for)
 
     def flops(self) -> int:
         return 2 * self.shape.m * self.shape.n * self.shape.k

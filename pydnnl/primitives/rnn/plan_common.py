@@ -2,6 +2,8 @@
 input staging into canonical f32 layouts, reorders, zero fills, ordered execution."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...constants import ARG_SCRATCHPAD, ARG_WORKSPACE
@@ -34,6 +36,8 @@ class PlanBase:
         self.engine = pd.get_engine()
         self.spec = pd._spec
         self.steps: list[tuple] = []
+        self._launches = None
+        self._lock = threading.Lock()
         self.scratch_bytes = pd.scratch.nbytes()
         self.src: dict[str, tuple[_Ref, int]] = {}
 
@@ -79,6 +83,24 @@ class PlanBase:
         if nelems > 0:
             self.steps.append((_fill_zero, (ref, offset_elems * 4, nelems * 4)))
 
+    def _bind(self) -> list:
+        """Turn the steps into launches whose constant arguments are set once."""
+        from ...kernels.compiler import Kernel
+        from ...kernels.matmul import Gemm
+        from ...kernels.reductions import Launcher
+
+        out = []
+        for fn, fargs in self.steps:
+            if isinstance(fn, Gemm):
+                out.append(fn.kernel.bound(fn.ordered(*fargs)))
+            elif isinstance(fn, Launcher):
+                out.append(fn.kernel.bound(fargs))
+            elif isinstance(fn, Kernel):
+                out.append(fn.bound(fargs))
+            else:
+                out.append((fn, fargs))
+        return out
+
     def execute(self, stream, args) -> None:
         bufs = {k: m.buffer for k, m in args.items()}
         scratch = args.get(ARG_SCRATCHPAD)
@@ -88,12 +110,20 @@ class PlanBase:
             bufs["scratch"] = scratch.buffer
         if ARG_WORKSPACE in args:
             bufs["ws"] = args[ARG_WORKSPACE].buffer
-        # kernels of one primitive stay ordered on out-of-order queues too
-        chain = stream.out_of_order
-        evt = None
-        for fn, fargs in self.steps:
-            evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
-                     wait_for=[evt] if chain and evt is not None else None)
+        with self._lock:  # bound kernels hold argument state: one execution at a time
+            if self._launches is None:
+                self._launches = self._bind()
+            # kernels of one primitive stay ordered on out-of-order queues too
+            chain = stream.out_of_order
+            evt = None
+            for step in self._launches:
+                wait = [evt] if chain and evt is not None else None
+                if isinstance(step, tuple):
+                    fn, fargs = step
+                    evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
+                             wait_for=wait)
+                else:
+                    evt = step.launch(stream, bufs, wait)
 
     def _scratch_memory(self) -> memory:
         m = getattr(self, "_scratch", None)
