@@ -1,0 +1,49 @@
+"""python -m pydnnl.benchdnn: problem parsing, correctness mode, performance lines."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pydnnl.benchdnn.__main__ import main
+from pydnnl.benchdnn.rnn import parse_problem
+
+
+def test_rnn_problem_defaults_follow_benchdnn():
+    p = parse_problem('l2t5mb3sic16n"x"')
+    assert (p.l, p.t, p.mb, p.sic, p.slc, p.dhc, p.dic, p.name) == (2, 5, 3, 16, 16, 16, 16, "x")
+    p = parse_problem("l1t50_mb64_sic512slc1024dhc256")
+    assert (p.slc, p.dhc, p.dic) == (1024, 256, 256)
+    assert parse_problem(p.to_str()) == p
+
+
+@pytest.mark.parametrize("bad", ["l1t5mb3", "l1t5mb3sicx", "sic16foo", "l1t5mb3sic16dic"])
+def test_rnn_problem_rejects_bad_strings(bad):
+    with pytest.raises(ValueError):
+        parse_problem(bad)
+
+
+def test_correctness_mode_passes_against_the_reference(capsys):
+    rc = main(["--rnn", "--mode=C", "--alg=VANILLA_LSTM", "--direction=concat", "l2t3mb2sic6",
+               "--alg=LBR_GRU", "--direction=sum", "l1t3mb2sic5slc7",
+               "--alg=VANILLA_RNN", "--activation=RELU", "l1t2mb2sic4",
+               "--gemm", "17x33x9"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.count("check,passed") == 4 and "FAILED" not in out
+
+
+def test_performance_lines_and_batch_file(tmp_path, capsys):
+    batch = tmp_path / "list.txt"
+    batch.write_text("# a comment\n--alg=VANILLA_GRU --prop=FWD_D\nl1t3mb2sic8n\"tiny\"\n")
+    rc = main(["--rnn", "--min-seconds=0", f"--batch={batch}", "--prop=BWD_DW", "l1t2mb2sic4",
+               "--gemm", "--min-seconds=0", "--compare=numpy", "8x8x8"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = [ln for ln in out.splitlines() if ln.startswith("perf,")]
+    assert len(lines) == 3, out
+    assert "VANILLA_GRU" in lines[0] and "FWD_D" in lines[0] and 'n"tiny"' in lines[0]
+    assert "BWD_DW" in lines[1]
+    for ln in lines:
+        assert re.search(r"median_ms=[0-9.]+", ln) and re.search(r"gflops=[0-9.]+", ln)
+    assert "numpy_ms=" in lines[2]
