@@ -28,6 +28,10 @@ from .primitives import (augru_backward, augru_forward, gru_backward,  # noqa: E
                          lbr_gru_backward, lbr_gru_forward, lstm_backward, lstm_forward,
                          primitive, primitive_desc_base, reorder, vanilla_rnn_backward,
                          vanilla_rnn_forward)
+from .primitives import (ConvFindResult, convolution_backward_data,  # noqa: E402
+                         convolution_backward_weights, convolution_forward,
+                         deconvolution_backward_data, deconvolution_backward_weights,
+                         deconvolution_forward)
 from .stream import stream  # noqa: E402
 
 _constants.export_dnnl_aliases(globals())

@@ -78,9 +78,11 @@ def source_from_loopy(tu) -> KernelSource:
     """Generate OpenCL source and launch sizes from a loopy TranslationUnit with fixed sizes."""
     import loopy as lp
 
-    knl = tu.default_entrypoint
     code = lp.generate_code_v2(tu).device_code()
-    gsize, lsize = knl.get_grid_size_upper_bounds_as_exprs(tu.callables_table)
+    # launch sizes after preprocessing: reductions over local inames only then get their sizes
+    pre = lp.preprocess_program(tu)
+    knl = pre.default_entrypoint
+    gsize, lsize = knl.get_grid_size_upper_bounds_as_exprs(pre.callables_table)
 
     def _ints(t):
         out = []

@@ -22,6 +22,11 @@ __all__ = ["layout_of", "offset", "grouped_layout", "swap_channel_dims", "plain_
            "decompose", "postop_helpers", "apply_postops", "c_float", "ELTWISE_C"]
 
 
+# 64-bit index arithmetic: Intel's and PoCL's CPU compilers keep contiguous vector loads and
+# stores with it (with int32 they fell back to gathers in the GEMM kernels: 3x slower)
+INDEX_DTYPE = np.int64
+
+
 def offset(layout: tuple, idx):
     """The storage offset expression of logical index ``idx`` (pymbolic expressions)."""
     return _offset_expr(layout, idx)
@@ -65,6 +70,51 @@ def decompose(flat, sizes):
         out.append(e)
         inner *= sizes[k]
     return list(reversed(out))
+
+
+def grid(sizes, per_item: int = 1) -> tuple[dict, list]:
+    """A launch over dims ``sizes`` (outermost first, the last contiguous in storage).
+
+    Returns ``(ranges, exprs)``: iname ``a0`` runs along the last dim (work-item axis 0);
+    inames ``s0, s1, ...`` are loops inside each work-item over the dims before it, as many as
+    it takes to give a work-item about ``per_item`` elements (a work-group per few elements
+    costs more than the copy on CPU runtimes); ``a1`` is the next dim (group axis 1) and ``a2``
+    all outer dims flattened (group axis 2, decomposed with divisions uniform across a
+    work-group). Returns the index expression of every dim. Neighbouring work-items touch
+    neighbouring elements, so CPU runtimes vectorise.
+    """
+    from pymbolic import var
+
+    sizes = [int(v) for v in sizes] or [1]
+    inner, rest = sizes[-1], sizes[:-1]
+    loops = []
+    work = 1
+    while rest and work * rest[-1] <= max(per_item, 1) and len(rest) > 1:
+        work *= rest[-1]
+        loops.insert(0, rest.pop())
+    if not rest:
+        rest = [1]
+    outer = rest[:-1]
+    ranges = {"a0": inner, "a1": rest[-1], "a2": prod(outer)}
+    names = [f"s{i}" for i in range(len(loops))]
+    ranges.update(zip(names, loops))
+    exprs = ((decompose(var("a2"), outer) if outer else []) + [var("a1")]
+             + [var(n) for n in names] + [var("a0")])
+    # the dims given: drop the leading unit dim a2 stands for when ``sizes`` had fewer
+    return ranges, exprs[len(exprs) - len(sizes):] if len(exprs) > len(sizes) else exprs
+
+
+def tag_grid(knl, ranges: dict, wg: int):
+    """Tags of a :func:`grid` launch."""
+    import loopy as lp
+
+    knl = split_fast(knl, "a0", ranges["a0"], wg)
+    return lp.tag_inames(knl, {"a1": "g.1", "a2": "g.2"})
+
+
+def domain(ranges: dict) -> str:
+    return "{[" + ", ".join(ranges) + "]: " + " and ".join(
+        f"0 <= {k} < {v}" for k, v in ranges.items()) + "}"
 
 
 def c_float(v: float) -> str:
@@ -121,11 +171,14 @@ def postop_helpers(post_ops: tuple) -> list[tuple]:
     return out
 
 
-def apply_postops(value, post_ops: tuple, prior=None):
-    """``value`` after the post-ops; ``prior`` reads the destination's previous content."""
+def apply_postops(value, post_ops: tuple, prior=None, skip: int = 0):
+    """``value`` after the post-ops (the first ``skip`` left out); ``prior`` reads the
+    destination's previous content."""
     from pymbolic import var
 
     for i, op in enumerate(post_ops):
+        if i < skip:
+            continue
         if op[0] == "sum":
             _, scale, zp = op
             p = prior if zp == 0 else prior - np.float32(zp)
@@ -156,42 +209,75 @@ def guarded(cond, value):
     return value if cond is None else If(cond, value, np.float32(0))
 
 
-def guarded_load(cond, array: str, off):
+def guarded_load(cond, array: str, off, size: int | None = None):
     """``array[off]`` where ``cond`` holds, else 0; the address stays inside the array.
 
-    The index itself is clamped too: Intel's CPU compiler was seen to speculate a guarded load
-    at an out-of-range address and return garbage (wrong sums, not a fault).
+    The index itself is clamped too (to ``[0, size - 1]``, or ``>= 0`` when the size is not
+    known): Intel's CPU compiler was seen to speculate a guarded load at an out-of-range
+    address and return garbage (wrong sums, not a fault). The clamp is a C helper: loopy folded
+    an ``If`` index to a constant, and OpenCL's ``max`` has no (long, int) overload. Kernels
+    using this turn loopy's static bounds check off (it cannot see through the helper); the
+    Oclgrind tests check the accesses instead.
     """
     from pymbolic import var
     from pymbolic.primitives import If
 
     if cond is None:
         return var(array)[off]
-    return If(cond, var(array)[If(cond, off, 0)], np.float32(0))
+    hi = int(size) - 1 if size is not None and size > 0 else -1
+    return If(cond, var(array)[var(clamp_helper(hi)[0])(off)], np.float32(0))
+
+
+def clamp_helper(hi: int) -> tuple:
+    """The (name, C definition, arg type, result type) of the index clamp to ``[0, hi]``
+    (``hi < 0``: no upper bound)."""
+    t = "long" if INDEX_DTYPE == np.int64 else "int"
+    name = f"pd_clamp_idx_{hi}" if hi >= 0 else "pd_clamp_idx"
+    upper = f" x = x > {hi} ? {hi} : x;" if hi >= 0 else ""
+    code = f"static inline {t} {name}({t} x) {{ x = x < 0 ? 0 : x;{upper} return x; }}"
+    return name, code, INDEX_DTYPE, INDEX_DTYPE
+
+
+def clamp_helpers_used(exprs) -> list[tuple]:
+    """The clamp helpers the expressions call."""
+    import re
+
+    names = set()
+    for e in exprs:
+        names.update(re.findall(r"pd_clamp_idx(?:_(\d+))?\(", str(e)))
+    return [clamp_helper(int(h) if h else -1) for h in sorted(names)]
 
 
 def make_args(specs):
     """loopy argument list from ``(name, nelems, is_output, is_input)`` and ``(name, None)``
-    (an int32 value argument)."""
+    (an integer value argument of :data:`INDEX_DTYPE`: offsets into large buffers).
+    ``nelems < 0``: the array is indexed with run-time offsets,
+    so loopy's static bounds check cannot apply (the plans check those offsets)."""
     import loopy as lp
 
     out = []
     for spec in specs:
         name, n = spec[0], spec[1]
         if n is None:
-            out.append(lp.ValueArg(name, np.int32))
+            out.append(lp.ValueArg(name, INDEX_DTYPE))
         else:
             is_out, is_in = spec[2], spec[3]
-            out.append(lp.GlobalArg(name, np.float32, shape=(max(int(n), 1),),
+            shape = None if n < 0 else (max(int(n), 1),)
+            out.append(lp.GlobalArg(name, np.float32, shape=shape,
                                     is_output=is_out, is_input=is_in))
     return out
 
 
 def finish(knl, post_ops: tuple = ()):
-    """Register the post-op helpers of a kernel."""
+    """Register the post-op and index-clamp helpers a kernel calls."""
+    import loopy as lp
+
     from .clhelpers import register_helpers
 
-    helpers = postop_helpers(post_ops)
+    exprs = [insn.expression for insn in knl.default_entrypoint.instructions]
+    helpers = postop_helpers(post_ops) + clamp_helpers_used(exprs)
+    if any(h[0].startswith("pd_clamp_idx") for h in helpers):
+        knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     return register_helpers(knl, helpers) if helpers else knl
 
 

@@ -2,9 +2,11 @@
 
 One work-item computes a small register tile: ``tile`` output channels (forward, backward
 data) of one output point, or ``tile`` output channels of one weight element (backward
-weights), as a sum over the kernel taps. Axis 0 of the launch runs over the flattened spatial
-positions (or weight positions), so CPU runtimes vectorise across neighbouring output points;
-axis 1 runs over (image, group, channel tile). Every tensor is addressed through its
+weights), as a sum over the kernel taps. Axis 0 of the launch runs along the innermost spatial
+dimension (width), so CPU runtimes vectorise across neighbouring output points with
+contiguous loads; axis 1 runs over the other spatial dimensions and axis 2 over (image,
+group, channel tile). Backward weights runs axis 0 over (input channel, tap) and axis 1 over
+(group, channel tile). Every tensor is addressed through its
 per-dimension layout terms, so plain, strided and blocked layouts share the kernels. Bias and
 post-ops (sum, eltwise) are applied before the single store of forward and backward-data
 results (deconvolution forward is convolution backward data with a bias).
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conv_common import (apply_postops, bounds_condition, decompose, finish, guarded_load,
-                          make_args, offset, prod, split_fast)
+from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, finish,
+                          guarded_load, make_args, offset, prod, split_fast)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class DirectProblem:
     post_ops: tuple = ()
     tile: int = 1
     wg: int = 16
+    wtile: int = 1  # points along the width per work-item (forward, backward data)
+    index64: bool = True  # 64-bit index arithmetic
 
 
 def build_direct(p: DirectProblem):
@@ -62,6 +66,12 @@ def build_direct(p: DirectProblem):
     if p.mode == "bwd_w":
         return _build_bwd_w(p)
     raise ValueError(f"direct convolution: unknown mode {p.mode!r}")
+
+
+def _src_range(p) -> list[tuple[int, int]]:
+    """Lowest and highest input index each spatial dim of the forward reads."""
+    return [(-p.padding_l[i], (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i]
+             + (p.kernel[i] - 1) * (p.dilates[i] + 1)) for i in range(len(p.kernel))]
 
 
 def _domain(ranges: dict) -> str:
@@ -86,11 +96,20 @@ def _has_sum(p: DirectProblem) -> bool:
 def _make(domain, insn, args, name, p, fast, fast_size, tile_iname, reduce_order):
     import loopy as lp
 
-    knl = lp.make_kernel(domain, [insn], args, name=name, lang_version=(2018, 2),
-                         target=lp.PyOpenCLTarget(),
-                         silenced_warnings=["v1_scheduler_fallback"])
-    knl = split_fast(knl, fast, fast_size, p.wg)
-    tags = {"q": "g.1"}
+    # a unit spatial axis (1-D problems) is a launch axis the store does not index
+    knl = lp.make_kernel(domain, [insn.copy(id="store")], args, name=name,
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         index_dtype=INDEX_DTYPE if p.index64 else np.int32,
+                         silenced_warnings=["v1_scheduler_fallback", "write_race(store)"])
+    wg = max(1, min(p.wg, fast_size))
+    if p.wtile > 1 and fast != "x" and fast_size > wg:
+        # work-item j of a group owns points j, j + wg, ..., j + (wtile-1)*wg: a register tile
+        # along the width whose loads stay contiguous across the group
+        knl = lp.split_iname(knl, fast, wg * p.wtile, outer_tag="g.0")
+        knl = lp.split_iname(knl, f"{fast}_inner", wg, outer_tag="ilp", inner_tag="l.0")
+    else:
+        knl = split_fast(knl, fast, fast_size, p.wg)
+    tags = {"q": "g.1"} if fast == "x" else {"r": "g.1", "q": "g.2"}
     if p.tile > 1:
         tags[tile_iname] = "ilp"
     knl = lp.tag_inames(knl, tags)
@@ -105,23 +124,21 @@ def _build_fwd(p: DirectProblem):
     from loopy.symbolic import Reduction
 
     nsp = len(p.kernel)
-    P = prod(p.dst_sp)
     T = p.tile
     NB = p.ocg // T
     Q = p.mb * p.groups * NB
     ks = [f"k{i}" for i in range(nsp)]
-    ranges = {"p": P, "q": Q, "t": T, "ic": p.icg, **{k: v for k, v in zip(ks, p.kernel)}}
-    pv, qv, t, ic = var("p"), var("q"), var("t"), var("ic")
+    W, R = p.dst_sp[-1], prod(p.dst_sp[:-1])
+    ranges = {"w": W, "r": R, "q": Q, "t": T, "ic": p.icg, **{k: v for k, v in zip(ks, p.kernel)}}
+    qv, t, ic = var("q"), var("t"), var("ic")
     n, g, ob = decompose(qv, [p.mb, p.groups, NB])
     oc = ob * T + t if T > 1 else ob
-    o = decompose(pv, list(p.dst_sp))
+    o = decompose(var("r"), list(p.dst_sp[:-1])) + [var("w")]
     pos = [o[i] * p.strides[i] - p.padding_l[i] + var(ks[i]) * (p.dilates[i] + 1)
            for i in range(nsp)]
-    lo_hi = [(-p.padding_l[i],
-              (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + (p.kernel[i] - 1) * (p.dilates[i] + 1))
-             for i in range(nsp)]
+    lo_hi = _src_range(p)
     cond = bounds_condition(pos, lo_hi, p.src_sp)
-    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]))
+    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]), p.src_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     value = Reduction("sum", tuple(["ic"] + ks), x * w)
     c = g * p.ocg + oc
@@ -129,9 +146,9 @@ def _build_fwd(p: DirectProblem):
         value = value + var("bias")[offset(p.bias, [c])]
     dst_at = var("dst")[offset(p.dst, [n, c, *o])]
     value = apply_postops(value, p.post_ops, dst_at)
-    insn = lp.Assignment(dst_at, value, within_inames=frozenset(["p", "q", "t"]))
+    insn = lp.Assignment(dst_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p)), "pydnnl_conv_direct_fwd",
-                 p, "p", P, "t", ["ic"] + ks)
+                 p, "w", W, "t", ["ic"] + ks)
 
 
 def _build_bwd_d(p: DirectProblem):
@@ -141,16 +158,16 @@ def _build_bwd_d(p: DirectProblem):
     from loopy.symbolic import Reduction
 
     nsp = len(p.kernel)
-    PI = prod(p.src_sp)
     T = p.tile
     NB = p.icg // T
     Q = p.mb * p.groups * NB
     ks = [f"k{i}" for i in range(nsp)]
-    ranges = {"p": PI, "q": Q, "t": T, "oc": p.ocg, **{k: v for k, v in zip(ks, p.kernel)}}
-    pv, qv, t, oc = var("p"), var("q"), var("t"), var("oc")
+    W, R = p.src_sp[-1], prod(p.src_sp[:-1])
+    ranges = {"w": W, "r": R, "q": Q, "t": T, "oc": p.ocg, **{k: v for k, v in zip(ks, p.kernel)}}
+    qv, t, oc = var("q"), var("t"), var("oc")
     n, g, ib = decompose(qv, [p.mb, p.groups, NB])
     ic = ib * T + t if T > 1 else ib
-    i_sp = decompose(pv, list(p.src_sp))
+    i_sp = decompose(var("r"), list(p.src_sp[:-1])) + [var("w")]
     conds, o = [], []
     for d in range(nsp):
         num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
@@ -170,7 +187,7 @@ def _build_bwd_d(p: DirectProblem):
                 conds.append(Comparison(num, "<", p.dst_sp[d] * s))
         o.append(od)
     cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
-    dy = guarded_load(cond, "dst", offset(p.dst, [n, g * p.ocg + oc, *o]))
+    dy = guarded_load(cond, "dst", offset(p.dst, [n, g * p.ocg + oc, *o]), p.dst_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     value = Reduction("sum", tuple(["oc"] + ks), dy * w)
     c = g * p.icg + ic
@@ -178,9 +195,9 @@ def _build_bwd_d(p: DirectProblem):
         value = value + var("bias")[offset(p.bias, [c])]
     out_at = var("src")[offset(p.src, [n, c, *i_sp])]
     value = apply_postops(value, p.post_ops, out_at)
-    insn = lp.Assignment(out_at, value, within_inames=frozenset(["p", "q", "t"]))
+    insn = lp.Assignment(out_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p)),
-                 "pydnnl_conv_direct_bwd_data", p, "p", PI, "t", ["oc"] + ks)
+                 "pydnnl_conv_direct_bwd_data", p, "w", W, "t", ["oc"] + ks)
 
 
 def _build_bwd_w(p: DirectProblem):
@@ -203,11 +220,9 @@ def _build_bwd_w(p: DirectProblem):
     n = var("n")
     pos = [var(os_[i]) * p.strides[i] - p.padding_l[i] + kk[i] * (p.dilates[i] + 1)
            for i in range(nsp)]
-    lo_hi = [(-p.padding_l[i],
-              (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + (p.kernel[i] - 1) * (p.dilates[i] + 1))
-             for i in range(nsp)]
+    lo_hi = _src_range(p)
     cond = bounds_condition(pos, lo_hi, p.src_sp)
-    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]))
+    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]), p.src_n)
     dy = var("dst")[offset(p.dst, [n, g * p.ocg + oc, *[var(o) for o in os_]])]
     value = Reduction("sum", tuple(["n"] + os_), x * dy)
     out_at = var("wei")[offset(p.wei, [g, oc, ic, *kk])]
@@ -229,4 +244,3 @@ def flops(p: DirectProblem) -> int:
 
 
 __all__ = ["DirectProblem", "build_direct", "largest_divisor_at_most", "flops"]
-_ = np

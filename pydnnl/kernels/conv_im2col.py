@@ -1,0 +1,296 @@
+"""Loopy generators of the data-movement kernels around convolution GEMMs.
+
+* ``im2col``: gathers the input patches of a chunk of images into a dense column buffer
+  ``col[n, g, ic, k..., o...]`` stored in any order of those dimensions (``order``), zeros
+  where the kernel reads padding.
+* ``col2im``: the adjoint: each input point sums the column entries of the (kernel tap,
+  output point) pairs that read it (a gather, no atomics), then bias and post-ops.
+* ``epilogue``: bias and post-ops applied to a GEMM result, in place or from a scratch
+  accumulator into any destination layout.
+* ``bias_grad``: ``diff_bias[c] = sum over images and points of t[n, c, sp...]`` as a
+  work-group tree reduction per channel.
+
+Run-time integer arguments (``n0``: first image of the chunk, ``col_off`` / ``acc_off``:
+offsets into the scratchpad) let one kernel serve every chunk of a plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, domain,
+                          finish, grid,
+                          guarded_load, make_args, offset, prod, tag_grid)
+
+
+def _storage_order(layout: tuple, sizes=None) -> list[int]:
+    """Dimensions from the outermost to the innermost in storage (by outer stride); dims of
+    size 1 first (their place does not matter, and the innermost launch axis needs extent)."""
+    _, per = layout
+    order = sorted(range(len(per)), key=lambda d: (-per[d][1], d))
+    return order if sizes is None else _units_first(order, sizes)
+
+
+def _units_first(order, sizes) -> list[int]:
+    return [d for d in order if sizes[d] == 1] + [d for d in order if sizes[d] != 1]
+
+
+def _make_kernel(domain, insns, args, name, silenced=("v1_scheduler_fallback",)):
+    import loopy as lp
+
+    return lp.make_kernel(domain, insns, args, name=name, lang_version=(2018, 2),
+                          target=lp.PyOpenCLTarget(), index_dtype=INDEX_DTYPE,
+                          silenced_warnings=list(silenced))
+
+
+@dataclass(frozen=True)
+class Im2ColProblem:
+    """``col[col_off + flat(order)] = src[n0 + n, g*ICg + ic, o*s - pl + k*(d+1)]``.
+
+    The logical column dims are ``(n, g, ic, k_0.., o_0..)`` (nb images of the chunk);
+    ``order`` lists them outermost first (a permutation of ``range(3 + 2*nsp)``).
+    """
+
+    nb: int
+    groups: int
+    icg: int
+    src_sp: tuple
+    dst_sp: tuple
+    kernel: tuple
+    strides: tuple
+    dilates: tuple
+    padding_l: tuple
+    src: tuple
+    src_n: int
+    col_n: int
+    order: tuple
+    wg: int = 64
+    per_item: int = 1  # elements per work-item (loops inside it; CPUs want many)
+
+
+def build_im2col(p: Im2ColProblem):
+    import loopy as lp
+    from pymbolic import var
+
+    nsp = len(p.kernel)
+    sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
+    order = _units_first(p.order, sizes)  # same storage; the innermost dim has extent
+    ordered = [sizes[d] for d in order]
+    ranges, parts = grid(ordered, p.per_item)
+    logical = [None] * len(sizes)
+    for d, e in zip(order, parts[len(parts) - len(ordered):]):
+        logical[d] = e
+    flat = 0
+    for e, n in zip(parts[len(parts) - len(ordered):], ordered):
+        flat = flat * n + e
+    n, g, ic = logical[:3]
+    k = logical[3:3 + nsp]
+    o = logical[3 + nsp:]
+    pos = [o[i] * p.strides[i] - p.padding_l[i] + k[i] * (p.dilates[i] + 1) for i in range(nsp)]
+    lo_hi = [(-p.padding_l[i], (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i]
+              + (p.kernel[i] - 1) * (p.dilates[i] + 1)) for i in range(nsp)]
+    cond = bounds_condition(pos, lo_hi, p.src_sp)
+    val = guarded_load(cond, "src", offset(p.src, [var("n0") + n, g * p.icg + ic, *pos]))
+    insn = lp.Assignment(var("col")[var("col_off") + flat], val,
+                         within_inames=frozenset(ranges), id="store")
+    args = make_args([("src", -1, False, True), ("col", -1, True, False),
+                      ("n0", None), ("col_off", None)])
+    knl = _make_kernel(domain(ranges), [insn], args, "pydnnl_conv_im2col",
+                       silenced=("v1_scheduler_fallback", "write_race(store)"))
+    return finish(tag_grid(knl, ranges, p.wg))
+
+
+@dataclass(frozen=True)
+class Col2ImProblem:
+    """``out[n0 + n, g*ICg + ic, i...] = post_ops(sum over taps of col[...] + bias)``.
+
+    Column dims and ``order`` as in :class:`Im2ColProblem`; ``out`` is the layout of the
+    written activation ``[N, G*ICg, in...]``; ``bias`` (IC entries) and ``post_ops`` optional.
+    """
+
+    nb: int
+    groups: int
+    icg: int
+    src_sp: tuple
+    dst_sp: tuple
+    kernel: tuple
+    strides: tuple
+    dilates: tuple
+    padding_l: tuple
+    out: tuple
+    out_n: int
+    col_n: int
+    order: tuple
+    bias: tuple | None = None
+    bias_n: int = 0
+    post_ops: tuple = ()
+    wg: int = 64
+    per_item: int = 1
+
+
+def build_col2im(p: Col2ImProblem):
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
+    from loopy.symbolic import Reduction
+
+    nsp = len(p.kernel)
+    sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
+    col_strides = [0] * len(sizes)
+    st = 1
+    for d in reversed(p.order):
+        col_strides[d] = st
+        st *= sizes[d]
+    # iterate over the written tensor in its storage order: [n, c, sp...]
+    out_sizes = [p.nb, p.groups * p.icg, *p.src_sp]
+    order = _storage_order(p.out, out_sizes)
+    ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
+    idx = [None] * len(out_sizes)
+    for d, e in zip(order, parts[len(parts) - len(order):]):
+        idx[d] = e
+    n, c = idx[0], idx[1]
+    i_sp = idx[2:]
+    g, ic = FloorDiv(c, p.icg), Remainder(c, p.icg)
+    ks = [f"k{i}" for i in range(nsp)]
+    conds, o = [], []
+    for d in range(nsp):
+        num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
+        s = p.strides[d]
+        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
+        hi = p.src_sp[d] - 1 + p.padding_l[d]
+        if lo < 0:
+            conds.append(Comparison(num, ">=", 0))
+        if s == 1:
+            od = num
+            if hi >= p.dst_sp[d]:
+                conds.append(Comparison(num, "<", p.dst_sp[d]))
+        else:
+            conds.append(Comparison(Remainder(num, s), "==", 0))
+            od = FloorDiv(num, s)
+            if hi >= p.dst_sp[d] * s:
+                conds.append(Comparison(num, "<", p.dst_sp[d] * s))
+        o.append(od)
+    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+    cidx = [n, g, ic, *[var(k) for k in ks], *o]
+    coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
+    val = guarded_load(cond, "col", coff)
+    value = Reduction("sum", tuple(ks), val) if nsp else val
+    if p.bias is not None:
+        value = value + var("bias")[offset(p.bias, [c])]
+    out_at = var("out")[offset(p.out, [var("n0") + n, c, *i_sp])]
+    value = apply_postops(value, p.post_ops, out_at)
+    insn = lp.Assignment(out_at, value, within_inames=frozenset(ranges), id="store")
+    has_sum = any(op[0] == "sum" for op in p.post_ops)
+    specs = [("col", -1, False, True), ("out", -1, True, has_sum)]
+    if p.bias is not None:
+        specs.append(("bias", p.bias_n, False, True))
+    specs += [("n0", None), ("col_off", None)]
+    dom = domain({**ranges, **dict(zip(ks, p.kernel))})
+    knl = _make_kernel(dom, [insn], make_args(specs), "pydnnl_conv_col2im",
+                       silenced=("v1_scheduler_fallback", "write_race(store)"))
+    knl = tag_grid(knl, ranges, p.wg)
+    return finish(knl, p.post_ops)
+
+
+@dataclass(frozen=True)
+class EpilogueProblem:
+    """``dst[n0 + n, c, sp...] = post_ops(acc[n, c, sp...] + bias[c])`` over a chunk.
+
+    ``acc`` is None for in place (the accumulator is dst itself, at the same element);
+    otherwise its layout is relative to the run-time ``acc_off``. ``sum_done``: the GEMM
+    already added ``scale * dst_prior`` of the first post-op (a sum), so it is skipped here.
+    """
+
+    nb: int
+    channels: int
+    sp: tuple
+    dst: tuple
+    dst_n: int
+    acc: tuple | None
+    acc_n: int
+    bias: tuple | None
+    bias_n: int
+    post_ops: tuple
+    sum_done: bool = False
+    wg: int = 64
+    per_item: int = 1
+
+
+def build_epilogue(p: EpilogueProblem):
+    import loopy as lp
+    from pymbolic import var
+
+    sizes = [p.nb, p.channels, *p.sp]
+    order = _storage_order(p.dst, sizes)
+    ranges, parts = grid([sizes[d] for d in order], p.per_item)
+    idx = [None] * len(sizes)
+    for d, e in zip(order, parts[len(parts) - len(order):]):
+        idx[d] = e
+    n, c, sp = idx[0], idx[1], idx[2:]
+    dst_at = var("dst")[offset(p.dst, [var("n0") + n, c, *sp])]
+    if p.acc is None:
+        value = dst_at
+    else:
+        value = var("acc")[var("acc_off") + offset(p.acc, [n, c, *sp])]
+    if p.bias is not None:
+        value = value + var("bias")[offset(p.bias, [c])]
+    value = apply_postops(value, p.post_ops, dst_at, skip=1 if p.sum_done else 0)
+    ops = p.post_ops[1:] if p.sum_done else p.post_ops
+    insn = lp.Assignment(dst_at, value, within_inames=frozenset(ranges), id="store")
+    reads_dst = p.acc is None or any(op[0] == "sum" for op in ops)
+    specs = [("dst", -1, True, reads_dst)]
+    if p.acc is not None:
+        specs.append(("acc", -1, False, True))
+    if p.bias is not None:
+        specs.append(("bias", p.bias_n, False, True))
+    specs += [("n0", None), ("acc_off", None)]
+    knl = _make_kernel(domain(ranges), [insn], make_args(specs), "pydnnl_conv_epilogue",
+                       silenced=("v1_scheduler_fallback", "write_race(store)"))
+    knl = tag_grid(knl, ranges, p.wg)
+    return finish(knl, p.post_ops)
+
+
+@dataclass(frozen=True)
+class BiasGradProblem:
+    """``bias[c] = sum_{n, sp} t[n, c, sp...]`` (``t``: diff_dst of the convolution, or the
+    src of the equivalent convolution for deconvolution)."""
+
+    mb: int
+    channels: int
+    sp: tuple
+    t: tuple
+    t_n: int
+    bias: tuple
+    bias_n: int
+    wg: int = 64
+
+
+def build_bias_grad(p: BiasGradProblem):
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison
+    from loopy.symbolic import Reduction
+
+    NP = p.mb * prod(p.sp)
+    L = max(1, min(p.wg, NP))
+    J = -(-NP // L)
+    j = var("jo") * L + var("jl")
+    n, *sp = decompose(j, [p.mb, *p.sp])
+    cond = Comparison(j, "<", NP) if J * L != NP else None
+    val = guarded_load(cond, "t", offset(p.t, [n, var("c"), *sp]))
+    insn = lp.Assignment(var("bias")[offset(p.bias, [var("c")])],
+                         Reduction("sum", ("jl",), Reduction("sum", ("jo",), val)),
+                         within_inames=frozenset(["c"]))
+    args = make_args([("t", p.t_n, False, True), ("bias", p.bias_n, True, False)])
+    insn = insn.copy(id="bias_sum")
+    knl = _make_kernel("{[c, jo, jl]: 0 <= c < %d and 0 <= jo < %d and 0 <= jl < %d}"
+                       % (p.channels, J, L), [insn], args, "pydnnl_conv_bias_grad",
+                       silenced=("v1_scheduler_fallback", "write_race(bias_sum)"))
+    knl = lp.tag_inames(knl, {"c": "g.0", "jl": "l.0"})
+    # preprocessed here: the launch size must count the local reduction iname, which only
+    # the preprocessed kernel shows (compiler.source_from_loopy reads sizes off the kernel)
+    return lp.preprocess_program(finish(knl))
+
+
+__all__ = ["Im2ColProblem", "build_im2col", "Col2ImProblem", "build_col2im",
+           "EpilogueProblem", "build_epilogue", "BiasGradProblem", "build_bias_grad"]

@@ -1,0 +1,224 @@
+"""Loopy generators of the Winograd F(2x2, 3x3) transforms (Lavin & Gray 2016).
+
+With the 4x4 input tile ``d``, the 3x3 filter ``g`` and the 2x2 output tile ``Y``::
+
+    U = G g G^T          (filter transform, 4x4 per (g, oc, ic))
+    V = B^T d B          (input transform, 4x4 per (image tile, g, ic))
+    M[xi, nu] = sum_ic U[xi, nu][oc, ic] V[xi, nu][ic, tile]   (16 GEMMs per group)
+    Y = A^T M A          (output transform, then bias and post-ops)
+
+Scratch buffers (float32, run-time offsets): ``V[16][G][T][ICg]``, ``U[16][G][ICg][OCg]``,
+``M[16][G][T][OCg]`` with ``T = nb * TH * TW`` tiles of the chunk, so each of the 16 * G GEMMs
+is ``M[T, OCg] = V[T, ICg] @ U[ICg, OCg]``, all row-major.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, finish,
+                          guarded_load,
+                          make_args, offset, split_fast)
+
+BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
+G_ = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
+AT = ((1, 1, 1, 0), (0, 1, -1, -1))
+
+
+@dataclass(frozen=True)
+class WinogradProblem:
+    """One transform kernel. ``stage`` is ``filter``, ``input`` or ``output``."""
+
+    stage: str
+    nb: int
+    groups: int
+    icg: int
+    ocg: int
+    src_sp: tuple  # (H, W)
+    dst_sp: tuple  # (OH, OW)
+    padding_l: tuple
+    act: tuple | None = None  # src layout (input stage) or dst layout (output stage)
+    act_n: int = 0
+    wei: tuple | None = None  # weights layout (filter stage)
+    wei_n: int = 0
+    bias: tuple | None = None
+    bias_n: int = 0
+    post_ops: tuple = ()
+    wg: int = 64
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        return (-(-self.dst_sp[0] // 2), -(-self.dst_sp[1] // 2))
+
+    @property
+    def T(self) -> int:
+        th, tw = self.tiles
+        return self.nb * th * tw
+
+
+def build_winograd(p: WinogradProblem):
+    if p.stage == "filter":
+        return _build_filter(p)
+    if p.stage == "input":
+        return _build_input(p)
+    if p.stage == "output":
+        return _build_output(p)
+    raise ValueError(f"winograd: unknown stage {p.stage!r}")
+
+
+def _kernel(total, insns, args, temps, name, p):
+    import loopy as lp
+
+    knl = lp.make_kernel("{[f]: 0 <= f < %d}" % total, insns, args + temps, name=name,
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         index_dtype=INDEX_DTYPE,
+                         silenced_warnings=["v1_scheduler_fallback"])
+    return split_fast(knl, "f", total, p.wg)
+
+
+def _combo(coeffs, terms):
+    """sum of c * t over nonzero coefficients (pymbolic), with +-1 kept as add/subtract."""
+    expr = None
+    for c, t in zip(coeffs, terms):
+        if c == 0:
+            continue
+        term = t if c == 1 else (-t if c == -1 else np.float32(c) * t)
+        expr = term if expr is None else expr + term
+    return expr if expr is not None else np.float32(0)
+
+
+def _temps(names):
+    import loopy as lp
+
+    return [lp.TemporaryVariable(n, np.float32, shape=(), address_space=lp.AddressSpace.PRIVATE)
+            for n in names]
+
+
+def _build_filter(p: WinogradProblem):
+    import loopy as lp
+    from pymbolic import var
+
+    G, ICg, OCg = p.groups, p.icg, p.ocg
+    total = G * ICg * OCg
+    f = var("f")
+    g, ic, oc = decompose(f, [G, ICg, OCg])
+    w = [[var(f"w{a}{b}") for b in range(3)] for a in range(3)]
+    insns = [lp.Assignment(w[a][b], var("wei")[offset(p.wei, [g, oc, ic, a, b])],
+                           within_inames=frozenset(["f"]), id=f"ld{a}{b}")
+             for a in range(3) for b in range(3)]
+    base = var("u_off") + (g * ICg + ic) * OCg + oc
+    for xi in range(4):
+        for nu in range(4):
+            coeffs, terms = [], []
+            for a in range(3):
+                for b in range(3):
+                    coeffs.append(G_[xi][a] * G_[nu][b])
+                    terms.append(w[a][b])
+            insns.append(lp.Assignment(var("u")[base + (xi * 4 + nu) * G * ICg * OCg],
+                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       depends_on=frozenset(f"ld{a}{b}" for a in range(3)
+                                                            for b in range(3))))
+    args = make_args([("wei", p.wei_n, False, True), ("u", -1, True, False), ("u_off", None)])
+    temps = _temps([f"w{a}{b}" for a in range(3) for b in range(3)])
+    return _kernel(total, insns, args, temps, "pydnnl_conv_winograd_filter", p)
+
+
+def _build_input(p: WinogradProblem):
+    import loopy as lp
+    from pymbolic import var
+
+    G, ICg = p.groups, p.icg
+    TH, TW = p.tiles
+    T = p.T
+    total = T * G * ICg
+    f = var("f")
+    n, th, tw, g, ic = decompose(f, [p.nb, TH, TW, G, ICg])
+    t = (n * TH + th) * TW + tw
+    d = [[var(f"d{a}{b}") for b in range(4)] for a in range(4)]
+    insns = []
+    H, W = p.src_sp
+    for a in range(4):
+        for b in range(4):
+            pos = [th * 2 - p.padding_l[0] + a, tw * 2 - p.padding_l[1] + b]
+            lo_hi = [(-p.padding_l[0] + a, (TH - 1) * 2 - p.padding_l[0] + a),
+                     (-p.padding_l[1] + b, (TW - 1) * 2 - p.padding_l[1] + b)]
+            cond = bounds_condition(pos, lo_hi, (H, W))
+            val = guarded_load(cond, "src", offset(p.act, [var("n0") + n, g * ICg + ic, *pos]))
+            insns.append(lp.Assignment(d[a][b], val, within_inames=frozenset(["f"]),
+                                       id=f"ld{a}{b}"))
+    base = var("v_off") + (g * T + t) * ICg + ic
+    for xi in range(4):
+        for nu in range(4):
+            coeffs, terms = [], []
+            for a in range(4):
+                for b in range(4):
+                    coeffs.append(BT[xi][a] * BT[nu][b])
+                    terms.append(d[a][b])
+            insns.append(lp.Assignment(var("v")[base + (xi * 4 + nu) * G * T * ICg],
+                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       depends_on=frozenset(f"ld{a}{b}" for a in range(4)
+                                                            for b in range(4))))
+    args = make_args([("src", -1, False, True), ("v", -1, True, False), ("n0", None),
+                      ("v_off", None)])
+    temps = _temps([f"d{a}{b}" for a in range(4) for b in range(4)])
+    return finish(_kernel(total, insns, args, temps, "pydnnl_conv_winograd_input", p))
+
+
+def _build_output(p: WinogradProblem):
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison
+
+    G, OCg = p.groups, p.ocg
+    TH, TW = p.tiles
+    T = p.T
+    OH, OW = p.dst_sp
+    total = T * G * OCg
+    f = var("f")
+    n, th, tw, g, oc = decompose(f, [p.nb, TH, TW, G, OCg])
+    t = (n * TH + th) * TW + tw
+    m = [[var(f"m{a}{b}") for b in range(4)] for a in range(4)]
+    base = var("m_off") + (g * T + t) * OCg + oc
+    insns = [lp.Assignment(m[a][b], var("mm")[base + (a * 4 + b) * G * T * OCg],
+                           within_inames=frozenset(["f"]), id=f"ld{a}{b}")
+             for a in range(4) for b in range(4)]
+    c = g * OCg + oc
+    bias = var("bias")[offset(p.bias, [c])] if p.bias is not None else None
+    for i in range(2):
+        for j in range(2):
+            coeffs, terms = [], []
+            for a in range(4):
+                for b in range(4):
+                    coeffs.append(AT[i][a] * AT[j][b])
+                    terms.append(m[a][b])
+            value = _combo(coeffs, terms)
+            if bias is not None:
+                value = value + bias
+            oh, ow = th * 2 + i, tw * 2 + j
+            dst_at = var("dst")[offset(p.act, [var("n0") + n, c, oh, ow])]
+            value = apply_postops(value, p.post_ops, dst_at)
+            preds = []
+            if i == 1 and OH % 2:
+                preds.append(Comparison(oh, "<", OH))
+            if j == 1 and OW % 2:
+                preds.append(Comparison(ow, "<", OW))
+            # the four stores write different elements: no ordering among them
+            others = frozenset((f"st{a}{b}", "any") for a in range(2) for b in range(2)
+                               if (a, b) != (i, j))
+            insns.append(lp.Assignment(dst_at, value, within_inames=frozenset(["f"]),
+                                       predicates=frozenset(preds), id=f"st{i}{j}",
+                                       no_sync_with=others,
+                                       depends_on=frozenset(f"ld{a}{b}" for a in range(4)
+                                                            for b in range(4))))
+    has_sum = any(op[0] == "sum" for op in p.post_ops)
+    specs = [("mm", -1, False, True), ("dst", -1, True, has_sum)]
+    if p.bias is not None:
+        specs.append(("bias", p.bias_n, False, True))
+    specs += [("n0", None), ("m_off", None)]
+    temps = _temps([f"m{a}{b}" for a in range(4) for b in range(4)])
+    knl = _kernel(total, insns, make_args(specs), temps, "pydnnl_conv_winograd_output", p)
+    return finish(knl, p.post_ops)
+
+
+__all__ = ["WinogradProblem", "build_winograd", "BT", "AT", "G_"]

@@ -1,0 +1,593 @@
+"""Convolution and deconvolution primitive descriptors and primitives (forward, backward data,
+backward weights), oneDNN's API; the work is done by solvers (:mod:`.solvers`).
+
+Every descriptor accepts oneDNN's positional forms, with or without bias and with or without
+``dilates`` (``None`` for an absent bias), and every argument by keyword. pydnnl extensions
+(keyword only): ``solver=`` pins a solver by name (``direct``, ``im2col_gemm``,
+``winograd_f2x3``), ``solver_params=`` its tuning parameters; backward descriptors accept
+``hint_fwd_pd=None``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...attr import primitive_attr
+from ...constants import (ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC,
+                          ARG_DIFF_WEIGHTS, ARG_DST, ARG_SCRATCHPAD, ARG_SRC, ARG_WEIGHTS,
+                          algorithm, prop_kind)
+from ...conv_shapes import ConvGeometry, validate_conv
+from ...engine import engine as _engine
+from ...error import invalid_arguments, unimplemented
+from ...kernels.conv_common import ELTWISE_C, grouped_layout, layout_of, swap_channel_dims
+from ...memory import memory
+from ...memory.data_types import data_type
+from ...memory.desc import MemoryDesc
+from ..base import ArgSpec, primitive, primitive_desc_base
+from .problem import ConvProblem
+from .solvers import Solver, get_solver, heuristic_order, solvers
+
+FIND_FAMILY = "conv_find"
+
+_ACT_TAGS = {"nchw": {1: "abc", 2: "abcd", 3: "abcde"},
+             "nhwc": {1: "acb", 2: "acdb", 3: "acdeb"}}
+
+# descriptor names of each direction, in oneDNN's positional order; (name, arg, is output)
+_DESCS = {
+    "fwd": (("src_desc", ARG_SRC, False), ("weights_desc", ARG_WEIGHTS, False),
+            ("bias_desc", ARG_BIAS, False), ("dst_desc", ARG_DST, True)),
+    "bwd_d": (("diff_src_desc", ARG_DIFF_SRC, True), ("weights_desc", ARG_WEIGHTS, False),
+              ("diff_dst_desc", ARG_DIFF_DST, False)),
+    "bwd_w": (("src_desc", ARG_SRC, False), ("diff_weights_desc", ARG_DIFF_WEIGHTS, True),
+              ("diff_bias_desc", ARG_DIFF_BIAS, True), ("diff_dst_desc", ARG_DIFF_DST, False)),
+}
+_OPTIONAL = {"fwd": "bias_desc", "bwd_d": None, "bwd_w": "diff_bias_desc"}
+# logical tensor of each descriptor name
+_LOGICAL = {"src_desc": "src", "diff_src_desc": "src", "weights_desc": "wei",
+            "diff_weights_desc": "wei", "bias_desc": "bias", "diff_bias_desc": "bias",
+            "dst_desc": "dst", "diff_dst_desc": "dst"}
+_DIMS = ("strides", "dilates", "padding_l", "padding_r")
+_ALIASES = {"aengine": "engine", "aprop_kind": "prop_kind", "aalgorithm": "algorithm",
+            "dilation": "dilates", "dilations": "dilates"}
+
+
+def _is_dims(x) -> bool:
+    if isinstance(x, np.ndarray):
+        return x.ndim == 1 and np.issubdtype(x.dtype, np.integer)
+    return isinstance(x, (list, tuple)) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
+
+
+def _alg_name(alg) -> str:
+    name = alg.name
+    return name[len("eltwise_"):] if name.startswith("eltwise_") else name
+
+
+class conv_pd_base(primitive_desc_base):
+    """Shared parsing, validation, layout negotiation, solver choice and queries."""
+
+    _op = "convolution"       # or "deconvolution"
+    _dir = "fwd"              # "fwd", "bwd_d" or "bwd_w"
+    _kind = "convolution_forward"
+    _fwd_pd_class: type | None = None
+
+    # -- construction ----------------------------------------------------------------------------
+    def __init__(self, *args, **kw):
+        kw = {_ALIASES.get(k, k): v for k, v in kw.items()}
+        solver_name = kw.pop("solver", None)
+        solver_params = kw.pop("solver_params", None)
+        use_db = kw.pop("_use_db", True)
+        head = ["engine"] + (["prop_kind"] if self._dir == "fwd" else []) + ["algorithm"]
+        vals = dict(zip(head, args))
+        rest = list(args[len(head):])
+        for k in head:
+            if k in kw:
+                if k in vals:
+                    raise invalid_arguments(
+                        f"{self._kind}: {k} given twice (positionally and by keyword)")
+                vals[k] = kw.pop(k)
+        missing = [k for k in head if k not in vals]
+        if missing:
+            raise invalid_arguments(f"{self._kind}.primitive_desc: missing {', '.join(missing)}")
+        descs, dims, hint, attr, _ = self._bind(rest, kw)
+        self._init_base(vals["engine"], attr)
+        self._prop = self._check_prop(vals.get("prop_kind"))
+        self._alg = self._check_alg(vals["algorithm"])
+        self._hint = self._check_hint_type(hint)
+        self._user = descs
+        self._geom = self._validate(descs, dims)
+        self._check_hint_geometry()
+        self._post_ops = self._check_attr()
+        self._dims = dims
+        self._choose(solver_name, solver_params, use_db)
+
+    def _bind(self, rest: list, kw: dict):
+        names = [n for n, _, _ in _DESCS[self._dir]]
+        optional = _OPTIONAL[self._dir]
+        pos_descs = []
+        while rest and (isinstance(rest[0], MemoryDesc) or rest[0] is None):
+            pos_descs.append(rest.pop(0))
+        pos_dims = []
+        while rest and _is_dims(rest[0]):
+            pos_dims.append(list(int(v) for v in rest.pop(0)))
+        hint = kw.pop("hint_fwd_pd", None)
+        if self._dir != "fwd" and rest and (rest[0] is None
+                                            or isinstance(rest[0], primitive_desc_base)):
+            hint = rest.pop(0)
+        attr = kw.pop("attr", None)
+        if rest and (rest[0] is None or isinstance(rest[0], primitive_attr)):
+            attr = rest.pop(0)
+        allow_empty = kw.pop("allow_empty", False)
+        if rest and isinstance(rest[0], bool):
+            allow_empty = rest.pop(0)
+        if rest:
+            raise invalid_arguments(
+                f"{self._kind}.primitive_desc: unexpected positional argument {rest[0]!r}; "
+                f"expected memory descs ({', '.join(names)}), then lists strides, [dilates,] "
+                f"padding_l, padding_r" + (", then hint_fwd_pd" if self._dir != "fwd" else "")
+                + ", then attr")
+        # descriptors
+        given = {n: kw.pop(n) for n in names if n in kw}
+        remaining = [n for n in names if n not in given]
+        if len(pos_descs) != len(remaining):
+            if optional in remaining and len(pos_descs) == len(remaining) - 1:
+                remaining.remove(optional)
+            else:
+                raise invalid_arguments(
+                    f"{self._kind}.primitive_desc: expected memory descs {', '.join(names)}"
+                    + (f" ({optional} may be left out)" if optional else "")
+                    + f", got {len(pos_descs)} positional desc(s) and keywords "
+                      f"{sorted(given) or 'none'}")
+        descs = dict(zip(remaining, pos_descs))
+        descs.update(given)
+        for n in names:
+            md = descs.get(n)
+            if md is None or (isinstance(md, MemoryDesc) and md.is_zero()):
+                if n == optional:
+                    descs[n] = None
+                    continue
+                raise invalid_arguments(f"{self._kind}: {n} is required, got {md!r}")
+            if not isinstance(md, MemoryDesc):
+                raise invalid_arguments(
+                    f"{self._kind}: {n} must be a memory.desc, got {type(md).__name__}")
+        # strides / dilates / paddings
+        dgiven = {n: kw.pop(n) for n in _DIMS if n in kw}
+        dremaining = [n for n in _DIMS if n not in dgiven]
+        if len(pos_dims) != len(dremaining):
+            if "dilates" in dremaining and len(pos_dims) == len(dremaining) - 1:
+                dremaining.remove("dilates")
+            else:
+                raise invalid_arguments(
+                    f"{self._kind}.primitive_desc: expected lists strides, [dilates,] padding_l, "
+                    f"padding_r, got {len(pos_dims)} positional list(s) and keywords "
+                    f"{sorted(dgiven) or 'none'}")
+        dims = dict(zip(dremaining, pos_dims))
+        for k, v in dgiven.items():
+            if v is not None and not _is_dims(v):
+                raise invalid_arguments(f"{self._kind}: {k} must be a list of ints, got {v!r}")
+            dims[k] = None if v is None else [int(x) for x in v]
+        for k in ("strides", "padding_l"):
+            if dims.get(k) is None:
+                raise invalid_arguments(f"{self._kind}.primitive_desc: missing {k}")
+        if dims.get("padding_r") is None:
+            dims["padding_r"] = list(dims["padding_l"])
+        if kw:
+            raise invalid_arguments(f"{self._kind}.primitive_desc: unknown keyword argument(s) "
+                                    f"{', '.join(sorted(kw))}")
+        return descs, dims, hint, attr, allow_empty
+
+    def _check_prop(self, pk):
+        if self._dir == "bwd_d":
+            return prop_kind.backward_data
+        if self._dir == "bwd_w":
+            return prop_kind.backward_weights
+        try:
+            pk = prop_kind(pk)
+        except ValueError:
+            pk = None
+        if pk not in (prop_kind.forward_training, prop_kind.forward_inference):
+            raise invalid_arguments(f"{self._kind}: prop_kind must be forward_training or "
+                                    f"forward_inference, got {pk!r}")
+        return pk
+
+    def _check_alg(self, alg) -> algorithm:
+        try:
+            alg = algorithm(alg)
+        except ValueError:
+            raise invalid_arguments(f"{self._kind}: unknown algorithm {alg!r}") from None
+        ok = ((algorithm.convolution_direct, algorithm.convolution_winograd,
+               algorithm.convolution_auto) if self._op == "convolution" else
+              (algorithm.deconvolution_direct, algorithm.deconvolution_winograd,
+               algorithm.convolution_auto))
+        if alg not in ok:
+            raise invalid_arguments(f"{self._kind}: algorithm must be one of "
+                                    f"{', '.join(a.name for a in ok)}, got {alg.name}")
+        return alg
+
+    def _check_hint_type(self, hint):
+        if hint is None:
+            return None
+        want = self._fwd_pd_class
+        if want is not None and not isinstance(hint, want):
+            raise invalid_arguments(
+                f"{self._kind}: hint_fwd_pd must be a {self._op}_forward.primitive_desc, got "
+                f"{type(hint).__qualname__}")
+        return hint
+
+    def _validate(self, descs: dict, dims: dict) -> ConvGeometry:
+        by = {_LOGICAL[n]: md for n, md in descs.items()}
+        for n, md in descs.items():
+            if md is not None and md.data_type != data_type.f32:
+                got = ", ".join(f"{k} {m.data_type.name}" for k, m in descs.items()
+                                if m is not None)
+                raise unimplemented(f"{self._kind}: only f32 is implemented; got {got}")
+        bias = by.get("bias")
+        deconv = self._op == "deconvolution"
+        geom = validate_conv(by["src"].dims, by["wei"].dims, dims["strides"], dims.get("dilates"),
+                             dims["padding_l"], dims["padding_r"], deconvolution=deconv,
+                             bias_dims=bias.dims if bias is not None else None, op=self._kind)
+        want = geom.dst_dims()
+        if tuple(by["dst"].dims) != tuple(want):
+            rule = ("(in-1)*s + (k-1)*(d+1)+1 - pl - pr" if deconv
+                    else "(in - ((k-1)*(d+1)+1) + pl + pr) / s + 1")
+            dname = [n for n in descs if _LOGICAL[n] == "dst"][0]
+            raise invalid_arguments(
+                f"{self._kind}: {dname} dims {list(by['dst'].dims)} do not match the "
+                f"{list(want)} that src {list(by['src'].dims)}, weights {list(by['wei'].dims)}, "
+                f"strides {list(geom.strides)}, dilates {list(geom.dilates)}, padding_l "
+                f"{list(geom.padding_l)} and padding_r {list(geom.padding_r)} give (out = {rule})")
+        return geom
+
+    def _check_hint_geometry(self) -> None:
+        h = self._hint
+        if h is None:
+            return
+        mine, theirs = self._geom, h._geom
+        for what in ("src_dims", "dst_dims", "grouped_weights_dims"):
+            a, b = getattr(mine, what)(), getattr(theirs, what)()
+            if tuple(a) != tuple(b):
+                raise invalid_arguments(
+                    f"{self._kind}: hint_fwd_pd does not match: its {what.replace('_dims', '')} "
+                    f"dims are {list(b)}, this primitive's are {list(a)}")
+        for what in ("strides", "dilates", "padding_l", "padding_r"):
+            a, b = getattr(mine, what), getattr(theirs, what)
+            if tuple(a) != tuple(b):
+                raise invalid_arguments(
+                    f"{self._kind}: hint_fwd_pd does not match: its {what} are {list(b)}, this "
+                    f"primitive's are {list(a)}")
+
+    def _check_attr(self) -> tuple:
+        a = self._attr
+        if a.scales or a.zero_points:
+            raise unimplemented(f"{self._kind}: scales and zero points are not implemented for "
+                                f"f32 convolution")
+        ops = a.get_post_ops().ops
+        if ops and self._dir != "fwd":
+            raise unimplemented(f"{self._kind}: post-ops apply to forward propagation only")
+        out = []
+        for i, op in enumerate(ops):
+            if hasattr(op, "scale"):
+                if op.data_type not in (data_type.undef, data_type.f32):
+                    raise unimplemented(f"{self._kind}: post-op {i} (sum) with data type "
+                                        f"{op.data_type.name} is not implemented")
+                out.append(("sum", float(op.scale), int(op.zero_point)))
+            else:
+                name = _alg_name(op.alg)
+                if name not in ELTWISE_C:
+                    raise unimplemented(f"{self._kind}: post-op {i}: eltwise {op.alg.name} is not "
+                                        f"implemented; supported: {', '.join(ELTWISE_C)}")
+                out.append(("eltwise", name, float(op.alpha), float(op.beta)))
+        return tuple(out)
+
+    # -- solver choice and layouts -------------------------------------------------------------
+    def _conv_kind(self) -> str:
+        if self._op == "convolution":
+            return self._dir
+        return {"fwd": "bwd_d", "bwd_d": "fwd", "bwd_w": "bwd_w"}[self._dir]
+
+    def _conv_geom(self) -> dict:
+        g = self._geom
+        if self._op == "convolution":
+            return dict(groups=g.groups, icg=g.ic_per_group, ocg=g.oc_per_group,
+                        kernel=g.kernel, strides=g.strides, dilates=g.dilates,
+                        padding_l=g.padding_l, src_sp=g.src_spatial, dst_sp=g.dst_spatial,
+                        mb=g.mb)
+        return dict(groups=g.groups, icg=g.oc_per_group, ocg=g.ic_per_group, kernel=g.kernel,
+                    strides=g.strides, dilates=g.dilates, padding_l=g.padding_l,
+                    src_sp=g.dst_spatial, dst_sp=g.src_spatial, mb=g.mb)
+
+    def _allowed(self) -> list[str] | None:
+        """Solver names the algorithm admits (None: any, chosen automatically)."""
+        if self._alg == algorithm.convolution_auto:
+            return None
+        fam = "winograd" if self._alg in (algorithm.convolution_winograd,
+                                         algorithm.deconvolution_winograd) else "direct"
+        return [n for n, s in solvers().items() if s.family == fam]
+
+    def _choose(self, solver_name, solver_params, use_db: bool) -> None:
+        allowed = self._allowed()
+        kind = self._conv_kind()
+        db_params = {}
+        if solver_name is not None:
+            s = get_solver(solver_name)
+            if allowed is not None and solver_name not in allowed:
+                raise invalid_arguments(
+                    f"{self._kind}: solver {solver_name!r} does not implement algorithm "
+                    f"{self._alg.name} (its solvers: {', '.join(allowed)})")
+            order = [solver_name]
+        elif self._alg in (algorithm.convolution_direct, algorithm.deconvolution_direct):
+            order = ["direct"]
+        elif allowed is not None:
+            order = list(allowed)
+        else:
+            order = heuristic_order(kind, self._conv_geom(), self._engine)
+            if use_db:
+                hit = self._db_lookup()
+                if hit is not None and hit.get("solver") in solvers():
+                    order = [hit["solver"]] + [n for n in order if n != hit["solver"]]
+                    db_params = {hit["solver"]: dict(hit.get("params") or {})}
+        reasons = []
+        for name in order:
+            s = get_solver(name)
+            descs = self._resolve_layouts(s)
+            problem = self._problem(descs)
+            why = s.why_not(problem, self._engine) or ("" if s.is_applicable(problem, self._engine)
+                                                        else "not applicable")
+            if why:
+                reasons.append(f"{name}: {why}")
+                continue
+            params = s.default_params(problem, self._engine)
+            if name in db_params:
+                params.update(db_params[name])
+            if solver_params is not None and name == order[0]:
+                params.update(solver_params)
+            self._finish(s, params, descs, problem)
+            return
+        raise unimplemented(f"{self._kind}: no solver for algorithm {self._alg.name} applies: "
+                            + "; ".join(reasons))
+
+    def _resolve_layouts(self, s: Solver) -> dict:
+        """The user's descs with ``any`` replaced by the layouts solver ``s`` prefers."""
+        nsp = len(self._geom.kernel)
+        act_family, wei_order = s.preferred(self._conv_kind(), nsp)
+        out = {}
+        by_logical = {_LOGICAL[n]: (n, md) for n, md in self._user.items()}
+        hint_md = {}
+        if self._hint is not None:
+            h = self._hint
+            hint_md = {"src": h._descs_by_logical.get("src"), "dst": h._descs_by_logical.get("dst"),
+                       "wei": h._descs_by_logical.get("wei")}
+        for n, md in self._user.items():
+            if md is None or not md.is_any():
+                out[n] = md
+                continue
+            lg = _LOGICAL[n]
+            if lg == "bias":
+                out[n] = MemoryDesc(md.dims, md.data_type, "a")
+                continue
+            h = hint_md.get(lg)
+            if h is not None and tuple(h.dims) == tuple(md.dims):
+                out[n] = h
+                continue
+            if lg in ("src", "dst"):
+                other = by_logical["dst" if lg == "src" else "src"][1]
+                tag = None
+                if other is not None and not other.is_any() and other.tag is not None:
+                    canon = other.tag.canonical
+                    if canon in _ACT_TAGS["nchw"].values() or canon in _ACT_TAGS["nhwc"].values():
+                        tag = canon
+                out[n] = MemoryDesc(md.dims, md.data_type, tag or _ACT_TAGS[act_family][nsp])
+            else:
+                out[n] = MemoryDesc(md.dims, md.data_type, self._wei_tag(wei_order, nsp))
+        return out
+
+    def _wei_tag(self, order: str, nsp: int) -> str:
+        """Canonical tag of the user's weights dims storing the conv roles in ``order``."""
+        grouped = self._geom.grouped_weights
+        deconv = self._op == "deconvolution"
+        base = 1 if grouped else 0
+        role = {"o": base + (1 if deconv else 0), "i": base + (0 if deconv else 1)}
+        letters = "abcdefghijkl"
+        out = []
+        for r in order:
+            if r == "g":
+                if grouped:
+                    out.append("a")
+            elif r == "k":
+                out.extend(letters[base + 2 + i] for i in range(nsp))
+            else:
+                out.append(letters[role[r]])
+        return "".join(out)
+
+    def _problem(self, descs: dict) -> ConvProblem:
+        g = self._geom
+        by = {_LOGICAL[n]: md for n, md in descs.items()}
+        wlay = grouped_layout(by["wei"], g.grouped_weights)
+        bias = by.get("bias")
+        if self._op == "convolution":
+            src, dst = by["src"], by["dst"]
+            icg, ocg, src_sp, dst_sp = g.ic_per_group, g.oc_per_group, g.src_spatial, g.dst_spatial
+        else:
+            src, dst = by["dst"], by["src"]
+            wlay = swap_channel_dims(wlay)
+            icg, ocg, src_sp, dst_sp = g.oc_per_group, g.ic_per_group, g.dst_spatial, g.src_spatial
+        return ConvProblem(
+            kind=self._conv_kind(), mb=g.mb, groups=g.groups, icg=icg, ocg=ocg,
+            src_sp=tuple(src_sp), dst_sp=tuple(dst_sp), kernel=tuple(g.kernel),
+            strides=tuple(g.strides), dilates=tuple(g.dilates), padding_l=tuple(g.padding_l),
+            padding_r=tuple(g.padding_r), src=layout_of(src), wei=wlay, dst=layout_of(dst),
+            src_n=src.nelems_physical(), wei_n=by["wei"].nelems_physical(),
+            dst_n=dst.nelems_physical(), bias=layout_of(bias) if bias is not None else None,
+            bias_n=bias.nelems_physical() if bias is not None else 0,
+            bias_of="src" if self._op == "deconvolution" else "dst",
+            post_ops=self._post_ops, deconv=self._op == "deconvolution")
+
+    def _finish(self, s: Solver, params: dict, descs: dict, problem: ConvProblem) -> None:
+        self._solver = s
+        self._params = params
+        self._problem_ = problem
+        self._descs = descs
+        self._descs_by_logical = {_LOGICAL[n]: md for n, md in descs.items()}
+        deconv = self._op == "deconvolution"
+        self._roles = {}
+        for name, arg, out in _DESCS[self._dir]:
+            md = descs.get(name)
+            if md is None:
+                continue
+            self._args[arg] = ArgSpec(md, out, True)
+            lg = _LOGICAL[name]
+            role = {"src": "dst" if deconv else "src", "dst": "src" if deconv else "dst",
+                    "wei": "wei", "bias": "bias"}[lg]
+            self._roles[arg] = role
+        self._finish_scratchpad(s.workspace_bytes(problem, params))
+        self._impl = f"loopy:{s.name}"
+        self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
+                      f"{problem.describe()}")
+
+    # -- perf database -------------------------------------------------------------------------
+    def find_key(self) -> str:
+        """The problem as the find database knows it (user descs, ``any`` included)."""
+        g = self._geom
+        parts = [self._op, self._dir, f"mb{g.mb}g{g.groups}ic{g.ic}oc{g.oc}",
+                 "i" + "x".join(map(str, g.src_spatial)), "o" + "x".join(map(str, g.dst_spatial)),
+                 "k" + "x".join(map(str, g.kernel)), "s" + "x".join(map(str, g.strides)),
+                 "d" + "x".join(map(str, g.dilates)), "pl" + "x".join(map(str, g.padding_l)),
+                 "pr" + "x".join(map(str, g.padding_r)), "gw" if g.grouped_weights else "w"]
+        for n, md in self._user.items():
+            parts.append(f"{n.replace('_desc', '')}:{'none' if md is None else md.format_name()}"
+                         f"@{0 if md is None else md.offset0}")
+        parts.append("po:" + repr(self._post_ops))
+        return "-".join(parts)
+
+    def _db_lookup(self) -> dict | None:
+        from ...tuning import PerfDB
+
+        hit = PerfDB.default().get(self._engine.info.signature, FIND_FAMILY, self.find_key())
+        return None if hit is None else hit[0]
+
+    # -- queries -------------------------------------------------------------------------------
+    def bias_desc(self) -> MemoryDesc:
+        spec = self._args.get(ARG_BIAS)
+        return spec.md if spec else MemoryDesc()
+
+    def diff_bias_desc(self) -> MemoryDesc:
+        spec = self._args.get(ARG_DIFF_BIAS)
+        return spec.md if spec else MemoryDesc()
+
+    def get_algorithm_kind(self) -> algorithm:
+        return self._alg
+
+    def get_prop_kind(self) -> prop_kind:
+        return self._prop
+
+    def get_strides(self) -> list[int]:
+        return list(self._geom.strides)
+
+    def get_dilations(self) -> list[int]:
+        return list(self._geom.dilates)
+
+    def get_padding_l(self) -> list[int]:
+        return list(self._geom.padding_l)
+
+    def get_padding_r(self) -> list[int]:
+        return list(self._geom.padding_r)
+
+    def get_solver(self) -> str:
+        """The solver the descriptor chose (pydnnl extension)."""
+        return self._solver.name
+
+    def get_solver_params(self) -> dict:
+        return dict(self._params)
+
+    def workspace_bytes(self) -> int:
+        return self._scratchpad_md.get_size() if not self._scratchpad_md.is_zero() else 0
+
+
+class conv_primitive_base(primitive):
+    """Builds the solver's plan once; ``execute`` enqueues it."""
+
+    def _create(self) -> None:
+        pd = self._pd
+        self._plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
+        self._scratch_mem = None
+
+    def _bufs(self, args) -> dict:
+        pd = self._pd
+        bufs = {role: args[arg].buffer for arg, role in pd._roles.items() if arg in args}
+        if self._plan.scratch_bytes:
+            m = args.get(ARG_SCRATCHPAD)
+            if m is None:
+                if self._scratch_mem is None:
+                    self._scratch_mem = memory(pd.scratchpad_desc(), pd._engine)
+                m = self._scratch_mem
+            bufs["scratch"] = m.buffer
+        return bufs
+
+    def _execute(self, s, args) -> None:
+        self._plan.run(s, self._bufs(args))
+
+
+def _make(name: str, op: str, direction: str, doc: str, fwd_cls=None):
+    pd_cls = type("primitive_desc", (conv_pd_base,),
+                  {"_op": op, "_dir": direction, "_kind": name, "__doc__": doc,
+                   "_fwd_pd_class": fwd_cls, "__qualname__": f"{name}.primitive_desc",
+                   "__module__": __name__})
+    prim_cls = type(name, (conv_primitive_base,),
+                    {"primitive_desc": pd_cls, "__doc__": doc, "__module__": __name__})
+
+    def __init__(self, pd):
+        if not isinstance(pd, pd_cls):
+            raise invalid_arguments(f"{name}: expected a {name}.primitive_desc, got "
+                                    f"{type(pd).__qualname__}")
+        conv_primitive_base.__init__(self, pd)
+
+    def find(cls, *args, exhaustive: bool = False, **kw):
+        """Run every applicable solver on the problem and rank them (MIOpen's Find); the best is
+        stored in the perf database so that the next ``convolution_auto`` picks it."""
+        from .find import find as _find
+
+        return _find(cls, args, kw, exhaustive)
+
+    prim_cls.__init__ = __init__
+    prim_cls.find = classmethod(find)
+    return prim_cls
+
+
+convolution_forward = _make(
+    "convolution_forward", "convolution", "fwd",
+    "``convolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, weights_desc, "
+    "[bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r, attr=None)``; execute with "
+    "ARG_SRC, ARG_WEIGHTS, [ARG_BIAS,] ARG_DST.")
+convolution_backward_data = _make(
+    "convolution_backward_data", "convolution", "bwd_d",
+    "``convolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc, weights_desc, "
+    "diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd, attr=None)``; execute "
+    "with ARG_DIFF_DST, ARG_WEIGHTS, ARG_DIFF_SRC.",
+    convolution_forward.primitive_desc)
+convolution_backward_weights = _make(
+    "convolution_backward_weights", "convolution", "bwd_w",
+    "``convolution_backward_weights.primitive_desc(engine, algorithm, src_desc, "
+    "diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l, "
+    "padding_r, hint_fwd_pd, attr=None)``; execute with ARG_SRC, ARG_DIFF_DST, "
+    "ARG_DIFF_WEIGHTS, [ARG_DIFF_BIAS].",
+    convolution_forward.primitive_desc)
+deconvolution_forward = _make(
+    "deconvolution_forward", "deconvolution", "fwd",
+    "``deconvolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, "
+    "weights_desc, [bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r, attr=None)``"
+    " (weights [OC, IC, k...] or [G, OC/G, IC/G, k...]); execute with ARG_SRC, ARG_WEIGHTS, "
+    "[ARG_BIAS,] ARG_DST.")
+deconvolution_backward_data = _make(
+    "deconvolution_backward_data", "deconvolution", "bwd_d",
+    "``deconvolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc, "
+    "weights_desc, diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd, "
+    "attr=None)``", deconvolution_forward.primitive_desc)
+deconvolution_backward_weights = _make(
+    "deconvolution_backward_weights", "deconvolution", "bwd_w",
+    "``deconvolution_backward_weights.primitive_desc(engine, algorithm, src_desc, "
+    "diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l, "
+    "padding_r, hint_fwd_pd, attr=None)``", deconvolution_forward.primitive_desc)
+
+__all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_weights",
+           "deconvolution_forward", "deconvolution_backward_data",
+           "deconvolution_backward_weights", "conv_pd_base", "FIND_FAMILY"]
+del _engine

@@ -1,0 +1,225 @@
+"""The convolution problem solvers see: one direction of a convolution, layouts resolved.
+
+Deconvolution is mapped onto convolution before a solver sees it (as the reference does):
+deconvolution forward is convolution backward data with a bias, deconvolution backward data is
+convolution forward, and deconvolution backward weights is convolution backward weights with
+src and diff_dst exchanged; the weights' two channel dimensions swap, which only permutes the
+layout terms (no copy).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...kernels.conv_common import plain_strides, prod
+
+KINDS = ("fwd", "bwd_d", "bwd_w")
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A convolution in one direction with every layout known (hashable).
+
+    ``kind``: ``fwd`` (writes dst), ``bwd_d`` (writes src = diff_src from dst = diff_dst),
+    ``bwd_w`` (writes wei = diff_weights from src and dst = diff_dst). Layouts are
+    :func:`pydnnl.kernels.conv_common.layout_of` tuples of the logical tensors
+    src ``[N, G*ICg, in...]``, wei ``[G, OCg, ICg, k...]``, dst ``[N, G*OCg, out...]``;
+    ``*_n`` are their storage sizes in elements. ``bias`` is the layout of the bias added to the
+    written activation (fwd: OC entries; bwd_d: IC entries, deconvolution forward) or of the
+    bias gradient (bwd_w: the channel sums of ``bias_of``: ``dst``, or ``src`` for
+    deconvolution). ``post_ops``: ``("sum", scale, zero_point)`` / ``("eltwise", alg, alpha,
+    beta)`` applied to the written activation.
+    """
+
+    kind: str
+    mb: int
+    groups: int
+    icg: int
+    ocg: int
+    src_sp: tuple
+    dst_sp: tuple
+    kernel: tuple
+    strides: tuple
+    dilates: tuple
+    padding_l: tuple
+    padding_r: tuple
+    src: tuple
+    wei: tuple
+    dst: tuple
+    src_n: int
+    wei_n: int
+    dst_n: int
+    bias: tuple | None = None
+    bias_n: int = 0
+    bias_of: str = "dst"
+    post_ops: tuple = ()
+    deconv: bool = False
+
+    @property
+    def nsp(self) -> int:
+        return len(self.kernel)
+
+    @property
+    def ic(self) -> int:
+        return self.groups * self.icg
+
+    @property
+    def oc(self) -> int:
+        return self.groups * self.ocg
+
+    @property
+    def P(self) -> int:
+        """Output points per image."""
+        return prod(self.dst_sp)
+
+    @property
+    def PI(self) -> int:
+        """Input points per image."""
+        return prod(self.src_sp)
+
+    @property
+    def K(self) -> int:
+        """Kernel taps."""
+        return prod(self.kernel)
+
+    def is_1x1_dense(self) -> bool:
+        """Every output point reads exactly the input point at the same place."""
+        return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.strides)
+                and all(p == 0 for p in self.padding_l) and self.src_sp == self.dst_sp)
+
+    def flops(self) -> int:
+        return 2 * self.mb * self.groups * self.icg * self.ocg * self.P * self.K
+
+    def describe(self) -> str:
+        """benchdnn-like shape string."""
+        nsp = self.nsp
+        names = ("d", "h", "w")[3 - nsp:]
+        s = f"g{self.groups}mb{self.mb}ic{self.ic}"
+        s += "".join(f"i{n}{v}" for n, v in zip(names, self.src_sp))
+        s += f"oc{self.oc}" + "".join(f"o{n}{v}" for n, v in zip(names, self.dst_sp))
+        s += "".join(f"k{n}{v}" for n, v in zip(names, self.kernel))
+        s += "".join(f"s{n}{v}" for n, v in zip(names, self.strides))
+        s += "".join(f"d{n}{v}" for n, v in zip(names, self.dilates))
+        s += "".join(f"p{n}{v}" for n, v in zip(names, self.padding_l))
+        return s
+
+
+# ---------------------------------------------------------------------------------------------
+# layout analysis for GEMM operands
+# ---------------------------------------------------------------------------------------------
+def flat_stride(strides, sizes) -> int | None:
+    """The innermost stride when dims ``sizes`` with ``strides`` flatten row-major, else None.
+
+    Dimensions of size 1 are ignored. All of size 1: 1.
+    """
+    dims = [(s, n) for s, n in zip(strides, sizes) if n != 1]
+    if not dims:
+        return 1
+    inner = dims[-1][0]
+    expect = inner * dims[-1][1]
+    for s, n in reversed(dims[:-1]):
+        if s != expect:
+            return None
+        expect = s * n
+    return inner
+
+
+@dataclass(frozen=True)
+class ActMatrix:
+    """How an activation ``[N, C, sp...]`` looks to a GEMM.
+
+    ``mode`` ``hwc``: per image a ``[P, C]`` row-major matrix with row stride ``ld`` (channel
+    stride 1); ``fold``: images follow each other with stride ``P * ld``, so a chunk of
+    images is one ``[nb * P, C]`` matrix. ``chw``: per image a ``[C, P]`` matrix with row
+    stride ``ld`` (points contiguous). ``sn``: image stride; ``off0``: storage offset.
+    """
+
+    mode: str
+    ld: int
+    sn: int
+    off0: int
+    fold: bool
+
+    def offset(self, n: int, c: int) -> int:
+        """Element offset of image ``n``, channel ``c``, point 0."""
+        return self.off0 + n * self.sn + c * (1 if self.mode == "hwc" else self.ld)
+
+
+def act_matrix(layout: tuple, mb: int, channels: int, sp: tuple, mode: str) -> ActMatrix | None:
+    """The GEMM view ``mode`` (``hwc`` or ``chw``) of an activation layout, or None."""
+    st = plain_strides(layout)
+    if st is None:
+        return None
+    off0 = layout[0]
+    sn, sc, ssp = st[0], st[1], st[2:]
+    P = prod(sp)
+    if mode == "hwc":
+        if channels > 1 and sc != 1:
+            return None
+        sp_stride = flat_stride(ssp, sp)
+        if sp_stride is None or (P > 1 and sp_stride < channels):
+            return None
+        ld = sp_stride if P > 1 else max(channels, 1)
+        return ActMatrix("hwc", ld, sn, off0, mb == 1 or sn == P * ld)
+    sp_stride = flat_stride(ssp, sp)
+    if sp_stride != 1 and P > 1:
+        return None
+    if channels > 1 and sc < P:
+        return None
+    ld = sc if channels > 1 else P
+    return ActMatrix("chw", ld, sn, off0, False)
+
+
+@dataclass(frozen=True)
+class WeiMatrix:
+    """Grouped weights ``[G, OCg, ICg, k...]`` seen by a GEMM per group.
+
+    ``form`` ``ok``: ``[OCg, Kf]`` row-major with row stride ``ld``; ``ko``: ``[Kf, OCg]``
+    row-major with row stride ``ld``. ``kf_order`` ``ick`` (ic major, taps minor) or ``kic``
+    (taps major, ic minor) says how the ``Kf = ICg * K`` index runs. ``sg``: group stride.
+    """
+
+    form: str
+    kf_order: str
+    ld: int
+    sg: int
+    off0: int
+
+    def offset(self, g: int) -> int:
+        return self.off0 + g * self.sg
+
+
+def wei_matrix(layout: tuple, ocg: int, icg: int, kernel: tuple) -> WeiMatrix | None:
+    st = plain_strides(layout)
+    if st is None:
+        return None
+    sg, so, si, sk = st[0], st[1], st[2], st[3:]
+    best = None
+    for order in ("ick", "kic"):
+        if order == "ick":
+            s = flat_stride((si, *sk), (icg, *kernel))
+        else:
+            s = flat_stride((*sk, si), (*kernel, icg))
+        if s is None:
+            continue
+        kf = icg * prod(kernel)
+        if s == 1 and (ocg == 1 or so >= kf):
+            best = WeiMatrix("ok", order, so if ocg > 1 else kf, sg, layout[0])
+        elif (so == 1 or ocg == 1) and (kf == 1 or s >= ocg):
+            best = WeiMatrix("ko", order, s if kf > 1 else ocg, sg, layout[0])
+        if best is not None:
+            return best
+    return None
+
+
+def dense_layout(sizes, order) -> tuple:
+    """A layout tuple (offset 0) of dims ``sizes`` stored densely in ``order`` (outer first)."""
+    strides = [0] * len(sizes)
+    s = 1
+    for d in reversed(order):
+        strides[d] = s
+        s *= sizes[d]
+    return (0, tuple((1, strides[d], ()) for d in range(len(sizes))))
+
+
+def with_offset(layout: tuple, off: int) -> tuple:
+    return (layout[0] + off, layout[1])

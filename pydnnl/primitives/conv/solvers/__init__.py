@@ -1,0 +1,127 @@
+"""Convolution algorithms as solvers (MIOpen's design).
+
+Each solver says whether it applies to a :class:`~pydnnl.primitives.conv.problem.ConvProblem`,
+how much scratchpad it needs, which tuning parameters it has and how to build its
+:class:`~pydnnl.primitives.conv.plan.Plan`. ``find`` asks every applicable solver and ranks
+them by measured time; ``convolution_auto`` asks the perf database, else :func:`heuristic`.
+"""
+from __future__ import annotations
+
+from ..problem import ConvProblem
+
+
+class Solver:
+    """Interface of a convolution solver."""
+
+    #: identifier (perf database, ``impl_info_str``, the ``solver=`` keyword)
+    name = ""
+    #: the oneDNN algorithm family: ``direct`` (any non-Winograd method) or ``winograd``
+    family = "direct"
+
+    def is_applicable(self, problem: ConvProblem, engine) -> bool:
+        return True
+
+    def why_not(self, problem: ConvProblem, engine) -> str:
+        """Why the solver does not apply ('' when it does)."""
+        return ""
+
+    def default_params(self, problem: ConvProblem, engine) -> dict:
+        return {}
+
+    def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
+        return [self.default_params(problem, engine)]
+
+    def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
+        return 0
+
+    def build_plan(self, problem: ConvProblem, params: dict, engine):
+        raise NotImplementedError
+
+    # layouts the solver runs fastest on, for format_tag.any: "nchw" or "nhwc" for the
+    # activations; for the weights an order of the roles g, o (output channels), i (input
+    # channels), k (taps), outermost first
+    act_family = "nchw"
+    wei_order = "goik"
+
+    def preferred(self, kind: str, nsp: int) -> tuple[str, str]:
+        return self.act_family, self.wei_order
+
+
+def _registry() -> dict[str, Solver]:
+    from .direct import DirectSolver
+    from .im2col_gemm import Im2colGemmSolver
+    from .winograd_f2x3 import WinogradF2x3Solver
+
+    out = {}
+    for cls in (DirectSolver, Im2colGemmSolver, WinogradF2x3Solver):
+        s = cls()
+        out[s.name] = s
+    return out
+
+
+_SOLVERS: dict[str, Solver] | None = None
+
+
+def solvers() -> dict[str, Solver]:
+    """Every solver by name."""
+    global _SOLVERS
+    if _SOLVERS is None:
+        _SOLVERS = _registry()
+    return _SOLVERS
+
+
+def get_solver(name: str) -> Solver:
+    s = solvers().get(name)
+    if s is None:
+        from ....error import invalid_arguments
+
+        raise invalid_arguments(
+            f"convolution: unknown solver {name!r}; known: {', '.join(solvers())}")
+    return s
+
+
+def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
+    """Solver names, most promising first, from the problem's shape alone.
+
+    ``geom``: ``groups, icg, ocg, kernel, strides, dilates, padding_l, src_sp, dst_sp, mb`` of
+    the equivalent convolution. Measured on a 2-core AVX2 CPU (Intel's runtime, mb 1-8,
+    ResNet-50 layers): the direct kernel runs 50-120 GFLOP/s while the output rows are wide
+    (width >= 14 for spatial kernels, >= 56 for 1x1) and falls to ~10 on 7x7 maps, where the
+    GEMM of im2col wins, as it does for strided 1x1 layers. Strided backward data and
+    backward weights go through GEMMs too (the direct kernels test every tap there, or reduce
+    over every image per work-item). Grouped convolutions with few channels per group
+    (depthwise) always go direct: one launch covers every group. GPUs: GEMM-based unless the
+    GEMMs would be tiny. Winograd F(2x2,3x3) comes last (its filter and input transforms
+    cost about what it saves on these CPUs); ``find`` measures it.
+    """
+    icg, ocg = geom["icg"], geom["ocg"]
+    k = 1
+    for v in geom["kernel"]:
+        k *= v
+    width = geom["dst_sp"][-1]
+    small = icg * k < 16 or ocg < 8 or (geom["groups"] > 1 and icg * ocg < 64)
+    wino_ok = (kind == "fwd" and len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
+               and all(s == 1 for s in geom["strides"]) and all(d == 0 for d in geom["dilates"]))
+    unit_stride = all(s == 1 for s in geom["strides"])
+    dense_1x1 = (k == 1 and unit_stride and all(p == 0 for p in geom.get("padding_l", ()))
+                 and tuple(geom.get("src_sp", geom["dst_sp"])) == tuple(geom["dst_sp"]))
+    gpu = engine is not None and engine.info.type == "gpu"
+    if small:
+        direct_first = True
+    elif gpu or kind == "bwd_w":
+        direct_first = False
+    elif kind == "bwd_d":
+        direct_first = unit_stride and not dense_1x1
+    elif dense_1x1:
+        direct_first = width >= 56
+    elif k == 1:  # strided 1x1: a cheap subsampling copy, then one GEMM (4x direct here)
+        direct_first = False
+    else:
+        direct_first = width >= 14
+    order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
+    if wino_ok:
+        order.append("winograd_f2x3")
+    return order
+
+
+__all__ = ["Solver", "solvers", "get_solver", "heuristic_order"]

@@ -1,0 +1,152 @@
+"""Direct convolution: one loopy kernel per direction, any layout, bias and post-ops fused.
+
+Forward and backward data: one work-item per output point and ``tile`` channels (a register
+tile), reading the input through its layout terms; backward weights: one work-item per weight
+element and ``tile`` output channels, summing over images and output points; the bias gradient
+is a separate work-group reduction per channel. Applies to every problem; fastest where GEMMs
+would be tiny (depthwise and other grouped convolutions with few channels per group).
+
+Where the kernel would read outside the input (padding), the input is first copied into a
+zero-padded scratch tensor (the im2col kernel with a 1x1 kernel), so that the inner loops have
+no bounds tests: CPU compilers vectorise them, 10-40x faster than guarded loads. Backward data
+pads diff_dst likewise when every stride is 1 (strided backward data keeps its tests).
+"""
+from __future__ import annotations
+
+from ....kernels.conv_direct import DirectProblem, build_direct, largest_divisor_at_most
+from ....kernels.conv_im2col import BiasGradProblem, Im2ColProblem, build_bias_grad, build_im2col
+from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ..problem import ConvProblem, dense_layout, with_offset
+from . import Solver
+
+
+def _tiled_channels(problem: ConvProblem) -> int:
+    return problem.icg if problem.kind == "bwd_d" else problem.ocg
+
+
+class DirectSolver(Solver):
+    name = "direct"
+    family = "direct"
+    act_family = "nchw"
+    wei_order = "goik"
+
+    def default_params(self, problem: ConvProblem, engine) -> dict:
+        gpu = engine.info.type == "gpu"
+        cap = 4 if problem.kind == "bwd_w" else 8
+        return {"tile": largest_divisor_at_most(_tiled_channels(problem), cap),
+                "wg": 64 if gpu else 8}
+
+    def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
+        c = _tiled_channels(problem)
+        tiles = sorted({largest_divisor_at_most(c, t) for t in (1, 2, 4, 8, 16)})
+        return [{"tile": t, "wg": wg} for t in tiles for wg in (8, 16, 32, 64)]
+
+    def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
+        if not (params or {}).get("pad", True):
+            return 0
+        plan = Plan(None, self.name, {}, dry=True)
+        _prepad(plan, problem)
+        return plan.scratch_bytes
+
+    def build_plan(self, problem: ConvProblem, params: dict, engine) -> Plan:
+        p = _Bound(problem)
+        tile = int(params.get("tile", 1))
+        if _tiled_channels(p) % tile:
+            tile = largest_divisor_at_most(_tiled_channels(p), tile)
+        plan = Plan(engine, self.name, {**params, "tile": tile})
+        if params.get("pad", True):
+            p = _prepad(plan, p)
+        dp = DirectProblem(
+            mode=p.kind, mb=p.mb, groups=p.groups, icg=p.icg, ocg=p.ocg, src_sp=p.src_sp,
+            dst_sp=p.dst_sp, kernel=p.kernel, strides=p.strides, dilates=p.dilates,
+            padding_l=p.padding_l, src=p.src, wei=p.wei, dst=p.dst, src_n=p.src_n,
+            wei_n=p.wei_n, dst_n=p.dst_n,
+            bias=p.bias if p.kind != "bwd_w" else None,
+            bias_n=p.bias_n if p.kind != "bwd_w" else 0,
+            post_ops=p.post_ops, tile=tile, wg=int(params.get("wg", 16)),
+            wtile=int(params.get("wtile", 1)), index64=bool(params.get("index64", True)))
+        plan.kernel("conv_direct", dp, build_direct, src=p.src_ref, wei=WEI, dst=p.dst_ref,
+                    bias=BIAS)
+        if p.kind == "bwd_w" and p.bias is not None:
+            add_bias_grad(plan, problem)
+        return plan
+
+
+class _Bound:
+    """A problem plus the buffers its direct kernel reads src and dst from."""
+
+    def __init__(self, problem: ConvProblem, src_ref=SRC, dst_ref=DST, **changes):
+        self._p = problem
+        self._changes = changes
+        self.src_ref, self.dst_ref = src_ref, dst_ref
+
+    def __getattr__(self, name):
+        if name in self.__dict__.get("_changes", {}):
+            return self._changes[name]
+        return getattr(self._p, name)
+
+
+def per_item(engine) -> int:
+    """Elements per work-item of the padding copy: CPU runtimes pay per work-group."""
+    return 4 if engine is not None and engine.info.type == "gpu" else 64
+
+
+def _pad_copy(plan: Plan, p, which: str, lo: list, hi: list):
+    """Copy activation ``which`` (src or dst) into scratch, zero-padded to cover the index
+    range ``[lo, hi]`` per spatial dim; returns (layout, padded sizes, left pads)."""
+    sp = p.src_sp if which == "src" else p.dst_sp
+    ch = p.ic if which == "src" else p.oc
+    left = [max(0, -a) for a in lo]
+    right = [max(0, b - (n - 1)) for b, n in zip(hi, sp)]
+    psp = tuple(n + a + b for n, a, b in zip(sp, left, right))
+    nsp = len(sp)
+    size = p.mb * ch
+    for v in psp:
+        size *= v
+    off = plan.alloc(size)
+    order = list(range(3 + 2 * nsp))  # (n, g, ic, k..., o...): a dense nchw copy
+    ip = Im2ColProblem(nb=p.mb, groups=1, icg=ch, src_sp=tuple(sp), dst_sp=psp,
+                       kernel=(1,) * nsp, strides=(1,) * nsp, dilates=(0,) * nsp,
+                       padding_l=tuple(left), src=p.src if which == "src" else p.dst,
+                       src_n=p.src_n if which == "src" else p.dst_n, col_n=-1,
+                       order=tuple(order), per_item=per_item(plan.engine))
+    plan.kernel("conv_im2col", ip, build_im2col, src=SRC if which == "src" else DST,
+                col=SCRATCH, n0=0, col_off=off)
+    lay = with_offset(dense_layout([p.mb, ch, *psp], list(range(2 + nsp))), off)
+    return lay, psp, left, off + size
+
+
+def _prepad(plan: Plan, p):
+    """The problem as the direct kernel sees it after padding copies (when any are needed)."""
+    if not isinstance(p, _Bound):
+        p = _Bound(p)
+    nsp = p.nsp
+    ext = [(k - 1) * (d + 1) for k, d in zip(p.kernel, p.dilates)]
+    if p.kind in ("fwd", "bwd_w"):
+        lo = [-p.padding_l[i] for i in range(nsp)]
+        hi = [(p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + ext[i] for i in range(nsp)]
+        if all(a >= 0 for a in lo) and all(b < n for b, n in zip(hi, p.src_sp)):
+            return p
+        lay, psp, left, n = _pad_copy(plan, p, "src", lo, hi)
+        return _Bound(p._p, src_ref=SCRATCH, dst_ref=p.dst_ref, src=lay, src_n=n, src_sp=psp,
+                      padding_l=tuple(pl - a for pl, a in zip(p.padding_l, left)))
+    if any(s != 1 for s in p.strides):
+        return p
+    lo = [p.padding_l[i] - ext[i] for i in range(nsp)]
+    hi = [p.src_sp[i] - 1 + p.padding_l[i] for i in range(nsp)]
+    if all(a >= 0 for a in lo) and all(b < n for b, n in zip(hi, p.dst_sp)):
+        return p
+    lay, psp, left, n = _pad_copy(plan, p, "dst", lo, hi)
+    return _Bound(p._p, src_ref=p.src_ref, dst_ref=SCRATCH, dst=lay, dst_n=n, dst_sp=psp,
+                  padding_l=tuple(pl + a for pl, a in zip(p.padding_l, left)))
+
+
+def add_bias_grad(plan: Plan, p: ConvProblem) -> None:
+    """diff_bias = channel sums of diff_dst (of src for deconvolution)."""
+    if p.bias_of == "dst":
+        t, t_n, ch, sp, ref = p.dst, p.dst_n, p.oc, p.dst_sp, DST
+    else:
+        t, t_n, ch, sp, ref = p.src, p.src_n, p.ic, p.src_sp, SRC
+    bp = BiasGradProblem(mb=p.mb, channels=ch, sp=sp, t=t, t_n=t_n, bias=p.bias,
+                         bias_n=p.bias_n, wg=64)
+    plan.kernel("conv_bias_grad", bp, build_bias_grad, t=ref, bias=BIAS)

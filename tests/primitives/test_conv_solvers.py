@@ -1,0 +1,137 @@
+"""Every convolution solver against the float64 numpy reference, on every device present:
+forward, backward data and backward weights (with the bias gradient) of convolution and
+deconvolution, over a sweep of shapes: groups, depthwise, strides, asymmetric and negative
+padding, dilation, 1-D / 2-D / 3-D, odd sizes, 1x1 kernels; and Winograd F(2x2,3x3) on its
+3x3 stride-1 problems. Layouts are ``any`` (each solver's choice) unless a test says otherwise.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import pydnnl as dnnl  # noqa: E402
+from test_conv_helpers import Case, assert_close, run_op  # noqa: E402
+
+
+def _sweep() -> list[Case]:
+    """Hand-picked edge cases plus seeded random problems (fixed, so kernels are shared)."""
+    cases = [
+        Case("2d_pad1", 2, 1, 3, 4, (7, 6), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), grouped=False),
+        Case("2d_g2_s21_d10_asym", 2, 2, 6, 4, (7, 5), (3, 2), (2, 1), (1, 0), (1, 2), (0, 1)),
+        Case("2d_depthwise_s2", 2, 4, 4, 4, (6, 6), (3, 3), (2, 2), (0, 0), (1, 1), (1, 1)),
+        Case("2d_dw_mult_negpad", 1, 3, 3, 6, (5, 7), (2, 3), (1, 2), (0, 0), (0, 1), (1, -1)),
+        Case("1d_s2_d1", 2, 1, 5, 3, (9,), (3,), (2,), (1,), (2,), (0,), grouped=False),
+        Case("3d_mixed", 1, 1, 2, 3, (4, 5, 3), (2, 3, 1), (1, 2, 1), (0, 0, 0), (1, 0, 0),
+             (0, 1, 0), grouped=False),
+        Case("2d_1x1", 3, 1, 6, 4, (5, 4), (1, 1), (1, 1), (0, 0), (0, 0), (0, 0), grouped=False),
+        Case("2d_1x1_s2_negpad", 2, 1, 4, 5, (6, 6), (1, 1), (2, 2), (0, 0), (0, 0), (-1, -1),
+             grouped=False),
+        Case("3d_g2_d101", 2, 2, 4, 4, (4, 5, 4), (2, 2, 2), (1, 1, 2), (1, 0, 1), (1, 0, 0),
+             (0, 1, 1)),
+    ]
+    rng = np.random.default_rng(12345)
+    for i in range(3):
+        nsp = 1 + i
+        g = int(rng.integers(1, 4))
+        icg, ocg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        k = tuple(int(v) for v in rng.integers(1, 4, nsp))
+        s = tuple(int(v) for v in rng.integers(1, 3, nsp))
+        d = tuple(int(v) for v in rng.integers(0, 2, nsp))
+        pl = tuple(int(v) for v in rng.integers(0, 3, nsp))
+        pr = tuple(int(v) for v in rng.integers(-1, 3, nsp))
+        insp = tuple(int(rng.integers((kk - 1) * (dd + 1) + 2, 8)) for kk, dd in zip(k, d))
+        cases.append(Case(f"random{i}_{nsp}d", int(rng.integers(1, 3)), g, g * icg, g * ocg,
+                          insp, k, s, d, pl, pr, grouped=bool(g > 1 or rng.integers(0, 2))))
+    return cases
+
+
+CASES = _sweep()
+SOLVERS = ["direct", "im2col_gemm"]
+DIRS = ["fwd", "bwd_d", "bwd_w"]
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_convolution_solver(engine, stream, case, solver, direction):
+    res = run_op(engine, stream, "conv", direction, case, solver=solver,
+                 seed=sum(map(ord, case.name)))
+    assert solver in res.pd.impl_info_str()
+    assert_close(res, 1e-5, f"{case} {solver} {direction}")
+
+
+DECONV_CASES = [c for c in CASES if c.name in (
+    "2d_g2_s21_d10_asym", "2d_dw_mult_negpad", "3d_mixed", "2d_1x1")]
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("case", DECONV_CASES, ids=str)
+def test_deconvolution_solver(engine, stream, case, solver, direction):
+    res = run_op(engine, stream, "deconv", direction, case, solver=solver, seed=7)
+    assert solver in res.pd.impl_info_str()
+    assert_close(res, 1e-5, f"deconv {case} {solver} {direction}")
+
+
+WINO_CASES = [
+    Case("w_pad1", 2, 1, 3, 4, (7, 6), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), grouped=False),
+    Case("w_g2_asym_odd", 1, 2, 4, 6, (5, 8), (3, 3), (1, 1), (0, 0), (0, 2), (1, 0)),
+    Case("w_nopad_wide", 3, 1, 16, 8, (9, 9), (3, 3), (1, 1), (0, 0), (0, 0), (0, 0),
+         grouped=False),
+]
+
+# Winograd F(2x2,3x3) adds up to 16 input and 9 output terms in its transforms (with factors
+# 0.5 in the filter transform), so each result carries a few more roundings of values about
+# 4x larger than direct convolution's products: errors stay near 1e-6 of the output
+# magnitude; 3e-5 leaves room without hiding a wrong tap (which would be O(1) off).
+WINO_RTOL = 3e-5
+
+
+@pytest.mark.parametrize("case", WINO_CASES, ids=str)
+def test_winograd_forward(engine, stream, case):
+    res = run_op(engine, stream, "conv", "fwd", case, algorithm=dnnl.algorithm.convolution_winograd)
+    assert "winograd_f2x3" in res.pd.impl_info_str()
+    assert_close(res, WINO_RTOL, f"winograd {case}")
+
+
+def test_winograd_deconvolution_backward_data(engine, stream):
+    """Deconvolution backward data is a forward convolution: Winograd applies."""
+    case = Case("wd", 2, 1, 4, 3, (6, 5), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), grouped=False)
+    res = run_op(engine, stream, "deconv", "bwd_d", case,
+                 algorithm=dnnl.algorithm.deconvolution_winograd)
+    assert "winograd_f2x3" in res.pd.impl_info_str()
+    assert_close(res, WINO_RTOL, "winograd deconv bwd_d")
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4]], ids=str)
+def test_winograd_rejects_other_problems(engine, case):
+    from pydnnl.error import unimplemented
+
+    with pytest.raises(unimplemented, match="Winograd"):
+        run_op(engine, dnnl.stream(engine), "conv", "fwd", case,
+               algorithm=dnnl.algorithm.convolution_winograd)
+
+
+CHUNKED = Case("chunked", 5, 2, 4, 6, (5, 6), (3, 3), (1, 1), (0, 0), (1, 1), (1, 0))
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_im2col_in_chunks_of_images(engine, stream, direction, layout):
+    """A tiny ``chunk_mb`` splits the batch (5 images: chunks of 1): every chunk's im2col,
+    GEMMs and col2im use the right image offsets; backward weights accumulates over chunks."""
+    res = run_op(engine, stream, "conv", direction, CHUNKED, solver="im2col_gemm", seed=3,
+                 tags={"src": layout, "dst": layout}, solver_params={"chunk_mb": 0.001})
+    assert_close(res, 1e-5, f"chunked {direction} {layout}")
+
+
+def test_winograd_in_chunks_of_images(engine, stream):
+    res = run_op(engine, stream, "conv", "fwd", CHUNKED,
+                 algorithm=dnnl.algorithm.convolution_winograd,
+                 solver_params={"chunk_mb": 0.003}, seed=4)
+    assert_close(res, WINO_RTOL, "winograd chunked")
