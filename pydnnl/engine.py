@@ -116,6 +116,14 @@ def _is_simulator(d: _Device) -> bool:
     return any(s in d.info.platform.lower() for s in _SIMULATORS)
 
 
+def _matches(d: "_Device", sub: str) -> bool:
+    """Whether a device's platform, name or vendor (or the short name ``pocl``) contains sub."""
+    hay = f"{d.info.platform} {d.info.name} {d.info.vendor}".lower()
+    if "portable computing language" in hay:
+        hay += " pocl"
+    return sub.lower() in hay
+
+
 def _override() -> tuple[str, object] | None:
     """Parse PYDNNL_DEVICE: ('kind', (kind, index)) or ('name', substring)."""
     v = os.environ.get("PYDNNL_DEVICE", "").strip()
@@ -132,7 +140,7 @@ def _candidates(kind: "engine.kind") -> list[_Device]:
     devs = _all_devices()
     if ov and ov[0] == "name":
         sub = ov[1]
-        devs = [d for d in devs if sub in d.info.platform.lower() or sub in d.info.name.lower()]
+        devs = [d for d in devs if _matches(d, sub)]
     else:
         devs = [d for d in devs if not _is_simulator(d)]
     if kind == engine.kind.any:
@@ -196,8 +204,7 @@ class engine:
     @classmethod
     def from_name(cls, substring: str, index: int = 0) -> "engine":
         """The ``index``-th device whose platform or device name contains ``substring``."""
-        sub = substring.lower()
-        devs = [d for d in _all_devices() if sub in d.info.platform.lower() or sub in d.info.name.lower()]
+        devs = [d for d in _all_devices() if _matches(d, substring)]
         if index >= len(devs):
             raise invalid_arguments(
                 f"engine.from_name: no device matching {substring!r} with index {index}; "
