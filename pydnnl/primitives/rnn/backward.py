@@ -2,8 +2,7 @@
 ``*_backward``), one pass computing diff_src and diff_weights from the forward's workspace."""
 from __future__ import annotations
 
-from ...attr import primitive_attr
-from ...constants import (ARG_AUGRU_ATTENTION, ARG_DIFF_AUGRU_ATTENTION, ARG_DIFF_BIAS,
+from ...constants import (ARG_DIFF_AUGRU_ATTENTION, ARG_DIFF_BIAS,
                           ARG_DIFF_DST_ITER, ARG_DIFF_DST_ITER_C, ARG_DIFF_DST_LAYER,
                           ARG_DIFF_SRC_ITER, ARG_DIFF_SRC_ITER_C, ARG_DIFF_SRC_LAYER,
                           ARG_DIFF_WEIGHTS_ITER, ARG_DIFF_WEIGHTS_LAYER,
@@ -47,7 +46,7 @@ def _diff_name(fwd_name: str) -> str:
     return "diff_" + fwd_name
 
 
-class rnn_backward_pd_base(primitive_desc_base):
+class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
     """Shared parsing and validation of the backward RNN pds."""
 
     _kind = "rnn_backward"
@@ -211,26 +210,11 @@ class rnn_backward_pd_base(primitive_desc_base):
                       f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}"
                       + (" flags:overwrite" if self._flags & rnn_flags.diff_weights_overwrite else ""))
 
-    # -- queries ------------------------------------------------------------------------------
-    def _q(self, name: str) -> MemoryDesc:
-        return self._descs.get(name, MemoryDesc())
-
-    def get_prop_kind(self) -> prop_kind:
-        return self._prop
-
-    def get_cell_kind(self) -> algorithm:
-        return algorithm(self._spec.alg_kind)
-
-    def get_direction(self) -> rnn_direction:
-        return self._direction
-
     def get_flags(self) -> rnn_flags:
         return self._flags
 
 
-for _n in DESC_NAMES + DIFF_NAMES:
-    setattr(rnn_backward_pd_base, _n, (lambda name: lambda self: self._q(name))(_n))
-rnn_backward_pd_base.augru_attention_desc = rnn_backward_pd_base.attention_desc
+fwd.add_desc_queries(rnn_backward_pd_base, DESC_NAMES + DIFF_NAMES)
 rnn_backward_pd_base.diff_augru_attention_desc = rnn_backward_pd_base.diff_attention_desc
 
 
@@ -255,19 +239,9 @@ class rnn_backward_base(primitive):
 
 
 def _make(cls_name: str, fwd_cls, signatures, has_activation=False, doc=""):
-    pd_cls = type("primitive_desc", (rnn_backward_pd_base,),
-                  {"_cell": fwd_cls.primitive_desc._cell, "_signatures": signatures,
-                   "_has_activation": has_activation, "_kind": cls_name, "_fwd_cls": fwd_cls,
-                   "__doc__": doc, "__qualname__": f"{cls_name}.primitive_desc"})
-    prim_cls = type(cls_name, (rnn_backward_base,), {"primitive_desc": pd_cls, "__doc__": doc})
-
-    def __init__(self, pd):
-        if not isinstance(pd, pd_cls):
-            raise invalid_arguments(f"{cls_name}: expected a {cls_name}.primitive_desc, got {type(pd).__name__}")
-        rnn_backward_base.__init__(self, pd)
-
-    prim_cls.__init__ = __init__
-    return prim_cls
+    return fwd.make_classes(cls_name, rnn_backward_pd_base, rnn_backward_base, doc,
+                            _cell=fwd_cls.primitive_desc._cell, _signatures=signatures,
+                            _has_activation=has_activation, _fwd_cls=fwd_cls)
 
 
 def _bwd_sig(fwd_sig: tuple[str, ...]) -> tuple[str, ...]:

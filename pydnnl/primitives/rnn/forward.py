@@ -163,47 +163,9 @@ class rnn_forward_pd_base(primitive_desc_base):
             raise invalid_arguments(f"{cls._kind}: attr must be a primitive_attr, got {type(extra['attr']).__name__}")
         return descs, extra
 
-    # -- queries --------------------------------------------------------------------------------
+    # -- queries: <name>() for every forward desc name, set below ------------------------------
     def _q(self, name: str) -> MemoryDesc:
         return self._descs.get(name, MemoryDesc())
-
-    def src_layer_desc(self) -> MemoryDesc:
-        return self._q("src_layer_desc")
-
-    def src_iter_desc(self) -> MemoryDesc:
-        return self._q("src_iter_desc")
-
-    def src_iter_c_desc(self) -> MemoryDesc:
-        return self._q("src_iter_c_desc")
-
-    def weights_layer_desc(self) -> MemoryDesc:
-        return self._q("weights_layer_desc")
-
-    def weights_iter_desc(self) -> MemoryDesc:
-        return self._q("weights_iter_desc")
-
-    def weights_peephole_desc(self) -> MemoryDesc:
-        return self._q("weights_peephole_desc")
-
-    def weights_projection_desc(self) -> MemoryDesc:
-        return self._q("weights_projection_desc")
-
-    def bias_desc(self) -> MemoryDesc:
-        return self._q("bias_desc")
-
-    def dst_layer_desc(self) -> MemoryDesc:
-        return self._q("dst_layer_desc")
-
-    def dst_iter_desc(self) -> MemoryDesc:
-        return self._q("dst_iter_desc")
-
-    def dst_iter_c_desc(self) -> MemoryDesc:
-        return self._q("dst_iter_c_desc")
-
-    def attention_desc(self) -> MemoryDesc:
-        return self._q("attention_desc")
-
-    augru_attention_desc = attention_desc
 
     def get_prop_kind(self) -> prop_kind:
         return self._prop
@@ -224,6 +186,16 @@ class rnn_forward_pd_base(primitive_desc_base):
         return self._beta
 
 
+def add_desc_queries(cls, names) -> None:
+    """``cls.<name>()`` for each desc name (``src_layer_desc()``, ...), as oneDNN's pds have."""
+    for n in names:
+        setattr(cls, n, (lambda name: lambda self: self._q(name))(n))
+    cls.augru_attention_desc = cls.attention_desc
+
+
+add_desc_queries(rnn_forward_pd_base, DESC_NAMES)
+
+
 class rnn_forward_base(primitive):
     """Shared plan building and execution of the forward RNN primitives."""
 
@@ -236,20 +208,25 @@ class rnn_forward_base(primitive):
         self._plan.execute(s, args)
 
 
-def _make(cls_name: str, cell: str, signatures, has_activation: bool = False, doc: str = ""):
-    pd_cls = type("primitive_desc", (rnn_forward_pd_base,),
-                  {"_cell": cell, "_signatures": signatures, "_has_activation": has_activation,
-                   "_kind": cls_name, "__doc__": doc,
-                   "__qualname__": f"{cls_name}.primitive_desc"})
-    prim_cls = type(cls_name, (rnn_forward_base,), {"primitive_desc": pd_cls, "__doc__": doc})
+def make_classes(cls_name: str, pd_base, prim_base, doc: str, **pd_attrs):
+    """The ``<name>`` primitive class and its nested ``<name>.primitive_desc`` class."""
+    pd_cls = type("primitive_desc", (pd_base,),
+                  {"_kind": cls_name, "__doc__": doc, "__qualname__": f"{cls_name}.primitive_desc",
+                   **pd_attrs})
+    prim_cls = type(cls_name, (prim_base,), {"primitive_desc": pd_cls, "__doc__": doc})
 
     def __init__(self, pd):
         if not isinstance(pd, pd_cls):
             raise invalid_arguments(f"{cls_name}: expected a {cls_name}.primitive_desc, got {type(pd).__name__}")
-        rnn_forward_base.__init__(self, pd)
+        prim_base.__init__(self, pd)
 
     prim_cls.__init__ = __init__
     return prim_cls
+
+
+def _make(cls_name: str, cell: str, signatures, has_activation: bool = False, doc: str = ""):
+    return make_classes(cls_name, rnn_forward_pd_base, rnn_forward_base, doc, _cell=cell,
+                        _signatures=signatures, _has_activation=has_activation)
 
 
 _STATE = ("src_layer_desc", "src_iter_desc")
@@ -293,5 +270,6 @@ lbr_augru_forward = _make("lbr_augru_forward", "lbr_augru", _AUGRU_SIG,
                           doc="``lbr_augru_forward.primitive_desc(...)``: as augru_forward, bias [L, D, 4, DHC]")
 
 __all__ = ["vanilla_rnn_forward", "lstm_forward", "gru_forward", "lbr_gru_forward",
-           "augru_forward", "lbr_augru_forward", "rnn_forward_pd_base"]
+           "augru_forward", "lbr_augru_forward", "rnn_forward_pd_base", "make_classes",
+           "add_desc_queries"]
 del _engine

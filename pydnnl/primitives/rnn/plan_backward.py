@@ -148,8 +148,6 @@ class BackwardPlan(PlanBase):
 
         # -- diff weights: the user's buffers, or staged copies (accumulation needs the old values)
         self.dw: dict[str, tuple[_Ref, int]] = {}
-        from .forward import kernel_desc
-
         for dname, (arg, fname) in _DIFF_W.items():
             if not _present(pd, dname):
                 continue
@@ -197,18 +195,6 @@ class BackwardPlan(PlanBase):
         self._plan_outputs()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _ltr(self, d: int) -> bool:
-        dr = self.s.direction
-        if dr == rnn_direction.unidirectional_left2right:
-            return True
-        if dr == rnn_direction.unidirectional_right2left:
-            return False
-        return d == 0
-
-    def _reg(self, name: str, l: int, d: int, t: int, per: int) -> int:
-        s = self.s
-        return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
-
     def _gemm(self, shape: GemmShape, *args):
         self.steps.append((get_gemm(self.engine, shape), args))
 

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from ...constants import ARG_SCRATCHPAD, ARG_WORKSPACE
+from ...constants import ARG_SCRATCHPAD, ARG_WORKSPACE, rnn_direction
 from ...engine import _cl
 from ...kernels.compiler import get_kernel
 from ...kernels.reorder import ReorderProblem, build_reorder, layout_of
@@ -65,6 +65,20 @@ class PlanBase:
                            dst_nelems=dst_md.nelems_physical(), beta=beta)
         kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
         self.steps.append((kern, (src_ref, dst_ref)))
+
+    def _ltr(self, d: int) -> bool:
+        """Whether direction d runs left to right."""
+        dr = self.s.direction
+        if dr == rnn_direction.unidirectional_left2right:
+            return True
+        if dr == rnn_direction.unidirectional_right2left:
+            return False
+        return d == 0
+
+    def _reg(self, name: str, l: int, d: int, t: int, per: int) -> int:
+        """Offset of (l, d, t) in a state region of ``per`` elements per step."""
+        s = self.s
+        return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
 
     def weights_for(self, role: str, gemm, src_name: str, col_off: int, count: int,
                     stride: int) -> tuple[_Ref, int, int]:

@@ -120,19 +120,6 @@ class ForwardPlan(PlanBase):
         self._plan_outputs()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _ltr(self, d: int) -> bool:
-        dr = self.s.direction
-        if dr == rnn_direction.unidirectional_left2right:
-            return True
-        if dr == rnn_direction.unidirectional_right2left:
-            return False
-        return d == 0
-
-    def _reg(self, name: str, l: int, d: int, t: int, per: int) -> int:
-        """Offset of (l, d, t) in a region of ``per`` elements per step."""
-        s = self.s
-        return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
-
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
