@@ -2,7 +2,7 @@
 construction of the pds (positional, keyword), execution and the comparison criterion.
 
 Everything here is test-side: shapes and tags are spelled out from oneDNN's documentation
-(``/work/shared/reference/onednn-facts.md`` section 3), not taken from the library under test.
+(oneDNN's RNN guide and dnnl_types.h), not taken from the library under test.
 """
 from __future__ import annotations
 

@@ -338,20 +338,6 @@ def test_dtypes():
                                atol=1e-5)
 
 
-def test_reference_is_fast_on_a_resnet_layer():
-    """res2a_branch2b with mb 2 (a real size, as benchdnn's correctness mode would run)."""
-    import time
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
-    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
-    t = time.perf_counter()
-    y = conv_forward(x, w, None, 1, 0, 1, 1)
-    dx = conv_backward_data(y, w, x.shape, 1, 0, 1, 1)
-    dw, _ = conv_backward_weights(x, y, w.shape, 1, 0, 1, 1)
-    assert y.shape == (2, 64, 56, 56) and dx.shape == x.shape and dw.shape == w.shape
-    assert time.perf_counter() - t < 10.0
-
-
 # ---------------------------------------------------------------------------------------------
 # ONNX
 # ---------------------------------------------------------------------------------------------
