@@ -142,7 +142,7 @@ class BackwardPlan(PlanBase):
         sc = pd.scratch
         self.ws_off = pd.ws_regions.offsets
         self.stage_inputs(_INPUTS, tuple(_INPUTS))
-        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        DHC, N = s.DHC, s.N
         overwrite = bool(pd.get_flags() & rnn_flags.diff_weights_overwrite)
         scr = _Ref("scratch")
 
@@ -366,7 +366,7 @@ class BackwardPlan(PlanBase):
                                              out_ref, out_off)))
 
     def _plan_outputs(self) -> None:
-        s, pd = self.s, self.pd
+        pd = self.pd
         sc = pd.scratch
         scr = _Ref("scratch")
         if "dsrc" in sc:

@@ -101,7 +101,7 @@ class ForwardPlan(PlanBase):
                 self.add_zero(_Ref(self.ws_key), ws_off[reg], int(np.prod(dims)))
 
         # -- kernels -----------------------------------------------------------------------------
-        G, DHC, N, T = s.G, s.DHC, s.N, s.T
+        DHC, N = s.DHC, s.N
         roles = weight_gemms(s)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
