@@ -203,6 +203,34 @@ def bounds_condition(pos_exprs, lo_hi, sizes):
     return conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
 
 
+def output_positions(p, i_sp, ks):
+    """For input position ``i_sp`` and kernel tap inames ``ks``: the output positions that
+    read it (backward data / col2im) and the condition that such an output exists."""
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
+
+    conds, o = [], []
+    for d in range(len(i_sp)):
+        num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
+        s = p.strides[d]
+        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
+        hi = p.src_sp[d] - 1 + p.padding_l[d]
+        if lo < 0:
+            conds.append(Comparison(num, ">=", 0))
+        if s == 1:
+            od = num
+            if hi >= p.dst_sp[d]:
+                conds.append(Comparison(num, "<", p.dst_sp[d]))
+        else:
+            conds.append(Comparison(Remainder(num, s), "==", 0))
+            od = FloorDiv(num, s)
+            if hi >= p.dst_sp[d] * s:
+                conds.append(Comparison(num, "<", p.dst_sp[d] * s))
+        o.append(od)
+    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+    return cond, o
+
+
 def guarded(cond, value):
     from pymbolic.primitives import If
 

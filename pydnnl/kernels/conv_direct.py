@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, finish,
-                          guarded_load, make_args, offset, prod, split_fast)
+                          guarded_load, make_args, offset, output_positions, prod,
+                          split_fast)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,6 @@ def _build_fwd(p: DirectProblem):
 def _build_bwd_d(p: DirectProblem):
     import loopy as lp
     from pymbolic import var
-    from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
     from loopy.symbolic import Reduction
 
     nsp = len(p.kernel)
@@ -168,25 +168,7 @@ def _build_bwd_d(p: DirectProblem):
     n, g, ib = decompose(qv, [p.mb, p.groups, NB])
     ic = ib * T + t if T > 1 else ib
     i_sp = decompose(var("r"), list(p.src_sp[:-1])) + [var("w")]
-    conds, o = [], []
-    for d in range(nsp):
-        num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
-        s = p.strides[d]
-        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
-        hi = p.src_sp[d] - 1 + p.padding_l[d]
-        if lo < 0:
-            conds.append(Comparison(num, ">=", 0))
-        if s == 1:
-            od = num
-            if hi >= p.dst_sp[d]:
-                conds.append(Comparison(num, "<", p.dst_sp[d]))
-        else:
-            conds.append(Comparison(Remainder(num, s), "==", 0))
-            od = FloorDiv(num, s)
-            if hi >= p.dst_sp[d] * s:
-                conds.append(Comparison(num, "<", p.dst_sp[d] * s))
-        o.append(od)
-    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+    cond, o = output_positions(p, i_sp, ks)
     dy = guarded_load(cond, "dst", offset(p.dst, [n, g * p.ocg + oc, *o]), p.dst_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     value = Reduction("sum", tuple(["oc"] + ks), dy * w)

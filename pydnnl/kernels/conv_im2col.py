@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, domain,
                           finish, grid,
-                          guarded_load, make_args, offset, prod, tag_grid)
+                          guarded_load, make_args, offset, output_positions, prod,
+                          tag_grid)
 
 
 def _storage_order(layout: tuple, sizes=None) -> list[int]:
@@ -131,7 +132,7 @@ class Col2ImProblem:
 def build_col2im(p: Col2ImProblem):
     import loopy as lp
     from pymbolic import var
-    from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
+    from pymbolic.primitives import FloorDiv, Remainder
     from loopy.symbolic import Reduction
 
     nsp = len(p.kernel)
@@ -152,25 +153,7 @@ def build_col2im(p: Col2ImProblem):
     i_sp = idx[2:]
     g, ic = FloorDiv(c, p.icg), Remainder(c, p.icg)
     ks = [f"k{i}" for i in range(nsp)]
-    conds, o = [], []
-    for d in range(nsp):
-        num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
-        s = p.strides[d]
-        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
-        hi = p.src_sp[d] - 1 + p.padding_l[d]
-        if lo < 0:
-            conds.append(Comparison(num, ">=", 0))
-        if s == 1:
-            od = num
-            if hi >= p.dst_sp[d]:
-                conds.append(Comparison(num, "<", p.dst_sp[d]))
-        else:
-            conds.append(Comparison(Remainder(num, s), "==", 0))
-            od = FloorDiv(num, s)
-            if hi >= p.dst_sp[d] * s:
-                conds.append(Comparison(num, "<", p.dst_sp[d] * s))
-        o.append(od)
-    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+    cond, o = output_positions(p, i_sp, ks)
     cidx = [n, g, ic, *[var(k) for k in ks], *o]
     coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
     val = guarded_load(cond, "col", coff)
