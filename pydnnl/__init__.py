@@ -32,6 +32,7 @@ from .primitives import (ConvFindResult, convolution_backward_data,  # noqa: E40
                          convolution_backward_weights, convolution_forward,
                          deconvolution_backward_data, deconvolution_backward_weights,
                          deconvolution_forward)
+from .primitives.rnn.extensions import rnn_extensions  # noqa: E402
 from .stream import stream  # noqa: E402
 
 _constants.export_dnnl_aliases(globals())

@@ -60,7 +60,7 @@ from pymbolic.mapper.substitutor import substitute
 Expression = Any  # a pymbolic expression (number or primitives.Expression)
 
 #: Names of the elementwise functions a formula may call.
-FUNCTION_NAMES = ("logistic", "tanh", "act", "act_d")
+FUNCTION_NAMES = ("logistic", "tanh", "act", "act_d", "clip", "clip_d")
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,13 +135,23 @@ class CellSpec:
     uses_activation: bool = False
     doc: str = field(default="", compare=False)
 
-    def forward_stages(self, peephole: bool = False) -> tuple[Stage, ...]:
-        """The stages to evaluate, with or without peephole terms."""
+    def forward_stages(self, peephole: bool = False, clip: bool = False) -> tuple[Stage, ...]:
+        """The stages to evaluate, with or without peephole terms; with ``clip`` the new cell
+        state ``c`` is wrapped in ``clip(...)`` (cell-state clipping, the range is a
+        creation-time constant like the vanilla RNN activation)."""
         if peephole:
             if self.peephole_stages is None:
                 raise ValueError(f"cell {self.name!r} has no peephole variant")
-            return self.peephole_stages
-        return self.stages
+            stages = self.peephole_stages
+        else:
+            stages = self.stages
+        if clip:
+            if not self.has_cell_state:
+                raise ValueError(f"cell {self.name!r} has no cell state to clip")
+            stages = tuple(Stage(st.recurrent_gemm, tuple(
+                Assignment(a.name, clip_fn(a.expr)) if a.name == "c" else a
+                for a in st.assignments)) for st in stages)
+        return stages
 
     def assignments(self, peephole: bool = False) -> tuple[Assignment, ...]:
         """All assignments of all stages, in evaluation order."""
@@ -210,6 +220,8 @@ logistic = var("logistic")
 tanh = var("tanh")
 act = var("act")
 act_d = var("act_d")
+clip_fn = var("clip")
+clip_d = var("clip_d")
 
 
 def gx(gate: str) -> prim.Variable:
@@ -237,6 +249,8 @@ def _derivative_of_call(i: int, func: Expression, pars: tuple, allowed_nonsmooth
         return 1 - tanh(x) ** 2
     if func.name == "act":
         return act_d(x)
+    if func.name == "clip":
+        return clip_d(x)
     raise ValueError(f"no derivative known for function {func.name!r}")
 
 
@@ -245,6 +259,7 @@ FUNCTION_DERIVATIVES: dict[str, Expression] = {
     "logistic": _derivative_of_call(0, logistic, (var("x"),)),
     "tanh": _derivative_of_call(0, tanh, (var("x"),)),
     "act": _derivative_of_call(0, act, (var("x"),)),
+    "clip": _derivative_of_call(0, clip_fn, (var("x"),)),
 }
 
 
@@ -275,9 +290,29 @@ def activation_functions(activation: str = "tanh", alpha: float = 0.0) -> dict[s
     raise ValueError(f"activation must be 'relu', 'tanh' or 'logistic', got {activation!r}")
 
 
-def numpy_functions(activation: str = "tanh", alpha: float = 0.0) -> dict[str, Callable]:
+def clip_functions(clip: tuple | None) -> dict[str, Callable]:
+    """numpy ``clip`` and ``clip_d`` for a cell-state clip ``(min, max, nan_to_min)``."""
+    if clip is None:
+        return {}
+    lo, hi, nan = clip
+
+    def f(x):
+        x = np.asarray(x)
+        y = np.where(x > hi, hi, np.where(x < lo, lo, x)).astype(x.dtype)
+        return np.where(np.isnan(x), lo, y).astype(x.dtype) if nan else y
+
+    def d(x):
+        x = np.asarray(x)
+        return ((x > lo) & (x < hi)).astype(x.dtype)
+
+    return {"clip": f, "clip_d": d}
+
+
+def numpy_functions(activation: str = "tanh", alpha: float = 0.0,
+                    clip: tuple | None = None) -> dict[str, Callable]:
     """The function context for evaluating formulas on numpy arrays."""
-    return {"logistic": _np_logistic, "tanh": np.tanh, **activation_functions(activation, alpha)}
+    return {"logistic": _np_logistic, "tanh": np.tanh, **activation_functions(activation, alpha),
+            **clip_functions(clip)}
 
 
 def evaluate(expr: Expression, values: Mapping[str, Any], activation: str = "tanh",

@@ -33,12 +33,13 @@ class ElementwiseProblem:
     ld_h_prev: int  # row stride of h_prev (SIC-wide state rows)
     ld_h: int  # row stride of the h written (DHC for the pre-projection buffer, else DIC)
     wg: int = 32
+    clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
 
 
 def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
     """The buffer arguments the stage kernel takes, in order."""
     spec = get_cell(p.cell)
-    st = spec.forward_stages(p.peephole)[p.stage]
+    st = spec.forward_stages(p.peephole, p.clip is not None)[p.stage]
     names = set(st.inputs(()))
     assigned = set(st.assigned)
     bufs = ["gates"]
@@ -65,7 +66,7 @@ def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
 
 def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
     out: list[str] = []
-    for st in spec.forward_stages(p.peephole)[: p.stage]:
+    for st in spec.forward_stages(p.peephole, p.clip is not None)[: p.stage]:
         out += st.assigned
     return tuple(out)
 
@@ -78,7 +79,7 @@ def build_elementwise(p: ElementwiseProblem):
     from pymbolic.mapper.substitutor import substitute
 
     spec = get_cell(p.cell)
-    stage = spec.forward_stages(p.peephole)[p.stage]
+    stage = spec.forward_stages(p.peephole, p.clip is not None)[p.stage]
     G = spec.n_gates
     gates = spec.gate_names
     gemm_gates = stage.recurrent_gemm.gates
@@ -122,7 +123,7 @@ def build_elementwise(p: ElementwiseProblem):
             raise ValueError(f"cell {spec.name} stage {p.stage}: no buffer for input {name!r}")
 
     def fn_sub(expr):
-        return _FunctionInliner(p.activation, p.alpha)(expr)
+        return _FunctionInliner(p.activation, p.alpha, p.clip)(expr)
 
     temps, insns = [], []
     prev_id = None
@@ -191,8 +192,8 @@ def build_elementwise(p: ElementwiseProblem):
 class _FunctionInliner:
     """Replace calls of logistic/tanh/act by OpenCL expressions loopy understands."""
 
-    def __init__(self, activation: str, alpha: float):
-        self.activation, self.alpha = activation, alpha
+    def __init__(self, activation: str, alpha: float, clip: tuple | None = None):
+        self.activation, self.alpha, self.clip = activation, alpha, clip
 
     def __call__(self, expr):
         from pymbolic.mapper import IdentityMapper
@@ -211,9 +212,24 @@ class _FunctionInliner:
                     return var("tanh")(params[0])
                 if name == "act":
                     return _activation(outer.activation, outer.alpha, params[0])
+                if name == "clip":
+                    return _clip(outer.clip, params[0])
                 return type(e)(e.function, params)
 
         return M()(expr)
+
+
+def _clip(clip: tuple, x):
+    """min(max(x, lo), hi) written with comparisons, so that a NaN either propagates (it fails
+    both tests) or, with nan_to_min, becomes lo."""
+    import pymbolic.primitives as prim
+
+    lo, hi, nan = np.float32(clip[0]), np.float32(clip[1]), clip[2]
+    if nan:
+        inner = prim.If(prim.Comparison(x, ">=", lo), x, lo)
+    else:
+        inner = prim.If(prim.Comparison(x, "<", lo), lo, x)
+    return prim.If(prim.Comparison(x, ">", hi), hi, inner)
 
 
 def _logistic(x):

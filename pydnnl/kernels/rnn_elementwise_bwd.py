@@ -25,7 +25,7 @@ OFFSET_ARGS = ("gates_off", "c_off", "c_prev_off", "h_prev_off", "att_off", "pee
                "bias_off", "gh_off", "dh_a_off", "dh_b_off", "dc_off", "dc_prev_off",
                "drh_off", "dgx_off", "dgh_off", "dhp_off", "datt_off", "dpeep_off", "rh_off",
                "carry_off")
-_FN = ("logistic", "tanh", "act")
+_FN = ("logistic", "tanh", "act", "clip")
 _PEEP = ("p_i", "p_f", "p_o")
 
 
@@ -44,6 +44,7 @@ class BackwardElementwiseProblem:
     ld_dh: int  # row stride of the h gradient buffers (DIC, or DHC for LSTMP's dht)
     two_dh: bool  # the h gradient is dh_a + dh_b (layer gradient + recurrent gradient)
     wg: int = 32
+    clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
 
 
 def _vars(expr) -> set[str]:
@@ -65,6 +66,9 @@ def _fprime_out(fn: str, y, activation: str):
     import pymbolic.primitives as prim
     from pymbolic import var
 
+    if fn == "clip":  # y strictly inside the range: not clamped (a NaN fails both tests)
+        return prim.If(prim.LogicalAnd((prim.Comparison(y, ">", var("clip_lo_const")),
+                                        prim.Comparison(y, "<", var("clip_hi_const")))), 1, 0)
     if fn == "act":
         fn = {"relu": "relu", "tanh": "tanh", "logistic": "logistic"}[activation]
     if fn == "logistic":
@@ -90,7 +94,7 @@ def analyze(p: BackwardElementwiseProblem) -> _Analysis:
     from pymbolic import var
 
     spec = get_cell(p.cell)
-    stages = spec.forward_stages(p.peephole)
+    stages = spec.forward_stages(p.peephole, p.clip is not None)
     st = stages[p.stage]
     names_in = set(st.inputs(()))
     later_inputs = set()
@@ -120,7 +124,7 @@ def analyze(p: BackwardElementwiseProblem) -> _Analysis:
         for _, d in lst:
             needed |= _vars(d)
         parts.append((a.name, tuple(lst)))
-    needed.discard("alpha_const")
+    needed -= {"alpha_const", "clip_lo_const", "clip_hi_const"}
     # recompute non-stored intermediates the derivatives need (and what they need)
     stored = set(spec.gate_names) | {"c"}
     recompute: list[str] = []
@@ -197,7 +201,7 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
 
     an = analyze(p)
     spec = get_cell(p.cell)
-    st = spec.forward_stages(p.peephole)[p.stage]
+    st = spec.forward_stages(p.peephole, p.clip is not None)[p.stage]
     bufs = dict(an.buffers)
     G, DHC = spec.n_gates, p.dhc
     gates = spec.gate_names
@@ -225,8 +229,10 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
     def gate_at(buf, off, g):
         return var(buf)[var(off) + (n * G + gates.index(g)) * DHC + j]
 
-    inline = _FunctionInliner(p.activation, p.alpha)
+    inline = _FunctionInliner(p.activation, p.alpha, p.clip)
     subst_base = {"alpha_const": np.float32(p.alpha)}
+    if p.clip is not None:
+        subst_base.update(clip_lo_const=np.float32(p.clip[0]), clip_hi_const=np.float32(p.clip[1]))
 
     # -- forward values ----------------------------------------------------------------------
     val: dict[str, object] = dict(subst_base)

@@ -13,6 +13,7 @@ from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
 from . import forward as fwd
+from .extensions import as_extensions
 from .problem import DESC_NAMES, check_shapes
 
 DIFF_NAMES = ("diff_src_layer_desc", "diff_src_iter_desc", "diff_src_iter_c_desc",
@@ -104,6 +105,7 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
         alpha = float(kw.pop("alpha", 0.0))
         beta = float(kw.pop("beta", 0.0))
         flags = kw.pop("flags", rnn_flags.undef)
+        ext_given = kw.pop("extensions", None)
         kw.pop("allow_empty", None)
         if kw:
             raise invalid_arguments(f"{self._kind}: unknown keyword argument(s) {', '.join(kw)}")
@@ -144,8 +146,12 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
             act = fwd._ACTIVATIONS[alg]
             self._activation_alg = alg
         self._spec = hint._spec
+        ext = hint.shape.ext
+        if ext_given is not None and as_extensions(ext_given, self._kind) != ext:
+            raise invalid_arguments(
+                f"{self._kind}: extensions {ext_given!r} differ from hint_fwd_pd's {ext!r}")
         self.shape = check_shapes(self._spec, prop_kind.forward_training, head["direction"], fdescs,
-                                  activation=act, alpha=alpha, kind=self._kind)
+                                  activation=act, alpha=alpha, kind=self._kind, ext=ext)
         if self.shape != hint.shape:
             raise invalid_arguments(
                 f"{self._kind}: the problem differs from hint_fwd_pd's "
@@ -172,7 +178,7 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
             arg, fname, written = DIFF_ARGS[dname]
             md = descs.get(dname)
             if not _present(md):
-                if dname in _REQUIRED_DIFF:
+                if dname in _REQUIRED_DIFF and not _optional_diff(dname, self.shape, fdescs):
                     raise invalid_arguments(f"{self._kind}: {dname} is required, got {md!r}")
                 if dname == "diff_weights_peephole_desc" and self.shape.peephole:
                     raise invalid_arguments(f"{self._kind}: the forward has peephole weights; "
@@ -216,6 +222,15 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
 
 fwd.add_desc_queries(rnn_backward_pd_base, DESC_NAMES + DIFF_NAMES)
 rnn_backward_pd_base.diff_augru_attention_desc = rnn_backward_pd_base.diff_attention_desc
+
+
+def _optional_diff(dname: str, shape, fdescs: dict) -> bool:
+    """Required diff descs the extensions make optional (no bias, no layer-0 input matrix)."""
+    if dname == "diff_bias_desc":
+        return shape.ext.no_bias
+    if dname == "diff_weights_layer_desc":
+        return not _present(fdescs.get("weights_layer_desc"))
+    return False
 
 
 def _state_desc(shape, fname: str) -> MemoryDesc:

@@ -15,6 +15,7 @@ from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
 from . import layout
+from .extensions import as_extensions
 from .problem import DESC_NAMES, check_shapes
 
 # desc name -> (execution argument, canonical tag, is output)
@@ -90,6 +91,7 @@ class rnn_forward_pd_base(primitive_desc_base):
         alpha = float(extra.pop("alpha", 0.0))
         beta = float(extra.pop("beta", 0.0))
         extra.pop("allow_empty", None)
+        ext = as_extensions(extra.pop("extensions", None), self._kind)
         if extra:
             raise invalid_arguments(f"{self._kind}: unknown keyword argument(s) {', '.join(extra)}")
         self._init_base(head["engine"], attr)
@@ -108,7 +110,7 @@ class rnn_forward_pd_base(primitive_desc_base):
             self._activation_alg = alg
         self._alpha, self._beta = alpha, beta
         self.shape = check_shapes(self._spec, head["prop_kind"], head["direction"], descs,
-                                  activation=act, alpha=alpha, kind=self._kind)
+                                  activation=act, alpha=alpha, kind=self._kind, ext=ext)
         self._prop = prop_kind(head["prop_kind"])
         self._direction = rnn_direction(head["direction"])
         self._user_descs = dict(descs)
@@ -132,7 +134,12 @@ class rnn_forward_pd_base(primitive_desc_base):
         self._impl = "loopy:gemm+cell"
         s = self.shape
         self._info = (f"alg:{self._spec.name} direction:{self._direction.name} prop:{self._prop.name} "
-                      f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}")
+                      f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}"
+                      + (f" ext:{ext.describe().replace(' ', ',')}" if ext.any else ""))
+
+    def get_extensions(self):
+        """The :class:`pydnnl.rnn_extensions` this primitive was created with."""
+        return self.shape.ext
 
     @classmethod
     def _bind_descs(cls, rest: list, kw: dict) -> tuple[dict, dict]:

@@ -13,6 +13,11 @@ c      [L, D, T, N, DHC]              cell state after each step (LSTM)
 ht     [L, D, T, N, DHC]              hidden state before projection (LSTMP)
 gates  [L, D, T, N, G, DHC]           activated gates of each step
 gh     [L, D, T, N, G, DHC]           recurrent GEMM results (LBR kinds: ``U_o h + B_u'``)
+xin    [L-1, D', T, N, W]             input of layers l >= 1 when it is not h itself:
+                                      per-layer bidirectional stacks (D' = 1, W = 2 DIC,
+                                      both directions side by side) and dropout (the
+                                      dropped h; D' = D, W = DIC)
+mask   [L-1, D, T, N, DIC] bytes      dropout keep mask of each layer's output
 ====== ============================== ============================================
 
 In inference the same regions live in the scratchpad, with ``gates`` and ``gh`` holding one
@@ -75,7 +80,35 @@ def state_regions(shape: RnnShape, training: bool) -> Regions:
     r.add("gates", (s.L * s.D * steps if training else 1) * per_step)
     if training and lbr(s):
         r.add("gh", s.L * s.D * steps * per_step)
+    if has_xin(s, training):
+        slots = s.L - 1 if training else 1
+        r.add("xin", slots * s.T * s.N * s.layer_in * (1 if s.ext.layer_bidirectional else s.D))
+    if dropout_active(s, training):
+        r.add("mask", ((s.L - 1) * s.D * s.T * s.N * s.DIC + 3) // 4)
     return r
+
+
+def dropout_active(shape: RnnShape, training: bool) -> bool:
+    """Whether dropout masks are drawn (training, p > 0, more than one layer)."""
+    return training and shape.ext.dropout > 0 and shape.L > 1
+
+
+def has_xin(shape: RnnShape, training: bool) -> bool:
+    """Whether layers l >= 1 read a separate input region instead of h of the layer below."""
+    return shape.L > 1 and (shape.ext.layer_bidirectional or dropout_active(shape, training))
+
+
+def xin_offset(shape: RnnShape, training: bool, base: int, l: int, d: int) -> tuple[int, int]:
+    """(offset of the input rows of layer ``l`` >= 1 for direction ``d``, row stride), given
+    the offset ``base`` of the xin region."""
+    s = shape
+    slot = (l - 1) if training else 0
+    W = s.layer_in
+    per_layer = s.T * s.N * W * (1 if s.ext.layer_bidirectional else s.D)
+    off = base + slot * per_layer
+    if not s.ext.layer_bidirectional:
+        off += d * s.T * s.N * W
+    return off, W
 
 
 def region_desc(dims, offset: int, strides=None) -> MemoryDesc:

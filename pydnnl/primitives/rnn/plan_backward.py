@@ -24,7 +24,9 @@ from ...kernels.reductions import Add2, ColSum, Launcher, RowSum
 from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward_buffers,
                                             build_elementwise_bwd)
 from .layout import Regions, region_desc
-from .plan_common import PlanBase, _Ref, reserve_packed
+from .layout import dropout_active, has_xin, xin_offset
+from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
+from .plan_forward import clip_key
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "attention_desc": ARG_AUGRU_ATTENTION,
            "weights_layer_desc": ARG_WEIGHTS_LAYER, "weights_iter_desc": ARG_WEIGHTS_ITER,
@@ -54,7 +56,7 @@ def weight_gemms(s) -> dict:
     G, DHC, N, T = s.G, s.DHC, s.N, s.T
     GD = G * DHC
     roles = {}
-    for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)):
+    for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)) if dx_gemm_layers(s) else ():
         roles[f"dx_b{int(beta)}"] = (GemmShape(m=T * N, n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
                                                trans_b=True, beta=beta),
                                      "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
@@ -71,11 +73,18 @@ def weight_gemms(s) -> dict:
     return roles
 
 
+def dx_gemm_layers(s) -> list[int]:
+    """Layers whose input gradient is a GEMM (not layer 0 with skip input)."""
+    return [l for l in range(s.L) if not (l == 0 and s.ext.skip_input)]
+
+
 def scratch_regions(pd) -> Regions:
     s = pd.shape
     r = Regions()
     W = max(s.SIC, s.DIC)
-    r.add("dhl", s.T * s.N * s.DIC)
+    r.add("dhl", s.D * s.T * s.N * s.DIC)
+    if s.ext.layer_bidirectional and s.L > 1:
+        r.add("dcat", s.T * s.N * s.layer_in)
     if s.projection:
         r.add("dha", s.T * s.N * s.DIC)
         r.add("dht", s.N * s.DHC)
@@ -117,6 +126,7 @@ def scratch_regions(pd) -> Regions:
     for dname in _DIFF_W:
         if _present(pd, dname) and not _canon(pd, dname):
             r.add("dw_" + dname, pd._descs[dname].nelems())
+    reserve_no_bias(r, s)
     reserve_packed(r, pd.get_engine(), weight_gemms(s))
     return r
 
@@ -180,7 +190,7 @@ class BackwardPlan(PlanBase):
             bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N,
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
-                                            two_dh=not s.projection)
+                                            two_dh=not s.projection, clip=clip_key(s))
             kern = get_kernel(eng, "rnn_elementwise_bwd", bp, lambda bp=bp: build_elementwise_bwd(bp))
             gates = st.recurrent_gemm.gates
             g0 = spec.gate_names.index(gates[0])
@@ -188,11 +198,41 @@ class BackwardPlan(PlanBase):
             # gradient to the GEMM's source: rh (written) or h_prev (accumulated)
             self.stage_kernels.append((st, kern, backward_buffers(bp), self.gemm[f"dh{k}"], g0, ng))
         self.add2 = Launcher(eng, Add2(N * s.DIC)) if s.projection else None
-        for d in range(s.D):
-            self._plan_top(d)
-            for l in range(s.L - 1, -1, -1):
+        self.dropout = None
+        if dropout_active(s, True):
+            from ...kernels.dropout import get_dropout_bwd
+
+            self.dropout = get_dropout_bwd(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.DIC)
+        # layer by layer from the top, both directions: in a per-layer bidirectional stack
+        # both directions of layer l feed the gradient of both directions of layer l-1
+        for l in range(s.L - 1, -1, -1):
+            for d in range(s.D):
+                if l == s.L - 1:
+                    self._plan_top(d)
+                else:
+                    self._plan_layer_gradient(l, d)
+            for d in range(s.D):
                 self._plan_layer(l, d)
         self._plan_outputs()
+
+    def _dhl(self, d: int) -> int:
+        """Offset of direction d's output gradient [T, N, DIC] of the layer being processed."""
+        s = self.s
+        return self.pd.scratch["dhl"] + d * s.T * s.N * s.DIC
+
+    def _plan_layer_gradient(self, l: int, d: int) -> None:
+        """dhl[d] of layer l (< L-1): from the layer above, through the dropout mask."""
+        s, sc = self.s, self.pd.scratch
+        scr = _Ref("scratch")
+        if s.ext.layer_bidirectional:
+            self.add_reorder(scr, region_desc([s.T, s.N, s.DIC], sc["dcat"] + d * s.DIC,
+                                              strides=[s.N * s.layer_in, s.layer_in, 1]),
+                             scr, region_desc([s.T, s.N, s.DIC], self._dhl(d)))
+        if self.dropout is not None:
+            m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
+            self.steps.append((self.dropout, dict(x=scr, x_off=self._dhl(d), y=scr,
+                                                  y_off=self._dhl(d), mask=_Ref("ws"),
+                                                  m_off=m_off)))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _gemm(self, shape: GemmShape, *args):
@@ -207,7 +247,7 @@ class BackwardPlan(PlanBase):
         else:
             src = md
         self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
-                         region_desc([s.T, s.N, s.DIC], pd.scratch["dhl"]))
+                         region_desc([s.T, s.N, s.DIC], self._dhl(d)))
 
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
@@ -245,7 +285,7 @@ class BackwardPlan(PlanBase):
                 self.ws_off["h0"] + ld * N * s.SIC
             c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else
                       self.ws_off["c0"] + ld * N * DHC) if "c0" in self.ws_off else 0
-            dhl_t = sc["dhl"] + t * N * s.DIC
+            dhl_t = self._dhl(d) + t * N * s.DIC
             if s.projection:
                 dha_t = sc["dha"] + t * N * s.DIC
                 self.steps.append((self.add2, self.add2.bind(out=scr, a=scr, b=scr, o_off=dha_t,
@@ -293,16 +333,20 @@ class BackwardPlan(PlanBase):
         ws, scr = _Ref("ws"), _Ref("scratch")
         ld = l * s.D + d
         GD = G * DHC
-        # dW_layer += X^T dGx
+        # dW_layer += X^T dGx (layer 0 with skip input has no matrix)
         if l == 0:
             x_ref, x_off = self.src["src_layer_desc"]
             K = s.SLC
+        elif "xin" in self.ws_off:
+            x_ref, (x_off, K) = ws, xin_offset(s, True, self.ws_off["xin"], l, d)
         else:
             x_ref, x_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
             K = s.DIC
-        dwl_ref, dwl_off = self.dw["diff_weights_layer_desc"]
-        self._gemm(GemmShape(m=K, n=GD, k=T * N, lda=K, ldb=GD, ldc=GD, trans_a=True, beta=1.0),
-                   x_ref, x_off, scr, sc["dgx"], dwl_ref, dwl_off + ld * K * GD)
+        if not (l == 0 and s.ext.skip_input):
+            dwl_ref, dwl_off = self.dw["diff_weights_layer_desc"]
+            self._gemm(GemmShape(m=K, n=GD, k=T * N, lda=K, ldb=GD, ldc=GD, trans_a=True,
+                                 beta=1.0),
+                       x_ref, x_off, scr, sc["dgx"], dwl_ref, dwl_off + ld * s.SLC * GD)
         # dU += H_prev^T dGh, per stage (vanilla GRU's o gate reads rh)
         dwi_ref, dwi_off = self.dw["diff_weights_iter_desc"]
         dwi_off += ld * s.SIC * GD
@@ -327,9 +371,9 @@ class BackwardPlan(PlanBase):
                        ws, self.ws_off["h0"] + ld * N * s.SIC, scr,
                        sc["dgh"] + t0 * N * GD + g0 * DHC, dwi_ref, dwi_off + g0 * DHC)
         # bias: column sums of the gate gradients, per bias gate
-        db_ref, db_off = self.dw["diff_bias_desc"]
+        db_ref, db_off = self.dw.get("diff_bias_desc", (None, 0))
         colsum = Launcher(self.engine, ColSum(rows=T * N, width=DHC, ld=GD))
-        for b, bg in enumerate(self.spec.bias_gates):
+        for b, bg in enumerate(self.spec.bias_gates if db_ref is not None else ()):
             src = sc["dgx"] if bg.target == "gx" else sc["dgh"]
             self.steps.append((colsum, colsum.bind(
                 out=db_ref, src=scr, o_off=db_off + (ld * s.Gb + b) * DHC,
@@ -353,15 +397,24 @@ class BackwardPlan(PlanBase):
                 out_ref, out_off = _Ref(ARG_DIFF_AUGRU_ATTENTION), 0
             self.steps.append((rs, rs.bind(out=out_ref, src=scr, o_off=out_off, i_off=sc["datt"])))
         # dX = dGx W^T: the output gradient of the layer below, or diff_src_layer
-        # (with L > 1, SLC == DIC: every layer's dX GEMM has the same shape)
-        role = "dx_b1" if (l == 0 and d > 0) else "dx_b0"
-        w_ref, w_base, w_step = self.wsrc[role]
+        # (with L > 1, SLC equals the input width of every layer: one GEMM shape)
+        accumulate = d > 0 and (l == 0 or s.ext.layer_bidirectional)
         if l > 0:
-            out_ref, out_off = scr, sc["dhl"]
+            out_ref, out_off = scr, sc["dcat"] if "dcat" in sc else self._dhl(d)
         elif "dsrc" in sc:
             out_ref, out_off = scr, sc["dsrc"]
         else:
             out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+        if l == 0 and s.ext.skip_input:
+            # x fed every gate: its gradient is the sum of the gate gradients
+            for g in range(G):
+                self.add_reorder(scr, region_desc([T, N, DHC], sc["dgx"] + g * DHC,
+                                                  strides=[N * GD, GD, 1]),
+                                 out_ref, region_desc([T, N, DHC], out_off),
+                                 beta=1.0 if (accumulate or g > 0) else 0.0)
+            return
+        role = "dx_b1" if accumulate else "dx_b0"
+        w_ref, w_base, w_step = self.wsrc[role]
         self.steps.append((self.gemm[role], (scr, sc["dgx"], w_ref, w_base + ld * w_step,
                                              out_ref, out_off)))
 

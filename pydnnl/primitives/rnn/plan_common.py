@@ -57,6 +57,10 @@ class PlanBase:
                 self.src[name] = (_Ref("scratch"), off)
             else:
                 self.src[name] = (_Ref(arg), 0)
+        if "bias_desc" in inputs and "bias_desc" not in self.src:  # extensions.no_bias
+            off = sc["zbias"]
+            self.add_zero(_Ref("scratch"), off, sc.sizes["zbias"])
+            self.src["bias_desc"] = (_Ref("scratch"), off)
 
     def add_reorder(self, src_ref, src_md: MemoryDesc, dst_ref, dst_md: MemoryDesc, beta=0.0):
         p = ReorderProblem(dims=src_md.dims, src_dt=src_md.data_type, dst_dt=dst_md.data_type,
@@ -144,6 +148,12 @@ class PlanBase:
         if m is None:
             m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
         return m
+
+
+def reserve_no_bias(regions, shape) -> None:
+    """A zero bias in the scratchpad for primitives created with ``no_bias``."""
+    if shape.ext.no_bias:
+        regions.add("zbias", shape.L * shape.D * shape.Gb * shape.DHC)
 
 
 def reserve_packed(regions, engine, roles: dict) -> None:

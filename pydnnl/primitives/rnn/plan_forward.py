@@ -18,7 +18,8 @@ from ...kernels.compiler import get_kernel
 from ...kernels.matmul import GemmShape, get_gemm
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
-from .plan_common import PlanBase, _Ref, reserve_packed
+from .layout import dropout_active, has_xin, xin_offset
+from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
            "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -37,9 +38,11 @@ def weight_gemms(s) -> dict:
     from ...cells import get_cell
 
     spec = get_cell(s.cell)
-    roles = {"layer": (GemmShape(m=T * N, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
-                                 ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
-                       s.SLC * G * DHC)}
+    roles = {}
+    if not (s.ext.skip_input and s.L == 1):  # a lone skip-input layer has no input GEMM
+        roles["layer"] = (GemmShape(m=T * N, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
+                                    ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
+                          s.SLC * G * DHC)
     for k, st in enumerate(spec.forward_stages(s.peephole)):
         gates = st.recurrent_gemm.gates
         g0, ng = spec.gate_names.index(gates[0]), len(gates)
@@ -69,8 +72,15 @@ def scratch_regions(pd) -> Regions:
         md = pd._descs.get(name)
         if md is not None and not md.is_zero() and md != kernel_desc(name, md):
             r.add("in_" + name, md.nelems())
+    reserve_no_bias(r, s)
     reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape))
     return r
+
+
+def clip_key(s):
+    """The cell-state clip of the elementwise kernels: (min, max, nan_to_min) or None."""
+    c = s.ext.cell_clip
+    return None if c is None else (c[0], c[1], bool(s.ext.cell_clip_nan))
 
 
 class ForwardPlan(PlanBase):
@@ -110,14 +120,45 @@ class ForwardPlan(PlanBase):
         self.stage_kernels = []
         for k, st in enumerate(spec.forward_stages(s.peephole)):
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
-                                    ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC)
+                                    ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
+                                    clip=clip_key(s))
             kern = get_kernel(eng, "rnn_elementwise", ep, lambda ep=ep: build_elementwise(ep))
             self.stage_kernels.append((st, kern, self.gemm[f"iter{k}"], f"iter{k}"))
 
-        for d in range(s.D):
-            for l in range(s.L):
+        self.dropout = None
+        if dropout_active(s, pd.training):
+            from ...kernels.dropout import get_dropout
+
+            self.dropout = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.layer_in)
+        # layer by layer, both directions: a per-layer bidirectional layer reads both
+        # directions of the one below
+        for l in range(s.L):
+            for d in range(s.D):
                 self._plan_layer(l, d)
+                if l < s.L - 1 and has_xin(s, pd.training):
+                    self._plan_next_input(l, d)
         self._plan_outputs()
+
+    def _xin(self, l: int, d: int) -> tuple[int, int]:
+        """(offset, row stride) of the input of layer l >= 1, direction d, in the state buffer."""
+        return xin_offset(self.s, self.pd.training, self.ws_off["xin"], l, d)
+
+    def _plan_next_input(self, l: int, d: int) -> None:
+        """Layer l's output as layer l+1 reads it: dropped out and/or placed beside the other
+        direction's."""
+        s = self.s
+        ws = _Ref(self.ws_key)
+        off, ld = self._xin(l + 1, d)
+        if s.ext.layer_bidirectional:
+            off += d * s.DIC
+        h_off = self._reg("h", l, d, 0, s.N * s.DIC)
+        if self.dropout is not None:
+            m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
+            self.steps.append((self.dropout, dict(x=ws, x_off=h_off, y=ws, y_off=off, mask=ws,
+                                                  m_off=m_off)))
+            return
+        self.add_reorder(ws, region_desc([s.T, s.N, s.DIC], h_off), ws,
+                         region_desc([s.T, s.N, s.DIC], off, strides=[s.N * ld, ld, 1]))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _plan_layer(self, l: int, d: int) -> None:
@@ -130,11 +171,20 @@ class ForwardPlan(PlanBase):
         # layer GEMM over all steps
         if l == 0:
             a_ref, a_off = self.src["src_layer_desc"]
+        elif "xin" in self.ws_off:
+            a_ref, a_off = ws, self._xin(l, d)[0]
         else:
             a_ref, a_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
-        w_ref, w_off, w_step = self.wsrc["layer"]
-        self.steps.append((self.gemm["layer"],
-                           (a_ref, a_off, w_ref, w_off + ld * w_step, scr, sc["gx"])))
+        if l == 0 and s.ext.skip_input:
+            # no input matrix: x goes to every gate's pre-activation
+            gx_view = [N * G * DHC, G * DHC, 1]
+            for g in range(G):
+                self.add_reorder(a_ref, region_desc([T, N, DHC], a_off), scr,
+                                 region_desc([T, N, DHC], sc["gx"] + g * DHC, strides=gx_view))
+        else:
+            w_ref, w_off, w_step = self.wsrc["layer"]
+            self.steps.append((self.gemm["layer"],
+                               (a_ref, a_off, w_ref, w_off + ld * w_step, scr, sc["gx"])))
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")

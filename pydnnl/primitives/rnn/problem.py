@@ -8,6 +8,7 @@ from ...constants import prop_kind, rnn_direction
 from ...error import invalid_arguments, unimplemented
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
+from .extensions import rnn_extensions
 
 # descriptor names, as oneDNN's C++ API spells the parameters
 DESC_NAMES = ("src_layer_desc", "src_iter_desc", "src_iter_c_desc", "attention_desc",
@@ -41,6 +42,13 @@ class RnnShape:
     activation: str  # vanilla RNN: relu / tanh / logistic
     alpha: float
     dt: data_type
+    ext: rnn_extensions = rnn_extensions()
+
+    @property
+    def layer_in(self) -> int:
+        """Input channels of layers l >= 1: the layer below's output (both directions'
+        concatenation in per-layer bidirectional stacks)."""
+        return 2 * self.DIC if self.ext.layer_bidirectional else self.DIC
 
     @property
     def DLC(self) -> int:
@@ -51,7 +59,7 @@ class RnnShape:
         g = 2 * self.T * self.N * self.G * self.DHC
         per_dir = 0
         for l in range(self.L):
-            k_in = self.SLC if l == 0 else self.DIC
+            k_in = (0 if self.ext.skip_input else self.SLC) if l == 0 else self.layer_in
             per_dir += g * k_in + g * self.SIC
             if self.projection:
                 per_dir += 2 * self.T * self.N * self.DHC * self.DIC
@@ -67,7 +75,8 @@ def _present(md: MemoryDesc | None) -> bool:
 
 
 def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, descs: dict,
-                 activation: str = "tanh", alpha: float = 0.0, kind: str = "rnn") -> RnnShape:
+                 activation: str = "tanh", alpha: float = 0.0, kind: str = "rnn",
+                 ext: rnn_extensions = rnn_extensions()) -> RnnShape:
     """Validate the forward descs of one RNN problem; return its sizes.
 
     ``descs`` maps :data:`DESC_NAMES` to memory descs or None. Raises ``invalid_arguments``
@@ -110,9 +119,18 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         raise invalid_arguments(f"{kind}: direction must not be undef")
 
     T, N, SLC = need("src_layer_desc", 3)
-    L, D, SLC_w, G, DHC = need("weights_layer_desc", 5)
     L_i, D_i, SIC, G_i, DHC_i = need("weights_iter_desc", 5)
-    Lb, Db, Gb, DHC_b = need("bias_desc", 4)
+    if ext.skip_input and L_i == 1 and not _present(descs.get("weights_layer_desc")):
+        # one skip-input layer has no input matrix at all
+        L, D, SLC_w, G, DHC = L_i, D_i, SLC, G_i, DHC_i
+    else:
+        L, D, SLC_w, G, DHC = need("weights_layer_desc", 5)
+    if ext.no_bias:
+        if _present(descs.get("bias_desc")):
+            raise invalid_arguments(f"{kind}: extensions.no_bias is set, so bias_desc must be None")
+        Lb, Db, Gb, DHC_b = L, D, spec.n_bias_gates, DHC
+    else:
+        Lb, Db, Gb, DHC_b = need("bias_desc", 4)
     T_d, N_d, DLC = need("dst_layer_desc", 3)
     for v, what in ((T, "T (src_layer_desc dims[0])"), (N, "N (src_layer_desc dims[1])")):
         if v <= 0:
@@ -169,7 +187,16 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         raise invalid_arguments(
             f"{kind}: dst_layer_desc channels DLC = {DLC} must be {mult} x DIC = {mult * DIC} "
             f"for direction {direction.name}")
-    if L > 1 and SLC != DIC:
+    if ext.layer_bidirectional:
+        if direction != rnn_direction.bidirectional_concat:
+            raise invalid_arguments(
+                f"{kind}: extensions.layer_bidirectional needs direction bidirectional_concat, "
+                f"got {direction.name}")
+        if L > 1 and SLC != 2 * DIC:
+            raise invalid_arguments(
+                f"{kind}: in a per-layer bidirectional stack of L = {L} layers each layer reads "
+                f"both directions of the one below, so SLC ({SLC}) must equal 2 x DIC ({2 * DIC})")
+    elif L > 1 and SLC != DIC:
         raise invalid_arguments(
             f"{kind}: with L = {L} layers each layer reads the one below, so SLC ({SLC}) must equal "
             f"DIC ({DIC})")
@@ -208,6 +235,14 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
     elif _present(descs.get("attention_desc")):
         raise invalid_arguments(f"{kind}: {spec.name} takes no attention_desc")
 
+    if ext.skip_input and SLC != DHC:
+        raise invalid_arguments(
+            f"{kind}: extensions.skip_input adds the input to every gate, so SLC ({SLC}) must "
+            f"equal DHC ({DHC})")
+    if ext.cell_clip is not None and not spec.has_cell_state:
+        raise invalid_arguments(f"{kind}: extensions.cell_clip applies to LSTM only, got {spec.name}")
+    if (ext.dropout or ext.skip_input or ext.no_bias or ext.cell_clip) and spec.has_attention:
+        raise unimplemented(f"{kind}: extensions are not implemented for {spec.name}")
     _check_data_types(descs, proj is not None, kind)
     dt = descs["src_layer_desc"].data_type
     return RnnShape(cell=spec.name, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
@@ -215,7 +250,7 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
                     with_src_iter_c=sic is not None, with_dst_iter=di is not None,
                     with_dst_iter_c=dic is not None, peephole=peep is not None,
                     projection=proj is not None, activation=activation, alpha=float(alpha),
-                    dt=dt)
+                    dt=dt, ext=ext)
 
 
 _F32, _BF16, _F16 = data_type.f32, data_type.bf16, data_type.f16

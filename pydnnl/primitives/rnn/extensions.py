@@ -1,0 +1,96 @@
+"""pydnnl's extensions of the RNN primitives: the features MIOpen, cuDNN, MXNet and PyTorch
+have and oneDNN lacks. Passed as ``extensions=rnn_extensions(...)`` to a forward primitive
+descriptor; its backward takes them from ``hint_fwd_pd``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...error import invalid_arguments
+
+
+@dataclass(frozen=True)
+class rnn_extensions:
+    """Optional RNN features beyond oneDNN's model (all off by default).
+
+    ``layer_bidirectional``
+        per-layer bidirectional stacks (MIOpen, cuDNN, PyTorch, MXNet): with
+        ``bidirectional_concat``, layer l+1 of both directions reads the concatenation of both
+        directions of layer l. With L > 1 this needs SLC == 2 DIC.
+    ``dropout``, ``dropout_seed``
+        in forward_training, each layer's output except the top one is multiplied by a
+        Bernoulli(1 - p) mask scaled by 1/(1 - p) where the next layer reads it (not where it is
+        carried as the recurrent state nor in ``dst_iter``). The mask comes from Philox4x32-10
+        keyed by ``dropout_seed`` with a counter offset that the primitive advances by one per
+        execution (``primitive.dropout_offset``); it is kept in the workspace for backward.
+        Ignored in forward_inference.
+    ``skip_input``
+        layer 0 has no input matrix: the input (SLC == DHC) is added to every gate's
+        pre-activation (MIOpen ``miopenRNNskip``, cuDNN ``CUDNN_SKIP_INPUT``). Layer 0's part
+        of ``weights_layer`` is not read; its gradient is not touched.
+    ``no_bias``
+        no bias tensor at all: ``bias_desc`` (and ``diff_bias_desc``) must be None.
+    ``cell_clip``, ``cell_clip_nan``
+        LSTM only: the new cell state is clamped into ``[min, max]`` at every step before h is
+        computed (cuDNN ``cudnnRNNSetClip``, MXNet ``lstm_state_clip_*``); with
+        ``cell_clip_nan`` a NaN becomes ``min`` instead of propagating. Backward passes no
+        gradient through a clamped value (one that is not strictly inside the range).
+    """
+
+    layer_bidirectional: bool = False
+    dropout: float = 0.0
+    dropout_seed: int = 0
+    skip_input: bool = False
+    no_bias: bool = False
+    cell_clip: tuple[float, float] | None = None
+    cell_clip_nan: bool = False
+
+    def __post_init__(self):
+        p = self.dropout
+        if not isinstance(p, (int, float)) or not (0.0 <= p < 1.0) or math.isnan(p):
+            raise invalid_arguments(f"rnn_extensions: dropout must be in [0, 1), got {p!r}")
+        if not isinstance(self.dropout_seed, int) or not 0 <= self.dropout_seed < 2 ** 64:
+            raise invalid_arguments(
+                f"rnn_extensions: dropout_seed must be an integer in [0, 2**64), got {self.dropout_seed!r}")
+        if self.cell_clip is not None:
+            try:
+                lo, hi = (float(v) for v in self.cell_clip)
+            except (TypeError, ValueError):
+                raise invalid_arguments(
+                    f"rnn_extensions: cell_clip must be (min, max), got {self.cell_clip!r}") from None
+            if not lo <= hi:
+                raise invalid_arguments(
+                    f"rnn_extensions: cell_clip min must be <= max, got min {lo} > max {hi}")
+            object.__setattr__(self, "cell_clip", (lo, hi))
+        elif self.cell_clip_nan:
+            raise invalid_arguments("rnn_extensions: cell_clip_nan needs cell_clip (min, max)")
+
+    @property
+    def any(self) -> bool:
+        return self != rnn_extensions()
+
+    def describe(self) -> str:
+        """A short string for verbose output and impl info."""
+        parts = []
+        if self.layer_bidirectional:
+            parts.append("layer_bidirectional")
+        if self.dropout:
+            parts.append(f"dropout:{self.dropout:g}")
+        if self.skip_input:
+            parts.append("skip_input")
+        if self.no_bias:
+            parts.append("no_bias")
+        if self.cell_clip is not None:
+            parts.append(f"clip:{self.cell_clip[0]:g}:{self.cell_clip[1]:g}"
+                         + (":nan" if self.cell_clip_nan else ""))
+        return " ".join(parts)
+
+
+def as_extensions(value, kind: str) -> rnn_extensions:
+    if value is None:
+        return rnn_extensions()
+    if not isinstance(value, rnn_extensions):
+        raise invalid_arguments(
+            f"{kind}: extensions must be a pydnnl.rnn_extensions or None, got {type(value).__name__}")
+    return value
