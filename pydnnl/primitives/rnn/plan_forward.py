@@ -135,6 +135,8 @@ class ForwardPlan(PlanBase):
         for l in range(s.L):
             for d in range(s.D):
                 self._plan_layer(l, d)
+            # after both directions: in inference the next input reuses this layer's region
+            for d in range(s.D):
                 if l < s.L - 1 and has_xin(s, pd.training):
                     self._plan_next_input(l, d)
         self._plan_outputs()

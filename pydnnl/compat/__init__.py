@@ -1,0 +1,2 @@
+"""Peer API surfaces: other libraries' names, packings and call conventions, translated into
+pydnnl primitives."""
