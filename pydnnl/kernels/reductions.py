@@ -86,7 +86,17 @@ def build_add2(p: Add2):
     return lp.split_iname(knl, "i", min(p.wg, p.count), inner_tag="l.0", outer_tag="g.0")
 
 
-BUILDERS = {ColSum: build_colsum, RowSum: build_rowsum, Add2: build_add2}
+def _build_row_gather(p):
+    from .gather import build_row_gather
+
+    return build_row_gather(p)
+
+
+def _builders():
+    from .gather import RowGather
+
+    return {ColSum: build_colsum, RowSum: build_rowsum, Add2: build_add2,
+            RowGather: _build_row_gather}
 
 
 class Launcher:
@@ -96,7 +106,7 @@ class Launcher:
         from .compiler import get_kernel
 
         self.kernel = get_kernel(engine, type(problem).__name__.lower(), problem,
-                                 lambda: BUILDERS[type(problem)](problem))
+                                 lambda: _builders()[type(problem)](problem))
         self.names = self.kernel.src.arg_names
 
     def __call__(self, stream, *args, wait_for=None):

@@ -14,6 +14,14 @@ from ...error import invalid_arguments
 class rnn_extensions:
     """Optional RNN features beyond oneDNN's model (all off by default).
 
+    ``seq_lengths``
+        per-sequence lengths (N integers in [1, T], any order): sequence n uses steps
+        t < len[n] only. ``dst_layer`` is zero at t >= len[n]; ``dst_iter``/``dst_iter_c`` hold
+        each sequence's state at its last valid step (right-to-left directions start at
+        t = len[n] - 1); backward ignores ``diff_dst_layer`` at padded positions, takes
+        ``diff_dst_iter`` at each sequence's last valid step and returns zeros in
+        ``diff_src_layer`` there. The work follows the real lengths: the layer GEMMs run over
+        the valid rows only.
     ``layer_bidirectional``
         per-layer bidirectional stacks (MIOpen, cuDNN, PyTorch, MXNet): with
         ``bidirectional_concat``, layer l+1 of both directions reads the concatenation of both
@@ -39,6 +47,7 @@ class rnn_extensions:
     """
 
     layer_bidirectional: bool = False
+    seq_lengths: tuple[int, ...] | None = None
     dropout: float = 0.0
     dropout_seed: int = 0
     skip_input: bool = False
@@ -47,6 +56,17 @@ class rnn_extensions:
     cell_clip_nan: bool = False
 
     def __post_init__(self):
+        if self.seq_lengths is not None:
+            try:
+                lens = tuple(int(v) for v in self.seq_lengths)
+            except (TypeError, ValueError):
+                raise invalid_arguments(
+                    f"rnn_extensions: seq_lengths must be a sequence of integers, got "
+                    f"{self.seq_lengths!r}") from None
+            if any(int(v) != v for v in self.seq_lengths) or not lens or min(lens) < 1:
+                raise invalid_arguments(
+                    f"rnn_extensions: seq_lengths must be positive integers, got {list(self.seq_lengths)}")
+            object.__setattr__(self, "seq_lengths", lens)
         p = self.dropout
         if not isinstance(p, (int, float)) or not (0.0 <= p < 1.0) or math.isnan(p):
             raise invalid_arguments(f"rnn_extensions: dropout must be in [0, 1), got {p!r}")
@@ -75,6 +95,8 @@ class rnn_extensions:
         parts = []
         if self.layer_bidirectional:
             parts.append("layer_bidirectional")
+        if self.seq_lengths is not None:
+            parts.append(f"seq_lengths:{min(self.seq_lengths)}..{max(self.seq_lengths)}")
         if self.dropout:
             parts.append(f"dropout:{self.dropout:g}")
         if self.skip_input:

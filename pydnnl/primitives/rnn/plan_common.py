@@ -40,6 +40,36 @@ class PlanBase:
         self._lock = threading.Lock()
         self.scratch_bytes = pd.scratch.nbytes()
         self.src: dict[str, tuple[_Ref, int]] = {}
+        self._idx_parts: list[np.ndarray] = []
+        self._idx_total = 0
+        self._idx_mem = None
+        self.seq = None
+        if self.s.ext.seq_lengths is not None:
+            from .seqlen import SeqLayout
+
+            self.seq = SeqLayout(self.s.ext.seq_lengths, self.s.T)
+
+    def add_gather(self, src_ref, src_off: int, src_ld: int, dst_ref, dst_off: int, dst_ld: int,
+                   width: int, index, accumulate: bool = False) -> None:
+        """dst rows <- src rows through an index table (-1: zeros), uploaded at creation."""
+        from ...kernels.gather import RowGather
+        from ...kernels.reductions import Launcher
+
+        index = np.asarray(index, np.int32)
+        i_off = self._idx_total
+        self._idx_parts.append(index)
+        self._idx_total += index.size
+        g = Launcher(self.engine, RowGather(rows=index.size, width=width, src_ld=src_ld,
+                                            dst_ld=dst_ld, accumulate=accumulate))
+        self.steps.append((g, g.bind(dst=dst_ref, src=src_ref, idx=_Ref("idx"), d_off=dst_off,
+                                     s_off=src_off, i_off=i_off)))
+
+    def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
+                      width: int) -> None:
+        """Copy ``rows`` contiguous rows of ``width`` elements."""
+        if rows > 0:
+            self.add_reorder(src_ref, region_desc([rows, width], src_off), dst_ref,
+                             region_desc([rows, width], dst_off))
 
     def stage_inputs(self, inputs: dict, direct: tuple) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
@@ -128,6 +158,8 @@ class PlanBase:
             bufs["scratch"] = scratch.buffer
         if ARG_WORKSPACE in args:
             bufs["ws"] = args[ARG_WORKSPACE].buffer
+        if self._idx_parts:
+            bufs["idx"] = self._index_memory().buffer
         with self._lock:  # bound kernels hold argument state: one execution at a time
             if self._launches is None:
                 self._launches = self._bind()
@@ -142,6 +174,16 @@ class PlanBase:
                              wait_for=wait)
                 else:
                     evt = step.launch(stream, bufs, wait)
+
+    def _index_memory(self) -> memory:
+        if self._idx_mem is None:
+            from ...memory.data_types import data_type
+
+            table = np.concatenate(self._idx_parts)
+            m = memory(MemoryDesc([table.size], data_type.s32, "a"), self.engine)
+            m.write(table)
+            self._idx_mem = m
+        return self._idx_mem
 
     def _scratch_memory(self) -> memory:
         m = getattr(self, "_scratch", None)

@@ -19,6 +19,7 @@ from ...kernels.matmul import GemmShape, get_gemm
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
 from .layout import dropout_active, has_xin, xin_offset
+from .seqlen import layer_rows
 from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
@@ -40,7 +41,7 @@ def weight_gemms(s) -> dict:
     spec = get_cell(s.cell)
     roles = {}
     if not (s.ext.skip_input and s.L == 1):  # a lone skip-input layer has no input GEMM
-        roles["layer"] = (GemmShape(m=T * N, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
+        roles["layer"] = (GemmShape(m=layer_rows(s), n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
                                     ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
                           s.SLC * G * DHC)
     for k, st in enumerate(spec.forward_stages(s.peephole)):
@@ -64,7 +65,15 @@ def scratch_regions(pd) -> Regions:
     if not pd.training:
         for name, off in pd.ws_regions.offsets.items():
             r.add("st_" + name, pd.ws_regions.sizes[name])
-    r.add("gx", s.T * s.N * s.G * s.DHC)
+    if s.ext.seq_lengths is None:
+        r.add("gx", s.T * s.N * s.G * s.DHC)
+    else:
+        # packed rows, plus one step of slack: a step's kernel reads N rows from its start
+        r.add("gx", (layer_rows(s) + s.N) * s.G * s.DHC)
+        r.add("xp", layer_rows(s) * max(s.SLC, s.layer_in))
+        r.add("h0u", s.L * s.D * s.N * max(s.SIC, s.DHC))
+        r.add("yo", s.T * s.N * s.DIC)
+        r.add("io", s.L * s.D * s.N * max(s.DIC, s.DHC))
     r.add("gh", s.N * s.G * s.DHC)
     if s.cell in ("vanilla_gru", "vanilla_augru"):
         r.add("rh", s.N * s.DHC)
@@ -104,7 +113,13 @@ class ForwardPlan(PlanBase):
                 continue
             md = pd._descs.get(name)
             dims = [s.L, s.D, s.N, width]
-            if md is not None and not md.is_zero():
+            if md is not None and not md.is_zero() and self.seq is not None:
+                # sequences are processed sorted by length: sort the initial states too
+                self.add_reorder(_Ref(_INPUTS[name]), md, _Ref("scratch"),
+                                 region_desc(dims, sc["h0u"]))
+                self.add_gather(_Ref("scratch"), sc["h0u"], width, _Ref(self.ws_key),
+                                ws_off[reg], width, width, self.seq.sort_index(s.L * s.D))
+            elif md is not None and not md.is_zero():
                 self.add_reorder(_Ref(_INPUTS[name]), md, _Ref(self.ws_key),
                                   region_desc(dims, ws_off[reg]))
             else:
@@ -177,12 +192,20 @@ class ForwardPlan(PlanBase):
             a_ref, a_off = ws, self._xin(l, d)[0]
         else:
             a_ref, a_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
+        seq = self.seq
+        if seq is not None:
+            # the layer GEMM reads the valid rows only, packed step after step
+            width = s.SLC if l == 0 else s.layer_in
+            self.add_gather(a_ref, a_off, width, scr, sc["xp"], width, width,
+                            seq.pack_index(src_sorted=l > 0))
+            a_ref, a_off = scr, sc["xp"]
+        rows = [seq.S, 1] if seq is not None else [T, N]
         if l == 0 and s.ext.skip_input:
             # no input matrix: x goes to every gate's pre-activation
-            gx_view = [N * G * DHC, G * DHC, 1]
+            gx_view = [rows[1] * G * DHC, G * DHC, 1]
             for g in range(G):
-                self.add_reorder(a_ref, region_desc([T, N, DHC], a_off), scr,
-                                 region_desc([T, N, DHC], sc["gx"] + g * DHC, strides=gx_view))
+                self.add_reorder(a_ref, region_desc(rows + [DHC], a_off), scr,
+                                 region_desc(rows + [DHC], sc["gx"] + g * DHC, strides=gx_view))
         else:
             w_ref, w_off, w_step = self.wsrc["layer"]
             self.steps.append((self.gemm["layer"],
@@ -195,6 +218,15 @@ class ForwardPlan(PlanBase):
         order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
         prev_t = None
         for t in order:
+            if seq is not None and prev_t is not None and not self._ltr(d):
+                # sequences whose last step is t start here, from the initial state: put it
+                # where this step reads the previous state (padding rows of step t + 1)
+                a, b = seq.new_rows(t)
+                for reg, width in (("h", s.DIC), ("c", DHC)):
+                    if reg in self.ws_off and b > a:
+                        self.add_copy_rows(ws, self.ws_off[reg + "0"] + (ld * N + a) * width, ws,
+                                           self._reg(reg, l, d, prev_t, N * width) + a * width,
+                                           b - a, width)
             if prev_t is None:
                 h_prev_off = self.ws_off["h0"] + ld * N * s.SIC
                 c_prev_off = self.ws_off["c0"] + ld * N * DHC if "c0" in self.ws_off else 0
@@ -223,7 +255,8 @@ class ForwardPlan(PlanBase):
                     "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
                     "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
                     "peep": peep[0] if peep else None, "att": att[0] if att else None,
-                    "gx_off": sc["gx"] + t * N * G * DHC, "bias_off": b_off,
+                    "gx_off": sc["gx"] + (t * N if seq is None else int(seq.off[t])) * G * DHC,
+                    "bias_off": b_off,
                     "h_prev_off": h_prev_off, "c_prev_off": c_prev_off, "c_off": c_out,
                     "h_off": h_out, "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
                     "att_off": (att[1] + t * N) if att else 0, "gates_off": gates_off,
@@ -244,19 +277,30 @@ class ForwardPlan(PlanBase):
         ws = _Ref(self.ws_key)
         dst_md = pd._descs["dst_layer_desc"]
         top = s.L - 1
+        seq, sc, scr = self.seq, pd.scratch, _Ref("scratch")
         for d in range(s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
+            src_ref = ws
+            if seq is not None:  # back to the user's order, zeros after each sequence's end
+                self.add_gather(ws, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
+                                seq.unsort_padded_index())
+                src_md, src_ref = region_desc([T, N, s.DIC], sc["yo"]), scr
             if s.direction == rnn_direction.bidirectional_concat:
                 target = dst_md.submemory_desc([T, N, s.DIC], [0, 0, d * s.DIC])
                 beta = 0.0
             else:
                 target = dst_md
                 beta = 1.0 if d == 1 else 0.0
-            self.add_reorder(ws, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
+            self.add_reorder(src_ref, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
         for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
                                       ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
             md = pd._descs.get(name)
             if md is None or md.is_zero():
+                continue
+            if seq is not None:  # each sequence's state after its own last step
+                self.add_gather(ws, self.ws_off[reg], width, scr, sc["io"], width, width,
+                                seq.last_state_index(s.L, s.D, self._ltr))
+                self.add_reorder(scr, region_desc([s.L, s.D, N, width], sc["io"]), _Ref(arg), md)
                 continue
             for d in range(s.D):
                 t_last = T - 1 if self._ltr(d) else 0

@@ -235,6 +235,16 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
     elif _present(descs.get("attention_desc")):
         raise invalid_arguments(f"{kind}: {spec.name} takes no attention_desc")
 
+    if ext.seq_lengths is not None:
+        lens = ext.seq_lengths
+        if len(lens) != N:
+            raise invalid_arguments(
+                f"{kind}: extensions.seq_lengths has {len(lens)} lengths, the batch N is {N}")
+        if max(lens) > T:
+            raise invalid_arguments(
+                f"{kind}: extensions.seq_lengths must be in [1, T = {T}], got {max(lens)}")
+        if spec.has_attention:
+            raise unimplemented(f"{kind}: seq_lengths are not implemented for {spec.name}")
     if ext.skip_input and SLC != DHC:
         raise invalid_arguments(
             f"{kind}: extensions.skip_input adds the input to every gate, so SLC ({SLC}) must "
