@@ -27,6 +27,7 @@ from .layout import Regions, region_desc
 from .layout import dropout_active, has_xin, xin_offset
 from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
 from .plan_forward import clip_key
+from .seqlen import layer_rows
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "attention_desc": ARG_AUGRU_ATTENTION,
            "weights_layer_desc": ARG_WEIGHTS_LAYER, "weights_iter_desc": ARG_WEIGHTS_ITER,
@@ -57,7 +58,7 @@ def weight_gemms(s) -> dict:
     GD = G * DHC
     roles = {}
     for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)) if dx_gemm_layers(s) else ():
-        roles[f"dx_b{int(beta)}"] = (GemmShape(m=T * N, n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
+        roles[f"dx_b{int(beta)}"] = (GemmShape(m=layer_rows(s), n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
                                                trans_b=True, beta=beta),
                                      "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
     for k, st in enumerate(spec.forward_stages(s.peephole)):
@@ -126,6 +127,19 @@ def scratch_regions(pd) -> Regions:
     for dname in _DIFF_W:
         if _present(pd, dname) and not _canon(pd, dname):
             r.add("dw_" + dname, pd._descs[dname].nelems())
+    if s.ext.seq_lengths is not None:
+        S, GD = layer_rows(s), s.G * s.DHC
+        r.add("dyu", s.T * s.N * s.DIC)
+        r.add("xp", S * max(s.SLC, s.layer_in))
+        r.add("dgxp", S * GD)
+        r.add("dxp", S * s.SLC)
+        r.add("dsrcs", s.T * s.N * s.SLC)
+        r.add("dhz", s.N * W)
+        if s.cell == "vanilla_lstm":
+            r.add("dcz", s.N * s.DHC)
+        for reg in ("ddi", "ddic", "dsi", "dsic"):
+            if reg in r:
+                r.add(reg + "s", r.sizes[reg])
     reserve_no_bias(r, s)
     reserve_packed(r, pd.get_engine(), weight_gemms(s))
     return r
@@ -178,6 +192,10 @@ class BackwardPlan(PlanBase):
             if _present(pd, dname):
                 md = pd._descs[dname]
                 self.add_reorder(_Ref(DIFF_ARG[dname]), md, scr, region_desc(md.dims, sc[reg]))
+                if self.seq is not None:
+                    w = md.dims[3]
+                    self.add_gather(scr, sc[reg], w, scr, sc[reg + "s"], w, w,
+                                    self.seq.sort_index(s.L * s.D))
 
         # -- kernels -----------------------------------------------------------------------------
         self.gemm, self.wsrc = {}, {}
@@ -246,8 +264,16 @@ class BackwardPlan(PlanBase):
             src = md.submemory_desc([s.T, s.N, s.DIC], [0, 0, d * s.DIC])
         else:
             src = md
+        if self.seq is None:
+            self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
+                             region_desc([s.T, s.N, s.DIC], self._dhl(d)))
+            return
+        # sorted by length; padded positions' gradients are ignored
+        dyu = pd.scratch["dyu"]
         self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
-                         region_desc([s.T, s.N, s.DIC], self._dhl(d)))
+                         region_desc([s.T, s.N, s.DIC], dyu))
+        self.add_gather(_Ref("scratch"), dyu, s.DIC, _Ref("scratch"), self._dhl(d), s.DIC, s.DIC,
+                        self.seq.sort_padded_index())
 
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
@@ -261,23 +287,44 @@ class BackwardPlan(PlanBase):
         att = self.src.get("attention_desc")
         order = list(range(T)) if self._ltr(d) else list(range(T - 1, -1, -1))
         per_g = N * G * DHC
+        seq, ltr = self.seq, self._ltr(d)
+        sfx = "" if seq is None else "s"  # sorted copies of the state gradients
         for k in range(T):
             t = order[T - 1 - k]
             t_prev = order[T - 2 - k] if k < T - 1 else None
             first, last = k == 0, k == T - 1
             # gradient arriving from the next step (or diff_dst_iter), and its successor
-            if first:
-                dh_cur = (sc["ddi"] + ld * N * s.DIC) if "ddi" in sc else sc["zero"]
-                dc_cur = (sc["ddic"] + ld * N * DHC) if "ddic" in sc else sc["zero"]
+            if first and seq is not None and ltr:
+                # only the sequences that end at T-1 take diff_dst_iter now; the others
+                # take it at their own last step (below), zero until then
+                dh_cur, dc_cur = sc["dhz"], sc.offsets.get("dcz", 0)
+                for reg, z, w in (("ddi", "dhz", s.DIC), ("ddic", "dcz", DHC)):
+                    if z in sc:
+                        self.add_zero(scr, sc[z], N * w)
+                        if reg in sc:
+                            self.add_copy_rows(scr, sc[reg + "s"] + ld * N * w, scr, sc[z],
+                                               int(seq.batch[T - 1]), w)
+            elif first:
+                dh_cur = (sc["ddi" + sfx] + ld * N * s.DIC) if "ddi" in sc else sc["zero"]
+                dc_cur = (sc["ddic" + sfx] + ld * N * DHC) if "ddic" in sc else sc["zero"]
             else:
                 dh_cur = sc["dh%d" % (k % 2)]
                 dc_cur = sc["dc%d" % (k % 2)] if "dc0" in sc else 0
-            if last and "dsi" in sc:
-                dh_nxt = sc["dsi"] + ld * N * s.SIC
+                if seq is not None and ltr:
+                    a, b = seq.new_rows(t)
+                    for reg, cur, w in (("ddi", dh_cur, s.DIC), ("ddic", dc_cur, DHC)):
+                        if reg in sc:
+                            self.add_copy_rows(scr, sc[reg + "s"] + (ld * N + a) * w, scr,
+                                               cur + a * w, b - a, w)
+            # right to left with lengths, sequences end (in backward order) at different
+            # steps: their initial-state gradients are taken out after each step (below)
+            direct_out = last and (seq is None or ltr)
+            if direct_out and "dsi" in sc:
+                dh_nxt = sc["dsi" + sfx] + ld * N * s.SIC
             else:
                 dh_nxt = sc["dh%d" % ((k + 1) % 2)]
-            if last and "dsic" in sc:
-                dc_nxt = sc["dsic"] + ld * N * DHC
+            if direct_out and "dsic" in sc:
+                dc_nxt = sc["dsic" + sfx] + ld * N * DHC
             else:
                 dc_nxt = sc["dc%d" % ((k + 1) % 2)] if "dc0" in sc else 0
             self.add_zero(scr, dh_nxt, N * s.SIC)
@@ -324,6 +371,16 @@ class BackwardPlan(PlanBase):
                 target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt
                 self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
                                             ut_base + ld * ut_step, scr, target)))
+            if seq is not None and not ltr:
+                a, b = seq.new_rows(t)  # rows whose first forward step was t
+                for reg, nxt, w in (("dsi", dh_nxt, s.SIC), ("dsic", dc_nxt, DHC)):
+                    if reg == "dsic" and "dc0" not in sc:
+                        continue
+                    if reg in sc:
+                        self.add_copy_rows(scr, nxt + a * w, scr, sc[reg + "s"] + (ld * N + a) * w,
+                                           b - a, w)
+                    if not last and b > a:  # their rows are padding from now on
+                        self.add_zero(scr, nxt + a * w, (b - a) * w)
         self._plan_weight_grads(l, d, order)
 
     def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:
@@ -342,11 +399,21 @@ class BackwardPlan(PlanBase):
         else:
             x_ref, x_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
             K = s.DIC
+        seq = self.seq
+        dgx_off, rows = sc["dgx"], T * N
+        if seq is not None:
+            # the valid rows only, packed as the forward's layer GEMM read them
+            rows = seq.S
+            self.add_gather(scr, sc["dgx"], GD, scr, sc["dgxp"], GD, GD, seq.pack_index(True))
+            dgx_off = sc["dgxp"]
+            if not (l == 0 and s.ext.skip_input):
+                self.add_gather(x_ref, x_off, K, scr, sc["xp"], K, K, seq.pack_index(l > 0))
+                x_ref, x_off = scr, sc["xp"]
         if not (l == 0 and s.ext.skip_input):
             dwl_ref, dwl_off = self.dw["diff_weights_layer_desc"]
-            self._gemm(GemmShape(m=K, n=GD, k=T * N, lda=K, ldb=GD, ldc=GD, trans_a=True,
+            self._gemm(GemmShape(m=K, n=GD, k=rows, lda=K, ldb=GD, ldc=GD, trans_a=True,
                                  beta=1.0),
-                       x_ref, x_off, scr, sc["dgx"], dwl_ref, dwl_off + ld * s.SLC * GD)
+                       x_ref, x_off, scr, dgx_off, dwl_ref, dwl_off + ld * s.SLC * GD)
         # dU += H_prev^T dGh, per stage (vanilla GRU's o gate reads rh)
         dwi_ref, dwi_off = self.dw["diff_weights_iter_desc"]
         dwi_off += ld * s.SIC * GD
@@ -401,6 +468,8 @@ class BackwardPlan(PlanBase):
         accumulate = d > 0 and (l == 0 or s.ext.layer_bidirectional)
         if l > 0:
             out_ref, out_off = scr, sc["dcat"] if "dcat" in sc else self._dhl(d)
+        elif seq is not None:
+            out_ref, out_off = scr, sc["dsrcs"]
         elif "dsrc" in sc:
             out_ref, out_off = scr, sc["dsrc"]
         else:
@@ -415,6 +484,12 @@ class BackwardPlan(PlanBase):
             return
         role = "dx_b1" if accumulate else "dx_b0"
         w_ref, w_base, w_step = self.wsrc[role]
+        if seq is not None:  # packed rows, then back into the padded layout (zero padding)
+            self.steps.append((self.gemm["dx_b0"], (scr, dgx_off, w_ref, w_base + ld * w_step,
+                                                    scr, sc["dxp"])))
+            self.add_gather(scr, sc["dxp"], s.SLC, out_ref, out_off, s.SLC, s.SLC,
+                            seq.unpack_index(), accumulate=accumulate)
+            return
         self.steps.append((self.gemm[role], (scr, sc["dgx"], w_ref, w_base + ld * w_step,
                                              out_ref, out_off)))
 
@@ -422,6 +497,20 @@ class BackwardPlan(PlanBase):
         pd = self.pd
         sc = pd.scratch
         scr = _Ref("scratch")
+        if self.seq is not None:  # back to the user's order
+            md = pd._descs["diff_src_layer_desc"]
+            s = self.s
+            if "dsrc" in sc:
+                out_ref, out_off = scr, sc["dsrc"]
+            else:
+                out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+            self.add_gather(scr, sc["dsrcs"], s.SLC, out_ref, out_off, s.SLC, s.SLC,
+                            self.seq.unsort_padded_index())
+            for reg in ("dsi", "dsic"):
+                if reg in sc:
+                    w = sc.sizes[reg] // (s.L * s.D * s.N)
+                    self.add_gather(scr, sc[reg + "s"], w, scr, sc[reg], w, w,
+                                    self.seq.unsort_index(s.L * s.D))
         if "dsrc" in sc:
             md = pd._descs["diff_src_layer_desc"]
             self.add_reorder(scr, region_desc(md.dims, sc["dsrc"]), _Ref(ARG_DIFF_SRC_LAYER), md)
