@@ -153,6 +153,25 @@ class Gemm:
     def flops(self) -> int:
         return 2 * self.shape.m * self.shape.n * self.shape.k
 
+    def global_size_for_rows(self, rows: int) -> tuple[int, ...]:
+        """The launch grid that computes at least C's first ``rows`` rows (whole row groups,
+        so up to one group's rows more): a plan whose active rows shrink launches less."""
+        p, sh = self.params, self.shape
+        if sh.trans_a:
+            return self.kernel.src.global_size  # not used with a shrinking m
+        gs = list(self.kernel.src.global_size)
+        ls = list(self.kernel.src.local_size) + [1] * 3
+        wm = p["wg"][1]
+        if p["local_prefetch"]:
+            ax, span = 1, wm * p["rows"]
+        else:
+            mt = -(-sh.m // p["rows"])
+            ax = 0 if p["m_inner"] else 1
+            span = wm * min(p["m_loop"], mt) * p["rows"]
+        groups = -(-max(rows, 1) // span)
+        gs[ax] = min(gs[ax], groups * ls[ax])
+        return tuple(gs)
+
 
 _cache: dict = {}
 

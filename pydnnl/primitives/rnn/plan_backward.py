@@ -188,6 +188,12 @@ class BackwardPlan(PlanBase):
                     self.add_reorder(_Ref(arg), md, ref, region_desc(md.dims, off))
             self.dw[dname] = (ref, off)
         self.add_zero(scr, sc["zero"], sc.sizes["zero"])
+        if self.seq is not None:
+            # steps compute only the running sequences: the gradients at padding rows, which
+            # the weight-gradient GEMMs read, stay zero
+            for reg in ("dgx", "dgh", "rh", "dpeep"):
+                if reg in sc:
+                    self.add_zero(scr, sc[reg], sc.sizes[reg])
         for dname, reg in (("diff_dst_iter_desc", "ddi"), ("diff_dst_iter_c_desc", "ddic")):
             if _present(pd, dname):
                 md = pd._descs[dname]
@@ -338,7 +344,7 @@ class BackwardPlan(PlanBase):
                 self.steps.append((self.add2, self.add2.bind(out=scr, a=scr, b=scr, o_off=dha_t,
                                                              a_off=dhl_t, b_off=dh_cur)))
                 r_ref, r_base, r_step = self.wsrc["dht"]
-                self.steps.append((self.gemm["dht"], (scr, dha_t, r_ref, r_base + ld * r_step,
+                self.steps.append((self.rows(self.gemm["dht"], t), (scr, dha_t, r_ref, r_base + ld * r_step,
                                                       scr, sc["dht"])))
                 dh_a, dh_b = sc["dht"], 0
             else:
@@ -366,10 +372,10 @@ class BackwardPlan(PlanBase):
             for k_st, (st, kern, bufs, to_src, g0, ng) in reversed(list(enumerate(self.stage_kernels))):
                 args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
                              for n in kern.src.arg_names)
-                self.steps.append((kern, args))
+                self.steps.append((self.rows(kern, t), args))
                 ut_ref, ut_base, ut_step = self.wsrc[f"dh{k_st}"]
                 target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt
-                self.steps.append((to_src, (scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
+                self.steps.append((self.rows(to_src, t), (scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
                                             ut_base + ld * ut_step, scr, target)))
             if seq is not None and not ltr:
                 a, b = seq.new_rows(t)  # rows whose first forward step was t

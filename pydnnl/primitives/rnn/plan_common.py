@@ -27,6 +27,16 @@ class _Ref:
         return f"_Ref({self.key!r})"
 
 
+class Rows:
+    """A plan step whose launch covers only the first ``rows`` rows of its kernel's grid (the
+    sequences still running at a time step)."""
+
+    __slots__ = ("fn", "rows")
+
+    def __init__(self, fn, rows: int):
+        self.fn, self.rows = fn, rows
+
+
 class PlanBase:
     """An ordered list of launches ``(callable, args)``; args may name buffers (:class:`_Ref`)."""
 
@@ -63,6 +73,10 @@ class PlanBase:
                                             dst_ld=dst_ld, accumulate=accumulate))
         self.steps.append((g, g.bind(dst=dst_ref, src=src_ref, idx=_Ref("idx"), d_off=dst_off,
                                      s_off=src_off, i_off=i_off)))
+
+    def rows(self, fn, t: int):
+        """``fn`` limited to the sequences still running at step t (all rows without lengths)."""
+        return fn if self.seq is None or self.seq.batch[t] == self.s.N else Rows(fn, int(self.seq.batch[t]))
 
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
@@ -139,7 +153,18 @@ class PlanBase:
 
         out = []
         for fn, fargs in self.steps:
-            if isinstance(fn, Gemm):
+            if isinstance(fn, Rows):
+                rows, fn = fn.rows, fn.fn
+                if isinstance(fn, Gemm):
+                    b = fn.kernel.bound(fn.ordered(*fargs))
+                    b.gsize = fn.global_size_for_rows(rows)
+                else:  # elementwise kernels: one row of the batch per work-group along axis 1
+                    b = fn.bound(fargs)
+                    gs = list(b.gsize)
+                    gs[1] = min(gs[1], rows * (b.lsize[1] if len(b.lsize) > 1 else 1))
+                    b.gsize = tuple(gs)
+                out.append(b)
+            elif isinstance(fn, Gemm):
                 out.append(fn.kernel.bound(fn.ordered(*fargs)))
             elif isinstance(fn, Launcher):
                 out.append(fn.kernel.bound(fargs))

@@ -147,6 +147,12 @@ class ForwardPlan(PlanBase):
             self.dropout = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.layer_in)
         # layer by layer, both directions: a per-layer bidirectional layer reads both
         # directions of the one below
+        if self.seq is not None and pd.training:
+            # steps compute only the running sequences: padding rows of the states backward
+            # reads stay zero (finite) instead of whatever the buffer held
+            for reg in ("h", "ht"):
+                if reg in self.ws_off:
+                    self.add_zero(_Ref(self.ws_key), self.ws_off[reg], pd.ws_regions.sizes[reg])
         for l in range(s.L):
             for d in range(s.D):
                 self._plan_layer(l, d)
@@ -248,9 +254,11 @@ class ForwardPlan(PlanBase):
                     gh_ref, gh_off = scr, sc["gh"] + gh_col
                 gh_col += N * ng * DHC
                 if st.recurrent_gemm.source == "h_prev":
-                    self.steps.append((gemm, (ws, h_prev_off, u_ref, u_off, gh_ref, gh_off)))
+                    self.steps.append((self.rows(gemm, t), (ws, h_prev_off, u_ref, u_off,
+                                                            gh_ref, gh_off)))
                 else:  # rh = r * h_prev, written by the previous stage
-                    self.steps.append((gemm, (scr, sc["rh"], u_ref, u_off, gh_ref, gh_off)))
+                    self.steps.append((self.rows(gemm, t), (scr, sc["rh"], u_ref, u_off,
+                                                            gh_ref, gh_off)))
                 vals = {
                     "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
                     "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
@@ -264,10 +272,10 @@ class ForwardPlan(PlanBase):
                 }
                 args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
                              for n in kern.src.arg_names)
-                self.steps.append((kern, args))
+                self.steps.append((self.rows(kern, t), args))
             if s.projection:
                 r_ref, r_base, r_step = self.wsrc["proj"]
-                self.steps.append((self.gemm["proj"], (ws, h_out, r_ref, r_base + ld * r_step,
+                self.steps.append((self.rows(self.gemm["proj"], t), (ws, h_out, r_ref, r_base + ld * r_step,
                                                     ws, self._reg("h", l, d, t, N * s.DIC))))
             prev_t = t
 
