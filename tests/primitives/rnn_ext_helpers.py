@@ -74,7 +74,7 @@ class Problem:
                 a[name] = rng.uniform(-1, 1, d) * scale
         return a
 
-    def reference(self, a: dict, dropout_scales=None):
+    def reference(self, a: dict, dropout_scales=None, seq_lengths=None):
         from pydnnl.reference.rnn import rnn_forward
 
         e = self.ext
@@ -84,7 +84,8 @@ class Problem:
             weights_projection=a.get("weights_projection"), dtype=np.float64,
             layer_bidirectional=e.layer_bidirectional, skip_input=e.skip_input,
             no_bias=e.no_bias, dropout_scales=dropout_scales,
-            clip=e.cell_clip, clip_nan=e.cell_clip_nan)
+            clip=e.cell_clip, clip_nan=e.cell_clip_nan,
+            **({} if seq_lengths is None else {"seq_lengths": np.asarray(seq_lengths)}))
 
 
 def _md(dims, name):

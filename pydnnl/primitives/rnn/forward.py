@@ -214,6 +214,20 @@ class rnn_forward_base(primitive):
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
 
+    @property
+    def dropout_offset(self) -> int:
+        """How many executions drew dropout masks so far: execution k draws layer l's
+        direction d mask from Philox counter block ``k * (L - 1) * D + l * D + d`` (see
+        :class:`pydnnl.rnn_extensions`). Set it to replay or skip ahead."""
+        return self._plan.executions
+
+    @dropout_offset.setter
+    def dropout_offset(self, value: int) -> None:
+        if not isinstance(value, int) or value < 0:
+            raise invalid_arguments(f"{type(self).__name__}: dropout_offset must be a "
+                                    f"non-negative int, got {value!r}")
+        self._plan.executions = value
+
 
 def make_classes(cls_name: str, pd_base, prim_base, doc: str, **pd_attrs):
     """The ``<name>`` primitive class and its nested ``<name>.primitive_desc`` class."""

@@ -226,7 +226,7 @@ class BackwardPlan(PlanBase):
         if dropout_active(s, True):
             from ...kernels.dropout import get_dropout_bwd
 
-            self.dropout = get_dropout_bwd(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.DIC)
+            self.dropout = get_dropout_bwd(eng, rows=s.T * N, cols=s.DIC, ld_dy=s.DIC, ld_dx=s.DIC)
         # layer by layer from the top, both directions: in a per-layer bidirectional stack
         # both directions of layer l feed the gradient of both directions of layer l-1
         for l in range(s.L - 1, -1, -1):
@@ -254,9 +254,9 @@ class BackwardPlan(PlanBase):
                              scr, region_desc([s.T, s.N, s.DIC], self._dhl(d)))
         if self.dropout is not None:
             m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
-            self.steps.append((self.dropout, dict(x=scr, x_off=self._dhl(d), y=scr,
-                                                  y_off=self._dhl(d), mask=_Ref("ws"),
-                                                  m_off=m_off)))
+            args = self.dropout.ordered(scr, self._dhl(d), scr, self._dhl(d), _Ref("ws"), m_off,
+                                        s.ext.dropout)
+            self.steps.append((self.dropout.kernel, tuple(args)))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _gemm(self, shape: GemmShape, *args):

@@ -59,6 +59,9 @@ class PlanBase:
 
             self.seq = SeqLayout(self.s.ext.seq_lengths, self.s.T)
 
+    def dynamic_args(self, bufs: dict) -> None:
+        """Scalar arguments that change per execution (none by default)."""
+
     def add_gather(self, src_ref, src_off: int, src_ld: int, dst_ref, dst_off: int, dst_ld: int,
                    width: int, index, accumulate: bool = False) -> None:
         """dst rows <- src rows through an index table (-1: zeros), uploaded at creation."""
@@ -186,6 +189,7 @@ class PlanBase:
         if self._idx_parts:
             bufs["idx"] = self._index_memory().buffer
         with self._lock:  # bound kernels hold argument state: one execution at a time
+            self.dynamic_args(bufs)
             if self._launches is None:
                 self._launches = self._bind()
             # kernels of one primitive stay ordered on out-of-order queues too

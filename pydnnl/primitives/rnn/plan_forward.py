@@ -141,6 +141,8 @@ class ForwardPlan(PlanBase):
             self.stage_kernels.append((st, kern, self.gemm[f"iter{k}"], f"iter{k}"))
 
         self.dropout = None
+        self.drop_slots: list[int] = []
+        self.executions = 0  # dropout counter: advances by one per execution
         if dropout_active(s, pd.training):
             from ...kernels.dropout import get_dropout
 
@@ -162,6 +164,18 @@ class ForwardPlan(PlanBase):
                     self._plan_next_input(l, d)
         self._plan_outputs()
 
+    def dynamic_args(self, bufs: dict) -> None:
+        """Dropout counter offsets of this execution: (execution, layer, direction) -> one
+        Philox counter block, ``execution * (L - 1) * D + l * D + d``."""
+        if not self.drop_slots:
+            return
+        base = self.executions * (self.s.L - 1) * self.s.D
+        for i in self.drop_slots:
+            off = base + i
+            bufs[f"drop_lo{i}"] = np.uint32(off & 0xFFFFFFFF)
+            bufs[f"drop_hi{i}"] = np.uint32((off >> 32) & 0xFFFFFFFF)
+        self.executions += 1
+
     def _xin(self, l: int, d: int) -> tuple[int, int]:
         """(offset, row stride) of the input of layer l >= 1, direction d, in the state buffer."""
         return xin_offset(self.s, self.pd.training, self.ws_off["xin"], l, d)
@@ -176,9 +190,17 @@ class ForwardPlan(PlanBase):
             off += d * s.DIC
         h_off = self._reg("h", l, d, 0, s.N * s.DIC)
         if self.dropout is not None:
-            m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
-            self.steps.append((self.dropout, dict(x=ws, x_off=h_off, y=ws, y_off=off, mask=ws,
-                                                  m_off=m_off)))
+            from ...kernels.dropout import FWD_ARGS
+
+            i = l * s.D + d
+            m_off = self.ws_off["mask"] * 4 + i * s.T * s.N * s.DIC  # bytes
+            args = self.dropout.ordered(ws, h_off, ws, off, ws, m_off, s.ext.dropout_seed, 0,
+                                        s.ext.dropout)
+            # the counter offset changes with every execution: bound per launch
+            args[FWD_ARGS.index("offset_lo")] = _Ref(f"drop_lo{i}")
+            args[FWD_ARGS.index("offset_hi")] = _Ref(f"drop_hi{i}")
+            self.steps.append((self.dropout.kernel, tuple(args)))
+            self.drop_slots.append(i)
             return
         self.add_reorder(ws, region_desc([s.T, s.N, s.DIC], h_off), ws,
                          region_desc([s.T, s.N, s.DIC], off, strides=[s.N * ld, ld, 1]))
