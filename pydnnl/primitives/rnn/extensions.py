@@ -29,10 +29,12 @@ class rnn_extensions:
     ``dropout``, ``dropout_seed``
         in forward_training, each layer's output except the top one is multiplied by a
         Bernoulli(1 - p) mask scaled by 1/(1 - p) where the next layer reads it (not where it is
-        carried as the recurrent state nor in ``dst_iter``). The mask comes from Philox4x32-10
-        keyed by ``dropout_seed`` with a counter offset that the primitive advances by one per
-        execution (``primitive.dropout_offset``); it is kept in the workspace for backward.
-        Ignored in forward_inference.
+        carried as the recurrent state nor in ``dst_iter``). Execution k draws the mask of
+        layer l, direction d from Philox4x32-10 keyed by ``dropout_seed`` at counter block
+        ``k (L - 1) D + l D + d`` (:mod:`pydnnl.reference.philox` gives the same masks);
+        ``primitive.dropout_offset`` is k and may be set. The masks are kept in the workspace
+        for backward. Ignored in forward_inference. With ``seq_lengths`` the mask rows follow
+        the primitive's sorted-by-length order.
     ``skip_input``
         layer 0 has no input matrix: the input (SLC == DHC) is added to every gate's
         pre-activation (MIOpen ``miopenRNNskip``, cuDNN ``CUDNN_SKIP_INPUT``). Layer 0's part
