@@ -409,8 +409,32 @@ def test_bad_arguments(engine):
             engine=engine)
 
 
-@pytest.mark.parametrize("kw", [dict(p=0.2, training=True), dict(use_sequence_length=True)],
-                         ids=["dropout", "sequence_length"])
+@pytest.mark.parametrize("case", [CASES[2], CASES[6]], ids=[CASE_IDS[2], CASE_IDS[6]])
+def test_sequence_length_matches_each_sequence_alone(engine, case):
+    """cuDNN padded IO: zeros after each sequence's end, hy/cy at its last step; the oracle is
+    the numpy reference run on each sequence alone at its own length."""
+    mode, I, L, bi, P = case
+    inp = make_inputs(case, seed=4)
+    lens = np.array([3, T, 1][:N] + [2] * max(0, N - 3), np.int32)[:N]
+    got = run(case, inp, state_outputs=True, engine=engine, use_sequence_length=True,
+              sequence_length=lens)
+    for n, ln in enumerate(lens):
+        one = mxnet_reference(mode, inp["x"][:ln, n:n + 1], inp["params"], inp["h0"][:, n:n + 1],
+                              None if inp["c0"] is None else inp["c0"][:, n:n + 1], H, L, bi, P)
+        assert_close(got[0][:ln, n:n + 1], one[0], f"out of sequence {n}")
+        assert np.all(got[0][ln:, n] == 0), f"out after the end of sequence {n}"
+        for g, w, name in zip(got[1:], one[1:], ("hy", "cy")):
+            assert_close(g[:, n:n + 1], w, f"{name} of sequence {n}")
+
+
+def test_sequence_length_checked(engine):
+    case = CASES[1]
+    with pytest.raises(dnnl.invalid_arguments, match="sequence_length values must be in"):
+        run(case, make_inputs(case), engine=engine, use_sequence_length=True,
+            sequence_length=np.array([0] + [T] * (N - 1), np.int32))
+
+
+@pytest.mark.parametrize("kw", [dict(p=0.2, training=True)], ids=["dropout"])
 def test_not_implemented_yet(engine, kw):
     case = CASES[1]
     with pytest.raises(dnnl.unimplemented, match="not implemented yet"):

@@ -46,7 +46,8 @@ _CACHE_CAPACITY = 32
 # grouping of layers into primitives
 # ------------------------------------------------------------------------------------------------
 def group_layers(pk: RnnPacking, cell_clip: tuple[float, float] | None = None,
-                 cell_clip_nan: bool = False) -> list[tuple[range, rnn_extensions]]:
+                 cell_clip_nan: bool = False,
+                 seq_lengths: tuple[int, ...] | None = None) -> list[tuple[range, rnn_extensions]]:
     """The layers each RNN primitive runs, bottom to top, and the extensions it runs them with.
 
     A oneDNN stack feeds every layer the layer below's output, so for unidirectional layers one
@@ -58,7 +59,7 @@ def group_layers(pk: RnnPacking, cell_clip: tuple[float, float] | None = None,
     shares one input buffer between layers, so stacks of three or more come out wrong.)
     """
     ext = rnn_extensions(layer_bidirectional=pk.directions == 2, cell_clip=cell_clip,
-                         cell_clip_nan=cell_clip_nan)
+                         cell_clip_nan=cell_clip_nan, seq_lengths=seq_lengths)
     L = pk.num_layers
     if pk.directions == 2:
         return [(range(l, l + 1), ext) for l in range(L)]
@@ -115,6 +116,7 @@ class _Problem:
     cell_md: MemoryDesc | None
     cell_clip: tuple[float, float] | None
     cell_clip_nan: bool
+    seq_lengths: tuple[int, ...] | None = None
 
 
 class _Plan:
@@ -158,7 +160,7 @@ class _Plan:
                    _c.ARG_DST: self.sums})
         sums_flat = md([L * D * summed], _TAG.a)
 
-        self.groups = group_layers(pk, prob.cell_clip, prob.cell_clip_nan)
+        self.groups = group_layers(pk, prob.cell_clip, prob.cell_clip_nan, prob.seq_lengths)
         rnn_steps = []
         src_layer = _Ref("data", prob.data_md)
         for gi, (layers, ext) in enumerate(self.groups):
@@ -364,9 +366,10 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
     default CPU engine. ``stream`` (a pydnnl extension) makes the call enqueue on that in-order
     stream and return without waiting when the results are memories; by default the call waits.
     ``lstm_state_clip_min/max`` clamp the LSTM cell state at every step (``lstm_state_clip_nan``:
-    a NaN becomes the minimum). Dropout (``training=True`` with ``p > 0``) and
-    ``use_sequence_length`` raise ``pydnnl.unimplemented``; ``p`` is ignored when not training,
-    as in MXNet.
+    a NaN becomes the minimum). ``use_sequence_length`` with ``sequence_length`` (N integers,
+    any order) gives cuDNN padded-IO semantics: zeros after each sequence's end, ``hy``/``cy``
+    at each sequence's last step. Dropout (``training=True`` with ``p > 0``) raises
+    ``pydnnl.unimplemented``; ``p`` is ignored when not training, as in MXNet.
     """
     # -- configuration ---------------------------------------------------------------------------
     if mode is None or state_size is None or num_layers is None:
@@ -456,9 +459,21 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
         raise invalid_arguments("mxnet.rnn: stream must be in-order, got an out-of-order stream")
 
     # -- features not implemented yet ------------------------------------------------------------
+    lengths = None
     if use_sequence_length:
-        raise unimplemented("mxnet.rnn: use_sequence_length=True (variable sequence lengths) "
-                            "is not implemented yet")
+        if sequence_length is None:
+            raise invalid_arguments("mxnet.rnn: use_sequence_length=True needs sequence_length")
+        # lengths are part of the problem (as in cuDNN's RNN data descriptor): read on the host
+        lv = sequence_length.to_numpy() if isinstance(sequence_length, memory) \
+            else np.asarray(sequence_length)
+        if lv.shape != (N,) or not np.issubdtype(lv.dtype, np.integer):
+            raise invalid_arguments(
+                f"mxnet.rnn: sequence_length must be {N} integers (one per sequence), got "
+                f"shape {list(lv.shape)} of {lv.dtype}")
+        if lv.min() < 1 or lv.max() > T:
+            raise invalid_arguments(
+                f"mxnet.rnn: sequence_length values must be in [1, {T}], got {lv.min()}..{lv.max()}")
+        lengths = tuple(int(v) for v in lv)
     if training and p > 0:
         raise unimplemented(f"mxnet.rnn: dropout between layers (p={p} with training=True) is "
                             f"not implemented yet")
@@ -474,7 +489,8 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
         bound[name] = t
     prob = _Problem(eng, pk, T, N, bool(state_outputs), bound["data"].get_desc(),
                     bound["params"].get_desc(), bound["state"].get_desc(),
-                    bound["cell"].get_desc() if "cell" in bound else None, clip, clip_nan)
+                    bound["cell"].get_desc() if "cell" in bound else None, clip, clip_nan,
+                    lengths)
     plan = _plan_for(prob)
     bound["out"] = memory(plan.out_md, eng)
     if state_outputs:
