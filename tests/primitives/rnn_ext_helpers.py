@@ -59,6 +59,9 @@ class Problem:
             out["src_iter_c"] = out["dst_iter_c"] = (L, D, N, self.DHC)
         if self.DIC:
             out["weights_projection"] = (L, D, self.DHC, self.DIC)
+        if self.ext.packed:  # [sum(lengths), C] rows
+            S = sum(self.ext.seq_lengths)
+            out["src_layer"], out["dst_layer"] = (S, self.SLC), (S, DLC)
         if self.ext.no_bias:
             del out["bias"]
         if self.ext.skip_input and L == 1:
@@ -89,7 +92,7 @@ class Problem:
 
 
 def _md(dims, name):
-    return dnnl.memory.desc(list(dims), F32, _TAGS[name])
+    return dnnl.memory.desc(list(dims), F32, TAG.ab if len(dims) == 2 else _TAGS[name])
 
 
 def _head(engine, p: Problem, prop):

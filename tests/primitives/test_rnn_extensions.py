@@ -293,3 +293,51 @@ def test_dropout_is_ignored_in_inference_and_reproducible(cpu_engine):
     np.testing.assert_array_equal(one["dst_layer"], again["dst_layer"])  # same seed, same result
     assert not np.array_equal(one["dst_layer"], other["dst_layer"])
     assert not np.array_equal(one["dst_layer"], plain["dst_layer"])
+
+
+@pytest.mark.parametrize("cell, direction", [("lstm", "bidirectional_concat"),
+                                             ("lbr_gru", "unidirectional_right2left"),
+                                             ("rnn", "bidirectional_sum")])
+def test_packed_sequences_equal_the_padded_form(engine, stream, cell, direction):
+    """PackedSequence-style [rows, C] input and output against the padded form (checked
+    against per-sequence runs above), packed with the reference's pack_padded."""
+    from pydnnl.reference.rnn import pack_padded
+
+    lens = (5, 4, 4, 2, 1)
+    padded = Problem(cell, 5, 5, 4, 4, L=2, direction=direction, ext=E(seq_lengths=lens))
+    packed = Problem(cell, 5, 5, 4, 4, L=2, direction=direction,
+                     ext=E(seq_lengths=lens, packed=True))
+    a = padded.arrays(_seed("packed", cell))
+    rng = np.random.default_rng(_seed("packed-dd", cell))
+    dims = padded.dims()
+    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter", "dst_iter_c") if n in dims}
+
+    def pack(x):
+        data, batch_sizes, order = pack_padded(x, np.array(lens))
+        assert order is None or list(order) == list(range(len(lens)))
+        return data
+
+    out_p, grads_p, _ = run(engine, stream, padded, a, diff_dst=dd)
+    out_k, grads_k, _ = run(engine, stream, packed, dict(a, src_layer=pack(a["src_layer"])),
+                            diff_dst=dict(dd, dst_layer=pack(dd["dst_layer"])))
+    assert_close(out_k["dst_layer"], pack(out_p["dst_layer"]), "dst_layer")
+    for n in ("dst_iter", "dst_iter_c"):
+        if n in out_p:
+            assert_close(out_k[n], out_p[n], n)
+    assert_close(grads_k["src_layer"], pack(grads_p["src_layer"]), "diff_src_layer")
+    for n, g in grads_p.items():
+        if n != "src_layer":
+            assert_close(grads_k[n], g, "diff_" + n)
+
+
+def test_packed_needs_sorted_lengths_and_matching_rows(cpu_engine):
+    with pytest.raises(dnnl.invalid_arguments, match="non-increasing"):
+        E(seq_lengths=(2, 3), packed=True)
+    p = Problem("gru", 3, 2, 4, 4, ext=E(seq_lengths=(3, 2), packed=True))
+    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32, dnnl.memory.format_tag.any)
+             for n, d in p.dims().items()}
+    descs["src_layer_desc"] = dnnl.memory.desc([6, 4], dnnl.memory.data_type.f32, dnnl.memory.format_tag.ab)
+    with pytest.raises(dnnl.invalid_arguments, match="has 6 rows, the sum of seq_lengths is 5"):
+        dnnl.gru_forward.primitive_desc(cpu_engine, dnnl.prop_kind.forward_training,
+                                        dnnl.rnn_direction.unidirectional_left2right, **descs,
+                                        extensions=p.ext)

@@ -22,6 +22,10 @@ class rnn_extensions:
         ``diff_dst_iter`` at each sequence's last valid step and returns zeros in
         ``diff_src_layer`` there. The work follows the real lengths: the layer GEMMs run over
         the valid rows only.
+    ``packed``
+        with ``seq_lengths`` in non-increasing order: src_layer and dst_layer (and their
+        gradients) are packed, [sum(seq_lengths), C], time-major with ``batch_t`` rows at step t
+        (PyTorch ``PackedSequence.data``, MIOpen's and cuDNN's per-step descriptors).
     ``layer_bidirectional``
         per-layer bidirectional stacks (MIOpen, cuDNN, PyTorch, MXNet): with
         ``bidirectional_concat``, layer l+1 of both directions reads the concatenation of both
@@ -50,6 +54,7 @@ class rnn_extensions:
 
     layer_bidirectional: bool = False
     seq_lengths: tuple[int, ...] | None = None
+    packed: bool = False
     dropout: float = 0.0
     dropout_seed: int = 0
     skip_input: bool = False
@@ -69,6 +74,12 @@ class rnn_extensions:
                 raise invalid_arguments(
                     f"rnn_extensions: seq_lengths must be positive integers, got {list(self.seq_lengths)}")
             object.__setattr__(self, "seq_lengths", lens)
+            if self.packed and any(a < b for a, b in zip(lens, lens[1:])):
+                raise invalid_arguments(
+                    f"rnn_extensions: packed sequences must be sorted by non-increasing length, "
+                    f"got seq_lengths {list(lens)}")
+        elif self.packed:
+            raise invalid_arguments("rnn_extensions: packed needs seq_lengths")
         p = self.dropout
         if not isinstance(p, (int, float)) or not (0.0 <= p < 1.0) or math.isnan(p):
             raise invalid_arguments(f"rnn_extensions: dropout must be in [0, 1), got {p!r}")
@@ -98,7 +109,8 @@ class rnn_extensions:
         if self.layer_bidirectional:
             parts.append("layer_bidirectional")
         if self.seq_lengths is not None:
-            parts.append(f"seq_lengths:{min(self.seq_lengths)}..{max(self.seq_lengths)}")
+            parts.append(f"seq_lengths:{min(self.seq_lengths)}..{max(self.seq_lengths)}"
+                         + (":packed" if self.packed else ""))
         if self.dropout:
             parts.append(f"dropout:{self.dropout:g}")
         if self.skip_input:

@@ -52,8 +52,8 @@ _ACTIVATIONS = {algorithm.eltwise_relu: "relu", algorithm.eltwise_tanh: "tanh",
 def canonical_desc(name: str, md: MemoryDesc) -> MemoryDesc:
     """The plain layout pydnnl's RNN kernels read and write for this tensor (md's data type)."""
     tag = ARGS[name][1]
-    if name == "attention_desc" and len(md.dims) == 2:
-        tag = "ab"
+    if name in ("attention_desc", "src_layer_desc", "dst_layer_desc") and len(md.dims) == 2:
+        tag = "ab"  # AUGRU attention [T, N]; packed sequences [rows, C]
     return MemoryDesc(md.dims, md.data_type if md.data_type != data_type.undef else data_type.f32, tag)
 
 

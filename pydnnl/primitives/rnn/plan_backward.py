@@ -266,8 +266,9 @@ class BackwardPlan(PlanBase):
         """dhl = this direction's part of diff_dst_layer."""
         s, pd = self.s, self.pd
         md = pd._descs["diff_dst_layer_desc"]
+        rows = list(md.dims[:-1])  # [T, N], or [rows] packed
         if s.direction == rnn_direction.bidirectional_concat:
-            src = md.submemory_desc([s.T, s.N, s.DIC], [0, 0, d * s.DIC])
+            src = md.submemory_desc(rows + [s.DIC], [0] * len(rows) + [d * s.DIC])
         else:
             src = md
         if self.seq is None:
@@ -277,9 +278,10 @@ class BackwardPlan(PlanBase):
         # sorted by length; padded positions' gradients are ignored
         dyu = pd.scratch["dyu"]
         self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
-                         region_desc([s.T, s.N, s.DIC], dyu))
+                         region_desc(rows + [s.DIC], dyu))
+        index = self.seq.unpack_index() if s.ext.packed else self.seq.sort_padded_index()
         self.add_gather(_Ref("scratch"), dyu, s.DIC, _Ref("scratch"), self._dhl(d), s.DIC, s.DIC,
-                        self.seq.sort_padded_index())
+                        index)
 
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
@@ -412,7 +414,7 @@ class BackwardPlan(PlanBase):
             rows = seq.S
             self.add_gather(scr, sc["dgx"], GD, scr, sc["dgxp"], GD, GD, seq.pack_index(True))
             dgx_off = sc["dgxp"]
-            if not (l == 0 and s.ext.skip_input):
+            if not (l == 0 and (s.ext.skip_input or s.ext.packed)):
                 self.add_gather(x_ref, x_off, K, scr, sc["xp"], K, K, seq.pack_index(l > 0))
                 x_ref, x_off = scr, sc["xp"]
         if not (l == 0 and s.ext.skip_input):
@@ -511,7 +513,8 @@ class BackwardPlan(PlanBase):
             else:
                 out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
             self.add_gather(scr, sc["dsrcs"], s.SLC, out_ref, out_off, s.SLC, s.SLC,
-                            self.seq.unsort_padded_index())
+                            self.seq.pack_index(src_sorted=True) if s.ext.packed
+                            else self.seq.unsort_padded_index())
             for reg in ("dsi", "dsic"):
                 if reg in sc:
                     w = sc.sizes[reg] // (s.L * s.D * s.N)

@@ -221,7 +221,7 @@ class ForwardPlan(PlanBase):
         else:
             a_ref, a_off = ws, self._reg("h", l - 1, d, 0, N * s.DIC)
         seq = self.seq
-        if seq is not None:
+        if seq is not None and not (l == 0 and s.ext.packed):
             # the layer GEMM reads the valid rows only, packed step after step
             width = s.SLC if l == 0 else s.layer_in
             self.add_gather(a_ref, a_off, width, scr, sc["xp"], width, width,
@@ -311,12 +311,17 @@ class ForwardPlan(PlanBase):
         for d in range(s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
             src_ref = ws
-            if seq is not None:  # back to the user's order, zeros after each sequence's end
+            if seq is not None and s.ext.packed:  # the valid rows, packed
+                self.add_gather(ws, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
+                                seq.pack_index(src_sorted=True))
+                src_md, src_ref = region_desc([seq.S, s.DIC], sc["yo"]), scr
+            elif seq is not None:  # back to the user's order, zeros after each sequence's end
                 self.add_gather(ws, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
                                 seq.unsort_padded_index())
                 src_md, src_ref = region_desc([T, N, s.DIC], sc["yo"]), scr
             if s.direction == rnn_direction.bidirectional_concat:
-                target = dst_md.submemory_desc([T, N, s.DIC], [0, 0, d * s.DIC])
+                rows = list(src_md.dims[:-1])
+                target = dst_md.submemory_desc(rows + [s.DIC], [0] * len(rows) + [d * s.DIC])
                 beta = 0.0
             else:
                 target = dst_md

@@ -118,7 +118,15 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
     if direction == rnn_direction.undef:
         raise invalid_arguments(f"{kind}: direction must not be undef")
 
-    T, N, SLC = need("src_layer_desc", 3)
+    if ext.packed:  # [sum(lengths), C] rows; T and N come from the lengths
+        S, SLC = need("src_layer_desc", 2)
+        T, N = max(ext.seq_lengths), len(ext.seq_lengths)
+        if S != sum(ext.seq_lengths):
+            raise invalid_arguments(
+                f"{kind}: packed src_layer_desc has {S} rows, the sum of seq_lengths is "
+                f"{sum(ext.seq_lengths)}")
+    else:
+        T, N, SLC = need("src_layer_desc", 3)
     L_i, D_i, SIC, G_i, DHC_i = need("weights_iter_desc", 5)
     if ext.skip_input and L_i == 1 and not _present(descs.get("weights_layer_desc")):
         # one skip-input layer has no input matrix at all
@@ -131,7 +139,11 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         Lb, Db, Gb, DHC_b = L, D, spec.n_bias_gates, DHC
     else:
         Lb, Db, Gb, DHC_b = need("bias_desc", 4)
-    T_d, N_d, DLC = need("dst_layer_desc", 3)
+    if ext.packed:
+        S_d, DLC = need("dst_layer_desc", 2)
+        T_d, N_d = (T, N) if S_d == S else (S_d, None)
+    else:
+        T_d, N_d, DLC = need("dst_layer_desc", 3)
     for v, what in ((T, "T (src_layer_desc dims[0])"), (N, "N (src_layer_desc dims[1])")):
         if v <= 0:
             raise invalid_arguments(f"{kind}: {what} must be positive, got {v}")
@@ -155,6 +167,9 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         raise invalid_arguments(
             f"{kind}: bias_desc dims must be [L, D, {spec.n_bias_gates}, DHC] = "
             f"{[L, D, spec.n_bias_gates, DHC]}, got {[Lb, Db, Gb, DHC_b]}")
+    if ext.packed and (T_d, N_d) != (T, N):
+        raise invalid_arguments(
+            f"{kind}: packed dst_layer_desc has {S_d} rows, src_layer_desc has {S}")
     if (T_d, N_d) != (T, N):
         raise invalid_arguments(
             f"{kind}: dst_layer_desc dims {[T_d, N_d, DLC]} disagree with src_layer_desc dims "
@@ -237,7 +252,7 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
 
     if ext.seq_lengths is not None:
         lens = ext.seq_lengths
-        if len(lens) != N:
+        if len(lens) != N and not ext.packed:
             raise invalid_arguments(
                 f"{kind}: extensions.seq_lengths has {len(lens)} lengths, the batch N is {N}")
         if max(lens) > T:
