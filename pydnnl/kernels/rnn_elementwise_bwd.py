@@ -45,6 +45,7 @@ class BackwardElementwiseProblem:
     two_dh: bool  # the h gradient is dh_a + dh_b (layer gradient + recurrent gradient)
     wg: int = 32
     clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
+    dhp_assign: bool = False  # the first writer of the h_prev gradient: store, not accumulate
 
 
 def _vars(expr) -> set[str]:
@@ -297,7 +298,8 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
         store(var("dc_prev")[var("dc_prev_off") + n * DHC + j], adj.get("c_prev", zero), "s_dc_prev")
     if "dhp" in bufs:
         tgt = var("dhp")[var("dhp_off") + n * p.ld_h_prev + j]
-        store(tgt, tgt + adj.get("h_prev", zero), "s_dhp")
+        store(tgt, adj.get("h_prev", zero) if p.dhp_assign else tgt + adj.get("h_prev", zero),
+              "s_dhp")
     if "datt" in bufs:
         store(var("datt")[var("datt_off") + n * DHC + j], adj.get("att", zero), "s_datt")
     if "dpeep" in bufs:
@@ -309,7 +311,8 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
     ids = [i.id for i in insns]
     nosync = frozenset((i, "any") for i in ids)
     insns = [i.copy(no_sync_with=nosync) for i in insns]
-    args = [lp.GlobalArg(b, np.float32, shape=None, is_output=w, is_input=(not w) or b in ("dhp", "carry"))
+    args = [lp.GlobalArg(b, np.float32, shape=None, is_output=w, is_input=(not w) or b == "carry"
+                          or (b == "dhp" and not p.dhp_assign))
             for b, w in bufs.items()]
     args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS]
     knl = lp.make_kernel(f"{{[n, j]: 0 <= n < {p.n} and 0 <= j < {DHC}}}", insns, args + temps,

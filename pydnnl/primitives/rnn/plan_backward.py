@@ -61,10 +61,11 @@ def weight_gemms(s) -> dict:
         roles[f"dx_b{int(beta)}"] = (GemmShape(m=layer_rows(s), n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
                                                trans_b=True, beta=beta),
                                      "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
+    first = first_dhp_writer(spec, s.peephole)
     for k, st in enumerate(spec.forward_stages(s.peephole)):
         gates = st.recurrent_gemm.gates
         g0, ng = spec.gate_names.index(gates[0]), len(gates)
-        beta = 0.0 if st.recurrent_gemm.source == "rh" else 1.0
+        beta = 0.0 if st.recurrent_gemm.source == "rh" or first == ("gemm", k) else 1.0
         roles[f"dh{k}"] = (GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=GD, ldb=GD, ldc=s.SIC,
                                      trans_b=True, beta=beta),
                            "weights_iter_desc", g0 * DHC, s.L * s.D, s.SIC * GD)
@@ -72,6 +73,19 @@ def weight_gemms(s) -> dict:
         roles["dht"] = (GemmShape(m=N, n=DHC, k=s.DIC, lda=s.DIC, ldb=s.DIC, ldc=DHC, trans_b=True),
                         "weights_projection_desc", 0, s.L * s.D, DHC * s.DIC)
     return roles
+
+
+def first_dhp_writer(spec, peephole: bool) -> tuple[str, int]:
+    """Which launch of a backward step writes the h_prev gradient first (stages run in
+    reverse): ``("elementwise", k)`` or ``("gemm", k)``. It stores instead of accumulating,
+    so that no zero fill is needed per step."""
+    stages = spec.forward_stages(peephole)
+    for k in range(len(stages) - 1, -1, -1):
+        if "h_prev" in stages[k].inputs(()):
+            return ("elementwise", k)
+        if stages[k].recurrent_gemm.source == "h_prev":
+            return ("gemm", k)
+    raise ValueError(f"{spec.name}: no stage reads h_prev")
 
 
 def dx_gemm_layers(s) -> list[int]:
@@ -209,12 +223,14 @@ class BackwardPlan(PlanBase):
             g = self.gemm[role] = get_gemm(eng, shape, static_b=True)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         stages = spec.forward_stages(s.peephole)
+        first = first_dhp_writer(spec, s.peephole)
         self.stage_kernels = []
         for k, st in enumerate(stages):
             bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N,
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
-                                            two_dh=not s.projection, clip=clip_key(s))
+                                            two_dh=not s.projection, clip=clip_key(s),
+                                            dhp_assign=first == ("elementwise", k))
             kern = get_kernel(eng, "rnn_elementwise_bwd", bp, lambda bp=bp: build_elementwise_bwd(bp))
             gates = st.recurrent_gemm.gates
             g0 = spec.gate_names.index(gates[0])
@@ -335,7 +351,9 @@ class BackwardPlan(PlanBase):
                 dc_nxt = sc["dsic" + sfx] + ld * N * DHC
             else:
                 dc_nxt = sc["dc%d" % ((k + 1) % 2)] if "dc0" in sc else 0
-            self.add_zero(scr, dh_nxt, N * s.SIC)
+            if seq is not None:
+                # steps launch only the running rows: the others must read zero next step
+                self.add_zero(scr, dh_nxt, N * s.SIC)
             h_prev = self._reg("h", l, d, t_prev, N * s.DIC) if t_prev is not None else \
                 self.ws_off["h0"] + ld * N * s.SIC
             c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else
