@@ -38,3 +38,5 @@ from .stream import stream  # noqa: E402
 _constants.export_dnnl_aliases(globals())
 
 __version__ = "0.1.0"
+
+from . import compat  # noqa: E402,F401  (pydnnl.compat.miopen / .mxnet after `import pydnnl`)
