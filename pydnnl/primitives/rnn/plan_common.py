@@ -83,10 +83,22 @@ class PlanBase:
 
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
-        """Copy ``rows`` contiguous rows of ``width`` elements."""
-        if rows > 0:
-            self.add_reorder(src_ref, region_desc([rows, width], src_off), dst_ref,
-                             region_desc([rows, width], dst_off))
+        """Copy ``rows`` (<= N) contiguous rows of ``width`` elements: one kernel per width,
+        compiled for N rows and launched for ``rows`` (row counts vary step by step)."""
+        from ...kernels.gather import RowGather
+        from ...kernels.reductions import Launcher
+
+        if rows <= 0:
+            return
+        N = self.s.N
+        if getattr(self, "_iota_off", None) is None:
+            self._iota_off = self._idx_total
+            self._idx_parts.append(np.arange(N, dtype=np.int32))
+            self._idx_total += N
+        g = Launcher(self.engine, RowGather(rows=N, width=width, src_ld=width, dst_ld=width))
+        self.steps.append((Rows(g, rows), g.bind(dst=dst_ref, src=src_ref, idx=_Ref("idx"),
+                                                 d_off=dst_off, s_off=src_off,
+                                                 i_off=self._iota_off)))
 
     def stage_inputs(self, inputs: dict, direct: tuple) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
@@ -161,8 +173,8 @@ class PlanBase:
                 if isinstance(fn, Gemm):
                     b = fn.kernel.bound(fn.ordered(*fargs))
                     b.gsize = fn.global_size_for_rows(rows)
-                else:  # elementwise kernels: one row of the batch per work-group along axis 1
-                    b = fn.bound(fargs)
+                else:  # elementwise and gather kernels: one row per work-group along axis 1
+                    b = (fn.kernel if isinstance(fn, Launcher) else fn).bound(fargs)
                     gs = list(b.gsize)
                     gs[1] = min(gs[1], rows * (b.lsize[1] if len(b.lsize) > 1 else 1))
                     b.gsize = tuple(gs)
