@@ -99,7 +99,7 @@ def unpack(flat, mode, I, H, L, bi, P):
     return w
 
 
-def mxnet_reference(mode, x, flat, h0, c0, H, L, bi, P):
+def mxnet_reference(mode, x, flat, h0, c0, H, L, bi, P, masks=None):
     """MXNet semantics from the numpy reference: one oneDNN layer at a time, both directions
     of layer l reading the concatenated output of layer l - 1."""
     D, G = 2 if bi else 1, GATES[mode]
@@ -130,7 +130,7 @@ def mxnet_reference(mode, x, flat, h0, c0, H, L, bi, P):
         hy.append(hl[0])
         if cl is not None:
             cy.append(cl[0])
-        inp = out
+        inp = out * masks[l] if masks and l in masks else out
     return [inp, np.concatenate(hy)] + ([np.concatenate(cy)] if cy else [])
 
 
@@ -228,8 +228,8 @@ def test_matches_torch(engine, case):
 
 
 def test_layers_grouped_into_primitives():
-    """Unidirectional layers of equal input size share one primitive (oneDNN's stack is
-    MXNet's there); bidirectional layers get one primitive each."""
+    """Layers of equal input size share one primitive (oneDNN's stack is MXNet's there for
+    unidirectional layers; bidirectional ones use the per-layer bidirectional extension)."""
     def groups(*args):
         out = mx._rnn.group_layers(mx.RnnPacking.make(*args))
         assert all(ext.layer_bidirectional == (len(args) > 4 and args[4]) for _, ext in out)
@@ -238,8 +238,8 @@ def test_layers_grouped_into_primitives():
     assert groups("gru", 6, 6, 3) == [[0, 1, 2]]
     assert groups("gru", 5, 6, 3) == [[0], [1, 2]]
     assert groups("lstm", 3, 6, 3, False, 3) == [[0, 1, 2]]
-    assert groups("lstm", 5, 6, 3, True) == [[0], [1], [2]]
-    assert groups("lstm", 6, 6, 3, True, 3) == [[0], [1], [2]]
+    assert groups("lstm", 5, 6, 3, True) == [[0], [1, 2]]
+    assert groups("lstm", 6, 6, 3, True, 3) == [[0, 1, 2]]
 
 
 def test_state_outputs_forms(engine):
@@ -434,8 +434,48 @@ def test_sequence_length_checked(engine):
             sequence_length=np.array([0] + [T] * (N - 1), np.int32))
 
 
-@pytest.mark.parametrize("kw", [dict(p=0.2, training=True)], ids=["dropout"])
-def test_not_implemented_yet(engine, kw):
+def _dropout_masks(case, p):
+    """The masks the plan's primitives document (pydnnl.rnn_extensions): per group of layers,
+    Philox keyed by the group's dropout_seed, counter block (l - l0) * D + d on the first call."""
+    from pydnnl.compat.mxnet._packing import RnnPacking
+    from pydnnl.compat.mxnet._rnn import group_layers
+    from pydnnl.reference.philox import dropout_scales
+
+    mode, I, L, bi, P = case
+    D, R = (2 if bi else 1), (P or H)
+    pk = RnnPacking(mode, I, H, L, D, P)
+    masks = {}
+    for layers, ext in group_layers(pk, dropout=p):
+        for l in layers:
+            if l == L - 1:
+                continue
+            masks[l] = np.concatenate(
+                [dropout_scales(ext.dropout_seed, (l - layers.start) * D + d, T * N * R, p)
+                 .reshape(T, N, R) for d in range(D)], axis=2)
+    return masks
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[7]], ids=[CASE_IDS[1], CASE_IDS[3], CASE_IDS[7]])
+def test_dropout_in_training_matches_reference_with_documented_masks(engine, case):
+    mode, I, L, bi, P = case
+    inp = make_inputs(case, seed=6)
+    p = 0.4
+    got = run(case, inp, state_outputs=True, engine=engine, p=p, training=True)
+    want = mxnet_reference(mode, inp["x"], inp["params"], inp["h0"], inp["c0"], H, L, bi, P,
+                           masks=_dropout_masks(case, p))
+    for g, w, name in zip(got, want, ("out", "hy", "cy")):
+        assert_close(g, w, name)
+    plain = run(case, inp, engine=engine)
+    assert not np.allclose(got[0], plain), "dropout changed nothing"
+
+
+def test_dropout_draws_new_masks_each_call_and_none_after_the_last_layer(engine):
     case = CASES[1]
-    with pytest.raises(dnnl.unimplemented, match="not implemented yet"):
-        run(case, make_inputs(case), engine=engine, **kw)
+    inp = make_inputs(case, seed=7)
+    a = run(case, inp, engine=engine, p=0.5, training=True)
+    b = run(case, inp, engine=engine, p=0.5, training=True)
+    assert not np.array_equal(a, b)
+    one = CASES[0]  # one layer: MXNet drops nothing
+    inp1 = make_inputs(one, seed=7)
+    np.testing.assert_array_equal(run(one, inp1, engine=engine, p=0.5, training=True),
+                                  run(one, inp1, engine=engine))

@@ -341,3 +341,30 @@ def test_packed_needs_sorted_lengths_and_matching_rows(cpu_engine):
         dnnl.gru_forward.primitive_desc(cpu_engine, dnnl.prop_kind.forward_training,
                                         dnnl.rnn_direction.unidirectional_left2right, **descs,
                                         extensions=p.ext)
+
+
+def test_dropout_output_splits_a_stack_over_two_primitives(engine, stream):
+    """A 2-layer stack with dropout equals layer 0 with dropout_output feeding layer 1, when
+    layer 0's mask is the one the 2-layer primitive draws (same seed, same counter block)."""
+    ext = dict(dropout=0.5, dropout_seed=9)
+    both = Problem("gru", 4, 3, 5, 5, L=2, ext=E(**ext))
+    a = both.arrays(_seed("split"))
+    rng = np.random.default_rng(1)
+    dims = both.dims()
+    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter")}
+    out2, g2, _ = run(engine, stream, both, a, diff_dst=dd)
+
+    def layer(x, l, p, dst_layer_grad):
+        one = {k: (v[l:l + 1] if k != "src_layer" else x) for k, v in a.items()}
+        return run(engine, stream, p, one, diff_dst={"dst_layer": dst_layer_grad,
+                                                     "dst_iter": dd["dst_iter"][l:l + 1]})
+
+    top = Problem("gru", 4, 3, 5, 5)
+    bottom = Problem("gru", 4, 3, 5, 5, ext=E(dropout_output=True, **ext))
+    out0, _, _ = layer(a["src_layer"], 0, bottom, np.zeros(dims["dst_layer"]))
+    out1, g1, _ = layer(out0["dst_layer"], 1, top, dd["dst_layer"])
+    _, g0, _ = layer(a["src_layer"], 0, bottom, g1["src_layer"])
+    assert_close(out1["dst_layer"], out2["dst_layer"], "dst_layer")
+    assert_close(g0["src_layer"], g2["src_layer"], "diff_src_layer")
+    for k in ("weights_layer", "weights_iter", "bias"):
+        assert_close(np.concatenate([g0[k], g1[k]]), g2[k], "diff_" + k)

@@ -47,29 +47,34 @@ _CACHE_CAPACITY = 32
 # ------------------------------------------------------------------------------------------------
 def group_layers(pk: RnnPacking, cell_clip: tuple[float, float] | None = None,
                  cell_clip_nan: bool = False,
-                 seq_lengths: tuple[int, ...] | None = None) -> list[tuple[range, rnn_extensions]]:
+                 seq_lengths: tuple[int, ...] | None = None,
+                 dropout: float = 0.0) -> list[tuple[range, rnn_extensions]]:
     """The layers each RNN primitive runs, bottom to top, and the extensions it runs them with.
 
-    A oneDNN stack feeds every layer the layer below's output, so for unidirectional layers one
-    primitive runs each run of consecutive layers with the same input size (layer 0 alone
-    unless its input size is the layers' output size). MXNet's bidirectional layers read both
-    directions of the layer below: one primitive per layer (``bidirectional_concat``), layer
-    l + 1 reading layer l's ``dst_layer``. (One primitive with the per-layer bidirectional
-    extension could run a whole run of them; not yet: in forward_inference that extension
-    shares one input buffer between layers, so stacks of three or more come out wrong.)
+    One primitive runs each run of consecutive layers with the same input size (layer 0 alone
+    unless its input size is the layers' output size): a oneDNN stack for unidirectional
+    layers; for bidirectional ones the per-layer bidirectional extension (both directions of
+    layer l + 1 read both of layer l, as in MXNet). A group's top output feeds the next group.
+    With dropout every group draws from its own Philox key (its index), and all but the last
+    drop their own top output too.
     """
     ext = rnn_extensions(layer_bidirectional=pk.directions == 2, cell_clip=cell_clip,
                          cell_clip_nan=cell_clip_nan, seq_lengths=seq_lengths)
     L = pk.num_layers
-    if pk.directions == 2:
-        return [(range(l, l + 1), ext) for l in range(L)]
     groups, start = [], 0
     for l in range(1, L):
         if pk.layer_input(l) != pk.layer_input(start):
-            groups.append((range(start, l), ext))
+            groups.append(range(start, l))
             start = l
-    groups.append((range(start, L), ext))
-    return groups
+    groups.append(range(start, L))
+    if not dropout:
+        return [(g, ext) for g in groups]
+    # dropout on every layer's output but the network's last: a group that is not the last
+    # drops its own top output too; each group draws from its own Philox key (its index)
+    from dataclasses import replace
+
+    return [(g, replace(ext, dropout=dropout, dropout_seed=i,
+                        dropout_output=i < len(groups) - 1)) for i, g in enumerate(groups)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -117,6 +122,7 @@ class _Problem:
     cell_clip: tuple[float, float] | None
     cell_clip_nan: bool
     seq_lengths: tuple[int, ...] | None = None
+    dropout: float = 0.0  # p, in training only
 
 
 class _Plan:
@@ -160,7 +166,10 @@ class _Plan:
                    _c.ARG_DST: self.sums})
         sums_flat = md([L * D * summed], _TAG.a)
 
-        self.groups = group_layers(pk, prob.cell_clip, prob.cell_clip_nan, prob.seq_lengths)
+        self.groups = group_layers(pk, prob.cell_clip, prob.cell_clip_nan, prob.seq_lengths,
+                                   prob.dropout)
+        prop = (_c.prop_kind.forward_training if prob.dropout
+                else _c.prop_kind.forward_inference)
         rnn_steps = []
         src_layer = _Ref("data", prob.data_md)
         for gi, (layers, ext) in enumerate(self.groups):
@@ -183,7 +192,7 @@ class _Plan:
                                             if prob.state_outputs else None)
                 if P:
                     descs["weights_projection_desc"] = md([Lg, D, H, P])
-            head = (eng, _c.prop_kind.forward_inference) + ((act,) if act is not None else ())
+            head = (eng, prop) + ((act,) if act is not None else ())
             pd = prim_cls.primitive_desc(*head, direction, **descs, extensions=ext)
             wl = memory(pd.weights_layer_desc(), eng)
             wi = memory(pd.weights_iter_desc(), eng)
@@ -220,6 +229,8 @@ class _Plan:
                     _c.ARG_WEIGHTS_LAYER: wl, _c.ARG_WEIGHTS_ITER: wi, _c.ARG_BIAS: bias}
             if P:
                 args[_c.ARG_WEIGHTS_PROJECTION] = wp
+            if prob.dropout:  # forward_training: the masks live in the workspace
+                args[_c.ARG_WORKSPACE] = memory(pd.workspace_desc(), eng)
             if lstm:
                 args[_c.ARG_SRC_ITER_C] = _Ref("cell", descs["src_iter_c_desc"])
             if prob.state_outputs:
@@ -368,8 +379,9 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
     ``lstm_state_clip_min/max`` clamp the LSTM cell state at every step (``lstm_state_clip_nan``:
     a NaN becomes the minimum). ``use_sequence_length`` with ``sequence_length`` (N integers,
     any order) gives cuDNN padded-IO semantics: zeros after each sequence's end, ``hy``/``cy``
-    at each sequence's last step. Dropout (``training=True`` with ``p > 0``) raises
-    ``pydnnl.unimplemented``; ``p`` is ignored when not training, as in MXNet.
+    at each sequence's last step. ``training=True`` with ``p > 0`` drops out every layer's
+    output but the last (Philox masks on the device, a new mask every call); ``p`` is ignored
+    when not training, as in MXNet.
     """
     # -- configuration ---------------------------------------------------------------------------
     if mode is None or state_size is None or num_layers is None:
@@ -474,9 +486,6 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
             raise invalid_arguments(
                 f"mxnet.rnn: sequence_length values must be in [1, {T}], got {lv.min()}..{lv.max()}")
         lengths = tuple(int(v) for v in lv)
-    if training and p > 0:
-        raise unimplemented(f"mxnet.rnn: dropout between layers (p={p} with training=True) is "
-                            f"not implemented yet")
 
     # -- execute ---------------------------------------------------------------------------------
     bound = {}
@@ -490,7 +499,7 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
     prob = _Problem(eng, pk, T, N, bool(state_outputs), bound["data"].get_desc(),
                     bound["params"].get_desc(), bound["state"].get_desc(),
                     bound["cell"].get_desc() if "cell" in bound else None, clip, clip_nan,
-                    lengths)
+                    lengths, float(p) if training and num_layers > 1 else 0.0)
     plan = _plan_for(prob)
     bound["out"] = memory(plan.out_md, eng)
     if state_outputs:

@@ -35,10 +35,14 @@ class rnn_extensions:
         Bernoulli(1 - p) mask scaled by 1/(1 - p) where the next layer reads it (not where it is
         carried as the recurrent state nor in ``dst_iter``). Execution k draws the mask of
         layer l, direction d from Philox4x32-10 keyed by ``dropout_seed`` at counter block
-        ``k (L - 1) D + l D + d`` (:mod:`pydnnl.reference.philox` gives the same masks);
+        ``k M + l D + d`` with M = (L - 1) D masks per execution
+        (:mod:`pydnnl.reference.philox` gives the same masks);
         ``primitive.dropout_offset`` is k and may be set. The masks are kept in the workspace
         for backward. Ignored in forward_inference. With ``seq_lengths`` the mask rows follow
         the primitive's sorted-by-length order.
+    ``dropout_output``
+        dropout on ``dst_layer`` too (layer L-1's mask, M = L D): for stacks that span several
+        primitives, where the top layer of one is not the top of the network.
     ``skip_input``
         layer 0 has no input matrix: the input (SLC == DHC) is added to every gate's
         pre-activation (MIOpen ``miopenRNNskip``, cuDNN ``CUDNN_SKIP_INPUT``). Layer 0's part
@@ -57,6 +61,7 @@ class rnn_extensions:
     packed: bool = False
     dropout: float = 0.0
     dropout_seed: int = 0
+    dropout_output: bool = False
     skip_input: bool = False
     no_bias: bool = False
     cell_clip: tuple[float, float] | None = None
@@ -98,6 +103,8 @@ class rnn_extensions:
             object.__setattr__(self, "cell_clip", (lo, hi))
         elif self.cell_clip_nan:
             raise invalid_arguments("rnn_extensions: cell_clip_nan needs cell_clip (min, max)")
+        if self.dropout_output and not self.dropout:
+            raise invalid_arguments("rnn_extensions: dropout_output needs dropout > 0")
 
     @property
     def any(self) -> bool:
@@ -112,7 +119,7 @@ class rnn_extensions:
             parts.append(f"seq_lengths:{min(self.seq_lengths)}..{max(self.seq_lengths)}"
                          + (":packed" if self.packed else ""))
         if self.dropout:
-            parts.append(f"dropout:{self.dropout:g}")
+            parts.append(f"dropout:{self.dropout:g}" + (":output" if self.dropout_output else ""))
         if self.skip_input:
             parts.append("skip_input")
         if self.no_bias:

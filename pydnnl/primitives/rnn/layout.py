@@ -84,13 +84,19 @@ def state_regions(shape: RnnShape, training: bool) -> Regions:
         slots = s.L - 1 if training else 1
         r.add("xin", slots * s.T * s.N * s.layer_in * (1 if s.ext.layer_bidirectional else s.D))
     if dropout_active(s, training):
-        r.add("mask", ((s.L - 1) * s.D * s.T * s.N * s.DIC + 3) // 4)
+        r.add("mask", (dropout_masks(s) * s.T * s.N * s.DIC + 3) // 4)
     return r
 
 
+def dropout_masks(shape: RnnShape) -> int:
+    """Masks one execution draws: each layer's output but the top one's (unless
+    ``dropout_output``), per direction."""
+    return (shape.L - 1 + (1 if shape.ext.dropout_output else 0)) * shape.D
+
+
 def dropout_active(shape: RnnShape, training: bool) -> bool:
-    """Whether dropout masks are drawn (training, p > 0, more than one layer)."""
-    return training and shape.ext.dropout > 0 and shape.L > 1
+    """Whether dropout masks are drawn (training, p > 0, a layer output to drop)."""
+    return training and shape.ext.dropout > 0 and dropout_masks(shape) > 0
 
 
 def has_xin(shape: RnnShape, training: bool) -> bool:

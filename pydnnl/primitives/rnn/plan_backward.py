@@ -249,6 +249,8 @@ class BackwardPlan(PlanBase):
             for d in range(s.D):
                 if l == s.L - 1:
                     self._plan_top(d)
+                    if self.dropout is not None and s.ext.dropout_output:
+                        self._drop_bwd(l, d)
                 else:
                     self._plan_layer_gradient(l, d)
             for d in range(s.D):
@@ -269,10 +271,15 @@ class BackwardPlan(PlanBase):
                                               strides=[s.N * s.layer_in, s.layer_in, 1]),
                              scr, region_desc([s.T, s.N, s.DIC], self._dhl(d)))
         if self.dropout is not None:
-            m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
-            args = self.dropout.ordered(scr, self._dhl(d), scr, self._dhl(d), _Ref("ws"), m_off,
-                                        s.ext.dropout)
-            self.steps.append((self.dropout.kernel, tuple(args)))
+            self._drop_bwd(l, d)
+
+    def _drop_bwd(self, l: int, d: int) -> None:
+        """dhl[d] of layer l through the mask its forward output was dropped with."""
+        s, scr = self.s, _Ref("scratch")
+        m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
+        args = self.dropout.ordered(scr, self._dhl(d), scr, self._dhl(d), _Ref("ws"), m_off,
+                                    s.ext.dropout)
+        self.steps.append((self.dropout.kernel, tuple(args)))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _gemm(self, shape: GemmShape, *args):

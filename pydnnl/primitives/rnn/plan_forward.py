@@ -18,7 +18,7 @@ from ...kernels.compiler import get_kernel
 from ...kernels.matmul import GemmShape, get_gemm
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
-from .layout import dropout_active, has_xin, xin_offset
+from .layout import dropout_active, dropout_masks, has_xin, xin_offset
 from .seqlen import layer_rows
 from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
 
@@ -81,6 +81,8 @@ def scratch_regions(pd) -> Regions:
         md = pd._descs.get(name)
         if md is not None and not md.is_zero() and md != kernel_desc(name, md):
             r.add("in_" + name, md.nelems())
+    if s.ext.dropout_output and dropout_active(s, pd.training):
+        r.add("yd", s.T * s.N * s.DIC)
     reserve_no_bias(r, s)
     reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape))
     return r
@@ -147,6 +149,7 @@ class ForwardPlan(PlanBase):
             from ...kernels.dropout import get_dropout
 
             self.dropout = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.layer_in)
+            self.dropout_out = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.DIC)
         # layer by layer, both directions: a per-layer bidirectional layer reads both
         # directions of the one below
         if self.seq is not None and pd.training:
@@ -169,12 +172,27 @@ class ForwardPlan(PlanBase):
         Philox counter block, ``execution * (L - 1) * D + l * D + d``."""
         if not self.drop_slots:
             return
-        base = self.executions * (self.s.L - 1) * self.s.D
+        base = self.executions * dropout_masks(self.s)
         for i in self.drop_slots:
             off = base + i
             bufs[f"drop_lo{i}"] = np.uint32(off & 0xFFFFFFFF)
             bufs[f"drop_hi{i}"] = np.uint32((off >> 32) & 0xFFFFFFFF)
         self.executions += 1
+
+    def _add_dropout(self, launcher, l: int, d: int, x_off: int, y_ref, y_off: int) -> None:
+        """Layer l's output (direction d) through its dropout mask, kept in the workspace."""
+        from ...kernels.dropout import FWD_ARGS
+
+        s, ws = self.s, _Ref(self.ws_key)
+        i = l * s.D + d
+        m_off = self.ws_off["mask"] * 4 + i * s.T * s.N * s.DIC  # bytes
+        args = launcher.ordered(ws, x_off, y_ref, y_off, ws, m_off, s.ext.dropout_seed, 0,
+                                s.ext.dropout)
+        # the counter offset changes with every execution: bound per launch
+        args[FWD_ARGS.index("offset_lo")] = _Ref(f"drop_lo{i}")
+        args[FWD_ARGS.index("offset_hi")] = _Ref(f"drop_hi{i}")
+        self.steps.append((launcher.kernel, tuple(args)))
+        self.drop_slots.append(i)
 
     def _xin(self, l: int, d: int) -> tuple[int, int]:
         """(offset, row stride) of the input of layer l >= 1, direction d, in the state buffer."""
@@ -190,17 +208,7 @@ class ForwardPlan(PlanBase):
             off += d * s.DIC
         h_off = self._reg("h", l, d, 0, s.N * s.DIC)
         if self.dropout is not None:
-            from ...kernels.dropout import FWD_ARGS
-
-            i = l * s.D + d
-            m_off = self.ws_off["mask"] * 4 + i * s.T * s.N * s.DIC  # bytes
-            args = self.dropout.ordered(ws, h_off, ws, off, ws, m_off, s.ext.dropout_seed, 0,
-                                        s.ext.dropout)
-            # the counter offset changes with every execution: bound per launch
-            args[FWD_ARGS.index("offset_lo")] = _Ref(f"drop_lo{i}")
-            args[FWD_ARGS.index("offset_hi")] = _Ref(f"drop_hi{i}")
-            self.steps.append((self.dropout.kernel, tuple(args)))
-            self.drop_slots.append(i)
+            self._add_dropout(self.dropout, l, d, h_off, ws, off)
             return
         self.add_reorder(ws, region_desc([s.T, s.N, s.DIC], h_off), ws,
                          region_desc([s.T, s.N, s.DIC], off, strides=[s.N * ld, ld, 1]))
@@ -311,12 +319,16 @@ class ForwardPlan(PlanBase):
         for d in range(s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
             src_ref = ws
+            if self.dropout is not None and s.ext.dropout_output:
+                # the top layer's output feeds another primitive's layer: drop it out too
+                self._add_dropout(self.dropout_out, top, d, src_md.offset0, scr, sc["yd"])
+                src_md, src_ref = region_desc([T, N, s.DIC], sc["yd"]), scr
             if seq is not None and s.ext.packed:  # the valid rows, packed
-                self.add_gather(ws, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
+                self.add_gather(src_ref, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
                                 seq.pack_index(src_sorted=True))
                 src_md, src_ref = region_desc([seq.S, s.DIC], sc["yo"]), scr
             elif seq is not None:  # back to the user's order, zeros after each sequence's end
-                self.add_gather(ws, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
+                self.add_gather(src_ref, src_md.offset0, s.DIC, scr, sc["yo"], s.DIC, s.DIC,
                                 seq.unsort_padded_index())
                 src_md, src_ref = region_desc([T, N, s.DIC], sc["yo"]), scr
             if s.direction == rnn_direction.bidirectional_concat:
