@@ -18,14 +18,13 @@ source's accesses one to one, which is what the checks are about.
 """
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
+import pathlib
 import sys
 
-import pyopencl as cl
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
 
 PROBE = r"""
 import json
@@ -34,6 +33,7 @@ import pydnnl as dnnl
 from pydnnl.primitives.conv import (convolution_forward, convolution_backward_data,
     convolution_backward_weights, deconvolution_forward)
 from pydnnl.reference import conv as R
+
 MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
 eng = dnnl.engine.from_name("Oclgrind")
 assert eng.is_simulator
@@ -130,31 +130,7 @@ results["im2col_deconv_fwd"] = close(Y.to_numpy(), R.deconv_forward(xd, wd, bd, 
 print(json.dumps(results))
 """
 
-PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                     "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
-
-
-def _has_oclgrind() -> bool:
-    try:
-        return any("oclgrind" in p.name.lower() for p in cl.get_platforms())
-    except cl.Error:
-        return False
-
-
-@pytest.mark.skipif(not _has_oclgrind(), reason="the Oclgrind simulator is not installed")
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_conv_kernels_clean_under_oclgrind():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
-    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
-               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1",
-               OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    # pyopencl probes CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV whenever it creates a kernel,
-    # which Oclgrind's API checker reports; that exact block is not ours
-    stderr = r.stderr.replace(PYOPENCL_NV_PROBE, "")
-    problems = [ln for ln in stderr.splitlines()
-                if re.search(r"invalid|error|uninitiali[sz]ed|race", ln, re.IGNORECASE)]
-    assert not problems, "Oclgrind reported:\n" + stderr
-    results = json.loads(r.stdout.strip().splitlines()[-1])
+    results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {k: True for k in results} and len(results) == 10, results

@@ -4,10 +4,8 @@ launch with placeholders as plans use it, validation before any write; then the 
 the Oclgrind simulator."""
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
+import pathlib
+
 import sys
 
 import numpy as np
@@ -18,6 +16,9 @@ import pydnnl as dnnl
 from pydnnl.error import invalid_arguments
 from pydnnl.kernels.dropout import get_dropout, get_dropout_bwd
 from pydnnl.reference.philox import dropout_keep, dropout_scale, dropout_words
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
 
 SENTINEL = np.float32(-12345.5)
 
@@ -303,31 +304,9 @@ for name, (rows, cols, ld_x, ld_y) in {"one": (1, 1, 1, 1), "odd": (1, 7, 7, 7),
 print(json.dumps(results))
 """
 
-PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                     "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
-
-
-def _has_oclgrind() -> bool:
-    try:
-        return any("oclgrind" in p.name.lower() for p in cl.get_platforms())
-    except cl.Error:
-        return False
-
-
-@pytest.mark.skipif(not _has_oclgrind(), reason="the Oclgrind simulator is not installed")
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_dropout_kernels_clean_under_oclgrind():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
-    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
-               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1")
-    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    # pyopencl's probe of an NVIDIA-only device query, reported by Oclgrind's API checker
-    stderr = r.stderr.replace(PYOPENCL_NV_PROBE, "")
-    problems = [ln for ln in stderr.splitlines()
-                if re.search(r"invalid|error|uninitiali[sz]ed|race", ln, re.IGNORECASE)]
-    assert not problems, "Oclgrind reported:\n" + stderr
-    results = json.loads(r.stdout.strip().splitlines()[-1])
+    results = run_probe(PROBE)
     assert results == {"one": True, "odd": True, "strided": True, "cols4": True}
 
 # }}}

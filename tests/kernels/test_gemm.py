@@ -4,10 +4,8 @@ and strided GEMMs, packed B, both pipelines (register tiles, local-memory tiles)
 parameter helpers, and one run under the Oclgrind simulator for invalid memory accesses."""
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
+import pathlib
+
 import sys
 
 import numpy as np
@@ -16,6 +14,9 @@ import pytest
 import pydnnl as dnnl
 from pydnnl.kernels import gemm as G
 from pydnnl.kernels.compiler import get_kernel
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
 
 
 def _engines() -> list:
@@ -328,27 +329,9 @@ for name, (pr, params) in cases.items():
 print(json.dumps(results))
 """
 
-PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                     "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
-
-
-def _has_oclgrind() -> bool:
-    return any("oclgrind" in d.platform.lower() for d in dnnl.engine.list_devices())
-
-
-@pytest.mark.skipif(not _has_oclgrind(), reason="the Oclgrind simulator is not installed")
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_gemm_kernels_clean_under_oclgrind():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
-    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
-               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1")
-    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    stderr = r.stderr.replace(PYOPENCL_NV_PROBE, "")
-    problems = [ln for ln in stderr.splitlines()
-                if re.search(r"invalid|error|uninitiali[sz]ed|race", ln, re.IGNORECASE)]
-    assert not problems, "Oclgrind reported:\n" + stderr
-    results = json.loads(r.stdout.strip().splitlines()[-1])
+    results = run_probe(PROBE)
     assert results == {"plain": True, "packed_trans": True, "local": True}
 
 # }}}

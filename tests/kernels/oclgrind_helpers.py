@@ -1,0 +1,40 @@
+"""Running kernels under the Oclgrind simulator: it reports invalid accesses, races and
+uninitialized reads on stderr only, so a probe script runs in a subprocess whose stderr is
+read."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pyopencl as cl
+
+# pyopencl probes CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV (0x4000) whenever it creates a kernel,
+# which Oclgrind's API checker reports; that exact block is not ours
+PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                     "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
+
+
+def has_oclgrind() -> bool:
+    try:
+        return any("oclgrind" in p.name.lower() for p in cl.get_platforms())
+    except cl.Error:
+        return False
+
+
+def run_probe(probe: str, **extra_env) -> dict:
+    """Run ``probe`` (Python source printing a JSON dict on its last line) with every check of
+    Oclgrind on; fail on any report; return the dict."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
+    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
+               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1", **extra_env)
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    stderr = r.stderr.replace(PYOPENCL_NV_PROBE, "")
+    problems = [ln for ln in stderr.splitlines()
+                if re.search(r"invalid|error|uninitiali[sz]ed|race", ln, re.IGNORECASE)]
+    assert not problems, "Oclgrind reported:\n" + stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
