@@ -96,7 +96,7 @@ def source_from_loopy(tu) -> KernelSource:
         return tuple(out)
 
     g, l = _ints(gsize), _ints(lsize)
-    if not g:
+    if not g and not l:
         g, l = (1,), (1,)
     if not l:
         l = (1,) * len(g)

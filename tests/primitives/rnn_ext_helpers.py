@@ -110,7 +110,7 @@ def forward_pd(engine, p: Problem, prop=dnnl.prop_kind.forward_training):
 
 
 def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
-        prop=dnnl.prop_kind.forward_training, executions: int = 1):
+        prop=dnnl.prop_kind.forward_training, executions: int = 1, omit_diff=()):
     """Forward (``executions`` times, returning the last) and, given ``diff_dst`` (arrays for
     dst_layer / dst_iter / dst_iter_c), backward. Returns (outputs, gradients or None, fwd
     primitive)."""
@@ -132,7 +132,7 @@ def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
     out = {n: mems[n].to_numpy() for n in ("dst_layer", "dst_iter", "dst_iter_c") if n in mems}
     if diff_dst is None:
         return out, None, fwd
-    ddescs = {"diff_" + n + "_desc": _md(d, n) for n, d in dims.items()}
+    ddescs = {"diff_" + n + "_desc": _md(d, n) for n, d in dims.items() if n not in omit_diff}
     fdescs = {n + "_desc": _md(d, n) for n, d in dims.items()}
     bcls = getattr(dnnl, CELLS[p.cell][1])
     bpd = bcls.primitive_desc(*_head(engine, p, dnnl.prop_kind.backward), **fdescs, **ddescs,
@@ -140,6 +140,8 @@ def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
     bargs = dict(args)
     grads = {}
     for name, d in dims.items():
+        if name in omit_diff:
+            continue
         m = dnnl.memory(_md(d, name), engine)
         if name.startswith("dst"):
             m.write(np.ascontiguousarray(diff_dst.get(name, np.zeros(d)), np.float32))

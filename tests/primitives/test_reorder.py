@@ -583,3 +583,13 @@ def test_pd_rejects_bad_attrs(engine):
         dnnl.reorder.primitive_desc(engine, a, engine, a, attr)
     with pytest.raises(dnnl.invalid_arguments, match="mask"):
         dnnl.primitive_attr().set_scales_mask(FROM, -1)
+
+
+@pytest.mark.parametrize("n", [1, 5, 27, 33])
+def test_one_dimension_shorter_than_a_work_group(engine, stream, n):
+    x = np.arange(n, dtype=np.float32) - 3
+    src = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a), engine, x)
+    dst = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.s32, dnnl.memory.format_tag.a), engine)
+    dnnl.reorder(src, dst).execute(stream, src, dst)
+    stream.wait()
+    np.testing.assert_array_equal(dst.to_numpy(), x.astype(np.int32))

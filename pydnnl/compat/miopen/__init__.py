@@ -14,6 +14,7 @@ failures raise :class:`MIOpenError` carrying MIOpen's ``miopenStatus_t``. See
 from ._common import *  # noqa: F401,F403
 from ._conv import *  # noqa: F401,F403
 from ._enums import *  # noqa: F401,F403
-from . import _common, _conv, _enums
+from ._rnn import *  # noqa: F401,F403
+from . import _common, _conv, _enums, _rnn
 
-__all__ = [*_enums.__all__, *_common.__all__, *_conv.__all__]
+__all__ = [*_enums.__all__, *_common.__all__, *_conv.__all__, *_rnn.__all__]

@@ -361,6 +361,8 @@ class BackwardPlan(PlanBase):
             if seq is not None:
                 # steps launch only the running rows: the others must read zero next step
                 self.add_zero(scr, dh_nxt, N * s.SIC)
+                if "dc0" in sc:
+                    self.add_zero(scr, dc_nxt, N * DHC)
             h_prev = self._reg("h", l, d, t_prev, N * s.DIC) if t_prev is not None else \
                 self.ws_off["h0"] + ld * N * s.SIC
             c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else
