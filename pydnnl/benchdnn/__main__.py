@@ -3,11 +3,21 @@
     python -m pydnnl.benchdnn --rnn --alg=VANILLA_LSTM --prop=FWD_I l1t50mb64sic512
     python -m pydnnl.benchdnn --rnn --mode=C --direction=concat l2t5mb3sic16
     python -m pydnnl.benchdnn --rnn --compare=torch --batch=benchmarks/rnn/inference.txt
+    python -m pydnnl.benchdnn --rnn --seq-lengths=spread --compare=torch l1t50mb64sic512
     python -m pydnnl.benchdnn --gemm --compare=numpy 1024x1024x1024
+    python -m pydnnl.benchdnn --conv --dir=BWD_D --mb=32 --compare=torch mb1ic64ih56oc64oh56kh3ph1
+    python -m pydnnl.benchdnn --conv --mode=C --alg=im2col_gemm g2mb2ic8ih9oc8oh9kh3ph1
+    python -m pydnnl.benchdnn --conv --mb=1 --compare=torch --batch=benchmarks/conv/resnet50.txt
 
 Options apply to the problems that follow them, as in benchdnn. Output: one ``perf`` line per
-problem (min and median ms, GFLOP/s, the peer's median ms and the ratio peer/pydnnl) or one
+problem (min and median ms, GFLOP/s, the peer's time and the ratio peer/pydnnl) or one
 ``check`` line in correctness mode.
+
+--conv options: --dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB (default FWD_B),
+--alg=direct|winograd|auto|<solver name> (default auto), --mb=N (overrides the problem's
+minibatch; 0 keeps it), --mode=P|C, --engine=cpu|gpu, --compare=torch, --min-seconds=S.
+Conv perf lines give GFLOP/s and the ratio from the minimum times (a shared machine
+disturbs medians more).
 """
 from __future__ import annotations
 
@@ -38,8 +48,10 @@ def _expand(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     import pydnnl as dnnl
 
+    from . import conv as conv_drv
     from . import gemm as gemm_drv
     from . import rnn as rnn_drv
+    from ..error import invalid_arguments
 
     argv = _expand(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
@@ -50,13 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     compare = None
     engine_kind = "cpu"
     ropts = rnn_drv.RnnOptions()
+    copts = conv_drv.ConvOptions()
     overrides: dict[str, int] = {}
     min_seconds = 1.0
     failures = 0
     eng = None
     for a in argv:
         key, _, val = a.partition("=")
-        if a in ("--rnn", "--gemm"):
+        if a in ("--rnn", "--gemm", "--conv"):
             driver = a[2:]
         elif key == "--mode":
             mode = val.upper()
@@ -64,6 +77,16 @@ def main(argv: list[str] | None = None) -> int:
             compare = val.lower() or None
         elif key == "--engine":
             engine_kind, eng = val, None
+        elif key == "--alg" and driver == "conv":
+            try:
+                copts = replace(copts, alg=conv_drv.parse_alg(val))
+            except invalid_arguments as e:
+                raise SystemExit(str(e)) from None
+        elif key == "--dir":
+            try:
+                copts = replace(copts, dir=conv_drv.parse_dir(val))
+            except invalid_arguments as e:
+                raise SystemExit(str(e)) from None
         elif key == "--alg":
             if val.upper() not in rnn_drv.ALGS:
                 raise SystemExit(f"--alg: expected one of {', '.join(rnn_drv.ALGS)}, got {val}")
@@ -82,26 +105,51 @@ def main(argv: list[str] | None = None) -> int:
             ropts = replace(ropts, with_peephole=True)
         elif a == "--with-projection":
             ropts = replace(ropts, with_projection=True)
+        elif key == "--seq-lengths":
+            ropts = replace(ropts, seq_lengths=val or None)
         elif key in ("--l", "--t", "--mb"):
             overrides[key[2:]] = int(val)
         elif key == "--min-seconds":
             min_seconds = float(val)
         elif a == "--reset":
             ropts, overrides, mode, compare = rnn_drv.RnnOptions(), {}, "P", None
+            copts = conv_drv.ConvOptions()
         elif a.startswith("--"):
             raise SystemExit(f"unknown option {a}\n\n{USAGE}")
         else:
             if driver is None:
-                raise SystemExit("give --rnn or --gemm before the problems")
+                raise SystemExit("give --rnn, --gemm or --conv before the problems")
             if eng is None:
                 eng = dnnl.engine(getattr(dnnl.engine.kind, engine_kind), 0)
                 print(f"# engine: {eng.info.name} [{eng.info.platform}]", flush=True)
-            if driver == "rnn":
+            if driver == "conv":
+                failures += _run_conv(eng, a, copts, overrides, mode, compare, min_seconds)
+            elif driver == "rnn":
                 p = replace(rnn_drv.parse_problem(a), **overrides)
                 failures += _run_rnn(eng, p, ropts, mode, compare, min_seconds)
             else:
                 failures += gemm_drv.run(eng, a, mode, compare, min_seconds)
     return 1 if failures else 0
+
+
+def _run_conv(eng, text, o, overrides, mode, compare, min_seconds) -> int:
+    from . import conv as conv_drv
+    from .conv_problem import parse_conv_problem
+    from ..error import invalid_arguments
+
+    if mode not in ("P", "C"):
+        raise SystemExit(f"--mode: expected P or C, got {mode}")
+    try:
+        p = parse_conv_problem(text).with_mb(overrides.get("mb", 0))
+    except invalid_arguments as e:
+        raise SystemExit(f"--conv: {e}") from None
+    if compare not in (None, "torch"):
+        raise SystemExit(f"--compare: the conv driver compares with torch only, got {compare}")
+    if compare == "torch" and mode == "P" and not conv_drv.torch_available():
+        print("# --compare=torch: PyTorch is not installed (pip install torch); timing pydnnl "
+              "only", flush=True)
+        compare = None
+    return conv_drv.run(eng, p, o, mode, compare, min_seconds)
 
 
 def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
@@ -110,7 +158,8 @@ def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
     desc = (f"--alg={o.alg} --direction={o.direction} --prop={o.prop}"
             + (f" --activation={o.activation}" if o.alg == "VANILLA_RNN" else "")
             + (" --with-peephole" if o.with_peephole else "")
-            + (" --with-projection" if o.with_projection else ""))
+            + (" --with-projection" if o.with_projection else "")
+            + (f" --seq-lengths={o.seq_lengths}" if o.seq_lengths else ""))
     b = rnn_drv.RnnBench(eng, p, o)
     if mode == "C":
         if b.bwd is not None:

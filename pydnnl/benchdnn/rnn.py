@@ -79,6 +79,18 @@ class RnnOptions:
     activation: str = "TANH"
     with_peephole: bool = False
     with_projection: bool = False
+    seq_lengths: str | None = None  # "spread" (evenly over [1, T]) or "3:5:1:..."
+
+
+def lengths_for(p: RnnProblem, o: RnnOptions) -> tuple[int, ...] | None:
+    """The per-sequence lengths of ``--seq-lengths``: ``spread`` puts them evenly over
+    [1, T]; ``a:b:...`` gives them (repeated over the minibatch)."""
+    if not o.seq_lengths:
+        return None
+    if o.seq_lengths == "spread":
+        return tuple(int(v) for v in np.round(np.linspace(1, p.t, p.mb)))
+    vals = [int(v) for v in o.seq_lengths.split(":")]
+    return tuple(vals[i % len(vals)] for i in range(p.mb))
 
 
 def _descs(p: RnnProblem, o: RnnOptions):
@@ -121,7 +133,9 @@ class RnnBench:
         act = ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
                if self.cell.name == "vanilla_rnn" else ())
         t0 = time.perf_counter()
-        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs)
+        lens = lengths_for(p, o)
+        ext = dnnl.rnn_extensions(seq_lengths=lens) if lens else None
+        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs, extensions=ext)
         self.prim = cls(self.pd)
         self.bwd = None
         if backward:
@@ -200,7 +214,9 @@ class RnnBench:
                           activation=ACTIVATIONS[self.o.activation][8:].lower(),
                           weights_peephole=v.get(dnnl.ARG_WEIGHTS_PEEPHOLE),
                           weights_projection=v.get(dnnl.ARG_WEIGHTS_PROJECTION),
-                          attention=None if att is None else att[..., 0], dtype=np.float64)
+                          attention=None if att is None else att[..., 0], dtype=np.float64,
+                          **({"seq_lengths": np.array(lengths_for(self.p, self.o))}
+                             if self.o.seq_lengths else {}))
         err = 0.0
         for arg, r in ((dnnl.ARG_DST_LAYER, ref[0]), (dnnl.ARG_DST_ITER, ref[1]),
                        (dnnl.ARG_DST_ITER_C, ref[2])):
@@ -237,6 +253,7 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
         return None  # torch stacks bidirectional layers differently from oneDNN
     m = m.to(device)
     x = torch.randn(p.t, p.mb, p.slc, device=device)
+    lens = lengths_for(p, o)
     training = o.prop != "FWD_I"
     backward = o.prop == "BWD_DW"
     ctx = torch.enable_grad() if training else torch.no_grad()
@@ -245,7 +262,11 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
         x.requires_grad_(True)
 
     def step():
-        y = m(x)[0]
+        if lens:  # padded input with lengths: the PyTorch way is a PackedSequence
+            xp = torch.nn.utils.rnn.pack_padded_sequence(x, list(lens), enforce_sorted=False)
+            y = m(xp)[0].data
+        else:
+            y = m(x)[0]
         if backward:
             y.backward(torch.ones_like(y))
 

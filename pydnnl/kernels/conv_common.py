@@ -19,7 +19,8 @@ from ..memory.desc import MemoryDesc
 from .reorder import _offset_expr, layout_of
 
 __all__ = ["layout_of", "offset", "grouped_layout", "swap_channel_dims", "plain_strides",
-           "decompose", "postop_helpers", "apply_postops", "c_float", "ELTWISE_C"]
+           "decompose", "postop_helpers", "apply_postops", "c_float", "ELTWISE_C",
+           "clamped_positions"]
 
 
 # 64-bit index arithmetic: Intel's and PoCL's CPU compilers keep contiguous vector loads and
@@ -72,20 +73,37 @@ def decompose(flat, sizes):
     return list(reversed(out))
 
 
+# fewest work-items along axis 0 worth a work-group: a smaller last dim (the 3 channels of an
+# image in nhwc) is flattened with the dims before it (conv1's col2im ran 3 work-items per
+# group and 20x slower than its GEMM)
+MIN_LANES = 16
+
+
 def grid(sizes, per_item: int = 1) -> tuple[dict, list]:
     """A launch over dims ``sizes`` (outermost first, the last contiguous in storage).
 
-    Returns ``(ranges, exprs)``: iname ``a0`` runs along the last dim (work-item axis 0);
-    inames ``s0, s1, ...`` are loops inside each work-item over the dims before it, as many as
-    it takes to give a work-item about ``per_item`` elements (a work-group per few elements
-    costs more than the copy on CPU runtimes); ``a1`` is the next dim (group axis 1) and ``a2``
-    all outer dims flattened (group axis 2, decomposed with divisions uniform across a
-    work-group). Returns the index expression of every dim. Neighbouring work-items touch
+    Returns ``(ranges, exprs)``: iname ``a0`` runs along the last dim (work-item axis 0), or
+    along the last dims flattened while the last dim has fewer than :data:`MIN_LANES`
+    elements; inames ``s0, s1, ...`` are loops inside each work-item over the dims before it,
+    as many as it takes to give a work-item about ``per_item`` elements (a work-group per few
+    elements costs more than the copy on CPU runtimes); ``a1`` is the next dim (group axis 1)
+    and ``a2`` all outer dims flattened (group axis 2, decomposed with divisions uniform across
+    a work-group). Returns the index expression of every dim. Neighbouring work-items touch
     neighbouring elements, so CPU runtimes vectorise.
     """
+    sizes = [int(v) for v in sizes] or [1]
+    lane_dims = [sizes.pop()]
+    while sizes and prod(lane_dims) < MIN_LANES:
+        lane_dims.insert(0, sizes.pop())
+    ranges, exprs = _grid(sizes + [prod(lane_dims)], per_item)
+    if len(lane_dims) == 1:
+        return ranges, exprs
+    return ranges, exprs[:-1] + decompose(exprs[-1], lane_dims)
+
+
+def _grid(sizes: list[int], per_item: int) -> tuple[dict, list]:
     from pymbolic import var
 
-    sizes = [int(v) for v in sizes] or [1]
     inner, rest = sizes[-1], sizes[:-1]
     loops = []
     work = 1
@@ -254,6 +272,23 @@ def guarded_load(cond, array: str, off, size: int | None = None):
         return var(array)[off]
     hi = int(size) - 1 if size is not None and size > 0 else -1
     return If(cond, var(array)[var(clamp_helper(hi)[0])(off)], np.float32(0))
+
+
+def clamped_positions(pos_exprs, lo_hi, sizes) -> list:
+    """``pos_exprs`` with each dim that the static range ``lo_hi`` may take outside
+    ``[0, size)`` clamped into it (the :func:`clamp_helper` call).
+
+    A load guarded by :func:`bounds_condition` can then use the clamped positions as its
+    address: it stays inside the tensor however the compiler speculates, and, unlike a clamp
+    of the flat offset, keeps the address an affine function of the channel index, so work-items
+    running along channels still load contiguously (the vectorised im2col of a padded 3x3 layer
+    ran 3.7x faster than with the flat clamp)."""
+    from pymbolic import var
+
+    out = []
+    for e, (lo, hi), n in zip(pos_exprs, lo_hi, sizes):
+        out.append(var(clamp_helper(int(n) - 1)[0])(e) if lo < 0 or hi >= n else e)
+    return out
 
 
 def clamp_helper(hi: int) -> tuple:

@@ -47,3 +47,11 @@ def test_performance_lines_and_batch_file(tmp_path, capsys):
     for ln in lines:
         assert re.search(r"median_ms=[0-9.]+", ln) and re.search(r"gflops=[0-9.]+", ln)
     assert "numpy_ms=" in lines[2]
+
+
+def test_sequence_lengths_option(capsys):
+    rc = main(["--rnn", "--mode=C", "--seq-lengths=3:1:2", "--direction=right2left", "l1t3mb3sic4",
+               "--seq-lengths=spread", "--direction=concat", "l2t4mb5sic6"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.count("check,passed") == 2 and "--seq-lengths=spread" in out

@@ -84,40 +84,26 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     """Solver names, most promising first, from the problem's shape alone.
 
     ``geom``: ``groups, icg, ocg, kernel, strides, dilates, padding_l, src_sp, dst_sp, mb`` of
-    the equivalent convolution. Measured on a 2-core AVX2 CPU (Intel's runtime, mb 1-8,
-    ResNet-50 layers): the direct kernel runs 50-120 GFLOP/s while the output rows are wide
-    (width >= 14 for spatial kernels, >= 56 for 1x1) and falls to ~10 on 7x7 maps, where the
-    GEMM of im2col wins, as it does for strided 1x1 layers. Strided backward data and
-    backward weights go through GEMMs too (the direct kernels test every tap there, or reduce
-    over every image per work-item). Grouped convolutions with few channels per group
-    (depthwise) always go direct: one launch covers every group. GPUs: GEMM-based unless the
-    GEMMs would be tiny. Winograd F(2x2,3x3) comes last (its filter and input transforms
-    cost about what it saves on these CPUs); ``find`` measures it.
+    the equivalent convolution. Grouped convolutions with few channels per group (depthwise)
+    and other tiny GEMMs go direct: one launch covers every group. Everything else goes
+    through im2col + GEMM on channels-last tensors, whose solver then also decides the layouts
+    of ``format_tag.any`` (nhwc activations, weights with output channels innermost), so a
+    network's layers and their backward passes agree on one layout. Measured on a 2-core AVX2
+    CPU (Intel's runtime, ResNet-50 layers, mb 1 and 32) once the GEMMs read packed weights
+    and the patch copies stayed vectorised: 110-150 GFLOP/s forward, against 50-120 for the
+    direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided backward data and
+    backward weights). GPUs: GEMM-based unless the GEMMs would be tiny. Winograd F(2x2,3x3)
+    comes last (its filter and input transforms cost about what it saves on these CPUs);
+    ``find`` measures it.
     """
     icg, ocg = geom["icg"], geom["ocg"]
     k = 1
     for v in geom["kernel"]:
         k *= v
-    width = geom["dst_sp"][-1]
     small = icg * k < 16 or ocg < 8 or (geom["groups"] > 1 and icg * ocg < 64)
     wino_ok = (kind == "fwd" and len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
                and all(s == 1 for s in geom["strides"]) and all(d == 0 for d in geom["dilates"]))
-    unit_stride = all(s == 1 for s in geom["strides"])
-    dense_1x1 = (k == 1 and unit_stride and all(p == 0 for p in geom.get("padding_l", ()))
-                 and tuple(geom.get("src_sp", geom["dst_sp"])) == tuple(geom["dst_sp"]))
-    gpu = engine is not None and engine.info.type == "gpu"
-    if small:
-        direct_first = True
-    elif gpu or kind == "bwd_w":
-        direct_first = False
-    elif kind == "bwd_d":
-        direct_first = unit_stride and not dense_1x1
-    elif dense_1x1:
-        direct_first = width >= 56
-    elif k == 1:  # strided 1x1: a cheap subsampling copy, then one GEMM (4x direct here)
-        direct_first = False
-    else:
-        direct_first = width >= 14
+    direct_first = small
     order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
     if wino_ok:
         order.append("winograd_f2x3")

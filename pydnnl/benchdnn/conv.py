@@ -1,0 +1,364 @@
+"""benchdnn's convolution driver: options, creation, timing, correctness, PyTorch comparison.
+
+Problems use benchdnn's descriptor syntax (:mod:`.conv_problem`, e.g.
+``mb1ic64ih56oc64oh56kh3ph1``); every tensor is created with ``format_tag.any``, as benchdnn
+does by default, so the timed primitive runs in the layouts its solver chose (reorders from
+user layouts are not timed). The backward directions build the forward descriptor first and
+pass it as the hint, as a training framework would.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import pydnnl as dnnl
+from ..constants import arg_name
+from ..error import invalid_arguments, runtime_error, unimplemented
+from ..primitives.conv.solvers import solvers
+from .conv_problem import ConvProblem
+
+# benchdnn's --dir values: (direction, forward prop_kind, with bias)
+DIRS = {"FWD_B": ("fwd", "forward_training", True),
+        "FWD_D": ("fwd", "forward_training", False),
+        "FWD_I": ("fwd", "forward_inference", False),
+        "BWD_D": ("bwd_d", "forward_training", False),
+        "BWD_W": ("bwd_w", "forward_training", False),
+        "BWD_WB": ("bwd_w", "forward_training", True)}
+# benchdnn's --alg spellings (any case); a solver name pins that solver
+_ALG_NAMES = {"direct": "direct", "winograd": "winograd", "wino": "winograd", "auto": "auto"}
+
+
+def parse_dir(text: str) -> str:
+    """A benchdnn ``--dir`` value, upper-cased; raises invalid_arguments naming the choices."""
+    d = text.strip().upper()
+    if d not in DIRS:
+        raise invalid_arguments(f"--dir: expected one of {', '.join(DIRS)}, got {text!r}")
+    return d
+
+
+def parse_alg(text: str) -> str:
+    """``direct``, ``winograd``, ``auto`` or a solver name; raises invalid_arguments."""
+    a = text.strip().lower()
+    if a in _ALG_NAMES:
+        return _ALG_NAMES[a]
+    if a in solvers():
+        return a
+    raise invalid_arguments(f"--alg: expected one of direct, winograd, auto or a solver name "
+                            f"({', '.join(solvers())}), got {text!r}")
+
+
+@dataclass(frozen=True)
+class ConvOptions:
+    """The options in effect for a problem."""
+
+    dir: str = "FWD_B"
+    alg: str = "auto"
+
+    def to_str(self) -> str:
+        return f"--dir={self.dir} --alg={self.alg}"
+
+
+def _algorithm_and_solver(alg: str):
+    """(oneDNN algorithm, pinned solver name or None) of a normalized ``--alg`` value."""
+    A = dnnl.algorithm
+    if alg == "direct":
+        return A.convolution_direct, None
+    if alg == "winograd":
+        return A.convolution_winograd, None
+    if alg == "auto":
+        return A.convolution_auto, None
+    fam = solvers()[alg].family
+    return (A.convolution_winograd if fam == "winograd" else A.convolution_auto), alg
+
+
+def _reduction_length(p: ConvProblem, direction: str) -> int:
+    """Terms summed per output element, which float32 rounding grows with."""
+    k = int(np.prod(p.kernel))
+    if direction == "fwd":
+        return p.ic // p.g * k
+    if direction == "bwd_d":
+        return p.oc // p.g * k
+    return p.mb * int(np.prod(p.dst_spatial))
+
+
+class ConvBench:
+    """The primitive of one problem and direction with its memories; times or checks it.
+
+    Raises :class:`pydnnl.error.unimplemented` when the chosen algorithm does not apply.
+    """
+
+    def __init__(self, eng, p: ConvProblem, o: ConvOptions, seed: int = 0):
+        self.eng, self.p, self.o = eng, p, o
+        self.direction, prop_name, self.with_bias = DIRS[o.dir]
+        dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+        md = dnnl.memory.desc
+        src_md = md(p.src_dims(), dt.f32, tag.any)
+        wei_md = md(p.weights_dims(), dt.f32, tag.any)
+        dst_md = md(p.dst_dims(), dt.f32, tag.any)
+        bias_md = md(p.bias_dims(), dt.f32, tag.any) if self.with_bias else None
+        geo = (list(p.strides), list(p.dilates), list(p.padding_l), list(p.padding_r))
+        alg, solver = _algorithm_and_solver(o.alg)
+        pin = {} if solver is None else {"solver": solver}
+        prop = getattr(dnnl.prop_kind, prop_name)
+        t0 = time.perf_counter()
+        if self.direction == "fwd":
+            self.pd = dnnl.convolution_forward.primitive_desc(
+                eng, prop, alg, src_md, wei_md, bias_md, dst_md, *geo, **pin)
+            self.prim = dnnl.convolution_forward(self.pd)
+        else:
+            hint = self._hint(eng, prop, src_md, wei_md, dst_md, geo, solver)
+            if self.direction == "bwd_d":
+                self.pd = dnnl.convolution_backward_data.primitive_desc(
+                    eng, alg, src_md, wei_md, dst_md, *geo, hint, **pin)
+                self.prim = dnnl.convolution_backward_data(self.pd)
+            else:
+                self.pd = dnnl.convolution_backward_weights.primitive_desc(
+                    eng, alg, src_md, wei_md, bias_md, dst_md, *geo, hint, **pin)
+                self.prim = dnnl.convolution_backward_weights(self.pd)
+        self.create_ms = (time.perf_counter() - t0) * 1e3
+        rng = np.random.default_rng(seed)
+        self.values: dict[int, np.ndarray] = {}
+        self.args: dict[int, dnnl.memory] = {}
+        for arg, spec in self.pd.arg_specs().items():
+            if spec.output:
+                self.args[arg] = dnnl.memory(spec.md, eng)
+                continue
+            v = rng.standard_normal(spec.md.dims).astype(np.float32)
+            self.values[arg] = v
+            self.args[arg] = dnnl.memory(spec.md, eng, v)
+        self.stream = dnnl.stream(eng)
+
+    @staticmethod
+    def _hint(eng, prop, src_md, wei_md, dst_md, geo, solver):
+        """The forward descriptor backward passes take as hint (its layouts are reused):
+        the same pinned solver where it does forward too, else the automatic choice."""
+        A = dnnl.algorithm
+        if solver is not None and solvers()[solver].family != "winograd":
+            try:
+                return dnnl.convolution_forward.primitive_desc(
+                    eng, prop, A.convolution_auto, src_md, wei_md, None, dst_md, *geo,
+                    solver=solver)
+            except unimplemented:
+                pass
+        return dnnl.convolution_forward.primitive_desc(eng, prop, A.convolution_auto, src_md,
+                                                       wei_md, None, dst_md, *geo)
+
+    @property
+    def solver(self) -> str:
+        return self.pd.get_solver()
+
+    def flops(self) -> float:
+        """benchdnn's count (the same for every direction)."""
+        return self.p.flops()
+
+    def run(self) -> None:
+        self.prim.execute(self.stream, self.args)
+
+    def time(self, warmup: int = 2, min_reps: int = 5, min_seconds: float = 1.0) -> list[float]:
+        """Milliseconds of each execution (host wall clock around execute + wait)."""
+        for _ in range(warmup):
+            self.run()
+        self.stream.wait()
+        times: list[float] = []
+        t_end = time.perf_counter() + min_seconds
+        while len(times) < min_reps or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            self.run()
+            self.stream.wait()
+            times.append((time.perf_counter() - t0) * 1e3)
+            if len(times) >= 1000:
+                break
+        return times
+
+    def tolerance(self) -> float:
+        """Accepted max error relative to the output's magnitude: 1e-5 (3e-5 for Winograd,
+        whose transforms round more), growing with the square root of the summed terms past
+        1024 (float32 rounding of long sums)."""
+        base = 3e-5 if self.pd.get_solver() == "winograd_f2x3" else 1e-5
+        return base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
+
+    def check(self) -> float:
+        """Max error of every output relative to its magnitude, against the float64 numpy
+        reference (:mod:`pydnnl.reference.conv`)."""
+        from ..reference import conv as R
+
+        self.run()
+        self.stream.wait()
+        p, v = self.p, self.values
+        geo = (p.strides, p.dilates, p.padding_l, p.padding_r)
+        if self.direction == "fwd":
+            ref = {dnnl.ARG_DST: R.conv_forward(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
+                                                v.get(dnnl.ARG_BIAS), *geo, dtype=np.float64)}
+        elif self.direction == "bwd_d":
+            ref = {dnnl.ARG_DIFF_SRC: R.conv_backward_data(
+                v[dnnl.ARG_DIFF_DST], v[dnnl.ARG_WEIGHTS], p.src_dims(), *geo,
+                dtype=np.float64)}
+        else:
+            dw, db = R.conv_backward_weights(v[dnnl.ARG_SRC], v[dnnl.ARG_DIFF_DST],
+                                             p.weights_dims(), *geo, with_bias=self.with_bias,
+                                             dtype=np.float64)
+            ref = {dnnl.ARG_DIFF_WEIGHTS: dw}
+            if self.with_bias:
+                ref[dnnl.ARG_DIFF_BIAS] = db
+        err = 0.0
+        for arg, r in ref.items():
+            got = self.args[arg].to_numpy().astype(np.float64)
+            if got.shape != r.shape:
+                raise runtime_error(f"conv check: output {arg_name(arg)} has shape "
+                                   f"{got.shape}, the reference {r.shape}")
+            err = max(err, float(np.max(np.abs(got - r))) / max(float(np.max(np.abs(r))), 1e-30))
+        return err
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch
+# ---------------------------------------------------------------------------------------------
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _torch_padding(p: ConvProblem):
+    """(symmetric padding for torch, explicit (left, right) pads per dim or None).
+
+    torch pads symmetrically; benchdnn's right padding may differ (often it is smaller or
+    negative where the last input points are never read, which torch gets by itself)."""
+    sym = list(p.padding_l)
+    natural = all((i + 2 * pl - ((k - 1) * (d + 1) + 1)) // s + 1 == o
+                  for i, pl, k, d, s, o in zip(p.src_spatial, p.padding_l, p.kernel, p.dilates,
+                                               p.strides, p.dst_spatial))
+    if natural:
+        return sym, None
+    return [0] * len(sym), [(pl, pr) for pl, pr in zip(p.padding_l, p.padding_r)]
+
+
+def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
+    """``(step, tensors)``: ``step()`` runs the same direction in PyTorch (fp32, default
+    contiguous nchw tensors) and returns its outputs (fwd: dst; bwd_d: diff_src; bwd_w:
+    diff_weights [OC, IC/G, k...] and diff_bias or None); ``tensors`` holds its inputs ``x``,
+    ``w`` (torch's [OC, IC/G, k...]), ``b`` (or None) and ``dy``. None without torch or the
+    device. Forward: ``torch.nn.functional.conv1d/2d/3d``; backward:
+    ``torch.ops.aten.convolution_backward`` asking for the wanted gradients only (no autograd
+    graph)."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    direction, _, with_bias = DIRS[o.dir]
+    nsp = p.spatial_ndims
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(shape):
+        return torch.randn(*shape, generator=gen).to(device)
+
+    x, w, dy = rand(p.src_dims()), rand((p.oc, p.ic // p.g, *p.kernel)), rand(p.dst_dims())
+    b = rand((p.oc,)) if with_bias and direction == "fwd" else None
+    pad, explicit = _torch_padding(p)
+    torch_pad: list[int] = []
+    if explicit is not None:
+        for lo, hi in reversed(explicit):  # F.pad lists the last dim first
+            torch_pad += [lo, hi]
+    stride, dil = list(p.strides), [d + 1 for d in p.dilates]
+    tensors = {"x": x, "w": w, "b": b, "dy": dy}
+
+    if direction == "fwd":
+        def step():
+            return conv(F.pad(x, torch_pad) if torch_pad else x, w, b, stride, pad, dil, p.g)
+        return step, tensors
+    mask = [direction == "bwd_d", direction == "bwd_w", direction == "bwd_w" and with_bias]
+    # explicit padding: padded once, as a framework keeps the padded tensor of its forward
+    # pass; backward data then returns the padded input's gradient, mapped back here by the
+    # adjoint of the padding (the negated pads: crop what was added, zero-fill what was cut)
+    xin = F.pad(x, torch_pad) if torch_pad else x
+    unpad = [-v for v in torch_pad]
+
+    def step():
+        dx, dw, db = torch.ops.aten.convolution_backward(
+            dy, xin, w, [p.oc] if mask[2] else None, stride, pad, dil, False, [0] * nsp, p.g,
+            mask)
+        if direction == "bwd_d":
+            return F.pad(dx, unpad) if torch_pad else dx
+        return dw, db
+    return step, tensors
+
+
+def torch_time(p: ConvProblem, o: ConvOptions, device: str = "cpu",
+               min_seconds: float = 1.0) -> tuple[float, float] | None:
+    """(min, median) ms of :func:`torch_problem`'s step (TF32 off on CUDA), or None when torch
+    or the device is missing."""
+    made = torch_problem(p, o, device)
+    if made is None:
+        return None
+    import torch
+
+    step = made[0]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for _ in range(2):
+            step()
+        sync()
+        times: list[float] = []
+        t_end = time.perf_counter() + min_seconds
+        while len(times) < 5 or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            step()
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3)
+            if len(times) >= 1000:
+                break
+    return min(times), float(np.median(times))
+
+
+# ---------------------------------------------------------------------------------------------
+# one problem
+# ---------------------------------------------------------------------------------------------
+def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
+        min_seconds: float) -> int:
+    """Benchmark (mode P) or check (mode C) one problem; prints one line, returns 1 on a
+    failed check, else 0."""
+    desc = o.to_str()
+    try:
+        b = ConvBench(eng, p, o)
+    except unimplemented as e:
+        print(f"skip,unimplemented,{desc},{p.to_str()},{e}", flush=True)
+        return 0
+    if mode == "C":
+        err = b.check()
+        tol = b.tolerance()
+        ok = err <= tol
+        print(f"check,{'passed' if ok else 'FAILED'},{desc},{p.to_str()},solver={b.solver},"
+              f"max_rel_err={err:.2e},tolerance={tol:.1e}", flush=True)
+        return 0 if ok else 1
+    times = b.time(min_seconds=min_seconds)
+    tmin, tmed = min(times), float(np.median(times))
+    gflops = b.flops() / tmin * 1e-6
+    line = (f"perf,{desc},{p.to_str()},solver={b.solver},create_ms={b.create_ms:.1f},"
+            f"min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}")
+    if compare == "torch":
+        dev = "cuda" if eng.info.type == "gpu" else "cpu"
+        peer = torch_time(p, o, device=dev, min_seconds=min_seconds)
+        if peer is None:
+            why = ("torch is not installed" if not torch_available() else
+                   "no CUDA device for torch" if dev == "cuda" else "not comparable")
+            line += f",torch=n/a ({why})"
+        else:
+            line += (f",torch_min_ms={peer[0]:.3f},torch_median_ms={peer[1]:.3f},"
+                     f"ratio={peer[0] / tmin:.2f}")
+    print(line, flush=True)
+    return 0
+
+
+__all__ = ["DIRS", "ConvOptions", "ConvBench", "parse_dir", "parse_alg", "torch_problem",
+           "torch_time", "torch_available", "run"]

@@ -1,0 +1,145 @@
+"""python -m pydnnl.benchdnn --conv: correctness mode, performance lines, the torch peer, errors."""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.benchdnn import conv as conv_drv
+from pydnnl.benchdnn.__main__ import main
+from pydnnl.benchdnn.conv_problem import parse_conv_problem
+from pydnnl.reference import conv as R
+
+
+def _lines(out: str, kind: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith(kind + ",")]
+
+
+def test_correctness_mode_every_direction(capsys):
+    # the driver compares each output with the float64 numpy reference
+    rc = main(["--conv", "--mode=C",
+               "--dir=FWD_B", "mb2ic5ih7oc6oh7kh3ph1",
+               "--dir=BWD_D", "mb2ic5ih7oc6oh4kh3sh2ph1",
+               "--dir=BWD_WB", "mb2ic5ih7oc6oh7kh3ph1",
+               "--dir=FWD_D", "--alg=im2col_gemm", "g2mb2ic4ih6oc6oh6kh3ph1",
+               "--dir=BWD_W", "--alg=direct", "g3mb1ic6iw9oc3kw3dw1pw2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    checks = _lines(out, "check")
+    assert len(checks) == 5 and all(",passed," in ln for ln in checks), out
+    assert "solver=im2col_gemm" in checks[3] and "solver=direct" in checks[4]
+    assert "--dir=BWD_WB" in checks[2] and ",g2ic4ih6" in checks[3]
+
+
+def test_mb_override_and_batch_file(tmp_path, capsys):
+    batch = tmp_path / "list.txt"
+    batch.write_text('# two layers\n--dir=BWD_D\nmb1ic4ih5oc4oh5kh3ph1n"a:b*2"\n'
+                     "mb1ic4ih6oc8oh3kh1sh2ph0\n")
+    rc = main(["--conv", "--mode=C", "--mb=3", f"--batch={batch}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    checks = _lines(out, "check")
+    assert len(checks) == 2 and all(",passed," in ln for ln in checks), out
+    assert "mb3ic4ih5" in checks[0] and 'n"a:b*2"' in checks[0] and "--dir=BWD_D" in checks[1]
+
+
+def test_performance_line_and_output_shape(cpu_engine, capsys):
+    p = parse_conv_problem("mb2ic3ih6oc4oh3kh3sh2ph1")
+    b = conv_drv.ConvBench(cpu_engine, p, conv_drv.ConvOptions())
+    b.run()
+    b.stream.wait()
+    assert b.args[dnnl.ARG_DST].to_numpy().shape == (2, 4, 3, 3)
+    rc = main(["--conv", "--min-seconds=0", "--dir=FWD_I", "mb2ic3ih6oc4oh3kh3sh2ph1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    (line,) = _lines(out, "perf")
+    assert "--dir=FWD_I" in line and ",ic3ih6oc4oh3kh3sh2ph1," in line  # mb2: the default
+    for field in ("min_ms", "median_ms", "gflops", "create_ms"):
+        assert re.search(rf"{field}=[0-9.]+", line), line
+    assert re.search(r"solver=(direct|im2col_gemm|winograd_f2x3)", line)
+
+
+def test_unimplemented_algorithm_is_skipped(capsys):
+    rc = main(["--conv", "--mode=C", "--alg=winograd", "--dir=BWD_D", "mb1ic4ih5oc4oh5kh3ph1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count("skip,unimplemented") == 1 and "forward convolution only" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--conv", "mb1ic4ih5oc4oh5kh3ph1xyz"], ["xyz", "unrecognized"]),
+    (["--conv", "mb1ic4ih5oc4oh5ph1"], ["`kh`", "not specified"]),
+    (["--conv", "g3mb1ic4ih5oc4kh3"], ["divisible", "g=3"]),
+    (["--conv", "--dir=SIDEWAYS", "mb1ic4ih5oc4kh3"], ["--dir", "BWD_WB", "SIDEWAYS"]),
+    (["--conv", "--alg=fft", "mb1ic4ih5oc4kh3"], ["--alg", "im2col_gemm", "fft"]),
+])
+def test_bad_input_gives_a_clear_error(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    msg = str(e.value.code)
+    for w in words:
+        assert w in msg, msg
+    assert "perf," not in capsys.readouterr().out
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="the torch comparison needs PyTorch")
+
+
+@pytest.mark.parametrize("direction, desc", [
+    ("FWD_B", "g2mb2ic4ih7oc6oh4kh3sh2ph1"),
+    ("FWD_B", "mb1ic3ih6oc2oh3kh1sh2ph0"),          # negative right padding (benchdnn)
+    ("FWD_D", "mb1ic2ih5iw6oc3oh5ow4kh2kw3ph1pw1"),  # asymmetric: explicit torch padding
+    ("BWD_D", "mb1ic2ih5iw6oc3oh5ow4kh2kw3ph1pw1"),
+    ("BWD_D", "mb2ic4iw9oc2kw3sw2dw1pw2"),
+    ("BWD_WB", "g2mb2ic4ih7oc6oh4kh3sh2ph1"),
+    ("BWD_W", "mb1ic2id4oc3kd2pd1"),
+])
+def test_torch_peer_computes_the_same_problem(direction, desc):
+    """What the driver times in torch equals the numpy reference of the benchdnn problem."""
+    torch = _torch()
+    p = parse_conv_problem(desc)
+    step, t = conv_drv.torch_problem(p, conv_drv.ConvOptions(dir=direction))
+    x, w, dy = (t[k].numpy().astype(np.float64) for k in ("x", "w", "dy"))
+    geo = (p.strides, p.dilates, p.padding_l, p.padding_r)
+    d, _, bias = conv_drv.DIRS[direction]
+    with torch.no_grad():
+        got = step()
+    if d == "fwd":
+        b = t["b"].numpy() if bias else None
+        want = [R.conv_forward(x, w, b, *geo, groups=p.g, dtype=np.float64)]
+        got = [got]
+    elif d == "bwd_d":
+        want = [R.conv_backward_data(dy, w, p.src_dims(), *geo, groups=p.g, dtype=np.float64)]
+        got = [got]
+    else:
+        dw, db = R.conv_backward_weights(x, dy, w.shape, *geo, groups=p.g, with_bias=bias,
+                                         dtype=np.float64)
+        want, got = ([dw, db], list(got)) if bias else ([dw], [got[0]])
+    for g_, w_ in zip(got, want):
+        g_ = g_.numpy()
+        assert g_.shape == w_.shape
+        np.testing.assert_allclose(g_, w_, rtol=0, atol=1e-5 * np.abs(w_).max())
+
+
+def test_performance_line_with_torch(capsys):
+    _torch()
+    rc = main(["--conv", "--min-seconds=0", "--compare=torch", "--dir=BWD_W",
+               "mb1ic4ih6oc4oh6kh3ph1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    (line,) = _lines(out, "perf")
+    assert re.search(r"torch_min_ms=[0-9.]+,torch_median_ms=[0-9.]+,ratio=[0-9.]+", line), line
+
+
+def test_missing_torch_is_reported(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    rc = main(["--conv", "--min-seconds=0", "--compare=torch", "mb1ic4ih6oc4oh6kh3ph1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "PyTorch is not installed" in out
+    (line,) = _lines(out, "perf")
+    assert "torch_min_ms" not in line
