@@ -90,7 +90,7 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     of ``format_tag.any`` (nhwc activations, weights with output channels innermost), so a
     network's layers and their backward passes agree on one layout. Measured on a 2-core AVX2
     CPU (Intel's runtime, ResNet-50 layers, mb 1 and 32) once the GEMMs read packed weights
-    and the patch copies stayed vectorised: 110-150 GFLOP/s forward, against 50-120 for the
+    and the patch copies stayed vectorised: 90-150 GFLOP/s forward, against 50-120 for the
     direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided backward data and
     backward weights). GPUs: GEMM-based unless the GEMMs would be tiny. Winograd F(2x2,3x3)
     comes last (its filter and input transforms cost about what it saves on these CPUs);

@@ -15,7 +15,14 @@ The GEMMs read activations in place when their layout is a matrix: channels-last
 ``[C, P]`` matrix per image, so one GEMM per image and group). Other layouts (blocked,
 oddly strided) are staged through the scratchpad with the reorder kernel; likewise weights
 that are not a ``[OCg, ICg*K]`` or ``[ICg*K, OCg]`` matrix per group. 1x1 stride-1 unpadded
-convolutions skip ``im2col``/``col2im``: the activations are the GEMM operands.
+convolutions skip ``im2col``/``col2im`` in forward and backward data: the activations are the
+GEMM operands.
+
+Speed (``format_tag.any`` picks channels-last activations and ``[ICg*K, OCg]`` weights):
+every GEMM reads B packed in its kernel's panels (the weights once per execution, an
+activation B once per chunk); backward weights into ``[ICg*K, OCg]`` weights writes its
+patches transposed, ``[ICg*K, N*P]``, so that its GEMM reads A row by row (1x1 layers too);
+on GPUs that GEMM is split along its long k (``split_k``). See docs/performance.md.
 """
 from __future__ import annotations
 
@@ -49,7 +56,8 @@ class Im2colGemmSolver(Solver):
         return {"chunk_mb": 16 if problem.kind == "bwd_w" else 8}
 
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
-        return [{"chunk_mb": c} for c in (4, 8, 16, 64, 256)]
+        base = self.default_params(problem, engine)
+        return [{**base, "chunk_mb": c} for c in (4, 8, 16, 64, 256)]
 
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
         return _build(problem, params or {"chunk_mb": 64}, None, dry=True).scratch_bytes
