@@ -47,7 +47,7 @@ class stream:
         register_stream(engine.context, self)
         self._out_of_order = bool(props & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
         self._profiling = bool(flags & stream.flags.profiling)
-        self._records: list[tuple[str, object]] = []
+        self._records: list[tuple] = []
 
     def get_engine(self) -> _engine:
         return self._engine
@@ -65,17 +65,28 @@ class stream:
         return self
 
     # -- profiling ------------------------------------------------------------------------------
-    def record(self, name: str, event) -> None:
-        """Remember a kernel event for profiling (no-op unless the stream profiles)."""
+    def record(self, name: str, event, size=None) -> None:
+        """Remember a kernel event for profiling (no-op unless the stream profiles);
+        ``size``: the launch's global size, kept for :meth:`get_kernel_profile`."""
         if self._profiling:
-            self._records.append((name, event))
+            self._records.append((name, event, size))
 
     def get_kernel_times(self, reset: bool = True) -> list[tuple[str, float]]:
         """``[(kernel name, device time in ms), ...]`` of the kernels run since the last reset."""
         if not self._profiling:
             raise invalid_arguments("stream.get_kernel_times: create the stream with flags.profiling")
         self.wait()
-        out = [(n, (e.profile.end - e.profile.start) * 1e-6) for n, e in self._records]
+        out = [(n, (e.profile.end - e.profile.start) * 1e-6) for n, e, _ in self._records]
+        if reset:
+            self._records.clear()
+        return out
+
+    def get_kernel_profile(self, reset: bool = True) -> list[tuple[str, tuple | None, float]]:
+        """``[(kernel name, global size, device time in ms), ...]`` in launch order."""
+        if not self._profiling:
+            raise invalid_arguments("stream.get_kernel_profile: create the stream with flags.profiling")
+        self.wait()
+        out = [(n, sz, (e.profile.end - e.profile.start) * 1e-6) for n, e, sz in self._records]
         if reset:
             self._records.clear()
         return out

@@ -18,6 +18,13 @@ problem (min and median ms, GFLOP/s, the peer's time and the ratio peer/pydnnl) 
 minibatch; 0 keeps it), --mode=P|C, --engine=cpu|gpu, --compare=torch, --min-seconds=S.
 Conv perf lines give GFLOP/s and the ratio from the minimum times (a shared machine
 disturbs medians more).
+
+--gemm times batches of 10 calls queued back to back (per-call time; the peers the same way),
+as GEMMs follow each other inside a network; GPUs may split a long k (``splits=`` in the line).
+
+--rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
+the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),
+from OpenCL profiling events, slowest first.
 """
 from __future__ import annotations
 
@@ -161,6 +168,12 @@ def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
             + (" --with-projection" if o.with_projection else "")
             + (f" --seq-lengths={o.seq_lengths}" if o.seq_lengths else ""))
     b = rnn_drv.RnnBench(eng, p, o)
+    if mode == "K":
+        for name, size, count, ms in b.kernel_profile():
+            print(f"kernel,{desc},{p.to_str()},{name},global={'x'.join(map(str, size or ()))},"
+                  f"launches={count},total_ms={ms:.4f},per_launch_us={ms / count * 1e3:.2f}",
+                  flush=True)
+        return 0
     if mode == "C":
         if b.bwd is not None:
             raise SystemExit("--mode=C with --prop=BWD_DW: the backward is checked by the test "

@@ -145,7 +145,7 @@ class Kernel:
         self.kernel.set_args(*args)
         evt = cl.enqueue_nd_range_kernel(stream.queue, self.kernel, self.src.global_size,
                                          self.src.local_size, wait_for=wait_for)
-        stream.record(self.name, evt)
+        stream.record(self.name, evt, self.src.global_size)
         return evt
 
 
@@ -186,7 +186,7 @@ class BoundKernel:
                 self.current[i] = b
         evt = cl.enqueue_nd_range_kernel(stream.queue, self.k, self.gsize, self.lsize,
                                          wait_for=wait_for)
-        stream.record(self.name, evt)
+        stream.record(self.name, evt, self.gsize)
         return evt
 
 

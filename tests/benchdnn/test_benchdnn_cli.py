@@ -55,3 +55,19 @@ def test_sequence_lengths_option(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert out.count("check,passed") == 2 and "--seq-lengths=spread" in out
+
+
+def test_kernel_profile_mode_counts_one_cell_launch_per_step(capsys):
+    rc = main(["--rnn", "--mode=K", "--prop=BWD_DW", "l1t5mb3sic8"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = {}
+    for ln in out.splitlines():
+        if ln.startswith("kernel,"):
+            f = ln.split(",")
+            vals = dict(kv.split("=", 1) for kv in f[-3:])
+            rows[(f[3], f[4])] = (int(vals["launches"]), float(vals["total_ms"]))
+    fwd = [n for (k, _), (n, _) in rows.items() if k == "rnn_vanilla_lstm_s0"]
+    bwd = [n for (k, _), (n, _) in rows.items() if k == "rnn_bwd_vanilla_lstm_s0"]
+    assert fwd == [5] and bwd == [5], out  # T = 5 steps, one cell kernel each way
+    assert all(ms >= 0 for _, ms in rows.values())

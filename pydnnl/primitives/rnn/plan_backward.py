@@ -25,7 +25,7 @@ from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward
                                             build_elementwise_bwd)
 from .layout import Regions, region_desc
 from .layout import dropout_active, has_xin, xin_offset
-from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
+from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
 from .plan_forward import clip_key
 from .seqlen import layer_rows
 
@@ -155,7 +155,7 @@ def scratch_regions(pd) -> Regions:
             if reg in r:
                 r.add(reg + "s", r.sizes[reg])
     reserve_no_bias(r, s)
-    reserve_packed(r, pd.get_engine(), weight_gemms(s))
+    reserve_packed(r, pd.get_engine(), weight_gemms(s), s)
     return r
 
 
@@ -220,7 +220,7 @@ class BackwardPlan(PlanBase):
         # -- kernels -----------------------------------------------------------------------------
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in weight_gemms(s).items():
-            g = self.gemm[role] = get_gemm(eng, shape, static_b=True)
+            g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         stages = spec.forward_stages(s.peephole)
         first = first_dhp_writer(spec, s.peephole)

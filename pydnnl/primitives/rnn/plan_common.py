@@ -180,7 +180,9 @@ class PlanBase:
                     b.gsize = tuple(gs)
                 out.append(b)
             elif isinstance(fn, Gemm):
-                out.append(fn.kernel.bound(fn.ordered(*fargs)))
+                if fn.splits > 1:
+                    fargs = tuple(fargs) + (_Ref("scratch"), self.pd.scratch["splitk"])
+                out.extend(fn.bound(fargs))
             elif isinstance(fn, Launcher):
                 out.append(fn.kernel.bound(fargs))
             elif isinstance(fn, Kernel):
@@ -239,14 +241,27 @@ def reserve_no_bias(regions, shape) -> None:
         regions.add("zbias", shape.L * shape.D * shape.Gb * shape.DHC)
 
 
-def reserve_packed(regions, engine, roles: dict) -> None:
-    """Scratchpad room for the packed weights of each GEMM role that packs them."""
+def role_gemm(engine, s, role: str, shape):
+    """The launcher of the weight GEMM ``role``. The backward recurrence (roles ``dh*``: few
+    rows, long k) may be split along k on GPUs; not with sequence lengths, whose steps
+    launch only the running rows."""
     from ...kernels.matmul import get_gemm
 
+    split = role.startswith("dh") and s.ext.seq_lengths is None
+    return get_gemm(engine, shape, static_b=True, split=split)
+
+
+def reserve_packed(regions, engine, roles: dict, s) -> None:
+    """Scratchpad room for the packed weights of each GEMM role that packs them, and for the
+    partial products of the roles split along k (one region: the launches run in order)."""
+    part = 0
     for role, (shape, _, _, count, _) in roles.items():
-        g = get_gemm(engine, shape, static_b=True)
+        g = role_gemm(engine, s, role, shape)
         if g.packed:
             regions.add("pk_" + role, count * g.packed_size)
+        part = max(part, g.part_elems)
+    if part:
+        regions.add("splitk", part)
 
 
 def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):

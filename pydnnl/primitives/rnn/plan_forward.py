@@ -20,7 +20,7 @@ from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
 from .layout import dropout_active, dropout_masks, has_xin, xin_offset
 from .seqlen import layer_rows
-from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed
+from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
            "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -84,7 +84,7 @@ def scratch_regions(pd) -> Regions:
     if s.ext.dropout_output and dropout_active(s, pd.training):
         r.add("yd", s.T * s.N * s.DIC)
     reserve_no_bias(r, s)
-    reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape))
+    reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape), pd.shape)
     return r
 
 
@@ -132,7 +132,7 @@ class ForwardPlan(PlanBase):
         roles = weight_gemms(s)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
-            g = self.gemm[role] = get_gemm(eng, shape, static_b=True)
+            g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         self.stage_kernels = []
         for k, st in enumerate(spec.forward_stages(s.peephole)):

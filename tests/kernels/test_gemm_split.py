@@ -1,0 +1,92 @@
+"""Split-k GEMMs (``get_gemm(..., split=True)``): slices through one batched kernel, then a
+reduction into C, against numpy in float64. The slice count is forced through ``split_k``
+(on CPUs the heuristic never splits); the plan-level use is in
+tests/primitives/test_rnn_split_k.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.error import invalid_arguments
+from pydnnl.kernels import matmul
+
+
+@pytest.fixture
+def forced_split(monkeypatch):
+    def force(slices):
+        monkeypatch.setattr(matmul, "split_k",
+                            lambda engine, shape, params: slices if shape.k % slices == 0 else 1)
+        matmul._cache.clear()
+
+    yield force
+    matmul._cache.clear()
+
+
+def _buf(engine, arr):
+    return dnnl.memory(dnnl.memory.desc([arr.size], dnnl.memory.data_type.f32,
+                                        dnnl.memory.format_tag.a), engine, arr.ravel())
+
+
+@pytest.mark.parametrize("trans_a,trans_b,beta,slices",
+                         [(False, False, 0.0, 2), (False, True, 1.0, 4), (True, False, 0.5, 3),
+                          (True, True, 0.0, 6)])
+def test_split_gemm_matches_numpy(engine, stream, forced_split, trans_a, trans_b, beta, slices):
+    forced_split(slices)
+    m, n, k = 5, 19, 24
+    rng = np.random.default_rng(slices)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    shape = matmul.GemmShape(m=m, n=n, k=k, lda=a.shape[1], ldb=b.shape[1], ldc=n,
+                             trans_a=trans_a, trans_b=trans_b, alpha=0.75, beta=beta)
+    g = matmul.get_gemm(engine, shape, split=True)
+    assert g.splits == slices and g.part_elems == slices * m * n
+    ma, mb, mc = _buf(engine, a), _buf(engine, b), _buf(engine, c0)
+    part = _buf(engine, np.full(g.part_elems + 7, np.nan, np.float32))
+    g(stream, ma.buffer, 0, mb.buffer, 0, mc.buffer, 0, part=part.buffer, part_off=7)
+    stream.wait()
+    a64 = a.astype(np.float64).T if trans_a else a.astype(np.float64)
+    b64 = b.astype(np.float64).T if trans_b else b.astype(np.float64)
+    want = 0.75 * a64 @ b64 + beta * c0
+    got = mc.to_numpy().reshape(m, n)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_split_gemm_without_part_buffer_is_an_error(engine, stream, forced_split):
+    forced_split(2)
+    shape = matmul.GemmShape(m=2, n=3, k=4, lda=4, ldb=3, ldc=3)
+    g = matmul.get_gemm(engine, shape, split=True)
+    z = _buf(engine, np.zeros(12, np.float32))
+    with pytest.raises(invalid_arguments, match="part buffer of 12 elements"):
+        g(stream, z.buffer, 0, z.buffer, 0, z.buffer, 0)
+
+
+def test_cpu_heuristic_never_splits(engine):
+    if engine.info.type == "gpu":
+        pytest.skip("the CPU rule; GPUs split by their compute units")
+    shape = matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512, ldc=512)
+    assert matmul.get_gemm(engine, shape, split=True).splits == 1
+
+
+def test_gpu_rule_fills_the_compute_units():
+    """The slice rule on a made-up 132-unit GPU: C's work-groups times slices stay within two
+    per unit, slices keep >= 128 of k and divide it."""
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(info=SimpleNamespace(type="gpu", compute_units=132))
+    small = {"local_prefetch": True, "packed_b": False, "wg": (32, 8), "rows": 2, "cols": 2}
+    large = dict(small, rows=8, cols=4)
+
+    def sk(m, n, k, params=small):
+        return matmul.split_k(gpu, matmul.GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), params)
+
+    assert sk(64, 512, 2048) == 8      # 32 groups -> 256
+    assert sk(64, 2048, 512) == 2      # 128 groups -> 256
+    assert sk(64, 512, 384) == 2       # 384 / 4 = 96 < 128
+    assert sk(64, 512, 2050) == 2      # 2050 / 4 is no integer
+    assert sk(1024, 1024, 1024, large) == 2
+    assert sk(4096, 4096, 4096, large) == 1
+    cpu = SimpleNamespace(info=SimpleNamespace(type="cpu", compute_units=2))
+    assert matmul.split_k(cpu, matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512,
+                                                ldc=512), small) == 1
