@@ -836,8 +836,15 @@ def _build_local(pr: GemmProblem, p: dict):
                             temporary_address_space=lp.AddressSpace.LOCAL,
                             temporary_name=name, compute_insn_id="fetch_" + name[0])
         slow, fast = axes
-        knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
-        knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
+        have = knl.default_entrypoint.all_inames()
+        # precompute drops fetch axes of extent 1 (k == 1: a GEMM over one image)
+        if fast in have:
+            knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
+        if slow in have:
+            knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
+        if fast not in have or slow not in have:
+            # every work-item of the idle local axis stores the same values: benign
+            knl = lp.add_inames_for_unused_hw_axes(knl, within="id:fetch_" + name[0])
     return _finish(knl)
 
 # }}}

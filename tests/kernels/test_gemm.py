@@ -140,6 +140,10 @@ CASES = {
                                                 lda=12, c_offset=3),
                                   {"local_prefetch": True, "packed_b": False, "vec": 1,
                                    "rows": 2, "cols": 3, "wg": (2, 2), "k_tile": 4}),
+    # k == 1 (a weight gradient over one image): the local fetch loops lose their k axis
+    "local_tiles_k1_trans_a": (G.GemmProblem(6, 9, 1, trans_a=True, lda=8, beta=1.0),
+                               {"local_prefetch": True, "packed_b": False, "vec": 1,
+                                "rows": 2, "cols": 2, "wg": (4, 2), "k_tile": 4}),
 }
 
 
@@ -296,6 +300,9 @@ cases = {
     "local": (G.GemmProblem(5, 7, 5, beta=1.0),
               {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
                "wg": (2, 2), "k_tile": 2}),
+    "local_k1": (G.GemmProblem(5, 7, 1, trans_a=True, lda=6, beta=1.0),
+                 {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
+                  "wg": (2, 2), "k_tile": 2}),
 }
 for name, (pr, params) in cases.items():
     params = G.normalize_params(params)
@@ -332,6 +339,6 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_gemm_kernels_clean_under_oclgrind():
     results = run_probe(PROBE)
-    assert results == {"plain": True, "packed_trans": True, "local": True}
+    assert results == {"plain": True, "packed_trans": True, "local": True, "local_k1": True}
 
 # }}}
