@@ -108,19 +108,21 @@ def _build(engine, prob, params):
                       lambda: fam.build_gemm(prob, params))
 
 
-# Split-k: fewest k per slice, and how many work-groups per compute unit a split aims at.
-_SPLIT_MIN_K = 128
-_SPLIT_GROUPS_PER_CU = 2
+# Split-k: fewest k per slice, and the most work-groups per compute unit a split may reach.
+_SPLIT_MIN_K = 256
+_SPLIT_GROUPS_PER_CU = 8
 
 
 def split_k(engine, shape: GemmShape, params: dict) -> int:
     """How many k slices to cut ``shape`` into on ``engine`` (1: no split).
 
-    GPUs only: a GEMM with few rows and columns and a long k (the backward recurrence of an
-    RNN: 64 x 512 x 2048) covers C with a few dozen work-groups and leaves most compute units
-    idle (121 us per step on an H100, 6 of the 9.4 ms of an LSTM forward+backward). Slices
-    are doubled while the grid stays within ``_SPLIT_GROUPS_PER_CU`` work-groups per compute
-    unit and a slice keeps at least ``_SPLIT_MIN_K`` of k.
+    GPUs only, and only GEMMs whose C covers at most half the compute units with work-groups:
+    few rows and columns and a long k, like the backward recurrence of an RNN (64 x 512 x
+    2048 ran 121 us per step on an H100 unsplit, 6 of the 9.4 ms of an LSTM forward+backward).
+    Then k is cut into the most power-of-two slices that keep at least ``_SPLIT_MIN_K`` each
+    and at most ``_SPLIT_GROUPS_PER_CU`` work-groups per unit. Measured on an H100 with
+    ``benchmarks/gemm_split.py``: 64x512x2048 56 -> 20 us (8 slices), 32x1760x7040 348 -> 79
+    us (16); a GEMM that already fills the units (64x2048x512, 1024^3) only loses by it.
     """
     info = engine.info
     if info.type != "gpu" or not params.get("local_prefetch") or params.get("packed_b"):
@@ -128,9 +130,11 @@ def split_k(engine, shape: GemmShape, params: dict) -> int:
     bm = params["wg"][1] * params["rows"]
     bn = params["wg"][0] * params["cols"]
     groups = -(-shape.m // bm) * -(-shape.n // bn)
-    target = _SPLIT_GROUPS_PER_CU * max(1, info.compute_units)
+    units = max(1, info.compute_units)
+    if 2 * groups > units:
+        return 1
     s = 1
-    while (groups * s * 2 <= target and shape.k % (2 * s) == 0
+    while (groups * s * 2 <= _SPLIT_GROUPS_PER_CU * units and shape.k % (2 * s) == 0
            and shape.k // (2 * s) >= _SPLIT_MIN_K):
         s *= 2
     return s

@@ -70,8 +70,8 @@ def test_cpu_heuristic_never_splits(engine):
 
 
 def test_gpu_rule_fills_the_compute_units():
-    """The slice rule on a made-up 132-unit GPU: C's work-groups times slices stay within two
-    per unit, slices keep >= 128 of k and divide it."""
+    """The slice rule on a made-up 132-unit GPU: only grids covering at most half the units
+    split; slices keep >= 256 of k, divide it, and the grid stays within 8 groups per unit."""
     from types import SimpleNamespace
 
     gpu = SimpleNamespace(info=SimpleNamespace(type="gpu", compute_units=132))
@@ -81,12 +81,13 @@ def test_gpu_rule_fills_the_compute_units():
     def sk(m, n, k, params=small):
         return matmul.split_k(gpu, matmul.GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), params)
 
-    assert sk(64, 512, 2048) == 8      # 32 groups -> 256
-    assert sk(64, 2048, 512) == 2      # 128 groups -> 256
-    assert sk(64, 512, 384) == 2       # 384 / 4 = 96 < 128
+    assert sk(64, 512, 2048) == 8      # 32 groups: 2048 / 8 = 256 per slice
+    assert sk(32, 1760, 7040) == 16    # 56 groups: 440 per slice
+    assert sk(64, 512, 768) == 2       # 768 / 4 = 192 < 256
     assert sk(64, 512, 2050) == 2      # 2050 / 4 is no integer
-    assert sk(1024, 1024, 1024, large) == 2
-    assert sk(4096, 4096, 4096, large) == 1
+    assert sk(16, 64, 1 << 20) == 1024  # 1 group: up to 8 * 132 groups
+    assert sk(64, 2048, 512) == 1      # 128 groups: already one per unit
+    assert sk(1024, 1024, 1024, large) == 1
     cpu = SimpleNamespace(info=SimpleNamespace(type="cpu", compute_units=2))
     assert matmul.split_k(cpu, matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512,
                                                 ldc=512), small) == 1
