@@ -16,7 +16,7 @@ from ..cells import get_cell
 
 # Run-time offset arguments, in this order after the buffers.
 OFFSET_ARGS = ("gx_off", "bias_off", "h_prev_off", "c_prev_off", "c_off", "h_off", "peep_off",
-               "att_off", "gates_off", "gh_off", "rh_off")
+               "att_off", "gates_off", "gh_off", "rh_off", "src_off", "u_off")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ class ElementwiseProblem:
     ld_h: int  # row stride of the h written (DHC for the pre-projection buffer, else DIC)
     wg: int = 32
     clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
+    # the stage's recurrent GEMM computed in the kernel (one launch per step instead of two;
+    # small batches on GPUs): gh_X[n, j] = sum_k src[n, k] * u[k, X * dhc + j] for k < fused_k
+    fused_k: int = 0
+    ld_src: int = 0  # row stride of the GEMM source (h_prev or rh)
+    ld_u: int = 0  # row stride of the weights u (G * DHC)
 
 
 def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
@@ -43,6 +48,8 @@ def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
     names = set(st.inputs(()))
     assigned = set(st.assigned)
     bufs = ["gates"]
+    if p.fused_k:
+        bufs += ["src", "u"]
     if any(n.startswith("gx_") for n in names):
         bufs += ["gx", "bias"]
     if any(n.startswith("gh_") for n in names):
@@ -104,10 +111,16 @@ def build_elementwise(p: ElementwiseProblem):
             mapping[name] = e
         elif name.startswith("gh_"):
             g = name[3:]
-            e = var("gh")[off("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
+            if p.fused_k:
+                e = ("gemm", lp.Reduction("sum", "k", var("src")[
+                    off("src_off") + n * p.ld_src + var("k")] * var("u")[
+                    off("u_off") + var("k") * p.ld_u + gemm_gates.index(g) * DHC + j]))
+            else:
+                e = var("gh")[off("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
             b = spec.bias_gate_index("gh", g)
             if b is not None:
-                e = e + var("bias")[off("bias_off") + b * DHC + j]
+                bias = var("bias")[off("bias_off") + b * DHC + j]
+                e = ("gemm", e[1], bias) if isinstance(e, tuple) else e + bias
             mapping[name] = e
         elif name == "h_prev":
             mapping[name] = var("h_prev")[off("h_prev_off") + n * p.ld_h_prev + j]
@@ -126,7 +139,21 @@ def build_elementwise(p: ElementwiseProblem):
         return _FunctionInliner(p.activation, p.alpha, p.clip)(expr)
 
     temps, insns = [], []
-    prev_id = None
+    prev = frozenset()  # the instructions the next one waits for
+    gemm_ids = []
+    for name, m in list(mapping.items()):
+        if isinstance(m, tuple) and m[0] == "gemm":
+            # independent of each other: the dot products of all gates share one k loop
+            # (src[n, k] read once for every gate)
+            tname, iid = f"v_{name}", f"l_{name}"
+            temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
+                                              address_space=lp.AddressSpace.PRIVATE))
+            insns.append(lp.Assignment(var(tname), m[1], id=iid, depends_on_is_final=True,
+                                       depends_on=frozenset(),
+                                       within_inames=frozenset(["n", "j"])))
+            gemm_ids.append(iid)
+            mapping[name] = var(tname) + m[2] if len(m) > 2 else var(tname)
+    prev = frozenset(gemm_ids)
     # values of earlier stages are loaded first, so that every later instruction reads private
     # temporaries and the gate stores can all come last
     for name, m in list(mapping.items()):
@@ -135,9 +162,9 @@ def build_elementwise(p: ElementwiseProblem):
             temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
                                               address_space=lp.AddressSpace.PRIVATE))
             insns.append(lp.Assignment(var(tname), m[1], id=iid, depends_on_is_final=True,
-                                       depends_on=frozenset([prev_id]) if prev_id else frozenset(),
+                                       depends_on=prev,
                                        within_inames=frozenset(["n", "j"])))
-            prev_id = iid
+            prev = frozenset([iid])
             mapping[name] = var(tname)
     for a in stage.assignments:
         expr = fn_sub(substitute(a.expr, mapping))
@@ -145,9 +172,8 @@ def build_elementwise(p: ElementwiseProblem):
         temps.append(lp.TemporaryVariable(tname, np.float32, shape=(), address_space=lp.AddressSpace.PRIVATE))
         iid = f"i_{a.name}"
         insns.append(lp.Assignment(var(tname), expr, id=iid, depends_on_is_final=True,
-                                   depends_on=frozenset([prev_id]) if prev_id else frozenset(),
-                                   within_inames=frozenset(["n", "j"])))
-        prev_id = iid
+                                   depends_on=prev, within_inames=frozenset(["n", "j"])))
+        prev = frozenset([iid])
         mapping[a.name] = var(tname)
     stores = []
     for a in stage.assignments:
@@ -164,9 +190,9 @@ def build_elementwise(p: ElementwiseProblem):
         # one sequential chain: the explicit order is complete (a later stage reads gates
         # written by an earlier kernel, which loopy cannot tell apart from this one's stores)
         stores.append(lp.Assignment(target, var(f"v_{a.name}"), id=f"s_{a.name}",
-                                    depends_on=frozenset([prev_id]), depends_on_is_final=True,
+                                    depends_on=prev, depends_on_is_final=True,
                                     within_inames=frozenset(["n", "j"])))
-        prev_id = f"s_{a.name}"
+        prev = frozenset([f"s_{a.name}"])
     # every work-item touches only its own (n, j) elements: no barrier is ever needed
     all_ids = [i.id for i in insns + stores]
     nosync = frozenset((i, "any") for i in all_ids)
@@ -179,7 +205,9 @@ def build_elementwise(p: ElementwiseProblem):
         args.append(lp.GlobalArg(b, np.float32, shape=None, is_output=out,
                                  is_input=not out or b == "gates"))
     args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS]
-    knl = lp.make_kernel(f"{{[n, j]: 0 <= n < {N} and 0 <= j < {DHC}}}", insns + stores,
+    dom = (f"{{[n, j, k]: 0 <= n < {N} and 0 <= j < {DHC} and 0 <= k < {p.fused_k}}}"
+           if p.fused_k else f"{{[n, j]: 0 <= n < {N} and 0 <= j < {DHC}}}")
+    knl = lp.make_kernel(dom, insns + stores,
                          args + temps, name=f"rnn_{spec.name}_s{p.stage}",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
                          seq_dependencies=False)

@@ -18,7 +18,7 @@ from ...kernels.compiler import get_kernel
 from ...kernels.matmul import GemmShape, get_gemm
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
-from .layout import dropout_active, dropout_masks, has_xin, xin_offset
+from .layout import dropout_active, dropout_masks, has_xin, lbr, xin_offset
 from .seqlen import layer_rows
 from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
 
@@ -32,9 +32,23 @@ _DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_it
            "weights_peephole_desc", "weights_projection_desc", "bias_desc")
 
 
-def weight_gemms(s) -> dict:
+# Batches up to this size run each step's recurrent GEMM inside the cell kernel on GPUs:
+# one launch per step instead of two (launches dominate small recurrences there).
+FUSED_MAX_N = 8
+
+
+def fused_recurrence(engine, s, training: bool) -> bool:
+    """Whether the cell kernels compute their stage's recurrent GEMM themselves (see
+    ``ElementwiseProblem.fused_k``): GPUs, batches up to ``FUSED_MAX_N``; not when training
+    an LBR cell, whose backward reads the GEMM results from the workspace."""
+    return (engine.info.type == "gpu" and s.N <= FUSED_MAX_N
+            and not (training and lbr(s)))
+
+
+def weight_gemms(s, fused: bool = False) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
-    matrices (L*D), elements between matrices)."""
+    matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
+    kernels compute them)."""
     G, DHC, N, T = s.G, s.DHC, s.N, s.T
     from ...cells import get_cell
 
@@ -44,7 +58,7 @@ def weight_gemms(s) -> dict:
         roles["layer"] = (GemmShape(m=layer_rows(s), n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
                                     ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
                           s.SLC * G * DHC)
-    for k, st in enumerate(spec.forward_stages(s.peephole)):
+    for k, st in enumerate(spec.forward_stages(s.peephole) if not fused else ()):
         gates = st.recurrent_gemm.gates
         g0, ng = spec.gate_names.index(gates[0]), len(gates)
         roles[f"iter{k}"] = (GemmShape(m=N, n=ng * DHC, k=s.SIC, lda=s.SIC, ldb=G * DHC,
@@ -84,7 +98,8 @@ def scratch_regions(pd) -> Regions:
     if s.ext.dropout_output and dropout_active(s, pd.training):
         r.add("yd", s.T * s.N * s.DIC)
     reserve_no_bias(r, s)
-    reserve_packed(r, pd.get_engine(), weight_gemms(pd.shape), pd.shape)
+    fused = fused_recurrence(pd.get_engine(), s, pd.training)
+    reserve_packed(r, pd.get_engine(), weight_gemms(s, fused), s)
     return r
 
 
@@ -129,18 +144,28 @@ class ForwardPlan(PlanBase):
 
         # -- kernels -----------------------------------------------------------------------------
         DHC, N = s.DHC, s.N
-        roles = weight_gemms(s)
+        self.fused = fused_recurrence(eng, s, pd.training)
+        roles = weight_gemms(s, self.fused)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         self.stage_kernels = []
+        GD = s.G * DHC
         for k, st in enumerate(spec.forward_stages(s.peephole)):
+            fuse = {}
+            if self.fused:
+                g0 = spec.gate_names.index(st.recurrent_gemm.gates[0])
+                ref, base = self.src["weights_iter_desc"]
+                # weights [L*D][SIC][G*DHC] as they lie: this stage's gates from column g0*DHC
+                self.wsrc[f"iter{k}"] = (ref, base + g0 * DHC, s.SIC * GD)
+                fuse = dict(fused_k=s.SIC, ld_u=GD,
+                            ld_src=s.SIC if st.recurrent_gemm.source == "h_prev" else DHC)
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
-                                    clip=clip_key(s))
+                                    clip=clip_key(s), **fuse)
             kern = get_kernel(eng, "rnn_elementwise", ep, lambda ep=ep: build_elementwise(ep))
-            self.stage_kernels.append((st, kern, self.gemm[f"iter{k}"], f"iter{k}"))
+            self.stage_kernels.append((st, kern, self.gemm.get(f"iter{k}"), f"iter{k}"))
 
         self.dropout = None
         self.drop_slots: list[int] = []
@@ -283,11 +308,11 @@ class ForwardPlan(PlanBase):
                 else:
                     gh_ref, gh_off = scr, sc["gh"] + gh_col
                 gh_col += N * ng * DHC
-                if st.recurrent_gemm.source == "h_prev":
-                    self.steps.append((self.rows(gemm, t), (ws, h_prev_off, u_ref, u_off,
-                                                            gh_ref, gh_off)))
-                else:  # rh = r * h_prev, written by the previous stage
-                    self.steps.append((self.rows(gemm, t), (scr, sc["rh"], u_ref, u_off,
+                # the GEMM's source: h_prev, or rh = r * h_prev written by the previous stage
+                src_ref, src_off = ((ws, h_prev_off) if st.recurrent_gemm.source == "h_prev"
+                                    else (scr, sc["rh"]))
+                if gemm is not None:
+                    self.steps.append((self.rows(gemm, t), (src_ref, src_off, u_ref, u_off,
                                                             gh_ref, gh_off)))
                 vals = {
                     "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
@@ -299,6 +324,7 @@ class ForwardPlan(PlanBase):
                     "h_off": h_out, "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
                     "att_off": (att[1] + t * N) if att else 0, "gates_off": gates_off,
                     "gh_off": gh_off, "rh_off": sc["rh"] if "rh" in sc else 0,
+                    "src": src_ref, "src_off": src_off, "u": u_ref, "u_off": u_off,
                 }
                 args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
                              for n in kern.src.arg_names)
