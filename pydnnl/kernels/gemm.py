@@ -412,9 +412,10 @@ def search_space(problem: GemmProblem, device=None) -> list[dict]:
                             packed_b=packed))
     else:
         out.append(default_params(device))
-        for rows, cols in ((8, 4), (4, 4), (8, 8), (4, 8), (2, 2)):
-            for wg in ((16, 16), (16, 8), (8, 8), (32, 8)):
-                for kt in (16, 8, 32):
+        for rows, cols in ((8, 4), (4, 4), (8, 8), (4, 8), (2, 2), (2, 4), (4, 2), (1, 4),
+                           (2, 8)):
+            for wg in ((16, 16), (16, 8), (8, 8), (32, 8), (32, 4), (64, 4)):
+                for kt in (16, 8, 32, 64):
                     out.append(dict(DEFAULT_GPU_PARAMS, rows=rows, cols=cols, wg=wg, k_tile=kt))
     seen, result = set(), []
     for p in out:

@@ -83,10 +83,11 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
                   make_launch)
 
 
-# Measured on an H100 through NVIDIA's OpenCL (exhaustive search, 2026-11): 64-row GEMMs (the
-# RNN recurrence) want small 2x2 tiles on 32x8 work-items (18.7 us at 64x2048x512, 3.5x faster
-# than the family's general default); large ones 8x4 tiles, both with 32-deep local tiles.
-_NVIDIA_SMALL_M = {"rows": 2, "cols": 2, "wg": (32, 8), "k_tile": 32}
+# Measured on an H100 through NVIDIA's OpenCL (exhaustive searches, 2026-11): 64-row GEMMs
+# (the RNN recurrence) want 4x2 tiles on 32x4 work-items over 64-deep local tiles (17 us at
+# 64x2048x512, 41 us at 64x4096x1024; 2x2 on 32x8 over 32: 20 and 49 us); large ones 8x4
+# tiles on 32x8 over 32.
+_NVIDIA_SMALL_M = {"rows": 4, "cols": 2, "wg": (32, 4), "k_tile": 64}
 _NVIDIA_LARGE = {"rows": 8, "cols": 4, "wg": (32, 8), "k_tile": 32}
 
 
