@@ -912,7 +912,9 @@ class BPacking:
 
     def build(self, dst_offset: int = 0):
         """loopy TranslationUnit ``pack_b(b, bp)`` packing on the device, writing the packed
-        matrices from element ``dst_offset`` of ``bp`` on."""
+        matrices from element ``dst_offset`` of ``bp`` on. With a source problem of
+        ``runtime_offsets`` the kernel takes ``b_off`` and ``bp_off`` (int64) instead: where
+        B starts in ``b`` and where the panels go in ``bp`` (``dst_offset`` is ignored)."""
         import loopy as lp
         import pymbolic.primitives as prim
 
@@ -931,13 +933,20 @@ class BPacking:
         if src.n % w:
             value = prim.If(_lt(j, src.n), value, 0)
         value = _cast(src.dtype, value, src.acc_dtype)
-        idx = dst_offset + bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
+        rt = src.runtime_offsets
+        base = V("bp_off") if rt else dst_offset
+        idx = base + bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
         insn = lp.Assignment(_sub("bp", idx), value, id="pack",
                              within_inames=frozenset(inames))
-        args = [lp.GlobalArg("b", src.dtype, shape=(src.size("b"),), is_input=True,
-                             is_output=False),
-                lp.GlobalArg("bp", src.dtype, shape=(dst_offset + dst.size("b"),),
-                             is_input=False, is_output=True)]
+        if rt:
+            args = [lp.GlobalArg("b", src.dtype, shape=None, is_input=True, is_output=False),
+                    lp.GlobalArg("bp", src.dtype, shape=None, is_input=False, is_output=True),
+                    lp.ValueArg("b_off", np.int64), lp.ValueArg("bp_off", np.int64)]
+        else:
+            args = [lp.GlobalArg("b", src.dtype, shape=(src.size("b"),), is_input=True,
+                                 is_output=False),
+                    lp.GlobalArg("bp", src.dtype, shape=(dst_offset + dst.size("b"),),
+                                 is_input=False, is_output=True)]
         knl = lp.make_kernel(domain, [insn], args, target=lp.OpenCLTarget(), name="pack_b",
                              lang_version=(2018, 2), index_dtype=np.int64)
         knl = lp.split_iname(knl, "kk", 16, outer_tag="g.0", inner_tag=_UNROLL)

@@ -214,6 +214,25 @@ class Gemm:
                                                       dst_offset),
                           lambda: pk.build(dst_offset))
 
+    def activation_packer(self):
+        """Kernel packing one B of this GEMM's shape into its panels, both places given per
+        launch: arguments ``(b, bp, b_off, bp_off)`` in the order of :meth:`packer_args`.
+        For B that changes every execution (activations), with one kernel for every
+        offset."""
+        from . import gemm as fam
+
+        sh = self.shape
+        src = fam.GemmProblem(m=sh.m, n=sh.n, k=sh.k, trans_b=sh.trans_b, ldb=sh.ldb,
+                              runtime_offsets=True)
+        pk = fam.pack_b(src, self.params)
+        return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
+                                                      "runtime"), lambda: pk.build())
+
+    @staticmethod
+    def packer_args(kernel, b, b_off, bp, bp_off) -> tuple:
+        vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off)}
+        return tuple(vals[n] for n in kernel.src.arg_names)
+
     def ordered(self, a, a_off, b, b_off, c, c_off) -> list:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),

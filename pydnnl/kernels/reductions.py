@@ -1,5 +1,5 @@
 """Small loopy kernels with run-time offsets: column sums (bias gradients), row sums,
-and elementwise sums of two buffers."""
+elementwise sums of two buffers and transposed copies."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +34,16 @@ class Add2:
 
     count: int
     wg: int = 64
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """``out[o_off + c * rows + r] = src[i_off + r * ld + c]`` for ``r < rows, c < cols``."""
+
+    rows: int
+    cols: int
+    ld: int
+    wg: int = 16
 
 
 def _args(lp, names_out, names_in, offsets):
@@ -86,6 +96,22 @@ def build_add2(p: Add2):
     return lp.split_iname(knl, "i", min(p.wg, p.count), inner_tag="l.0", outer_tag="g.0")
 
 
+def build_transpose(p: Transpose):
+    import loopy as lp
+    from pymbolic import var
+
+    r, c = var("r"), var("c")
+    insn = lp.Assignment(var("out")[var("o_off") + c * p.rows + r],
+                         var("src")[var("i_off") + r * p.ld + c],
+                         within_inames=frozenset(["r", "c"]))
+    knl = lp.make_kernel(f"{{[r, c]: 0 <= r < {p.rows} and 0 <= c < {p.cols}}}", [insn],
+                         _args(lp, ["out"], ["src"], ["o_off", "i_off"]),
+                         name="pydnnl_transpose", lang_version=(2018, 2),
+                         target=lp.PyOpenCLTarget())
+    knl = lp.split_iname(knl, "c", min(p.wg, p.cols), inner_tag="l.0", outer_tag="g.0")
+    return lp.tag_inames(knl, {"r": "g.1"})
+
+
 def _build_row_gather(p):
     from .gather import build_row_gather
 
@@ -96,7 +122,7 @@ def _builders():
     from .gather import RowGather
 
     return {ColSum: build_colsum, RowSum: build_rowsum, Add2: build_add2,
-            RowGather: _build_row_gather}
+            Transpose: build_transpose, RowGather: _build_row_gather}
 
 
 class Launcher:
