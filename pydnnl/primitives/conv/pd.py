@@ -314,15 +314,17 @@ class conv_pd_base(primitive_desc_base):
                     f"{self._kind}: solver {solver_name!r} does not implement algorithm "
                     f"{self._alg.name} (its solvers: {', '.join(allowed)})")
             order = [solver_name]
-        elif self._alg in (algorithm.convolution_direct, algorithm.deconvolution_direct):
-            order = ["direct"]
-        elif allowed is not None:
-            order = list(allowed)
         else:
-            order = heuristic_order(kind, self._conv_geom(), self._engine)
+            # the heuristic's order, limited to the algorithm's solvers (oneDNN's "direct" is
+            # every non-Winograd method, GEMM-based ones included), led by a stored find
+            # result of the family
+            names = list(solvers()) if allowed is None else allowed
+            order = [n for n in heuristic_order(kind, self._conv_geom(), self._engine)
+                     if n in names]
+            order += [n for n in names if n not in order]
             if use_db:
                 hit = self._db_lookup()
-                if hit is not None and hit.get("solver") in solvers():
+                if hit is not None and hit.get("solver") in names:
                     order = [hit["solver"]] + [n for n in order if n != hit["solver"]]
                     db_params = {hit["solver"]: dict(hit.get("params") or {})}
         reasons = []
