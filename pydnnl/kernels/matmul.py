@@ -88,6 +88,9 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
 # 64x2048x512, 41 us at 64x4096x1024; 2x2 on 32x8 over 32: 20 and 49 us); large ones 8x4
 # tiles on 32x8 over 32.
 _NVIDIA_SMALL_M = {"rows": 4, "cols": 2, "wg": (32, 4), "k_tile": 64}
+# up to 4 rows (a GEMV, e.g. an RNN step at batch 1): one row per work-item, 64 x 2 of them
+# along N (1 x 7040 x 1760: 30.7 us split in 4, against 42 us with the 64-row tiles)
+_NVIDIA_TINY_M = {"rows": 1, "cols": 2, "wg": (64, 2), "k_tile": 64}
 _NVIDIA_LARGE = {"rows": 8, "cols": 4, "wg": (32, 8), "k_tile": 32}
 
 
@@ -98,7 +101,8 @@ def _shape_default(engine, prob, default: dict) -> dict:
     info = engine.info
     if info.type != "gpu" or "nvidia" not in info.vendor.lower() or not default.get("local_prefetch"):
         return default
-    cand = dict(default, **(_NVIDIA_SMALL_M if prob.m <= 256 else _NVIDIA_LARGE))
+    cand = dict(default, **(_NVIDIA_TINY_M if prob.m <= 4 else
+                            _NVIDIA_SMALL_M if prob.m <= 256 else _NVIDIA_LARGE))
     return cand if fam.is_valid(prob, fam.normalize_params(cand), engine) else default
 
 
@@ -109,21 +113,27 @@ def _build(engine, prob, params):
                       lambda: fam.build_gemm(prob, params))
 
 
-# Split-k: fewest k per slice, and the most work-groups per compute unit a split may reach.
+# Split-k: fewest k per slice, the most work-groups per compute unit a split may reach, and
+# the k from which a GEMM splits even when its grid already covers the compute units.
 _SPLIT_MIN_K = 256
 _SPLIT_GROUPS_PER_CU = 8
+_SPLIT_LONG_K = 1536
+_SPLIT_SHORTEST_K = 1024  # below: never (at k = 512 the extra launch always cost more)
 
 
 def split_k(engine, shape: GemmShape, params: dict) -> int:
     """How many k slices to cut ``shape`` into on ``engine`` (1: no split).
 
-    GPUs only, and only GEMMs whose C covers at most half the compute units with work-groups:
-    few rows and columns and a long k, like the backward recurrence of an RNN (64 x 512 x
-    2048 ran 121 us per step on an H100 unsplit, 6 of the 9.4 ms of an LSTM forward+backward).
-    Then k is cut into the most power-of-two slices that keep at least ``_SPLIT_MIN_K`` each
-    and at most ``_SPLIT_GROUPS_PER_CU`` work-groups per unit. Measured on an H100 with
-    ``benchmarks/gemm_split.py``: 64x512x2048 56 -> 20 us (8 slices), 32x1760x7040 348 -> 79
-    us (16); a GEMM that already fills the units (64x2048x512, 1024^3) only loses by it.
+    GPUs only, and only GEMMs whose C covers at most half the compute units with work-groups
+    (few rows and columns and a long k, like the backward recurrence of an RNN: 64 x 512 x
+    2048 ran 121 us per step on an H100 unsplit, 6 of the 9.4 ms of an LSTM forward+backward)
+    or whose k is at least ``_SPLIT_LONG_K``. Then k is cut into the most power-of-two slices
+    that keep at least ``_SPLIT_MIN_K`` each and at most ``_SPLIT_GROUPS_PER_CU`` work-groups
+    per unit. Measured on an H100 with ``benchmarks/gemm_split.py``: 64x512x2048 56 -> 20 us
+    (8 slices), 32x1760x7040 348 -> 79 us (16), 1x7040x1760 84 -> 42 us (4), 512x2048x3200
+    307 -> 243 us (8); GEMMs with a short k (below ``_SPLIT_SHORTEST_K``), or that fill the
+    units already with k below ``_SPLIT_LONG_K`` (64x2048x512, 64x4096x1024, 1024^3), only
+    lose by it: an RNN forward step of 64 x 512 x 512 split in two ran 1.2 -> 1.7 ms.
     """
     info = engine.info
     if info.type != "gpu" or not params.get("local_prefetch") or params.get("packed_b"):
@@ -132,7 +142,7 @@ def split_k(engine, shape: GemmShape, params: dict) -> int:
     bn = params["wg"][0] * params["cols"]
     groups = -(-shape.m // bm) * -(-shape.n // bn)
     units = max(1, info.compute_units)
-    if 2 * groups > units:
+    if shape.k < _SPLIT_SHORTEST_K or (2 * groups > units and shape.k < _SPLIT_LONG_K):
         return 1
     s = 1
     while (groups * s * 2 <= _SPLIT_GROUPS_PER_CU * units and shape.k % (2 * s) == 0

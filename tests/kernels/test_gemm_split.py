@@ -70,8 +70,9 @@ def test_cpu_heuristic_never_splits(engine):
 
 
 def test_gpu_rule_fills_the_compute_units():
-    """The slice rule on a made-up 132-unit GPU: only grids covering at most half the units
-    split; slices keep >= 256 of k, divide it, and the grid stays within 8 groups per unit."""
+    """The slice rule on a made-up 132-unit GPU: with k >= 1024, grids covering at most half
+    the units split, and those with k >= 1536; slices keep >= 256 of k, divide it, and the
+    grid stays within 8 groups per unit."""
     from types import SimpleNamespace
 
     gpu = SimpleNamespace(info=SimpleNamespace(type="gpu", compute_units=132))
@@ -83,11 +84,14 @@ def test_gpu_rule_fills_the_compute_units():
 
     assert sk(64, 512, 2048) == 8      # 32 groups: 2048 / 8 = 256 per slice
     assert sk(32, 1760, 7040) == 16    # 56 groups: 440 per slice
-    assert sk(64, 512, 768) == 2       # 768 / 4 = 192 < 256
+    assert sk(64, 512, 1280) == 4      # 1280 / 8 = 160 < 256
+    assert sk(64, 512, 768) == 1       # k < 1024: never
     assert sk(64, 512, 2050) == 2      # 2050 / 4 is no integer
     assert sk(16, 64, 1 << 20) == 1024  # 1 group: up to 8 * 132 groups
     assert sk(64, 2048, 512) == 1      # 128 groups: already one per unit
     assert sk(1024, 1024, 1024, large) == 1
+    assert sk(512, 2048, 3200, large) == 8   # 128 groups, but k >= 1536: split anyway
+    assert sk(64, 8192, 2048) == 2     # 512 groups, k >= 1536: 1024 groups at most
     cpu = SimpleNamespace(info=SimpleNamespace(type="cpu", compute_units=2))
     assert matmul.split_k(cpu, matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512,
                                                 ldc=512), small) == 1

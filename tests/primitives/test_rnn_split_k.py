@@ -1,6 +1,7 @@
-"""RNN backward with the recurrence GEMMs split along k (what GPUs do, forced here on every
-device through ``split_k``): gradients against the float64 reference, for every cell family
-(LSTM's GEMM stores the h_prev gradient; GRU's accumulates after the elementwise kernel)."""
+"""RNN forward and backward with the recurrence GEMMs split along k (what GPUs do, forced
+here on every device through ``split_k``): gradients (which read the forward's states)
+against the float64 reference, for every cell family (LSTM's GEMM stores the h_prev
+gradient; GRU's accumulates after the elementwise kernel)."""
 from __future__ import annotations
 
 import pathlib
@@ -12,6 +13,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from pydnnl.kernels import matmul  # noqa: E402
+from pydnnl.primitives.rnn import plan_forward  # noqa: E402
 from rnn_bwd_helpers import (assert_close, bwd_pd, fwd_pd, gradients, problem,  # noqa: E402
                              ref_gradients, run_backward, run_forward)
 
@@ -36,6 +38,9 @@ def test_split_recurrence_gradients_match_reference(engine, stream, forced_split
                                                     direction, L):
     p = problem(cfg, direction, L)
     fpd = fwd_pd(engine, p)
+    # forward k = SIC (odd: whole); GPUs compute small batches' steps in the cell kernels
+    fused = plan_forward.fused_recurrence(engine, fpd.shape, True)
+    assert ("splitk" in fpd.scratch) == (p.SIC % 2 == 0 and not fused)
     fargs = run_forward(engine, stream, p, fpd)
     bpd = bwd_pd(engine, p, fpd)
     assert "splitk" in bpd.scratch  # the partial products' region: the split did happen

@@ -242,12 +242,12 @@ def reserve_no_bias(regions, shape) -> None:
 
 
 def role_gemm(engine, s, role: str, shape):
-    """The launcher of the weight GEMM ``role``. The backward recurrence (roles ``dh*``: few
-    rows, long k) may be split along k on GPUs; not with sequence lengths, whose steps
-    launch only the running rows."""
+    """The launcher of the weight GEMM ``role``. The recurrences (roles ``iter*`` forward,
+    ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); not with
+    sequence lengths, whose steps launch only the running rows."""
     from ...kernels.matmul import get_gemm
 
-    split = role.startswith("dh") and s.ext.seq_lengths is None
+    split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
     return get_gemm(engine, shape, static_b=True, split=split)
 
 
