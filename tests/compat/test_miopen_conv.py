@@ -236,7 +236,7 @@ CASES = [
          (1, 1, 2), 1, (0, 1, 0)),
 ]
 # (algorithm, alpha, beta): the direct solver with blending, GEMM overwriting
-RUNS = [(1, 0.75, -1.5), (0, 1.0, 0.0)]
+RUNS = [(1, 0.75, -1.5), (0, 1.0, 0.0), (5, 1.5, 0.5)]
 
 
 def workspace(eng, nbytes):
@@ -409,7 +409,7 @@ def test_output_dims_errors(eng):
 # -------------------------------------------------------------------------------------------------
 # forward, backward data, backward weights against the oracles
 # -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm"])
+@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm", "implicit-blend"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_forward(H, eng, case, algo, alpha, beta):
     c, xt, wt, yt, x, w = case.setup(eng)
@@ -426,7 +426,7 @@ def test_forward(H, eng, case, algo, alpha, beta):
     assert yt.gaps_untouched() and xt.gaps_untouched()
 
 
-@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm"])
+@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm", "implicit-blend"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_backward_data(H, eng, case, algo, alpha, beta):
     c, xt, wt, yt, x, w = case.setup(eng)
@@ -453,7 +453,7 @@ def test_backward_data(H, eng, case, algo, alpha, beta):
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs), float(np.sum(np.abs(y1 * dy))))
 
 
-@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm"])
+@pytest.mark.parametrize("algo,alpha,beta", RUNS, ids=["direct-blend", "gemm", "implicit-blend"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_backward_weights(H, eng, case, algo, alpha, beta):
     c, xt, wt, yt, x, w = case.setup(eng)
@@ -691,8 +691,6 @@ def test_bad_arguments_leave_outputs_untouched(H, eng):
         (M.miopenStatusBadParm, "workSpaceSize", dict(workSpaceSize=n + 4)),
         (M.miopenStatusBadParm, "convDesc", dict(convDesc=None)),
         (M.miopenStatusNotImplemented, "FFT", dict(algo=M.miopenConvolutionFwdAlgoFFT)),
-        (M.miopenStatusNotImplemented, "ImplicitGEMM",
-         dict(algo=M.miopenConvolutionFwdAlgoImplicitGEMM)),
         (M.miopenStatusNotImplemented, "winograd", dict(convDesc=wino, algo=3)),
     ]
     if other:

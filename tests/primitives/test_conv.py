@@ -289,7 +289,7 @@ def _pd(engine, src=X_DIMS, wei=W_DIMS, dst=Y_DIMS, s=(1, 1), d=(0, 0), pl=(1, 1
     (dict(alg=dnnl.algorithm.eltwise_relu), invalid_arguments, r"algorithm must be one of"),
     (dict(alg=dnnl.algorithm.deconvolution_direct), invalid_arguments, r"algorithm must be"),
     (dict(alg=WINO, s=(2, 2), dst=(2, 4, 3, 3)), unimplemented, r"Winograd.*stride 1"),
-    (dict(solver="fft"), invalid_arguments, r"unknown solver 'fft'"),
+    (dict(solver="gemm_magic"), invalid_arguments, r"unknown solver 'gemm_magic'"),
     (dict(alg=DIRECT, solver="winograd_f2x3"), invalid_arguments, r"does not implement"),
     (dict(foo=1), invalid_arguments, r"unknown keyword argument\(s\) foo"),
 ])
@@ -404,7 +404,7 @@ def _find_args():
 def test_find_ranks_solvers_and_auto_uses_the_best(engine, perf_db):
     res = convolution_forward.find(engine, FWD, *_find_args())
     assert [type(r) for r in res] == [ConvFindResult] * len(res)
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "winograd_f2x3"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "winograd_f2x3"}
     times = [r.time_ms for r in res]
     assert times == sorted(times) and all(t > 0 for t in times)
     algs = {r.solver: r.algorithm for r in res}
@@ -444,11 +444,11 @@ def test_find_backward_and_deconvolution(engine, perf_db):
     src, wei = MD((1, 4, 5, 5), F32, "any"), MD((6, 4, 3, 3), F32, "any")
     dst = MD((1, 6, 3, 3), F32, "any")
     res = convolution_backward_data.find(engine, src, wei, dst, [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm"}
     res = convolution_backward_weights.find(engine, src, wei, MD([6], F32, "any"), dst, [1, 1],
                                             [0, 0], [0, 0], [0, 0], exhaustive=True)
     assert len(res) > 2 and [r.time_ms for r in res] == sorted(r.time_ms for r in res)
     res = deconvolution_forward.find(engine, FWD, dst, MD((4, 6, 3, 3), F32, "any"), None, src,
                                      [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm"}
     assert all(r.algorithm == dnnl.algorithm.deconvolution_direct for r in res)

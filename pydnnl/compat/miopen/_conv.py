@@ -44,9 +44,10 @@ from ._enums import (miopenConvAlgorithm_t, miopenConvBwdDataAlgorithm_t,
 
 _F32 = data_type.f32
 
-# MIOpen algorithm value -> pydnnl solver (FFT and implicit GEMM have none)
-_SOLVER = {0: "im2col_gemm", 1: "direct", 3: "winograd_f2x3", 4: "im2col_gemm"}
-_ALGO = {"im2col_gemm": 0, "direct": 1, "winograd_f2x3": 3}
+# MIOpen algorithm value -> pydnnl solver (FFT has none)
+_SOLVER = {0: "im2col_gemm", 1: "direct", 3: "winograd_f2x3", 4: "im2col_gemm",
+           5: "implicit_gemm"}
+_ALGO = {"im2col_gemm": 0, "direct": 1, "winograd_f2x3": 3, "implicit_gemm": 5}
 
 # (transpose mode, direction) -> primitive; a transposed convolution is a deconvolution
 _PRIM = {(False, "fwd"): convolution_forward, (False, "bwd_d"): convolution_backward_data,

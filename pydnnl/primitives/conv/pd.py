@@ -4,7 +4,7 @@ backward weights), oneDNN's API; the work is done by solvers (:mod:`.solvers`).
 Every descriptor accepts oneDNN's positional forms, with or without bias and with or without
 ``dilates`` (``None`` for an absent bias), and every argument by keyword. pydnnl extensions
 (keyword only): ``solver=`` pins a solver by name (``direct``, ``im2col_gemm``,
-``winograd_f2x3``), ``solver_params=`` its tuning parameters; backward descriptors accept
+``implicit_gemm``, ``winograd_f2x3``, ``fft``), ``solver_params=`` its tuning parameters; backward descriptors accept
 ``hint_fwd_pd=None``.
 """
 from __future__ import annotations
