@@ -32,6 +32,39 @@ def stream(engine) -> dnnl.stream:
 
 
 @pytest.fixture(scope="session")
+def first_device(engine) -> bool:
+    """Whether ``engine`` is the first device present (the one that runs every sweep whole;
+    see the ``sampled`` marker)."""
+    return engine is ENGINES[0]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sampled(every): on devices after the first, run every n-th case of this "
+                   "device-parametrized sweep (the first device runs all of them; the kernels "
+                   "come from the same generators, and CI time is finite)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect (never skip) the cases a ``sampled`` sweep leaves out on later devices."""
+    keep, drop, seen = [], [], {}
+    for item in items:
+        mark = item.get_closest_marker("sampled")
+        eng = getattr(getattr(item, "callspec", None), "params", {}).get("engine")
+        if mark is not None and eng is not None and eng is not ENGINES[0]:
+            every = int(mark.kwargs.get("every", mark.args[0] if mark.args else 2))
+            key = (item.nodeid.split("[")[0], id(eng))
+            n = seen[key] = seen.get(key, -1) + 1
+            if n % every:
+                drop.append(item)
+                continue
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
 def cpu_engine() -> dnnl.engine:
     """The default CPU engine (index 0); tests using it skip where no CPU device exists."""
     if dnnl.engine.get_count(dnnl.engine.kind.cpu) == 0:

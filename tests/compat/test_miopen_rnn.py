@@ -645,10 +645,11 @@ def test_bad_inputs_leave_outputs_untouched(handle, nets):
     assert np.all(read(h, dw) == SENTINEL)
 
 
-def test_every_device(engine):
-    """One two-primitive LSTM and one bidirectional GRU on each device present."""
+def test_every_device(engine, first_device):
+    """One two-primitive LSTM and one bidirectional GRU on the first device, the GRU on the
+    others (their kernels are the primitives' own, checked there)."""
     h = M.miopenCreateWithStream(dnnl.stream(engine))
-    for case in (CASES[0], CASES[1]):
+    for case in (CASES[0], CASES[1]) if first_device else (CASES[1],):
         got = run_case(h, {}, case)
         (y, hy, _), (dx, _, _, dw), want = got[1], got[2], got[3]
         close(y, want[0], "y")

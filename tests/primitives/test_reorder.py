@@ -128,13 +128,15 @@ RANK_DIMS = {2: [3, 5], 3: [2, 3, 5], 4: [2, 3, 4, 5], 5: [2, 3, 2, 4, 3]}
 
 
 @pytest.mark.parametrize("rank", [2, 3, 4, 5])
-def test_plain_to_every_permutation(engine, stream, rank):
+def test_plain_to_every_permutation(engine, stream, first_device, rank):
+    """Every permutation on the first device; every 7th of the 120 5-D ones on the others."""
     dims = RANK_DIMS[rank]
     x = RNG.standard_normal(dims).astype(np.float32)
     plain = "".join(LETTERS[:rank])
     src = from_raw(md_(dims, dt.f32, plain), engine, x.ravel())
     bad = []
-    for perm in itertools.permutations(range(rank)):
+    perms = list(itertools.permutations(range(rank)))
+    for perm in perms if first_device or rank < 5 else perms[::7]:
         name = "".join(LETTERS[i] for i in perm)
         dst = filled(md_(dims, dt.f32, name), engine, np.nan)
         run(src, dst, stream)

@@ -64,6 +64,7 @@ def primitive_gradients(engine, stream, p) -> dict[str, np.ndarray]:
     return _RUNS[key]
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("cfg,direction,L,with_iter", CASES, ids=CASE_IDS)
 def test_gradients_match_reference(engine, stream, cfg, direction, L, with_iter):
     p = problem(cfg, direction, L, with_iter=with_iter)
@@ -74,6 +75,7 @@ def test_gradients_match_reference(engine, stream, cfg, direction, L, with_iter)
         assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {direction} L{L} {name}")
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("cfg,direction,L,with_iter", CASES, ids=CASE_IDS)
 def test_gradients_match_finite_differences(engine, stream, cfg, direction, L, with_iter):
     """Directional derivatives of the primitive's gradients vs central differences of the

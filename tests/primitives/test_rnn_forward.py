@@ -35,6 +35,7 @@ def _check_workspace(pd, prop: str) -> None:
 # --------------------------------------------------------------------------------------------
 # 1. the whole matrix against the reference
 # --------------------------------------------------------------------------------------------
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("prop", PROPS)
 @pytest.mark.parametrize("with_iter", [True, False], ids=["iter", "noiter"])
 @pytest.mark.parametrize("L", [1, 3], ids=["L1", "L3"])
@@ -176,6 +177,7 @@ def _noncanonical(p) -> dict:
     return make_descs(p, t)
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("L,prop", [(1, "forward_inference"), (3, "forward_training")])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("cfg", NON_AUGRU)

@@ -26,7 +26,7 @@ from ...kernels.reductions import Add2, ColSum, Launcher, RowSum, Transpose
 from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward_buffers,
                                             build_elementwise_bwd)
 from .layout import Regions, region_desc
-from .layout import dropout_active, has_xin, xin_offset
+from .layout import dropout_active, xin_offset
 from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
 from .plan_forward import clip_key
 from .seqlen import layer_rows

@@ -15,7 +15,7 @@ from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DST_ITER, ARG_DST_I
                           ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WEIGHTS_PEEPHOLE,
                           ARG_WEIGHTS_PROJECTION, rnn_direction)
 from ...kernels.compiler import get_kernel
-from ...kernels.matmul import GemmShape, get_gemm
+from ...kernels.matmul import GemmShape
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from .layout import Regions, region_desc
 from .layout import dropout_active, dropout_masks, has_xin, lbr, xin_offset
