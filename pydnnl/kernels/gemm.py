@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 # Bump when the generated code changes for the same (problem, params).
-GENERATOR_VERSION = "gemm-1"
+GENERATOR_VERSION = "gemm-2"
 _PANEL = "panel"
 # How register-tile loops are unrolled: "unr" (by loopy: slow code generation, ~5 ms per
 # unrolled statement) or "unr_hint" (#pragma unroll: the OpenCL compiler unrolls).
@@ -828,6 +828,10 @@ def _build_local(pr: GemmProblem, p: dict):
     # fetch loops: the axis contiguous in global memory goes to local axis 0 (coalescing)
     a_axes = ("ar", "ak") if not pr.trans_a else ("ak", "ar")  # (slow, fast) in memory
     b_axes = ("bk", "bc") if not pr.trans_b else ("bc", "bk")
+    if kt == 1:
+        # k == 1 (an outer product, e.g. a weight gradient over one image): nothing to share
+        # through local memory; the tiles are read where they are used
+        return _finish(knl)
     for rule, sweep, name, pinames, axes in (
             ("a_tile", ["li", "ii", "ki"], "a_loc", ["ar", "ak"], a_axes),
             ("b_tile", ["lj", "jj", "ki"], "b_loc", ["bk", "bc"], b_axes)):
@@ -837,18 +841,8 @@ def _build_local(pr: GemmProblem, p: dict):
                             temporary_address_space=lp.AddressSpace.LOCAL,
                             temporary_name=name, compute_insn_id="fetch_" + name[0])
         slow, fast = axes
-        have = knl.default_entrypoint.all_inames()
-        # precompute drops fetch axes of extent 1 (k == 1: a GEMM over one image)
-        if fast in have:
-            knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
-        if slow in have:
-            knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
-        if fast not in have or slow not in have:
-            # every work-item of the idle local axis stores the same values: benign
-            knl = lp.add_inames_for_unused_hw_axes(knl, within="id:fetch_" + name[0])
-            entry = knl.default_entrypoint
-            knl = knl.with_kernel(entry.copy(silenced_warnings=list(entry.silenced_warnings)
-                                             + ["write_race(fetch_%s)" % name[0]]))
+        knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
+        knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
     return _finish(knl)
 
 # }}}
