@@ -17,6 +17,32 @@ PYOPENCL_NV_PROBE = ("Oclgrind - OpenCL runtime error detected\n\tFunction: clGe
                      "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
 
 
+# The start of a convolution probe: imports, the simulator's engine and stream, a seeded
+# generator ``rng`` (the probe sets ``SEED`` first), the ``results`` dict the probe prints,
+# a relative-error test and a memory helper.
+CONV_PROBE_PRELUDE = r"""
+import json
+import numpy as np
+import pydnnl as dnnl
+from pydnnl.primitives.conv import (convolution_forward, convolution_backward_data,
+    convolution_backward_weights, deconvolution_forward)
+from pydnnl.reference import conv as R
+
+MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+eng = dnnl.engine.from_name("Oclgrind")
+assert eng.is_simulator
+s = dnnl.stream(eng)
+rng = np.random.default_rng(SEED)
+results = {}
+
+def close(got, ref, rtol=1e-5):
+    return bool(np.abs(got - ref).max() <= rtol * np.abs(ref).max())
+
+def mem(md, a=None):
+    return dnnl.memory(md, eng, a) if a is not None else dnnl.memory(md, eng)
+"""
+
+
 def has_oclgrind() -> bool:
     try:
         return any("oclgrind" in p.name.lower() for p in cl.get_platforms())

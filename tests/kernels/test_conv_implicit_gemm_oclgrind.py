@@ -18,28 +18,9 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
+from oclgrind_helpers import CONV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 
-PROBE = r"""
-import json
-import numpy as np
-import pydnnl as dnnl
-from pydnnl.primitives.conv import (convolution_forward, convolution_backward_data,
-    convolution_backward_weights)
-from pydnnl.reference import conv as R
-
-MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
-eng = dnnl.engine.from_name("Oclgrind")
-assert eng.is_simulator
-s = dnnl.stream(eng)
-rng = np.random.default_rng(6)
-results = {}
-
-def close(got, ref, rtol=1e-5):
-    return bool(np.abs(got - ref).max() <= rtol * np.abs(ref).max())
-
-def mem(md, a=None):
-    return dnnl.memory(md, eng, a) if a is not None else dnnl.memory(md, eng)
+PROBE = "SEED = 6\n" + CONV_PROBE_PRELUDE + r"""
 
 x = rng.standard_normal((2, 4, 5, 4)).astype(np.float32)
 w = rng.standard_normal((2, 3, 2, 3, 2)).astype(np.float32)    # 2 groups, 3x2 kernel
