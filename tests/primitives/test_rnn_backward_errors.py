@@ -95,6 +95,7 @@ def _bad_desc_cases():
 BAD_DESCS = _bad_desc_cases()
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("case", list(BAD_DESCS))
 def test_bad_descs_rejected(engine, case):
     p, f, d, words = BAD_DESCS[case]
@@ -330,6 +331,7 @@ def _arg_words(arg: int) -> list[str]:
 EXEC_CASES = _execute_cases()
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("case", list(EXEC_CASES))
 @pytest.mark.parametrize("base", ["lstm", "rnn"])
 def test_execute_rejects_bad_args_before_writing(engine, stream, base, case):

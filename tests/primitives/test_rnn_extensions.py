@@ -49,6 +49,7 @@ def _diff_dst(p: Problem, out: dict, seed: int) -> dict:
     return {n: rng.uniform(-1, 1, v.shape) for n, v in out.items()}
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_forward_and_backward_match_reference(engine, stream, case):
     p = CASES[case]
