@@ -1,7 +1,7 @@
 """Split-k GEMMs (``get_gemm(..., split=True)``): slices through one batched kernel, then a
 reduction into C, against numpy in float64. The slice count is forced through ``split_k``
-(on CPUs the heuristic never splits); the plan-level use is in
-tests/primitives/test_rnn_split_k.py."""
+(on CPUs the rule never splits: see the closed-form test of the rule); the plan-level use is
+in tests/primitives/test_rnn_split_k.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,13 +60,6 @@ def test_split_gemm_without_part_buffer_is_an_error(engine, stream, forced_split
     z = _buf(engine, np.zeros(12, np.float32))
     with pytest.raises(invalid_arguments, match="part buffer of 12 elements"):
         g(stream, z.buffer, 0, z.buffer, 0, z.buffer, 0)
-
-
-def test_cpu_heuristic_never_splits(engine):
-    if engine.info.type == "gpu":
-        pytest.skip("the CPU rule; GPUs split by their compute units")
-    shape = matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512, ldc=512)
-    assert matmul.get_gemm(engine, shape, split=True).splits == 1
 
 
 def test_gpu_rule_fills_the_compute_units():
