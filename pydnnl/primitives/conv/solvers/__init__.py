@@ -107,13 +107,18 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     direct_first = small
     order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
     # implicit GEMM (the patches computed in the loads): ahead of im2col + GEMM on CPUs for
-    # stride-1 layers with kernels larger than 1x1, forward and backward data, and for
-    # backward weights of one image (2-core EPYC, ResNet-50 3x3 layers: forward 1.5 vs 1.8 ms
-    # at mb1, 22.5 vs 29.2 at mb8; backward data 1.4 vs 3.7 / 24.6 vs 31.6; backward weights
-    # 2.4 vs 4.5 at mb1 but slower at mb8); strided 1x1 layers keep im2col + GEMM
+    # stride-1 forward and backward data with kernels larger than 1x1 when the GEMM has at
+    # least 512 rows (images x points). 2-core EPYC, ResNet-50 3x3 layers against im2col +
+    # GEMM: mb32 forward 41-47 vs 43-53 ms, backward data 42-49 vs 44-61; mb1 res2a/res3a
+    # (3136 / 784 points) 1.37 / 1.45 vs 1.55 / 1.48 ms, but res4a/res5a (196 / 49 points)
+    # 1.9 / 4.2 vs 1.45 / 1.9 ms; backward weights gained nothing measurable
     stride1 = all(s == 1 for s in geom["strides"])
-    implicit_first = engine.info.type == "cpu" and not small and k > 1 and (
-        (kind in ("fwd", "bwd_d") and stride1) or (kind == "bwd_w" and geom["mb"] == 1))
+    sp = geom["dst_sp"] if kind == "fwd" else geom["src_sp"]
+    rows = geom["mb"]
+    for v in sp:
+        rows *= v
+    implicit_first = (engine.info.type == "cpu" and not small and k > 1 and stride1
+                      and kind in ("fwd", "bwd_d") and rows >= 512)
     if implicit_first:
         order.insert(order.index("im2col_gemm"), "implicit_gemm")
     else:
