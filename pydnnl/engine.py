@@ -86,6 +86,26 @@ class _Device:
 
 
 _DEVICES: list[_Device] | None = None
+_UNUSABLE: list[tuple[DeviceInfo, str]] = []
+
+# A runtime that lists a device but cannot compile for it: PoCL 3.0's LLVM 14 does not know
+# CPUs newer than it (AMD Zen 5 among them) and asks for target CPU "generic", which its
+# backend rejects, so every kernel build fails. Such a device is left out, with the reason.
+_PROBE = "__kernel void pydnnl_probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+
+
+def _unusable_reason(platform, device) -> str:
+    """Why the device cannot run pydnnl's kernels ('' when it can); probes PoCL only."""
+    if "portable computing language" not in platform.name.lower():
+        return ""
+    cl = _cl()
+    try:
+        cl.Program(cl.Context([device]), _PROBE).build()
+    except cl.Error as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()]
+        detail = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else "")
+        return f"its compiler cannot build a kernel for this CPU ({detail or e})"
+    return ""
 
 
 def _all_devices() -> list[_Device]:
@@ -105,6 +125,10 @@ def _all_devices() -> list[_Device]:
                 continue
             for d in devs:
                 info = _device_info(p, d)
+                why = _unusable_reason(p, d)
+                if why:
+                    _UNUSABLE.append((info, why))
+                    continue
                 k = engine.kind.gpu if info.type == "gpu" else engine.kind.cpu
                 found.append(_Device(k, p, d, info))
         found.sort(key=lambda x: (x.kind, _cpu_rank(x.info) if x.kind == engine.kind.cpu else 0))
@@ -150,9 +174,11 @@ def _candidates(kind: "engine.kind") -> list[_Device]:
 
 def _describe_all() -> str:
     devs = _all_devices()
+    left = "".join(f"; left out: {i.name} [{i.platform}]: {why}" for i, why in _UNUSABLE)
     if not devs:
-        return "no OpenCL device at all (install pocl-binary-distribution for a CPU device)"
-    return "; ".join(f"{d.kind.name}: {d.info.name} [{d.info.platform}]" for d in devs)
+        return ("no usable OpenCL device (install pocl-binary-distribution for a CPU device)"
+                + left)
+    return "; ".join(f"{d.kind.name}: {d.info.name} [{d.info.platform}]" for d in devs) + left
 
 
 class engine:
@@ -198,8 +224,15 @@ class engine:
 
     @staticmethod
     def list_devices() -> list[DeviceInfo]:
-        """Every OpenCL device seen, simulators included."""
+        """Every usable OpenCL device seen, simulators included."""
         return [d.info for d in _all_devices()]
+
+    @staticmethod
+    def unusable_devices() -> list[tuple[DeviceInfo, str]]:
+        """Devices an OpenCL runtime lists but that cannot build kernels, with the reason
+        (PoCL 3.0 on CPUs newer than its LLVM); they take no engine index."""
+        _all_devices()
+        return list(_UNUSABLE)
 
     @classmethod
     def from_name(cls, substring: str, index: int = 0) -> "engine":
