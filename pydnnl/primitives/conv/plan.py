@@ -151,6 +151,28 @@ class Plan:
         self.kernel("conv_splitk_reduce", red, build_splitk_reduce, part=SCRATCH, c=c,
                     part_off=part, c_off=c_off)
 
+    def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
+                     stride_c: int, a, a_off, b, b_off, c, c_off) -> None:
+        """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
+        stride`` (the per-frequency products of the FFT solver: thousands of small GEMMs)."""
+        from ...kernels import gemm as fam
+        from ...kernels.matmul import choose_params
+
+        if self.dry:
+            self.steps.append((shape, (a, a_off, b, b_off, c, c_off)))
+            return
+        params = choose_params(self.engine, shape, static_b=False)
+        prob = fam.GemmProblem(
+            m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a, trans_b=shape.trans_b,
+            alpha=shape.alpha, beta=shape.beta, lda=shape.lda, ldb=shape.ldb, ldc=shape.ldc,
+            batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
+            runtime_offsets=True)
+        k = get_kernel(self.engine, "gemm", fam.cache_key(prob, params),
+                       lambda: fam.build_gemm(prob, params))
+        vals = {"a": a, "b": b, "c": c, "a_off": INDEX_DTYPE(a_off),
+                "b_off": INDEX_DTYPE(b_off), "c_off": INDEX_DTYPE(c_off)}
+        self.steps.append((k, tuple(vals[nm] for nm in k.src.arg_names)))
+
     def _region(self, slot: str | None, nelems: int) -> int:
         if slot is None:
             return self.alloc(nelems)

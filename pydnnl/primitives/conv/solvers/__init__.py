@@ -49,12 +49,14 @@ class Solver:
 
 def _registry() -> dict[str, Solver]:
     from .direct import DirectSolver
+    from .fft import FftSolver
     from .im2col_gemm import Im2colGemmSolver
     from .implicit_gemm import ImplicitGemmSolver
     from .winograd_f2x3 import WinogradF2x3Solver
 
     out = {}
-    for cls in (DirectSolver, Im2colGemmSolver, ImplicitGemmSolver, WinogradF2x3Solver):
+    for cls in (DirectSolver, Im2colGemmSolver, ImplicitGemmSolver, WinogradF2x3Solver,
+                FftSolver):
         s = cls()
         out[s.name] = s
     return out
