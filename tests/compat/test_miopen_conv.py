@@ -523,6 +523,35 @@ def test_beta_zero_ignores_nan_outputs(H, eng):
             assert np.isfinite(wt.get()).all()
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=str)
+def test_fft_forward_and_backward_data(H, eng, case):
+    """The FFT algorithms (stride 1) with blending; backward weights has no FFT in MIOpen."""
+    c, xt, wt, yt, x, w = case.setup(eng)
+    rng = np.random.default_rng(8)
+    prior = rng.standard_normal(yt.dims).astype(np.float32)
+    yt.set(prior)
+    ws, nbytes = workspace(eng, M.miopenConvolutionForwardGetWorkSpaceSize(
+        H, wt.desc, xt.desc, c, yt.desc))
+    M.miopenConvolutionForward(H, 0.5, xt.desc, xt.mem, wt.desc, wt.mem, c,
+                               M.miopenConvolutionFwdAlgoFFT, 2.0, yt.desc, yt.mem, ws, nbytes)
+    H.stream.wait()
+    close(yt.get(), 0.5 * brute_forward(x, w, case.mode, case.pads, case.strides, case.dils,
+                                        case.groups, case.adj) + 2.0 * prior)
+    dy = rng.standard_normal(yt.dims).astype(np.float32)
+    yt.set(dy)
+    ws, nbytes = workspace(eng, M.miopenConvolutionBackwardDataGetWorkSpaceSize(
+        H, yt.desc, wt.desc, c, xt.desc))
+    M.miopenConvolutionBackwardData(H, 1.0, yt.desc, yt.mem, wt.desc, wt.mem, c,
+                                    M.miopenConvolutionBwdDataAlgoFFT, 0.0, xt.desc, xt.mem,
+                                    ws, nbytes)
+    H.stream.wait()
+    close(xt.get(), ref_backward(case, x, w, dy)[0])
+    with pytest.raises(M.MIOpenError) as e:
+        M.miopenConvolutionBackwardWeights(H, 1.0, yt.desc, yt.mem, xt.desc, xt.mem, c, 2, 0.0,
+                                           wt.desc, wt.mem, ws, nbytes)
+    assert e.value.status == M.miopenStatusBadParm
+
+
 # -------------------------------------------------------------------------------------------------
 # Find and the workspace
 # -------------------------------------------------------------------------------------------------
@@ -690,7 +719,8 @@ def test_bad_arguments_leave_outputs_untouched(H, eng):
         (M.miopenStatusBadParm, "alpha", dict(alpha="1")),
         (M.miopenStatusBadParm, "workSpaceSize", dict(workSpaceSize=n + 4)),
         (M.miopenStatusBadParm, "convDesc", dict(convDesc=None)),
-        (M.miopenStatusNotImplemented, "FFT", dict(algo=M.miopenConvolutionFwdAlgoFFT)),
+        (M.miopenStatusNotImplemented, "FFT needs stride 1",
+         dict(convDesc=wino, algo=M.miopenConvolutionFwdAlgoFFT)),
         (M.miopenStatusNotImplemented, "winograd", dict(convDesc=wino, algo=3)),
     ]
     if other:

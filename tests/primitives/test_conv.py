@@ -404,11 +404,12 @@ def _find_args():
 def test_find_ranks_solvers_and_auto_uses_the_best(engine, perf_db):
     res = convolution_forward.find(engine, FWD, *_find_args())
     assert [type(r) for r in res] == [ConvFindResult] * len(res)
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "winograd_f2x3"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "winograd_f2x3",
+                                       "fft"}
     times = [r.time_ms for r in res]
     assert times == sorted(times) and all(t > 0 for t in times)
     algs = {r.solver: r.algorithm for r in res}
-    assert algs["winograd_f2x3"] == WINO and algs["direct"] == DIRECT
+    assert algs["winograd_f2x3"] == WINO and algs["direct"] == DIRECT == algs["fft"]
     assert all(r.workspace_bytes >= 0 for r in res)
     pd = convolution_forward.primitive_desc(engine, FWD, AUTO, *_find_args())
     assert pd.impl_info_str() == f"loopy:{res[0].solver}"
@@ -419,7 +420,7 @@ def test_find_ranks_solvers_and_auto_uses_the_best(engine, perf_db):
     assert [e[3]["solver"] for e in entries if e[1] == "conv_find"] == [res[0].solver]
 
 
-@pytest.mark.parametrize("stored", ["direct", "winograd_f2x3", "im2col_gemm"])
+@pytest.mark.parametrize("stored", ["direct", "winograd_f2x3", "im2col_gemm", "fft"])
 def test_auto_takes_the_stored_find_result(engine, perf_db, stored):
     """A stored find result decides ``convolution_auto`` (not the heuristic)."""
     from pydnnl.tuning import PerfDB
@@ -444,11 +445,11 @@ def test_find_backward_and_deconvolution(engine, perf_db):
     src, wei = MD((1, 4, 5, 5), F32, "any"), MD((6, 4, 3, 3), F32, "any")
     dst = MD((1, 6, 3, 3), F32, "any")
     res = convolution_backward_data.find(engine, src, wei, dst, [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft"}
     res = convolution_backward_weights.find(engine, src, wei, MD([6], F32, "any"), dst, [1, 1],
                                             [0, 0], [0, 0], [0, 0], exhaustive=True)
     assert len(res) > 2 and [r.time_ms for r in res] == sorted(r.time_ms for r in res)
     res = deconvolution_forward.find(engine, FWD, dst, MD((4, 6, 3, 3), F32, "any"), None, src,
                                      [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft"}
     assert all(r.algorithm == dnnl.algorithm.deconvolution_direct for r in res)

@@ -44,10 +44,10 @@ from ._enums import (miopenConvAlgorithm_t, miopenConvBwdDataAlgorithm_t,
 
 _F32 = data_type.f32
 
-# MIOpen algorithm value -> pydnnl solver (FFT has none)
-_SOLVER = {0: "im2col_gemm", 1: "direct", 3: "winograd_f2x3", 4: "im2col_gemm",
+# MIOpen algorithm value -> pydnnl solver (FFT: forward and backward data, as in MIOpen)
+_SOLVER = {0: "im2col_gemm", 1: "direct", 2: "fft", 3: "winograd_f2x3", 4: "im2col_gemm",
            5: "implicit_gemm"}
-_ALGO = {"im2col_gemm": 0, "direct": 1, "winograd_f2x3": 3, "implicit_gemm": 5}
+_ALGO = {"im2col_gemm": 0, "direct": 1, "fft": 2, "winograd_f2x3": 3, "implicit_gemm": 5}
 
 # (transpose mode, direction) -> primitive; a transposed convolution is a deconvolution
 _PRIM = {(False, "fwd"): convolution_forward, (False, "bwd_d"): convolution_backward_data,
@@ -431,6 +431,13 @@ def _pd(h: Handle, p: _Problem, direction: str, mds, solver=None, params=None, a
     return _PRIM[(p.transpose, direction)].primitive_desc(*head, algorithm.convolution_auto, **kw)
 
 
+def _algos(direction: str) -> dict:
+    """Solver -> MIOpen algorithm value for the algorithms MIOpen has in ``direction``
+    (backward weights has no FFT)."""
+    values = {m.value for m in _ALGO_ENUM[direction]}
+    return {s: a for s, a in _ALGO.items() if a in values}
+
+
 def _solver(where: str, direction: str, algo) -> str:
     a = check_enum(where, "algo", _ALGO_ENUM[direction], algo)
     s = _SOLVER.get(int(a))
@@ -585,7 +592,7 @@ def _workspace_size(h: Handle, p: _Problem, direction: str) -> int:
         tmp[_OUT[direction]] = _out_tmp_md(p, direction)
         variants.append((tmp, None))
     need = 0
-    for solver in _ALGO:
+    for solver in _algos(direction):
         for mds, attr in variants:
             params = h.find_params.get((direction, p.key, tuple(mds), solver))
             try:
@@ -611,7 +618,7 @@ def _find(where: str, h: Handle, p: _Problem, direction: str, names, mems, reque
         padding_r=p.padding_r, exhaustive=bool(exhaustiveSearch))
     best = {}
     for r in results:                                  # fastest first
-        a = _ALGO.get(r.solver)
+        a = _algos(direction).get(r.solver)
         if a is None or a in best or r.workspace_bytes > size:
             continue
         best[a] = r
