@@ -173,10 +173,10 @@ class ConvBench:
         return times
 
     def tolerance(self) -> float:
-        """Accepted max error relative to the output's magnitude: 1e-5 (3e-5 for Winograd,
-        whose transforms round more), growing with the square root of the summed terms past
+        """Accepted max error relative to the output's magnitude: 1e-5 (3e-5 for Winograd and
+        2e-5 for FFT, whose transforms round more), growing with the square root of the summed terms past
         1024 (float32 rounding of long sums)."""
-        base = 3e-5 if self.pd.get_solver() == "winograd_f2x3" else 1e-5
+        base = {"winograd_f2x3": 3e-5, "fft": 2e-5}.get(self.pd.get_solver(), 1e-5)
         return base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
 
     def check(self) -> float:
