@@ -141,3 +141,34 @@ def _pd(engine, case):
         md((case.mb, case.ic, *case.insp), f32, "any"), md(case.wdims(), f32, "any"), None,
         md(geo.dst_dims(), f32, "any"), list(case.s), list(case.d), list(case.pl),
         list(case.pr), solver="im2col_gemm")
+
+
+def _geom(sp, k, pad, mb=8, ic=64, oc=64, stride=1):
+    n = len(sp)
+    o = tuple((v + 2 * pad - k) // stride + 1 for v in sp)
+    return dict(groups=1, icg=ic, ocg=oc, kernel=(k,) * n, strides=(stride,) * n,
+                dilates=(0,) * n, padding_l=(pad,) * n, src_sp=tuple(sp), dst_sp=o, mb=mb)
+
+
+def test_saving_closed_form():
+    from pydnnl.primitives.conv.solvers.fft import saving
+
+    # 7x7 on 32x32 padded 3: L = 38 -> 40, bins 40 x 21, 49 taps x 1024 points / (4 bins)
+    assert saving("fwd", _geom((32, 32), 7, 3)) == pytest.approx(49 * 1024 / (4 * 40 * 21))
+    assert saving("fwd", _geom((32, 32), 7, 3, stride=2)) == 0.0
+    assert saving("fwd", _geom((224, 224), 7, 3)) == 0.0          # L = 230 > 128
+
+
+def test_heuristic_puts_fft_first_for_large_kernels_on_cpus(engine):
+    from pydnnl.primitives.conv.solvers import heuristic_order
+
+    cpu = engine.info.type == "cpu"
+    for kind in ("fwd", "bwd_d", "bwd_w"):
+        big = heuristic_order(kind, _geom((32, 32), 7, 3), engine)
+        assert (big[0] == "fft") == cpu, (kind, big)
+        small = heuristic_order(kind, _geom((28, 28), 3, 1), engine)
+        assert small[-1] == "fft", (kind, small)
+    # AlexNet's 5x5 (96 -> 256 channels): forward yes, backward weights no
+    alex = _geom((27, 27), 5, 2, ic=96, oc=256)
+    assert (heuristic_order("fwd", alex, engine)[0] == "fft") == cpu
+    assert heuristic_order("bwd_w", alex, engine)[-1] == "fft"

@@ -48,6 +48,26 @@ def lengths(p: ConvProblem) -> tuple[int, ...]:
     return tuple(out)
 
 
+def saving(kind: str, geom: dict) -> float:
+    """How many times fewer multiplies per output point the FFT's products need than direct
+    summation: ``K`` taps against ``4 * bins / points`` (a complex product of four real ones
+    per Hermitian bin), 0 where it does not apply. ``geom`` as for
+    :func:`~pydnnl.primitives.conv.solvers.heuristic_order`."""
+    if any(s != 1 for s in geom["strides"]) or any(v < 0 for v in geom["padding_l"]):
+        return 0.0
+    Ls, bins, points, taps = [], 1, 1, 1
+    for h, o, k, d, pl in zip(geom["src_sp"], geom["dst_sp"], geom["kernel"], geom["dilates"],
+                              geom["padding_l"]):
+        Ls.append(good_length(max(pl + h, o + (k - 1) * (d + 1), 1)))
+        points *= o
+        taps *= k
+    if taps == 1 or max(Ls) > MAX_LENGTH:
+        return 0.0
+    for v in _bins(Ls):
+        bins *= v
+    return taps * points / (4.0 * bins)
+
+
 class FftSolver(Solver):
     name = "fft"
     family = "direct"
