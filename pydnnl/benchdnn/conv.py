@@ -242,7 +242,8 @@ def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
     contiguous nchw tensors) and returns its outputs (fwd: dst; bwd_d: diff_src; bwd_w:
     diff_weights [OC, IC/G, k...] and diff_bias or None); ``tensors`` holds its inputs ``x``,
     ``w`` (torch's [OC, IC/G, k...]), ``b`` (or None) and ``dy``. None without torch or the
-    device. Forward: ``torch.nn.functional.conv1d/2d/3d``; backward:
+    device. On GPUs float32 without TF32 and ``cudnn.benchmark`` on (cuDNN's own search).
+    Forward: ``torch.nn.functional.conv1d/2d/3d``; backward:
     ``torch.ops.aten.convolution_backward`` asking for the wanted gradients only (no autograd
     graph)."""
     try:
@@ -255,6 +256,8 @@ def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
             return None
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
+        # cuDNN times its algorithms per shape first (its find, as ours), FFT ones included
+        torch.backends.cudnn.benchmark = True
     direction, _, with_bias = DIRS[o.dir]
     nsp = p.spatial_ndims
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]

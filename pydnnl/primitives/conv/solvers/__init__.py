@@ -127,16 +127,18 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
         order.insert(order.index("im2col_gemm") + 1, "implicit_gemm")
     if wino_ok:
         order.append("winograd_f2x3")
-    # FFT first on CPUs where its products need far fewer multiplies than direct summation
-    # (2-core EPYC, Intel's runtime, mb4-16, 32-128 channels, benchmarks/conv/large_kernels.txt:
-    # 7x7 to 13x13 and a 1-D 25-tap kernel, 10-50x fewer, ran forward and backward data 2.4-7x
-    # faster than im2col + GEMM and backward weights 1.7-3.1x; AlexNet's 5x5 with 96 -> 256
-    # channels, 8x fewer, forward 18.6 ms against about 50 but backward weights 62 against 35,
-    # its per-bin products being 96 x 256 outer products; 3x3 layers, 4x fewer, lose)
+    # FFT first where its products need far fewer multiplies than direct summation. 2-core
+    # EPYC (Intel's runtime), mb4-16, 32-128 channels (benchmarks/conv/large_kernels.txt):
+    # 7x7 to 13x13 and a 1-D 25-tap kernel, 10-50x fewer, ran forward and backward data
+    # 2.4-7x faster than im2col + GEMM and backward weights 1.7-3.1x; AlexNet's 5x5 with
+    # 96 -> 256 channels, 8x fewer, forward 18.6 ms against about 50 but backward weights
+    # 62 against 35 (its per-bin products are 96 x 256 outer products); 3x3 layers, 4x fewer,
+    # lose. H100: forward 0.06-0.18 ms against 0.19-4.4 for im2col + GEMM (1.1-6.2x cuDNN
+    # with its own search), backward data and weights likewise ahead of im2col + GEMM
     from .fft import saving
 
     need = 9.0 if kind == "bwd_w" else 6.0
-    if engine.info.type == "cpu" and not small and saving(kind, geom) >= need:
+    if not small and saving(kind, geom) >= need:
         order.insert(0, "fft")
     else:
         order.append("fft")
