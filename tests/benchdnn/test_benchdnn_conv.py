@@ -74,7 +74,7 @@ def test_unimplemented_algorithm_is_skipped(capsys):
     (["--conv", "mb1ic4ih5oc4oh5ph1"], ["`kh`", "not specified"]),
     (["--conv", "g3mb1ic4ih5oc4kh3"], ["divisible", "g=3"]),
     (["--conv", "--dir=SIDEWAYS", "mb1ic4ih5oc4kh3"], ["--dir", "BWD_WB", "SIDEWAYS"]),
-    (["--conv", "--alg=fft", "mb1ic4ih5oc4kh3"], ["--alg", "im2col_gemm", "fft"]),
+    (["--conv", "--alg=fourier", "mb1ic4ih5oc4kh3"], ["--alg", "im2col_gemm", "fft", "fourier"]),
 ])
 def test_bad_input_gives_a_clear_error(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
