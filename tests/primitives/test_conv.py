@@ -453,3 +453,20 @@ def test_find_backward_and_deconvolution(engine, perf_db):
                                      [1, 1], [0, 0], [0, 0], [0, 0])
     assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft"}
     assert all(r.algorithm == dnnl.algorithm.deconvolution_direct for r in res)
+
+
+def test_heuristic_winograd_first_on_gpus_only(engine):
+    """3x3 stride-1 forward layers: Winograd first on GPUs, last on CPUs; never for strided,
+    dilated or backward problems."""
+    from pydnnl.primitives.conv.solvers import heuristic_order
+
+    geom = dict(groups=1, icg=128, ocg=128, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
+                padding_l=(1, 1), src_sp=(28, 28), dst_sp=(28, 28), mb=1)
+    gpu = engine.info.type == "gpu"
+    order = heuristic_order("fwd", geom, engine)
+    assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order
+    if not gpu:
+        assert order.index("winograd_f2x3") > order.index("im2col_gemm")
+    for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
+                         ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)}), ("bwd_w", {})):
+        assert "winograd_f2x3" not in heuristic_order(kind, {**geom, **change}, engine)
