@@ -455,18 +455,20 @@ def test_find_backward_and_deconvolution(engine, perf_db):
     assert all(r.algorithm == dnnl.algorithm.deconvolution_direct for r in res)
 
 
-def test_heuristic_winograd_first_on_gpus_only(engine):
-    """3x3 stride-1 forward layers: Winograd first on GPUs, last on CPUs; never for strided,
-    dilated or backward problems."""
+def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
+    """3x3 stride-1 forward layers: Winograd first on GPUs and, on CPUs, with >= 128 channels
+    each side (last with 64); never for strided, dilated or backward-weights problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
-    geom = dict(groups=1, icg=128, ocg=128, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
+    geom = dict(groups=1, icg=64, ocg=64, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
                 padding_l=(1, 1), src_sp=(28, 28), dst_sp=(28, 28), mb=1)
     gpu = engine.info.type == "gpu"
     order = heuristic_order("fwd", geom, engine)
     assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order
     if not gpu:
         assert order.index("winograd_f2x3") > order.index("im2col_gemm")
+    wide = {**geom, "icg": 128, "ocg": 256}
+    assert heuristic_order("fwd", wide, engine)[0] == "winograd_f2x3"
     for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
                          ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)}), ("bwd_w", {})):
-        assert "winograd_f2x3" not in heuristic_order(kind, {**geom, **change}, engine)
+        assert "winograd_f2x3" not in heuristic_order(kind, {**wide, **change}, engine)

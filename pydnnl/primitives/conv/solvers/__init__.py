@@ -96,8 +96,9 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     and the patch copies stayed vectorised: 90-150 GFLOP/s forward, against 50-120 for the
     direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided backward data and
     backward weights). GPUs: GEMM-based unless the GEMMs would be tiny, Winograd F(2x2,3x3)
-    first for its forward problems; on CPUs Winograd comes last (its filter and input
-    transforms cost about what it saves there); ``find`` measures it.
+    first for its forward problems; on CPUs Winograd first for forward layers with at least
+    128 channels each side and last otherwise (its transforms cost about what it saves on
+    narrower layers); ``find`` measures it.
     """
     icg, ocg = geom["icg"], geom["ocg"]
     k = 1
@@ -127,8 +128,12 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
         order.insert(order.index("im2col_gemm") + 1, "implicit_gemm")
     # Winograd first on GPUs (its 16 x groups products in one batched launch): H100, ResNet-50
     # 3x3 layers forward, 0.051-0.056 ms at mb1 and 0.18-0.35 at mb32 against 0.085-0.18 and
-    # 0.43-0.78 for im2col + GEMM (0.78-2.2x cuDNN against 0.32-0.72x)
-    if wino_ok and not small and engine.info.type == "gpu":
+    # 0.43-0.78 for im2col + GEMM (0.78-2.2x cuDNN against 0.32-0.72x). CPUs (2-core EPYC)
+    # with >= 128 channels each side: res3-res5 at mb1 0.66-1.41 ms against 1.0-1.52 for the
+    # GEMM solvers, res4 at mb32 18.4 against 29.1; with 64 (res2) implicit GEMM wins at mb32
+    # (31.3 against 34.7 ms)
+    wide = min(icg, ocg) >= 128
+    if wino_ok and not small and (engine.info.type == "gpu" or wide):
         order.insert(0, "winograd_f2x3")
     elif wino_ok:
         order.append("winograd_f2x3")
