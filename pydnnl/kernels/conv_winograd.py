@@ -46,6 +46,9 @@ class WinogradProblem:
     bias_n: int = 0
     post_ops: tuple = ()
     wg: int = 64
+    #: filter stage: read tap (2 - a, 2 - b) for (a, b) (backward data as a forward
+    #: convolution with the flipped filter)
+    flip: bool = False
 
     @property
     def tiles(self) -> tuple[int, int]:
@@ -104,7 +107,8 @@ def _build_filter(p: WinogradProblem):
     f = var("f")
     g, ic, oc = decompose(f, [G, ICg, OCg])
     w = [[var(f"w{a}{b}") for b in range(3)] for a in range(3)]
-    insns = [lp.Assignment(w[a][b], var("wei")[offset(p.wei, [g, oc, ic, a, b])],
+    tap = (lambda a: 2 - a) if p.flip else (lambda a: a)
+    insns = [lp.Assignment(w[a][b], var("wei")[offset(p.wei, [g, oc, ic, tap(a), tap(b)])],
                            within_inames=frozenset(["f"]), id=f"ld{a}{b}")
              for a in range(3) for b in range(3)]
     base = var("u_off") + (g * ICg + ic) * OCg + oc

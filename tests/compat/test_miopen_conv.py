@@ -491,7 +491,7 @@ def test_every_device(engine, case):
     M.miopenDestroy(h)
 
 
-def test_winograd_forward(H, eng):
+def test_winograd_forward_and_backward_data(H, eng):
     case = Case("wino", CONV, (1, 4, 6, 7), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1))
     c, xt, wt, yt, x, w = case.setup(eng)
     ws, n = workspace(eng, M.miopenConvolutionForwardGetWorkSpaceSize(H, wt.desc, xt.desc, c,
@@ -500,6 +500,15 @@ def test_winograd_forward(H, eng):
                                M.miopenConvolutionFwdAlgoWinograd, 0.0, yt.desc, yt.mem, ws, n)
     H.stream.wait()
     close(yt.get(), brute_forward(x, w, CONV, (1, 1), (1, 1), (1, 1), 1))
+    dy = np.random.default_rng(9).standard_normal(yt.dims).astype(np.float32)
+    yt.set(dy)
+    ws, n = workspace(eng, M.miopenConvolutionBackwardDataGetWorkSpaceSize(H, yt.desc, wt.desc,
+                                                                           c, xt.desc))
+    M.miopenConvolutionBackwardData(H, 1.0, yt.desc, yt.mem, wt.desc, wt.mem, c,
+                                    M.miopenConvolutionBwdDataAlgoWinograd, 0.0, xt.desc,
+                                    xt.mem, ws, n)
+    H.stream.wait()
+    close(xt.get(), ref_backward(case, x, w, dy)[0])
 
 
 def test_beta_zero_ignores_nan_outputs(H, eng):

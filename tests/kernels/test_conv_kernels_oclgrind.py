@@ -76,6 +76,8 @@ def bwd_d(solver, strides, params=None):
 results["direct_bwd_d_padded"] = bwd_d("direct", [1, 1])
 results["direct_bwd_d_strided"] = bwd_d("direct", [2, 1])
 results["im2col_bwd_d_chunks"] = bwd_d("im2col_gemm", [2, 1], {"chunk_mb": 0.0005})
+# grouped 3x3: the flipped filter transform with exchanged channel roles
+results["winograd_bwd_d"] = bwd_d("winograd_f2x3", [1, 1])
 
 def bwd_w(solver, params=None):
     extra = {"solver": solver, **({"solver_params": params} if params else {})}
@@ -114,4 +116,4 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_conv_kernels_clean_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {k: True for k in results} and len(results) == 10, results
+    assert results == {k: True for k in results} and len(results) == 11, results

@@ -445,19 +445,24 @@ def test_find_backward_and_deconvolution(engine, perf_db):
     src, wei = MD((1, 4, 5, 5), F32, "any"), MD((6, 4, 3, 3), F32, "any")
     dst = MD((1, 6, 3, 3), F32, "any")
     res = convolution_backward_data.find(engine, src, wei, dst, [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft"}
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft",
+                                       "winograd_f2x3"}
     res = convolution_backward_weights.find(engine, src, wei, MD([6], F32, "any"), dst, [1, 1],
                                             [0, 0], [0, 0], [0, 0], exhaustive=True)
     assert len(res) > 2 and [r.time_ms for r in res] == sorted(r.time_ms for r in res)
     res = deconvolution_forward.find(engine, FWD, dst, MD((4, 6, 3, 3), F32, "any"), None, src,
                                      [1, 1], [0, 0], [0, 0], [0, 0])
-    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft"}
-    assert all(r.algorithm == dnnl.algorithm.deconvolution_direct for r in res)
+    assert {r.solver for r in res} == {"direct", "im2col_gemm", "implicit_gemm", "fft",
+                                       "winograd_f2x3"}
+    assert all(r.algorithm == (dnnl.algorithm.deconvolution_winograd
+                               if r.solver == "winograd_f2x3"
+                               else dnnl.algorithm.deconvolution_direct) for r in res)
 
 
 def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
-    """3x3 stride-1 forward layers: Winograd first on GPUs and, on CPUs, with >= 128 channels
-    each side (last with 64); never for strided, dilated or backward-weights problems."""
+    """3x3 stride-1 forward and backward-data layers: Winograd first on GPUs and, on CPUs,
+    with >= 128 channels each side (last with 64); never for strided, dilated or
+    backward-weights problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
     geom = dict(groups=1, icg=64, ocg=64, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
@@ -469,6 +474,7 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
         assert order.index("winograd_f2x3") > order.index("im2col_gemm")
     wide = {**geom, "icg": 128, "ocg": 256}
     assert heuristic_order("fwd", wide, engine)[0] == "winograd_f2x3"
+    assert heuristic_order("bwd_d", wide, engine)[0] == "winograd_f2x3"
     for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
                          ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)}), ("bwd_w", {})):
         assert "winograd_f2x3" not in heuristic_order(kind, {**wide, **change}, engine)

@@ -83,6 +83,9 @@ WINO_CASES = [
     Case("w_g2_asym_odd", 1, 2, 4, 6, (5, 8), (3, 3), (1, 1), (0, 0), (0, 2), (1, 0)),
     Case("w_nopad_wide", 3, 1, 16, 8, (9, 9), (3, 3), (1, 1), (0, 0), (0, 0), (0, 0),
          grouped=False),
+    # padding past the kernel (backward data reads diff_dst with padding 2 - 3 = -1)
+    Case("w_pad3_asym", 1, 1, 2, 3, (4, 5), (3, 3), (1, 1), (0, 0), (3, 0), (0, 2),
+         grouped=False),
 ]
 
 # Winograd F(2x2,3x3) adds up to 16 input and 9 output terms in its transforms (with factors
@@ -97,6 +100,28 @@ def test_winograd_forward(engine, stream, case):
     res = run_op(engine, stream, "conv", "fwd", case, algorithm=dnnl.algorithm.convolution_winograd)
     assert "winograd_f2x3" in res.pd.impl_info_str()
     assert_close(res, WINO_RTOL, f"winograd {case}")
+
+
+@pytest.mark.parametrize("case", WINO_CASES, ids=str)
+def test_winograd_backward_data(engine, stream, case):
+    """Backward data as a forward convolution of diff_dst with the flipped filter."""
+    res = run_op(engine, stream, "conv", "bwd_d", case,
+                 algorithm=dnnl.algorithm.convolution_winograd)
+    assert "winograd_f2x3" in res.pd.impl_info_str()
+    assert_close(res, WINO_RTOL, f"winograd bwd_d {case}")
+
+
+def test_winograd_deconvolution_forward_with_bias_and_post_ops(engine, stream):
+    """Deconvolution forward is convolution backward data plus the bias: the flipped-filter
+    plan with the bias and post-ops in its output transform."""
+    from test_conv_helpers import post_ops_attr
+
+    case = WINO_CASES[1]
+    attr, po = post_ops_attr([("sum", 0.5), (dnnl.algorithm.eltwise_relu, 0.1, 0.0)])
+    res = run_op(engine, stream, "deconv", "fwd", case, attr=attr, post_ops=po, seed=3,
+                 algorithm=dnnl.algorithm.deconvolution_winograd)
+    assert "winograd_f2x3" in res.pd.impl_info_str()
+    assert_close(res, WINO_RTOL, "winograd deconv fwd")
 
 
 def test_winograd_deconvolution_backward_data(engine, stream):

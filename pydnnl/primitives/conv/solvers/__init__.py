@@ -105,7 +105,7 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     for v in geom["kernel"]:
         k *= v
     small = icg * k < 16 or ocg < 8 or (geom["groups"] > 1 and icg * ocg < 64)
-    wino_ok = (kind == "fwd" and len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
+    wino_ok = (kind in ("fwd", "bwd_d") and len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
                and all(s == 1 for s in geom["strides"]) and all(d == 0 for d in geom["dilates"]))
     direct_first = small
     order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]

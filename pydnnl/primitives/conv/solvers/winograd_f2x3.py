@@ -1,4 +1,6 @@
-"""Winograd F(2x2, 3x3): forward 2-D convolutions with 3x3 kernels, stride 1, no dilation.
+"""Winograd F(2x2, 3x3): 2-D convolutions with 3x3 kernels, stride 1, no dilation, forward
+and backward data (a forward convolution of diff_dst with the spatially flipped filter, its
+channel roles exchanged, padded by ``2 - pad_l``: deconvolution forward too).
 
 Filter transform (once per execution), input transform of a chunk of images into 4x4 tiles,
 16 GEMMs per group ``M[T, OCg] = V[T, ICg] @ U[ICg, OCg]`` in one batched launch, then the
@@ -11,6 +13,7 @@ product; results stay within ~1e-5 of the magnitude of the output, not of each e
 """
 from __future__ import annotations
 
+from ....kernels.conv_common import swap_channel_dims
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_winograd import WinogradProblem, build_winograd
 from ....kernels.matmul import GemmShape
@@ -27,8 +30,9 @@ class WinogradF2x3Solver(Solver):
 
     def why_not(self, problem: ConvProblem, engine) -> str:
         p = problem
-        if p.kind != "fwd":
-            return "Winograd F(2x2,3x3) implements forward convolution only"
+        if p.kind not in ("fwd", "bwd_d"):
+            return ("Winograd F(2x2,3x3) implements forward and backward data only, got "
+                    "backward weights")
         if p.nsp != 2:
             return f"Winograd F(2x2,3x3) needs a 2-D problem, got {p.nsp}-D"
         if tuple(p.kernel) != (3, 3):
@@ -55,10 +59,25 @@ class WinogradF2x3Solver(Solver):
         return _build(problem, params, engine, False)
 
 
+def _forward_view(p: ConvProblem):
+    """``(ICg, OCg, in sp, out sp, padding_l, in layout/size/role, out layout/size/role,
+    weights layout, flip)`` of the forward convolution the plan runs. Backward data (stride 1,
+    3x3) is one: ``dx = dy`` correlated with the filter flipped in space and its channel
+    roles exchanged, ``dy`` padded by ``2 - pad_l``."""
+    if p.kind == "fwd":
+        return (p.icg, p.ocg, p.src_sp, p.dst_sp, p.padding_l, (p.src, p.src_n, SRC),
+                (p.dst, p.dst_n, DST), p.wei, False)
+    pad = tuple(2 - v for v in p.padding_l)
+    return (p.ocg, p.icg, p.dst_sp, p.src_sp, pad, (p.dst, p.dst_n, DST),
+            (p.src, p.src_n, SRC), swap_channel_dims(p.wei), True)
+
+
 def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     plan = Plan(engine, "winograd_f2x3", params, dry=dry)
-    G, ICg, OCg = p.groups, p.icg, p.ocg
-    TH, TW = -(-p.dst_sp[0] // 2), -(-p.dst_sp[1] // 2)
+    G = p.groups
+    ICg, OCg, in_sp, out_sp, pad, (a_in, a_in_n, r_in), (a_out, a_out_n, r_out), wei, flip = \
+        _forward_view(p)
+    TH, TW = -(-out_sp[0] // 2), -(-out_sp[1] // 2)
     per_image = 16 * G * TH * TW * (ICg + OCg)
     cap = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))  # float32 elements
     nb = largest_divisor_at_most(p.mb, max(1, cap // per_image))
@@ -66,20 +85,21 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     u_off = plan.alloc(16 * G * ICg * OCg)
     v_off = plan.alloc(16 * G * T * ICg)
     m_off = plan.alloc(16 * G * T * OCg)
-    common = dict(nb=nb, groups=G, icg=ICg, ocg=OCg, src_sp=p.src_sp, dst_sp=p.dst_sp,
-                  padding_l=p.padding_l)
-    fp = WinogradProblem("filter", **common, wei=p.wei, wei_n=p.wei_n)
+    common = dict(nb=nb, groups=G, icg=ICg, ocg=OCg, src_sp=in_sp, dst_sp=out_sp,
+                  padding_l=pad)
+    fp = WinogradProblem("filter", **common, wei=wei, wei_n=p.wei_n, flip=flip)
     plan.kernel("conv_winograd", fp, build_winograd, wei=WEI, u=SCRATCH, u_off=u_off)
-    ip = WinogradProblem("input", **common, act=p.src, act_n=p.src_n)
-    op = WinogradProblem("output", **common, act=p.dst, act_n=p.dst_n, bias=p.bias,
+    ip = WinogradProblem("input", **common, act=a_in, act_n=a_in_n)
+    op = WinogradProblem("output", **common, act=a_out, act_n=a_out_n, bias=p.bias,
                          bias_n=p.bias_n, post_ops=p.post_ops)
     shape = GemmShape(m=T, n=OCg, k=ICg, lda=ICg, ldb=OCg, ldc=OCg)
     for c0 in range(0, p.mb, nb):
-        plan.kernel("conv_winograd", ip, build_winograd, src=SRC, v=SCRATCH, n0=c0, v_off=v_off)
+        plan.kernel("conv_winograd", ip, build_winograd, src=r_in, v=SCRATCH, n0=c0,
+                    v_off=v_off)
         # the 16 * G products in one batched launch (16 * G launches cost ~17 us each of
         # enqueue on NVIDIA's OpenCL, more than a small layer's GEMMs)
         plan.gemm_batched(shape, 16 * G, T * ICg, ICg * OCg, T * OCg, SCRATCH, v_off,
                           SCRATCH, u_off, SCRATCH, m_off)
-        plan.kernel("conv_winograd", op, build_winograd, mm=SCRATCH, dst=DST, bias=BIAS,
+        plan.kernel("conv_winograd", op, build_winograd, mm=SCRATCH, dst=r_out, bias=BIAS,
                     n0=c0, m_off=m_off)
     return plan
