@@ -461,7 +461,7 @@ def test_find_backward_and_deconvolution(engine, perf_db):
 
 def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     """3x3 stride-1 forward and backward-data layers: Winograd first on GPUs and, on CPUs,
-    with >= 128 channels each side (last with 64); never for strided, dilated or
+    with >= 128 channels each side and >= 32 output tiles (last with 64 channels); never for strided, dilated or
     backward-weights problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
@@ -475,6 +475,9 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     wide = {**geom, "icg": 128, "ocg": 256}
     assert heuristic_order("fwd", wide, engine)[0] == "winograd_f2x3"
     assert heuristic_order("bwd_d", wide, engine)[0] == "winograd_f2x3"
+    # 7x7 maps at mb1: 16 output tiles do not pay for the filter transform on CPUs
+    few = {**wide, "src_sp": (7, 7), "dst_sp": (7, 7)}
+    assert (heuristic_order("bwd_d", few, engine)[0] == "winograd_f2x3") == gpu
     for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
                          ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)}), ("bwd_w", {})):
         assert "winograd_f2x3" not in heuristic_order(kind, {**wide, **change}, engine)

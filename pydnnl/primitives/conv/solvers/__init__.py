@@ -131,8 +131,13 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     # 0.43-0.78 for im2col + GEMM (0.78-2.2x cuDNN against 0.32-0.72x). CPUs (2-core EPYC)
     # with >= 128 channels each side: res3-res5 at mb1 0.66-1.41 ms against 1.0-1.52 for the
     # GEMM solvers, res4 at mb32 18.4 against 29.1; with 64 (res2) implicit GEMM wins at mb32
-    # (31.3 against 34.7 ms)
-    wide = min(icg, ocg) >= 128
+    # (31.3 against 34.7 ms); backward data likewise (res3/res4 mb1 0.66/0.98 against
+    # 0.99/1.26 ms, res4 mb32 18.8 against 30.3), given enough 2x2 output tiles to pay for the
+    # filter transform (res5 at mb1, 16 tiles: forward 1.41 against 1.52 ms, backward data
+    # 3.99 against 3.18)
+    osp = geom["dst_sp"] if kind == "fwd" else geom["src_sp"]
+    tiles = geom["mb"] * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
+    wide = min(icg, ocg) >= 128 and tiles >= 32
     if wino_ok and not small and (engine.info.type == "gpu" or wide):
         order.insert(0, "winograd_f2x3")
     elif wino_ok:
