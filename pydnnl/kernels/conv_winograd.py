@@ -24,6 +24,12 @@ from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompos
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G_ = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
 AT = ((1, 1, 1, 0), (0, 1, -1, -1))
+# F(3x3, 2x2) for backward weights: a 2x2 diff_dst tile correlated with the 4x4 input patch
+# gives the 3x3 weight gradient; the input transform is B^T above, the diff_dst tile goes
+# through G2 (exact integers) and the summed products through A2^T (the F(2,3) filter
+# matrix transposed)
+G2 = ((1, 0), (1, 1), (1, -1), (0, -1))
+AT2 = ((1.0, 0.5, 0.5, 0.0), (0.0, 0.5, -0.5, 0.0), (0.0, 0.5, 0.5, 1.0))
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class WinogradProblem:
     #: filter stage: read tap (2 - a, 2 - b) for (a, b) (backward data as a forward
     #: convolution with the flipped filter)
     flip: bool = False
+    #: wgrad stage: the products come in this many partial sums (slices of the tiles)
+    slices: int = 1
 
     @property
     def tiles(self) -> tuple[int, int]:
@@ -67,6 +75,10 @@ def build_winograd(p: WinogradProblem):
         return _build_input(p)
     if p.stage == "output":
         return _build_output(p)
+    if p.stage == "dy":
+        return _build_dy(p)
+    if p.stage == "wgrad":
+        return _build_wgrad(p)
     raise ValueError(f"winograd: unknown stage {p.stage!r}")
 
 
@@ -225,4 +237,84 @@ def _build_output(p: WinogradProblem):
     return finish(knl, p.post_ops)
 
 
-__all__ = ["WinogradProblem", "build_winograd", "BT", "AT", "G_"]
+def _build_dy(p: WinogradProblem):
+    """Backward weights: ``U = G2 dy G2^T`` of every 2x2 diff_dst tile, ``U[16][G][T][OCg]``."""
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, LogicalAnd
+
+    G, OCg = p.groups, p.ocg
+    TH, TW = p.tiles
+    T = p.T
+    OH, OW = p.dst_sp
+    total = T * G * OCg
+    f = var("f")
+    n, th, tw, g, oc = decompose(f, [p.nb, TH, TW, G, OCg])
+    t = (n * TH + th) * TW + tw
+    d = [[var(f"d{a}{b}") for b in range(2)] for a in range(2)]
+    insns = []
+    for a in range(2):
+        for b in range(2):
+            conds = []
+            if a == 1 and OH % 2:
+                conds.append(Comparison(th * 2 + a, "<", OH))
+            if b == 1 and OW % 2:
+                conds.append(Comparison(tw * 2 + b, "<", OW))
+            cond = None if not conds else (conds[0] if len(conds) == 1
+                                           else LogicalAnd(tuple(conds)))
+            at = offset(p.act, [var("n0") + n, g * OCg + oc, th * 2 + a, tw * 2 + b])
+            insns.append(lp.Assignment(d[a][b], guarded_load(cond, "dy", at),
+                                       within_inames=frozenset(["f"]), id=f"ld{a}{b}"))
+    base = var("u_off") + (g * T + t) * OCg + oc
+    for xi in range(4):
+        for nu in range(4):
+            coeffs = [G2[xi][a] * G2[nu][b] for a in range(2) for b in range(2)]
+            terms = [d[a][b] for a in range(2) for b in range(2)]
+            insns.append(lp.Assignment(var("u")[base + (xi * 4 + nu) * G * T * OCg],
+                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       depends_on=frozenset(f"ld{a}{b}" for a in range(2)
+                                                            for b in range(2))))
+    args = make_args([("dy", -1, False, True), ("u", -1, True, False), ("n0", None),
+                      ("u_off", None)])
+    temps = _temps([f"d{a}{b}" for a in range(2) for b in range(2)])
+    return finish(_kernel(total, insns, args, temps, "pydnnl_conv_winograd_dy", p))
+
+
+def _build_wgrad(p: WinogradProblem):
+    """Backward weights: ``dW = A2^T M A2`` with ``M`` the 16 products summed over the
+    slices, ``M[16][G][S][OCg][ICg]``; writes the weights layout."""
+    import loopy as lp
+    from pymbolic import var
+
+    G, ICg, OCg, S = p.groups, p.icg, p.ocg, p.slices
+    total = G * OCg * ICg
+    f = var("f")
+    g, oc, ic = decompose(f, [G, OCg, ICg])
+    m = [[var(f"m{a}{b}") for b in range(4)] for a in range(4)]
+    insns = []
+    for a in range(4):
+        for b in range(4):
+            expr = None
+            for sl in range(S):
+                at = var("mm")[var("m_off") + (((a * 4 + b) * G + g) * S + sl) * OCg * ICg
+                               + oc * ICg + ic]
+                expr = at if expr is None else expr + at
+            insns.append(lp.Assignment(m[a][b], expr, within_inames=frozenset(["f"]),
+                                       id=f"ld{a}{b}"))
+    for i in range(3):
+        for j in range(3):
+            coeffs = [AT2[i][a] * AT2[j][b] for a in range(4) for b in range(4)]
+            terms = [m[a][b] for a in range(4) for b in range(4)]
+            others = frozenset((f"st{x}{y}", "any") for x in range(3) for y in range(3)
+                               if (x, y) != (i, j))
+            insns.append(lp.Assignment(var("wei")[offset(p.wei, [g, oc, ic, i, j])],
+                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       id=f"st{i}{j}", no_sync_with=others,
+                                       depends_on=frozenset(f"ld{a}{b}" for a in range(4)
+                                                            for b in range(4))))
+    args = make_args([("mm", -1, False, True), ("wei", p.wei_n, True, False), ("m_off", None)])
+    temps = _temps([f"m{a}{b}" for a in range(4) for b in range(4)])
+    return _kernel(total, insns, args, temps, "pydnnl_conv_winograd_wgrad", p)
+
+
+__all__ = ["WinogradProblem", "build_winograd", "BT", "AT", "G_", "G2", "AT2"]

@@ -94,6 +94,8 @@ def bwd_w(solver, params=None):
 
 results["direct_bwd_w"] = bwd_w("direct")
 results["im2col_bwd_w_chunks"] = bwd_w("im2col_gemm", {"chunk_mb": 0.0005})
+# F(3x3, 2x2): partial diff_dst tiles (OW = 3), products accumulated over two image chunks
+results["winograd_bwd_w_chunks"] = bwd_w("winograd_f2x3", {"chunk_mb": 0.0005})
 
 # deconvolution forward: GEMM + col2im with bias
 xd = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
@@ -116,4 +118,4 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_conv_kernels_clean_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {k: True for k in results} and len(results) == 11, results
+    assert results == {k: True for k in results} and len(results) == 12, results

@@ -111,6 +111,38 @@ def test_winograd_backward_data(engine, stream, case):
     assert_close(res, WINO_RTOL, f"winograd bwd_d {case}")
 
 
+@pytest.mark.parametrize("case", WINO_CASES, ids=str)
+def test_winograd_backward_weights(engine, stream, case):
+    """F(3x3, 2x2): 2x2 diff_dst tiles (odd output sizes: partial tiles) against 4x4 input
+    patches, with the bias gradient."""
+    res = run_op(engine, stream, "conv", "bwd_w", case,
+                 algorithm=dnnl.algorithm.convolution_winograd)
+    assert "winograd_f2x3" in res.pd.impl_info_str()
+    assert_close(res, WINO_RTOL, f"winograd bwd_w {case}")
+
+
+@pytest.mark.parametrize("params", [{"chunk_mb": 0.003, "splits": 1},
+                                    {"chunk_mb": 64, "splits": 4}], ids=["chunks", "slices"])
+def test_winograd_backward_weights_chunks_and_slices(engine, stream, params):
+    """Products accumulated over image chunks; or their sum over tiles cut into slices that
+    the final transform adds up (the GPU default; slices keep >= 256 tiles, so a problem with
+    4 x 20 x 20 = 1600 tiles is used)."""
+    case = CHUNKED if params["splits"] == 1 else Case(
+        "slices", 4, 1, 4, 4, (40, 40), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), grouped=False)
+    res = run_op(engine, stream, "conv", "bwd_w", case, seed=5,
+                 algorithm=dnnl.algorithm.convolution_winograd, solver_params=params)
+    assert_close(res, WINO_RTOL, f"winograd bwd_w {params}")
+    pd = res.pd
+    plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
+    assert plan.params["slices"] == params["splits"]
+
+
+def test_winograd_deconvolution_backward_weights(engine, stream):
+    res = run_op(engine, stream, "deconv", "bwd_w", WINO_CASES[1], seed=6,
+                 algorithm=dnnl.algorithm.deconvolution_winograd)
+    assert_close(res, WINO_RTOL, "winograd deconv bwd_w")
+
+
 def test_winograd_deconvolution_forward_with_bias_and_post_ops(engine, stream):
     """Deconvolution forward is convolution backward data plus the bias: the flipped-filter
     plan with the bias and post-ops in its output transform."""

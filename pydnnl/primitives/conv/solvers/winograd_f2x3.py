@@ -1,6 +1,7 @@
 """Winograd F(2x2, 3x3): 2-D convolutions with 3x3 kernels, stride 1, no dilation, forward
 and backward data (a forward convolution of diff_dst with the spatially flipped filter, its
-channel roles exchanged, padded by ``2 - pad_l``: deconvolution forward too).
+channel roles exchanged, padded by ``2 - pad_l``: deconvolution forward too); backward
+weights with F(3x3, 2x2) (the 2x2 diff_dst tiles as filters over 4x4 input patches).
 
 Filter transform (once per execution), input transform of a chunk of images into 4x4 tiles,
 16 GEMMs per group ``M[T, OCg] = V[T, ICg] @ U[ICg, OCg]`` in one batched launch, then the
@@ -20,6 +21,7 @@ from ....kernels.matmul import GemmShape
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
 from ..problem import ConvProblem
 from . import Solver
+from .direct import add_bias_grad
 
 
 class WinogradF2x3Solver(Solver):
@@ -30,9 +32,6 @@ class WinogradF2x3Solver(Solver):
 
     def why_not(self, problem: ConvProblem, engine) -> str:
         p = problem
-        if p.kind not in ("fwd", "bwd_d"):
-            return ("Winograd F(2x2,3x3) implements forward and backward data only, got "
-                    "backward weights")
         if p.nsp != 2:
             return f"Winograd F(2x2,3x3) needs a 2-D problem, got {p.nsp}-D"
         if tuple(p.kernel) != (3, 3):
@@ -47,10 +46,18 @@ class WinogradF2x3Solver(Solver):
         return not self.why_not(problem, engine)
 
     def default_params(self, problem: ConvProblem, engine) -> dict:
-        return {"chunk_mb": 64}
+        out = {"chunk_mb": 64}
+        if problem.kind == "bwd_w":
+            # GPUs: the products' sum over tiles (k of 16 x groups small GEMMs) in up to 32
+            # slices of at least 256 tiles, so that enough work-groups run; the wgrad
+            # transform adds the slices up
+            gpu = engine is not None and engine.info.type == "gpu"
+            out["splits"] = 32 if gpu else 1
+        return out
 
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
-        return [{"chunk_mb": c} for c in (8, 64, 256)]
+        base = self.default_params(problem, engine)
+        return [{**base, "chunk_mb": c} for c in (8, 64, 256)]
 
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
         return _build(problem, params or {"chunk_mb": 64}, None, True).scratch_bytes
@@ -73,6 +80,8 @@ def _forward_view(p: ConvProblem):
 
 
 def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
+    if p.kind == "bwd_w":
+        return _build_wgrad(p, params, engine, dry)
     plan = Plan(engine, "winograd_f2x3", params, dry=dry)
     G = p.groups
     ICg, OCg, in_sp, out_sp, pad, (a_in, a_in_n, r_in), (a_out, a_out_n, r_out), wei, flip = \
@@ -102,4 +111,42 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                           SCRATCH, u_off, SCRATCH, m_off)
         plan.kernel("conv_winograd", op, build_winograd, mm=SCRATCH, dst=r_out, bias=BIAS,
                     n0=c0, m_off=m_off)
+    return plan
+
+
+def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
+    """Backward weights with F(3x3, 2x2): per chunk of images the input patches (the
+    forward's input transform) and the 2x2 diff_dst tiles are transformed, 16 x groups x
+    slices products ``M = U^T V`` sum over the tiles (accumulating over chunks), then one
+    transform per weight adds the slices and writes the 3x3 gradient."""
+    plan = Plan(engine, "winograd_f2x3", params, dry=dry)
+    G, ICg, OCg = p.groups, p.icg, p.ocg
+    TH, TW = -(-p.dst_sp[0] // 2), -(-p.dst_sp[1] // 2)
+    per_image = 16 * G * TH * TW * (ICg + OCg)
+    cap = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))
+    nb = largest_divisor_at_most(p.mb, max(1, cap // per_image))
+    T = nb * TH * TW
+    S = largest_divisor_at_most(T, max(1, min(int(params.get("splits", 1)), T // 256 or 1)))
+    Ts = T // S
+    plan.params["slices"] = S  # what the plan uses (splits capped: >= 256 tiles a slice)
+    u_off = plan.alloc(16 * G * T * OCg)
+    v_off = plan.alloc(16 * G * T * ICg)
+    m_off = plan.alloc(16 * G * S * OCg * ICg)
+    common = dict(nb=nb, groups=G, icg=ICg, ocg=OCg, src_sp=p.src_sp, dst_sp=p.dst_sp,
+                  padding_l=p.padding_l)
+    ip = WinogradProblem("input", **common, act=p.src, act_n=p.src_n)
+    dp = WinogradProblem("dy", **common, act=p.dst, act_n=p.dst_n)
+    wp = WinogradProblem("wgrad", **common, wei=p.wei, wei_n=p.wei_n, slices=S)
+    for c0 in range(0, p.mb, nb):
+        plan.kernel("conv_winograd", ip, build_winograd, src=SRC, v=SCRATCH, n0=c0,
+                    v_off=v_off)
+        plan.kernel("conv_winograd", dp, build_winograd, dy=DST, u=SCRATCH, n0=c0,
+                    u_off=u_off)
+        shape = GemmShape(m=OCg, n=ICg, k=Ts, lda=OCg, ldb=ICg, ldc=ICg, trans_a=True,
+                          beta=0.0 if c0 == 0 else 1.0)
+        plan.gemm_batched(shape, 16 * G * S, Ts * OCg, Ts * ICg, OCg * ICg, SCRATCH, u_off,
+                          SCRATCH, v_off, SCRATCH, m_off)
+    plan.kernel("conv_winograd", wp, build_winograd, mm=SCRATCH, wei=WEI, m_off=m_off)
+    if p.bias is not None:
+        add_bias_grad(plan, p)
     return plan
