@@ -491,7 +491,7 @@ def test_every_device(engine, case):
     M.miopenDestroy(h)
 
 
-def test_winograd_forward_and_backward_data(H, eng):
+def test_winograd_every_direction(H, eng):
     case = Case("wino", CONV, (1, 4, 6, 7), (8, 4, 3, 3), (1, 1), (1, 1), (1, 1))
     c, xt, wt, yt, x, w = case.setup(eng)
     ws, n = workspace(eng, M.miopenConvolutionForwardGetWorkSpaceSize(H, wt.desc, xt.desc, c,
@@ -509,6 +509,14 @@ def test_winograd_forward_and_backward_data(H, eng):
                                     xt.mem, ws, n)
     H.stream.wait()
     close(xt.get(), ref_backward(case, x, w, dy)[0])
+    xt.set(x)
+    ws, n = workspace(eng, M.miopenConvolutionBackwardWeightsGetWorkSpaceSize(
+        H, yt.desc, xt.desc, c, wt.desc))
+    M.miopenConvolutionBackwardWeights(H, 1.0, yt.desc, yt.mem, xt.desc, xt.mem, c,
+                                       M.miopenConvolutionBwdWeightsAlgoWinograd, 0.0, wt.desc,
+                                       wt.mem, ws, n)
+    H.stream.wait()
+    close(wt.get(), ref_backward(case, x, w, dy)[1])
 
 
 def test_beta_zero_ignores_nan_outputs(H, eng):

@@ -461,8 +461,8 @@ def test_find_backward_and_deconvolution(engine, perf_db):
 
 def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     """3x3 stride-1 forward and backward-data layers: Winograd first on GPUs and, on CPUs,
-    with >= 128 channels each side and >= 32 output tiles (last with 64 channels); never for strided, dilated or
-    backward-weights problems."""
+    with >= 128 channels each side and >= 32 output tiles (last with 64 channels); backward
+    weights first on >= 28x28 maps; never for strided or dilated problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
     geom = dict(groups=1, icg=64, ocg=64, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
@@ -479,5 +479,9 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     few = {**wide, "src_sp": (7, 7), "dst_sp": (7, 7)}
     assert (heuristic_order("bwd_d", few, engine)[0] == "winograd_f2x3") == gpu
     for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
-                         ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)}), ("bwd_w", {})):
+                         ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)})):
         assert "winograd_f2x3" not in heuristic_order(kind, {**wide, **change}, engine)
+    # backward weights: first on 28x28 maps and larger, on every device; last on 14x14
+    assert heuristic_order("bwd_w", geom, engine)[0] == "winograd_f2x3"
+    small_maps = {**wide, "src_sp": (14, 14), "dst_sp": (14, 14)}
+    assert heuristic_order("bwd_w", small_maps, engine)[-2:] == ["winograd_f2x3", "fft"]

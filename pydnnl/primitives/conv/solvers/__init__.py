@@ -96,16 +96,18 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     and the patch copies stayed vectorised: 90-150 GFLOP/s forward, against 50-120 for the
     direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided backward data and
     backward weights). GPUs: GEMM-based unless the GEMMs would be tiny, Winograd F(2x2,3x3)
-    first for its forward problems; on CPUs Winograd first for forward layers with at least
-    128 channels each side and last otherwise (its transforms cost about what it saves on
-    narrower layers); ``find`` measures it.
+    first for its forward and backward-data problems; on CPUs Winograd first for those with
+    at least 128 channels each side and last otherwise (its transforms cost about what it
+    saves on narrower layers); backward weights with Winograd first on maps of at least
+    28x28 points; FFT first where its products save enough multiplies; ``find`` measures
+    every applicable solver.
     """
     icg, ocg = geom["icg"], geom["ocg"]
     k = 1
     for v in geom["kernel"]:
         k *= v
     small = icg * k < 16 or ocg < 8 or (geom["groups"] > 1 and icg * ocg < 64)
-    wino_ok = (kind in ("fwd", "bwd_d") and len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
+    wino_ok = (len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
                and all(s == 1 for s in geom["strides"]) and all(d == 0 for d in geom["dilates"]))
     direct_first = small
     order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
@@ -138,7 +140,17 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     osp = geom["dst_sp"] if kind == "fwd" else geom["src_sp"]
     tiles = geom["mb"] * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
     wide = min(icg, ocg) >= 128 and tiles >= 32
-    if wino_ok and not small and (engine.info.type == "gpu" or wide):
+    # backward weights (F(3x3, 2x2)): first on any device for maps of >= 28 x 28 points
+    # (H100 res2/res3: mb1 0.058/0.069 ms against 0.118/0.095 for im2col + GEMM, mb32
+    # 0.54/0.45 against 0.86/0.52; 2-core EPYC mb1 0.67/0.69 against 1.54/1.28); on 14x14 and
+    # 7x7 maps im2col + GEMM mostly wins (H100 res4 mb32 0.42 against 0.37, EPYC res4 mb1 1.58
+    # against 1.14)
+    big_maps = geom["dst_sp"][0] * geom["dst_sp"][1] >= 784 if len(geom["dst_sp"]) == 2 else False
+    if kind == "bwd_w":
+        first = wino_ok and not small and big_maps
+    else:
+        first = wino_ok and not small and (engine.info.type == "gpu" or wide)
+    if first:
         order.insert(0, "winograd_f2x3")
     elif wino_ok:
         order.append("winograd_f2x3")
