@@ -92,6 +92,16 @@ def _kernel(total, insns, args, temps, name, p):
     return split_fast(knl, "f", total, p.wg)
 
 
+def _tile_grid(p: WinogradProblem, channels: int):
+    """Work-items over (image, tile row, tile column, group, channel), channels fastest:
+    ``(total, n, th, tw, g, c, t)`` with ``t`` the tile's index in the chunk."""
+    from pymbolic import var
+
+    TH, TW = p.tiles
+    n, th, tw, g, c = decompose(var("f"), [p.nb, TH, TW, p.groups, channels])
+    return p.T * p.groups * channels, n, th, tw, g, c, (n * TH + th) * TW + tw
+
+
 def _combo(coeffs, terms):
     """sum of c * t over nonzero coefficients (pymbolic), with +-1 kept as add/subtract."""
     expr = None
@@ -147,10 +157,7 @@ def _build_input(p: WinogradProblem):
     G, ICg = p.groups, p.icg
     TH, TW = p.tiles
     T = p.T
-    total = T * G * ICg
-    f = var("f")
-    n, th, tw, g, ic = decompose(f, [p.nb, TH, TW, G, ICg])
-    t = (n * TH + th) * TW + tw
+    total, n, th, tw, g, ic, t = _tile_grid(p, ICg)
     d = [[var(f"d{a}{b}") for b in range(4)] for a in range(4)]
     insns = []
     H, W = p.src_sp
@@ -187,13 +194,9 @@ def _build_output(p: WinogradProblem):
     from pymbolic.primitives import Comparison
 
     G, OCg = p.groups, p.ocg
-    TH, TW = p.tiles
     T = p.T
     OH, OW = p.dst_sp
-    total = T * G * OCg
-    f = var("f")
-    n, th, tw, g, oc = decompose(f, [p.nb, TH, TW, G, OCg])
-    t = (n * TH + th) * TW + tw
+    total, n, th, tw, g, oc, t = _tile_grid(p, OCg)
     m = [[var(f"m{a}{b}") for b in range(4)] for a in range(4)]
     base = var("m_off") + (g * T + t) * OCg + oc
     insns = [lp.Assignment(m[a][b], var("mm")[base + (a * 4 + b) * G * T * OCg],
@@ -244,13 +247,9 @@ def _build_dy(p: WinogradProblem):
     from pymbolic.primitives import Comparison, LogicalAnd
 
     G, OCg = p.groups, p.ocg
-    TH, TW = p.tiles
     T = p.T
     OH, OW = p.dst_sp
-    total = T * G * OCg
-    f = var("f")
-    n, th, tw, g, oc = decompose(f, [p.nb, TH, TW, G, OCg])
-    t = (n * TH + th) * TW + tw
+    total, n, th, tw, g, oc, t = _tile_grid(p, OCg)
     d = [[var(f"d{a}{b}") for b in range(2)] for a in range(2)]
     insns = []
     for a in range(2):

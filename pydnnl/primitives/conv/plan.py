@@ -122,9 +122,7 @@ class Plan:
         (backward weights: k = images x points) otherwise runs on a handful of work-groups."""
         from dataclasses import replace
 
-        from ...kernels import gemm as fam
         from ...kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
-        from ...kernels.matmul import choose_params
 
         m, n, ks = shape.m, shape.n, shape.k // splits
         part = self._region(slot, splits * m * n)
@@ -136,31 +134,27 @@ class Plan:
             self.steps.append(("conv_splitk_reduce", (SCRATCH, c)))
             return
         sub = replace(shape, k=ks, ldc=n, beta=0.0)
-        params = choose_params(self.engine, sub, static_b=False)
-        prob = fam.GemmProblem(
-            m=m, n=n, k=ks, trans_a=shape.trans_a, trans_b=shape.trans_b, alpha=shape.alpha,
-            beta=0.0, lda=shape.lda, ldb=shape.ldb, ldc=n, batch=splits,
-            stride_a=ks * (shape.lda if shape.trans_a else 1),
-            stride_b=ks * (1 if shape.trans_b else shape.ldb), stride_c=m * n,
-            runtime_offsets=True)
-        k = get_kernel(self.engine, "gemm", fam.cache_key(prob, params),
-                       lambda: fam.build_gemm(prob, params))
-        vals = {"a": a, "b": b, "c": SCRATCH, "a_off": INDEX_DTYPE(a_off),
-                "b_off": INDEX_DTYPE(b_off), "c_off": INDEX_DTYPE(part)}
-        self.steps.append((k, tuple(vals[nm] for nm in k.src.arg_names)))
+        self._batched(sub, splits, ks * (shape.lda if shape.trans_a else 1),
+                      ks * (1 if shape.trans_b else shape.ldb), m * n, a, a_off, b, b_off,
+                      SCRATCH, part)
         self.kernel("conv_splitk_reduce", red, build_splitk_reduce, part=SCRATCH, c=c,
                     part_off=part, c_off=c_off)
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
                      stride_c: int, a, a_off, b, b_off, c, c_off) -> None:
         """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
-        stride`` (the per-frequency products of the FFT solver: thousands of small GEMMs)."""
-        from ...kernels import gemm as fam
-        from ...kernels.matmul import choose_params
-
+        stride`` (the FFT solver's per-frequency products, Winograd's 16 x groups ones)."""
         if self.dry:
             self.steps.append((shape, (a, a_off, b, b_off, c, c_off)))
             return
+        self._batched(shape, batch, stride_a, stride_b, stride_c, a, a_off, b, b_off, c, c_off)
+
+    def _batched(self, shape: GemmShape, batch, stride_a, stride_b, stride_c, a, a_off, b,
+                 b_off, c, c_off) -> None:
+        """One launch of ``batch`` GEMMs of ``shape`` with the parameters tuned for one."""
+        from ...kernels import gemm as fam
+        from ...kernels.matmul import choose_params
+
         params = choose_params(self.engine, shape, static_b=False)
         prob = fam.GemmProblem(
             m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a, trans_b=shape.trans_b,

@@ -152,6 +152,22 @@ def _bins(Ls):
     return list(Ls[:-1]) + [Ls[-1] // 2 + 1]
 
 
+def _dims(nonsp, pos: str, place, Ls, gemm: dict, blk: int, groups: int):
+    """Sizes of the named dims (non-spatial, data positions ``<pos><d>``, frequencies
+    ``f<d>``), the GEMM-layout stride of each (blocks of ``blk`` run group-fastest, then over
+    the bins) and the non-spatial names in work-item order."""
+    m = len(Ls)
+    F = _bins(Ls)
+    sizes = dict(nonsp)
+    sizes.update({f"{pos}{d}": place[d][0] for d in range(m)})
+    sizes.update({f"f{d}": F[d] for d in range(m)})
+    bin_stride = _dense([f"f{d}" for d in range(m)], sizes)
+    gstr = dict(gemm)
+    gstr.update({f"f{d}": bin_stride[f"f{d}"] * groups * blk for d in range(m)})
+    gstr["g"] = blk
+    return sizes, gstr, _order(nonsp, gstr)
+
+
 def _forward_passes(op: _Operand, Ls, gemm: dict, im_off: int, blk: int, groups: int):
     """Passes taking ``op`` to its half spectrum in a GEMM operand layout.
 
@@ -161,14 +177,7 @@ def _forward_passes(op: _Operand, Ls, gemm: dict, im_off: int, blk: int, groups:
     """
     m = len(Ls)
     F = _bins(Ls)
-    sizes = dict(op.nonsp)
-    sizes.update({f"s{d}": op.place[d][0] for d in range(m)})
-    sizes.update({f"f{d}": F[d] for d in range(m)})
-    bin_stride = _dense([f"f{d}" for d in range(m)], sizes)
-    gstr = dict(gemm)
-    gstr.update({f"f{d}": bin_stride[f"f{d}"] * groups * blk for d in range(m)})
-    gstr["g"] = blk
-    nonsp = _order(op.nonsp, gstr)
+    sizes, gstr, nonsp = _dims(op.nonsp, "s", op.place, Ls, gemm, blk, groups)
     out = []
     prev = None  # (strides by name) of the temporary the previous pass wrote
     for j in range(m - 1, -1, -1):
@@ -205,14 +214,7 @@ def _inverse_passes(res_nonsp, gemm: dict, quads, signs, blk: int, groups: int, 
     """Passes taking the GEMM result (quadrants of split complex products) to the output."""
     m = len(Ls)
     F = _bins(Ls)
-    sizes = dict(res_nonsp)
-    sizes.update({f"u{d}": place[d][0] for d in range(m)})
-    sizes.update({f"f{d}": F[d] for d in range(m)})
-    bin_stride = _dense([f"f{d}" for d in range(m)], sizes)
-    gstr = dict(gemm)
-    gstr.update({f"f{d}": bin_stride[f"f{d}"] * groups * blk for d in range(m)})
-    gstr["g"] = blk
-    nonsp = _order(res_nonsp, gstr)
+    sizes, gstr, nonsp = _dims(res_nonsp, "u", place, Ls, gemm, blk, groups)
     scale = 1.0
     for v in Ls:
         scale /= v
