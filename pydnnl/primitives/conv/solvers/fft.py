@@ -168,6 +168,17 @@ def _dims(nonsp, pos: str, place, Ls, gemm: dict, blk: int, groups: int):
     return sizes, gstr, _order(nonsp, gstr)
 
 
+def _temporary(pos: str, lines: list[str], sizes: dict):
+    """A planar complex temporary written position-major (``pos`` outermost, then the
+    pass's lines, so neighbouring work-items store side by side): the pass destination, the
+    strides by name (``__plane``: the imaginary plane's offset) for the next pass, and its
+    size in elements."""
+    st = _dense([pos] + lines, sizes)
+    plane = st[pos] * sizes[pos]
+    st["__plane"] = plane
+    return ("planar", tuple(st[n] for n in lines), st[pos], plane), st, 2 * plane
+
+
 def _forward_passes(op: _Operand, Ls, gemm: dict, im_off: int, blk: int, groups: int):
     """Passes taking ``op`` to its half spectrum in a GEMM operand layout.
 
@@ -194,14 +205,8 @@ def _forward_passes(op: _Operand, Ls, gemm: dict, im_off: int, blk: int, groups:
             dst = ("planar", tuple(gstr[n] for n in lines), gstr[f"f{j}"], im_off)
             dst_name, size = "gemm", 0
         else:
-            names = [f"f{j}"] + lines
-            st = _dense(names, sizes)
-            size = st[f"f{j}"] * sizes[f"f{j}"]
-            st["__plane"] = size
-            dst = ("planar", tuple(st[n] for n in lines), st[f"f{j}"], size)
+            dst, prev, size = _temporary(f"f{j}", lines, sizes)
             dst_name = "tmp"
-            prev = st
-            size *= 2
         ps = FftPass(lines=tuple(sizes[n] for n in lines), L=Ls[j], inverse=False,
                      in_pos=in_pos, in_real=j == m - 1, half=False,
                      out_pos=tuple(range(F[j])), out_real=False, src=src, dst=dst)
@@ -235,14 +240,8 @@ def _inverse_passes(res_nonsp, gemm: dict, quads, signs, blk: int, groups: int, 
             dst = ("tensor", layout, nelems, _tensor_map(logical, lines, f"u{j}"))
             dst_name, size = "tensor", 0
         else:
-            names = [f"u{j}"] + lines
-            st = _dense(names, sizes)
-            size = st[f"u{j}"] * sizes[f"u{j}"]
-            st["__plane"] = size
-            dst = ("planar", tuple(st[n] for n in lines), st[f"u{j}"], size)
+            dst, prev, size = _temporary(f"u{j}", lines, sizes)
             dst_name = "tmp"
-            prev = st
-            size *= 2
         ps = FftPass(lines=tuple(sizes[n] for n in lines), L=Ls[j], inverse=True,
                      in_pos=tuple(range(F[j])), in_real=False, half=last, out_pos=out_pos,
                      out_real=last, src=src, dst=dst, scale=scale if last else 1.0,
@@ -354,7 +353,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                 named["out_off"] = gemm_at if dst == "gemm" else tmps[k % 2]
             if n0 is not None:
                 named["n0"] = n0
-            named = {key: v for key, v in named.items() if _takes(ps, key)}
+            # arguments a pass kernel does not take (bias, n0, offsets) are left unbound
             plan.kernel("conv_fft", ps, build_fft_pass, **named)
             k += 1
 
@@ -377,18 +376,3 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             add_bias_grad(plan, p)
     return plan
 
-
-def _takes(ps: FftPass, key: str) -> bool:
-    """Whether the pass kernel has argument ``key`` (mirrors build_fft_pass's list)."""
-    if key in ("inp", "out"):
-        return True
-    if key == "bias":
-        return ps.bias is not None
-    if key == "in_off":
-        return ps.src[0] != "tensor"
-    if key == "out_off":
-        return ps.dst[0] != "tensor"
-    if key == "n0":
-        return any(t == "n0" for spec in (ps.src, ps.dst) if spec[0] == "tensor"
-                   for dim in spec[3] for t, _ in dim)
-    return False
