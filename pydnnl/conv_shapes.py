@@ -1,4 +1,6 @@
-"""Convolution and deconvolution shape rules: output sizes, validation, MIOpen's output-dim query.
+"""Convolution and deconvolution shapes: the problem types (:class:`ConvGeometry`, the validated
+sizes; :class:`ConvProblem`, one direction with layouts, what solvers and kernels take), output
+sizes, validation, MIOpen's output-dim query.
 
 Two dilation conventions meet here:
 
@@ -33,8 +35,9 @@ the argument and the dims involved.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,12 +46,14 @@ from .error import invalid_arguments
 
 __all__ = [
     "ConvGeometry",
+    "ConvProblem",
     "kernel_extent",
     "conv_output_dims",
     "deconv_output_dims",
     "validate_conv",
     "miopen_forward_output_dim",
     "miopen_forward_output_dim_nd",
+    "miopen_output_spatial",
 ]
 
 _SPATIAL_NAMES = {1: ("W",), 2: ("H", "W"), 3: ("D", "H", "W")}
@@ -67,7 +72,8 @@ def _dims(name: str, dims: Any, op: str) -> tuple[int, ...]:
     try:
         out = tuple(dims)
     except TypeError:
-        raise invalid_arguments(f"{op}: {name} dims must be a sequence of ints, got {dims!r}") from None
+        raise invalid_arguments(
+            f"{op}: {name} dims must be a sequence of ints, got {dims!r}") from None
     if not all(_is_int(v) for v in out):
         raise invalid_arguments(f"{op}: {name} dims must be ints, got {dims!r}")
     out = tuple(int(v) for v in out)
@@ -97,7 +103,6 @@ def _per_dim(name: str, value: Any, nsp: int, default: int, op: str) -> tuple[in
 class ConvGeometry:
     """A validated convolution or deconvolution problem (oneDNN conventions, oneDNN dilation)."""
 
-    deconvolution: bool
     mb: int
     groups: int
     ic: int                     # total input channels (src C)
@@ -109,7 +114,8 @@ class ConvGeometry:
     dilates: tuple[int, ...]    # oneDNN convention: 0 = dense
     padding_l: tuple[int, ...]
     padding_r: tuple[int, ...]
-    grouped_weights: bool       # weights were given as [G, OC/G, IC/G, k...]
+    deconvolution: bool = False
+    grouped_weights: bool = False  # weights were given as [G, OC/G, IC/G, k...]
 
     @property
     def ndims(self) -> int:
@@ -121,16 +127,26 @@ class ConvGeometry:
         return len(self.kernel)
 
     @property
-    def ic_per_group(self) -> int:
+    def icg(self) -> int:
+        """Input channels per group."""
         return self.ic // self.groups
 
     @property
-    def oc_per_group(self) -> int:
+    def ocg(self) -> int:
+        """Output channels per group."""
         return self.oc // self.groups
 
     @property
     def extents(self) -> tuple[int, ...]:
         return tuple(kernel_extent(k, d) for k, d in zip(self.kernel, self.dilates))
+
+    def as_convolution(self) -> ConvGeometry:
+        """The convolution whose backward data is this deconvolution (src and dst, IC and OC
+        exchanged; the sizes stay consistent); a convolution is its own."""
+        if not self.deconvolution:
+            return self
+        return replace(self, ic=self.oc, oc=self.ic, src_spatial=self.dst_spatial,
+                       dst_spatial=self.src_spatial, deconvolution=False)
 
     def src_dims(self) -> tuple[int, ...]:
         return (self.mb, self.ic, *self.src_spatial)
@@ -142,14 +158,92 @@ class ConvGeometry:
         """Weights dims in the form they were given (grouped or not)."""
         if self.grouped_weights:
             return self.grouped_weights_dims()
-        return (self.oc, self.ic_per_group, *self.kernel)
+        return (self.oc, self.icg, *self.kernel)
 
     def grouped_weights_dims(self) -> tuple[int, ...]:
         """[G, OC/G, IC/G, k...] (deconvolution too: oneDNN keeps OC first)."""
-        return (self.groups, self.oc_per_group, self.ic_per_group, *self.kernel)
+        return (self.groups, self.ocg, self.icg, *self.kernel)
 
     def bias_dims(self) -> tuple[int, ...]:
         return (self.oc,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvProblem(ConvGeometry):
+    """A convolution in one direction with every layout known: what the solvers and the kernel
+    generators take (hashable; its ``repr`` is part of kernel-cache keys).
+
+    The geometry is always a convolution's: a deconvolution is mapped onto the convolution of
+    :meth:`ConvGeometry.as_convolution` (deconvolution forward is convolution backward data with
+    a bias, backward data is convolution forward, backward weights exchanges src and diff_dst;
+    the weights' two channel dims swap, which only permutes layout terms).
+
+    ``kind``: ``fwd`` (writes dst), ``bwd_d`` (writes src = diff_src from dst = diff_dst),
+    ``bwd_w`` (writes wei = diff_weights from src and dst = diff_dst). Layouts are
+    :func:`pydnnl.kernels.conv_common.layout_of` tuples of the logical tensors
+    src ``[N, G*ICg, in...]``, wei ``[G, OCg, ICg, k...]``, dst ``[N, G*OCg, out...]``;
+    ``*_n`` are their storage sizes in elements. ``bias`` is the layout of the bias added to the
+    written activation (fwd: OC entries; bwd_d: IC entries, deconvolution forward) or of the
+    bias gradient (bwd_w: the channel sums of ``bias_of``: ``dst``, or ``src`` for
+    deconvolution). ``post_ops``: ``("sum", scale, zero_point)`` / ``("eltwise", alg, alpha,
+    beta)`` applied to the written activation.
+    """
+
+    kind: str
+    src: tuple
+    wei: tuple
+    dst: tuple
+    src_n: int
+    wei_n: int
+    dst_n: int
+    bias: tuple | None = None
+    bias_n: int = 0
+    bias_of: str = "dst"
+    post_ops: tuple = ()
+
+    # the short names the solvers and kernel generators index with
+    @property
+    def src_sp(self) -> tuple[int, ...]:
+        return self.src_spatial
+
+    @property
+    def dst_sp(self) -> tuple[int, ...]:
+        return self.dst_spatial
+
+    @property
+    def nsp(self) -> int:
+        return len(self.kernel)
+
+    @property
+    def P(self) -> int:
+        """Output points per image."""
+        return math.prod(self.dst_spatial)
+
+    @property
+    def PI(self) -> int:
+        """Input points per image."""
+        return math.prod(self.src_spatial)
+
+    @property
+    def K(self) -> int:
+        """Kernel taps."""
+        return math.prod(self.kernel)
+
+    def is_1x1_dense(self) -> bool:
+        """Every output point reads exactly the input point at the same place."""
+        return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.strides)
+                and all(p == 0 for p in self.padding_l) and self.src_sp == self.dst_sp)
+
+    def describe(self) -> str:
+        """benchdnn-like shape string."""
+        names = ("d", "h", "w")[3 - self.nsp:]
+
+        def dims(prefix: str, vals) -> str:
+            return "".join(f"{prefix}{n}{v}" for n, v in zip(names, vals))
+
+        return (f"g{self.groups}mb{self.mb}ic{self.ic}{dims('i', self.src_sp)}"
+                f"oc{self.oc}{dims('o', self.dst_sp)}{dims('k', self.kernel)}"
+                f"{dims('s', self.strides)}{dims('d', self.dilates)}{dims('p', self.padding_l)}")
 
 
 def validate_conv(src_dims: Sequence[int], weights_dims: Sequence[int],
@@ -236,7 +330,8 @@ def validate_conv(src_dims: Sequence[int], weights_dims: Sequence[int],
                     f"(in {insp[i]} - 1) * stride {st[i]} + kernel extent {ext[i]} "
                     f"- padding_l {pl[i]} - padding_r {pr[i]}; the padding is too large")
     else:
-        if output_padding is not None and any(_per_dim("output_padding", output_padding, nsp, 0, op)):
+        if output_padding is not None and any(
+                _per_dim("output_padding", output_padding, nsp, 0, op)):
             raise invalid_arguments(f"{op}: output_padding applies to deconvolution only")
         outsp = []
         for i in range(nsp):
@@ -253,8 +348,8 @@ def validate_conv(src_dims: Sequence[int], weights_dims: Sequence[int],
                     f"{insp[i]} + {pl[i]} + {pr[i]} = {span}")
             outsp.append((span - ext[i]) // st[i] + 1)
         outsp = tuple(outsp)
-    geom = ConvGeometry(deconvolution, mb, g, ic, oc, tuple(insp), tuple(outsp), tuple(kernel),
-                        st, dl, pl, pr, grouped)
+    geom = ConvGeometry(mb, g, ic, oc, tuple(insp), tuple(outsp), tuple(kernel), st, dl, pl, pr,
+                        deconvolution, grouped)
     if dst_dims is not None:
         dst = _dims("dst", dst_dims, op)
         if dst != geom.dst_dims():
@@ -291,8 +386,9 @@ def deconv_output_dims(src_dims: Sequence[int], weights_dims: Sequence[int], str
 # ---------------------------------------------------------------------------------------------
 # MIOpen: miopenGetConvolution(Nd)ForwardOutputDim (dilation 1 = dense, symmetric pads)
 # ---------------------------------------------------------------------------------------------
-_MIOPEN_MODES = {"convolution": "convolution", "miopenconvolution": "convolution", "0": "convolution",
-                 "transpose": "transpose", "miopentranspose": "transpose", "1": "transpose"}
+_MIOPEN_MODES = {"convolution": "convolution", "miopenconvolution": "convolution",
+                 "0": "convolution", "transpose": "transpose", "miopentranspose": "transpose",
+                 "1": "transpose"}
 _MIOPEN_PADDING = {"default": "default", "miopenpaddingdefault": "default", "0": "default",
                    "same": "same", "miopenpaddingsame": "same", "1": "same",
                    "valid": "valid", "miopenpaddingvalid": "valid", "2": "valid"}
@@ -378,13 +474,24 @@ def miopen_forward_output_dim_nd(in_dims: Sequence[int], wei_dims: Sequence[int]
         return (n, wei_k, *(_ceil_div(insp[i], strides[i]) for i in range(nsp)))
     if padding_mode == "valid" and mode == "convolution" and dense:
         return (n, wei_k, *(_ceil_div(insp[i] - ksp[i] + 1, strides[i]) for i in range(nsp)))
-    if mode == "transpose":
-        return (n, wei_c * groups,
-                *(max(1, strides[i] * (insp[i] - 1) + 1 + dilations[i] * (ksp[i] - 1)
-                      - 2 * pads[i] + tpads[i]) for i in range(nsp)))
-    return (n, wei_k,
-            *(max(1, _c_div(insp[i] - (1 + dilations[i] * (ksp[i] - 1)) + 2 * pads[i],
-                            strides[i]) + 1) for i in range(nsp)))
+    transpose = mode == "transpose"
+    out = miopen_output_spatial(insp, ksp, pads, strides, dilations, transpose, tpads)
+    return (n, wei_c * groups if transpose else wei_k, *(max(1, v) for v in out))
+
+
+def miopen_output_spatial(in_sp: Sequence[int], kernel: Sequence[int], pads: Sequence[int],
+                          strides: Sequence[int], dilations: Sequence[int],
+                          transpose: bool = False,
+                          out_pads: Sequence[int] | None = None) -> tuple[int, ...]:
+    """MIOpen's output sizes before it clamps them to >= 1 (dilation 1 = dense, symmetric pads,
+    no checks): ``(in + 2*pad - (1 + dil*(k-1))) / stride + 1`` (C division), transposed
+    ``stride*(in-1) + 1 + dil*(k-1) - 2*pad + out_pad``."""
+    out_pads = out_pads or (0,) * len(in_sp)
+    if transpose:
+        return tuple(s * (i - 1) + 1 + d * (k - 1) - 2 * p + a for i, k, p, s, d, a in
+                     zip(in_sp, kernel, pads, strides, dilations, out_pads))
+    return tuple(_c_div(i - (1 + d * (k - 1)) + 2 * p, s) + 1 for i, k, p, s, d in
+                 zip(in_sp, kernel, pads, strides, dilations))
 
 
 def miopen_forward_output_dim(n: int, c: int, h: int, w: int, k_out: int, c_per_group: int,

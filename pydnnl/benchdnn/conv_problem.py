@@ -30,10 +30,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..conv_shapes import ConvGeometry, kernel_extent
 from ..error import invalid_arguments
 
 __all__ = ["ConvProblem", "parse_conv_problem", "read_batch", "parse_batch_text"]
@@ -50,48 +51,26 @@ def _c_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-def _ext(k: int, d: int) -> int:
-    return (k - 1) * (d + 1) + 1
+# benchdnn's per-dim names: a quantity letter and an axis (``ih``, ``kw``, ``pd_r``...)
+_DIM_NAME = re.compile(r"([ioksd][dhw])|(p[dhw])(_r)?")
+_VIEWS = {"i": "src_spatial", "o": "dst_spatial", "k": "kernel", "s": "strides",
+          "d": "dilates", "p": "padding_l", "p_r": "padding_r"}
+# what a dim above the problem's rank holds
+_UNUSED = {"i": 1, "o": 1, "k": 1, "s": 1, "p": 0, "p_r": 0, "d": 0}
 
 
 @dataclass(frozen=True)
-class ConvProblem:
-    """One benchdnn convolution problem, every deduction done (benchdnn's ``desc_t``).
+class ConvProblem(ConvGeometry):
+    """One benchdnn convolution problem (benchdnn's ``desc_t``): a :class:`ConvGeometry` (its
+    ``grouped_weights`` set when ``g`` was written) with a name.
 
-    Spatial fields exist for depth, height and width whatever the rank; dims above
-    ``ndims`` hold size 1, kernel 1, stride 1, padding 0, dilation 0. ``pd/ph/pw`` are the left
-    (begin) paddings, ``pd_r/ph_r/pw_r`` the right (end) ones. Dilations use oneDNN's
-    convention (0 = dense).
+    benchdnn's per-dim names read the geometry for depth, height and width whatever the rank
+    (``p.ih``, ``p.kw``; ``pd/ph/pw`` the left paddings, ``pd_r/ph_r/pw_r`` the right ones):
+    dims above ``ndims`` hold size 1, kernel 1, stride 1, padding 0, dilation 0. Dilations use
+    oneDNN's convention (0 = dense).
     """
 
-    g: int
-    mb: int
-    ic: int
-    id: int
-    ih: int
-    iw: int
-    oc: int
-    od: int
-    oh: int
-    ow: int
-    kd: int
-    kh: int
-    kw: int
-    sd: int
-    sh: int
-    sw: int
-    pd: int
-    ph: int
-    pw: int
-    pd_r: int
-    ph_r: int
-    pw_r: int
-    dd: int
-    dh: int
-    dw: int
     name: str = ""
-    ndims: int = 4          # rank of src/dst: 3 (1-D), 4 (2-D) or 5 (3-D)
-    has_groups: bool = False
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -107,42 +86,26 @@ class ConvProblem:
             raise invalid_arguments(f"ConvProblem.with_mb: mb must be >= 0, got {mb}")
         return replace(self, mb=int(mb))
 
-    # --- per-dim views (only the problem's spatial dims, outermost first) -----------------
-    def _sp(self, d: int, h: int, w: int) -> tuple[int, ...]:
-        return (d, h, w)[5 - self.ndims:]
+    # --- benchdnn's names -----------------------------------------------------------------
+    @property
+    def g(self) -> int:
+        return self.groups
 
     @property
-    def spatial_ndims(self) -> int:
-        return self.ndims - 2
+    def has_groups(self) -> bool:
+        return self.grouped_weights
 
-    @property
-    def src_spatial(self) -> tuple[int, ...]:
-        return self._sp(self.id, self.ih, self.iw)
+    def _dhw(self, what: str) -> tuple[int, int, int]:
+        """Quantity ``what`` (a key of ``_VIEWS``) for (depth, height, width)."""
+        vals = tuple(getattr(self, _VIEWS[what]))
+        return (_UNUSED[what],) * (3 - len(vals)) + vals
 
-    @property
-    def dst_spatial(self) -> tuple[int, ...]:
-        return self._sp(self.od, self.oh, self.ow)
-
-    @property
-    def kernel(self) -> tuple[int, ...]:
-        return self._sp(self.kd, self.kh, self.kw)
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        return self._sp(self.sd, self.sh, self.sw)
-
-    @property
-    def padding_l(self) -> tuple[int, ...]:
-        return self._sp(self.pd, self.ph, self.pw)
-
-    @property
-    def padding_r(self) -> tuple[int, ...]:
-        return self._sp(self.pd_r, self.ph_r, self.pw_r)
-
-    @property
-    def dilates(self) -> tuple[int, ...]:
-        """oneDNN dilations (0 = dense)."""
-        return self._sp(self.dd, self.dh, self.dw)
+    def __getattr__(self, name: str) -> int:
+        m = _DIM_NAME.fullmatch(name)
+        if m is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        what = name[0] + (m.group(3) or "")
+        return self._dhw(what)["dhw".index(name[1])]
 
     @property
     def repeats(self) -> int:
@@ -150,22 +113,6 @@ class ConvProblem:
         (benchdnn's shape files write ``n"resnet_50:res2a_branch2b*3"``), else 1."""
         m = re.search(r"\*(\d+)$", self.name)
         return int(m.group(1)) if m else 1
-
-    # --- tensor dims ------------------------------------------------------------------------
-    def src_dims(self) -> tuple[int, ...]:
-        return (self.mb, self.ic, *self.src_spatial)
-
-    def weights_dims(self) -> tuple[int, ...]:
-        """[G, OC/G, IC/G, k...] when ``g`` was written in the descriptor, else [OC, IC/G, k...]
-        (as benchdnn)."""
-        base = (self.oc // self.g, self.ic // self.g, *self.kernel)
-        return (self.g, *base) if self.has_groups else (self.oc, *base[1:])
-
-    def bias_dims(self) -> tuple[int, ...]:
-        return (self.oc,)
-
-    def dst_dims(self) -> tuple[int, ...]:
-        return (self.mb, self.oc, *self.dst_spatial)
 
     # --- work -------------------------------------------------------------------------------
     def flops(self) -> float:
@@ -181,9 +128,7 @@ class ConvProblem:
     def to_str(self, canonical: bool = False) -> str:
         """The descriptor as benchdnn prints it (short form unless ``canonical``);
         ``parse(p.to_str()) == p``."""
-        o, i, k, s = ((self.od, self.oh, self.ow), (self.id, self.ih, self.iw),
-                      (self.kd, self.kh, self.kw), (self.sd, self.sh, self.sw))
-        p, d = (self.pd, self.ph, self.pw), (self.dd, self.dh, self.dw)
+        o, i, k, s, p, d = (self._dhw(w) for w in "oikspd")
         groups = list(zip(o, i, k, s, p, d))          # per dim (d, h, w)
         square = groups[1] == groups[2]
         cubic = square and groups[0] == groups[1]
@@ -288,7 +233,7 @@ def parse_conv_problem(desc: str) -> ConvProblem:
             continue
         need(i_, f"the {ax} dim is used")
         need(k_, f"the {ax} dim is used")
-        ext = _ext(v[k_], v[d_])
+        ext = kernel_extent(v[k_], v[d_])
         if not v[o_]:
             if v[p_] < 0:
                 v[p_] = 0
@@ -328,12 +273,16 @@ def parse_conv_problem(desc: str) -> ConvProblem:
     if v["ic"] % v["g"] or v["oc"] % v["g"]:
         raise invalid_arguments(f"conv problem {desc!r}: ic={v['ic']} and oc={v['oc']} must be "
                                 f"divisible by g={v['g']}")
-    pad_r = {}
-    for ax in "dhw":
-        ext = _ext(v[f"k{ax}"], v[f"d{ax}"])
-        pad_r[f"p{ax}_r"] = (v[f"o{ax}"] - 1) * v[f"s{ax}"] - v[f"i{ax}"] + ext - v[f"p{ax}"]
-    return ConvProblem(**{k: v[k] for k in _KEYS}, **pad_r, name=name, ndims=ndims,
-                       has_groups=has_groups)
+    nsp = ndims - 2
+
+    def dims(what: str) -> tuple[int, ...]:
+        return tuple(v[f"{what}{ax}"] for ax in "dhw")[3 - nsp:]
+
+    pad_r = tuple((o - 1) * s - i + kernel_extent(k, d) - p for i, o, k, s, p, d in
+                  zip(*(dims(w) for w in "iokspd")))
+    return ConvProblem(v["mb"], v["g"], v["ic"], v["oc"], dims("i"), dims("o"), dims("k"),
+                       dims("s"), dims("d"), dims("p"), pad_r, grouped_weights=has_groups,
+                       name=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,6 +368,3 @@ def read_batch(path: str | os.PathLike) -> list[tuple[tuple[str, ...], ConvProbl
         text = f.read()
     return parse_batch_text(text, os.path.dirname(path), path)
 
-
-# a ConvProblem's field names, for drivers printing CSV like benchdnn's perf report
-FIELDS = tuple(f.name for f in fields(ConvProblem))

@@ -13,60 +13,43 @@ results (deconvolution forward is convolution backward data with a bias).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, finish,
-                          guarded_load, make_args, offset, output_positions, prod,
-                          split_fast)
+from ..conv_shapes import ConvProblem
+from .conv_common import (
+    INDEX_DTYPE,
+    apply_postops,
+    bounds_condition,
+    decompose,
+    finish,
+    guarded_load,
+    make_args,
+    offset,
+    output_positions,
+    prod,
+    split_fast,
+)
 
 
-@dataclass(frozen=True)
-class DirectProblem:
-    """A direct-convolution kernel (hashable: the kernel-cache key).
+class DirectParams(NamedTuple):
+    """Tuning parameters of a direct kernel."""
 
-    ``mode`` is ``fwd`` (writes dst), ``bwd_d`` (writes src, i.e. diff_src) or ``bwd_w``
-    (writes wei). Layouts: src ``[N, G*ICg, in...]``, wei ``[G, OCg, ICg, k...]``,
-    dst ``[N, G*OCg, out...]``; ``bias`` is the layout of the bias added to the written
-    activation (forward: OC entries; backward data: IC entries), or None.
-    """
-
-    mode: str
-    mb: int
-    groups: int
-    icg: int
-    ocg: int
-    src_sp: tuple
-    dst_sp: tuple
-    kernel: tuple
-    strides: tuple
-    dilates: tuple
-    padding_l: tuple
-    src: tuple
-    wei: tuple
-    dst: tuple
-    src_n: int
-    wei_n: int
-    dst_n: int
-    bias: tuple | None = None
-    bias_n: int = 0
-    post_ops: tuple = ()
-    tile: int = 1
-    wg: int = 16
+    tile: int = 1  # channels per work-item (a register tile)
+    wg: int = 16  # work-group size along axis 0
     wtile: int = 1  # points along the width per work-item (forward, backward data)
     index64: bool = True  # 64-bit index arithmetic
 
 
-def build_direct(p: DirectProblem):
-    """loopy TranslationUnit of the direct kernel ``p`` (arguments src, wei, dst[, bias])."""
-    if p.mode == "fwd":
-        return _build_fwd(p)
-    if p.mode == "bwd_d":
-        return _build_bwd_d(p)
-    if p.mode == "bwd_w":
-        return _build_bwd_w(p)
-    raise ValueError(f"direct convolution: unknown mode {p.mode!r}")
+def build_direct(p: ConvProblem, params: DirectParams):
+    """loopy TranslationUnit of the direct kernel of ``p`` in direction ``p.kind``: ``fwd``
+    writes dst, ``bwd_d`` src (diff_src), ``bwd_w`` wei (arguments src, wei, dst[, bias]; the
+    bias is added to the written activation, so backward weights takes none)."""
+    build = {"fwd": _build_fwd, "bwd_d": _build_bwd_d, "bwd_w": _build_bwd_w}.get(p.kind)
+    if build is None:
+        raise ValueError(f"direct convolution: unknown direction {p.kind!r}")
+    return build(p, params)
 
 
 def _src_range(p) -> list[tuple[int, int]]:
@@ -81,37 +64,38 @@ def _domain(ranges: dict) -> str:
     return "{[" + names + "]: " + cond + "}"
 
 
-def _args(p: DirectProblem, out: str, reads_out: bool):
+def _args(p: ConvProblem, out: str, reads_out: bool):
     specs = [("src", p.src_n, out == "src", out != "src" or reads_out),
              ("wei", p.wei_n, out == "wei", out != "wei" or reads_out),
              ("dst", p.dst_n, out == "dst", out != "dst" or reads_out)]
-    if p.bias is not None:
+    if p.bias is not None and p.kind != "bwd_w":
         specs.append(("bias", p.bias_n, False, True))
     return make_args(specs)
 
 
-def _has_sum(p: DirectProblem) -> bool:
+def _has_sum(p: ConvProblem) -> bool:
     return any(op[0] == "sum" for op in p.post_ops)
 
 
-def _make(domain, insn, args, name, p, fast, fast_size, tile_iname, reduce_order):
+def _make(domain, insn, args, name, p, t: DirectParams, fast, fast_size, tile_iname,
+          reduce_order):
     import loopy as lp
 
     # a unit spatial axis (1-D problems) is a launch axis the store does not index
     knl = lp.make_kernel(domain, [insn.copy(id="store")], args, name=name,
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
-                         index_dtype=INDEX_DTYPE if p.index64 else np.int32,
+                         index_dtype=INDEX_DTYPE if t.index64 else np.int32,
                          silenced_warnings=["v1_scheduler_fallback", "write_race(store)"])
-    wg = max(1, min(p.wg, fast_size))
-    if p.wtile > 1 and fast != "x" and fast_size > wg:
+    wg = max(1, min(t.wg, fast_size))
+    if t.wtile > 1 and fast != "x" and fast_size > wg:
         # work-item j of a group owns points j, j + wg, ..., j + (wtile-1)*wg: a register tile
         # along the width whose loads stay contiguous across the group
-        knl = lp.split_iname(knl, fast, wg * p.wtile, outer_tag="g.0")
+        knl = lp.split_iname(knl, fast, wg * t.wtile, outer_tag="g.0")
         knl = lp.split_iname(knl, f"{fast}_inner", wg, outer_tag="ilp", inner_tag="l.0")
     else:
-        knl = split_fast(knl, fast, fast_size, p.wg)
+        knl = split_fast(knl, fast, fast_size, t.wg)
     tags = {"q": "g.1"} if fast == "x" else {"r": "g.1", "q": "g.2"}
-    if p.tile > 1:
+    if t.tile > 1:
         tags[tile_iname] = "ilp"
     knl = lp.tag_inames(knl, tags)
     if len(reduce_order) > 1:
@@ -119,13 +103,13 @@ def _make(domain, insn, args, name, p, fast, fast_size, tile_iname, reduce_order
     return finish(knl, p.post_ops)
 
 
-def _build_fwd(p: DirectProblem):
+def _build_fwd(p: ConvProblem, params: DirectParams):
     import loopy as lp
-    from pymbolic import var
     from loopy.symbolic import Reduction
+    from pymbolic import var
 
     nsp = len(p.kernel)
-    T = p.tile
+    T = params.tile
     NB = p.ocg // T
     Q = p.mb * p.groups * NB
     ks = [f"k{i}" for i in range(nsp)]
@@ -149,16 +133,16 @@ def _build_fwd(p: DirectProblem):
     value = apply_postops(value, p.post_ops, dst_at)
     insn = lp.Assignment(dst_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p)), "pydnnl_conv_direct_fwd",
-                 p, "w", W, "t", ["ic"] + ks)
+                 p, params, "w", W, "t", ["ic"] + ks)
 
 
-def _build_bwd_d(p: DirectProblem):
+def _build_bwd_d(p: ConvProblem, params: DirectParams):
     import loopy as lp
-    from pymbolic import var
     from loopy.symbolic import Reduction
+    from pymbolic import var
 
     nsp = len(p.kernel)
-    T = p.tile
+    T = params.tile
     NB = p.icg // T
     Q = p.mb * p.groups * NB
     ks = [f"k{i}" for i in range(nsp)]
@@ -179,17 +163,17 @@ def _build_bwd_d(p: DirectProblem):
     value = apply_postops(value, p.post_ops, out_at)
     insn = lp.Assignment(out_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p)),
-                 "pydnnl_conv_direct_bwd_data", p, "w", W, "t", ["oc"] + ks)
+                 "pydnnl_conv_direct_bwd_data", p, params, "w", W, "t", ["oc"] + ks)
 
 
-def _build_bwd_w(p: DirectProblem):
+def _build_bwd_w(p: ConvProblem, params: DirectParams):
     import loopy as lp
-    from pymbolic import var
     from loopy.symbolic import Reduction
+    from pymbolic import var
 
     nsp = len(p.kernel)
     K = prod(p.kernel)
-    T = p.tile
+    T = params.tile
     NB = p.ocg // T
     Q = p.groups * NB
     X = p.icg * K
@@ -210,7 +194,7 @@ def _build_bwd_w(p: DirectProblem):
     out_at = var("wei")[offset(p.wei, [g, oc, ic, *kk])]
     insn = lp.Assignment(out_at, value, within_inames=frozenset(["x", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "wei", False), "pydnnl_conv_direct_bwd_weights",
-                 p, "x", X, "t", ["n"] + os_)
+                 p, params, "x", X, "t", ["n"] + os_)
 
 
 def largest_divisor_at_most(n: int, cap: int) -> int:
@@ -221,8 +205,4 @@ def largest_divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-def flops(p: DirectProblem) -> int:
-    return 2 * p.mb * p.groups * p.icg * p.ocg * prod(p.dst_sp) * prod(p.kernel)
-
-
-__all__ = ["DirectProblem", "build_direct", "largest_divisor_at_most", "flops"]
+__all__ = ["DirectParams", "build_direct", "largest_divisor_at_most"]

@@ -126,7 +126,7 @@ def _conv_geom(src_shape, weights_shape, strides, dilates, padding_l, padding_r,
 # Core kernels on a convolution geometry, weights grouped [G, OCg, ICg, k...].
 def _fwd(x: np.ndarray, wg: np.ndarray, geom: ConvGeometry, acc) -> np.ndarray:
     n, g = geom.mb, geom.groups
-    icg, ocg = geom.ic_per_group, geom.oc_per_group
+    icg, ocg = geom.icg, geom.ocg
     p = int(np.prod(geom.dst_spatial))
     xp = _pad_or_crop(x.astype(acc, copy=False), geom.padding_l, geom.padding_r)
     xp = xp.reshape(n, g, icg, *xp.shape[2:])
@@ -140,7 +140,7 @@ def _fwd(x: np.ndarray, wg: np.ndarray, geom: ConvGeometry, acc) -> np.ndarray:
 
 def _bwd_data(dy: np.ndarray, wg: np.ndarray, geom: ConvGeometry, acc) -> np.ndarray:
     n, g = geom.mb, geom.groups
-    icg, ocg = geom.ic_per_group, geom.oc_per_group
+    icg, ocg = geom.icg, geom.ocg
     p = int(np.prod(geom.dst_spatial))
     span = tuple(i + a + b for i, a, b in zip(geom.src_spatial, geom.padding_l, geom.padding_r))
     dxp = np.zeros((n, g, icg, *span), acc)
@@ -155,7 +155,7 @@ def _bwd_data(dy: np.ndarray, wg: np.ndarray, geom: ConvGeometry, acc) -> np.nda
 
 def _bwd_weights(x: np.ndarray, dy: np.ndarray, geom: ConvGeometry, acc) -> np.ndarray:
     n, g = geom.mb, geom.groups
-    icg, ocg = geom.ic_per_group, geom.oc_per_group
+    icg, ocg = geom.icg, geom.ocg
     p = int(np.prod(geom.dst_spatial))
     xp = _pad_or_crop(x.astype(acc, copy=False), geom.padding_l, geom.padding_r)
     xp = xp.reshape(n, g, icg, *xp.shape[2:])
@@ -183,13 +183,6 @@ def _check_bias(bias: Any, oc: int, op: str) -> np.ndarray | None:
     return b
 
 
-def _deconv_as_conv(geom_d: ConvGeometry) -> ConvGeometry:
-    """The convolution whose backward-data is the deconvolution ``geom_d`` (src<->dst swapped)."""
-    return ConvGeometry(False, geom_d.mb, geom_d.groups, geom_d.oc, geom_d.ic,
-                        geom_d.dst_spatial, geom_d.src_spatial, geom_d.kernel, geom_d.strides,
-                        geom_d.dilates, geom_d.padding_l, geom_d.padding_r, True)
-
-
 def _deconv_geom(src_shape, weights_shape, strides, dilates, padding_l, padding_r, groups, op,
                  dst_shape=None) -> tuple[ConvGeometry, ConvGeometry]:
     gd = validate_conv(src_shape, weights_shape, strides, dilates, padding_l, padding_r,
@@ -202,7 +195,7 @@ def _deconv_geom(src_shape, weights_shape, strides, dilates, padding_l, padding_
                 f"{list(src_shape)}, weights {list(weights_shape)}, strides {list(gd.strides)}, "
                 f"dilates {list(gd.dilates)}, padding_l {list(gd.padding_l)} and padding_r "
                 f"{list(gd.padding_r)} give (out = (in-1)*s + (k-1)*(d+1)+1 - pl - pr)")
-    return gd, _deconv_as_conv(gd)
+    return gd, gd.as_convolution()
 
 
 def _deconv_w_to_conv(weights: np.ndarray, gd: ConvGeometry) -> np.ndarray:
@@ -331,8 +324,9 @@ def deconv_weights_to_io(weights: Any, grouped: bool = False) -> np.ndarray:
     (or [G, OC/G, IC/G, k...] with ``grouped``) -> [IC, OC/G, k...]."""
     w = np.asarray(weights)
     if w.ndim < (4 if grouped else 3):
-        raise invalid_arguments(f"deconv_weights_to_io: expected {'[G, OC/G, IC/G, k...]' if grouped else '[OC, IC, k...]'}"
-                                f" weights, got dims {list(w.shape)}")
+        form = "[G, OC/G, IC/G, k...]" if grouped else "[OC, IC, k...]"
+        raise invalid_arguments(f"deconv_weights_to_io: expected {form} weights, got dims "
+                                f"{list(w.shape)}")
     if not grouped:
         return np.ascontiguousarray(w.swapaxes(0, 1))
     g, ocg, icg = w.shape[:3]
@@ -411,10 +405,12 @@ def _normalize_op(op: Any, index: int) -> tuple:
     if isinstance(op, (tuple, list)) and op:
         head, rest = op[0], list(op[1:])
         if head == "sum":
-            return ("sum", float(rest[0]) if rest else 1.0, float(rest[1]) if len(rest) > 1 else 0.0)
+            return ("sum", float(rest[0]) if rest else 1.0,
+                    float(rest[1]) if len(rest) > 1 else 0.0)
         if head == "eltwise":
             if not rest:
-                raise invalid_arguments(f"apply_post_ops: op {index} ('eltwise') lacks an algorithm")
+                raise invalid_arguments(
+                    f"apply_post_ops: op {index} ('eltwise') lacks an algorithm")
             head, rest = rest[0], rest[1:]
         return ("eltwise", head, float(rest[0]) if rest else 0.0,
                 float(rest[1]) if len(rest) > 1 else 0.0)

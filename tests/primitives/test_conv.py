@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import pydnnl as dnnl  # noqa: E402
+from pydnnl.conv_shapes import ConvGeometry  # noqa: E402
 from pydnnl.error import error, invalid_arguments, unimplemented  # noqa: E402
 from pydnnl.primitives.conv import (ConvFindResult, convolution_backward_data,  # noqa: E402
                                     convolution_backward_weights, convolution_forward,
@@ -465,23 +467,24 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     weights first on >= 28x28 maps; never for strided or dilated problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
-    geom = dict(groups=1, icg=64, ocg=64, kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
-                padding_l=(1, 1), src_sp=(28, 28), dst_sp=(28, 28), mb=1)
+    geom = ConvGeometry(mb=1, groups=1, ic=64, oc=64, src_spatial=(28, 28),
+                        dst_spatial=(28, 28), kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
+                        padding_l=(1, 1), padding_r=(1, 1))
     gpu = engine.info.type == "gpu"
     order = heuristic_order("fwd", geom, engine)
     assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order
     if not gpu:
         assert order.index("winograd_f2x3") > order.index("im2col_gemm")
-    wide = {**geom, "icg": 128, "ocg": 256}
+    wide = replace(geom, ic=128, oc=256)
     assert heuristic_order("fwd", wide, engine)[0] == "winograd_f2x3"
     assert heuristic_order("bwd_d", wide, engine)[0] == "winograd_f2x3"
     # 7x7 maps at mb1: 16 output tiles do not pay for the filter transform on CPUs
-    few = {**wide, "src_sp": (7, 7), "dst_sp": (7, 7)}
+    few = replace(wide, src_spatial=(7, 7), dst_spatial=(7, 7))
     assert (heuristic_order("bwd_d", few, engine)[0] == "winograd_f2x3") == gpu
-    for kind, change in (("fwd", {"strides": (2, 2), "dst_sp": (14, 14)}),
-                         ("fwd", {"dilates": (1, 1), "dst_sp": (26, 26)})):
-        assert "winograd_f2x3" not in heuristic_order(kind, {**wide, **change}, engine)
+    for kind, change in (("fwd", {"strides": (2, 2), "dst_spatial": (14, 14)}),
+                         ("fwd", {"dilates": (1, 1), "dst_spatial": (26, 26)})):
+        assert "winograd_f2x3" not in heuristic_order(kind, replace(wide, **change), engine)
     # backward weights: first on 28x28 maps and larger, on every device; last on 14x14
     assert heuristic_order("bwd_w", geom, engine)[0] == "winograd_f2x3"
-    small_maps = {**wide, "src_sp": (14, 14), "dst_sp": (14, 14)}
+    small_maps = replace(wide, src_spatial=(14, 14), dst_spatial=(14, 14))
     assert heuristic_order("bwd_w", small_maps, engine)[-2:] == ["winograd_f2x3", "fft"]

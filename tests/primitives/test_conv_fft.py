@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import pydnnl as dnnl  # noqa: E402
+from pydnnl.conv_shapes import ConvGeometry  # noqa: E402
 from pydnnl.kernels.conv_fft import fft_factors, good_length  # noqa: E402
 from pydnnl.primitives.conv.solvers import get_solver  # noqa: E402
 from pydnnl.primitives.conv.solvers.fft import lengths  # noqa: E402
@@ -146,8 +147,8 @@ def _pd(engine, case):
 def _geom(sp, k, pad, mb=8, ic=64, oc=64, stride=1):
     n = len(sp)
     o = tuple((v + 2 * pad - k) // stride + 1 for v in sp)
-    return dict(groups=1, icg=ic, ocg=oc, kernel=(k,) * n, strides=(stride,) * n,
-                dilates=(0,) * n, padding_l=(pad,) * n, src_sp=tuple(sp), dst_sp=o, mb=mb)
+    return ConvGeometry(mb, 1, ic, oc, tuple(sp), o, (k,) * n, (stride,) * n, (0,) * n,
+                        (pad,) * n, (pad,) * n)
 
 
 def test_saving_closed_form():

@@ -424,13 +424,6 @@ def tensor_md(where: str, name: str, desc: TensorDescriptor, dims=None,
                       desc.strides if strides is None else strides)
 
 
-def tensor_view(where: str, name: str, handle: Handle, desc: TensorDescriptor, mem,
-                dims=None, strides=None) -> memory:
-    """Validate a (descriptor, memory) argument pair and return the pydnnl view."""
-    check_memory(where, name, handle, mem)
-    return view(where, name, handle, tensor_md(where, name, desc, dims, strides), mem)
-
-
 __all__ = ["MIOpenError", "miopenHandle_t", "miopenTensorDescriptor_t", "miopenGetErrorString",
            "miopenCreate", "miopenCreateWithStream", "miopenDestroy", "miopenGetStream",
            "miopenSetStream", "miopenCreateTensorDescriptor", "miopenSet4dTensorDescriptor",

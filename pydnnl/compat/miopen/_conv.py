@@ -25,22 +25,64 @@ from __future__ import annotations
 import numpy as np
 
 from ...attr import post_ops, primitive_attr
-from ...constants import (ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS,
-                          ARG_DST, ARG_FROM, ARG_SCRATCHPAD, ARG_SRC, ARG_TO, ARG_WEIGHTS,
-                          algorithm, prop_kind, scratchpad_mode)
+from ...constants import (
+    ARG_BIAS,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DIFF_WEIGHTS,
+    ARG_DST,
+    ARG_FROM,
+    ARG_SCRATCHPAD,
+    ARG_SRC,
+    ARG_TO,
+    ARG_WEIGHTS,
+    algorithm,
+    prop_kind,
+    scratchpad_mode,
+)
+from ...conv_shapes import miopen_output_spatial
 from ...error import unimplemented
 from ...memory import memory
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
-from ...primitives import (convolution_backward_data, convolution_backward_weights,
-                           convolution_forward, deconvolution_backward_data,
-                           deconvolution_backward_weights, deconvolution_forward, reorder)
-from ._common import (S, Handle, TensorDescriptor, api, bad, check_enum, check_handle, check_int,
-                      check_ints, check_memory, check_scalar, check_tensor, fail, memory_bytes,
-                      packed_strides, pydnnl_type, tensor_md, view)
-from ._enums import (miopenConvAlgorithm_t, miopenConvBwdDataAlgorithm_t,
-                     miopenConvBwdWeightsAlgorithm_t, miopenConvFwdAlgorithm_t,
-                     miopenConvolutionMode_t, miopenDataType_t)
+from ...primitives import (
+    convolution_backward_data,
+    convolution_backward_weights,
+    convolution_forward,
+    deconvolution_backward_data,
+    deconvolution_backward_weights,
+    deconvolution_forward,
+    reorder,
+)
+from ._common import (
+    Handle,
+    S,
+    TensorDescriptor,
+    api,
+    bad,
+    check_enum,
+    check_handle,
+    check_int,
+    check_ints,
+    check_memory,
+    check_scalar,
+    check_tensor,
+    fail,
+    memory_bytes,
+    packed_strides,
+    pydnnl_type,
+    tensor_md,
+    view,
+)
+from ._enums import (
+    miopenConvAlgorithm_t,
+    miopenConvBwdDataAlgorithm_t,
+    miopenConvBwdWeightsAlgorithm_t,
+    miopenConvFwdAlgorithm_t,
+    miopenConvolutionMode_t,
+    miopenDataType_t,
+)
 
 _F32 = data_type.f32
 
@@ -260,12 +302,6 @@ def miopenDestroyConvolutionDescriptor(convDesc: ConvolutionDescriptor) -> None:
 
 
 # -- geometry ------------------------------------------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    """C's integer division (truncates toward zero)."""
-    q = abs(a) // b
-    return q if a >= 0 else -q
-
-
 def _output_dims(where: str, c: ConvolutionDescriptor, xd: TensorDescriptor,
                  wd: TensorDescriptor, names=("inputTensorDesc", "filterDesc")) -> list[int]:
     """The output lengths MIOpen's ``GetForwardOutputTensor`` computes, with its checks."""
@@ -276,10 +312,9 @@ def _output_dims(where: str, c: ConvolutionDescriptor, xd: TensorDescriptor,
                 f"needs {nsp + 2}")
     if xd.data_type != wd.data_type:
         bad(f"{where}: {names[0]} is {xd.data_type.name} but {names[1]} is {wd.data_type.name}")
-    n, in_c, in_sp = xd.dims[0], xd.dims[1], xd.dims[2:]
-    wk, wc, k = wd.dims[0], wd.dims[1], wd.dims[2:]
+    (n, in_c), (wk, wc) = xd.dims[:2], wd.dims[:2]
     g = c.group_count
-    if c.mode == miopenConvolutionMode_t.miopenTranspose:
+    if _transposed(c):
         if in_c != wk or (g > 1 and wk % g):
             bad(f"{where}: channels do not match: a transposed convolution reads {in_c} input "
                 f"channels, the filter {list(wd.dims)} takes {wk}" +
@@ -288,15 +323,21 @@ def _output_dims(where: str, c: ConvolutionDescriptor, xd: TensorDescriptor,
             if a >= s:
                 bad(f"{where}: output padding {a} of spatial dim {i} must be smaller than its "
                     f"stride {s}")
-        out = [max(1, s * (i - 1) + 1 + d * (kk - 1) - 2 * p + a) for i, kk, s, d, p, a in
-               zip(in_sp, k, c.strides, c.dilations, c.pads, c.trans_output_pads)]
-        return [n, wc * g, *out]
-    if (g == 1 and in_c != wc) or (g > 1 and (in_c % wc or wk % (in_c // wc))):
+    elif (g == 1 and in_c != wc) or (g > 1 and (in_c % wc or wk % (in_c // wc))):
         bad(f"{where}: channels do not match: the input has {in_c} channels, the filter "
             f"{list(wd.dims)} reads {wc} per group with {g} group(s)")
-    out = [max(1, _cdiv(i - (1 + d * (kk - 1)) + 2 * p, s) + 1) for i, kk, s, d, p in
-           zip(in_sp, k, c.strides, c.dilations, c.pads)]
-    return [n, wk, *out]
+    out = _raw_output(c, xd, wd)
+    return [n, wc * g if _transposed(c) else wk, *(max(1, v) for v in out)]
+
+
+def _transposed(c: ConvolutionDescriptor) -> bool:
+    return c.mode == miopenConvolutionMode_t.miopenTranspose
+
+
+def _raw_output(c: ConvolutionDescriptor, xd: TensorDescriptor, wd: TensorDescriptor):
+    """Output lengths before MIOpen clamps them to >= 1."""
+    return miopen_output_spatial(xd.dims[2:], wd.dims[2:], c.pads, c.strides, c.dilations,
+                                 _transposed(c), c.trans_output_pads)
 
 
 @api
@@ -342,7 +383,7 @@ class _Problem:
         if not xd.data_type == wd.data_type == yd.data_type:
             bad(f"{where}: tensor types differ: {names[0]} {xd.data_type.name}, {names[1]} "
                 f"{wd.data_type.name}, {names[2]} {yd.data_type.name}")
-        self.transpose = c.mode == miopenConvolutionMode_t.miopenTranspose
+        self.transpose = _transposed(c)
         g = self.groups = c.group_count
         x_c, (wk, wc) = xd.dims[1], wd.dims[:2]
         if self.transpose:
@@ -354,13 +395,11 @@ class _Problem:
                 f"channels, {names[1]} is {list(wd.dims)} (K, C/groups, ...), groups {g}")
         want = _output_dims(where, c, xd, wd, names[:2])
         if self.transpose:
-            raw = [s * (i - 1) + 1 + d * (k - 1) - 2 * p + a for i, k, s, d, p, a in
-                   zip(xd.dims[2:], wd.dims[2:], c.strides, c.dilations, c.pads,
-                       c.trans_output_pads)]
-        else:
-            raw = [i + 2 * p - (1 + d * (k - 1)) for i, k, d, p in
-                   zip(xd.dims[2:], wd.dims[2:], c.dilations, c.pads)]
-        if any(v < (1 if self.transpose else 0) for v in raw):
+            fits = all(v >= 1 for v in _raw_output(c, xd, wd))
+        else:   # the dilated filter within the padded input
+            fits = all(i + 2 * p >= 1 + d * (k - 1) for i, k, d, p in
+                       zip(xd.dims[2:], wd.dims[2:], c.dilations, c.pads))
+        if not fits:
             bad(f"{where}: the filter {list(wd.dims[2:])} with dilations {list(c.dilations)} "
                 f"does not fit the padded input {list(xd.dims[2:])} (pads {list(c.pads)})")
         if list(yd.dims) != want:

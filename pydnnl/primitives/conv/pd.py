@@ -15,7 +15,7 @@ from ...attr import primitive_attr
 from ...constants import (ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC,
                           ARG_DIFF_WEIGHTS, ARG_DST, ARG_SCRATCHPAD, ARG_SRC, ARG_WEIGHTS,
                           algorithm, prop_kind)
-from ...conv_shapes import ConvGeometry, validate_conv
+from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
 from ...engine import engine as _engine
 from ...error import invalid_arguments, unimplemented
 from ...kernels.conv_common import ELTWISE_C, grouped_layout, layout_of, swap_channel_dims
@@ -23,7 +23,6 @@ from ...memory import memory
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
-from .problem import ConvProblem
 from .solvers import Solver, get_solver, heuristic_order, solvers
 
 FIND_FAMILY = "conv_find"
@@ -284,17 +283,6 @@ class conv_pd_base(primitive_desc_base):
             return self._dir
         return {"fwd": "bwd_d", "bwd_d": "fwd", "bwd_w": "bwd_w"}[self._dir]
 
-    def _conv_geom(self) -> dict:
-        g = self._geom
-        if self._op == "convolution":
-            return dict(groups=g.groups, icg=g.ic_per_group, ocg=g.oc_per_group,
-                        kernel=g.kernel, strides=g.strides, dilates=g.dilates,
-                        padding_l=g.padding_l, src_sp=g.src_spatial, dst_sp=g.dst_spatial,
-                        mb=g.mb)
-        return dict(groups=g.groups, icg=g.oc_per_group, ocg=g.ic_per_group, kernel=g.kernel,
-                    strides=g.strides, dilates=g.dilates, padding_l=g.padding_l,
-                    src_sp=g.dst_spatial, dst_sp=g.src_spatial, mb=g.mb)
-
     def _allowed(self) -> list[str] | None:
         """Solver names the algorithm admits (None: any, chosen automatically)."""
         if self._alg == algorithm.convolution_auto:
@@ -319,7 +307,7 @@ class conv_pd_base(primitive_desc_base):
             # every non-Winograd method, GEMM-based ones included), led by a stored find
             # result of the family
             names = list(solvers()) if allowed is None else allowed
-            order = [n for n in heuristic_order(kind, self._conv_geom(), self._engine)
+            order = [n for n in heuristic_order(kind, self._geom.as_convolution(), self._engine)
                      if n in names]
             order += [n for n in names if n not in order]
             if use_db:
@@ -401,27 +389,18 @@ class conv_pd_base(primitive_desc_base):
         return "".join(out)
 
     def _problem(self, descs: dict) -> ConvProblem:
-        g = self._geom
         by = {_LOGICAL[n]: md for n, md in descs.items()}
-        wlay = grouped_layout(by["wei"], g.grouped_weights)
+        wlay = grouped_layout(by["wei"], self._geom.grouped_weights)
         bias = by.get("bias")
-        if self._op == "convolution":
-            src, dst = by["src"], by["dst"]
-            icg, ocg, src_sp, dst_sp = g.ic_per_group, g.oc_per_group, g.src_spatial, g.dst_spatial
-        else:
-            src, dst = by["dst"], by["src"]
-            wlay = swap_channel_dims(wlay)
-            icg, ocg, src_sp, dst_sp = g.oc_per_group, g.ic_per_group, g.dst_spatial, g.src_spatial
+        deconv = self._op == "deconvolution"
+        src, dst = (by["dst"], by["src"]) if deconv else (by["src"], by["dst"])
         return ConvProblem(
-            kind=self._conv_kind(), mb=g.mb, groups=g.groups, icg=icg, ocg=ocg,
-            src_sp=tuple(src_sp), dst_sp=tuple(dst_sp), kernel=tuple(g.kernel),
-            strides=tuple(g.strides), dilates=tuple(g.dilates), padding_l=tuple(g.padding_l),
-            padding_r=tuple(g.padding_r), src=layout_of(src), wei=wlay, dst=layout_of(dst),
+            **vars(self._geom.as_convolution()), kind=self._conv_kind(), src=layout_of(src),
+            wei=swap_channel_dims(wlay) if deconv else wlay, dst=layout_of(dst),
             src_n=src.nelems_physical(), wei_n=by["wei"].nelems_physical(),
             dst_n=dst.nelems_physical(), bias=layout_of(bias) if bias is not None else None,
             bias_n=bias.nelems_physical() if bias is not None else 0,
-            bias_of="src" if self._op == "deconvolution" else "dst",
-            post_ops=self._post_ops, deconv=self._op == "deconvolution")
+            bias_of="src" if deconv else "dst", post_ops=self._post_ops)
 
     def _finish(self, s: Solver, params: dict, descs: dict, problem: ConvProblem) -> None:
         self._solver = s

@@ -1,111 +1,12 @@
-"""The convolution problem solvers see: one direction of a convolution, layouts resolved.
-
-Deconvolution is mapped onto convolution before a solver sees it (as the reference does):
-deconvolution forward is convolution backward data with a bias, deconvolution backward data is
-convolution forward, and deconvolution backward weights is convolution backward weights with
-src and diff_dst exchanged; the weights' two channel dimensions swap, which only permutes the
-layout terms (no copy).
-"""
+"""How a convolution problem's tensors look to a GEMM: matrix views of activation and
+weights layouts (the problem itself is :class:`pydnnl.conv_shapes.ConvProblem`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...kernels.conv_common import plain_strides, prod
 
-KINDS = ("fwd", "bwd_d", "bwd_w")
 
-
-@dataclass(frozen=True)
-class ConvProblem:
-    """A convolution in one direction with every layout known (hashable).
-
-    ``kind``: ``fwd`` (writes dst), ``bwd_d`` (writes src = diff_src from dst = diff_dst),
-    ``bwd_w`` (writes wei = diff_weights from src and dst = diff_dst). Layouts are
-    :func:`pydnnl.kernels.conv_common.layout_of` tuples of the logical tensors
-    src ``[N, G*ICg, in...]``, wei ``[G, OCg, ICg, k...]``, dst ``[N, G*OCg, out...]``;
-    ``*_n`` are their storage sizes in elements. ``bias`` is the layout of the bias added to the
-    written activation (fwd: OC entries; bwd_d: IC entries, deconvolution forward) or of the
-    bias gradient (bwd_w: the channel sums of ``bias_of``: ``dst``, or ``src`` for
-    deconvolution). ``post_ops``: ``("sum", scale, zero_point)`` / ``("eltwise", alg, alpha,
-    beta)`` applied to the written activation.
-    """
-
-    kind: str
-    mb: int
-    groups: int
-    icg: int
-    ocg: int
-    src_sp: tuple
-    dst_sp: tuple
-    kernel: tuple
-    strides: tuple
-    dilates: tuple
-    padding_l: tuple
-    padding_r: tuple
-    src: tuple
-    wei: tuple
-    dst: tuple
-    src_n: int
-    wei_n: int
-    dst_n: int
-    bias: tuple | None = None
-    bias_n: int = 0
-    bias_of: str = "dst"
-    post_ops: tuple = ()
-    deconv: bool = False
-
-    @property
-    def nsp(self) -> int:
-        return len(self.kernel)
-
-    @property
-    def ic(self) -> int:
-        return self.groups * self.icg
-
-    @property
-    def oc(self) -> int:
-        return self.groups * self.ocg
-
-    @property
-    def P(self) -> int:
-        """Output points per image."""
-        return prod(self.dst_sp)
-
-    @property
-    def PI(self) -> int:
-        """Input points per image."""
-        return prod(self.src_sp)
-
-    @property
-    def K(self) -> int:
-        """Kernel taps."""
-        return prod(self.kernel)
-
-    def is_1x1_dense(self) -> bool:
-        """Every output point reads exactly the input point at the same place."""
-        return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.strides)
-                and all(p == 0 for p in self.padding_l) and self.src_sp == self.dst_sp)
-
-    def flops(self) -> int:
-        return 2 * self.mb * self.groups * self.icg * self.ocg * self.P * self.K
-
-    def describe(self) -> str:
-        """benchdnn-like shape string."""
-        nsp = self.nsp
-        names = ("d", "h", "w")[3 - nsp:]
-        s = f"g{self.groups}mb{self.mb}ic{self.ic}"
-        s += "".join(f"i{n}{v}" for n, v in zip(names, self.src_sp))
-        s += f"oc{self.oc}" + "".join(f"o{n}{v}" for n, v in zip(names, self.dst_sp))
-        s += "".join(f"k{n}{v}" for n, v in zip(names, self.kernel))
-        s += "".join(f"s{n}{v}" for n, v in zip(names, self.strides))
-        s += "".join(f"d{n}{v}" for n, v in zip(names, self.dilates))
-        s += "".join(f"p{n}{v}" for n, v in zip(names, self.padding_l))
-        return s
-
-
-# ---------------------------------------------------------------------------------------------
-# layout analysis for GEMM operands
-# ---------------------------------------------------------------------------------------------
 def flat_stride(strides, sizes) -> int | None:
     """The innermost stride when dims ``sizes`` with ``strides`` flatten row-major, else None.
 

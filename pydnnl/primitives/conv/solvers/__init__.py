@@ -1,13 +1,13 @@
 """Convolution algorithms as solvers (MIOpen's design).
 
-Each solver says whether it applies to a :class:`~pydnnl.primitives.conv.problem.ConvProblem`,
+Each solver says whether it applies to a :class:`~pydnnl.conv_shapes.ConvProblem`,
 how much scratchpad it needs, which tuning parameters it has and how to build its
 :class:`~pydnnl.primitives.conv.plan.Plan`. ``find`` asks every applicable solver and ranks
 them by measured time; ``convolution_auto`` asks the perf database, else :func:`heuristic`.
 """
 from __future__ import annotations
 
-from ..problem import ConvProblem
+from ....conv_shapes import ConvGeometry, ConvProblem
 
 
 class Solver:
@@ -83,32 +83,32 @@ def get_solver(name: str) -> Solver:
     return s
 
 
-def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
+def heuristic_order(kind: str, geom: ConvGeometry, engine) -> list[str]:
     """Solver names, most promising first, from the problem's shape alone.
 
-    ``geom``: ``groups, icg, ocg, kernel, strides, dilates, padding_l, src_sp, dst_sp, mb`` of
-    the equivalent convolution. Grouped convolutions with few channels per group (depthwise)
-    and other tiny GEMMs go direct: one launch covers every group. Everything else goes
-    through im2col + GEMM on channels-last tensors, whose solver then also decides the layouts
-    of ``format_tag.any`` (nhwc activations, weights with output channels innermost), so a
-    network's layers and their backward passes agree on one layout. Measured on a 2-core AVX2
-    CPU (Intel's runtime, ResNet-50 layers, mb 1 and 32) once the GEMMs read packed weights
-    and the patch copies stayed vectorised: 90-150 GFLOP/s forward, against 50-120 for the
-    direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided backward data and
-    backward weights). GPUs: GEMM-based unless the GEMMs would be tiny, Winograd F(2x2,3x3)
-    first for its forward and backward-data problems; on CPUs Winograd first for those with
-    at least 128 channels each side and last otherwise (its transforms cost about what it
-    saves on narrower layers); backward weights with Winograd first on maps of at least
-    28x28 points; FFT first where its products save enough multiplies; ``find`` measures
-    every applicable solver.
+    ``geom``: the convolution's geometry (a deconvolution's
+    :meth:`~pydnnl.conv_shapes.ConvGeometry.as_convolution`). Grouped convolutions with few
+    channels per group (depthwise) and other tiny GEMMs go direct: one launch covers every
+    group. Everything else goes through im2col + GEMM on channels-last tensors, whose solver
+    then also decides the layouts of ``format_tag.any`` (nhwc activations, weights with output
+    channels innermost), so a network's layers and their backward passes agree on one layout.
+    Measured on a 2-core AVX2 CPU (Intel's runtime, ResNet-50 layers, mb 1 and 32) once the
+    GEMMs read packed weights and the patch copies stayed vectorised: 90-150 GFLOP/s forward,
+    against 50-120 for the direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided
+    backward data and backward weights). GPUs: GEMM-based unless the GEMMs would be tiny,
+    Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
+    for those with at least 128 channels each side and last otherwise (its transforms cost about
+    what it saves on narrower layers); backward weights with Winograd first on maps of at least
+    28x28 points; FFT first where its products save enough multiplies; ``find`` measures every
+    applicable solver.
     """
-    icg, ocg = geom["icg"], geom["ocg"]
+    icg, ocg = geom.icg, geom.ocg
     k = 1
-    for v in geom["kernel"]:
+    for v in geom.kernel:
         k *= v
-    small = icg * k < 16 or ocg < 8 or (geom["groups"] > 1 and icg * ocg < 64)
-    wino_ok = (len(geom["kernel"]) == 2 and tuple(geom["kernel"]) == (3, 3)
-               and all(s == 1 for s in geom["strides"]) and all(d == 0 for d in geom["dilates"]))
+    small = icg * k < 16 or ocg < 8 or (geom.groups > 1 and icg * ocg < 64)
+    wino_ok = (len(geom.kernel) == 2 and tuple(geom.kernel) == (3, 3)
+               and all(s == 1 for s in geom.strides) and all(d == 0 for d in geom.dilates))
     direct_first = small
     order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
     # implicit GEMM (the patches computed in the loads): ahead of im2col + GEMM on CPUs for
@@ -117,9 +117,9 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     # GEMM: mb32 forward 41-47 vs 43-53 ms, backward data 42-49 vs 44-61; mb1 res2a/res3a
     # (3136 / 784 points) 1.37 / 1.45 vs 1.55 / 1.48 ms, but res4a/res5a (196 / 49 points)
     # 1.9 / 4.2 vs 1.45 / 1.9 ms; backward weights gained nothing measurable
-    stride1 = all(s == 1 for s in geom["strides"])
-    sp = geom["dst_sp"] if kind == "fwd" else geom["src_sp"]
-    rows = geom["mb"]
+    stride1 = all(s == 1 for s in geom.strides)
+    sp = geom.dst_spatial if kind == "fwd" else geom.src_spatial
+    rows = geom.mb
     for v in sp:
         rows *= v
     implicit_first = (engine.info.type == "cpu" and not small and k > 1 and stride1
@@ -137,15 +137,16 @@ def heuristic_order(kind: str, geom: dict, engine) -> list[str]:
     # 0.99/1.26 ms, res4 mb32 18.8 against 30.3), given enough 2x2 output tiles to pay for the
     # filter transform (res5 at mb1, 16 tiles: forward 1.41 against 1.52 ms, backward data
     # 3.99 against 3.18)
-    osp = geom["dst_sp"] if kind == "fwd" else geom["src_sp"]
-    tiles = geom["mb"] * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
+    osp = geom.dst_spatial if kind == "fwd" else geom.src_spatial
+    tiles = geom.mb * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
     wide = min(icg, ocg) >= 128 and tiles >= 32
     # backward weights (F(3x3, 2x2)): first on any device for maps of >= 28 x 28 points
     # (H100 res2/res3: mb1 0.058/0.069 ms against 0.118/0.095 for im2col + GEMM, mb32
     # 0.54/0.45 against 0.86/0.52; 2-core EPYC mb1 0.67/0.69 against 1.54/1.28); on 14x14 and
     # 7x7 maps im2col + GEMM mostly wins (H100 res4 mb32 0.42 against 0.37, EPYC res4 mb1 1.58
     # against 1.14)
-    big_maps = geom["dst_sp"][0] * geom["dst_sp"][1] >= 784 if len(geom["dst_sp"]) == 2 else False
+    dsp = geom.dst_spatial
+    big_maps = len(dsp) == 2 and dsp[0] * dsp[1] >= 784
     if kind == "bwd_w":
         first = wino_ok and not small and big_maps
     else:

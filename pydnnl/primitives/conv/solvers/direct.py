@@ -13,10 +13,13 @@ pads diff_dst likewise when every stride is 1 (strided backward data keeps its t
 """
 from __future__ import annotations
 
-from ....kernels.conv_direct import DirectProblem, build_direct, largest_divisor_at_most
+from dataclasses import replace
+
+from ....conv_shapes import ConvProblem
+from ....kernels.conv_direct import DirectParams, build_direct, largest_divisor_at_most
 from ....kernels.conv_im2col import BiasGradProblem, Im2ColProblem, build_bias_grad, build_im2col
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
-from ..problem import ConvProblem, dense_layout, with_offset
+from ..problem import dense_layout, with_offset
 from . import Solver
 
 
@@ -49,41 +52,22 @@ class DirectSolver(Solver):
         return plan.scratch_bytes
 
     def build_plan(self, problem: ConvProblem, params: dict, engine) -> Plan:
-        p = _Bound(problem)
         tile = int(params.get("tile", 1))
-        if _tiled_channels(p) % tile:
-            tile = largest_divisor_at_most(_tiled_channels(p), tile)
+        if _tiled_channels(problem) % tile:
+            tile = largest_divisor_at_most(_tiled_channels(problem), tile)
         plan = Plan(engine, self.name, {**params, "tile": tile})
+        p, src_ref, dst_ref = problem, SRC, DST
         if params.get("pad", True):
-            p = _prepad(plan, p)
-        dp = DirectProblem(
-            mode=p.kind, mb=p.mb, groups=p.groups, icg=p.icg, ocg=p.ocg, src_sp=p.src_sp,
-            dst_sp=p.dst_sp, kernel=p.kernel, strides=p.strides, dilates=p.dilates,
-            padding_l=p.padding_l, src=p.src, wei=p.wei, dst=p.dst, src_n=p.src_n,
-            wei_n=p.wei_n, dst_n=p.dst_n,
-            bias=p.bias if p.kind != "bwd_w" else None,
-            bias_n=p.bias_n if p.kind != "bwd_w" else 0,
-            post_ops=p.post_ops, tile=tile, wg=int(params.get("wg", 16)),
-            wtile=int(params.get("wtile", 1)), index64=bool(params.get("index64", True)))
-        plan.kernel("conv_direct", dp, build_direct, src=p.src_ref, wei=WEI, dst=p.dst_ref,
-                    bias=BIAS)
-        if p.kind == "bwd_w" and p.bias is not None:
+            p, src_ref, dst_ref = _prepad(plan, p)
+        if p.kind == "bwd_w":  # the kernel writes diff_weights only; add_bias_grad sums the bias
+            p = replace(p, bias=None, bias_n=0)
+        knobs = DirectParams(tile, int(params.get("wg", 16)), int(params.get("wtile", 1)),
+                             bool(params.get("index64", True)))
+        plan.kernel("conv_direct", (p, knobs), lambda key: build_direct(*key), src=src_ref,
+                    wei=WEI, dst=dst_ref, bias=BIAS)
+        if problem.kind == "bwd_w" and problem.bias is not None:
             add_bias_grad(plan, problem)
         return plan
-
-
-class _Bound:
-    """A problem plus the buffers its direct kernel reads src and dst from."""
-
-    def __init__(self, problem: ConvProblem, src_ref=SRC, dst_ref=DST, **changes):
-        self._p = problem
-        self._changes = changes
-        self.src_ref, self.dst_ref = src_ref, dst_ref
-
-    def __getattr__(self, name):
-        if name in self.__dict__.get("_changes", {}):
-            return self._changes[name]
-        return getattr(self._p, name)
 
 
 def per_item(engine) -> int:
@@ -116,29 +100,28 @@ def _pad_copy(plan: Plan, p, which: str, lo: list, hi: list):
     return lay, psp, left, off + size
 
 
-def _prepad(plan: Plan, p):
-    """The problem as the direct kernel sees it after padding copies (when any are needed)."""
-    if not isinstance(p, _Bound):
-        p = _Bound(p)
+def _prepad(plan: Plan, p: ConvProblem) -> tuple:
+    """The problem as the direct kernel sees it after padding copies (when any are needed),
+    with the buffers it then reads src and dst from."""
     nsp = p.nsp
     ext = [(k - 1) * (d + 1) for k, d in zip(p.kernel, p.dilates)]
     if p.kind in ("fwd", "bwd_w"):
         lo = [-p.padding_l[i] for i in range(nsp)]
         hi = [(p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i] + ext[i] for i in range(nsp)]
         if all(a >= 0 for a in lo) and all(b < n for b, n in zip(hi, p.src_sp)):
-            return p
+            return p, SRC, DST
         lay, psp, left, n = _pad_copy(plan, p, "src", lo, hi)
-        return _Bound(p._p, src_ref=SCRATCH, dst_ref=p.dst_ref, src=lay, src_n=n, src_sp=psp,
-                      padding_l=tuple(pl - a for pl, a in zip(p.padding_l, left)))
+        pl = tuple(a - b for a, b in zip(p.padding_l, left))
+        return replace(p, src=lay, src_n=n, src_spatial=psp, padding_l=pl), SCRATCH, DST
     if any(s != 1 for s in p.strides):
-        return p
+        return p, SRC, DST
     lo = [p.padding_l[i] - ext[i] for i in range(nsp)]
     hi = [p.src_sp[i] - 1 + p.padding_l[i] for i in range(nsp)]
     if all(a >= 0 for a in lo) and all(b < n for b, n in zip(hi, p.dst_sp)):
-        return p
+        return p, SRC, DST
     lay, psp, left, n = _pad_copy(plan, p, "dst", lo, hi)
-    return _Bound(p._p, src_ref=p.src_ref, dst_ref=SCRATCH, dst=lay, dst_n=n, dst_sp=psp,
-                  padding_l=tuple(pl + a for pl, a in zip(p.padding_l, left)))
+    pl = tuple(a + b for a, b in zip(p.padding_l, left))
+    return replace(p, dst=lay, dst_n=n, dst_spatial=psp, padding_l=pl), SRC, SCRATCH
 
 
 def add_bias_grad(plan: Plan, p: ConvProblem) -> None:

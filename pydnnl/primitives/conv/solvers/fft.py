@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ....conv_shapes import ConvGeometry, ConvProblem
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_fft import FftPass, build_fft_pass, good_length
 from ....kernels.matmul import GemmShape
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
-from ..problem import ConvProblem
 from . import Solver
 from .direct import add_bias_grad
 
@@ -48,16 +48,16 @@ def lengths(p: ConvProblem) -> tuple[int, ...]:
     return tuple(out)
 
 
-def saving(kind: str, geom: dict) -> float:
+def saving(kind: str, geom: ConvGeometry) -> float:
     """How many times fewer multiplies per output point the FFT's products need than direct
     summation: ``K`` taps against ``4 * bins / points`` (a complex product of four real ones
     per Hermitian bin), 0 where it does not apply. ``geom`` as for
     :func:`~pydnnl.primitives.conv.solvers.heuristic_order`."""
-    if any(s != 1 for s in geom["strides"]) or any(v < 0 for v in geom["padding_l"]):
+    if any(s != 1 for s in geom.strides) or any(v < 0 for v in geom.padding_l):
         return 0.0
     Ls, bins, points, taps = [], 1, 1, 1
-    for h, o, k, d, pl in zip(geom["src_sp"], geom["dst_sp"], geom["kernel"], geom["dilates"],
-                              geom["padding_l"]):
+    for h, o, k, d, pl in zip(geom.src_spatial, geom.dst_spatial, geom.kernel, geom.dilates,
+                              geom.padding_l):
         Ls.append(good_length(max(pl + h, o + (k - 1) * (d + 1), 1)))
         points *= o
         taps *= k

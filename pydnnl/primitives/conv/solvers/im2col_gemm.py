@@ -26,14 +26,20 @@ on GPUs that GEMM is split along its long k (``split_k``). See docs/performance.
 """
 from __future__ import annotations
 
+from ....conv_shapes import ConvProblem
 from ....error import runtime_error
 from ....kernels.conv_direct import largest_divisor_at_most
-from ....kernels.conv_im2col import (Col2ImProblem, EpilogueProblem, Im2ColProblem,
-                                     build_col2im, build_epilogue, build_im2col)
+from ....kernels.conv_im2col import (
+    Col2ImProblem,
+    EpilogueProblem,
+    Im2ColProblem,
+    build_col2im,
+    build_epilogue,
+    build_im2col,
+)
 from ....kernels.matmul import GemmShape
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
-from ..problem import (ActMatrix, ConvProblem, WeiMatrix, act_matrix, dense_layout,
-                       wei_matrix, with_offset)
+from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
 from . import Solver
 from .direct import add_bias_grad
 

@@ -23,16 +23,24 @@ from __future__ import annotations
 import itertools
 import math
 
+from ....conv_shapes import ConvProblem
 from ....error import invalid_arguments, runtime_error
 from ....kernels.conv_common import plain_strides, prod
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_im2col import Im2ColProblem, build_im2col
-from ....kernels.conv_implicit_gemm import (IgemmDataProblem, IgemmWeiProblem, PlainTensor,
-                                            TileParams, WeiPackProblem, WeiReduceProblem,
-                                            build_igemm_data, build_igemm_wei, build_wei_pack,
-                                            build_wei_reduce)
+from ....kernels.conv_implicit_gemm import (
+    IgemmDataProblem,
+    IgemmWeiProblem,
+    PlainTensor,
+    TileParams,
+    WeiPackProblem,
+    WeiReduceProblem,
+    build_igemm_data,
+    build_igemm_wei,
+    build_wei_pack,
+    build_wei_reduce,
+)
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
-from ..problem import ConvProblem
 from . import Solver
 from .direct import add_bias_grad, per_item
 

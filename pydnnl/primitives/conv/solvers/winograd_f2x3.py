@@ -14,12 +14,12 @@ product; results stay within ~1e-5 of the magnitude of the output, not of each e
 """
 from __future__ import annotations
 
+from ....conv_shapes import ConvProblem
 from ....kernels.conv_common import swap_channel_dims
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_winograd import WinogradProblem, build_winograd
 from ....kernels.matmul import GemmShape
 from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
-from ..problem import ConvProblem
 from . import Solver
 from .direct import add_bias_grad
 
