@@ -1,7 +1,7 @@
 """Time the GEMM kernel family against numpy on one OpenCL platform.
 
 For each shape, a small search times the first ``--points`` parameter sets of
-``pydnnl.kernels.gemm.search_space`` (B pre-packed when a point asks for it: weights are
+``pydnnl.runtime.heuristics.gemm.search_space`` (B pre-packed when a point asks for it: weights are
 static, so packing is not timed) with OpenCL profiling events, the median of ``--repeats``
 launches after warm-up, interleaved over rounds; numpy's ``a @ b`` (float32) is timed in the
 same run. Prints GFLOP/s, the ratio to numpy, and the winning parameters.
@@ -60,7 +60,8 @@ def bench_shape(eng, queue, shape, points, repeats, rounds, quiet):
     import pyopencl as cl
 
     from pydnnl.kernels import gemm as G
-    from pydnnl.kernels.compiler import source_from_loopy
+    from pydnnl.kernels.source import source_from_loopy
+    from pydnnl.runtime.heuristics import gemm as H
 
     m, n, k = shape
     pr = G.GemmProblem(m, n, k)
@@ -73,7 +74,7 @@ def bench_shape(eng, queue, shape, points, repeats, rounds, quiet):
     C = cl.Buffer(ctx, mf.READ_WRITE, size=m * n * 4)
     Bplain = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
     cands = []
-    for params in G.search_space(pr, eng.device)[:points]:
+    for params in H.search_space(pr, eng.info)[:points]:
         kpr, B = pr, Bplain
         if params["packed_b"]:
             pk = G.pack_b(pr, params)

@@ -1,5 +1,5 @@
 """Time a GEMM at several split-k slice counts on one device (queued bound launches, as
-benchdnn --gemm does), to check the ``split_k`` rule of pydnnl.kernels.matmul.
+benchdnn --gemm does), to check the ``split_k`` rule of pydnnl.runtime.heuristics.gemm.
 
     python benchmarks/gemm_split.py [--engine=gpu] 64x4096x1024 64x512x2048 ...
 """
@@ -12,17 +12,18 @@ import numpy as np
 
 import pydnnl as dnnl
 from pydnnl.benchdnn.gemm import parse
-from pydnnl.kernels import matmul
+from pydnnl.runtime import gemm as matmul
+from pydnnl.runtime.heuristics import gemm as rules
 
 
 def time_split(eng, m, n, k, slices, reps=50, rounds=20):
     matmul._cache.clear()
-    rule = matmul.split_k
-    matmul.split_k = lambda e, sh, p: slices
+    rule = rules.split_k
+    rules.split_k = lambda info, m_, n_, k_, p: slices
     try:
         g = matmul.get_gemm(eng, matmul.GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), split=True)
     finally:
-        matmul.split_k = rule
+        rules.split_k = rule
     dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 
     def buf(count):

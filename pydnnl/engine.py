@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from . import _icd
-from .error import invalid_arguments, runtime_error
+from .error import invalid_arguments
 
 # Platforms that simulate a device: never chosen implicitly, only by PYDNNL_DEVICE or name.
 _SIMULATORS = ("oclgrind",)
@@ -22,7 +22,12 @@ def _cl():
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    """What a device is and what it can do."""
+    """What a device is and what it can do: the traits every device heuristic reads.
+
+    The first fields are OpenCL's own queries; ``vendor_family``, ``arch``, ``simd_width``
+    and ``inline_ptx`` are derived from them once, when the device is listed, so that no
+    heuristic parses vendor or platform strings itself.
+    """
 
     name: str
     vendor: str
@@ -38,21 +43,91 @@ class DeviceInfo:
     fp16: bool
     fp64: bool
     preferred_float_vector_width: int
+    #: "nvidia", "amd", "intel", "arm" or "other" (the hardware's maker, not the runtime's)
+    vendor_family: str = "other"
+    #: architecture family: "sm_90" (NVIDIA compute capability), "gfx90a" (AMD), "avx512",
+    #: "avx2", "sse" or "neon" (CPUs, from the float SIMD width), else "unknown"
+    arch: str = "unknown"
+    #: float lanes one instruction works on: a CPU's native vector width, a GPU's warp or
+    #: wavefront (NVIDIA 32, AMD 64), an Intel GPU's widest sub-group
+    simd_width: int = 1
+    max_work_item_sizes: tuple[int, ...] = (1024, 1024, 1024)
+    global_mem_cache_bytes: int = 0  # last-level cache OpenCL reports (GPU L2, CPU L2/L3)
+    global_mem_cacheline_bytes: int = 64
+    extensions: tuple[str, ...] = ()
+    #: the OpenCL compiler takes inline PTX (``asm volatile``): NVIDIA's driver
+    inline_ptx: bool = False
+    #: the OpenCL runtime: "intel", "pocl", "nvidia", "amd", "oclgrind" or "other"
+    runtime: str = "other"
 
     @property
     def signature(self) -> str:
         """Identifies the device for caches and the perf database."""
         return (f"{self.platform}|{self.name}|{self.driver_version}|{self.compute_units}cu")
 
+    @property
+    def is_gpu(self) -> bool:
+        return self.type == "gpu"
 
-_TYPE_NAMES = {"cpu": 2, "gpu": 4, "accelerator": 8}
+    @property
+    def is_cpu(self) -> bool:
+        return self.type != "gpu"
+
+
+def _family(vendor: str) -> str:
+    v = vendor.lower()
+    for key, fam in (("nvidia", "nvidia"), ("advanced micro", "amd"), ("amd", "amd"),
+                     ("intel", "intel"), ("arm", "arm")):
+        if key in v:
+            return fam
+    return "other"
+
+
+def _runtime(platform: str) -> str:
+    p = platform.lower()
+    for key, rt in (("portable computing language", "pocl"), ("pocl", "pocl"),
+                    ("oclgrind", "oclgrind"), ("nvidia", "nvidia"), ("intel", "intel"),
+                    ("amd accelerated", "amd")):
+        if key in p:
+            return rt
+    return "other"
+
+
+def _simd_and_arch(device, typ: str, family: str, ext: tuple[str, ...]) -> tuple[int, str]:
+    """(SIMD width in floats, architecture family) from the vendors' extension queries."""
+    def query(attr, default=None):
+        try:
+            return getattr(device, attr)
+        except Exception:  # the extension is absent or the driver refuses the query
+            return default
+
+    if typ != "gpu":
+        w = max(1, int(device.native_vector_width_float or 1))
+        if family == "arm":
+            return w, "neon"
+        return w, "avx512" if w >= 16 else "avx2" if w >= 8 else "sse" if w >= 4 else "unknown"
+    if "cl_nv_device_attribute_query" in ext:
+        major = query("compute_capability_major_nv")
+        minor = query("compute_capability_minor_nv")
+        arch = f"sm_{major}{minor}" if major is not None else "unknown"
+        return int(query("warp_size_nv", 32) or 32), arch
+    if family == "amd":
+        return int(query("wavefront_width_amd", 64) or 64), device.name.strip().split(":")[0]
+    sizes = query("sub_group_sizes_intel") or ()
+    return (max(sizes) if sizes else 8), "unknown"
 
 
 def _device_info(platform, device) -> DeviceInfo:
     cl = _cl()
     t = device.type
     typ = "gpu" if t & cl.device_type.GPU else "cpu" if t & cl.device_type.CPU else "accelerator"
-    ext = device.extensions.split()
+    ext = tuple(device.extensions.split())
+    # a CPU runtime may be another maker's (Intel's runs on AMD CPUs): the name tells
+    family = _family(device.name) if typ == "cpu" else "other"
+    if family == "other":
+        family = _family(device.vendor)
+    simd, arch = _simd_and_arch(device, typ, family, ext)
+    runtime = _runtime(platform.name)
     return DeviceInfo(
         name=device.name.strip(), vendor=device.vendor.strip(), platform=platform.name.strip(),
         driver_version=device.driver_version.strip(), device_version=device.version.strip(),
@@ -60,7 +135,12 @@ def _device_info(platform, device) -> DeviceInfo:
         global_mem_bytes=device.global_mem_size, local_mem_bytes=device.local_mem_size,
         max_work_group_size=device.max_work_group_size, max_clock_mhz=device.max_clock_frequency,
         fp16="cl_khr_fp16" in ext, fp64="cl_khr_fp64" in ext or device.double_fp_config != 0,
-        preferred_float_vector_width=device.preferred_vector_width_float)
+        preferred_float_vector_width=device.preferred_vector_width_float,
+        vendor_family=family, arch=arch, simd_width=simd,
+        max_work_item_sizes=tuple(int(x) for x in device.max_work_item_sizes),
+        global_mem_cache_bytes=int(device.global_mem_cache_size),
+        global_mem_cacheline_bytes=int(device.global_mem_cacheline_size or 64),
+        extensions=ext, inline_ptx=runtime == "nvidia", runtime=runtime)
 
 
 def _cpu_rank(info: DeviceInfo) -> int:
@@ -280,9 +360,3 @@ class engine:
 
     def __repr__(self) -> str:
         return f"engine({self._kind.name}: {self.info.name} [{self.info.platform}])"
-
-
-def check_runtime() -> None:
-    """Raise ``runtime_error`` when no OpenCL device at all is visible."""
-    if not _all_devices():
-        raise runtime_error(f"no OpenCL device: {_describe_all()}")

@@ -188,7 +188,7 @@ def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
     line = (f"perf,{desc},{p.to_str()},create_ms={b.create_ms:.1f},min_ms={tmin:.3f},"
             f"median_ms={tmed:.3f},gflops={gflops:.1f}")
     if compare == "torch":
-        dev = "cuda" if eng.info.type == "gpu" else "cpu"
+        dev = "cuda" if eng.info.is_gpu else "cpu"
         peer = rnn_drv.torch_time(p, o, device=dev, min_seconds=min_seconds)
         line += (f",torch_ms={peer:.3f},speed_vs_torch={peer / tmed:.2f}x" if peer is not None
                  else ",torch=n/a")

@@ -350,7 +350,7 @@ def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
     line = (f"perf,{desc},{p.to_str()},solver={b.solver},create_ms={b.create_ms:.1f},"
             f"min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}")
     if compare == "torch":
-        dev = "cuda" if eng.info.type == "gpu" else "cpu"
+        dev = "cuda" if eng.info.is_gpu else "cpu"
         peer = torch_time(p, o, device=dev, min_seconds=min_seconds)
         if peer is None:
             why = ("torch is not installed" if not torch_available() else

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 import pydnnl as dnnl
-from ..kernels.matmul import GemmShape, get_gemm
+from ..runtime.gemm import GemmShape, get_gemm
 
 
 def parse(text: str) -> tuple[int, int, int]:
@@ -82,7 +82,7 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
     gflops = 2 * m * n * k / tmed * 1e-6
     line = f"perf,gemm,{m}x{n}x{k},splits={g.splits},create_ms={create_ms:.1f},min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}"
     if compare == "torch":
-        peer = _torch_ms(m, n, k, "cuda" if eng.info.type == "gpu" else "cpu", min_seconds)
+        peer = _torch_ms(m, n, k, "cuda" if eng.info.is_gpu else "cpu", min_seconds)
         line += (f",torch_ms={peer:.3f},torch_gflops={2 * m * n * k / peer * 1e-6:.1f},"
                  f"ratio={peer / tmed:.2f}" if peer else ",torch=n/a")
     if compare == "numpy":

@@ -65,8 +65,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "GemmProblem", "BPacking", "build_gemm", "pack_b", "default_params", "search_space",
-    "normalize_params", "is_valid", "local_mem_bytes", "cache_key", "flops", "panel_layout",
+    "GemmProblem", "BPacking", "build_gemm", "pack_b", "params_fit",
+    "normalize_params", "local_mem_bytes", "cache_key", "flops", "panel_layout",
     "panel_width", "DEFAULT_CPU_PARAMS", "DEFAULT_GPU_PARAMS", "GENERATOR_VERSION",
 ]
 
@@ -274,77 +274,6 @@ def normalize_params(params: dict | None) -> dict:
     return p
 
 
-def _device_traits(device) -> dict:
-    """type/vendor/limits/SIMD width of a pyopencl Device, pydnnl engine or DeviceInfo."""
-    if device is None:
-        return {"type": "cpu", "vendor": "", "platform": "", "max_wg": 1024,
-                "max_items": (1024, 1024, 1024), "local_mem": 32768, "simd": 8}
-    info = getattr(device, "info", None)
-    if info is not None and hasattr(info, "max_work_group_size"):  # pydnnl engine
-        device = info
-    if isinstance(getattr(device, "platform", None), str):  # pydnnl DeviceInfo
-        pref = int(getattr(device, "preferred_float_vector_width", 1) or 1)
-        return {"type": device.type, "vendor": device.vendor, "platform": device.platform,
-                "max_wg": device.max_work_group_size,
-                "max_items": (device.max_work_group_size,) * 3,
-                "local_mem": device.local_mem_bytes, "simd": 16 if pref >= 16 else 8}
-    import pyopencl as cl  # a pyopencl.Device
-
-    t = device.type
-    typ = "gpu" if t & cl.device_type.GPU else "cpu" if t & cl.device_type.CPU else "accelerator"
-    return {"type": typ, "vendor": device.vendor, "platform": device.platform.name,
-            "max_wg": device.max_work_group_size,
-            "max_items": tuple(device.max_work_item_sizes),
-            "local_mem": device.local_mem_size,
-            "simd": max(1, int(device.native_vector_width_float))}
-
-
-def _vector_registers(simd: int) -> int:
-    """Vector registers of a CPU whose float SIMD width is ``simd`` (AVX2: 16; AVX-512: 32)."""
-    return 32 if simd >= 16 else 16
-
-
-def _cpu_tiles(simd: int) -> list[tuple[int, int]]:
-    """(rows, cols) register tiles for a CPU, best first: every tile keeps its accumulators,
-    one row of B vectors and one broadcast A value inside the vector register file."""
-    w = 16 if simd >= 16 else 8 if simd >= 8 else 4
-    cand = [(4, 3 * w), (6, 2 * w), (4, 2 * w), (2, 4 * w), (8, w), (3, 3 * w), (2, 2 * w),
-            (1, 4 * w), (1, 2 * w), (1, w)]
-    if w == 16:
-        cand = [(6, 4 * w), (8, 3 * w), (6, 2 * w), (4, 4 * w)] + cand
-    regs = _vector_registers(simd)
-    return [(r, c) for r, c in cand if r * (c // w) + c // w + 1 <= regs]
-
-
-def default_params(device=None) -> dict:
-    """Heuristic parameters for ``device`` (a pyopencl Device, pydnnl engine or DeviceInfo).
-
-    CPUs: a 4x24 register tile in float8 vectors (12 accumulators + 3 B vectors + 1 broadcast
-    = AVX2's 16 vector registers), one work-item per work-group, B pre-packed in 24-column
-    panels; 6x64 in float16 vectors where the device reports 16-wide float SIMD (AVX-512,
-    unmeasured). GPUs: 16x16 work-items, 4x4 register tiles (8x4 on NVIDIA) over 16-deep
-    local-memory tiles.
-    """
-    tr = _device_traits(device)
-    if tr["type"] != "gpu":
-        p = dict(DEFAULT_CPU_PARAMS)
-        if tr["simd"] >= 16:
-            r, c = _cpu_tiles(16)[0]
-            p.update(rows=r, cols=c, vec=16)
-        elif tr["simd"] < 8:
-            r, c = _cpu_tiles(4)[0]
-            p.update(rows=r, cols=c, vec=4)
-        return p
-    p = dict(DEFAULT_GPU_PARAMS)
-    if "nvidia" in tr["vendor"].lower():
-        # H100, OpenCL, fp32: 8x4 per work-item gave 23 TFLOP/s at 1024^3 and 1280x2048x512,
-        # 31 at 4096^3 (8x8: 13 / 19 / 34; 4x4: 22 / 22 / 25)
-        p.update(rows=8, cols=4, wg=(16, 16), k_tile=16)
-    if p["wg"][0] * p["wg"][1] > tr["max_wg"]:
-        p["wg"] = (8, 8)
-    return p
-
-
 def local_mem_bytes(problem: GemmProblem, params: dict) -> int:
     """``__local`` bytes one work-group of the local-tile pipeline uses (0 otherwise)."""
     p = normalize_params(params)
@@ -355,79 +284,15 @@ def local_mem_bytes(problem: GemmProblem, params: dict) -> int:
         problem.acc_dtype.itemsize
 
 
-def is_valid(problem: GemmProblem, params: dict, device=None) -> bool:
-    """Whether ``params`` can build and launch for ``problem`` on ``device``.
-
-    ``problem`` may have a plain B while ``params['packed_b']`` is set: the caller packs."""
+def params_fit(problem: GemmProblem, params: dict) -> bool:
+    """Whether ``params`` can generate a kernel for ``problem`` (device limits aside):
+    they normalize, and a packed B's panel width is the tile's."""
     try:
         p = normalize_params(params)
     except ValueError:
         return False
-    tr = _device_traits(device)
-    wn, wm = p["wg"]
-    if wn * wm > tr["max_wg"] or wn > tr["max_items"][0] or wm > tr["max_items"][1]:
-        return False
     pw = problem.panel_width
-    if pw is not None and (not p["packed_b"] or pw != p["cols"]):
-        return False
-    if local_mem_bytes(problem, p) > tr["local_mem"]:
-        return False
-    return True
-
-
-def search_space(problem: GemmProblem, device=None) -> list[dict]:
-    """Valid parameter points worth timing for ``problem`` on ``device``, likeliest first.
-
-    Time a prefix when time is short. Points with ``packed_b`` need B packed first
-    (:func:`pack_b`); a problem whose B is already packed only gets points reading that
-    layout. Pruned: work-groups over the device limits, local tiles over the local memory,
-    CPU register tiles over the vector register file, tiles taller or wider than the problem.
-    """
-    tr = _device_traits(device)
-    m, n = problem.m, problem.n
-    out: list[dict] = []
-    if tr["type"] != "gpu":
-        simd = tr["simd"]
-        w = 16 if simd >= 16 else 8 if simd >= 8 else 4
-        tiles = [(r, c) for r, c in _cpu_tiles(simd)
-                 if r <= max(1, m) and c <= max(w, -(-n // w) * w)]
-        if not tiles:
-            tiles = [(1, w)]
-        packs = (True, False) if problem.panel_width is None else (True,)
-        base = dict(DEFAULT_CPU_PARAMS, vec=w)
-        for packed in packs:
-            for r, c in tiles[:3]:
-                for ku in (1, 4):
-                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
-            r, c = tiles[0]
-            mt = -(-m // r)
-            for ml in sorted({4, mt if mt <= 32 else 4} - {1}):
-                if ml <= mt:
-                    out.append(dict(base, rows=r, cols=c, m_loop=ml, packed_b=packed))
-            out.append(dict(base, rows=r, cols=c, m_inner=True, packed_b=packed))
-            for r, c in tiles[3:]:
-                for ku in (1, 4):
-                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
-            out.append(dict(base, rows=tiles[0][0], cols=tiles[0][1], wg=(4, 1),
-                            packed_b=packed))
-    else:
-        out.append(default_params(device))
-        for rows, cols in ((8, 4), (4, 4), (8, 8), (4, 8), (2, 2), (2, 4), (4, 2), (1, 4),
-                           (2, 8)):
-            for wg in ((16, 16), (16, 8), (8, 8), (32, 8), (32, 4), (64, 4)):
-                for kt in (16, 8, 32, 64):
-                    out.append(dict(DEFAULT_GPU_PARAMS, rows=rows, cols=cols, wg=wg, k_tile=kt))
-    seen, result = set(), []
-    for p in out:
-        p = normalize_params(p)
-        if problem.panel_width is not None and p["cols"] != problem.panel_width:
-            continue
-        key = tuple(sorted(p.items()))
-        if key in seen or not is_valid(problem, p, device):
-            continue
-        seen.add(key)
-        result.append(p)
-    return result
+    return pw is None or (p["packed_b"] and pw == p["cols"])
 
 
 def cache_key(problem: GemmProblem, params: dict | None) -> tuple:

@@ -110,34 +110,3 @@ def build_transpose(p: Transpose):
                          target=lp.PyOpenCLTarget())
     knl = lp.split_iname(knl, "c", min(p.wg, p.cols), inner_tag="l.0", outer_tag="g.0")
     return lp.tag_inames(knl, {"r": "g.1"})
-
-
-def _build_row_gather(p):
-    from .gather import build_row_gather
-
-    return build_row_gather(p)
-
-
-def _builders():
-    from .gather import RowGather
-
-    return {ColSum: build_colsum, RowSum: build_rowsum, Add2: build_add2,
-            Transpose: build_transpose, RowGather: _build_row_gather}
-
-
-class Launcher:
-    """A reduction kernel called with keyword buffers and offsets."""
-
-    def __init__(self, engine, problem):
-        from .compiler import get_kernel
-
-        self.kernel = get_kernel(engine, type(problem).__name__.lower(), problem,
-                                 lambda: _builders()[type(problem)](problem))
-        self.names = self.kernel.src.arg_names
-
-    def __call__(self, stream, *args, wait_for=None):
-        return self.kernel(stream, *args, wait_for=wait_for)
-
-    def bind(self, **kw) -> tuple:
-        """Arguments in kernel order; ints become int32."""
-        return tuple(kw[n] if not isinstance(kw[n], int) else np.int32(kw[n]) for n in self.names)

@@ -32,6 +32,22 @@ class ReorderProblem:
     dst_zp_mask: int | None = None
     beta: float = 0.0  # dst = convert(value) + beta * dst (accumulate; f32 only)
 
+    @classmethod
+    def between(cls, src: MemoryDesc, dst: MemoryDesc, beta: float = 0.0) -> "ReorderProblem":
+        """The reorder from ``src``'s layout and data type to ``dst``'s (no scales)."""
+        return cls(dims=tuple(src.dims), src_dt=src.data_type, dst_dt=dst.data_type,
+                   src_layout=layout_of(src), dst_layout=layout_of(dst),
+                   src_nelems=src.nelems_physical(), dst_nelems=dst.nelems_physical(),
+                   beta=beta)
+
+    @classmethod
+    def f32(cls, dims, src_layout: tuple, src_nelems: int, dst_layout: tuple,
+            dst_nelems: int) -> "ReorderProblem":
+        """A float32 copy between two layouts given as :func:`layout_of` tuples."""
+        return cls(dims=tuple(dims), src_dt=data_type.f32, dst_dt=data_type.f32,
+                   src_layout=src_layout, dst_layout=dst_layout, src_nelems=src_nelems,
+                   dst_nelems=dst_nelems)
+
 
 def layout_of(md: MemoryDesc) -> tuple:
     """Hashable description of ``md``'s offset function: (offset0, per-dim terms)."""

@@ -14,7 +14,7 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.error import invalid_arguments
-from pydnnl.kernels.dropout import get_dropout, get_dropout_bwd
+from pydnnl.runtime.dropout import get_dropout, get_dropout_bwd
 from pydnnl.reference.philox import dropout_keep, dropout_scale, dropout_words
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -256,7 +256,7 @@ import json
 import numpy as np
 import pyopencl as cl
 import pydnnl as dnnl
-from pydnnl.kernels.dropout import get_dropout, get_dropout_bwd
+from pydnnl.runtime.dropout import get_dropout, get_dropout_bwd
 from pydnnl.reference.philox import dropout_keep, dropout_scale
 
 eng = dnnl.engine.from_name("Oclgrind")

@@ -13,7 +13,8 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.kernels import gemm as G
-from pydnnl.kernels.compiler import get_kernel
+from pydnnl.runtime.heuristics import gemm as H
+from pydnnl.runtime.kernel_cache import get_kernel
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
@@ -159,7 +160,7 @@ def test_default_params_and_device_packing(dev):
     """The device's default parameters on a ragged problem, B packed by the device packer."""
     eng, _ = dev
     pr = G.GemmProblem(10, 27, 13, trans_b=True, beta=0.5)
-    params = G.default_params(eng)
+    params = H.default_params(eng.info)
     if params["packed_b"]:
         check(dev, pr, params, device_pack=True)
     else:
@@ -225,38 +226,39 @@ def test_numpy_packer_layout():
     np.testing.assert_array_equal(pk.pack(logical), pk.pack(flat))
 
 
-class _FakeDevice:
-    """A pydnnl DeviceInfo look-alike."""
-
-    def __init__(self, type_, vendor="", max_wg=1024, local=32768, vec=1):
-        self.type, self.vendor, self.platform = type_, vendor, "fake"
-        self.max_work_group_size, self.local_mem_bytes = max_wg, local
-        self.preferred_float_vector_width = vec
+def _FakeDevice(type_, family="other", max_wg=1024, local=32768, vec=1):
+    """The traits of a made-up device."""
+    return dnnl.DeviceInfo(
+        name="fake", vendor=family, platform="fake", driver_version="", device_version="",
+        type=type_, compute_units=8, global_mem_bytes=1 << 30, local_mem_bytes=local,
+        max_work_group_size=max_wg, max_clock_mhz=1000, fp16=False, fp64=False,
+        preferred_float_vector_width=vec, vendor_family=family,
+        max_work_item_sizes=(max_wg,) * 3)
 
 
 def test_default_params_by_device_type():
-    cpu = G.default_params(_FakeDevice("cpu"))
+    cpu = H.default_params(_FakeDevice("cpu"))
     assert not cpu["local_prefetch"] and cpu["vec"] == 8 and cpu["packed_b"]
-    gpu = G.default_params(_FakeDevice("gpu", "NVIDIA Corporation"))
+    gpu = H.default_params(_FakeDevice("gpu", "nvidia"))
     assert gpu["local_prefetch"] and gpu["vec"] == 1 and not gpu["packed_b"]
-    small = G.default_params(_FakeDevice("gpu", "Other", max_wg=64))
+    small = H.default_params(_FakeDevice("gpu", max_wg=64))
     assert small["wg"][0] * small["wg"][1] <= 64
 
 
 def test_search_space_is_pruned():
     pr = G.GemmProblem(1, 7, 300)
-    space = G.search_space(pr, _FakeDevice("cpu"))
+    space = H.search_space(pr, _FakeDevice("cpu"))
     assert space and all(p["rows"] == 1 and p["cols"] == 8 for p in space)
-    big = G.search_space(G.GemmProblem(64, 2048, 512), _FakeDevice("cpu"))
-    assert big[0] == G.normalize_params(G.default_params(_FakeDevice("cpu")))
+    big = H.search_space(G.GemmProblem(64, 2048, 512), _FakeDevice("cpu"))
+    assert big[0] == G.normalize_params(H.default_params(_FakeDevice("cpu")))
     assert len({tuple(sorted(p.items())) for p in big}) == len(big)
     for p in big:  # accumulators + a row of B + a broadcast fit AVX2's 16 registers
         assert p["rows"] * p["cols"] // p["vec"] + p["cols"] // p["vec"] + 1 <= 16
-    gpu = G.search_space(G.GemmProblem(64, 64, 64), _FakeDevice("gpu", max_wg=128, local=4096))
+    gpu = H.search_space(G.GemmProblem(64, 64, 64), _FakeDevice("gpu", max_wg=128, local=4096))
     assert gpu and all(p["wg"][0] * p["wg"][1] <= 128 for p in gpu)
     assert all(G.local_mem_bytes(G.GemmProblem(64, 64, 64), p) <= 4096 for p in gpu)
     packed = G.GemmProblem(8, 40, 8, b_layout="panel16")
-    assert all(p["cols"] == 16 and p["packed_b"] for p in G.search_space(packed, None))
+    assert all(p["cols"] == 16 and p["packed_b"] for p in H.search_space(packed, None))
 
 
 def test_kernel_signature_and_fixed_sizes():
@@ -285,7 +287,7 @@ import numpy as np
 import pyopencl as cl
 import pydnnl as dnnl
 from pydnnl.kernels import gemm as G
-from pydnnl.kernels.compiler import source_from_loopy
+from pydnnl.kernels.source import source_from_loopy
 eng = dnnl.engine.from_name("Oclgrind")
 ctx = eng.context
 q = cl.CommandQueue(ctx, eng.device)

@@ -9,14 +9,15 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.error import invalid_arguments
-from pydnnl.kernels import matmul
+from pydnnl.runtime import gemm as matmul
+from pydnnl.runtime.heuristics import gemm as rules
 
 
 @pytest.fixture
 def forced_split(monkeypatch):
     def force(slices):
-        monkeypatch.setattr(matmul, "split_k",
-                            lambda engine, shape, params: slices if shape.k % slices == 0 else 1)
+        monkeypatch.setattr(rules, "split_k",
+                            lambda info, m, n, k, params: slices if k % slices == 0 else 1)
         matmul._cache.clear()
 
     yield force
@@ -68,12 +69,12 @@ def test_gpu_rule_fills_the_compute_units():
     grid stays within 8 groups per unit."""
     from types import SimpleNamespace
 
-    gpu = SimpleNamespace(info=SimpleNamespace(type="gpu", compute_units=132))
+    gpu = SimpleNamespace(is_gpu=True, compute_units=132)
     small = {"local_prefetch": True, "packed_b": False, "wg": (32, 8), "rows": 2, "cols": 2}
     large = dict(small, rows=8, cols=4)
 
     def sk(m, n, k, params=small):
-        return matmul.split_k(gpu, matmul.GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), params)
+        return rules.split_k(gpu, m, n, k, params)
 
     assert sk(64, 512, 2048) == 8      # 32 groups: 2048 / 8 = 256 per slice
     assert sk(32, 1760, 7040) == 16    # 56 groups: 440 per slice
@@ -85,6 +86,5 @@ def test_gpu_rule_fills_the_compute_units():
     assert sk(1024, 1024, 1024, large) == 1
     assert sk(512, 2048, 3200, large) == 8   # 128 groups, but k >= 1536: split anyway
     assert sk(64, 8192, 2048) == 2     # 512 groups, k >= 1536: 1024 groups at most
-    cpu = SimpleNamespace(info=SimpleNamespace(type="cpu", compute_units=2))
-    assert matmul.split_k(cpu, matmul.GemmShape(m=64, n=512, k=2048, lda=2048, ldb=512,
-                                                ldc=512), small) == 1
+    cpu = SimpleNamespace(is_gpu=False, compute_units=2)
+    assert rules.split_k(cpu, 64, 512, 2048, small) == 1

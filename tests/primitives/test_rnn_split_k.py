@@ -12,7 +12,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from pydnnl.kernels import matmul  # noqa: E402
+from pydnnl.runtime import gemm as matmul  # noqa: E402
+from pydnnl.runtime.heuristics import gemm as rules  # noqa: E402
 from pydnnl.primitives.rnn import plan_forward  # noqa: E402
 from rnn_bwd_helpers import (assert_close, bwd_pd, fwd_pd, gradients, problem,  # noqa: E402
                              ref_gradients, run_backward, run_forward)
@@ -20,8 +21,7 @@ from rnn_bwd_helpers import (assert_close, bwd_pd, fwd_pd, gradients, problem,  
 
 @pytest.fixture
 def forced_split(monkeypatch):
-    monkeypatch.setattr(matmul, "split_k",
-                        lambda engine, shape, params: 2 if shape.k % 2 == 0 else 1)
+    monkeypatch.setattr(rules, "split_k", lambda info, m, n, k, params: 2 if k % 2 == 0 else 1)
     matmul._cache.clear()
     yield
     matmul._cache.clear()

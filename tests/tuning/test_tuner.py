@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pydnnl as dnnl
-from pydnnl.kernels.compiler import get_kernel
+from pydnnl.runtime.kernel_cache import get_kernel
 from pydnnl.kernels.reorder import ReorderProblem, build_reorder, layout_of
 from pydnnl.tuning import PerfDB, choose, search
 

@@ -32,25 +32,78 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...constants import (ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST_ITER, ARG_DIFF_DST_ITER_C,
-                          ARG_DIFF_DST_LAYER, ARG_DIFF_SRC_ITER, ARG_DIFF_SRC_ITER_C,
-                          ARG_DIFF_SRC_LAYER, ARG_DIFF_WEIGHTS_ITER, ARG_DIFF_WEIGHTS_LAYER,
-                          ARG_DST, ARG_DST_ITER, ARG_DST_ITER_C, ARG_DST_LAYER, ARG_FROM, ARG_SRC,
-                          ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_SRC_LAYER, ARG_TO, ARG_WEIGHTS,
-                          ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WORKSPACE, algorithm, prop_kind,
-                          rnn_direction, rnn_flags)
+from ...constants import (
+    ARG_BIAS,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST_ITER,
+    ARG_DIFF_DST_ITER_C,
+    ARG_DIFF_DST_LAYER,
+    ARG_DIFF_SRC_ITER,
+    ARG_DIFF_SRC_ITER_C,
+    ARG_DIFF_SRC_LAYER,
+    ARG_DIFF_WEIGHTS_ITER,
+    ARG_DIFF_WEIGHTS_LAYER,
+    ARG_DST,
+    ARG_DST_ITER,
+    ARG_DST_ITER_C,
+    ARG_DST_LAYER,
+    ARG_FROM,
+    ARG_SRC,
+    ARG_SRC_ITER,
+    ARG_SRC_ITER_C,
+    ARG_SRC_LAYER,
+    ARG_TO,
+    ARG_WEIGHTS,
+    ARG_WEIGHTS_ITER,
+    ARG_WEIGHTS_LAYER,
+    ARG_WORKSPACE,
+    algorithm,
+    prop_kind,
+    rnn_direction,
+    rnn_flags,
+)
 from ...error import unimplemented
 from ...memory import memory
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
-from ...primitives import (convolution_forward, lbr_gru_backward, lbr_gru_forward, lstm_backward,
-                           lstm_forward, reorder, vanilla_rnn_backward, vanilla_rnn_forward)
+from ...primitives import (
+    convolution_forward,
+    lbr_gru_backward,
+    lbr_gru_forward,
+    lstm_backward,
+    lstm_forward,
+    reorder,
+    vanilla_rnn_backward,
+    vanilla_rnn_forward,
+)
 from ...primitives.rnn.extensions import rnn_extensions
-from ._common import (S, Handle, MIOpenError, TensorDescriptor, api, bad, check_enum,
-                      check_handle, check_int, check_memory, check_tensor, memory_bytes,
-                      miopenSetTensorDescriptor, packed_strides, view)
-from ._enums import (miopenDataType_t, miopenRNNAlgo_t, miopenRNNBiasMode_t,
-                     miopenRNNDirectionMode_t, miopenRNNInputMode_t, miopenRNNMode_t)
+from ...runtime.plan import Bind, Plan
+from .._gates import gate_runs
+from ._common import (
+    Handle,
+    MIOpenError,
+    S,
+    TensorDescriptor,
+    api,
+    bad,
+    check_enum,
+    check_handle,
+    check_int,
+    check_memory,
+    check_tensor,
+    memory_bytes,
+    miopenSetTensorDescriptor,
+    packed_strides,
+    view,
+)
+from ._enums import (
+    miopenDataType_t,
+    miopenRNNAlgo_t,
+    miopenRNNBiasMode_t,
+    miopenRNNDirectionMode_t,
+    miopenRNNInputMode_t,
+    miopenRNNMode_t,
+)
 
 _F32 = data_type.f32
 _M = miopenRNNMode_t
@@ -499,38 +552,22 @@ def _group_state(md: MemoryDesc | None, pk: _Packing, g: range) -> MemoryDesc | 
                g.start * pk.D * s0)
 
 
-class _Bind:
-    """A user memory bound at execution, seen through ``md``."""
-
-    __slots__ = ("name", "md")
-
-    def __init__(self, name: str, md: MemoryDesc):
-        self.name, self.md = name, md
-
-
-def _run(h: Handle, steps, bound: dict) -> None:
+def _plan(h: Handle, steps) -> Plan:
+    """The steps ``(primitive, args)`` as one runtime plan; args may :class:`Bind` the
+    call's buffers by name."""
+    plan = Plan(h.engine, "miopen.rnn")
     for prim, args in steps:
-        a = {}
-        for k, v in args.items():
-            if isinstance(v, _Bind):
-                v = memory(v.md, h.engine, bound[v.name].buffer)
-            a[k] = v
-        prim.execute(h.stream, a)
+        plan.primitive(prim, args)
+    return plan
+
+
+def _run(h: Handle, plan: Plan, bound: dict) -> None:
+    plan.run(h.stream, bound)
 
 
 def _reorder(h: Handle, smd: MemoryDesc, dmd: MemoryDesc):
     return h.cached(("rnn_reorder", smd, dmd), lambda: reorder(
         reorder.primitive_desc(h.engine, smd, h.engine, dmd)))
-
-
-def _gate_runs(order) -> list[tuple[int, int]]:
-    """(first oneDNN gate, count) of each run of gates whose MIOpen blocks follow each other."""
-    runs, j0 = [], 0
-    for j in range(1, len(order) + 1):
-        if j == len(order) or order[j] != order[j - 1] + 1:
-            runs.append((j0, j - j0))
-            j0 = j
-    return runs
 
 
 def _spans(pk: _Packing, layers) -> list[range]:
@@ -541,7 +578,7 @@ def _spans(pk: _Packing, layers) -> list[range]:
     return [range(layers[0], layers[-1] + 1)] if layers else []
 
 
-class _Net:
+class _RnnLayers:
     """One problem in pydnnl's terms: the primitives of each group of layers, the handle's
     temporaries between them, and the regions of MIOpen's workspace and reserve."""
 
@@ -686,7 +723,7 @@ class _Net:
             layers = [l for l in g if not (kind == "wl" and pk.skip and l == 0)]
             for span in _spans(pk, layers):
                 k = pk.width(span.start) if kind == "wl" else H
-                for j0, n in _gate_runs(order):
+                for j0, n in gate_runs(order):
                     dims = [len(span), D, k, n, H]
                     # MIOpen: [H rows, k cols] per gate, so (i, o) is at o * k + i
                     mio = _md(dims, [pk.layer_elems(span.start), G * H * k, 1, H * k, k],
@@ -703,7 +740,7 @@ class _Net:
     def _summed_runs(self) -> list:
         """Runs of the oneDNN gates whose bias is a sum of MIOpen's two (LBR-GRU: u, r)."""
         order = _ORDER[self.pk.mode]
-        return _gate_runs(order[:2] if self.gru else order)
+        return gate_runs(order[:2] if self.gru else order)
 
     # -- plans ----------------------------------------------------------------------------------
     def weight_steps(self) -> list:
@@ -730,14 +767,14 @@ class _Net:
 
             sums = h.temp(("rnn_bias_sums", dst), dst)
             steps.append((h.cached(("rnn_bias_sum", src, dst), make),
-                          {ARG_SRC: _Bind("w", src), ARG_DST: sums,
+                          {ARG_SRC: Bind("w", src), ARG_DST: sums,
                            ARG_WEIGHTS: h.temp(("rnn_ones", ones), ones,
                                                np.ones((1, 2, 1, 1), np.float32))}))
         order = _ORDER[pk.mode]
         for gi, g in enumerate(self.groups):
             for kind, mio, part in self.matrix_pairs(gi, self.w_md[gi]):
                 dst = memory(part, eng, self.wmem(gi, kind).buffer)
-                steps.append((_reorder(h, mio, part), {ARG_FROM: _Bind("w", mio), ARG_TO: dst}))
+                steps.append((_reorder(h, mio, part), {ARG_FROM: Bind("w", mio), ARG_TO: dst}))
             if not pk.bias:
                 continue
             bmd, Lg, bmem = self.w_md[gi]["b"], len(g), self.wmem(gi, "b")
@@ -753,7 +790,7 @@ class _Net:
                     src = self._bias_mio(g, bid, 1)
                     part = bmd.submemory_desc([Lg, D, 1, H], [0, 0, j, 0])
                     steps.append((_reorder(h, src, part), {
-                        ARG_FROM: _Bind("w", src), ARG_TO: memory(part, eng, bmem.buffer)}))
+                        ARG_FROM: Bind("w", src), ARG_TO: memory(part, eng, bmem.buffer)}))
         self._steps["weights"] = steps
         return steps
 
@@ -762,7 +799,7 @@ class _Net:
         # [1, n]: pydnnl's reorder fails on 1-D tensors of some lengths
         smd, dmd = _md([1, n], [n, 1], src_off), _md([1, n], [n, 1], dst_off)
         def bind(m, md):
-            return _Bind(m, md) if isinstance(m, str) else memory(md, self.h.engine, m.buffer)
+            return Bind(m, md) if isinstance(m, str) else memory(md, self.h.engine, m.buffer)
 
         return (_reorder(self.h, smd, dmd), {ARG_FROM: bind(src, smd), ARG_TO: bind(dst, dmd)})
 
@@ -775,7 +812,7 @@ class _Net:
             ws = h.temp(("rnn_ws", gi, md), md)
         return ws, h.temp(("rnn_y0", self.rows), self.rows)
 
-    def forward_steps(self, training: bool, st: dict) -> tuple[list, list]:
+    def forward_steps(self, training: bool, st: dict) -> tuple[Plan, list]:
         key = ("fwd", training, tuple(st.get(k) for k in ("hx", "cx", "hy", "cy")))
         if key in self._steps:
             return self._steps[key]
@@ -786,17 +823,17 @@ class _Net:
             prim = self._prim(pd)
             d = self._descs(gi, st)
             ws, y0 = self._temps(gi)
-            args = {ARG_SRC_LAYER: _Bind("x", d["src_layer_desc"]) if gi == 0 else y0,
-                    ARG_DST_LAYER: _Bind("y", self.rows) if gi == last else y0,
+            args = {ARG_SRC_LAYER: Bind("x", d["src_layer_desc"]) if gi == 0 else y0,
+                    ARG_DST_LAYER: Bind("y", self.rows) if gi == last else y0,
                     **self._weight_args(gi)}
             for arg, name, dname in ((ARG_SRC_ITER, "hx", "src_iter_desc"),
                                      (ARG_SRC_ITER_C, "cx", "src_iter_c_desc"),
                                      (ARG_DST_ITER, "hy", "dst_iter_desc"),
                                      (ARG_DST_ITER_C, "cy", "dst_iter_c_desc")):
                 if d.get(dname) is not None:
-                    args[arg] = _Bind(name, d[dname])
+                    args[arg] = Bind(name, d[dname])
             if training:
-                args[ARG_WORKSPACE] = (_Bind("reserve", pd.workspace_desc()) if gi == 0 else ws)
+                args[ARG_WORKSPACE] = (Bind("reserve", pd.workspace_desc()) if gi == 0 else ws)
             steps.append((prim, args))
             prims.append(prim)
         if training:
@@ -807,8 +844,8 @@ class _Net:
                 n = ws.get_desc().get_size() // 4
                 steps.append(self._copy(ws, 0, "reserve", reg["ws1"], n))
                 steps.append(self._copy(y0, 0, "reserve", reg["y0"], self.rows.nelems()))
-        self._steps[key] = (steps, prims)
-        return steps, prims
+        self._steps[key] = (_plan(self.h, steps), prims)
+        return self._steps[key]
 
     def _weight_args(self, gi: int) -> dict:
         w = self.w_md[gi]
@@ -819,7 +856,7 @@ class _Net:
             a[ARG_BIAS] = self.wmem(gi, "b")
         return a
 
-    def backward_steps(self, st: dict) -> list:
+    def backward_steps(self, st: dict) -> Plan:
         key = ("bwd", tuple(st.get(k) for k in ("hx", "cx", "dhy", "dcy", "dhx", "dcx")))
         if key in self._steps:
             return self._steps[key]
@@ -841,28 +878,28 @@ class _Net:
             d = self._descs(gi, {k: st.get(k) for k in ("hx", "cx")})
             gm = self.grad_md[gi]
             args = {ARG_SRC_LAYER: x0 if gi == 0 else y0,
-                    ARG_DST_LAYER: _Bind("y", self.rows) if gi == last else y0,
-                    ARG_WORKSPACE: _Bind("reserve", pd.workspace_desc()) if gi == 0 else ws,
-                    ARG_DIFF_SRC_LAYER: _Bind("dx", d["src_layer_desc"]) if gi == 0 else dy0,
-                    ARG_DIFF_DST_LAYER: _Bind("dy", self.rows) if gi == last else dy0,
-                    ARG_DIFF_WEIGHTS_ITER: _Bind("workspace", gm["wi"]),
+                    ARG_DST_LAYER: Bind("y", self.rows) if gi == last else y0,
+                    ARG_WORKSPACE: Bind("reserve", pd.workspace_desc()) if gi == 0 else ws,
+                    ARG_DIFF_SRC_LAYER: Bind("dx", d["src_layer_desc"]) if gi == 0 else dy0,
+                    ARG_DIFF_DST_LAYER: Bind("dy", self.rows) if gi == last else dy0,
+                    ARG_DIFF_WEIGHTS_ITER: Bind("workspace", gm["wi"]),
                     **self._weight_args(gi)}
             if "wl" in gm:
-                args[ARG_DIFF_WEIGHTS_LAYER] = _Bind("workspace", gm["wl"])
+                args[ARG_DIFF_WEIGHTS_LAYER] = Bind("workspace", gm["wl"])
             if "b" in gm:
-                args[ARG_DIFF_BIAS] = _Bind("workspace", gm["b"])
+                args[ARG_DIFF_BIAS] = Bind("workspace", gm["b"])
             g = self.groups[gi]
             for arg, name in ((ARG_SRC_ITER, "hx"), (ARG_SRC_ITER_C, "cx"),
                               (ARG_DIFF_DST_ITER, "dhy"), (ARG_DIFF_DST_ITER_C, "dcy"),
                               (ARG_DIFF_SRC_ITER, "dhx"), (ARG_DIFF_SRC_ITER_C, "dcx")):
                 md = _group_state(st.get(name), self.pk, g)
                 if md is not None:
-                    args[arg] = _Bind(name, md)
+                    args[arg] = Bind(name, md)
             steps.append((self._prim(pd), args))
-        self._steps[key] = steps
-        return steps
+        self._steps[key] = _plan(self.h, steps)
+        return self._steps[key]
 
-    def gradient_steps(self) -> list:
+    def gradient_steps(self) -> Plan:
         """The workspace's weight gradients -> ``dw`` in MIOpen's packing, every element: each
         summed bias's gradient goes to both biases of its pair."""
         if "grads" in self._steps:
@@ -874,8 +911,8 @@ class _Net:
         for gi, g in enumerate(self.groups):
             gm = self.grad_md[gi]
             for _, mio, part in self.matrix_pairs(gi, gm):
-                steps.append((_reorder(h, part, mio), {ARG_FROM: _Bind("workspace", part),
-                                                       ARG_TO: _Bind("dw", mio)}))
+                steps.append((_reorder(h, part, mio), {ARG_FROM: Bind("workspace", part),
+                                                       ARG_TO: Bind("dw", mio)}))
             if "b" not in gm:
                 continue
             Lg = len(g)
@@ -886,14 +923,14 @@ class _Net:
                 part = gm["b"].submemory_desc([Lg, D, n, H], [0, 0, j0, 0])
                 for bid in bids:
                     mio = self._bias_mio(g, bid, n)
-                    steps.append((_reorder(h, part, mio), {ARG_FROM: _Bind("workspace", part),
-                                                           ARG_TO: _Bind("dw", mio)}))
-        self._steps["grads"] = steps
-        return steps
+                    steps.append((_reorder(h, part, mio), {ARG_FROM: Bind("workspace", part),
+                                                           ARG_TO: Bind("dw", mio)}))
+        self._steps["grads"] = _plan(self.h, steps)
+        return self._steps["grads"]
 
 
-def _net(h: Handle, sh: _Shape) -> _Net:
-    return h.cached(("rnn_net", sh), lambda: _Net(h, sh))
+def _net(h: Handle, sh: _Shape) -> _RnnLayers:
+    return h.cached(("rnn_net", sh), lambda: _RnnLayers(h, sh))
 
 
 # -- sizes and descriptors -----------------------------------------------------------------------
@@ -1116,7 +1153,7 @@ def miopenGetRNNLayerBias(handle: Handle, rnnDesc: RNNDescriptor, layer: int,
                                      "biasID")
     _with_bias(where, pk)
     bd = _out_desc(where, "biasDesc", biasDesc)
-    dst = _md([1, pk.H], [pk.H, 1])   # 2-D: see _Net._copy
+    dst = _md([1, pk.H], [pk.H, 1])   # 2-D: see _RnnLayers._copy
     if layerBias is not None:
         check_memory(where, "layerBias", h, layerBias)
         view(where, "layerBias", h, dst, layerBias)
@@ -1159,7 +1196,7 @@ def miopenSetRNNLayerBias(handle: Handle, rnnDesc: RNNDescriptor, layer: int,
         bad(f"{where}: biasDesc must be miopenFloat [{pk.H}] (miopenGetRNNLayerBias gives it), "
             f"got {bd.data_type.name} {list(bd.dims)}")
     check_memory(where, "layerBias", h, layerBias)
-    src = _md([1, pk.H], [pk.H * bd.strides[0], bd.strides[0]])   # 2-D: see _Net._copy
+    src = _md([1, pk.H], [pk.H * bd.strides[0], bd.strides[0]])   # 2-D: see _RnnLayers._copy
     view(where, "layerBias", h, src, layerBias)
     _copy_block(h, src, layerBias, _md([1, pk.H], [pk.H, 1], pk.bias_offset(layer, bid)), w)
 

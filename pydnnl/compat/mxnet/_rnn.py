@@ -21,10 +21,17 @@ from ...error import error, invalid_arguments, unimplemented
 from ...memory import memory
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
-from ...primitives import (convolution_forward, lbr_gru_forward, lstm_forward, reorder,
-                           vanilla_rnn_forward)
+from ...primitives import (
+    convolution_forward,
+    lbr_gru_forward,
+    lstm_forward,
+    reorder,
+    vanilla_rnn_forward,
+)
 from ...primitives.rnn.extensions import rnn_extensions
+from ...runtime.plan import Bind, Plan
 from ...stream import stream as _stream
+from .._gates import gate_runs
 from ._packing import RnnPacking
 
 _F32 = data_type.f32
@@ -101,14 +108,6 @@ def _state_view(md: MemoryDesc, L: int, D: int, layers: range, name: str) -> Mem
 
 
 @dataclass(frozen=True)
-class _Ref:
-    """A user tensor bound at execute time, seen through ``md``."""
-
-    name: str
-    md: MemoryDesc
-
-
-@dataclass(frozen=True)
 class _Problem:
     engine: _engine
     packing: RnnPacking
@@ -125,14 +124,15 @@ class _Problem:
     dropout: float = 0.0  # p, in training only
 
 
-class _Plan:
-    """The primitives of one problem and the ordered steps that execute them."""
+class _Translation:
+    """One problem in pydnnl's terms: its primitives, and the runtime plan that runs them
+    over the call's tensors (bound by name: params, data, state, cell, out, hy, cy)."""
 
     def __init__(self, prob: _Problem):
         self.prob = prob
         self.lock = threading.Lock()
         self.last_stream = None
-        self.steps: list[tuple] = []  # (primitive, {ARG: memory | _Ref})
+        self.plan = Plan(prob.engine, "mxnet.rnn")
         self.primitives = 0
         eng, pk = prob.engine, prob.packing
         T, N, L, D, H, G = prob.T, prob.N, pk.num_layers, pk.directions, pk.state_size, pk.gates
@@ -161,7 +161,7 @@ class _Plan:
             ones_md, None, sums_md, [1, 1], [0, 0], [0, 0])
         self.sums = memory(cpd.dst_desc(), eng)
         self._add(convolution_forward(cpd),
-                  {_c.ARG_SRC: _Ref("params", sum_src),
+                  {_c.ARG_SRC: Bind("params", sum_src),
                    _c.ARG_WEIGHTS: memory(ones_md, eng, np.ones((1, 2, 1, 1), np.float32)),
                    _c.ARG_DST: self.sums})
         sums_flat = md([L * D * summed], _TAG.a)
@@ -171,13 +171,14 @@ class _Plan:
         prop = (_c.prop_kind.forward_training if prob.dropout
                 else _c.prop_kind.forward_inference)
         rnn_steps = []
-        src_layer = _Ref("data", prob.data_md)
+        src_layer = Bind("data", prob.data_md)
         for gi, (layers, ext) in enumerate(self.groups):
             Lg, l0 = len(layers), layers.start
             top = gi == len(self.groups) - 1
             slc = pk.layer_input(l0)
             descs = {
-                "src_layer_desc": src_layer.md if isinstance(src_layer, _Ref) else src_layer.get_desc(),
+                "src_layer_desc": (src_layer.md if isinstance(src_layer, Bind)
+                                   else src_layer.get_desc()),
                 "src_iter_desc": _state_view(prob.state_md, L, D, layers, "state"),
                 "weights_layer_desc": md([Lg, D, slc, G, H]),
                 "weights_iter_desc": md([Lg, D, R, G, H]),
@@ -203,54 +204,55 @@ class _Plan:
             lstride, dstride = pk.layer_stride(l0), pk.direction_stride(l0)
             for which, dst, k in (("i2h", wl, slc), ("h2h", wi, R)):
                 base = pk.weight_offset(l0, 0, which)
-                for j0, n in _gate_runs(gate_src):
+                for j0, n in gate_runs(gate_src):
                     src = _view(pm, base + gate_src[j0] * H * k, [Lg, D, k, n, H],
                                 [lstride, dstride, 1, H * k, k])
-                    self._add_reorder(_Ref("params", src), dst, [Lg, D, k, n, H], [0, 0, 0, j0, 0])
+                    self._add_reorder(Bind("params", src), dst, [Lg, D, k, n, H], [0, 0, 0, j0, 0])
             if P:
                 wp = memory(pd.weights_projection_desc(), eng)
                 src = _view(pm, pk.weight_offset(l0, 0, "h2r"), [Lg, D, H, P],
                             [lstride, dstride, 1, H])
-                self._add_reorder(_Ref("params", src), wp, [Lg, D, H, P], [0, 0, 0, 0])
+                self._add_reorder(Bind("params", src), wp, [Lg, D, H, P], [0, 0, 0, 0])
 
             # biases: the summed pairs, gates in oneDNN order; LBR-GRU's o and u' are MXNet's
             # i2h and h2h n-gate biases as they are
             first = l0 * D * summed
-            for j0, n in _gate_runs(gate_src[:2] if pk.mode == "gru" else gate_src):
+            for j0, n in gate_runs(gate_src[:2] if pk.mode == "gru" else gate_src):
                 src = _view(sums_flat, first + gate_src[j0] * H, [Lg, D, n, H],
                             [D * summed, summed, H, 1])
                 self._add_reorder(self.sums_view(src), bias, [Lg, D, n, H], [0, 0, j0, 0])
             if pk.mode == "gru":
                 src = _view(pm, pk.bias_offset(l0, 0, "i2h") + 2 * H, [Lg, D, 2, H],
                             [D * 2 * G * H, 2 * G * H, G * H, 1])
-                self._add_reorder(_Ref("params", src), bias, [Lg, D, 2, H], [0, 0, 2, 0])
+                self._add_reorder(Bind("params", src), bias, [Lg, D, 2, H], [0, 0, 2, 0])
 
-            args = {_c.ARG_SRC_LAYER: src_layer, _c.ARG_SRC_ITER: _Ref("state", descs["src_iter_desc"]),
+            args = {_c.ARG_SRC_LAYER: src_layer, _c.ARG_SRC_ITER: Bind("state", descs["src_iter_desc"]),
                     _c.ARG_WEIGHTS_LAYER: wl, _c.ARG_WEIGHTS_ITER: wi, _c.ARG_BIAS: bias}
             if P:
                 args[_c.ARG_WEIGHTS_PROJECTION] = wp
             if prob.dropout:  # forward_training: the masks live in the workspace
                 args[_c.ARG_WORKSPACE] = memory(pd.workspace_desc(), eng)
             if lstm:
-                args[_c.ARG_SRC_ITER_C] = _Ref("cell", descs["src_iter_c_desc"])
+                args[_c.ARG_SRC_ITER_C] = Bind("cell", descs["src_iter_c_desc"])
             if prob.state_outputs:
-                args[_c.ARG_DST_ITER] = _Ref("hy", descs["dst_iter_desc"])
+                args[_c.ARG_DST_ITER] = Bind("hy", descs["dst_iter_desc"])
                 if lstm:
-                    args[_c.ARG_DST_ITER_C] = _Ref("cy", descs["dst_iter_c_desc"])
+                    args[_c.ARG_DST_ITER_C] = Bind("cy", descs["dst_iter_c_desc"])
             if top:
-                args[_c.ARG_DST_LAYER] = _Ref("out", self.out_md)
+                args[_c.ARG_DST_LAYER] = Bind("out", self.out_md)
             else:  # kept by the plan: the next group reads it
                 src_layer = args[_c.ARG_DST_LAYER] = memory(pd.dst_layer_desc(), eng)
             rnn_steps.append((prim_cls(pd), args))
             self.primitives += 1
         # every weight translation first, so that the RNN primitives run back to back
-        self.steps.extend(rnn_steps)
+        for prim, args in rnn_steps:
+            self.plan.primitive(prim, args)
 
     def sums_view(self, md: MemoryDesc) -> memory:
         return memory(md, self.prob.engine, self.sums.get_data_handle())
 
     def _add(self, prim, args: dict) -> None:
-        self.steps.append((prim, args))
+        self.plan.primitive(prim, args)
         self.primitives += 1
 
     def _add_reorder(self, src, dst: memory, dims, offsets) -> None:
@@ -258,42 +260,24 @@ class _Plan:
         if list(dims) != dmd.get_dims():
             dmd = dmd.submemory_desc(dims, offsets)
             dst = memory(dmd, self.prob.engine, dst.get_data_handle())
-        smd = src.md if isinstance(src, _Ref) else src.get_desc()
+        smd = src.md if isinstance(src, Bind) else src.get_desc()
         pd = reorder.primitive_desc(self.prob.engine, smd, self.prob.engine, dmd)
         self._add(reorder(pd), {_c.ARG_FROM: src, _c.ARG_TO: dst})
 
     def execute(self, s: _stream, bound: dict[str, memory]) -> None:
-        eng = self.prob.engine
         with self.lock:
             # the plan's own buffers (translated weights, inner layers' outputs) are reused by
             # every call: work of an earlier call on another stream must be done first
             if self.last_stream is not None and self.last_stream is not s:
                 self.last_stream.wait()
             self.last_stream = s
-            for prim, args in self.steps:
-                a = {}
-                for k, v in args.items():
-                    if isinstance(v, _Ref):
-                        m = bound[v.name]
-                        v = m if m.get_desc() == v.md else memory(v.md, eng, m.get_data_handle())
-                    a[k] = v
-                prim.execute(s, a)
-
-
-def _gate_runs(order) -> list[tuple[int, int]]:
-    """(first oneDNN gate, count) of each run of gates whose MXNet blocks are consecutive."""
-    runs, j0 = [], 0
-    for j in range(1, len(order) + 1):
-        if j == len(order) or order[j] != order[j - 1] + 1:
-            runs.append((j0, j - j0))
-            j0 = j
-    return runs
+            self.plan.run(s, bound)
 
 
 # ------------------------------------------------------------------------------------------------
 # the plan cache
 # ------------------------------------------------------------------------------------------------
-_cache: "OrderedDict[_Problem, _Plan]" = OrderedDict()
+_cache: "OrderedDict[_Problem, _Translation]" = OrderedDict()
 _cache_lock = threading.Lock()
 _stats = {"primitives": 0}
 _streams: dict = {}
@@ -313,13 +297,13 @@ def cache_clear() -> None:
         _stats["primitives"] = 0
 
 
-def _plan_for(prob: _Problem) -> _Plan:
+def _plan_for(prob: _Problem) -> _Translation:
     with _cache_lock:
         plan = _cache.get(prob)
         if plan is not None:
             _cache.move_to_end(prob)
             return plan
-    plan = _Plan(prob)  # outside the lock: building compiles kernels
+    plan = _Translation(prob)  # outside the lock: building compiles kernels
     with _cache_lock:
         if prob in _cache:  # another thread built it meanwhile
             return _cache[prob]

@@ -11,23 +11,49 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
-from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DIFF_AUGRU_ATTENTION,
-                          ARG_DIFF_BIAS, ARG_DIFF_DST_ITER, ARG_DIFF_DST_ITER_C,
-                          ARG_DIFF_DST_LAYER, ARG_DIFF_SRC_ITER, ARG_DIFF_SRC_ITER_C,
-                          ARG_DIFF_SRC_LAYER, ARG_DIFF_WEIGHTS_ITER, ARG_DIFF_WEIGHTS_LAYER,
-                          ARG_DIFF_WEIGHTS_PEEPHOLE, ARG_DIFF_WEIGHTS_PROJECTION, ARG_SRC_LAYER,
-                          ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WEIGHTS_PEEPHOLE,
-                          ARG_WEIGHTS_PROJECTION, rnn_direction, rnn_flags)
-from ...kernels.compiler import get_kernel
-from ...kernels.matmul import GemmShape, get_gemm
-from ...kernels.reductions import Add2, ColSum, Launcher, RowSum, Transpose
-from ...kernels.rnn_elementwise_bwd import (BackwardElementwiseProblem, backward_buffers,
-                                            build_elementwise_bwd)
-from .layout import Regions, region_desc
-from .layout import dropout_active, xin_offset
-from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
+from ...constants import (
+    ARG_AUGRU_ATTENTION,
+    ARG_BIAS,
+    ARG_DIFF_AUGRU_ATTENTION,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST_ITER,
+    ARG_DIFF_DST_ITER_C,
+    ARG_DIFF_DST_LAYER,
+    ARG_DIFF_SRC_ITER,
+    ARG_DIFF_SRC_ITER_C,
+    ARG_DIFF_SRC_LAYER,
+    ARG_DIFF_WEIGHTS_ITER,
+    ARG_DIFF_WEIGHTS_LAYER,
+    ARG_DIFF_WEIGHTS_PEEPHOLE,
+    ARG_DIFF_WEIGHTS_PROJECTION,
+    ARG_SRC_LAYER,
+    ARG_WEIGHTS_ITER,
+    ARG_WEIGHTS_LAYER,
+    ARG_WEIGHTS_PEEPHOLE,
+    ARG_WEIGHTS_PROJECTION,
+    rnn_direction,
+    rnn_flags,
+)
+from ...kernels.reductions import (
+    Add2,
+    ColSum,
+    RowSum,
+    Transpose,
+    build_add2,
+    build_colsum,
+    build_rowsum,
+    build_transpose,
+)
+from ...kernels.rnn_elementwise_bwd import (
+    BackwardElementwiseProblem,
+    backward_buffers,
+    build_elementwise_bwd,
+)
+from ...runtime.gemm import GemmShape, get_gemm
+from ...runtime.heuristics import rnn as rnn_rules
+from ...runtime.plan import SCRATCH, Ref
+from .layout import Regions, dropout_active, region_desc, xin_offset
+from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
 from .plan_forward import clip_key
 from .seqlen import layer_rows
 
@@ -56,7 +82,7 @@ def weight_gemms(s) -> dict:
     from ...cells import get_cell
 
     spec = get_cell(s.cell)
-    G, DHC, N, T = s.G, s.DHC, s.N, s.T
+    G, DHC, N = s.G, s.DHC, s.N
     GD = G * DHC
     roles = {}
     for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)) if dx_gemm_layers(s) else ():
@@ -133,8 +159,8 @@ def scratch_regions(pd) -> Regions:
         r.add("dsic", s.L * s.D * s.N * s.DHC)
     if not _canon(pd, "diff_src_layer_desc"):
         r.add("dsrc", s.T * s.N * s.SLC)
-    from .plan_forward import _DIRECT
     from .forward import kernel_desc
+    from .plan_forward import _DIRECT
 
     for name in _DIRECT:
         md = pd._descs.get(name)
@@ -156,7 +182,7 @@ def scratch_regions(pd) -> Regions:
         for reg in ("ddi", "ddic", "dsi", "dsic"):
             if reg in r:
                 r.add(reg + "s", r.sizes[reg])
-    if cpu_weight_copies(pd.get_engine()):
+    if rnn_rules.weight_gradient_copies(pd.get_engine().info):
         # A^T and packed B of the weight-gradient GEMMs (see BackwardPlan._wgrad_gemm): k is
         # at most T*N rows; panels pad n by less than 64 columns
         rows = s.T * s.N
@@ -165,12 +191,6 @@ def scratch_regions(pd) -> Regions:
     reserve_no_bias(r, s)
     reserve_packed(r, pd.get_engine(), weight_gemms(s), s)
     return r
-
-
-def cpu_weight_copies(engine) -> bool:
-    """Whether the weight-gradient GEMMs read copies of their operands (CPUs: see
-    ``BackwardPlan._wgrad_gemm``); GPUs' local-memory tiles read them as they lie."""
-    return engine.info.type == "cpu"
 
 
 def _present(pd, name: str) -> bool:
@@ -185,47 +205,47 @@ def _canon_attention(pd) -> bool:
     return md is None or md.is_zero() or md == kernel_desc("attention_desc", md)
 
 
-class BackwardPlan(PlanBase):
+class BackwardPlan(PlanBuilder):
     """Kernels and launch arguments of one backward RNN problem."""
 
     def __init__(self, pd):
-        PlanBase.__init__(self, pd)
+        PlanBuilder.__init__(self, pd)
         s, eng, spec = self.s, self.engine, self.spec
         sc = pd.scratch
         self.ws_off = pd.ws_regions.offsets
         self.stage_inputs(_INPUTS, tuple(_INPUTS))
         DHC, N = s.DHC, s.N
         overwrite = bool(pd.get_flags() & rnn_flags.diff_weights_overwrite)
-        scr = _Ref("scratch")
+        scr = SCRATCH
 
         # -- diff weights: the user's buffers, or staged copies (accumulation needs the old values)
-        self.dw: dict[str, tuple[_Ref, int]] = {}
+        self.dw: dict[str, tuple[Ref, int]] = {}
         for dname, (arg, fname) in _DIFF_W.items():
             if not _present(pd, dname):
                 continue
             md = pd._descs[dname]
             if _canon(pd, dname):
-                ref, off = _Ref(arg), 0
+                ref, off = Ref(arg), 0
                 if overwrite:
-                    self.add_zero(ref, 0, md.nelems())
+                    self.plan.zero(ref, 0, md.nelems())
             else:
                 ref, off = scr, sc["dw_" + dname]
                 if overwrite:
-                    self.add_zero(ref, off, md.nelems())
+                    self.plan.zero(ref, off, md.nelems())
                 else:
-                    self.add_reorder(_Ref(arg), md, ref, region_desc(md.dims, off))
+                    self.add_reorder(Ref(arg), md, ref, region_desc(md.dims, off))
             self.dw[dname] = (ref, off)
-        self.add_zero(scr, sc["zero"], sc.sizes["zero"])
+        self.plan.zero(scr, sc["zero"], sc.sizes["zero"])
         if self.seq is not None:
             # steps compute only the running sequences: the gradients at padding rows, which
             # the weight-gradient GEMMs read, stay zero
             for reg in ("dgx", "dgh", "rh", "dpeep"):
                 if reg in sc:
-                    self.add_zero(scr, sc[reg], sc.sizes[reg])
+                    self.plan.zero(scr, sc[reg], sc.sizes[reg])
         for dname, reg in (("diff_dst_iter_desc", "ddi"), ("diff_dst_iter_c_desc", "ddic")):
             if _present(pd, dname):
                 md = pd._descs[dname]
-                self.add_reorder(_Ref(DIFF_ARG[dname]), md, scr, region_desc(md.dims, sc[reg]))
+                self.add_reorder(Ref(DIFF_ARG[dname]), md, scr, region_desc(md.dims, sc[reg]))
                 if self.seq is not None:
                     w = md.dims[3]
                     self.add_gather(scr, sc[reg], w, scr, sc[reg + "s"], w, w,
@@ -245,16 +265,17 @@ class BackwardPlan(PlanBase):
                                             ld_dh=DHC if s.projection else s.DIC,
                                             two_dh=not s.projection, clip=clip_key(s),
                                             dhp_assign=first == ("elementwise", k))
-            kern = get_kernel(eng, "rnn_elementwise_bwd", bp, lambda bp=bp: build_elementwise_bwd(bp))
+            kern = self.plan.get("rnn_elementwise_bwd", bp, build_elementwise_bwd)
             gates = st.recurrent_gemm.gates
             g0 = spec.gate_names.index(gates[0])
             ng = len(gates)
             # gradient to the GEMM's source: rh (written) or h_prev (accumulated)
             self.stage_kernels.append((st, kern, backward_buffers(bp), self.gemm[f"dh{k}"], g0, ng))
-        self.add2 = Launcher(eng, Add2(N * s.DIC)) if s.projection else None
+        self.add2 = (self.plan.get("add2", Add2(N * s.DIC), build_add2) if s.projection
+                     else None)
         self.dropout = None
         if dropout_active(s, True):
-            from ...kernels.dropout import get_dropout_bwd
+            from ...runtime.dropout import get_dropout_bwd
 
             self.dropout = get_dropout_bwd(eng, rows=s.T * N, cols=s.DIC, ld_dy=s.DIC, ld_dx=s.DIC)
         # layer by layer from the top, both directions: in a per-layer bidirectional stack
@@ -279,7 +300,7 @@ class BackwardPlan(PlanBase):
     def _plan_layer_gradient(self, l: int, d: int) -> None:
         """dhl[d] of layer l (< L-1): from the layer above, through the dropout mask."""
         s, sc = self.s, self.pd.scratch
-        scr = _Ref("scratch")
+        scr = SCRATCH
         if s.ext.layer_bidirectional:
             self.add_reorder(scr, region_desc([s.T, s.N, s.DIC], sc["dcat"] + d * s.DIC,
                                               strides=[s.N * s.layer_in, s.layer_in, 1]),
@@ -289,34 +310,31 @@ class BackwardPlan(PlanBase):
 
     def _drop_bwd(self, l: int, d: int) -> None:
         """dhl[d] of layer l through the mask its forward output was dropped with."""
-        s, scr = self.s, _Ref("scratch")
+        s, scr = self.s, SCRATCH
         m_off = self.ws_off["mask"] * 4 + (l * s.D + d) * s.T * s.N * s.DIC
-        args = self.dropout.ordered(scr, self._dhl(d), scr, self._dhl(d), _Ref("ws"), m_off,
+        args = self.dropout.ordered(scr, self._dhl(d), scr, self._dhl(d), Ref("ws"), m_off,
                                     s.ext.dropout)
-        self.steps.append((self.dropout.kernel, tuple(args)))
+        self.plan.launch(self.dropout.kernel, args)
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _gemm(self, shape: GemmShape, *args):
-        self.steps.append((get_gemm(self.engine, shape), args))
 
     def _wgrad_gemm(self, shape: GemmShape, a_ref, a_off, b_ref, b_off, c_ref, c_off):
         """``C += A^T B`` of a weight gradient (A: [k rows, m], B: [k, n], both activations).
-        CPUs first copy A transposed and B into the GEMM's panels (scratch ``wga``/``wgb``):
-        the register-tile kernel then streams both contiguously. Intel runtime, 512 x 2048 x
-        3200: 149 ms reading them as they lie, 42 ms with both copies included."""
-        if not cpu_weight_copies(self.engine):
-            self._gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off)
+        Where the device rule says so (CPUs) A is first copied transposed and B into the
+        GEMM's panels (scratch ``wga``/``wgb``)."""
+        if not rnn_rules.weight_gradient_copies(self.engine.info):
+            self.plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off)
             return
-        sc, scr = self.pd.scratch, _Ref("scratch")
+        sc, scr = self.pd.scratch, SCRATCH
         m, k = shape.m, shape.k
-        tr = Launcher(self.engine, Transpose(rows=k, cols=m, ld=shape.lda))
-        self.steps.append((tr, tr.bind(out=scr, src=a_ref, o_off=sc["wga"], i_off=a_off)))
+        self.plan.kernel("transpose", Transpose(rows=k, cols=m, ld=shape.lda), build_transpose,
+                         out=scr, src=a_ref, o_off=sc["wga"], i_off=a_off)
         g = get_gemm(self.engine, replace(shape, trans_a=False, lda=k), static_b=True)
         if g.packed:
-            pk = g.activation_packer()
-            self.steps.append((pk, g.packer_args(pk, b_ref, b_off, scr, sc["wgb"])))
+            self.plan.launch(g.activation_packer(), b=b_ref, bp=scr, b_off=b_off,
+                             bp_off=sc["wgb"])
             b_ref, b_off = scr, sc["wgb"]
-        self.steps.append((g, (scr, sc["wga"], b_ref, b_off, c_ref, c_off)))
+        self.plan.gemm(g, scr, sc["wga"], b_ref, b_off, c_ref, c_off)
 
     def _plan_top(self, d: int) -> None:
         """dhl = this direction's part of diff_dst_layer."""
@@ -328,22 +346,22 @@ class BackwardPlan(PlanBase):
         else:
             src = md
         if self.seq is None:
-            self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
+            self.add_reorder(Ref(ARG_DIFF_DST_LAYER), src, SCRATCH,
                              region_desc([s.T, s.N, s.DIC], self._dhl(d)))
             return
         # sorted by length; padded positions' gradients are ignored
         dyu = pd.scratch["dyu"]
-        self.add_reorder(_Ref(ARG_DIFF_DST_LAYER), src, _Ref("scratch"),
+        self.add_reorder(Ref(ARG_DIFF_DST_LAYER), src, SCRATCH,
                          region_desc(rows + [s.DIC], dyu))
         index = self.seq.unpack_index() if s.ext.packed else self.seq.sort_padded_index()
-        self.add_gather(_Ref("scratch"), dyu, s.DIC, _Ref("scratch"), self._dhl(d), s.DIC, s.DIC,
+        self.add_gather(SCRATCH, dyu, s.DIC, SCRATCH, self._dhl(d), s.DIC, s.DIC,
                         index)
 
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
         sc = pd.scratch
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
-        ws, scr = _Ref("ws"), _Ref("scratch")
+        ws, scr = Ref("ws"), SCRATCH
         ld = l * s.D + d
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
@@ -364,7 +382,7 @@ class BackwardPlan(PlanBase):
                 dh_cur, dc_cur = sc["dhz"], sc.offsets.get("dcz", 0)
                 for reg, z, w in (("ddi", "dhz", s.DIC), ("ddic", "dcz", DHC)):
                     if z in sc:
-                        self.add_zero(scr, sc[z], N * w)
+                        self.plan.zero(scr, sc[z], N * w)
                         if reg in sc:
                             self.add_copy_rows(scr, sc[reg + "s"] + ld * N * w, scr, sc[z],
                                                int(seq.batch[T - 1]), w)
@@ -393,9 +411,9 @@ class BackwardPlan(PlanBase):
                 dc_nxt = sc["dc%d" % ((k + 1) % 2)] if "dc0" in sc else 0
             if seq is not None:
                 # steps launch only the running rows: the others must read zero next step
-                self.add_zero(scr, dh_nxt, N * s.SIC)
+                self.plan.zero(scr, dh_nxt, N * s.SIC)
                 if "dc0" in sc:
-                    self.add_zero(scr, dc_nxt, N * DHC)
+                    self.plan.zero(scr, dc_nxt, N * DHC)
             h_prev = self._reg("h", l, d, t_prev, N * s.DIC) if t_prev is not None else \
                 self.ws_off["h0"] + ld * N * s.SIC
             c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else
@@ -403,11 +421,11 @@ class BackwardPlan(PlanBase):
             dhl_t = self._dhl(d) + t * N * s.DIC
             if s.projection:
                 dha_t = sc["dha"] + t * N * s.DIC
-                self.steps.append((self.add2, self.add2.bind(out=scr, a=scr, b=scr, o_off=dha_t,
-                                                             a_off=dhl_t, b_off=dh_cur)))
+                self.plan.launch(self.add2, out=scr, a=scr, b=scr, o_off=dha_t, a_off=dhl_t,
+                                 b_off=dh_cur)
                 r_ref, r_base, r_step = self.wsrc["dht"]
-                self.steps.append((self.rows(self.gemm["dht"], t), (scr, dha_t, r_ref, r_base + ld * r_step,
-                                                      scr, sc["dht"])))
+                self.plan.gemm(self.gemm["dht"], scr, dha_t, r_ref, r_base + ld * r_step, scr,
+                               sc["dht"], rows=self.rows_at(t))
                 dh_a, dh_b = sc["dht"], 0
             else:
                 dh_a, dh_b = dhl_t, dh_cur
@@ -432,13 +450,11 @@ class BackwardPlan(PlanBase):
                 "carry_off": sc["carry"] if "carry" in sc else 0,
             }
             for k_st, (st, kern, bufs, to_src, g0, ng) in reversed(list(enumerate(self.stage_kernels))):
-                args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
-                             for n in kern.src.arg_names)
-                self.steps.append((self.rows(kern, t), args))
+                self.plan.launch(kern, rows=self.rows_at(t), **vals)
                 ut_ref, ut_base, ut_step = self.wsrc[f"dh{k_st}"]
                 target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt
-                self.steps.append((self.rows(to_src, t), (scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
-                                            ut_base + ld * ut_step, scr, target)))
+                self.plan.gemm(to_src, scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
+                               ut_base + ld * ut_step, scr, target, rows=self.rows_at(t))
             if seq is not None and not ltr:
                 a, b = seq.new_rows(t)  # rows whose first forward step was t
                 for reg, nxt, w in (("dsi", dh_nxt, s.SIC), ("dsic", dc_nxt, DHC)):
@@ -448,14 +464,14 @@ class BackwardPlan(PlanBase):
                         self.add_copy_rows(scr, nxt + a * w, scr, sc[reg + "s"] + (ld * N + a) * w,
                                            b - a, w)
                     if not last and b > a:  # their rows are padding from now on
-                        self.add_zero(scr, nxt + a * w, (b - a) * w)
+                        self.plan.zero(scr, nxt + a * w, (b - a) * w)
         self._plan_weight_grads(l, d, order)
 
     def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:
         s, pd = self.s, self.pd
         sc = pd.scratch
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
-        ws, scr = _Ref("ws"), _Ref("scratch")
+        ws, scr = Ref("ws"), SCRATCH
         ld = l * s.D + d
         GD = G * DHC
         # dW_layer += X^T dGx (layer 0 with skip input has no matrix)
@@ -507,17 +523,16 @@ class BackwardPlan(PlanBase):
                        sc["dgh"] + t0 * N * GD + g0 * DHC, dwi_ref, dwi_off + g0 * DHC)
         # bias: column sums of the gate gradients, per bias gate
         db_ref, db_off = self.dw.get("diff_bias_desc", (None, 0))
-        colsum = Launcher(self.engine, ColSum(rows=T * N, width=DHC, ld=GD))
         for b, bg in enumerate(self.spec.bias_gates if db_ref is not None else ()):
             src = sc["dgx"] if bg.target == "gx" else sc["dgh"]
-            self.steps.append((colsum, colsum.bind(
-                out=db_ref, src=scr, o_off=db_off + (ld * s.Gb + b) * DHC,
-                i_off=src + self.spec.gate_names.index(bg.gate) * DHC)))
+            self.plan.kernel("colsum", ColSum(rows=T * N, width=DHC, ld=GD), build_colsum,
+                             out=db_ref, src=scr, o_off=db_off + (ld * s.Gb + b) * DHC,
+                             i_off=src + self.spec.gate_names.index(bg.gate) * DHC)
         if s.peephole:
             dp_ref, dp_off = self.dw["diff_weights_peephole_desc"]
-            cs = Launcher(self.engine, ColSum(rows=T * N, width=3 * DHC, ld=3 * DHC))
-            self.steps.append((cs, cs.bind(out=dp_ref, src=scr, o_off=dp_off + ld * 3 * DHC,
-                                           i_off=sc["dpeep"])))
+            self.plan.kernel("colsum", ColSum(rows=T * N, width=3 * DHC, ld=3 * DHC),
+                             build_colsum, out=dp_ref, src=scr, o_off=dp_off + ld * 3 * DHC,
+                             i_off=sc["dpeep"])
         if s.projection:
             dr_ref, dr_off = self.dw["diff_weights_projection_desc"]
             self._wgrad_gemm(GemmShape(m=DHC, n=s.DIC, k=T * N, lda=DHC, ldb=s.DIC, ldc=s.DIC,
@@ -525,12 +540,12 @@ class BackwardPlan(PlanBase):
                        ws, self._reg("ht", l, d, 0, N * DHC), scr, sc["dha"], dr_ref,
                        dr_off + ld * DHC * s.DIC)
         if "datt" in sc:
-            rs = Launcher(self.engine, RowSum(rows=T * N, width=DHC, ld=DHC))
             if "dattn" in sc:
                 out_ref, out_off = scr, sc["dattn"]
             else:
-                out_ref, out_off = _Ref(ARG_DIFF_AUGRU_ATTENTION), 0
-            self.steps.append((rs, rs.bind(out=out_ref, src=scr, o_off=out_off, i_off=sc["datt"])))
+                out_ref, out_off = Ref(ARG_DIFF_AUGRU_ATTENTION), 0
+            self.plan.kernel("rowsum", RowSum(rows=T * N, width=DHC, ld=DHC), build_rowsum,
+                             out=out_ref, src=scr, o_off=out_off, i_off=sc["datt"])
         # dX = dGx W^T: the output gradient of the layer below, or diff_src_layer
         # (with L > 1, SLC equals the input width of every layer: one GEMM shape)
         accumulate = d > 0 and (l == 0 or s.ext.layer_bidirectional)
@@ -541,7 +556,7 @@ class BackwardPlan(PlanBase):
         elif "dsrc" in sc:
             out_ref, out_off = scr, sc["dsrc"]
         else:
-            out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+            out_ref, out_off = Ref(ARG_DIFF_SRC_LAYER), 0
         if l == 0 and s.ext.skip_input:
             # x fed every gate: its gradient is the sum of the gate gradients
             for g in range(G):
@@ -553,25 +568,25 @@ class BackwardPlan(PlanBase):
         role = "dx_b1" if accumulate else "dx_b0"
         w_ref, w_base, w_step = self.wsrc[role]
         if seq is not None:  # packed rows, then back into the padded layout (zero padding)
-            self.steps.append((self.gemm["dx_b0"], (scr, dgx_off, w_ref, w_base + ld * w_step,
-                                                    scr, sc["dxp"])))
+            self.plan.gemm(self.gemm["dx_b0"], scr, dgx_off, w_ref, w_base + ld * w_step, scr,
+                           sc["dxp"])
             self.add_gather(scr, sc["dxp"], s.SLC, out_ref, out_off, s.SLC, s.SLC,
                             seq.unpack_index(), accumulate=accumulate)
             return
-        self.steps.append((self.gemm[role], (scr, sc["dgx"], w_ref, w_base + ld * w_step,
-                                             out_ref, out_off)))
+        self.plan.gemm(self.gemm[role], scr, sc["dgx"], w_ref, w_base + ld * w_step, out_ref,
+                       out_off)
 
     def _plan_outputs(self) -> None:
         pd = self.pd
         sc = pd.scratch
-        scr = _Ref("scratch")
+        scr = SCRATCH
         if self.seq is not None:  # back to the user's order
             md = pd._descs["diff_src_layer_desc"]
             s = self.s
             if "dsrc" in sc:
                 out_ref, out_off = scr, sc["dsrc"]
             else:
-                out_ref, out_off = _Ref(ARG_DIFF_SRC_LAYER), 0
+                out_ref, out_off = Ref(ARG_DIFF_SRC_LAYER), 0
             self.add_gather(scr, sc["dsrcs"], s.SLC, out_ref, out_off, s.SLC, s.SLC,
                             self.seq.pack_index(src_sorted=True) if s.ext.packed
                             else self.seq.unsort_padded_index())
@@ -582,18 +597,18 @@ class BackwardPlan(PlanBase):
                                     self.seq.unsort_index(s.L * s.D))
         if "dsrc" in sc:
             md = pd._descs["diff_src_layer_desc"]
-            self.add_reorder(scr, region_desc(md.dims, sc["dsrc"]), _Ref(ARG_DIFF_SRC_LAYER), md)
+            self.add_reorder(scr, region_desc(md.dims, sc["dsrc"]), Ref(ARG_DIFF_SRC_LAYER), md)
         for dname, reg in (("diff_src_iter_desc", "dsi"), ("diff_src_iter_c_desc", "dsic")):
             if reg in sc:
                 md = pd._descs[dname]
-                self.add_reorder(scr, region_desc(md.dims, sc[reg]), _Ref(DIFF_ARG[dname]), md)
+                self.add_reorder(scr, region_desc(md.dims, sc[reg]), Ref(DIFF_ARG[dname]), md)
         if "dattn" in sc:
             md = pd._descs["diff_attention_desc"]
-            self.add_reorder(scr, region_desc(md.dims, sc["dattn"]), _Ref(ARG_DIFF_AUGRU_ATTENTION), md)
+            self.add_reorder(scr, region_desc(md.dims, sc["dattn"]), Ref(ARG_DIFF_AUGRU_ATTENTION), md)
         for dname, (ref, off) in self.dw.items():
             if ref.key == "scratch":
                 md = pd._descs[dname]
-                self.add_reorder(scr, region_desc(md.dims, off), _Ref(_DIFF_W[dname][0]), md)
+                self.add_reorder(scr, region_desc(md.dims, off), Ref(_DIFF_W[dname][0]), md)
 
 
 DIFF_ARG = {"diff_dst_iter_desc": ARG_DIFF_DST_ITER, "diff_dst_iter_c_desc": ARG_DIFF_DST_ITER_C,

@@ -1,104 +1,71 @@
-"""What the forward and backward RNN plans share: named buffers bound at execute time,
-input staging into canonical f32 layouts, reorders, zero fills, ordered execution."""
+"""What the forward and backward RNN plan builders share: input staging into canonical f32
+layouts, weight packing, reorders, row gathers for variable lengths, execution."""
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 
-from ...constants import ARG_SCRATCHPAD, ARG_WORKSPACE, rnn_direction
-from ...engine import _cl
-from ...kernels.compiler import get_kernel
-from ...kernels.reorder import ReorderProblem, build_reorder, layout_of
-from ...memory import memory
+from ...constants import ARG_WORKSPACE, rnn_direction
+from ...kernels.gather import RowGather, build_row_gather
+from ...kernels.reorder import ReorderProblem
 from ...memory.desc import MemoryDesc
+from ...runtime.gemm import Gemm, get_gemm
+from ...runtime.plan import INDEX, SCRATCH, Plan, Ref
 from .layout import region_desc
 
 
-class _Ref:
-    """A buffer named in the plan, bound at execute time."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key):
-        self.key = key
-
-    def __repr__(self) -> str:
-        return f"_Ref({self.key!r})"
-
-
-class Rows:
-    """A plan step whose launch covers only the first ``rows`` rows of its kernel's grid (the
-    sequences still running at a time step)."""
-
-    __slots__ = ("fn", "rows")
-
-    def __init__(self, fn, rows: int):
-        self.fn, self.rows = fn, rows
-
-
-class PlanBase:
-    """An ordered list of launches ``(callable, args)``; args may name buffers (:class:`_Ref`)."""
+class PlanBuilder:
+    """Builds one RNN primitive's steps on a runtime :class:`~pydnnl.runtime.plan.Plan`:
+    buffers are :class:`~pydnnl.runtime.plan.Ref` keyed by ``ARG_*`` numbers, ``"scratch"``
+    and ``"ws"``; the scratchpad regions are the ones the pd placed (``pd.scratch``)."""
 
     def __init__(self, pd):
         self.pd = pd
         self.s = pd.shape
         self.engine = pd.get_engine()
         self.spec = pd._spec
-        self.steps: list[tuple] = []
-        self._launches = None
-        self._lock = threading.Lock()
-        self.scratch_bytes = pd.scratch.nbytes()
-        self.src: dict[str, tuple[_Ref, int]] = {}
-        self._idx_parts: list[np.ndarray] = []
-        self._idx_total = 0
-        self._idx_mem = None
+        self.plan = Plan(self.engine, pd._kind, scratch_elems=pd.scratch.total)
+        if "splitk" in pd.scratch:
+            self.plan.splitk_off = pd.scratch["splitk"]
+        self.src: dict[str, tuple[Ref, int]] = {}
         self.seq = None
         if self.s.ext.seq_lengths is not None:
             from .seqlen import SeqLayout
 
             self.seq = SeqLayout(self.s.ext.seq_lengths, self.s.T)
 
-    def dynamic_args(self, bufs: dict) -> None:
-        """Scalar arguments that change per execution (none by default)."""
+    def scalars(self) -> dict:
+        """Per-execution scalar arguments (none by default)."""
+        return {}
 
     def add_gather(self, src_ref, src_off: int, src_ld: int, dst_ref, dst_off: int, dst_ld: int,
                    width: int, index, accumulate: bool = False) -> None:
         """dst rows <- src rows through an index table (-1: zeros), uploaded at creation."""
-        from ...kernels.gather import RowGather
-        from ...kernels.reductions import Launcher
-
         index = np.asarray(index, np.int32)
-        i_off = self._idx_total
-        self._idx_parts.append(index)
-        self._idx_total += index.size
-        g = Launcher(self.engine, RowGather(rows=index.size, width=width, src_ld=src_ld,
-                                            dst_ld=dst_ld, accumulate=accumulate))
-        self.steps.append((g, g.bind(dst=dst_ref, src=src_ref, idx=_Ref("idx"), d_off=dst_off,
-                                     s_off=src_off, i_off=i_off)))
+        i_off = self.plan.index(index)
+        self.plan.kernel("rowgather", RowGather(rows=index.size, width=width, src_ld=src_ld,
+                                                dst_ld=dst_ld, accumulate=accumulate),
+                         build_row_gather, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
+                         s_off=src_off, i_off=i_off)
 
-    def rows(self, fn, t: int):
-        """``fn`` limited to the sequences still running at step t (all rows without lengths)."""
-        return fn if self.seq is None or self.seq.batch[t] == self.s.N else Rows(fn, int(self.seq.batch[t]))
+    def rows_at(self, t: int) -> int | None:
+        """Rows still running at step t (None: all, or no sequence lengths)."""
+        if self.seq is None or self.seq.batch[t] == self.s.N:
+            return None
+        return int(self.seq.batch[t])
 
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
         """Copy ``rows`` (<= N) contiguous rows of ``width`` elements: one kernel per width,
         compiled for N rows and launched for ``rows`` (row counts vary step by step)."""
-        from ...kernels.gather import RowGather
-        from ...kernels.reductions import Launcher
-
         if rows <= 0:
             return
         N = self.s.N
         if getattr(self, "_iota_off", None) is None:
-            self._iota_off = self._idx_total
-            self._idx_parts.append(np.arange(N, dtype=np.int32))
-            self._idx_total += N
-        g = Launcher(self.engine, RowGather(rows=N, width=width, src_ld=width, dst_ld=width))
-        self.steps.append((Rows(g, rows), g.bind(dst=dst_ref, src=src_ref, idx=_Ref("idx"),
-                                                 d_off=dst_off, s_off=src_off,
-                                                 i_off=self._iota_off)))
+            self._iota_off = self.plan.index(np.arange(N, dtype=np.int32))
+        k = self.plan.get("rowgather", RowGather(rows=N, width=width, src_ld=width,
+                                                 dst_ld=width), build_row_gather)
+        self.plan.launch(k, rows=rows, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
+                         s_off=src_off, i_off=self._iota_off)
 
     def stage_inputs(self, inputs: dict, direct: tuple) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
@@ -112,22 +79,17 @@ class PlanBase:
                 continue
             if name in direct and md != kernel_desc(name, md):
                 off = sc["in_" + name]
-                self.add_reorder(_Ref(arg), md, _Ref("scratch"), region_desc(md.dims, off))
-                self.src[name] = (_Ref("scratch"), off)
+                self.add_reorder(Ref(arg), md, SCRATCH, region_desc(md.dims, off))
+                self.src[name] = (SCRATCH, off)
             else:
-                self.src[name] = (_Ref(arg), 0)
+                self.src[name] = (Ref(arg), 0)
         if "bias_desc" in inputs and "bias_desc" not in self.src:  # extensions.no_bias
             off = sc["zbias"]
-            self.add_zero(_Ref("scratch"), off, sc.sizes["zbias"])
-            self.src["bias_desc"] = (_Ref("scratch"), off)
+            self.plan.zero(SCRATCH, off, sc.sizes["zbias"])
+            self.src["bias_desc"] = (SCRATCH, off)
 
     def add_reorder(self, src_ref, src_md: MemoryDesc, dst_ref, dst_md: MemoryDesc, beta=0.0):
-        p = ReorderProblem(dims=src_md.dims, src_dt=src_md.data_type, dst_dt=dst_md.data_type,
-                           src_layout=layout_of(src_md), dst_layout=layout_of(dst_md),
-                           src_nelems=src_md.nelems_physical(),
-                           dst_nelems=dst_md.nelems_physical(), beta=beta)
-        kern = get_kernel(self.engine, "reorder", p, lambda: build_reorder(p))
-        self.steps.append((kern, (src_ref, dst_ref)))
+        self.plan.reorder(ReorderProblem.between(src_md, dst_md, beta), src_ref, dst_ref)
 
     def _ltr(self, d: int) -> bool:
         """Whether direction d runs left to right."""
@@ -144,7 +106,7 @@ class PlanBase:
         return self.ws_off[name] + ((l * s.D + d) * s.T + t) * per
 
     def weights_for(self, role: str, gemm, src_name: str, col_off: int, count: int,
-                    stride: int) -> tuple[_Ref, int, int]:
+                    stride: int) -> tuple[Ref, int, int]:
         """Where GEMM ``gemm`` reads its static B (weights) from: ``(buffer, offset of matrix 0,
         elements between matrices)``. When the kernel wants packed B, a pack kernel copies the
         ``count`` matrices into the scratchpad region ``pk_<role>`` at the start of execute."""
@@ -152,87 +114,12 @@ class PlanBase:
         if not gemm.packed:
             return ref, base + col_off, stride
         off = self.pd.scratch["pk_" + role]
-        kern = gemm.packer(base + col_off, count, stride, off)
-        self.steps.append((kern, (ref, _Ref("scratch"))))
-        return _Ref("scratch"), off, gemm.packed_size
-
-    def add_zero(self, ref, offset_elems: int, nelems: int) -> None:
-        if nelems > 0:
-            self.steps.append((_fill_zero, (ref, offset_elems * 4, nelems * 4)))
-
-    def _bind(self) -> list:
-        """Turn the steps into launches whose constant arguments are set once."""
-        from ...kernels.compiler import Kernel
-        from ...kernels.matmul import Gemm
-        from ...kernels.reductions import Launcher
-
-        out = []
-        for fn, fargs in self.steps:
-            if isinstance(fn, Rows):
-                rows, fn = fn.rows, fn.fn
-                if isinstance(fn, Gemm):
-                    b = fn.kernel.bound(fn.ordered(*fargs))
-                    b.gsize = fn.global_size_for_rows(rows)
-                else:  # elementwise and gather kernels: one row per work-group along axis 1
-                    b = (fn.kernel if isinstance(fn, Launcher) else fn).bound(fargs)
-                    gs = list(b.gsize)
-                    gs[1] = min(gs[1], rows * (b.lsize[1] if len(b.lsize) > 1 else 1))
-                    b.gsize = tuple(gs)
-                out.append(b)
-            elif isinstance(fn, Gemm):
-                if fn.splits > 1:
-                    fargs = tuple(fargs) + (_Ref("scratch"), self.pd.scratch["splitk"])
-                out.extend(fn.bound(fargs))
-            elif isinstance(fn, Launcher):
-                out.append(fn.kernel.bound(fargs))
-            elif isinstance(fn, Kernel):
-                out.append(fn.bound(fargs))
-            else:
-                out.append((fn, fargs))
-        return out
+        self.plan.launch(gemm.packer(base + col_off, count, stride, off), (ref, SCRATCH))
+        return SCRATCH, off, gemm.packed_size
 
     def execute(self, stream, args) -> None:
-        bufs = {k: m.buffer for k, m in args.items()}
-        scratch = args.get(ARG_SCRATCHPAD)
-        if scratch is None and self.scratch_bytes:
-            scratch = self._scratch_memory()
-        if scratch is not None:
-            bufs["scratch"] = scratch.buffer
-        if ARG_WORKSPACE in args:
-            bufs["ws"] = args[ARG_WORKSPACE].buffer
-        if self._idx_parts:
-            bufs["idx"] = self._index_memory().buffer
-        with self._lock:  # bound kernels hold argument state: one execution at a time
-            self.dynamic_args(bufs)
-            if self._launches is None:
-                self._launches = self._bind()
-            # kernels of one primitive stay ordered on out-of-order queues too
-            chain = stream.out_of_order
-            evt = None
-            for step in self._launches:
-                wait = [evt] if chain and evt is not None else None
-                if isinstance(step, tuple):
-                    fn, fargs = step
-                    evt = fn(stream, *[bufs[a.key] if isinstance(a, _Ref) else a for a in fargs],
-                             wait_for=wait)
-                else:
-                    evt = step.launch(stream, bufs, wait)
-
-    def _index_memory(self) -> memory:
-        if self._idx_mem is None:
-            from ...memory.data_types import data_type
-
-            table = np.concatenate(self._idx_parts)
-            m = memory(MemoryDesc([table.size], data_type.s32, "a"), self.engine)
-            m.write(table)
-            self._idx_mem = m
-        return self._idx_mem
-
-    def _scratch_memory(self) -> memory:
-        m = getattr(self, "_scratch", None)
-        if m is None:
-            m = self._scratch = memory(self.pd.scratchpad_desc(), self.engine)
-        return m
+        roles = {ARG_WORKSPACE: "ws"}
+        self.plan.execute(stream, args, roles, **self.scalars())
 
 
 def reserve_no_bias(regions, shape) -> None:
@@ -241,12 +128,10 @@ def reserve_no_bias(regions, shape) -> None:
         regions.add("zbias", shape.L * shape.D * shape.Gb * shape.DHC)
 
 
-def role_gemm(engine, s, role: str, shape):
+def role_gemm(engine, s, role: str, shape) -> Gemm:
     """The launcher of the weight GEMM ``role``. The recurrences (roles ``iter*`` forward,
     ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); not with
     sequence lengths, whose steps launch only the running rows."""
-    from ...kernels.matmul import get_gemm
-
     split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
     return get_gemm(engine, shape, static_b=True, split=split)
 
@@ -262,11 +147,3 @@ def reserve_packed(regions, engine, roles: dict, s) -> None:
         part = max(part, g.part_elems)
     if part:
         regions.add("splitk", part)
-
-
-def _fill_zero(stream, buf, offset_bytes: int, nbytes: int, wait_for=None):
-    cl = _cl()
-    evt = cl.enqueue_fill_buffer(stream.queue, buf, np.float32(0), offset_bytes, nbytes,
-                                 wait_for=wait_for)
-    stream.record("rnn_zero", evt)
-    return evt

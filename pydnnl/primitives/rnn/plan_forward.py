@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...constants import (ARG_AUGRU_ATTENTION, ARG_BIAS, ARG_DST_ITER, ARG_DST_ITER_C,
-                          ARG_DST_LAYER, ARG_SRC_ITER, ARG_SRC_ITER_C, ARG_SRC_LAYER,
-                          ARG_WEIGHTS_ITER, ARG_WEIGHTS_LAYER, ARG_WEIGHTS_PEEPHOLE,
-                          ARG_WEIGHTS_PROJECTION, rnn_direction)
-from ...kernels.compiler import get_kernel
-from ...kernels.matmul import GemmShape
+from ...constants import (
+    ARG_AUGRU_ATTENTION,
+    ARG_BIAS,
+    ARG_DST_ITER,
+    ARG_DST_ITER_C,
+    ARG_DST_LAYER,
+    ARG_SRC_ITER,
+    ARG_SRC_ITER_C,
+    ARG_SRC_LAYER,
+    ARG_WEIGHTS_ITER,
+    ARG_WEIGHTS_LAYER,
+    ARG_WEIGHTS_PEEPHOLE,
+    ARG_WEIGHTS_PROJECTION,
+    rnn_direction,
+)
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
-from .layout import Regions, region_desc
-from .layout import dropout_active, dropout_masks, has_xin, lbr, xin_offset
+from ...runtime.gemm import GemmShape
+from ...runtime.heuristics import rnn as rnn_rules
+from ...runtime.plan import SCRATCH, Ref
+from .layout import Regions, dropout_active, dropout_masks, has_xin, lbr, region_desc, xin_offset
+from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
 from .seqlen import layer_rows
-from .plan_common import PlanBase, _Ref, reserve_no_bias, reserve_packed, role_gemm
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
            "src_iter_c_desc": ARG_SRC_ITER_C, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -32,29 +43,19 @@ _DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_it
            "weights_peephole_desc", "weights_projection_desc", "bias_desc")
 
 
-# Batches up to FUSED_MAX_N run each step's recurrent GEMM inside the cell kernel on GPUs,
-# one launch per step instead of two, as long as a work-item's serial dot products (SIC
-# multiply-adds per gate, G gates) stay within FUSED_MAX_MACS. Measured on an H100 (LSTM,
-# T = 50): N = 1..8 at 512 channels 1.11-1.29 -> 1.10-1.16 ms; N = 1, 32 channels, T = 1000
-# 24 -> 13 ms; but N = 1 at 1760 channels 4.0 -> 8.1 ms (too few work-items for 7040 MACs).
-FUSED_MAX_N = 8
-FUSED_MAX_MACS = 2048
-
-
 def fused_recurrence(engine, s, training: bool) -> bool:
     """Whether the cell kernels compute their stage's recurrent GEMM themselves (see
-    ``ElementwiseProblem.fused_k``): GPUs, small batches and widths (see FUSED_MAX_N);
-    not when training an LBR cell, whose backward reads the GEMM results from the
-    workspace."""
-    return (engine.info.type == "gpu" and s.N <= FUSED_MAX_N
-            and s.SIC * s.G <= FUSED_MAX_MACS and not (training and lbr(s)))
+    ``ElementwiseProblem.fused_k``) where the device rule says so; not when training an LBR
+    cell, whose backward reads the GEMM results from the workspace."""
+    return (rnn_rules.fuse_recurrent_gemm(engine.info, s.N, s.SIC, s.G)
+            and not (training and lbr(s)))
 
 
 def weight_gemms(s, fused: bool = False) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
     kernels compute them)."""
-    G, DHC, N, T = s.G, s.DHC, s.N, s.T
+    G, DHC, N = s.G, s.DHC, s.N
     from ...cells import get_cell
 
     spec = get_cell(s.cell)
@@ -114,18 +115,17 @@ def clip_key(s):
     return None if c is None else (c[0], c[1], bool(s.ext.cell_clip_nan))
 
 
-class ForwardPlan(PlanBase):
+class ForwardPlan(PlanBuilder):
     """Kernels and launch arguments of one forward RNN problem."""
 
     def __init__(self, pd):
-        PlanBase.__init__(self, pd)
+        PlanBuilder.__init__(self, pd)
         s, eng, spec = self.s, self.engine, self.spec
         self.ws_key = "ws" if pd.training else "scratch"
         ws_off = pd.ws_regions.offsets if pd.training else {
             k: pd.scratch["st_" + k] for k in pd.ws_regions.offsets}
         self.ws_off = ws_off
         sc = pd.scratch
-        self.scratch_bytes = sc.nbytes()
 
         self.stage_inputs(_INPUTS, _DIRECT)
 
@@ -137,15 +137,15 @@ class ForwardPlan(PlanBase):
             dims = [s.L, s.D, s.N, width]
             if md is not None and not md.is_zero() and self.seq is not None:
                 # sequences are processed sorted by length: sort the initial states too
-                self.add_reorder(_Ref(_INPUTS[name]), md, _Ref("scratch"),
+                self.add_reorder(Ref(_INPUTS[name]), md, SCRATCH,
                                  region_desc(dims, sc["h0u"]))
-                self.add_gather(_Ref("scratch"), sc["h0u"], width, _Ref(self.ws_key),
+                self.add_gather(SCRATCH, sc["h0u"], width, Ref(self.ws_key),
                                 ws_off[reg], width, width, self.seq.sort_index(s.L * s.D))
             elif md is not None and not md.is_zero():
-                self.add_reorder(_Ref(_INPUTS[name]), md, _Ref(self.ws_key),
+                self.add_reorder(Ref(_INPUTS[name]), md, Ref(self.ws_key),
                                   region_desc(dims, ws_off[reg]))
             else:
-                self.add_zero(_Ref(self.ws_key), ws_off[reg], int(np.prod(dims)))
+                self.plan.zero(Ref(self.ws_key), ws_off[reg], int(np.prod(dims)))
 
         # -- kernels -----------------------------------------------------------------------------
         DHC, N = s.DHC, s.N
@@ -169,14 +169,14 @@ class ForwardPlan(PlanBase):
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
                                     clip=clip_key(s), **fuse)
-            kern = get_kernel(eng, "rnn_elementwise", ep, lambda ep=ep: build_elementwise(ep))
+            kern = self.plan.get("rnn_elementwise", ep, build_elementwise)
             self.stage_kernels.append((st, kern, self.gemm.get(f"iter{k}"), f"iter{k}"))
 
         self.dropout = None
         self.drop_slots: list[int] = []
         self.executions = 0  # dropout counter: advances by one per execution
         if dropout_active(s, pd.training):
-            from ...kernels.dropout import get_dropout
+            from ...runtime.dropout import get_dropout
 
             self.dropout = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.layer_in)
             self.dropout_out = get_dropout(eng, rows=s.T * N, cols=s.DIC, ld_x=s.DIC, ld_y=s.DIC)
@@ -187,7 +187,7 @@ class ForwardPlan(PlanBase):
             # reads stay zero (finite) instead of whatever the buffer held
             for reg in ("h", "ht"):
                 if reg in self.ws_off:
-                    self.add_zero(_Ref(self.ws_key), self.ws_off[reg], pd.ws_regions.sizes[reg])
+                    self.plan.zero(Ref(self.ws_key), self.ws_off[reg], pd.ws_regions.sizes[reg])
         for l in range(s.L):
             for d in range(s.D):
                 self._plan_layer(l, d)
@@ -197,31 +197,33 @@ class ForwardPlan(PlanBase):
                     self._plan_next_input(l, d)
         self._plan_outputs()
 
-    def dynamic_args(self, bufs: dict) -> None:
+    def scalars(self) -> dict:
         """Dropout counter offsets of this execution: (execution, layer, direction) -> one
         Philox counter block, ``execution * (L - 1) * D + l * D + d``."""
         if not self.drop_slots:
-            return
+            return {}
         base = self.executions * dropout_masks(self.s)
+        out = {}
         for i in self.drop_slots:
             off = base + i
-            bufs[f"drop_lo{i}"] = np.uint32(off & 0xFFFFFFFF)
-            bufs[f"drop_hi{i}"] = np.uint32((off >> 32) & 0xFFFFFFFF)
+            out[f"drop_lo{i}"] = np.uint32(off & 0xFFFFFFFF)
+            out[f"drop_hi{i}"] = np.uint32((off >> 32) & 0xFFFFFFFF)
         self.executions += 1
+        return out
 
     def _add_dropout(self, launcher, l: int, d: int, x_off: int, y_ref, y_off: int) -> None:
         """Layer l's output (direction d) through its dropout mask, kept in the workspace."""
         from ...kernels.dropout import FWD_ARGS
 
-        s, ws = self.s, _Ref(self.ws_key)
+        s, ws = self.s, Ref(self.ws_key)
         i = l * s.D + d
         m_off = self.ws_off["mask"] * 4 + i * s.T * s.N * s.DIC  # bytes
         args = launcher.ordered(ws, x_off, y_ref, y_off, ws, m_off, s.ext.dropout_seed, 0,
                                 s.ext.dropout)
         # the counter offset changes with every execution: bound per launch
-        args[FWD_ARGS.index("offset_lo")] = _Ref(f"drop_lo{i}")
-        args[FWD_ARGS.index("offset_hi")] = _Ref(f"drop_hi{i}")
-        self.steps.append((launcher.kernel, tuple(args)))
+        args[FWD_ARGS.index("offset_lo")] = Ref(f"drop_lo{i}")
+        args[FWD_ARGS.index("offset_hi")] = Ref(f"drop_hi{i}")
+        self.plan.launch(launcher.kernel, args)
         self.drop_slots.append(i)
 
     def _xin(self, l: int, d: int) -> tuple[int, int]:
@@ -232,7 +234,7 @@ class ForwardPlan(PlanBase):
         """Layer l's output as layer l+1 reads it: dropped out and/or placed beside the other
         direction's."""
         s = self.s
-        ws = _Ref(self.ws_key)
+        ws = Ref(self.ws_key)
         off, ld = self._xin(l + 1, d)
         if s.ext.layer_bidirectional:
             off += d * s.DIC
@@ -247,8 +249,8 @@ class ForwardPlan(PlanBase):
     def _plan_layer(self, l: int, d: int) -> None:
         s, pd = self.s, self.pd
         G, DHC, N, T = s.G, s.DHC, s.N, s.T
-        ws = _Ref(self.ws_key)
-        scr = _Ref("scratch")
+        ws = Ref(self.ws_key)
+        scr = SCRATCH
         sc = pd.scratch
         ld = l * s.D + d
         # layer GEMM over all steps
@@ -274,8 +276,8 @@ class ForwardPlan(PlanBase):
                                  region_desc(rows + [DHC], sc["gx"] + g * DHC, strides=gx_view))
         else:
             w_ref, w_off, w_step = self.wsrc["layer"]
-            self.steps.append((self.gemm["layer"],
-                               (a_ref, a_off, w_ref, w_off + ld * w_step, scr, sc["gx"])))
+            self.plan.gemm(self.gemm["layer"], a_ref, a_off, w_ref, w_off + ld * w_step, scr,
+                           sc["gx"])
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")
@@ -317,10 +319,10 @@ class ForwardPlan(PlanBase):
                 src_ref, src_off = ((ws, h_prev_off) if st.recurrent_gemm.source == "h_prev"
                                     else (scr, sc["rh"]))
                 if gemm is not None:
-                    self.steps.append((self.rows(gemm, t), (src_ref, src_off, u_ref, u_off,
-                                                            gh_ref, gh_off)))
+                    self.plan.gemm(gemm, src_ref, src_off, u_ref, u_off, gh_ref, gh_off,
+                                   rows=self.rows_at(t))
                 vals = {
-                    "gates": ws if training else _Ref(self.ws_key), "gx": scr, "bias": b_ref,
+                    "gates": ws if training else Ref(self.ws_key), "gx": scr, "bias": b_ref,
                     "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
                     "peep": peep[0] if peep else None, "att": att[0] if att else None,
                     "gx_off": sc["gx"] + (t * N if seq is None else int(seq.off[t])) * G * DHC,
@@ -331,22 +333,20 @@ class ForwardPlan(PlanBase):
                     "gh_off": gh_off, "rh_off": sc["rh"] if "rh" in sc else 0,
                     "src": src_ref, "src_off": src_off, "u": u_ref, "u_off": u_off,
                 }
-                args = tuple(vals[n] if isinstance(vals[n], _Ref) else np.int32(vals[n])
-                             for n in kern.src.arg_names)
-                self.steps.append((self.rows(kern, t), args))
+                self.plan.launch(kern, rows=self.rows_at(t), **vals)
             if s.projection:
                 r_ref, r_base, r_step = self.wsrc["proj"]
-                self.steps.append((self.rows(self.gemm["proj"], t), (ws, h_out, r_ref, r_base + ld * r_step,
-                                                    ws, self._reg("h", l, d, t, N * s.DIC))))
+                self.plan.gemm(self.gemm["proj"], ws, h_out, r_ref, r_base + ld * r_step, ws,
+                               self._reg("h", l, d, t, N * s.DIC), rows=self.rows_at(t))
             prev_t = t
 
     def _plan_outputs(self) -> None:
         s, pd = self.s, self.pd
         N, T = s.N, s.T
-        ws = _Ref(self.ws_key)
+        ws = Ref(self.ws_key)
         dst_md = pd._descs["dst_layer_desc"]
         top = s.L - 1
-        seq, sc, scr = self.seq, pd.scratch, _Ref("scratch")
+        seq, sc, scr = self.seq, pd.scratch, SCRATCH
         for d in range(s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
             src_ref = ws
@@ -369,7 +369,7 @@ class ForwardPlan(PlanBase):
             else:
                 target = dst_md
                 beta = 1.0 if d == 1 else 0.0
-            self.add_reorder(src_ref, src_md, _Ref(ARG_DST_LAYER), target, beta=beta)
+            self.add_reorder(src_ref, src_md, Ref(ARG_DST_LAYER), target, beta=beta)
         for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
                                       ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
             md = pd._descs.get(name)
@@ -378,7 +378,7 @@ class ForwardPlan(PlanBase):
             if seq is not None:  # each sequence's state after its own last step
                 self.add_gather(ws, self.ws_off[reg], width, scr, sc["io"], width, width,
                                 seq.last_state_index(s.L, s.D, self._ltr))
-                self.add_reorder(scr, region_desc([s.L, s.D, N, width], sc["io"]), _Ref(arg), md)
+                self.add_reorder(scr, region_desc([s.L, s.D, N, width], sc["io"]), Ref(arg), md)
                 continue
             for d in range(s.D):
                 t_last = T - 1 if self._ltr(d) else 0
@@ -386,4 +386,4 @@ class ForwardPlan(PlanBase):
                 src_md = region_desc([s.L, 1, N, width], base,
                                      strides=[s.D * T * N * width, 0, width, 1])
                 target = md.submemory_desc([s.L, 1, N, width], [0, d, 0, 0])
-                self.add_reorder(ws, src_md, _Ref(arg), target)
+                self.add_reorder(ws, src_md, Ref(arg), target)

@@ -53,7 +53,6 @@ class SeqLayout:
 
     def unpack_index(self) -> np.ndarray:
         """Sorted padded row (t, i) -> packed row, -1 where i >= batch[t]."""
-        t = np.arange(self.T)[:, None]
         i = np.arange(self.N)[None, :]
         return np.where(i < self.batch[:, None], self.off[:, None] + i, -1).reshape(-1)
 

@@ -18,8 +18,9 @@ from dataclasses import replace
 from ....conv_shapes import ConvProblem
 from ....kernels.conv_direct import DirectParams, build_direct, largest_divisor_at_most
 from ....kernels.conv_im2col import BiasGradProblem, Im2ColProblem, build_bias_grad, build_im2col
-from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ....runtime.plan import SCRATCH, Plan
 from ..problem import dense_layout, with_offset
+from ..roles import BIAS, DST, SRC, WEI
 from . import Solver
 
 
@@ -34,7 +35,7 @@ class DirectSolver(Solver):
     wei_order = "goik"
 
     def default_params(self, problem: ConvProblem, engine) -> dict:
-        gpu = engine.info.type == "gpu"
+        gpu = engine.info.is_gpu
         cap = 4 if problem.kind == "bwd_w" else 8
         return {"tile": largest_divisor_at_most(_tiled_channels(problem), cap),
                 "wg": 64 if gpu else 8}
@@ -72,7 +73,7 @@ class DirectSolver(Solver):
 
 def per_item(engine) -> int:
     """Elements per work-item of the padding copy: CPU runtimes pay per work-group."""
-    return 4 if engine is not None and engine.info.type == "gpu" else 64
+    return 4 if engine is not None and engine.info.is_gpu else 64
 
 
 def _pad_copy(plan: Plan, p, which: str, lo: list, hi: list):

@@ -29,8 +29,9 @@ from dataclasses import replace
 from ....conv_shapes import ConvGeometry, ConvProblem
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_fft import FftPass, build_fft_pass, good_length
-from ....kernels.matmul import GemmShape
-from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ....runtime.gemm import GemmShape
+from ....runtime.plan import SCRATCH, Plan
+from ..roles import BIAS, DST, SRC, WEI
 from . import Solver
 from .direct import add_bias_grad
 

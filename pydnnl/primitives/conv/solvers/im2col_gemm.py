@@ -37,9 +37,11 @@ from ....kernels.conv_im2col import (
     build_epilogue,
     build_im2col,
 )
-from ....kernels.matmul import GemmShape
-from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ....kernels.reorder import ReorderProblem
+from ....runtime.gemm import GemmShape
+from ....runtime.plan import SCRATCH, Plan
 from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
+from ..roles import BIAS, DST, SRC, WEI
 from . import Solver
 from .direct import add_bias_grad
 
@@ -54,7 +56,7 @@ class Im2colGemmSolver(Solver):
         # CPUs: chunks whose patches stay in the last-level cache between the copy and the
         # GEMM (ResNet-50 at mb32, 2-core EPYC: 3x3 forward 77 -> 54 ms, conv1 backward
         # weights 204 -> 104 ms going from 64 to 8-16 MB); GPUs want the largest GEMMs
-        if engine is not None and engine.info.type == "gpu":
+        if engine is not None and engine.info.is_gpu:
             out = {"chunk_mb": 64}
             if problem.kind == "bwd_w":
                 out["split_k"] = _gpu_splits(problem, engine)
@@ -96,7 +98,7 @@ def _hwc_dense(nimg: int, ch: int, sp: tuple, off: int) -> tuple[tuple, ActMatri
 
 def per_item(engine) -> int:
     """Elements per work-item of the copy kernels: CPU runtimes pay per work-group."""
-    return 4 if engine is not None and engine.info.type == "gpu" else 64
+    return 4 if engine is not None and engine.info.is_gpu else 64
 
 
 _PACK_GROUPS = 8  # activation B is packed per group up to this many groups (a kernel each)
@@ -201,8 +203,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     if staged_T:
         t_off = plan.alloc(p.mb * p.oc * P)
         t_lay, T = _hwc_dense(p.mb, p.oc, p.dst_sp, t_off)
-        plan.reorder([p.mb, p.oc, *p.dst_sp], DST, p.dst, p.dst_n, SCRATCH, t_lay,
-                     t_off + p.mb * p.oc * P)
+        plan.reorder(ReorderProblem.f32([p.mb, p.oc, *p.dst_sp], p.dst, p.dst_n, t_lay,
+                                        t_off + p.mb * p.oc * P), DST, SCRATCH)
     t_ref = SCRATCH if staged_T else DST
 
     # -- weights as a GEMM matrix --------------------------------------------------------------
@@ -221,8 +223,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         W = WeiMatrix(form, kfo, Kf if form == "ok" else OCg, OCg * Kf, w_off)
         w_ref = SCRATCH
         if p.kind != "bwd_w":
-            plan.reorder([G, OCg, ICg, *p.kernel], WEI, p.wei, p.wei_n, SCRATCH, w_lay,
-                         w_off + G * OCg * Kf)
+            plan.reorder(ReorderProblem.f32([G, OCg, ICg, *p.kernel], p.wei, p.wei_n, w_lay,
+                                            w_off + G * OCg * Kf), WEI, SCRATCH)
 
     # -- 1x1 shortcut: the src-side activation is the column matrix itself ---------------------
     S = None
@@ -379,8 +381,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         plan.kernel("conv_epilogue", ep, build_epilogue, dst=SRC, bias=BIAS, n0=0, acc_off=0)
     if p.kind == "bwd_w":
         if staged_W:
-            plan.reorder([G, OCg, ICg, *p.kernel], SCRATCH, w_lay, w_off + G * OCg * Kf, WEI,
-                         p.wei, p.wei_n)
+            plan.reorder(ReorderProblem.f32([G, OCg, ICg, *p.kernel], w_lay,
+                                            w_off + G * OCg * Kf, p.wei, p.wei_n), SCRATCH, WEI)
         if p.bias is not None:
             add_bias_grad(plan, p)
     return plan

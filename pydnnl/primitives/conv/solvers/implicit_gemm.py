@@ -40,7 +40,8 @@ from ....kernels.conv_implicit_gemm import (
     build_wei_pack,
     build_wei_reduce,
 )
-from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ....runtime.plan import SCRATCH, Plan
+from ..roles import BIAS, DST, SRC, WEI
 from . import Solver
 from .direct import add_bias_grad, per_item
 
@@ -106,7 +107,7 @@ class ImplicitGemmSolver(Solver):
 
     def default_params(self, problem: ConvProblem, engine) -> dict:
         M, N = _shape(problem)
-        if engine is not None and engine.info.type == "gpu":
+        if engine is not None and engine.info.is_gpu:
             rows, cols = 4, 4
             wn = _pow2_at_most(-(-N // cols), 16)
             wm = _pow2_at_most(-(-M // rows), 256 // wn)
@@ -123,7 +124,7 @@ class ImplicitGemmSolver(Solver):
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
         base = self.default_params(problem, engine)
         out = [base]
-        if engine is not None and engine.info.type == "gpu":
+        if engine is not None and engine.info.is_gpu:
             for rows, cols in ((4, 4), (8, 4), (2, 2), (4, 2), (8, 8)):
                 for wg in ((16, 16), (8, 16), (4, 32), (1, 64)):
                     out.append({**base, "rows": rows, "cols": cols, "wg": wg})

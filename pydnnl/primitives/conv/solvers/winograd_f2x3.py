@@ -18,8 +18,9 @@ from ....conv_shapes import ConvProblem
 from ....kernels.conv_common import swap_channel_dims
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_winograd import WinogradProblem, build_winograd
-from ....kernels.matmul import GemmShape
-from ..plan import BIAS, DST, SCRATCH, SRC, WEI, Plan
+from ....runtime.gemm import GemmShape
+from ....runtime.plan import SCRATCH, Plan
+from ..roles import BIAS, DST, SRC, WEI
 from . import Solver
 from .direct import add_bias_grad
 
@@ -51,7 +52,7 @@ class WinogradF2x3Solver(Solver):
             # GPUs: the products' sum over tiles (k of 16 x groups small GEMMs) in up to 32
             # slices of at least 256 tiles, so that enough work-groups run; the wgrad
             # transform adds the slices up
-            gpu = engine is not None and engine.info.type == "gpu"
+            gpu = engine is not None and engine.info.is_gpu
             out["splits"] = 32 if gpu else 1
         return out
 

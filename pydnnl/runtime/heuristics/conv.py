@@ -1,0 +1,96 @@
+"""Device rules of the convolution family: which solver to try first for a problem, each
+rule next to the measurements behind it. The solvers' own tuning defaults read the same
+:class:`~pydnnl.engine.DeviceInfo` traits in their ``default_params``."""
+from __future__ import annotations
+
+from ...conv_shapes import ConvGeometry
+
+
+def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list[str]:
+    """Solver names, most promising first, from the problem's shape alone.
+
+    ``geom``: the convolution's geometry (a deconvolution's
+    :meth:`~pydnnl.conv_shapes.ConvGeometry.as_convolution`). Grouped convolutions with few
+    channels per group (depthwise) and other tiny GEMMs go direct: one launch covers every
+    group. Everything else goes through im2col + GEMM on channels-last tensors, whose solver
+    then also decides the layouts of ``format_tag.any`` (nhwc activations, weights with output
+    channels innermost), so a network's layers and their backward passes agree on one layout.
+    Measured on a 2-core AVX2 CPU (Intel's runtime, ResNet-50 layers, mb 1 and 32) once the
+    GEMMs read packed weights and the patch copies stayed vectorised: 90-150 GFLOP/s forward,
+    against 50-120 for the direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided
+    backward data and backward weights). GPUs: GEMM-based unless the GEMMs would be tiny,
+    Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
+    for those with at least 128 channels each side and last otherwise (its transforms cost about
+    what it saves on narrower layers); backward weights with Winograd first on maps of at least
+    28x28 points; FFT first where its products save enough multiplies; ``find`` measures every
+    applicable solver.
+    ``fft_saving``: how many times fewer multiplies the FFT's products need
+    (:func:`~pydnnl.primitives.conv.solvers.fft.saving`).
+    """
+    icg, ocg = geom.icg, geom.ocg
+    k = 1
+    for v in geom.kernel:
+        k *= v
+    small = icg * k < 16 or ocg < 8 or (geom.groups > 1 and icg * ocg < 64)
+    wino_ok = (len(geom.kernel) == 2 and tuple(geom.kernel) == (3, 3)
+               and all(s == 1 for s in geom.strides) and all(d == 0 for d in geom.dilates))
+    direct_first = small
+    order = ["direct", "im2col_gemm"] if direct_first else ["im2col_gemm", "direct"]
+    # implicit GEMM (the patches computed in the loads): ahead of im2col + GEMM on CPUs for
+    # stride-1 forward and backward data with kernels larger than 1x1 when the GEMM has at
+    # least 512 rows (images x points). 2-core EPYC, ResNet-50 3x3 layers against im2col +
+    # GEMM: mb32 forward 41-47 vs 43-53 ms, backward data 42-49 vs 44-61; mb1 res2a/res3a
+    # (3136 / 784 points) 1.37 / 1.45 vs 1.55 / 1.48 ms, but res4a/res5a (196 / 49 points)
+    # 1.9 / 4.2 vs 1.45 / 1.9 ms; backward weights gained nothing measurable
+    stride1 = all(s == 1 for s in geom.strides)
+    sp = geom.dst_spatial if kind == "fwd" else geom.src_spatial
+    rows = geom.mb
+    for v in sp:
+        rows *= v
+    implicit_first = (info.is_cpu and not small and k > 1 and stride1
+                      and kind in ("fwd", "bwd_d") and rows >= 512)
+    if implicit_first:
+        order.insert(order.index("im2col_gemm"), "implicit_gemm")
+    else:
+        order.insert(order.index("im2col_gemm") + 1, "implicit_gemm")
+    # Winograd first on GPUs (its 16 x groups products in one batched launch): H100, ResNet-50
+    # 3x3 layers forward, 0.051-0.056 ms at mb1 and 0.18-0.35 at mb32 against 0.085-0.18 and
+    # 0.43-0.78 for im2col + GEMM (0.78-2.2x cuDNN against 0.32-0.72x). CPUs (2-core EPYC)
+    # with >= 128 channels each side: res3-res5 at mb1 0.66-1.41 ms against 1.0-1.52 for the
+    # GEMM solvers, res4 at mb32 18.4 against 29.1; with 64 (res2) implicit GEMM wins at mb32
+    # (31.3 against 34.7 ms); backward data likewise (res3/res4 mb1 0.66/0.98 against
+    # 0.99/1.26 ms, res4 mb32 18.8 against 30.3), given enough 2x2 output tiles to pay for the
+    # filter transform (res5 at mb1, 16 tiles: forward 1.41 against 1.52 ms, backward data
+    # 3.99 against 3.18)
+    osp = geom.dst_spatial if kind == "fwd" else geom.src_spatial
+    tiles = geom.mb * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
+    wide = min(icg, ocg) >= 128 and tiles >= 32
+    # backward weights (F(3x3, 2x2)): first on any device for maps of >= 28 x 28 points
+    # (H100 res2/res3: mb1 0.058/0.069 ms against 0.118/0.095 for im2col + GEMM, mb32
+    # 0.54/0.45 against 0.86/0.52; 2-core EPYC mb1 0.67/0.69 against 1.54/1.28); on 14x14 and
+    # 7x7 maps im2col + GEMM mostly wins (H100 res4 mb32 0.42 against 0.37, EPYC res4 mb1 1.58
+    # against 1.14)
+    dsp = geom.dst_spatial
+    big_maps = len(dsp) == 2 and dsp[0] * dsp[1] >= 784
+    if kind == "bwd_w":
+        first = wino_ok and not small and big_maps
+    else:
+        first = wino_ok and not small and (info.is_gpu or wide)
+    if first:
+        order.insert(0, "winograd_f2x3")
+    elif wino_ok:
+        order.append("winograd_f2x3")
+    # FFT first where its products need far fewer multiplies than direct summation. 2-core
+    # EPYC (Intel's runtime), mb4-16, 32-128 channels (benchmarks/conv/large_kernels.txt):
+    # 7x7 to 13x13 and a 1-D 25-tap kernel, 10-50x fewer, ran forward and backward data
+    # 2.4-7x faster than im2col + GEMM and backward weights 1.7-3.1x; AlexNet's 5x5 with
+    # 96 -> 256 channels, 8x fewer, forward 18.6 ms against about 50 but backward weights
+    # 62 against 35 (its per-bin products are 96 x 256 outer products); 3x3 layers, 4x fewer,
+    # lose. H100: forward 0.06-0.18 ms against 0.19-4.4 for im2col + GEMM (1.1-6.2x cuDNN
+    # with its own search), backward data and weights likewise ahead of im2col + GEMM
+    need = 9.0 if kind == "bwd_w" else 6.0
+    if not small and fft_saving >= need:
+        order.insert(0, "fft")
+    else:
+        order.append("fft")
+    return order

@@ -1,0 +1,196 @@
+"""Device rules of the GEMM family: default tuning parameters, the search space, shape-specific
+defaults and when to split k. Every rule reads :class:`~pydnnl.engine.DeviceInfo` traits and
+stands next to the measurement behind it; ``info=None`` means a generic CPU (offline use)."""
+from __future__ import annotations
+
+from ...kernels.gemm import (
+    DEFAULT_CPU_PARAMS,
+    DEFAULT_GPU_PARAMS,
+    GemmProblem,
+    local_mem_bytes,
+    normalize_params,
+    params_fit,
+)
+
+
+def _limits(info) -> tuple[bool, int, tuple, int, int]:
+    """(gpu, max work-group size, max work-item sizes, local memory bytes, CPU SIMD width)."""
+    if info is None:
+        return False, 1024, (1024, 1024, 1024), 32768, 8
+    # CPUs: the runtime's *preferred* float width. Intel's runtime prefers 1 on AVX-512
+    # machines (native 16) and so gets 8-wide tiles: the 16-wide ones are unmeasured there.
+    pref = int(info.preferred_float_vector_width or 1)
+    return (info.is_gpu, info.max_work_group_size, tuple(info.max_work_item_sizes),
+            info.local_mem_bytes, 16 if pref >= 16 else 8)
+
+
+def _vector_registers(simd: int) -> int:
+    """Vector registers of a CPU whose float SIMD width is ``simd`` (AVX2: 16; AVX-512: 32)."""
+    return 32 if simd >= 16 else 16
+
+
+def cpu_tiles(simd: int) -> list[tuple[int, int]]:
+    """(rows, cols) register tiles for a CPU, best first: every tile keeps its accumulators,
+    one row of B vectors and one broadcast A value inside the vector register file."""
+    w = 16 if simd >= 16 else 8 if simd >= 8 else 4
+    cand = [(4, 3 * w), (6, 2 * w), (4, 2 * w), (2, 4 * w), (8, w), (3, 3 * w), (2, 2 * w),
+            (1, 4 * w), (1, 2 * w), (1, w)]
+    if w == 16:
+        cand = [(6, 4 * w), (8, 3 * w), (6, 2 * w), (4, 4 * w)] + cand
+    regs = _vector_registers(simd)
+    return [(r, c) for r, c in cand if r * (c // w) + c // w + 1 <= regs]
+
+
+def default_params(info=None) -> dict:
+    """Heuristic parameters for a device.
+
+    CPUs: a 4x24 register tile in float8 vectors (12 accumulators + 3 B vectors + 1 broadcast
+    = AVX2's 16 vector registers), one work-item per work-group, B pre-packed in 24-column
+    panels; 6x64 in float16 vectors where the runtime prefers 16-wide float SIMD (unmeasured).
+    GPUs: 16x16 work-items, 4x4 register tiles (8x4 on NVIDIA) over 16-deep local-memory tiles.
+    """
+    gpu, max_wg, _, _, simd = _limits(info)
+    if not gpu:
+        p = dict(DEFAULT_CPU_PARAMS)
+        if simd >= 16:
+            r, c = cpu_tiles(16)[0]
+            p.update(rows=r, cols=c, vec=16)
+        return p
+    p = dict(DEFAULT_GPU_PARAMS)
+    if info.vendor_family == "nvidia":
+        # H100, OpenCL, fp32: 8x4 per work-item gave 23 TFLOP/s at 1024^3 and 1280x2048x512,
+        # 31 at 4096^3 (8x8: 13 / 19 / 34; 4x4: 22 / 22 / 25)
+        p.update(rows=8, cols=4, wg=(16, 16), k_tile=16)
+    if p["wg"][0] * p["wg"][1] > max_wg:
+        p["wg"] = (8, 8)
+    return p
+
+
+def is_valid(problem: GemmProblem, params: dict, info=None) -> bool:
+    """Whether ``params`` can build and launch for ``problem`` on the device.
+
+    ``problem`` may have a plain B while ``params['packed_b']`` is set: the caller packs."""
+    if not params_fit(problem, params):
+        return False
+    p = normalize_params(params)
+    _, max_wg, items, local, _ = _limits(info)
+    wn, wm = p["wg"]
+    if wn * wm > max_wg or wn > items[0] or wm > items[1]:
+        return False
+    return local_mem_bytes(problem, p) <= local
+
+
+def search_space(problem: GemmProblem, info=None) -> list[dict]:
+    """Valid parameter points worth timing for ``problem`` on the device, likeliest first.
+
+    Time a prefix when time is short. Points with ``packed_b`` need B packed first; a problem
+    whose B is already packed only gets points reading that layout. Pruned: work-groups over
+    the device limits, local tiles over the local memory, CPU register tiles over the vector
+    register file, tiles taller or wider than the problem.
+    """
+    gpu, _, _, _, simd = _limits(info)
+    m, n = problem.m, problem.n
+    out: list[dict] = []
+    if not gpu:
+        w = 16 if simd >= 16 else 8
+        tiles = [(r, c) for r, c in cpu_tiles(simd)
+                 if r <= max(1, m) and c <= max(w, -(-n // w) * w)] or [(1, w)]
+        packs = (True, False) if problem.panel_width is None else (True,)
+        base = dict(DEFAULT_CPU_PARAMS, vec=w)
+        for packed in packs:
+            for r, c in tiles[:3]:
+                for ku in (1, 4):
+                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
+            r, c = tiles[0]
+            mt = -(-m // r)
+            for ml in sorted({4, mt if mt <= 32 else 4} - {1}):
+                if ml <= mt:
+                    out.append(dict(base, rows=r, cols=c, m_loop=ml, packed_b=packed))
+            out.append(dict(base, rows=r, cols=c, m_inner=True, packed_b=packed))
+            for r, c in tiles[3:]:
+                for ku in (1, 4):
+                    out.append(dict(base, rows=r, cols=c, k_unroll=ku, packed_b=packed))
+            out.append(dict(base, rows=tiles[0][0], cols=tiles[0][1], wg=(4, 1),
+                            packed_b=packed))
+    else:
+        out.append(default_params(info))
+        for rows, cols in ((8, 4), (4, 4), (8, 8), (4, 8), (2, 2), (2, 4), (4, 2), (1, 4),
+                           (2, 8)):
+            for wg in ((16, 16), (16, 8), (8, 8), (32, 8), (32, 4), (64, 4)):
+                for kt in (16, 8, 32, 64):
+                    out.append(dict(DEFAULT_GPU_PARAMS, rows=rows, cols=cols, wg=wg, k_tile=kt))
+    seen, result = set(), []
+    for p in out:
+        p = normalize_params(p)
+        if problem.panel_width is not None and p["cols"] != problem.panel_width:
+            continue
+        key = tuple(sorted(p.items()))
+        if key in seen or not is_valid(problem, p, info):
+            continue
+        seen.add(key)
+        result.append(p)
+    return result
+
+
+# Measured on an H100 through NVIDIA's OpenCL (exhaustive searches, 2026-11): 64-row GEMMs
+# (the RNN recurrence) want 4x2 tiles on 32x4 work-items over 64-deep local tiles (17 us at
+# 64x2048x512, 41 us at 64x4096x1024; 2x2 on 32x8 over 32: 20 and 49 us); large ones 8x4
+# tiles on 32x8 over 32.
+_NVIDIA_SMALL_M = {"rows": 4, "cols": 2, "wg": (32, 4), "k_tile": 64}
+# up to 4 rows (a GEMV, e.g. an RNN step at batch 1): one row per work-item, 64 x 2 of them
+# along N (1 x 7040 x 1760: 30.7 us split in 4, against 42 us with the 64-row tiles)
+_NVIDIA_TINY_M = {"rows": 1, "cols": 2, "wg": (64, 2), "k_tile": 64}
+_NVIDIA_LARGE = {"rows": 8, "cols": 4, "wg": (32, 8), "k_tile": 32}
+
+
+def shape_default(info, prob: GemmProblem, default: dict) -> dict:
+    """The device default, refined by the problem's shape where measurements say so."""
+    if info is None or not info.is_gpu or info.vendor_family != "nvidia" \
+            or not default.get("local_prefetch"):
+        return default
+    cand = dict(default, **(_NVIDIA_TINY_M if prob.m <= 4 else
+                            _NVIDIA_SMALL_M if prob.m <= 256 else _NVIDIA_LARGE))
+    return cand if is_valid(prob, normalize_params(cand), info) else default
+
+
+# Split-k: fewest k per slice, the most work-groups per compute unit a split may reach, and
+# the k from which a GEMM splits even when its grid already covers the compute units.
+_SPLIT_MIN_K = 256
+_SPLIT_GROUPS_PER_CU = 8
+_SPLIT_LONG_K = 1536
+_SPLIT_SHORTEST_K = 1024  # below: never (at k = 512 the extra launch always cost more)
+
+
+def split_k(info, m: int, n: int, k: int, params: dict) -> int:
+    """How many k slices to cut an ``m x n x k`` GEMM into (1: no split).
+
+    GPUs only, and only GEMMs whose C covers at most half the compute units with work-groups
+    (few rows and columns and a long k, like the backward recurrence of an RNN: 64 x 512 x
+    2048 ran 121 us per step on an H100 unsplit, 6 of the 9.4 ms of an LSTM forward+backward)
+    or whose k is at least ``_SPLIT_LONG_K``. Then k is cut into the most power-of-two slices
+    that keep at least ``_SPLIT_MIN_K`` each and at most ``_SPLIT_GROUPS_PER_CU`` work-groups
+    per unit. Measured on an H100 with ``benchmarks/gemm_split.py``: 64x512x2048 56 -> 20 us
+    (8 slices), 32x1760x7040 348 -> 79 us (16), 1x7040x1760 84 -> 42 us (4), 512x2048x3200
+    307 -> 243 us (8); GEMMs with a short k (below ``_SPLIT_SHORTEST_K``), or that fill the
+    units already with k below ``_SPLIT_LONG_K`` (64x2048x512, 64x4096x1024, 1024^3), only
+    lose by it: an RNN forward step of 64 x 512 x 512 split in two ran 1.2 -> 1.7 ms.
+    """
+    if info is None or not info.is_gpu or not params.get("local_prefetch") \
+            or params.get("packed_b"):
+        return 1
+    bm = params["wg"][1] * params["rows"]
+    bn = params["wg"][0] * params["cols"]
+    groups = -(-m // bm) * -(-n // bn)
+    units = max(1, info.compute_units)
+    if k < _SPLIT_SHORTEST_K or (2 * groups > units and k < _SPLIT_LONG_K):
+        return 1
+    s = 1
+    while (groups * s * 2 <= _SPLIT_GROUPS_PER_CU * units and k % (2 * s) == 0
+           and k // (2 * s) >= _SPLIT_MIN_K):
+        s *= 2
+    return s
+
+
+def splitk_reduce_wg(info) -> int:
+    """Work-group width of the split-k reduction: 64 on GPUs (two warps), 16 on CPUs."""
+    return 64 if info is None or info.is_gpu else 16

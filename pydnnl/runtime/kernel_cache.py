@@ -1,0 +1,93 @@
+"""Generated kernels compiled for an engine, cached in memory and on disk.
+
+A kernel generator returns a loopy ``TranslationUnit`` whose sizes are all fixed. Code
+generation runs once per (family, problem, parameters): the OpenCL source and launch sizes are
+stored in a per-user cache folder, so a second process neither imports loopy nor regenerates;
+the OpenCL build itself is cached by pyopencl per device and source.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+from ..kernels.source import KernelSource, source_from_loopy
+from .kernel import Kernel
+
+# Bump when generators change in a way their keys do not capture (the sources of the kernel
+# generators and cell specs are hashed into every key as well).
+GENERATOR_VERSION = "1"
+_SOURCES_HASH: str | None = None
+
+
+def _generator_sources_hash() -> str:
+    """Hash of the code that generates kernels, so an edited generator never hits old entries."""
+    global _SOURCES_HASH
+    if _SOURCES_HASH is None:
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for sub in ("kernels", "cells"):
+            for f in sorted((root / sub).glob("*.py")):
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+        _SOURCES_HASH = h.hexdigest()[:16]
+    return _SOURCES_HASH
+
+
+def cache_dir() -> Path:
+    """Folder of the generated-kernel cache (``PYDNNL_CACHE_DIR`` overrides it)."""
+    env = os.environ.get("PYDNNL_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("pydnnl")) / "kernels"
+
+
+_mem_cache: dict[tuple, Kernel] = {}
+_lock = threading.Lock()
+
+
+def _key_hash_fast(family: str, key) -> str:
+    # loopy's version participates without importing loopy: read it from package metadata
+    from importlib.metadata import version
+
+    text = repr((GENERATOR_VERSION, _generator_sources_hash(), family, key, version("loopy")))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
+    """The kernel for ``(family, key)`` on ``engine``, generating it with ``build()`` on a miss.
+
+    ``key`` must capture everything the generated source depends on (problem and tuning
+    parameters); ``build`` returns a loopy TranslationUnit or a :class:`KernelSource`.
+    """
+    mkey = (engine.context.int_ptr, engine.device.int_ptr, family, key)
+    with _lock:
+        k = _mem_cache.get(mkey)
+    if k is not None:
+        return k
+    h = _key_hash_fast(family, key)
+    path = cache_dir() / f"{family}-{h}.json"
+    src = None
+    if os.environ.get("PYDNNL_NO_KERNEL_CACHE") != "1":
+        try:
+            src = KernelSource.from_json(path.read_text())
+        except (OSError, ValueError, KeyError):
+            src = None
+    if src is None:
+        built = build()
+        src = built if isinstance(built, KernelSource) else source_from_loopy(built)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(src.to_json())
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache only costs time
+    k = Kernel(engine.context, engine.device, src)
+    with _lock:
+        _mem_cache[mkey] = k
+    return k

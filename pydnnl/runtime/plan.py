@@ -1,0 +1,382 @@
+"""The one execution plan every primitive runs on: ordered steps over named buffers.
+
+A plan is built once, when its primitive is created: kernels are generated and compiled,
+GEMM parameters tuned, scratchpad regions placed. Buffers a step reads or writes are named by
+:class:`Ref` (a key: an ``ARG_*`` number, a role such as ``"src"``, ``"scratch"``) and bound
+at execution from the argument map. Executing only enqueues: the first run binds every step
+once (:class:`~pydnnl.runtime.kernel.BoundKernel`), later runs set the buffers that changed and
+launch, each step waiting for the one before on out-of-order queues.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+
+from ..constants import ARG_SCRATCHPAD
+from ..engine import _cl
+from ..kernels.reorder import ReorderProblem, build_reorder
+from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
+from .kernel_cache import get_kernel
+
+
+class Ref:
+    """A buffer (or a per-execution scalar) named in a plan, bound at execute time."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"Ref({self.key!r})"
+
+
+SCRATCH = Ref("scratch")  # the primitive's scratchpad (the user's or the plan's own)
+INDEX = Ref("idx")  # the plan's int32 index table, uploaded at creation
+ALIGN = 16  # scratch regions start at multiples of 16 elements (64 bytes)
+# widest B panel a tuned GEMM may ask for (4 x 16 lanes on 16-wide SIMD): dry plans, which
+# know no tuning parameters, reserve packed B for this width so the real plan always fits
+MAX_PANEL = 64
+
+
+# -- steps: each binds once (``bind`` -> objects with ``launch(stream, bufs, wait_for)``) --------
+class _Launch:
+    """A compiled kernel with arguments in its order; ``rows`` limits axis 1 of the grid to
+    that many work-group rows (the sequences still running at an RNN time step)."""
+
+    __slots__ = ("kernel", "args", "rows")
+    name = property(lambda self: self.kernel.name)
+
+    def __init__(self, kernel, args, rows=None):
+        self.kernel, self.args, self.rows = kernel, tuple(args), rows
+
+    def bind(self, plan):
+        b = self.kernel.bound(self.args)
+        if self.rows is not None:
+            gs = list(b.gsize)
+            gs[1] = min(gs[1], self.rows * (b.lsize[1] if len(b.lsize) > 1 else 1))
+            b.gsize = tuple(gs)
+        return [b]
+
+
+class _GemmStep:
+    """One call of a tuned GEMM launcher (two launches when it splits k)."""
+
+    __slots__ = ("gemm", "args", "rows")
+    name = "gemm"
+
+    def __init__(self, gemm: Gemm, args, rows=None):
+        self.gemm, self.args, self.rows = gemm, tuple(args), rows
+
+    def bind(self, plan):
+        g, args = self.gemm, self.args
+        if self.rows is not None:
+            b = g.kernel.bound(g.ordered(*args))
+            b.gsize = g.global_size_for_rows(self.rows)
+            return [b]
+        if g.splits > 1:
+            args = args + (SCRATCH, plan.splitk_off)
+        return g.bound(args)
+
+
+class _Fill:
+    """Zeros over ``nbytes`` bytes of a buffer from ``offset`` bytes."""
+
+    __slots__ = ("ref", "offset", "nbytes")
+    name = "zero"
+
+    def __init__(self, ref: Ref, offset: int, nbytes: int):
+        self.ref, self.offset, self.nbytes = ref, offset, nbytes
+
+    def bind(self, plan):
+        return [self]
+
+    def launch(self, stream, bufs, wait_for=None):
+        # a float pattern fills 4 bytes at a time; spans of other data types go byte-wise
+        word = self.offset % 4 == 0 and self.nbytes % 4 == 0
+        evt = _cl().enqueue_fill_buffer(stream.queue, bufs[self.ref.key],
+                                        np.float32(0) if word else np.uint8(0),
+                                        self.offset, self.nbytes, wait_for=wait_for)
+        stream.record("zero", evt)
+        return evt
+
+
+class Bind:
+    """A memory of the execute-time arguments seen through ``md`` (a primitive step's
+    argument): ``bufs[key]`` is a ``pydnnl.memory``, an object with a ``buffer``, or a
+    buffer."""
+
+    __slots__ = ("key", "md")
+
+    def __init__(self, key, md):
+        self.key, self.md = key, md
+
+
+class _PrimitiveStep:
+    """Another primitive executed with arguments bound at execution (translation layers such
+    as MIOpen's and MXNet's, whose plans are made of pydnnl primitives)."""
+
+    __slots__ = ("prim", "args", "engine")
+    name = property(lambda self: self.prim.get_primitive_desc()._kind)
+
+    def __init__(self, prim, args: dict, engine):
+        self.prim, self.args, self.engine = prim, dict(args), engine
+
+    def bind(self, plan):
+        return [self]
+
+    def launch(self, stream, bufs, wait_for=None):
+        from ..memory import memory
+
+        a = {}
+        for arg, v in self.args.items():
+            if isinstance(v, Bind):
+                m = bufs[v.key]
+                if isinstance(m, memory) and m.get_desc() == v.md:
+                    v = m
+                else:
+                    v = memory(v.md, self.engine, getattr(m, "buffer", m))
+            a[arg] = v
+        self.prim.execute(stream, a)
+        return None
+
+
+class _Dry:
+    """A step recorded by a dry plan (sizes only: nothing generated or compiled)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class Plan:
+    """Ordered steps of one primitive over buffers bound at execution.
+
+    ``name`` and ``params`` say what built the plan (a convolution solver and its tuning
+    parameters, an RNN direction); ``dry`` plans record steps and scratchpad sizes without
+    generating or compiling any kernel (workspace queries). ``scratch_elems`` reserves that
+    many float32 elements of scratchpad ahead of :meth:`alloc` (regions placed by the caller).
+    """
+
+    def __init__(self, engine, name: str = "", params: dict | None = None, dry: bool = False,
+                 scratch_elems: int = 0):
+        self.engine = engine
+        self.name = name
+        self.params = dict(params or {})
+        self.dry = dry
+        self.steps: list = []
+        self.scratch_elems = int(scratch_elems)
+        self.splitk_off = None
+        self._slots: dict[str, tuple[int, int]] = {}
+        self._index: list[np.ndarray] = []
+        self._index_len = 0
+        self._index_mem = None
+        self._scratch_mem = None
+        self._bound: list | None = None
+        self._lock = threading.Lock()
+
+    # -- scratchpad --------------------------------------------------------------------------------
+    def alloc(self, nelems: int, slot: str | None = None) -> int:
+        """Offset of ``nelems`` float32 elements of scratchpad. Calls with the same ``slot``
+        share one region (later ones must not need more)."""
+        if slot is not None and slot in self._slots:
+            off, have = self._slots[slot]
+            if nelems > have:
+                raise ValueError(f"plan: scratch slot {slot!r} holds {have} elements, "
+                                 f"{nelems} asked")
+            return off
+        off = -(-self.scratch_elems // ALIGN) * ALIGN
+        self.scratch_elems = off + int(nelems)
+        if slot is not None:
+            self._slots[slot] = (off, int(nelems))
+        return off
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.scratch_elems * 4
+
+    def index(self, values) -> int:
+        """Offset of ``values`` in the plan's int32 index table (:data:`INDEX`), which is
+        uploaded once, at the first execution."""
+        values = np.asarray(values, np.int32).ravel()
+        off = self._index_len
+        self._index.append(values)
+        self._index_len += values.size
+        return off
+
+    # -- steps -------------------------------------------------------------------------------------
+    def get(self, family: str, problem, build):
+        """The compiled kernel ``(family, problem)``, generated by ``build(problem)`` on a miss."""
+        return get_kernel(self.engine, family, problem, lambda: build(problem))
+
+    def launch(self, kernel, args=None, rows: int | None = None, **named) -> None:
+        """Add a launch of a compiled kernel: ``args`` in its order, or ``named`` by its
+        argument names (numbers become the parameter's type); ``rows`` as in :class:`_Launch`."""
+        if named:
+            args = []
+            for n, typ in zip(kernel.src.arg_names, kernel.scalar_types):
+                if n not in named:
+                    raise KeyError(f"{kernel.name}: kernel argument {n!r} not bound by the plan")
+                v = named[n]
+                args.append(typ(v) if typ is not None and not isinstance(v, Ref) else v)
+        self.steps.append(_Launch(kernel, args, rows))
+
+    def kernel(self, family: str, problem, build, **named) -> None:
+        """Add a launch of the generated kernel ``(family, problem)``; ``named`` maps its
+        argument names to :class:`Ref` buffers or ints."""
+        if self.dry:
+            self.steps.append(_Dry(family))
+            return
+        self.launch(self.get(family, problem, build), **named)
+
+    def gemm_launcher(self, shape: GemmShape, static_b: bool = False,
+                      split: bool = False) -> Gemm:
+        """The tuned GEMM launcher for ``shape`` (see :func:`~pydnnl.runtime.gemm.get_gemm`).
+        Launchers that split k share one region for their partial products: ``splitk_off``,
+        allocated here unless the caller placed it (as large as the largest split's
+        ``part_elems``)."""
+        g = get_gemm(self.engine, shape, static_b=static_b, split=split)
+        if g.splits > 1 and self.splitk_off is None:
+            self.splitk_off = self.alloc(g.part_elems, slot="splitk")
+        return g
+
+    def gemm(self, g, a, a_off, b, b_off, c, c_off, packed: bool = False,
+             rows: int | None = None) -> None:
+        """Add ``C = op(A) @ op(B) + beta * C``; ``g`` is a :class:`GemmShape` (``packed``: B
+        was placed by :meth:`pack_b`) or a launcher from :meth:`gemm_launcher`. ``rows``
+        computes only C's first rows (whole row groups)."""
+        if self.dry:
+            self.steps.append(_Dry("gemm"))
+            return
+        if isinstance(g, GemmShape):
+            g = get_gemm(self.engine, g, static_b=packed)
+        self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows))
+
+    def pack_b(self, shape: GemmShape, b, b_off: int, count: int = 1, stride: int = 0,
+               slot: str | None = None, g: Gemm | None = None) -> tuple[Ref, int, int, bool]:
+        """Have ``count`` B operands of GEMM ``shape`` (the first at ``b_off`` of ``b``, then
+        every ``stride`` elements) packed into the scratchpad in the panels the tuned kernel
+        reads contiguously (one launch per execution: a transposed or strided B costs the
+        register-tile kernel a cache line per element). Returns ``(ref, off, step, packed)``:
+        matrix ``i`` lies at ``off + i * step`` of ``ref`` (its own place, ``packed`` false,
+        when the tuned kernel reads plain B); pass ``packed`` on to :meth:`gemm`."""
+        if self.dry:
+            size = shape.k * (shape.n + MAX_PANEL - 1)  # n rounded up to any panel width
+            self.steps.append(_Dry("pack_b"))
+            return SCRATCH, self.alloc(count * size, slot), size, True
+        if g is None:
+            g = get_gemm(self.engine, shape, static_b=True)
+        if not g.packed:
+            return b, int(b_off), int(stride), False
+        off = self.alloc(count * g.packed_size, slot)
+        self.launch(g.packer(int(b_off), count, int(stride), off), (b, SCRATCH))
+        return SCRATCH, off, g.packed_size, True
+
+    def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
+                     stride_c: int, a, a_off, b, b_off, c, c_off) -> None:
+        """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
+        stride``, with the parameters tuned for one of them."""
+        if self.dry:
+            self.steps.append(_Dry("gemm"))
+            return
+        params = choose_params(self.engine, shape, static_b=False)
+        k = gemm_kernel(self.engine, shape, params, batch=batch, stride_a=stride_a,
+                        stride_b=stride_b, stride_c=stride_c)
+        self.launch(k, a=a, b=b, c=c, a_off=a_off, b_off=b_off, c_off=c_off)
+
+    def gemm_split(self, shape: GemmShape, a, a_off, b, b_off, c, c_off, splits: int,
+                   slot: str | None = None) -> None:
+        """``C = op(A) @ op(B) + beta * C`` with k cut into ``splits`` equal slices (it must
+        divide k): one batched GEMM writes the slices' products into the scratchpad, a
+        reduction adds them into C."""
+        m, n, ks = shape.m, shape.n, shape.k // splits
+        part = self.alloc(splits * m * n, slot)
+        self.gemm_batched(replace(shape, k=ks, ldc=n, beta=0.0), splits,
+                          ks * (shape.lda if shape.trans_a else 1),
+                          ks * (1 if shape.trans_b else shape.ldb), m * n, a, a_off, b, b_off,
+                          SCRATCH, part)
+        if self.dry:
+            self.steps.append(_Dry("splitk_reduce"))
+            return
+        self.launch(splitk_reduce(self.engine, shape, splits), part=SCRATCH, c=c,
+                    part_off=part, c_off=c_off)
+
+    def reorder(self, problem: ReorderProblem, src, dst) -> None:
+        """Add a reorder (layout and data type conversion) from ``src`` to ``dst``."""
+        if self.dry:
+            self.steps.append(_Dry("reorder"))
+            return
+        self.launch(self.get("reorder", problem, build_reorder), (src, dst))
+
+    def zero(self, ref: Ref, offset_elems: int, nelems: int, itemsize: int = 4) -> None:
+        """Zeros over ``nelems`` elements (float32 unless ``itemsize`` says otherwise) of
+        ``ref`` from element ``offset_elems``."""
+        if nelems > 0:
+            self.steps.append(_Fill(ref, offset_elems * itemsize, nelems * itemsize))
+
+    def primitive(self, prim, args: dict) -> None:
+        """Add the execution of another primitive; ``args`` values are memories or
+        :class:`Bind` placeholders."""
+        self.steps.append(_PrimitiveStep(prim, args, self.engine))
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self, stream, bufs: dict, wait_for=None) -> list:
+        """Enqueue every step; ``bufs`` maps keys to buffers (and per-execution scalars).
+        Returns the events of the launches."""
+        with self._lock:  # bound kernels hold argument state: one execution at a time
+            if self._bound is None:
+                self._bound = [b for st in self.steps for b in st.bind(self)]
+            chain = stream.out_of_order
+            evt, events = None, []
+            wf = list(wait_for) if wait_for else None
+            for b in self._bound:
+                w = wf if evt is None else ([evt] if chain else None)
+                evt = b.launch(stream, bufs, wait_for=w)
+                events.append(evt)
+            return events
+
+    def execute(self, stream, args: dict, roles: dict | None = None, **scalars) -> list:
+        """Run with a primitive's argument map ``{ARG_*: memory}``: each argument is bound
+        under its number, or under ``roles[arg]``; the scratchpad is the user's
+        (``ARG_SCRATCHPAD``) or the plan's own; ``scalars`` are per-execution values."""
+        roles = roles or {}
+        bufs = {roles.get(a, a): m.buffer for a, m in args.items()}
+        if self.scratch_elems:
+            m = args.get(ARG_SCRATCHPAD)
+            bufs["scratch"] = (m if m is not None else self._own_scratch()).buffer
+        if self._index:
+            bufs["idx"] = self._index_memory().buffer
+        bufs.update(scalars)
+        return self.run(stream, bufs)
+
+    def _own_scratch(self):
+        if self._scratch_mem is None:
+            from ..memory import memory
+            from ..memory.data_types import data_type
+            from ..memory.desc import MemoryDesc
+
+            self._scratch_mem = memory(MemoryDesc([self.scratch_bytes], data_type.u8, "a"),
+                                       self.engine)
+        return self._scratch_mem
+
+    def _index_memory(self):
+        if self._index_mem is None:
+            from ..memory import memory
+            from ..memory.data_types import data_type
+            from ..memory.desc import MemoryDesc
+
+            table = np.concatenate(self._index)
+            m = memory(MemoryDesc([table.size], data_type.s32, "a"), self.engine)
+            m.write(table)
+            self._index_mem = m
+        return self._index_mem
+
+    def describe(self) -> str:
+        """Step names with counts (``gemm x3 reorder x1``)."""
+        names: dict[str, int] = {}
+        for st in self.steps:
+            names[st.name] = names.get(st.name, 0) + 1
+        return " ".join(f"{k}x{v}" for k, v in names.items())
