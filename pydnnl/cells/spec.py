@@ -135,6 +135,17 @@ class CellSpec:
     uses_activation: bool = False
     doc: str = field(default="", compare=False)
 
+    @property
+    def linear_before_reset(self) -> bool:
+        """Whether a bias is added to a recurrent GEMM's result (LBR cells): the backward
+        pass then reads those results (``gh``) from the workspace."""
+        return any(b.target == "gh" for b in self.bias_gates)
+
+    @property
+    def reads_reset_state(self) -> bool:
+        """Whether a recurrent GEMM reads ``rh`` = r * h_prev made by an earlier stage."""
+        return any(st.recurrent_gemm.source == "rh" for st in self.stages)
+
     def forward_stages(self, peephole: bool = False, clip: bool = False) -> tuple[Stage, ...]:
         """The stages to evaluate, with or without peephole terms; with ``clip`` the new cell
         state ``c`` is wrapped in ``clip(...)`` (cell-state clipping, the range is a

@@ -82,9 +82,6 @@ ACTIVATIONS = ("relu", "tanh", "logistic")
 
 _LSTM, _RNN = "vanilla_lstm", "vanilla_rnn"
 _VANILLA_GRUS = ("vanilla_gru", "vanilla_augru")
-_LBR_GRUS = ("lbr_gru", "lbr_augru")
-
-
 # --------------------------------------------------------------------------------------------
 # elementwise helpers
 # --------------------------------------------------------------------------------------------

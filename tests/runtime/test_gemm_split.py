@@ -1,7 +1,7 @@
 """Split-k GEMMs (``get_gemm(..., split=True)``): slices through one batched kernel, then a
 reduction into C, against numpy in float64. The slice count is forced through ``split_k``
 (on CPUs the rule never splits: see the closed-form test of the rule); the plan-level use is
-in tests/primitives/test_rnn_split_k.py."""
+in tests/primitives/rnn/test_rnn_split_k.py."""
 from __future__ import annotations
 
 import numpy as np

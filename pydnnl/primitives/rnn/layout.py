@@ -60,7 +60,7 @@ class Regions:
 
 
 def lbr(shape: RnnShape) -> bool:
-    return shape.cell in ("lbr_gru", "lbr_augru")
+    return shape.spec.linear_before_reset
 
 
 def state_regions(shape: RnnShape, training: bool) -> Regions:
@@ -68,10 +68,10 @@ def state_regions(shape: RnnShape, training: bool) -> Regions:
     s = shape
     r = Regions()
     r.add("h0", s.L * s.D * s.N * s.SIC)
-    if s.cell == "vanilla_lstm":
+    if s.spec.has_cell_state:
         r.add("c0", s.L * s.D * s.N * s.DHC)
     r.add("h", s.L * s.D * s.T * s.N * s.DIC)
-    if s.cell == "vanilla_lstm":
+    if s.spec.has_cell_state:
         r.add("c", s.L * s.D * s.T * s.N * s.DHC)
     if s.projection:
         r.add("ht", s.L * s.D * s.T * s.N * s.DHC)

@@ -79,9 +79,8 @@ def _canon(pd, name: str) -> bool:
 def weight_gemms(s) -> dict:
     """GEMMs of the backward that read weights (transposed): role -> (shape, weights desc,
     first column, matrices, elements between matrices)."""
-    from ...cells import get_cell
 
-    spec = get_cell(s.cell)
+    spec = s.spec
     G, DHC, N = s.G, s.DHC, s.N
     GD = G * DHC
     roles = {}
@@ -134,16 +133,16 @@ def scratch_regions(pd) -> Regions:
     r.add("dh0", s.N * W)
     r.add("dh1", s.N * W)
     r.add("zero", s.N * max(W, s.DHC))
-    if s.cell == "vanilla_lstm":
+    if s.spec.has_cell_state:
         r.add("dc0", s.N * s.DHC)
         r.add("dc1", s.N * s.DHC)
     r.add("dgx", s.T * s.N * s.G * s.DHC)
     r.add("dgh", s.T * s.N * s.G * s.DHC)
-    if s.cell in ("vanilla_gru", "vanilla_augru"):
+    if s.spec.reads_reset_state:
         r.add("drh", s.N * s.DHC)
         r.add("rh", s.T * s.N * s.DHC)
         r.add("carry", s.N * s.G * s.DHC)
-    if s.cell in ("vanilla_augru", "lbr_augru"):
+    if s.spec.has_attention:
         r.add("datt", s.T * s.N * s.DHC)
         if not _canon_attention(pd):
             r.add("dattn", s.T * s.N)
@@ -177,7 +176,7 @@ def scratch_regions(pd) -> Regions:
         r.add("dxp", S * s.SLC)
         r.add("dsrcs", s.T * s.N * s.SLC)
         r.add("dhz", s.N * W)
-        if s.cell == "vanilla_lstm":
+        if s.spec.has_cell_state:
             r.add("dcz", s.N * s.DHC)
         for reg in ("ddi", "ddic", "dsi", "dsic"):
             if reg in r:

@@ -56,9 +56,8 @@ def weight_gemms(s, fused: bool = False) -> dict:
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
     kernels compute them)."""
     G, DHC, N = s.G, s.DHC, s.N
-    from ...cells import get_cell
 
-    spec = get_cell(s.cell)
+    spec = s.spec
     roles = {}
     if not (s.ext.skip_input and s.L == 1):  # a lone skip-input layer has no input GEMM
         roles["layer"] = (GemmShape(m=layer_rows(s), n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
@@ -95,7 +94,7 @@ def scratch_regions(pd) -> Regions:
         r.add("yo", s.T * s.N * s.DIC)
         r.add("io", s.L * s.D * s.N * max(s.DIC, s.DHC))
     r.add("gh", s.N * s.G * s.DHC)
-    if s.cell in ("vanilla_gru", "vanilla_augru"):
+    if s.spec.reads_reset_state:
         r.add("rh", s.N * s.DHC)
     for name in _DIRECT:
         md = pd._descs.get(name)

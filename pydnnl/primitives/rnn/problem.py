@@ -19,9 +19,9 @@ DESC_NAMES = ("src_layer_desc", "src_iter_desc", "src_iter_c_desc", "attention_d
 
 @dataclass(frozen=True)
 class RnnShape:
-    """Sizes of one RNN problem (oneDNN's letters)."""
+    """Sizes of one RNN problem (oneDNN's letters) and its cell's spec."""
 
-    cell: str
+    spec: CellSpec
     T: int
     N: int
     L: int
@@ -43,6 +43,11 @@ class RnnShape:
     alpha: float
     dt: data_type
     ext: rnn_extensions = rnn_extensions()
+
+    @property
+    def cell(self) -> str:
+        """The cell kind's name (``vanilla_lstm``, ``lbr_gru``, ...)."""
+        return self.spec.name
 
     @property
     def layer_in(self) -> int:
@@ -270,7 +275,7 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         raise unimplemented(f"{kind}: extensions are not implemented for {spec.name}")
     _check_data_types(descs, proj is not None, kind)
     dt = descs["src_layer_desc"].data_type
-    return RnnShape(cell=spec.name, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
+    return RnnShape(spec=spec, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
                     Gb=Gb, direction=direction, with_src_iter=si is not None,
                     with_src_iter_c=sic is not None, with_dst_iter=di is not None,
                     with_dst_iter_c=dic is not None, peephole=peep is not None,
