@@ -7,54 +7,17 @@ them by measured time; ``convolution_auto`` asks the perf database, else :func:`
 """
 from __future__ import annotations
 
-from ....conv_shapes import ConvGeometry, ConvProblem
+from ....conv_shapes import ConvGeometry
 from ....runtime.heuristics import conv as rules
-
-
-class Solver:
-    """Interface of a convolution solver."""
-
-    #: identifier (perf database, ``impl_info_str``, the ``solver=`` keyword)
-    name = ""
-    #: the oneDNN algorithm family: ``direct`` (any non-Winograd method) or ``winograd``
-    family = "direct"
-
-    def is_applicable(self, problem: ConvProblem, engine) -> bool:
-        return True
-
-    def why_not(self, problem: ConvProblem, engine) -> str:
-        """Why the solver does not apply ('' when it does)."""
-        return ""
-
-    def default_params(self, problem: ConvProblem, engine) -> dict:
-        return {}
-
-    def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
-        return [self.default_params(problem, engine)]
-
-    def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
-        return 0
-
-    def build_plan(self, problem: ConvProblem, params: dict, engine):
-        raise NotImplementedError
-
-    # layouts the solver runs fastest on, for format_tag.any: "nchw" or "nhwc" for the
-    # activations; for the weights an order of the roles g, o (output channels), i (input
-    # channels), k (taps), outermost first
-    act_family = "nchw"
-    wei_order = "goik"
-
-    def preferred(self, kind: str, nsp: int) -> tuple[str, str]:
-        return self.act_family, self.wei_order
+from .base import Solver
+from .direct import DirectSolver
+from .fft import FftSolver, saving
+from .im2col_gemm import Im2colGemmSolver
+from .implicit_gemm import ImplicitGemmSolver
+from .winograd_f2x3 import WinogradF2x3Solver
 
 
 def _registry() -> dict[str, Solver]:
-    from .direct import DirectSolver
-    from .fft import FftSolver
-    from .im2col_gemm import Im2colGemmSolver
-    from .implicit_gemm import ImplicitGemmSolver
-    from .winograd_f2x3 import WinogradF2x3Solver
-
     out = {}
     for cls in (DirectSolver, Im2colGemmSolver, ImplicitGemmSolver, WinogradF2x3Solver,
                 FftSolver):
@@ -89,8 +52,6 @@ def heuristic_order(kind: str, geom: ConvGeometry, engine) -> list[str]:
     (:func:`pydnnl.runtime.heuristics.conv.solver_order`), limited to the solvers present.
     ``geom``: the convolution's geometry (a deconvolution's
     :meth:`~pydnnl.conv_shapes.ConvGeometry.as_convolution`)."""
-    from .fft import saving
-
     order = rules.solver_order(kind, geom, engine.info, saving(kind, geom))
     return [n for n in order if n in solvers()]
 

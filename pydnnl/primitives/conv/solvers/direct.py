@@ -21,7 +21,7 @@ from ....kernels.conv_im2col import BiasGradProblem, Im2ColProblem, build_bias_g
 from ....runtime.plan import SCRATCH, Plan
 from ..problem import dense_layout, with_offset
 from ..roles import BIAS, DST, SRC, WEI
-from . import Solver
+from .base import Solver
 
 
 def _tiled_channels(problem: ConvProblem) -> int:

@@ -32,7 +32,7 @@ from ....kernels.conv_fft import FftPass, build_fft_pass, good_length
 from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
-from . import Solver
+from .base import Solver
 from .direct import add_bias_grad
 
 #: longest transform per dimension: the straight-line passes grow as L log L instructions

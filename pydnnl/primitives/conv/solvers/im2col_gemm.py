@@ -42,7 +42,7 @@ from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
 from ..roles import BIAS, DST, SRC, WEI
-from . import Solver
+from .base import Solver
 from .direct import add_bias_grad
 
 

@@ -42,7 +42,7 @@ from ....kernels.conv_implicit_gemm import (
 )
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
-from . import Solver
+from .base import Solver
 from .direct import add_bias_grad, per_item
 
 _VECS = (1, 2, 4, 8, 16)

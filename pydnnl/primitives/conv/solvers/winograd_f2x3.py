@@ -21,7 +21,7 @@ from ....kernels.conv_winograd import WinogradProblem, build_winograd
 from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
-from . import Solver
+from .base import Solver
 from .direct import add_bias_grad
 
 
