@@ -26,7 +26,7 @@ from .memory.format_tags import format_tag  # noqa: E402
 from .primitives import (augru_backward, augru_forward, gru_backward,  # noqa: E402
                          gru_forward, lbr_augru_backward, lbr_augru_forward,
                          lbr_gru_backward, lbr_gru_forward, lstm_backward, lstm_forward,
-                         primitive, primitive_desc_base, reorder, vanilla_rnn_backward,
+                         matmul, primitive, primitive_desc_base, reorder, vanilla_rnn_backward,
                          vanilla_rnn_forward)
 from .primitives import (ConvFindResult, convolution_backward_data,  # noqa: E402
                          convolution_backward_weights, convolution_forward,

@@ -1,14 +1,32 @@
 """Primitive descriptors and primitives."""
 from .base import ArgSpec, primitive, primitive_desc_base
-from .conv import (ConvFindResult, convolution_backward_data, convolution_backward_weights,
-                   convolution_forward, deconvolution_backward_data,
-                   deconvolution_backward_weights, deconvolution_forward)
+from .conv import (
+                   ConvFindResult,
+                   convolution_backward_data,
+                   convolution_backward_weights,
+                   convolution_forward,
+                   deconvolution_backward_data,
+                   deconvolution_backward_weights,
+                   deconvolution_forward,
+)
+from .matmul import matmul
 from .reorder import reorder
-from .rnn import (augru_backward, augru_forward, gru_backward, gru_forward, lbr_augru_backward,
-                  lbr_augru_forward, lbr_gru_backward, lbr_gru_forward, lstm_backward,
-                  lstm_forward, vanilla_rnn_backward, vanilla_rnn_forward)
+from .rnn import (
+                   augru_backward,
+                   augru_forward,
+                   gru_backward,
+                   gru_forward,
+                   lbr_augru_backward,
+                   lbr_augru_forward,
+                   lbr_gru_backward,
+                   lbr_gru_forward,
+                   lstm_backward,
+                   lstm_forward,
+                   vanilla_rnn_backward,
+                   vanilla_rnn_forward,
+)
 
-__all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "vanilla_rnn_forward",
+__all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "matmul", "vanilla_rnn_forward",
            "lstm_forward", "gru_forward", "lbr_gru_forward", "augru_forward", "lbr_augru_forward",
            "vanilla_rnn_backward", "lstm_backward", "gru_backward", "lbr_gru_backward",
            "augru_backward", "lbr_augru_backward", "convolution_forward",

@@ -6,8 +6,15 @@ from dataclasses import dataclass
 
 from .. import verbose
 from ..attr import primitive_attr
-from ..constants import (ARG_ATTR_SCALES, ARG_ATTR_ZERO_POINTS, ARG_SCRATCHPAD, ARG_WORKSPACE,
-                         arg_name, query, scratchpad_mode)
+from ..constants import (
+    ARG_ATTR_SCALES,
+    ARG_ATTR_ZERO_POINTS,
+    ARG_SCRATCHPAD,
+    ARG_WORKSPACE,
+    arg_name,
+    query,
+    scratchpad_mode,
+)
 from ..engine import engine as _engine
 from ..error import invalid_arguments
 from ..memory import memory
@@ -43,9 +50,11 @@ class primitive_desc_base:
 
     def _init_base(self, eng: _engine, attr: primitive_attr | None) -> None:
         if not isinstance(eng, _engine):
-            raise invalid_arguments(f"{self._kind}: engine must be a pydnnl.engine, got {type(eng).__name__}")
+            raise invalid_arguments(f"{self._kind}: engine must be a pydnnl.engine, got "
+                                    f"{type(eng).__name__}")
         if attr is not None and not isinstance(attr, primitive_attr):
-            raise invalid_arguments(f"{self._kind}: attr must be a primitive_attr, got {type(attr).__name__}")
+            raise invalid_arguments(f"{self._kind}: attr must be a primitive_attr, got "
+                                    f"{type(attr).__name__}")
         self._engine = eng
         self._attr = attr if attr is not None else primitive_attr()
         self._args: dict[int, ArgSpec] = {}
@@ -156,12 +165,28 @@ class primitive_desc_base:
                         for a, s in self._args.items() if a < ARG_ATTR_SCALES)
 
 
+def _nested_pd(cls: type) -> type:
+    """The nearest ``primitive_desc`` class of ``cls`` or its bases (primitive_desc_base for a
+    primitive without one: the ``primitive_desc`` property below is no class)."""
+    for c in cls.__mro__:
+        want = c.__dict__.get("primitive_desc")
+        if isinstance(want, type):
+            return want
+    return primitive_desc_base
+
+
 class primitive:
-    """A primitive built once from its descriptor and executed many times."""
+    """A primitive built once from its descriptor and executed many times.
+
+    A public primitive nests its descriptor class (``lstm_forward.primitive_desc``); the
+    constructor takes only an instance of that class.
+    """
 
     def __init__(self, pd: primitive_desc_base):
-        if not isinstance(pd, primitive_desc_base):
-            raise invalid_arguments(f"{type(self).__name__}: expected a primitive_desc, got {type(pd).__name__}")
+        want = type(self).__dict__.get("primitive_desc") or _nested_pd(type(self))
+        if not isinstance(pd, want):
+            raise invalid_arguments(f"{type(self).__name__}: expected a {want.__qualname__}, got "
+                                    f"{type(pd).__qualname__}")
         self._pd = pd
         t0 = time.perf_counter()
         self._create()
@@ -198,32 +223,37 @@ class primitive:
     def _check_args(self, s: _stream, args) -> None:
         pd, kind = self._pd, self._pd._kind
         if not isinstance(s, _stream):
-            raise invalid_arguments(f"{kind}.execute: expected a pydnnl.stream, got {type(s).__name__}")
+            raise invalid_arguments(f"{kind}.execute: expected a pydnnl.stream, got "
+                                    f"{type(s).__name__}")
         if not pd._stream_engine_ok(s.get_engine()):
             raise invalid_arguments(
                 f"{kind}.execute: the stream is on {s.get_engine()!r}, the primitive on "
                 f"{pd.get_engine()!r}")
         if not isinstance(args, dict):
-            raise invalid_arguments(f"{kind}.execute: args must be a dict {{ARG_*: memory}}, got {type(args).__name__}")
+            raise invalid_arguments(f"{kind}.execute: args must be a dict {{ARG_*: memory}}, "
+                                    f"got {type(args).__name__}")
         for a, m in args.items():
             if a not in pd._args:
                 known = ", ".join(pd._arg_label(k) for k in pd._args)
                 raise invalid_arguments(
-                    f"{kind}.execute: unexpected argument {pd._arg_label(a)}; this primitive takes {known}")
+                    f"{kind}.execute: unexpected argument {pd._arg_label(a)}; this primitive "
+                    f"takes {known}")
             if not isinstance(m, memory):
                 raise invalid_arguments(
-                    f"{kind}.execute: argument {pd._arg_label(a)} must be a pydnnl.memory, got {type(m).__name__}")
+                    f"{kind}.execute: argument {pd._arg_label(a)} must be a pydnnl.memory, "
+                    f"got {type(m).__name__}")
         for a, spec in pd._args.items():
             m = args.get(a)
             if m is None:
                 if spec.required:
                     raise invalid_arguments(
-                        f"{kind}.execute: missing argument {pd._arg_label(a)} (expected {spec.md!r})")
+                        f"{kind}.execute: missing argument {pd._arg_label(a)} "
+                        f"(expected {spec.md!r})")
                 continue
             if m.get_desc() != spec.md:
                 raise invalid_arguments(
-                    f"{kind}.execute: argument {pd._arg_label(a)} has desc {m.get_desc()!r}, the primitive "
-                    f"expects {spec.md!r}")
+                    f"{kind}.execute: argument {pd._arg_label(a)} has desc {m.get_desc()!r}, "
+                    f"the primitive expects {spec.md!r}")
             if m.get_engine() != pd._arg_engine(a):
                 raise invalid_arguments(
                     f"{kind}.execute: argument {pd._arg_label(a)} lives on {m.get_engine()!r}, the "

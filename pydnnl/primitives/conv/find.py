@@ -21,6 +21,8 @@ from ...error import error, unimplemented
 from ...memory import memory
 from .solvers import solvers
 
+FIND_FAMILY = "conv_find"  # the perf database family of find results
+
 
 @dataclass
 class ConvFindResult:
@@ -42,14 +44,16 @@ def _alg(op: str, family: str) -> algorithm:
 
 
 def find(prim_cls, args: tuple, kw: dict, exhaustive: bool = False) -> list[ConvFindResult]:
+    """Time every solver on the problem ``prim_cls.primitive_desc(*args, **kw)`` describes
+    (its positional form without the algorithm); fastest first."""
     from ...tuning import PerfDB, time_launch
-    from .pd import FIND_FAMILY
 
     pd_cls = prim_cls.primitive_desc
-    nhead = 2 if pd_cls._dir == "fwd" else 1
+    sig = pd_cls.signature
+    nhead = sig.head.index("algorithm")  # find's forms are the pd's without the algorithm
     head, rest = list(args[:nhead]), list(args[nhead:])
     kw = dict(kw)
-    if "algorithm" in kw or "aalgorithm" in kw:
+    if any(sig.aliases.get(k, k) == "algorithm" for k in kw):
         raise error("find: the algorithm is what find chooses; do not pass one")
 
     def make(**extra):
@@ -79,8 +83,8 @@ def find(prim_cls, args: tuple, kw: dict, exhaustive: bool = False) -> list[Conv
                     if spec.md.nelems():
                         m.write(rng.standard_normal(spec.md.dims).astype(np.float32) * 0.1)
                     mems[arg] = m
-            bufs = prim._bufs(mems)
-            ms = time_launch(eng, lambda st, prim=prim, bufs=bufs: prim._plan.run(st, bufs))
+            ms = time_launch(eng, lambda st, prim=prim, ppd=ppd, mems=mems:
+                             prim._plan.execute(st, mems, ppd._roles))
             results.append(ConvFindResult(name, _alg(pd_cls._op, s.family), ms,
                                           ppd.workspace_bytes(), ppd.get_solver_params()))
     if not results:
@@ -92,4 +96,4 @@ def find(prim_cls, args: tuple, kw: dict, exhaustive: bool = False) -> list[Conv
     return results
 
 
-__all__ = ["ConvFindResult", "find"]
+__all__ = ["ConvFindResult", "FIND_FAMILY", "find"]

@@ -2,30 +2,34 @@
 backward weights), oneDNN's API; the work is done by solvers (:mod:`.solvers`).
 
 Every descriptor accepts oneDNN's positional forms, with or without bias and with or without
-``dilates`` (``None`` for an absent bias), and every argument by keyword. pydnnl extensions
-(keyword only): ``solver=`` pins a solver by name (``direct``, ``im2col_gemm``,
-``implicit_gemm``, ``winograd_f2x3``, ``fft``), ``solver_params=`` its tuning parameters; backward descriptors accept
-``hint_fwd_pd=None``.
+``dilates`` (``None`` for an absent bias), and every argument by keyword (see
+:func:`_signature`). pydnnl extensions (keyword only): ``solver=`` pins a solver by name
+(``direct``, ``im2col_gemm``, ``implicit_gemm``, ``winograd_f2x3``, ``fft``),
+``solver_params=`` its tuning parameters; backward descriptors accept ``hint_fwd_pd=None``.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ...attr import primitive_attr
-from ...constants import (ARG_BIAS, ARG_DIFF_BIAS, ARG_DIFF_DST, ARG_DIFF_SRC,
-                          ARG_DIFF_WEIGHTS, ARG_DST, ARG_SCRATCHPAD, ARG_SRC, ARG_WEIGHTS,
-                          algorithm, prop_kind)
+from ...constants import (
+    ARG_BIAS,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DIFF_WEIGHTS,
+    ARG_DST,
+    ARG_SRC,
+    ARG_WEIGHTS,
+    algorithm,
+    prop_kind,
+)
 from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
-from ...engine import engine as _engine
 from ...error import invalid_arguments, unimplemented
 from ...kernels.conv_common import ELTWISE_C, grouped_layout, layout_of, swap_channel_dims
-from ...memory import memory
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
+from ..signature import BOOL, DIMS, Signature, bind
+from .find import FIND_FAMILY, ConvFindResult, find
 from .solvers import Solver, get_solver, heuristic_order, solvers
-
-FIND_FAMILY = "conv_find"
 
 _ACT_TAGS = {"nchw": {1: "abc", 2: "abcd", 3: "abcde"},
              "nhwc": {1: "acb", 2: "acdb", 3: "acdeb"}}
@@ -39,21 +43,32 @@ _DESCS = {
     "bwd_w": (("src_desc", ARG_SRC, False), ("diff_weights_desc", ARG_DIFF_WEIGHTS, True),
               ("diff_bias_desc", ARG_DIFF_BIAS, True), ("diff_dst_desc", ARG_DIFF_DST, False)),
 }
-_OPTIONAL = {"fwd": "bias_desc", "bwd_d": None, "bwd_w": "diff_bias_desc"}
 # logical tensor of each descriptor name
 _LOGICAL = {"src_desc": "src", "diff_src_desc": "src", "weights_desc": "wei",
             "diff_weights_desc": "wei", "bias_desc": "bias", "diff_bias_desc": "bias",
             "dst_desc": "dst", "diff_dst_desc": "dst"}
 _DIMS = ("strides", "dilates", "padding_l", "padding_r")
-_ALIASES = {"aengine": "engine", "aprop_kind": "prop_kind", "aalgorithm": "algorithm",
-            "dilation": "dilates", "dilations": "dilates"}
 
 
-def _is_dims(x) -> bool:
-    if isinstance(x, np.ndarray):
-        return x.ndim == 1 and np.issubdtype(x.dtype, np.integer)
-    return isinstance(x, (list, tuple)) and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
+def _signature(kind: str, direction: str) -> Signature:
+    """oneDNN's forms: the descs (bias optional where there is one), then strides, [dilates,]
+    padding_l, padding_r, then hint_fwd_pd (backward), attr, allow_empty."""
+    descs = tuple(n for n, _, _ in _DESCS[direction])
+    bias = next((n for n in descs if "bias" in n), None)
+    no_bias = tuple(n for n in descs if n != bias)
+    dims = (_DIMS, tuple(n for n in _DIMS if n != "dilates"))
+    forms = tuple(d + g for d in ((descs, no_bias) if bias else (descs,)) for g in dims)
+    return Signature(
+        f"{kind}.primitive_desc",
+        head=("engine",) + (("prop_kind",) if direction == "fwd" else ()) + ("algorithm",),
+        forms=forms,
+        tail=(() if direction == "fwd" else ("hint_fwd_pd",)) + ("attr", "allow_empty"),
+        keyword_only=("solver", "solver_params", "_use_db"),
+        optional=frozenset({"dilates", "padding_r"} | ({bias} if bias else set())),
+        aliases={"aengine": "engine", "aprop_kind": "prop_kind", "aalgorithm": "algorithm",
+                 "dilation": "dilates", "dilations": "dilates"},
+        kinds={**{n: DIMS for n in _DIMS}, "allow_empty": BOOL},
+        defaults={"allow_empty": False, "_use_db": True})
 
 
 def _alg_name(alg) -> str:
@@ -67,112 +82,54 @@ class conv_pd_base(primitive_desc_base):
     _op = "convolution"       # or "deconvolution"
     _dir = "fwd"              # "fwd", "bwd_d" or "bwd_w"
     _kind = "convolution_forward"
+
     _fwd_pd_class: type | None = None
+    signature: Signature
 
     # -- construction ----------------------------------------------------------------------------
     def __init__(self, *args, **kw):
-        kw = {_ALIASES.get(k, k): v for k, v in kw.items()}
-        solver_name = kw.pop("solver", None)
-        solver_params = kw.pop("solver_params", None)
-        use_db = kw.pop("_use_db", True)
-        head = ["engine"] + (["prop_kind"] if self._dir == "fwd" else []) + ["algorithm"]
-        vals = dict(zip(head, args))
-        rest = list(args[len(head):])
-        for k in head:
-            if k in kw:
-                if k in vals:
-                    raise invalid_arguments(
-                        f"{self._kind}: {k} given twice (positionally and by keyword)")
-                vals[k] = kw.pop(k)
-        missing = [k for k in head if k not in vals]
-        if missing:
-            raise invalid_arguments(f"{self._kind}.primitive_desc: missing {', '.join(missing)}")
-        descs, dims, hint, attr, _ = self._bind(rest, kw)
-        self._init_base(vals["engine"], attr)
-        self._prop = self._check_prop(vals.get("prop_kind"))
-        self._alg = self._check_alg(vals["algorithm"])
-        self._hint = self._check_hint_type(hint)
+        a = bind(self.signature, args, kw)
+        descs = self._check_descs(a)
+        dims = self._check_dims(a)
+        self._init_base(a["engine"], a["attr"])
+        self._prop = self._check_prop(a.get("prop_kind"))
+        self._alg = self._check_alg(a["algorithm"])
+        self._hint = self._check_hint_type(a.get("hint_fwd_pd"))
         self._user = descs
         self._geom = self._validate(descs, dims)
         self._check_hint_geometry()
         self._post_ops = self._check_attr()
         self._dims = dims
-        self._choose(solver_name, solver_params, use_db)
+        self._choose(a["solver"], a["solver_params"], a["_use_db"])
 
-    def _bind(self, rest: list, kw: dict):
-        names = [n for n, _, _ in _DESCS[self._dir]]
-        optional = _OPTIONAL[self._dir]
-        pos_descs = []
-        while rest and (isinstance(rest[0], MemoryDesc) or rest[0] is None):
-            pos_descs.append(rest.pop(0))
-        pos_dims = []
-        while rest and _is_dims(rest[0]):
-            pos_dims.append(list(int(v) for v in rest.pop(0)))
-        hint = kw.pop("hint_fwd_pd", None)
-        if self._dir != "fwd" and rest and (rest[0] is None
-                                            or isinstance(rest[0], primitive_desc_base)):
-            hint = rest.pop(0)
-        attr = kw.pop("attr", None)
-        if rest and (rest[0] is None or isinstance(rest[0], primitive_attr)):
-            attr = rest.pop(0)
-        allow_empty = kw.pop("allow_empty", False)
-        if rest and isinstance(rest[0], bool):
-            allow_empty = rest.pop(0)
-        if rest:
-            raise invalid_arguments(
-                f"{self._kind}.primitive_desc: unexpected positional argument {rest[0]!r}; "
-                f"expected memory descs ({', '.join(names)}), then lists strides, [dilates,] "
-                f"padding_l, padding_r" + (", then hint_fwd_pd" if self._dir != "fwd" else "")
-                + ", then attr")
-        # descriptors
-        given = {n: kw.pop(n) for n in names if n in kw}
-        remaining = [n for n in names if n not in given]
-        if len(pos_descs) != len(remaining):
-            if optional in remaining and len(pos_descs) == len(remaining) - 1:
-                remaining.remove(optional)
-            else:
-                raise invalid_arguments(
-                    f"{self._kind}.primitive_desc: expected memory descs {', '.join(names)}"
-                    + (f" ({optional} may be left out)" if optional else "")
-                    + f", got {len(pos_descs)} positional desc(s) and keywords "
-                      f"{sorted(given) or 'none'}")
-        descs = dict(zip(remaining, pos_descs))
-        descs.update(given)
-        for n in names:
-            md = descs.get(n)
+    def _check_descs(self, a: dict) -> dict:
+        descs = {}
+        for n, _, _ in _DESCS[self._dir]:
+            md = a.get(n)
             if md is None or (isinstance(md, MemoryDesc) and md.is_zero()):
-                if n == optional:
+                if n in self.signature.optional:
                     descs[n] = None
                     continue
                 raise invalid_arguments(f"{self._kind}: {n} is required, got {md!r}")
             if not isinstance(md, MemoryDesc):
                 raise invalid_arguments(
                     f"{self._kind}: {n} must be a memory.desc, got {type(md).__name__}")
-        # strides / dilates / paddings
-        dgiven = {n: kw.pop(n) for n in _DIMS if n in kw}
-        dremaining = [n for n in _DIMS if n not in dgiven]
-        if len(pos_dims) != len(dremaining):
-            if "dilates" in dremaining and len(pos_dims) == len(dremaining) - 1:
-                dremaining.remove("dilates")
-            else:
-                raise invalid_arguments(
-                    f"{self._kind}.primitive_desc: expected lists strides, [dilates,] padding_l, "
-                    f"padding_r, got {len(pos_dims)} positional list(s) and keywords "
-                    f"{sorted(dgiven) or 'none'}")
-        dims = dict(zip(dremaining, pos_dims))
-        for k, v in dgiven.items():
-            if v is not None and not _is_dims(v):
+            descs[n] = md
+        return descs
+
+    def _check_dims(self, a: dict) -> dict:
+        dims = {}
+        for k in _DIMS:
+            v = a.get(k)
+            if v is not None and not DIMS.accepts(v):
                 raise invalid_arguments(f"{self._kind}: {k} must be a list of ints, got {v!r}")
             dims[k] = None if v is None else [int(x) for x in v]
         for k in ("strides", "padding_l"):
-            if dims.get(k) is None:
+            if dims[k] is None:
                 raise invalid_arguments(f"{self._kind}.primitive_desc: missing {k}")
-        if dims.get("padding_r") is None:
+        if dims["padding_r"] is None:  # pydnnl extension: symmetric padding
             dims["padding_r"] = list(dims["padding_l"])
-        if kw:
-            raise invalid_arguments(f"{self._kind}.primitive_desc: unknown keyword argument(s) "
-                                    f"{', '.join(sorted(kw))}")
-        return descs, dims, hint, attr, allow_empty
+        return dims
 
     def _check_prop(self, pk):
         if self._dir == "bwd_d":
@@ -214,7 +171,7 @@ class conv_pd_base(primitive_desc_base):
 
     def _validate(self, descs: dict, dims: dict) -> ConvGeometry:
         by = {_LOGICAL[n]: md for n, md in descs.items()}
-        for n, md in descs.items():
+        for md in descs.values():
             if md is not None and md.data_type != data_type.f32:
                 got = ", ".join(f"{k} {m.data_type.name}" for k, m in descs.items()
                                 if m is not None)
@@ -489,86 +446,96 @@ class conv_primitive_base(primitive):
     def _create(self) -> None:
         pd = self._pd
         self._plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
-        self._scratch_mem = None
-
-    def _bufs(self, args) -> dict:
-        pd = self._pd
-        bufs = {role: args[arg].buffer for arg, role in pd._roles.items() if arg in args}
-        if self._plan.scratch_bytes:
-            m = args.get(ARG_SCRATCHPAD)
-            if m is None:
-                if self._scratch_mem is None:
-                    self._scratch_mem = memory(pd.scratchpad_desc(), pd._engine)
-                m = self._scratch_mem
-            bufs["scratch"] = m.buffer
-        return bufs
 
     def _execute(self, s, args) -> None:
-        self._plan.run(s, self._bufs(args))
+        self._plan.execute(s, args, self._pd._roles)
 
-
-def _make(name: str, op: str, direction: str, doc: str, fwd_cls=None):
-    pd_cls = type("primitive_desc", (conv_pd_base,),
-                  {"_op": op, "_dir": direction, "_kind": name, "__doc__": doc,
-                   "_fwd_pd_class": fwd_cls, "__qualname__": f"{name}.primitive_desc",
-                   "__module__": __name__})
-    prim_cls = type(name, (conv_primitive_base,),
-                    {"primitive_desc": pd_cls, "__doc__": doc, "__module__": __name__})
-
-    def __init__(self, pd):
-        if not isinstance(pd, pd_cls):
-            raise invalid_arguments(f"{name}: expected a {name}.primitive_desc, got "
-                                    f"{type(pd).__qualname__}")
-        conv_primitive_base.__init__(self, pd)
-
-    def find(cls, *args, exhaustive: bool = False, **kw):
+    @classmethod
+    def find(cls, *args, exhaustive: bool = False, **kw) -> list[ConvFindResult]:
         """Run every applicable solver on the problem and rank them (MIOpen's Find); the best is
         stored in the perf database so that the next ``convolution_auto`` picks it."""
-        from .find import find as _find
-
-        return _find(cls, args, kw, exhaustive)
-
-    prim_cls.__init__ = __init__
-    prim_cls.find = classmethod(find)
-    return prim_cls
+        return find(cls, args, kw, exhaustive)
 
 
-convolution_forward = _make(
-    "convolution_forward", "convolution", "fwd",
-    "``convolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, weights_desc, "
-    "[bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r, attr=None)``; execute with "
-    "ARG_SRC, ARG_WEIGHTS, [ARG_BIAS,] ARG_DST.")
-convolution_backward_data = _make(
-    "convolution_backward_data", "convolution", "bwd_d",
-    "``convolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc, weights_desc, "
-    "diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd, attr=None)``; execute "
-    "with ARG_DIFF_DST, ARG_WEIGHTS, ARG_DIFF_SRC.",
-    convolution_forward.primitive_desc)
-convolution_backward_weights = _make(
-    "convolution_backward_weights", "convolution", "bwd_w",
-    "``convolution_backward_weights.primitive_desc(engine, algorithm, src_desc, "
-    "diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l, "
-    "padding_r, hint_fwd_pd, attr=None)``; execute with ARG_SRC, ARG_DIFF_DST, "
-    "ARG_DIFF_WEIGHTS, [ARG_DIFF_BIAS].",
-    convolution_forward.primitive_desc)
-deconvolution_forward = _make(
-    "deconvolution_forward", "deconvolution", "fwd",
-    "``deconvolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, "
-    "weights_desc, [bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r, attr=None)``"
-    " (weights [OC, IC, k...] or [G, OC/G, IC/G, k...]); execute with ARG_SRC, ARG_WEIGHTS, "
-    "[ARG_BIAS,] ARG_DST.")
-deconvolution_backward_data = _make(
-    "deconvolution_backward_data", "deconvolution", "bwd_d",
-    "``deconvolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc, "
-    "weights_desc, diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd, "
-    "attr=None)``", deconvolution_forward.primitive_desc)
-deconvolution_backward_weights = _make(
-    "deconvolution_backward_weights", "deconvolution", "bwd_w",
-    "``deconvolution_backward_weights.primitive_desc(engine, algorithm, src_desc, "
-    "diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l, "
-    "padding_r, hint_fwd_pd, attr=None)``", deconvolution_forward.primitive_desc)
+class convolution_forward(conv_primitive_base):
+    """Convolution forward propagation; execute with ARG_SRC, ARG_WEIGHTS, [ARG_BIAS,] ARG_DST."""
+
+    class primitive_desc(conv_pd_base):
+        """``convolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc,
+        weights_desc, [bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r,
+        attr=None)``."""
+
+        _kind, _op, _dir = "convolution_forward", "convolution", "fwd"
+        signature = _signature(_kind, _dir)
+
+
+class convolution_backward_data(conv_primitive_base):
+    """Convolution backward data; execute with ARG_DIFF_DST, ARG_WEIGHTS, ARG_DIFF_SRC."""
+
+    class primitive_desc(conv_pd_base):
+        """``convolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc,
+        weights_desc, diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd,
+        attr=None)``."""
+
+        _kind, _op, _dir = "convolution_backward_data", "convolution", "bwd_d"
+        _fwd_pd_class = convolution_forward.primitive_desc
+        signature = _signature(_kind, _dir)
+
+
+class convolution_backward_weights(conv_primitive_base):
+    """Convolution backward weights; execute with ARG_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS,
+    [ARG_DIFF_BIAS]."""
+
+    class primitive_desc(conv_pd_base):
+        """``convolution_backward_weights.primitive_desc(engine, algorithm, src_desc,
+        diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l,
+        padding_r, hint_fwd_pd, attr=None)``."""
+
+        _kind, _op, _dir = "convolution_backward_weights", "convolution", "bwd_w"
+        _fwd_pd_class = convolution_forward.primitive_desc
+        signature = _signature(_kind, _dir)
+
+
+class deconvolution_forward(conv_primitive_base):
+    """Deconvolution (transposed convolution) forward propagation, weights [OC, IC, k...] or
+    [G, OC/G, IC/G, k...]; execute with ARG_SRC, ARG_WEIGHTS, [ARG_BIAS,] ARG_DST."""
+
+    class primitive_desc(conv_pd_base):
+        """``deconvolution_forward.primitive_desc(engine, prop_kind, algorithm, src_desc,
+        weights_desc, [bias_desc,] dst_desc, strides, [dilates,] padding_l, padding_r,
+        attr=None)``."""
+
+        _kind, _op, _dir = "deconvolution_forward", "deconvolution", "fwd"
+        signature = _signature(_kind, _dir)
+
+
+class deconvolution_backward_data(conv_primitive_base):
+    """Deconvolution backward data; execute with ARG_DIFF_DST, ARG_WEIGHTS, ARG_DIFF_SRC."""
+
+    class primitive_desc(conv_pd_base):
+        """``deconvolution_backward_data.primitive_desc(engine, algorithm, diff_src_desc,
+        weights_desc, diff_dst_desc, strides, [dilates,] padding_l, padding_r, hint_fwd_pd,
+        attr=None)``."""
+
+        _kind, _op, _dir = "deconvolution_backward_data", "deconvolution", "bwd_d"
+        _fwd_pd_class = deconvolution_forward.primitive_desc
+        signature = _signature(_kind, _dir)
+
+
+class deconvolution_backward_weights(conv_primitive_base):
+    """Deconvolution backward weights; execute with ARG_SRC, ARG_DIFF_DST, ARG_DIFF_WEIGHTS,
+    [ARG_DIFF_BIAS]."""
+
+    class primitive_desc(conv_pd_base):
+        """``deconvolution_backward_weights.primitive_desc(engine, algorithm, src_desc,
+        diff_weights_desc, [diff_bias_desc,] diff_dst_desc, strides, [dilates,] padding_l,
+        padding_r, hint_fwd_pd, attr=None)``."""
+
+        _kind, _op, _dir = "deconvolution_backward_weights", "deconvolution", "bwd_w"
+        _fwd_pd_class = deconvolution_forward.primitive_desc
+        signature = _signature(_kind, _dir)
+
 
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_weights",
            "deconvolution_forward", "deconvolution_backward_data",
            "deconvolution_backward_weights", "conv_pd_base", "FIND_FAMILY"]
-del _engine

@@ -2,16 +2,29 @@
 ``*_backward``), one pass computing diff_src and diff_weights from the forward's workspace."""
 from __future__ import annotations
 
-from ...constants import (ARG_DIFF_AUGRU_ATTENTION, ARG_DIFF_BIAS,
-                          ARG_DIFF_DST_ITER, ARG_DIFF_DST_ITER_C, ARG_DIFF_DST_LAYER,
-                          ARG_DIFF_SRC_ITER, ARG_DIFF_SRC_ITER_C, ARG_DIFF_SRC_LAYER,
-                          ARG_DIFF_WEIGHTS_ITER, ARG_DIFF_WEIGHTS_LAYER,
-                          ARG_DIFF_WEIGHTS_PEEPHOLE, ARG_DIFF_WEIGHTS_PROJECTION, ARG_WORKSPACE,
-                          algorithm, prop_kind, rnn_direction, rnn_flags)
+from ...constants import (
+    ARG_DIFF_AUGRU_ATTENTION,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST_ITER,
+    ARG_DIFF_DST_ITER_C,
+    ARG_DIFF_DST_LAYER,
+    ARG_DIFF_SRC_ITER,
+    ARG_DIFF_SRC_ITER_C,
+    ARG_DIFF_SRC_LAYER,
+    ARG_DIFF_WEIGHTS_ITER,
+    ARG_DIFF_WEIGHTS_LAYER,
+    ARG_DIFF_WEIGHTS_PEEPHOLE,
+    ARG_DIFF_WEIGHTS_PROJECTION,
+    ARG_WORKSPACE,
+    prop_kind,
+    rnn_direction,
+    rnn_flags,
+)
 from ...error import invalid_arguments, unimplemented
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
-from ..base import ArgSpec, primitive, primitive_desc_base
+from ..base import ArgSpec, primitive
+from ..signature import bind
 from . import forward as fwd
 from .extensions import as_extensions
 from .problem import DESC_NAMES, check_shapes
@@ -29,7 +42,8 @@ DIFF_ARGS = {
     "diff_weights_layer_desc": (ARG_DIFF_WEIGHTS_LAYER, "weights_layer_desc", True),
     "diff_weights_iter_desc": (ARG_DIFF_WEIGHTS_ITER, "weights_iter_desc", True),
     "diff_weights_peephole_desc": (ARG_DIFF_WEIGHTS_PEEPHOLE, "weights_peephole_desc", True),
-    "diff_weights_projection_desc": (ARG_DIFF_WEIGHTS_PROJECTION, "weights_projection_desc", True),
+    "diff_weights_projection_desc": (ARG_DIFF_WEIGHTS_PROJECTION, "weights_projection_desc",
+                                     True),
     "diff_bias_desc": (ARG_DIFF_BIAS, "bias_desc", True),
     "diff_dst_layer_desc": (ARG_DIFF_DST_LAYER, "dst_layer_desc", False),
     "diff_dst_iter_desc": (ARG_DIFF_DST_ITER, "dst_iter_desc", False),
@@ -53,114 +67,58 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
     _kind = "rnn_backward"
     _ARG_LABELS = fwd.RNN_ARG_LABELS
     _cell = ""
-    _signatures: tuple[tuple[str, ...], ...] = ()
-    _has_activation = False
-    _fwd_cls = None
+    _fwd_cls: type  # the forward primitive whose pd is hint_fwd_pd
 
     def __init__(self, *args, **kw):
-        names = ["engine", "prop_kind"] + (["activation"] if self._has_activation else []) + ["direction"]
-        aliases = {"aengine": "engine", "aprop_kind": "prop_kind"}
-        kw = {aliases.get(k, k): v for k, v in kw.items()}
-        head = dict(zip(names, args))
-        rest = list(args[len(names):])
-        for k in names:
-            if k in kw:
-                if k in head:
-                    raise invalid_arguments(f"{self._kind}: {k} given twice (positionally and by keyword)")
-                head[k] = kw.pop(k)
-        missing = [k for k in names if k not in head]
-        if missing:
-            raise invalid_arguments(f"{self._kind}: missing {', '.join(missing)}")
-        # positional descs end where hint_fwd_pd (a primitive descriptor) begins
-        lens = {len(sig): sig for sig in self._signatures}
-        cut = next((i for i, v in enumerate(rest) if isinstance(v, primitive_desc_base)), len(rest))
-        if rest and cut not in lens:
-            # hint_fwd_pd passed positionally as None (then attr, alpha, beta): the descs end
-            # where that None stands, so the error below names the missing hint
-            for k in range(1, 5):
-                if (cut - k in lens and rest[cut - k] is None
-                        and not any(isinstance(v, MemoryDesc) for v in rest[cut - k + 1:cut])):
-                    cut -= k
-                    break
-        if rest and cut not in lens:
-            raise invalid_arguments(
-                f"{self._kind}: expected {' or '.join(map(str, sorted(lens)))} memory descs after "
-                f"the direction, got {cut}")
-        descs = dict(zip(lens[cut], rest[:cut])) if cut else {}
-        tail = rest[cut:]
-        for k, v in zip(("hint_fwd_pd", "attr", "alpha", "beta"), tail):
-            if k in kw:
-                raise invalid_arguments(f"{self._kind}: {k} given twice (positionally and by keyword)")
-            kw[k] = v
-        allowed = set(n for s in self._signatures for n in s)
-        for k in list(kw):
-            if k in DESC_NAMES or k in DIFF_NAMES:
-                if k not in allowed:
-                    raise invalid_arguments(f"{self._kind}: takes no {k}")
-                if k in descs:
-                    raise invalid_arguments(f"{self._kind}: {k} given twice (positionally and by keyword)")
-                descs[k] = kw.pop(k)
-        hint = kw.pop("hint_fwd_pd", None)
-        attr = kw.pop("attr", None)
-        alpha = float(kw.pop("alpha", 0.0))
-        beta = float(kw.pop("beta", 0.0))
-        flags = kw.pop("flags", rnn_flags.undef)
-        ext_given = kw.pop("extensions", None)
-        kw.pop("allow_empty", None)
-        if kw:
-            raise invalid_arguments(f"{self._kind}: unknown keyword argument(s) {', '.join(kw)}")
-        self._init_base(head["engine"], attr)
+        a = bind(self.signature, args, kw)
+        descs = {n: a.get(n) for n in self.signature.form_names}
+        hint = a["hint_fwd_pd"]
+        alpha, beta = float(a["alpha"]), float(a["beta"])
+        self._init_base(a["engine"], a["attr"])
         try:
-            self._flags = rnn_flags(int(flags))
+            self._flags = rnn_flags(int(a["flags"]))
         except ValueError:
-            raise invalid_arguments(f"{self._kind}: flags must be rnn_flags values, got {flags!r}") from None
+            raise invalid_arguments(f"{self._kind}: flags must be rnn_flags values, got "
+                                    f"{a['flags']!r}") from None
         try:
-            prop = prop_kind(head["prop_kind"])
+            prop = prop_kind(a["prop_kind"])
         except ValueError:
-            raise invalid_arguments(f"{self._kind}: unknown prop_kind {head['prop_kind']!r}") from None
+            raise invalid_arguments(f"{self._kind}: unknown prop_kind {a['prop_kind']!r}") from None
         if prop != prop_kind.backward:
             raise invalid_arguments(f"{self._kind}: prop_kind must be backward, got {prop.name}")
         # -- the forward problem ------------------------------------------------------------------
+        want = self._fwd_cls.__name__
         if hint is None:
             raise invalid_arguments(f"{self._kind}: hint_fwd_pd is required (the forward "
-                                    f"{self._fwd_cls.__name__}.primitive_desc of the training pass)")
+                                    f"{want}.primitive_desc of the training pass)")
         if not isinstance(hint, self._fwd_cls.primitive_desc):
-            raise invalid_arguments(
-                f"{self._kind}: hint_fwd_pd must be a {self._fwd_cls.__name__}.primitive_desc, got "
-                f"{type(hint).__qualname__}")
+            raise invalid_arguments(f"{self._kind}: hint_fwd_pd must be a {want}.primitive_desc, "
+                                    f"got {type(hint).__qualname__}")
         if hint.get_prop_kind() != prop_kind.forward_training:
             raise invalid_arguments(
-                f"{self._kind}: hint_fwd_pd was created for {hint.get_prop_kind().name}; backward needs "
-                f"the forward_training primitive descriptor (its workspace holds what backward reads)")
+                f"{self._kind}: hint_fwd_pd was created for {hint.get_prop_kind().name}; backward "
+                f"needs the forward_training primitive descriptor (its workspace holds what "
+                f"backward reads)")
         fdescs = {k: v for k, v in descs.items() if k in DESC_NAMES}
-        act = "tanh"
-        if self._has_activation:
-            try:
-                alg = algorithm(head["activation"])
-            except ValueError:
-                alg = None
-            if alg not in fwd._ACTIVATIONS:
-                raise invalid_arguments(
-                    f"{self._kind}: activation must be algorithm.eltwise_relu, eltwise_tanh or "
-                    f"eltwise_logistic, got {head['activation']!r}")
-            act = fwd._ACTIVATIONS[alg]
-            self._activation_alg = alg
+        act = self._activation(a)
         self._spec = hint._spec
         ext = hint.shape.ext
+        ext_given = a["extensions"]
         if ext_given is not None and as_extensions(ext_given, self._kind) != ext:
             raise invalid_arguments(
                 f"{self._kind}: extensions {ext_given!r} differ from hint_fwd_pd's {ext!r}")
-        self.shape = check_shapes(self._spec, prop_kind.forward_training, head["direction"], fdescs,
+        self.shape = check_shapes(self._spec, prop_kind.forward_training, a["direction"], fdescs,
                                   activation=act, alpha=alpha, kind=self._kind, ext=ext)
         if self.shape != hint.shape:
             raise invalid_arguments(
                 f"{self._kind}: the problem differs from hint_fwd_pd's "
                 f"({_shape_str(self.shape)} vs {_shape_str(hint.shape)})")
         if self.shape.dt != data_type.f32:
-            raise unimplemented(f"{self._kind}: backward is implemented for f32 only, got {self.shape.dt.name}")
+            raise unimplemented(f"{self._kind}: backward is implemented for f32 only, got "
+                                f"{self.shape.dt.name}")
         self._hint = hint
         self._prop = prop
-        self._direction = rnn_direction(head["direction"])
+        self._direction = rnn_direction(a["direction"])
         self._alpha, self._beta = alpha, beta
         self.training = True
         # -- forward descs: as the hint resolved them where `any` was given ----------------------
@@ -187,18 +145,22 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
                     raise invalid_arguments(f"{self._kind}: the forward has projection weights; "
                                             f"{dname} is required")
                 if dname == "diff_attention_desc" and self._spec.has_attention:
-                    raise invalid_arguments(f"{self._kind}: {dname} is required for {self._spec.name}")
+                    raise invalid_arguments(f"{self._kind}: {dname} is required for "
+                                            f"{self._spec.name}")
                 self._descs[dname] = MemoryDesc()
                 continue
             f_md = self._descs.get(fname)
             if not _present(f_md):
-                if fname in ("src_iter_desc", "src_iter_c_desc", "dst_iter_desc", "dst_iter_c_desc"):
+                if fname in ("src_iter_desc", "src_iter_c_desc", "dst_iter_desc",
+                             "dst_iter_c_desc"):
                     f_md = _state_desc(self.shape, fname)
                 else:
-                    raise invalid_arguments(f"{self._kind}: {dname} given but {fname} is absent")
+                    raise invalid_arguments(f"{self._kind}: {dname} given but {fname} is "
+                                            f"absent")
             if list(md.dims) != list(f_md.dims):
                 raise invalid_arguments(
-                    f"{self._kind}: {dname} dims {list(md.dims)} must equal {fname} dims {list(f_md.dims)}")
+                    f"{self._kind}: {dname} dims {list(md.dims)} must equal {fname} dims "
+                    f"{list(f_md.dims)}")
             if md.data_type not in (data_type.f32, data_type.undef):
                 raise unimplemented(f"{self._kind}: {dname} must be f32, got {md.data_type.name}")
             resolved = fwd.canonical_desc(fname, md) if md.is_any() else md
@@ -214,7 +176,8 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
         s = self.shape
         self._info = (f"alg:{self._spec.name} direction:{self._direction.name} prop:backward "
                       f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}"
-                      + (" flags:overwrite" if self._flags & rnn_flags.diff_weights_overwrite else ""))
+                      + (" flags:overwrite" if self._flags & rnn_flags.diff_weights_overwrite
+                         else ""))
 
     def get_flags(self) -> rnn_flags:
         return self._flags
@@ -244,6 +207,8 @@ def _shape_str(s) -> str:
 
 
 class rnn_backward_base(primitive):
+    """Shared plan building and execution of the backward RNN primitives."""
+
     def _create(self) -> None:
         from .plan_backward import BackwardPlan
 
@@ -253,47 +218,87 @@ class rnn_backward_base(primitive):
         self._plan.execute(s, args)
 
 
-def _make(cls_name: str, fwd_cls, signatures, has_activation=False, doc=""):
-    return fwd.make_classes(cls_name, rnn_backward_pd_base, rnn_backward_base, doc,
-                            _cell=fwd_cls.primitive_desc._cell, _signatures=signatures,
-                            _has_activation=has_activation, _fwd_cls=fwd_cls)
+def backward_forms(forms: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """oneDNN's order: the forward descs, then the diff of each, in the same order."""
+    return tuple(f + tuple(_diff_name(n) for n in f) for f in forms)
 
 
-def _bwd_sig(fwd_sig: tuple[str, ...]) -> tuple[str, ...]:
-    """oneDNN's order: the forward descs, then the diff of each, in the same order (diff of
-    the peephole/projection/bias weights following the diff weights)."""
-    return fwd_sig + tuple(_diff_name(n) for n in fwd_sig)
+def _signature(kind: str, forms, activation: bool = False):
+    return fwd.rnn_signature(kind, backward_forms(forms), activation=activation, backward=True)
 
 
-vanilla_rnn_backward = _make(
-    "vanilla_rnn_backward", fwd.vanilla_rnn_forward,
-    tuple(_bwd_sig(s) for s in fwd.vanilla_rnn_forward.primitive_desc._signatures),
-    has_activation=True,
-    doc="``vanilla_rnn_backward.primitive_desc(engine, prop_kind, activation, direction, "
-        "src_layer, src_iter, weights_layer, weights_iter, bias, dst_layer, dst_iter, "
-        "diff_src_layer, diff_src_iter, diff_weights_layer, diff_weights_iter, diff_bias, "
-        "diff_dst_layer, diff_dst_iter, hint_fwd_pd, attr=None, alpha=0, beta=0)``")
-lstm_backward = _make(
-    "lstm_backward", fwd.lstm_forward,
-    tuple(_bwd_sig(s) for s in fwd.lstm_forward.primitive_desc._signatures),
-    doc="``lstm_backward.primitive_desc(engine, prop_kind, direction, <the forward descs>, "
-        "<their diff descs in the same order>, hint_fwd_pd, attr=None)``; peephole and "
-        "projection variants as in lstm_forward")
-gru_backward = _make("gru_backward", fwd.gru_forward,
-                     tuple(_bwd_sig(s) for s in fwd.gru_forward.primitive_desc._signatures),
-                     doc="``gru_backward.primitive_desc(engine, prop_kind, direction, src_layer, "
-                         "src_iter, weights_layer, weights_iter, bias, dst_layer, dst_iter, "
-                         "diff_src_layer, diff_src_iter, diff_weights_layer, diff_weights_iter, "
-                         "diff_bias, diff_dst_layer, diff_dst_iter, hint_fwd_pd, attr=None)``")
-lbr_gru_backward = _make("lbr_gru_backward", fwd.lbr_gru_forward,
-                         tuple(_bwd_sig(s) for s in fwd.lbr_gru_forward.primitive_desc._signatures),
-                         doc="as gru_backward, for lbr_gru")
-augru_backward = _make("augru_backward", fwd.augru_forward,
-                       tuple(_bwd_sig(s) for s in fwd.augru_forward.primitive_desc._signatures),
-                       doc="as gru_backward with attention and diff_attention after the iter descs")
-lbr_augru_backward = _make("lbr_augru_backward", fwd.lbr_augru_forward,
-                           tuple(_bwd_sig(s) for s in fwd.lbr_augru_forward.primitive_desc._signatures),
-                           doc="as augru_backward, for lbr_augru")
+class vanilla_rnn_backward(rnn_backward_base):
+    """Vanilla RNN backward."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """``vanilla_rnn_backward.primitive_desc(engine, prop_kind, activation, direction,
+        src_layer, src_iter, weights_layer, weights_iter, bias, dst_layer, dst_iter,
+        diff_src_layer, diff_src_iter, diff_weights_layer, diff_weights_iter, diff_bias,
+        diff_dst_layer, diff_dst_iter, hint_fwd_pd, attr=None, alpha=0, beta=0)``"""
+
+        _kind, _cell = "vanilla_rnn_backward", "vanilla_rnn"
+        _fwd_cls = fwd.vanilla_rnn_forward
+        signature = _signature(_kind, (fwd.RNN_FORM,), activation=True)
+
+
+class lstm_backward(rnn_backward_base):
+    """LSTM backward (peephole and projection variants as in lstm_forward)."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """``lstm_backward.primitive_desc(engine, prop_kind, direction, <the forward descs>,
+        <their diff descs in the same order>, hint_fwd_pd, attr=None)``"""
+
+        _kind, _cell = "lstm_backward", "vanilla_lstm"
+        _fwd_cls = fwd.lstm_forward
+        signature = _signature(_kind, fwd.LSTM_FORMS)
+
+
+class gru_backward(rnn_backward_base):
+    """GRU backward."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """``gru_backward.primitive_desc(engine, prop_kind, direction, src_layer, src_iter,
+        weights_layer, weights_iter, bias, dst_layer, dst_iter, diff_src_layer, diff_src_iter,
+        diff_weights_layer, diff_weights_iter, diff_bias, diff_dst_layer, diff_dst_iter,
+        hint_fwd_pd, attr=None)``"""
+
+        _kind, _cell = "gru_backward", "vanilla_gru"
+        _fwd_cls = fwd.gru_forward
+        signature = _signature(_kind, (fwd.RNN_FORM,))
+
+
+class lbr_gru_backward(rnn_backward_base):
+    """Linear-before-reset GRU backward."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """As gru_backward, for lbr_gru."""
+
+        _kind, _cell = "lbr_gru_backward", "lbr_gru"
+        _fwd_cls = fwd.lbr_gru_forward
+        signature = _signature(_kind, (fwd.RNN_FORM,))
+
+
+class augru_backward(rnn_backward_base):
+    """AUGRU backward."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """As gru_backward with attention and diff_attention after the iter descs."""
+
+        _kind, _cell = "augru_backward", "vanilla_augru"
+        _fwd_cls = fwd.augru_forward
+        signature = _signature(_kind, (fwd.AUGRU_FORM,))
+
+
+class lbr_augru_backward(rnn_backward_base):
+    """Linear-before-reset AUGRU backward."""
+
+    class primitive_desc(rnn_backward_pd_base):
+        """As augru_backward, for lbr_augru."""
+
+        _kind, _cell = "lbr_augru_backward", "lbr_augru"
+        _fwd_cls = fwd.lbr_augru_forward
+        signature = _signature(_kind, (fwd.AUGRU_FORM,))
+
 
 __all__ = ["vanilla_rnn_backward", "lstm_backward", "gru_backward", "lbr_gru_backward",
-           "augru_backward", "lbr_augru_backward"]
+           "augru_backward", "lbr_augru_backward", "backward_forms"]

@@ -27,9 +27,54 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...constants import (
+    ARG_AUGRU_ATTENTION,
+    ARG_BIAS,
+    ARG_DST_ITER,
+    ARG_DST_ITER_C,
+    ARG_DST_LAYER,
+    ARG_SRC_ITER,
+    ARG_SRC_ITER_C,
+    ARG_SRC_LAYER,
+    ARG_WEIGHTS_ITER,
+    ARG_WEIGHTS_LAYER,
+    ARG_WEIGHTS_PEEPHOLE,
+    ARG_WEIGHTS_PROJECTION,
+)
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from .problem import RnnShape
+
+# desc name -> (execution argument, canonical tag, is output)
+ARGS = {
+    "src_layer_desc": (ARG_SRC_LAYER, "tnc", False),
+    "src_iter_desc": (ARG_SRC_ITER, "ldnc", False),
+    "src_iter_c_desc": (ARG_SRC_ITER_C, "ldnc", False),
+    "attention_desc": (ARG_AUGRU_ATTENTION, "tnc", False),
+    "weights_layer_desc": (ARG_WEIGHTS_LAYER, "ldigo", False),
+    "weights_iter_desc": (ARG_WEIGHTS_ITER, "ldigo", False),
+    "weights_peephole_desc": (ARG_WEIGHTS_PEEPHOLE, "ldgo", False),
+    "weights_projection_desc": (ARG_WEIGHTS_PROJECTION, "ldio", False),
+    "bias_desc": (ARG_BIAS, "ldgo", False),
+    "dst_layer_desc": (ARG_DST_LAYER, "tnc", True),
+    "dst_iter_desc": (ARG_DST_ITER, "ldnc", True),
+    "dst_iter_c_desc": (ARG_DST_ITER_C, "ldnc", True),
+}
+
+
+def canonical_desc(name: str, md: MemoryDesc) -> MemoryDesc:
+    """The plain layout pydnnl's RNN kernels read and write for this tensor (md's data type)."""
+    tag = ARGS[name][1]
+    if name in ("attention_desc", "src_layer_desc", "dst_layer_desc") and len(md.dims) == 2:
+        tag = "ab"  # AUGRU attention [T, N]; packed sequences [rows, C]
+    dt = md.data_type if md.data_type != data_type.undef else data_type.f32
+    return MemoryDesc(md.dims, dt, tag)
+
+
+def kernel_desc(name: str, md: MemoryDesc) -> MemoryDesc:
+    """What the kernels read directly: the canonical layout in f32 (f16/bf16 are converted)."""
+    return canonical_desc(name, md).with_data_type(data_type.f32)
+
 
 _ALIGN = 16  # elements of f32: 64 bytes
 

@@ -52,9 +52,9 @@ from ...kernels.rnn_elementwise_bwd import (
 from ...runtime.gemm import GemmShape, get_gemm
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import SCRATCH, Ref
-from .layout import Regions, dropout_active, region_desc, xin_offset
+from .layout import Regions, dropout_active, kernel_desc, region_desc, xin_offset
 from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
-from .plan_forward import clip_key
+from .plan_forward import _DIRECT, clip_key
 from .seqlen import layer_rows
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "attention_desc": ARG_AUGRU_ATTENTION,
@@ -70,8 +70,6 @@ _DIFF_W = {"diff_weights_layer_desc": (ARG_DIFF_WEIGHTS_LAYER, "weights_layer_de
 
 
 def _canon(pd, name: str) -> bool:
-    from .forward import kernel_desc
-
     md = pd._descs.get(name)
     return md is not None and not md.is_zero() and md == kernel_desc(name.replace("diff_", "", 1), md)
 
@@ -158,9 +156,6 @@ def scratch_regions(pd) -> Regions:
         r.add("dsic", s.L * s.D * s.N * s.DHC)
     if not _canon(pd, "diff_src_layer_desc"):
         r.add("dsrc", s.T * s.N * s.SLC)
-    from .forward import kernel_desc
-    from .plan_forward import _DIRECT
-
     for name in _DIRECT:
         md = pd._descs.get(name)
         if md is not None and not md.is_zero() and md != kernel_desc(name, md):
@@ -198,8 +193,6 @@ def _present(pd, name: str) -> bool:
 
 
 def _canon_attention(pd) -> bool:
-    from .forward import kernel_desc
-
     md = pd._descs.get("diff_attention_desc")
     return md is None or md.is_zero() or md == kernel_desc("attention_desc", md)
 

@@ -10,7 +10,7 @@ from ...kernels.reorder import ReorderProblem
 from ...memory.desc import MemoryDesc
 from ...runtime.gemm import Gemm, get_gemm
 from ...runtime.plan import INDEX, SCRATCH, Plan, Ref
-from .layout import region_desc
+from .layout import kernel_desc, region_desc
 
 
 class PlanBuilder:
@@ -70,8 +70,6 @@ class PlanBuilder:
     def stage_inputs(self, inputs: dict, direct: tuple) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
         types) a canonical f32 copy in the scratchpad made by a reorder at the start."""
-        from .forward import kernel_desc
-
         sc = self.pd.scratch
         for name, arg in inputs.items():
             md = self.pd._descs.get(name)

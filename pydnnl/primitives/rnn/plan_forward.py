@@ -29,7 +29,16 @@ from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import SCRATCH, Ref
-from .layout import Regions, dropout_active, dropout_masks, has_xin, lbr, region_desc, xin_offset
+from .layout import (
+    Regions,
+    dropout_active,
+    dropout_masks,
+    has_xin,
+    kernel_desc,
+    lbr,
+    region_desc,
+    xin_offset,
+)
 from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
 from .seqlen import layer_rows
 
@@ -77,8 +86,6 @@ def weight_gemms(s, fused: bool = False) -> dict:
 
 def scratch_regions(pd) -> Regions:
     """Scratchpad regions of a forward primitive (state regions too, in inference)."""
-    from .forward import kernel_desc
-
     s = pd.shape
     r = Regions()
     if not pd.training:

@@ -155,7 +155,7 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
     by_shape: dict = {}
     for i, c in enumerate(calls):
         if not c[7]:
-            by_shape.setdefault((c[0], c[3].role), []).append(i)
+            by_shape.setdefault((c[0], c[3].key), []).append(i)
     placed: dict[int, tuple] = {}
     for (shape, _), idx in by_shape.items():
         runs = _progressions([calls[i][4] for i in idx])

@@ -1,0 +1,187 @@
+"""The matmul primitive (``dnnl::matmul``): ``dst = src @ weights (+ bias)`` over the last two
+dimensions, batch dimensions broadcast where src or weights has 1.
+
+The plan is made of runtime GEMM steps: one batched GEMM when each tensor's batch dimensions
+fold into one stride (0 where broadcast), else one GEMM per batch entry; a bias is first
+broadcast into dst by a reorder from a stride-0 view, and the GEMMs then accumulate onto it.
+"""
+from __future__ import annotations
+
+import math
+
+from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
+from ..error import invalid_arguments, unimplemented
+from ..kernels.reorder import ReorderProblem, layout_of
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+from ..runtime.gemm import GemmShape
+from ..runtime.plan import Plan, Ref
+from .base import ArgSpec, primitive, primitive_desc_base
+from .signature import Signature, bind
+
+_NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
+
+
+def _plain(md: MemoryDesc) -> MemoryDesc:
+    """``format_tag.any`` resolved: row-major (``ab``, ``abc``, ...)."""
+    return MemoryDesc(md.dims, md.data_type, "abcdefghijkl"[:len(md.dims)])
+
+
+def _matrix(md: MemoryDesc, name: str) -> tuple[bool, int]:
+    """(transposed, leading dimension) of the last two dims of a plain strided desc."""
+    if md.inner_blks:
+        raise unimplemented(f"matmul: {name} must have a plain (unblocked) layout, got "
+                            f"{md.format_name()}")
+    rs, cs = md.strides[-2], md.strides[-1]
+    rows, cols = md.dims[-2], md.dims[-1]
+    if cs == 1 or cols == 1:
+        return False, max(rs, cols)
+    if rs == 1 or rows == 1:
+        return True, max(cs, rows)
+    raise unimplemented(f"matmul: {name} needs unit stride along one of its last two "
+                        f"dimensions, got strides {list(md.strides)}")
+
+
+def _batch_stride(md: MemoryDesc, batch: tuple[int, ...]) -> int | None:
+    """The one stride that walks ``md``'s batch entries in ``batch``'s row-major order (0
+    where ``md`` broadcasts), or None when its batch dims fold into no single stride."""
+    nb = len(batch)
+    dims, strides = md.dims[:nb], md.strides[:nb]
+    live = [(d, s) for d, s, full in zip(dims, strides, batch) if full > 1]
+    if all(d == 1 for d, _ in live):
+        return 0
+    if any(d == 1 for d, _ in live):  # broadcast in some batch dims only
+        return None
+    step = live[-1][1]
+    run = step
+    for d, s in reversed(live):
+        if s != run:
+            return None
+        run *= d
+    return step
+
+
+class matmul(primitive):
+    """``dst = src @ weights (+ bias)`` (oneDNN's matmul, f32)."""
+
+    class primitive_desc(primitive_desc_base):
+        """``matmul.primitive_desc(engine, src_desc, weights_desc, dst_desc, attr=None)`` or
+        ``(engine, src_desc, weights_desc, bias_desc, dst_desc, attr=None)``."""
+
+        _kind = "matmul"
+        signature = Signature(
+            "matmul.primitive_desc", head=("engine",),
+            forms=(("src_desc", "weights_desc", "dst_desc"),
+                   ("src_desc", "weights_desc", "bias_desc", "dst_desc")),
+            tail=("attr",), optional=frozenset({"bias_desc"}))
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            descs = {ARG_SRC: a["src_desc"], ARG_WEIGHTS: a["weights_desc"],
+                     ARG_BIAS: a.get("bias_desc"), ARG_DST: a["dst_desc"]}
+            for arg, md in descs.items():
+                if md is None and arg == ARG_BIAS:
+                    continue
+                if not isinstance(md, MemoryDesc) or md.is_zero():
+                    raise invalid_arguments(f"matmul: {_NAMES[arg]}_desc must be a memory.desc, "
+                                            f"got {md!r}")
+            if descs[ARG_BIAS] is not None and descs[ARG_BIAS].is_zero():
+                descs[ARG_BIAS] = None
+            src, wei, dst = descs[ARG_SRC], descs[ARG_WEIGHTS], descs[ARG_DST]
+            nd = len(dst.dims)
+            for arg, md in descs.items():
+                if md is not None and len(md.dims) != nd:
+                    raise invalid_arguments(
+                        f"matmul: {_NAMES[arg]}_desc has {len(md.dims)} dimensions, dst "
+                        f"{nd}; every tensor must have as many (2 to 12)")
+            if not 2 <= nd <= 12:
+                raise invalid_arguments(f"matmul: tensors must have 2 to 12 dimensions, got {nd}")
+            M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
+            if wei.dims[-2] != K:
+                raise invalid_arguments(f"matmul: weights_desc has K = {wei.dims[-2]} rows, src "
+                                        f"K = {K} columns; they must agree")
+            if tuple(dst.dims[-2:]) != (M, N):
+                raise invalid_arguments(f"matmul: dst_desc ends in {list(dst.dims[-2:])}, "
+                                        f"expected [M, N] = [{M}, {N}]")
+            for i in range(nd - 2):
+                for arg in (ARG_SRC, ARG_WEIGHTS):
+                    d = descs[arg].dims[i]
+                    if d not in (1, dst.dims[i]):
+                        raise invalid_arguments(
+                            f"matmul: {_NAMES[arg]}_desc batch dimension {i} is {d}; it must "
+                            f"be 1 or dst's {dst.dims[i]}")
+            b = descs[ARG_BIAS]
+            if b is not None and any(bd not in (1, dd) for bd, dd in zip(b.dims, dst.dims)):
+                raise invalid_arguments(f"matmul: bias_desc dims {list(b.dims)} must be 1 or "
+                                        f"dst's {list(dst.dims)} in every dimension")
+            for arg, md in descs.items():
+                if md is not None and md.data_type not in (data_type.f32, data_type.undef):
+                    raise unimplemented(f"matmul: {_NAMES[arg]} data type "
+                                        f"{md.data_type.name}; only f32 is implemented")
+            if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
+                raise unimplemented("matmul: post-ops, scales and zero points are not "
+                                    "implemented yet")
+            for arg, md in descs.items():
+                if md is None:
+                    continue
+                md = _plain(md) if md.is_any() else md
+                if md.data_type == data_type.undef:
+                    md = md.with_data_type(data_type.f32)
+                _matrix(md, _NAMES[arg])  # unimplemented layouts fail here, not at creation
+                self._args[arg] = ArgSpec(md, arg == ARG_DST)
+            self._impl = "gemm:runtime"
+            self._info = f"{list(src.dims)}x{list(wei.dims)}"
+            self._finish_scratchpad(0)
+
+    def _create(self) -> None:
+        pd = self._pd
+        md = {arg: spec.md for arg, spec in pd._args.items()}
+        src, wei, dst = md[ARG_SRC], md[ARG_WEIGHTS], md[ARG_DST]
+        plan = self._plan = Plan(pd.get_engine(), "matmul")
+        batch = tuple(dst.dims[:-2])
+        M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
+        bias = md.get(ARG_BIAS)
+        if bias is not None:  # dst = broadcast bias, then the GEMMs add onto it
+            # a stride-0 view (no memory.desc: its elements overlap)
+            view = (bias.offset0, tuple((1, 0 if bd == 1 else st, ())
+                                        for bd, st in zip(bias.dims, bias.strides)))
+            plan.reorder(ReorderProblem.f32(dst.dims, view, bias.nelems_physical(),
+                                            layout_of(dst), dst.nelems_physical()),
+                         Ref(ARG_BIAS), Ref(ARG_DST))
+        ta, lda = _matrix(src, "src")
+        tb, ldb = _matrix(wei, "weights")
+        tc, ldc = _matrix(dst, "dst")
+        if tc:  # C^T = B^T A^T: a transposed dst is a row-major product with the roles swapped
+            shape = GemmShape(m=N, n=M, k=K, lda=ldb, ldb=lda, ldc=ldc, trans_a=not tb,
+                              trans_b=not ta, beta=1.0 if bias is not None else 0.0)
+            first, second = (ARG_WEIGHTS, wei), (ARG_SRC, src)
+        else:
+            shape = GemmShape(m=M, n=N, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_a=ta, trans_b=tb,
+                              beta=1.0 if bias is not None else 0.0)
+            first, second = (ARG_SRC, src), (ARG_WEIGHTS, wei)
+        count = math.prod(batch)
+        strides = [_batch_stride(x, batch) for x in (first[1], second[1], dst)]
+        a0, b0, c0 = first[1].offset0, second[1].offset0, dst.offset0
+        if count == 1 or None not in strides:
+            if count == 1:
+                plan.gemm(shape, Ref(first[0]), a0, Ref(second[0]), b0, Ref(ARG_DST), c0)
+            else:
+                plan.gemm_batched(shape, count, *strides, Ref(first[0]), a0, Ref(second[0]),
+                                  b0, Ref(ARG_DST), c0)
+            return
+        for t in range(count):  # batch dims that fold into no single stride
+            idx, r = [], t
+            for d in reversed(batch):
+                idx.append(r % d)
+                r //= d
+            idx.reverse()
+
+            def off(x, idx=idx):
+                return x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
+                                       for j, i in enumerate(idx))
+            plan.gemm(shape, Ref(first[0]), off(first[1]), Ref(second[0]), off(second[1]),
+                      Ref(ARG_DST), off(dst))
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)

@@ -1,0 +1,116 @@
+"""The matmul primitive against the float64 numpy reference and ONNX's reference evaluator:
+2-D and batched, transposed layouts, broadcast batch dimensions and bias, ``format_tag.any``,
+and errors that name the argument."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.reference.matmul import matmul as ref_matmul
+
+dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+
+
+def _run(engine, stream, a, b, bias=None, a_tag=None, b_tag=None, dst_tag=None):
+    nd = a.ndim
+    plain = "abcdefghijkl"[:nd]
+    a_md = dnnl.memory.desc(list(a.shape), dt.f32, a_tag or plain)
+    b_md = dnnl.memory.desc(list(b.shape), dt.f32, b_tag or plain)
+    out_shape = list(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + [a.shape[-2],
+                                                                        b.shape[-1]]
+    d_md = dnnl.memory.desc(out_shape, dt.f32, dst_tag or tag.any)
+    bias_md = None if bias is None else dnnl.memory.desc(list(bias.shape), dt.f32, plain)
+    pd = (dnnl.matmul.primitive_desc(engine, a_md, b_md, d_md) if bias is None else
+          dnnl.matmul.primitive_desc(engine, a_md, b_md, bias_md, d_md))
+    mems = {dnnl.ARG_SRC: dnnl.memory(a_md, engine), dnnl.ARG_WEIGHTS: dnnl.memory(b_md, engine),
+            dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
+    mems[dnnl.ARG_SRC].write(a)
+    mems[dnnl.ARG_WEIGHTS].write(b)
+    if bias is not None:
+        mems[dnnl.ARG_BIAS] = dnnl.memory(bias_md, engine, bias)
+    dnnl.matmul(pd).execute(stream, mems)
+    stream.wait()
+    return mems[dnnl.ARG_DST].to_numpy()
+
+
+CASES = {
+    "2d": ((5, 7), (7, 3), None, None, None),
+    "2d_bias": ((5, 7), (7, 3), (1, 3), None, None),
+    "a_transposed": ((6, 9), (9, 4), None, "ba", None),
+    "b_transposed": ((6, 9), (9, 4), (6, 4), None, "ba"),
+    "both_transposed_dst_transposed": ((3, 8), (8, 5), None, "ba", "ba"),
+    "batched": ((4, 5, 6), (4, 6, 7), (4, 1, 7), None, None),
+    "broadcast_weights": ((3, 5, 6), (1, 6, 2), (1, 1, 2), None, None),
+    "broadcast_src": ((1, 5, 6), (3, 6, 2), None, None, None),
+    "4d_mixed_broadcast": ((2, 1, 4, 3), (1, 3, 3, 5), (2, 3, 1, 5), None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_reference(engine, stream, name):
+    a_shape, b_shape, bias_shape, a_tag, b_tag = CASES[name]
+    dst_tag = None
+    if name == "both_transposed_dst_transposed":
+        a_tag, b_tag, dst_tag = "ba", "ba", "ba"
+    rng = np.random.default_rng(len(name))
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    bias = None if bias_shape is None else rng.standard_normal(bias_shape).astype(np.float32)
+    got = _run(engine, stream, a, b, bias, a_tag, b_tag, dst_tag)
+    want = ref_matmul(a, b, bias)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_matches_onnx_reference_evaluator(engine, stream):
+    """MatMul as ONNX's own reference evaluator computes it (numpy broadcasting rules)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((1, 3, 5, 6)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])], "mm",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, a.shape),
+         helper.make_tensor_value_info("B", TensorProto.FLOAT, b.shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, (2, 3, 4, 6))])
+    model = helper.make_model(graph)
+    onnx.checker.check_model(model)
+    (want,) = ReferenceEvaluator(model).run(None, {"A": a, "B": b})
+    got = _run(engine, stream, a, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_any_resolves_to_row_major(cpu_engine):
+    md = dnnl.memory.desc([2, 3, 4], dt.f32, tag.any)
+    pd = dnnl.matmul.primitive_desc(cpu_engine, dnnl.memory.desc([2, 3, 5], dt.f32, tag.abc),
+                                    dnnl.memory.desc([2, 5, 4], dt.f32, tag.abc), md)
+    assert pd.dst_desc() == dnnl.memory.desc([2, 3, 4], dt.f32, tag.abc)
+    assert pd.weights_desc() == dnnl.memory.desc([2, 5, 4], dt.f32, tag.abc)
+    assert pd.query_md(dnnl.query.exec_arg_md, dnnl.ARG_BIAS).is_zero()
+
+
+@pytest.mark.parametrize("shapes,match", [
+    (([2, 3], [4, 5], [2, 5]), "weights_desc has K = 4 rows, src K = 3"),
+    (([2, 3], [3, 5], [2, 6]), r"dst_desc ends in \[2, 6\], expected \[M, N\] = \[2, 5\]"),
+    (([2, 2, 3], [3, 3, 5], [2, 2, 5]), "weights_desc batch dimension 0 is 3"),
+    (([2, 3], [3, 5, 1], [2, 5]), "weights_desc has 3 dimensions, dst 2"),
+])
+def test_shape_errors_name_the_argument(cpu_engine, shapes, match):
+    s, w, d = (dnnl.memory.desc(x, dt.f32, "abc"[:len(x)]) for x in shapes)
+    with pytest.raises(dnnl.invalid_arguments, match=match):
+        dnnl.matmul.primitive_desc(cpu_engine, s, w, d)
+
+
+def test_bias_and_type_errors(cpu_engine):
+    s = dnnl.memory.desc([2, 3], dt.f32, tag.ab)
+    w = dnnl.memory.desc([3, 5], dt.f32, tag.ab)
+    d = dnnl.memory.desc([2, 5], dt.f32, tag.ab)
+    with pytest.raises(dnnl.invalid_arguments, match=r"bias_desc dims \[2, 4\]"):
+        dnnl.matmul.primitive_desc(cpu_engine, s, w, dnnl.memory.desc([2, 4], dt.f32, tag.ab), d)
+    with pytest.raises(dnnl.unimplemented, match="src data type s8"):
+        dnnl.matmul.primitive_desc(cpu_engine, dnnl.memory.desc([2, 3], dt.s8, tag.ab), w, d)
+    with pytest.raises(dnnl.invalid_arguments, match="matmul.primitive_desc"):
+        dnnl.matmul.primitive_desc(cpu_engine, s, w)
