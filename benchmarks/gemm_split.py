@@ -8,8 +8,6 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 import pydnnl as dnnl
 from pydnnl.benchdnn.gemm import parse
 from pydnnl.runtime import gemm as matmul

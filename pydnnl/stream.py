@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import enum
 
-from .engine import _cl, engine as _engine
+from .engine import _cl
+from .engine import engine as _engine
 from .error import invalid_arguments
 
 

@@ -55,10 +55,10 @@ def _expand(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     import pydnnl as dnnl
 
+    from ..error import invalid_arguments
     from . import conv as conv_drv
     from . import gemm as gemm_drv
     from . import rnn as rnn_drv
-    from ..error import invalid_arguments
 
     argv = _expand(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_conv(eng, text, o, overrides, mode, compare, min_seconds) -> int:
+    from ..error import invalid_arguments
     from . import conv as conv_drv
     from .conv_problem import parse_conv_problem
-    from ..error import invalid_arguments
 
     if mode not in ("P", "C"):
         raise SystemExit(f"--mode: expected P or C, got {mode}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import pydnnl as dnnl
+
 from ..constants import arg_name
 from ..error import invalid_arguments, runtime_error, unimplemented
 from ..primitives.conv.solvers import solvers

@@ -6,6 +6,7 @@ import time
 import numpy as np
 
 import pydnnl as dnnl
+
 from ..runtime.gemm import GemmShape, get_gemm
 
 

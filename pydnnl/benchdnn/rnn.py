@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 import pydnnl as dnnl
+
 from ..cells import get_cell
 
 ALGS = {"VANILLA_RNN": ("vanilla_rnn", "vanilla_rnn_forward"),

@@ -88,9 +88,8 @@ _Typed = None
 def register_helpers(tu, helpers):
     """Add helper definitions to ``tu`` and make their names callable with fixed types."""
     import loopy as lp
-    from loopy.types import NumpyType
-
     from constantdict import constantdict
+    from loopy.types import NumpyType
 
     preamble = []
     for name, code, argt, rest in helpers:

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conv_common import INDEX_DTYPE, apply_postops, decompose, finish, make_args, offset, split_fast
+from .conv_common import (
+    INDEX_DTYPE,
+    apply_postops,
+    decompose,
+    finish,
+    make_args,
+    offset,
+    split_fast,
+)
 
 
 @dataclass(frozen=True)

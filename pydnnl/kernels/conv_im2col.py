@@ -17,12 +17,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 import numpy as np
 
-from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, clamped_positions,
-                          decompose, domain, finish, grid, guarded_load, make_args, offset,
-                          output_positions, prod, split_fast, tag_grid)
+from .conv_common import (
+    INDEX_DTYPE,
+    apply_postops,
+    bounds_condition,
+    clamped_positions,
+    decompose,
+    domain,
+    finish,
+    grid,
+    guarded_load,
+    make_args,
+    offset,
+    output_positions,
+    prod,
+    split_fast,
+    tag_grid,
+)
 
 
 def _storage_order(layout: tuple, sizes=None) -> list[int]:
@@ -188,9 +201,9 @@ class Col2ImProblem:
 
 def build_col2im(p: Col2ImProblem):
     import loopy as lp
+    from loopy.symbolic import Reduction
     from pymbolic import var
     from pymbolic.primitives import FloorDiv, If, Remainder
-    from loopy.symbolic import Reduction
 
     nsp = len(p.kernel)
     sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
@@ -311,9 +324,9 @@ class BiasGradProblem:
 
 def build_bias_grad(p: BiasGradProblem):
     import loopy as lp
+    from loopy.symbolic import Reduction
     from pymbolic import var
     from pymbolic.primitives import Comparison
-    from loopy.symbolic import Reduction
 
     NP = p.mb * prod(p.sp)
     L = max(1, min(p.wg, NP))
@@ -351,8 +364,8 @@ class SplitKReduceProblem:
 
 def build_splitk_reduce(p: SplitKReduceProblem):
     import loopy as lp
-    from pymbolic import var
     from loopy.symbolic import Reduction
+    from pymbolic import var
 
     i, j, t = var("i"), var("j"), var("t")
     part = var("part")[var("part_off") + (t * p.m + i) * p.n + j]

@@ -30,8 +30,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conv_common import (INDEX_DTYPE, apply_postops, decompose, finish, grid, make_args,
-                          offset, prod, tag_grid)
+from .conv_common import (
+    INDEX_DTYPE,
+    apply_postops,
+    decompose,
+    finish,
+    grid,
+    make_args,
+    offset,
+    prod,
+    tag_grid,
+)
 
 # how register-tile loops are unrolled: #pragma unroll hints (loopy's own unrolling costs
 # seconds of code generation per kernel)
@@ -404,7 +413,7 @@ def build_wei_pack(p: WeiPackProblem):
 def build_igemm_wei(p: IgemmWeiProblem):
     """loopy TranslationUnit of the backward-weights kernel (arguments src, dst, and wei or
     part)."""
-    from pymbolic.primitives import If, Comparison
+    from pymbolic.primitives import Comparison, If
 
     nsp = len(p.kernel)
     V = _var

@@ -17,9 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conv_common import (INDEX_DTYPE, apply_postops, bounds_condition, decompose, finish,
-                          guarded_load,
-                          make_args, offset, split_fast)
+from .conv_common import (
+    INDEX_DTYPE,
+    apply_postops,
+    bounds_condition,
+    decompose,
+    finish,
+    guarded_load,
+    make_args,
+    offset,
+    split_fast,
+)
 
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G_ = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))

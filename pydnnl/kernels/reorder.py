@@ -85,7 +85,7 @@ def _masked_index(mask: int, dims, idx):
 def _pick_local_dim(p: ReorderProblem) -> int:
     """The dim with the smallest dst stride: consecutive work-items write consecutive elements."""
     best, best_stride = len(p.dims) - 1, None
-    for d, (blk, stride, inner) in enumerate(p.dst_layout[1]):
+    for d, (_blk, stride, inner) in enumerate(p.dst_layout[1]):
         if p.dims[d] == 1:
             continue
         s = min([t[2] for t in inner] + [stride]) if inner else stride

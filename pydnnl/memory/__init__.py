@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import _cl, engine as _engine
+from ..engine import _cl
+from ..engine import engine as _engine
 from ..error import invalid_arguments
 from .data_types import data_type, from_storage, to_storage
 from .desc import MemoryDesc, format_kind

@@ -13,7 +13,6 @@ from collections import defaultdict
 
 from ..error import out_of_memory
 
-
 # context -> streams alive on it
 _LIVE_STREAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -154,7 +154,7 @@ class reorder(primitive):
         dst = args[ARG_TO]
         tmp = memory(self._pd._args[ARG_TO].md, src_eng)
         ss = s if s.get_engine() == src_eng else _stream(src_eng)
-        self._plan.execute(ss, dict(args, **{ARG_TO: tmp}))
+        self._plan.execute(ss, {**args, ARG_TO: tmp})
         ss.wait()
         raw = tmp.read_raw()
         md = self._pd._args[ARG_TO].md

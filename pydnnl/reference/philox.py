@@ -34,8 +34,16 @@ import numbers
 import numpy as np
 
 from ..error import invalid_arguments
-from ..philox import (PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, check_probability,  # noqa: F401
-                      check_u64, dropout_scale, dropout_threshold)
+from ..philox import (  # noqa: F401
+    PHILOX_M0,
+    PHILOX_M1,
+    PHILOX_W0,
+    PHILOX_W1,
+    check_probability,
+    check_u64,
+    dropout_scale,
+    dropout_threshold,
+)
 
 _M32 = np.uint64(0xFFFFFFFF)
 

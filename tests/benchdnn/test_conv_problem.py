@@ -6,8 +6,12 @@ import os
 
 import pytest
 
-from pydnnl.benchdnn.conv_problem import (ConvProblem, parse_batch_text, parse_conv_problem,
-                                          read_batch)
+from pydnnl.benchdnn.conv_problem import (
+    ConvProblem,
+    parse_batch_text,
+    parse_conv_problem,
+    read_batch,
+)
 from pydnnl.conv_shapes import conv_output_dims
 from pydnnl.error import invalid_arguments
 

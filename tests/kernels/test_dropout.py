@@ -5,7 +5,6 @@ the Oclgrind simulator."""
 from __future__ import annotations
 
 import pathlib
-
 import sys
 
 import numpy as np
@@ -14,8 +13,8 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.error import invalid_arguments
-from pydnnl.runtime.dropout import get_dropout, get_dropout_bwd
 from pydnnl.reference.philox import dropout_keep, dropout_scale, dropout_words
+from pydnnl.runtime.dropout import get_dropout, get_dropout_bwd
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402

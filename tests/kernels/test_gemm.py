@@ -5,7 +5,6 @@ parameter helpers, and one run under the Oclgrind simulator for invalid memory a
 from __future__ import annotations
 
 import pathlib
-
 import sys
 
 import numpy as np

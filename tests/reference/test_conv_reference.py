@@ -22,13 +22,26 @@ import sys
 import numpy as np
 import pytest
 
-from pydnnl.conv_shapes import (conv_output_dims, deconv_output_dims, kernel_extent,
-                                miopen_forward_output_dim, miopen_forward_output_dim_nd,
-                                validate_conv)
+from pydnnl.conv_shapes import (
+    conv_output_dims,
+    deconv_output_dims,
+    kernel_extent,
+    miopen_forward_output_dim,
+    miopen_forward_output_dim_nd,
+    validate_conv,
+)
 from pydnnl.error import invalid_arguments
-from pydnnl.reference.conv import (apply_post_ops, conv_backward_data, conv_backward_weights,
-                                   conv_forward, deconv_backward_data, deconv_backward_weights,
-                                   deconv_forward, deconv_weights_from_io, deconv_weights_to_io)
+from pydnnl.reference.conv import (
+    apply_post_ops,
+    conv_backward_data,
+    conv_backward_weights,
+    conv_forward,
+    deconv_backward_data,
+    deconv_backward_weights,
+    deconv_forward,
+    deconv_weights_from_io,
+    deconv_weights_to_io,
+)
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

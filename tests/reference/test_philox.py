@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 
 from pydnnl.error import invalid_arguments
-from pydnnl.reference.philox import (dropout_backward, dropout_forward, dropout_keep,
-                                     dropout_scale, dropout_scales, dropout_threshold,
-                                     dropout_words, philox4x32)
+from pydnnl.reference.philox import (
+    dropout_backward,
+    dropout_forward,
+    dropout_keep,
+    dropout_scale,
+    dropout_scales,
+    dropout_threshold,
+    dropout_words,
+    philox4x32,
+)
 
 # Known answers of Philox4x32-R: name, rounds, counter[4], key[2], expected[4].
 # The first six lines are tests/kat_vectors lines 24-29 of github.com/DEShawResearch/random123

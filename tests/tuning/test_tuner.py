@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import pydnnl as dnnl
-from pydnnl.runtime.kernel_cache import get_kernel
 from pydnnl.kernels.reorder import ReorderProblem, build_reorder, layout_of
+from pydnnl.runtime.kernel_cache import get_kernel
 from pydnnl.tuning import PerfDB, choose, search
 
 

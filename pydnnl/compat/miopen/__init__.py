@@ -11,10 +11,10 @@ Same names and argument order as MIOpen; output pointers are returned instead of
 failures raise :class:`MIOpenError` carrying MIOpen's ``miopenStatus_t``. See
 ``docs/compat_miopen.md``.
 """
+from . import _common, _conv, _enums, _rnn
 from ._common import *  # noqa: F401,F403
 from ._conv import *  # noqa: F401,F403
 from ._enums import *  # noqa: F401,F403
 from ._rnn import *  # noqa: F401,F403
-from . import _common, _conv, _enums, _rnn
 
 __all__ = [*_enums.__all__, *_common.__all__, *_conv.__all__, *_rnn.__all__]

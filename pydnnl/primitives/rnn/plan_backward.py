@@ -212,7 +212,7 @@ class BackwardPlan(PlanBuilder):
 
         # -- diff weights: the user's buffers, or staged copies (accumulation needs the old values)
         self.dw: dict[str, tuple[Ref, int]] = {}
-        for dname, (arg, fname) in _DIFF_W.items():
+        for dname, (arg, _fname) in _DIFF_W.items():
             if not _present(pd, dname):
                 continue
             md = pd._descs[dname]
@@ -441,7 +441,8 @@ class BackwardPlan(PlanBuilder):
                 "rh_off": (sc["rh"] + t * N * DHC) if "rh" in sc else 0,
                 "carry_off": sc["carry"] if "carry" in sc else 0,
             }
-            for k_st, (st, kern, bufs, to_src, g0, ng) in reversed(list(enumerate(self.stage_kernels))):
+            for k_st, (st, kern, _bufs, to_src, g0, _ng) in reversed(
+                    list(enumerate(self.stage_kernels))):
                 self.plan.launch(kern, rows=self.rows_at(t), **vals)
                 ut_ref, ut_base, ut_step = self.wsrc[f"dh{k_st}"]
                 target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt

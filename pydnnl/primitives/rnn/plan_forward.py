@@ -89,7 +89,7 @@ def scratch_regions(pd) -> Regions:
     s = pd.shape
     r = Regions()
     if not pd.training:
-        for name, off in pd.ws_regions.offsets.items():
+        for name, _off in pd.ws_regions.offsets.items():
             r.add("st_" + name, pd.ws_regions.sizes[name])
     if s.ext.seq_lengths is None:
         r.add("gx", s.T * s.N * s.G * s.DHC)

@@ -79,9 +79,13 @@ def _present(md: MemoryDesc | None) -> bool:
     return md is not None and not md.is_zero()
 
 
+# the default of check_shapes (rnn_extensions is frozen: one shared instance)
+_NO_EXTENSIONS = rnn_extensions()
+
+
 def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, descs: dict,
                  activation: str = "tanh", alpha: float = 0.0, kind: str = "rnn",
-                 ext: rnn_extensions = rnn_extensions()) -> RnnShape:
+                 ext: rnn_extensions = _NO_EXTENSIONS) -> RnnShape:
     """Validate the forward descs of one RNN problem; return its sizes.
 
     ``descs`` maps :data:`DESC_NAMES` to memory descs or None. Raises ``invalid_arguments``

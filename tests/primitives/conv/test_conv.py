@@ -13,14 +13,20 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from test_conv_helpers import F32, MD, Case, assert_close, post_ops_attr, run_op  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.conv_shapes import ConvGeometry  # noqa: E402
 from pydnnl.error import error, invalid_arguments, unimplemented  # noqa: E402
-from pydnnl.primitives.conv import (ConvFindResult, convolution_backward_data,  # noqa: E402
-                                    convolution_backward_weights, convolution_forward,
-                                    deconvolution_backward_data, deconvolution_forward)
+from pydnnl.primitives.conv import (  # noqa: E402
+    ConvFindResult,
+    convolution_backward_data,
+    convolution_backward_weights,
+    convolution_forward,
+    deconvolution_backward_data,
+    deconvolution_forward,
+)
 from pydnnl.reference import conv as R  # noqa: E402
-from test_conv_helpers import F32, MD, Case, assert_close, post_ops_attr, run_op  # noqa: E402
 
 FWD = dnnl.prop_kind.forward_training
 AUTO, DIRECT, WINO = (dnnl.algorithm.convolution_auto, dnnl.algorithm.convolution_direct,

@@ -19,13 +19,14 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from test_conv_helpers import Case, act_tag, assert_close, post_ops_attr, run_op  # noqa: E402
+from test_conv_solvers import CASES, DIRS  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.conv_shapes import ConvGeometry  # noqa: E402
 from pydnnl.kernels.conv_fft import fft_factors, good_length  # noqa: E402
 from pydnnl.primitives.conv.solvers import get_solver  # noqa: E402
 from pydnnl.primitives.conv.solvers.fft import lengths  # noqa: E402
-from test_conv_helpers import Case, act_tag, assert_close, post_ops_attr, run_op  # noqa: E402
-from test_conv_solvers import CASES, DIRS  # noqa: E402
 
 SOLVER = "fft"
 RTOL = 2e-5

@@ -12,9 +12,14 @@ import numpy as np
 
 import pydnnl as dnnl
 from pydnnl.conv_shapes import validate_conv
-from pydnnl.primitives.conv import (convolution_backward_data, convolution_backward_weights,
-                                    convolution_forward, deconvolution_backward_data,
-                                    deconvolution_backward_weights, deconvolution_forward)
+from pydnnl.primitives.conv import (
+    convolution_backward_data,
+    convolution_backward_weights,
+    convolution_forward,
+    deconvolution_backward_data,
+    deconvolution_backward_weights,
+    deconvolution_forward,
+)
 from pydnnl.reference import conv as R
 
 F32 = dnnl.memory.data_type.f32

@@ -15,11 +15,12 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from test_conv_helpers import Case, act_tag, assert_close, post_ops_attr, run_op  # noqa: E402
+from test_conv_solvers import CASES, DECONV_CASES, DIRS  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.error import invalid_arguments  # noqa: E402
 from pydnnl.primitives.conv.solvers import get_solver  # noqa: E402
-from test_conv_helpers import Case, act_tag, assert_close, post_ops_attr, run_op  # noqa: E402
-from test_conv_solvers import CASES, DECONV_CASES, DIRS  # noqa: E402
 
 SOLVER = "implicit_gemm"
 

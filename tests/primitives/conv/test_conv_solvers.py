@@ -14,8 +14,9 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import pydnnl as dnnl  # noqa: E402
 from test_conv_helpers import Case, assert_close, run_op  # noqa: E402
+
+import pydnnl as dnnl  # noqa: E402
 
 
 def _sweep() -> list[Case]:

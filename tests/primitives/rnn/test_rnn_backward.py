@@ -18,12 +18,38 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_bwd_helpers import (  # noqa: E402
+    AUGRU,
+    DIFF,
+    DIFF_OUTPUTS,
+    DIFF_WEIGHTS,
+    DIRECTIONS,
+    FWD,
+    NON_AUGRU,
+    OVERWRITE,
+    SENTINEL,
+    arrays,
+    assert_close,
+    bwd_pd,
+    diff_descs,
+    dims_of,
+    fd_check,
+    fwd_descs,
+    fwd_pd,
+    gradients,
+    md,
+    pack,
+    problem,
+    read_raw,
+    ref_gradients,
+    run_backward,
+    run_forward,
+    tag,
+    unpack,
+    write_raw,
+)
+
 import pydnnl as dnnl  # noqa: E402
-from rnn_bwd_helpers import (AUGRU, DIFF, DIFF_OUTPUTS, DIFF_WEIGHTS,  # noqa: E402
-                             DIRECTIONS, FWD, NON_AUGRU, OVERWRITE, SENTINEL, arrays,
-                             assert_close, bwd_pd, diff_descs, dims_of, fd_check, fwd_descs,
-                             fwd_pd, gradients, md, pack, problem, read_raw, ref_gradients,
-                             run_backward, run_forward, unpack, write_raw, tag)
 
 # --------------------------------------------------------------------------------------------
 # 1. the whole matrix: analytic reference and finite differences

@@ -11,10 +11,25 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_bwd_helpers import (  # noqa: E402
+    CELLS,
+    DIFF,
+    FWD,
+    OVERWRITE,
+    SENTINEL,
+    arrays,
+    bwd_pd,
+    diff_descs,
+    diff_memories,
+    dims_of,
+    fwd_descs,
+    fwd_pd,
+    md,
+    problem,
+    run_forward,
+)
+
 import pydnnl as dnnl  # noqa: E402
-from rnn_bwd_helpers import (CELLS, DIFF, FWD, OVERWRITE, SENTINEL,  # noqa: E402
-                             arrays, bwd_pd, diff_descs, diff_memories, dims_of, fwd_descs,
-                             fwd_pd, md, problem, run_forward)
 
 dt = dnnl.memory.data_type
 BASE = {

@@ -12,9 +12,23 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_helpers import (  # noqa: E402
+    CONFIGS,
+    DESCS,
+    F32,
+    all_engines,
+    dims_of,
+    dt,
+    head,
+    input_memories,
+    make_descs,
+    make_pd,
+    problem,
+    signature,
+    tag,
+)
+
 import pydnnl as dnnl  # noqa: E402
-from rnn_helpers import (CONFIGS, DESCS, F32, all_engines, dims_of, dt, head,  # noqa: E402
-                         input_memories, make_descs, make_pd, problem, signature, tag)
 
 FWD_INF = "forward_inference"
 

@@ -156,7 +156,7 @@ def _per_sequence(p: Problem, a: dict, dd: dict, lens) -> tuple[dict, dict]:
                                              "weights_layer", "weights_iter", "bias") if n in dims}
     cell = CELLS[p.cell][2]
     for n, ln in enumerate(lens):
-        def one(x):
+        def one(x, n=n):
             return None if x is None else x[:, :, n:n + 1]
         y, hy, cy, cache = rnn_forward(cell, a["src_layer"][:ln, n:n + 1], one(a["src_iter"]),
                                        one(a.get("src_iter_c")), a["weights_layer"],

@@ -14,12 +14,33 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_helpers import (  # noqa: E402
+    ARRAY_OF,
+    AUGRU,
+    CONFIGS,
+    DESCS,
+    DIRECTIONS,
+    F32,
+    INPUTS,
+    NON_AUGRU,
+    OUTPUTS,
+    PROPS,
+    arrays,
+    check_outputs,
+    dims_of,
+    execute,
+    input_memories,
+    make_descs,
+    make_pd,
+    present,
+    problem,
+    reference,
+    signature,
+    tag,
+)
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.reference.rnn import rnn_forward  # noqa: E402
-from rnn_helpers import (ARRAY_OF, AUGRU, CONFIGS, DESCS, DIRECTIONS, F32, INPUTS,  # noqa: E402
-                         NON_AUGRU, OUTPUTS, PROPS, arrays, check_outputs, dims_of, execute,
-                         input_memories, make_descs, make_pd, present, problem, reference,
-                         signature, tag)
 
 
 def _check_workspace(pd, prop: str) -> None:

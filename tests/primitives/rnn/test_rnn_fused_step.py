@@ -12,9 +12,10 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_ext_helpers import Problem, assert_close, run  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.primitives.rnn import plan_forward  # noqa: E402
-from rnn_ext_helpers import Problem, assert_close, run  # noqa: E402
 
 INFER = dnnl.prop_kind.forward_inference
 TRAIN = dnnl.prop_kind.forward_training

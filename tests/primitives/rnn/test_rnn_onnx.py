@@ -21,9 +21,10 @@ from onnx.reference import ReferenceEvaluator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_helpers import ACT_ALG, F32, assert_close, stable_seed, tag  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.reference import onnx_convert as oc  # noqa: E402
-from rnn_helpers import ACT_ALG, F32, assert_close, stable_seed, tag  # noqa: E402
 
 _CLS = {"vanilla_lstm": dnnl.lstm_forward, "vanilla_gru": dnnl.gru_forward,
         "lbr_gru": dnnl.lbr_gru_forward, "vanilla_rnn": dnnl.vanilla_rnn_forward}

@@ -12,11 +12,20 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from rnn_bwd_helpers import (  # noqa: E402
+    assert_close,
+    bwd_pd,
+    fwd_pd,
+    gradients,
+    problem,
+    ref_gradients,
+    run_backward,
+    run_forward,
+)
+
+from pydnnl.primitives.rnn import plan_forward  # noqa: E402
 from pydnnl.runtime import gemm as matmul  # noqa: E402
 from pydnnl.runtime.heuristics import gemm as rules  # noqa: E402
-from pydnnl.primitives.rnn import plan_forward  # noqa: E402
-from rnn_bwd_helpers import (assert_close, bwd_pd, fwd_pd, gradients, problem,  # noqa: E402
-                             ref_gradients, run_backward, run_forward)
 
 
 @pytest.fixture
