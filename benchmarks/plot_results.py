@@ -28,7 +28,8 @@ def read_perf(path: str) -> list[tuple[str, float]]:
             name += " fwd+bwd"
         if "--seq-lengths" in opts:
             name += " (lengths)"
-        ratio = next(float(f.split("=")[1].rstrip("x")) for f in fields if f.startswith("speed_vs_"))
+        ratio = next(float(f.split("=")[1].rstrip("x")) for f in fields
+                     if f.startswith("speed_vs_"))
         out.append((name, ratio))
     return out
 

@@ -37,7 +37,8 @@ class post_ops:
         op = self._ops[index]
         return "sum" if isinstance(op, _sum_op) else "eltwise"
 
-    def append_sum(self, scale: float = 1.0, zero_point: int = 0, data_type=data_type.undef) -> None:
+    def append_sum(self, scale: float = 1.0, zero_point: int = 0,
+                   data_type=data_type.undef) -> None:
         """dst = scale * (dst_before - zero_point) + result (``dnnl::post_ops::append_sum``)."""
         self._ops.append(_sum_op(float(scale), int(zero_point), as_data_type(data_type)))
 
@@ -89,7 +90,8 @@ class primitive_attr:
         try:
             self._scratchpad_mode = scratchpad_mode(mode)
         except ValueError:
-            raise invalid_arguments(f"primitive_attr.set_scratchpad_mode: unknown mode {mode!r}") from None
+            raise invalid_arguments(
+                f"primitive_attr.set_scratchpad_mode: unknown mode {mode!r}") from None
 
     def get_scratchpad_mode(self) -> scratchpad_mode:
         return self._scratchpad_mode
@@ -117,7 +119,8 @@ class primitive_attr:
 
     def set_post_ops(self, ops: post_ops) -> None:
         if not isinstance(ops, post_ops):
-            raise invalid_arguments(f"primitive_attr.set_post_ops: expected post_ops, got {type(ops).__name__}")
+            raise invalid_arguments(
+                f"primitive_attr.set_post_ops: expected post_ops, got {type(ops).__name__}")
         self._post_ops = ops
 
     def get_post_ops(self) -> post_ops:
@@ -132,7 +135,8 @@ class primitive_attr:
 
     def set_rnn_weights_projection_qparams(self, mask: int, scales) -> None:
         self._rnn_weights_projection_qparams = (
-            _check_mask(mask, "set_rnn_weights_projection_qparams"), tuple(float(s) for s in scales))
+            _check_mask(mask, "set_rnn_weights_projection_qparams"),
+            tuple(float(s) for s in scales))
 
     def get_rnn_data_qparams(self):
         return self._rnn_data_qparams

@@ -206,7 +206,8 @@ def arg_name(arg: int) -> str:
         _ARG_NAMES.update(_arg_names())
     if arg in _ARG_NAMES:
         return _ARG_NAMES[arg]
-    for flag, name in ((ARG_ATTR_SCALES, "ARG_ATTR_SCALES"), (ARG_ATTR_ZERO_POINTS, "ARG_ATTR_ZERO_POINTS")):
+    for flag, name in ((ARG_ATTR_SCALES, "ARG_ATTR_SCALES"),
+                       (ARG_ATTR_ZERO_POINTS, "ARG_ATTR_ZERO_POINTS")):
         if isinstance(arg, int) and arg & flag and (arg & ~flag) in _ARG_NAMES:
             return f"{name}|{_ARG_NAMES[arg & ~flag]}"
     return f"ARG({arg})"

@@ -281,7 +281,8 @@ class engine:
         try:
             kind = engine.kind(kind)
         except ValueError:
-            raise invalid_arguments(f"engine: kind must be engine.kind.cpu/gpu/any, got {kind!r}") from None
+            raise invalid_arguments(
+                f"engine: kind must be engine.kind.cpu/gpu/any, got {kind!r}") from None
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise invalid_arguments(f"engine: index must be a non-negative int, got {index!r}")
         ov = _override()

@@ -24,19 +24,22 @@ class stream:
 
     def __init__(self, engine: _engine, flags: "stream.flags" = 0x1):
         if not isinstance(engine, _engine):
-            raise invalid_arguments(f"stream: engine must be a pydnnl.engine, got {type(engine).__name__}")
+            raise invalid_arguments(
+                f"stream: engine must be a pydnnl.engine, got {type(engine).__name__}")
         try:
             flags = stream.flags(int(flags))
             if int(flags) & ~0x7:  # IntFlag keeps unknown bits instead of rejecting them
                 raise ValueError
         except (ValueError, TypeError):
-            raise invalid_arguments(f"stream: flags must be stream.flags values, got {flags!r}") from None
+            raise invalid_arguments(
+                f"stream: flags must be stream.flags values, got {flags!r}") from None
         if flags & stream.flags.in_order and flags & stream.flags.out_of_order:
             raise invalid_arguments("stream: flags in_order and out_of_order exclude each other")
         cl = _cl()
         props = 0
         if flags & stream.flags.out_of_order:
-            if engine.device.queue_properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+            if (engine.device.queue_properties
+                    & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE):
                 props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
         if flags & stream.flags.profiling:
             props |= cl.command_queue_properties.PROFILING_ENABLE
@@ -75,7 +78,8 @@ class stream:
     def get_kernel_times(self, reset: bool = True) -> list[tuple[str, float]]:
         """``[(kernel name, device time in ms), ...]`` of the kernels run since the last reset."""
         if not self._profiling:
-            raise invalid_arguments("stream.get_kernel_times: create the stream with flags.profiling")
+            raise invalid_arguments(
+                "stream.get_kernel_times: create the stream with flags.profiling")
         self.wait()
         out = [(n, (e.profile.end - e.profile.start) * 1e-6) for n, e, _ in self._records]
         if reset:
@@ -85,7 +89,8 @@ class stream:
     def get_kernel_profile(self, reset: bool = True) -> list[tuple[str, tuple | None, float]]:
         """``[(kernel name, global size, device time in ms), ...]`` in launch order."""
         if not self._profiling:
-            raise invalid_arguments("stream.get_kernel_profile: create the stream with flags.profiling")
+            raise invalid_arguments(
+                "stream.get_kernel_profile: create the stream with flags.profiling")
         self.wait()
         out = [(n, sz, (e.profile.end - e.profile.start) * 1e-6) for n, e, sz in self._records]
         if reset:

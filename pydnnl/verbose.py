@@ -11,4 +11,5 @@ def enabled() -> bool:
 
 def line(action: str, kind: str, impl: str, mds: str, info: str, ms: float) -> None:
     """``pydnnl_verbose,<create|exec>,<kind>,<impl>,<descs>,<problem>,<ms>``."""
-    print(f"pydnnl_verbose,{action},{kind},{impl},{mds},{info},{ms:.4f}", file=sys.stdout, flush=True)
+    print(f"pydnnl_verbose,{action},{kind},{impl},{mds},{info},{ms:.4f}", file=sys.stdout,
+          flush=True)

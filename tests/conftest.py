@@ -74,4 +74,5 @@ def cpu_engine() -> dnnl.engine:
 
 def pytest_report_header(config):
     devs = "; ".join(f"{d.type}: {d.name} [{d.platform}]" for d in dnnl.engine.list_devices())
-    return f"pydnnl devices: {devs}; kernel cache: {os.environ.get('PYDNNL_CACHE_DIR', 'per-user default')}"
+    return (f"pydnnl devices: {devs}; "
+            f"kernel cache: {os.environ.get('PYDNNL_CACHE_DIR', 'per-user default')}")

@@ -125,7 +125,8 @@ def test_query_and_scratchpad_mode_values():
 
 def test_data_type_engine_kind_stream_flag_values():
     dt = dnnl.memory.data_type
-    assert (dt.undef, dt.f16, dt.bf16, dt.f32, dt.s32, dt.s8, dt.u8, dt.f64) == (0, 1, 2, 3, 4, 5, 6, 7)
+    assert ((dt.undef, dt.f16, dt.bf16, dt.f32, dt.s32, dt.s8, dt.u8, dt.f64)
+            == (0, 1, 2, 3, 4, 5, 6, 7))
     k = dnnl.engine.kind
     assert (k.any, k.cpu, k.gpu) == (0, 1, 2)
     f = dnnl.stream.flags

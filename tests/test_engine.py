@@ -89,8 +89,8 @@ def test_cpu_index0_is_fastest_runtime(no_override):
 
 def test_kind_any_and_default(no_override):
     e_any = dnnl.engine(dnnl.engine.kind.any, 0)
-    first = dnnl.engine(dnnl.engine.kind.cpu, 0) if dnnl.engine.get_count(dnnl.engine.kind.cpu) else \
-        dnnl.engine(dnnl.engine.kind.gpu, 0)
+    first = (dnnl.engine(dnnl.engine.kind.cpu, 0) if dnnl.engine.get_count(dnnl.engine.kind.cpu)
+             else dnnl.engine(dnnl.engine.kind.gpu, 0))
     assert e_any == first
     assert dnnl.engine() == dnnl.engine(dnnl.engine.kind.cpu, 0)
     assert hash(dnnl.engine(dnnl.engine.kind.cpu, 0)) == hash(dnnl.engine(dnnl.engine.kind.cpu, 0))
@@ -198,7 +198,8 @@ def test_override_platform_substring(monkeypatch, sub):
 
 def test_simulator_only_by_name(monkeypatch):
     monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
-    grind = [(p, d) for p in cl.get_platforms() if "oclgrind" in p.name.lower() for d in p.get_devices()]
+    grind = [(p, d) for p in cl.get_platforms() if "oclgrind" in p.name.lower()
+             for d in p.get_devices()]
     if not grind:
         with pytest.raises(dnnl.invalid_arguments, match="Oclgrind"):
             dnnl.engine.from_name("Oclgrind")

@@ -31,7 +31,8 @@ def test_out_of_order_flag(engine):
     supported = bool(engine.device.queue_properties
                      & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
     assert s.out_of_order == supported
-    assert bool(s.queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE) == supported
+    assert bool(s.queue.properties
+                & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE) == supported
 
 
 def test_out_of_order_stream_runs_padded_reorder(engine):

@@ -1,1 +1,2 @@
-"""A benchmark and correctness driver modeled on oneDNN's benchdnn: ``python -m pydnnl.benchdnn``."""
+"""A benchmark and correctness driver modeled on oneDNN's benchdnn:
+``python -m pydnnl.benchdnn``."""

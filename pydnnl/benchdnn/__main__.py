@@ -180,7 +180,8 @@ def _run_rnn(eng, p, o, mode, compare, min_seconds) -> int:
                              "suite against finite differences; use --mode=P here")
         err = b.check()
         ok = err <= 1e-5
-        print(f"check,{'passed' if ok else 'FAILED'},{desc},{p.to_str()},max_rel_err={err:.2e}", flush=True)
+        print(f"check,{'passed' if ok else 'FAILED'},{desc},{p.to_str()},"
+              f"max_rel_err={err:.2e}", flush=True)
         return 0 if ok else 1
     times = b.time(min_seconds=min_seconds)
     tmin, tmed = min(times), float(np.median(times))

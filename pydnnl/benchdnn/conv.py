@@ -175,8 +175,8 @@ class ConvBench:
 
     def tolerance(self) -> float:
         """Accepted max error relative to the output's magnitude: 1e-5 (3e-5 for Winograd and
-        2e-5 for FFT, whose transforms round more), growing with the square root of the summed terms past
-        1024 (float32 rounding of long sums)."""
+        2e-5 for FFT, whose transforms round more), growing with the square root of the summed
+        terms past 1024 (float32 rounding of long sums)."""
         base = {"winograd_f2x3": 3e-5, "fft": 2e-5}.get(self.pd.get_solver(), 1e-5)
         return base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
 

@@ -77,11 +77,13 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
         ref = a.astype(np.float64) @ b.astype(np.float64)
         err = float(np.max(np.abs(mc.to_numpy() - ref)) / np.max(np.abs(ref)))
         ok = err <= 1e-5
-        print(f"check,{'passed' if ok else 'FAILED'},gemm,{m}x{n}x{k},max_rel_err={err:.2e}", flush=True)
+        print(f"check,{'passed' if ok else 'FAILED'},gemm,{m}x{n}x{k},max_rel_err={err:.2e}",
+              flush=True)
         return 0 if ok else 1
     tmin, tmed = _median_ms(once, min_seconds, s.wait)
     gflops = 2 * m * n * k / tmed * 1e-6
-    line = f"perf,gemm,{m}x{n}x{k},splits={g.splits},create_ms={create_ms:.1f},min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}"
+    line = (f"perf,gemm,{m}x{n}x{k},splits={g.splits},create_ms={create_ms:.1f},"
+            f"min_ms={tmin:.3f},median_ms={tmed:.3f},gflops={gflops:.1f}")
     if compare == "torch":
         peer = _torch_ms(m, n, k, "cuda" if eng.info.is_gpu else "cpu", min_seconds)
         line += (f",torch_ms={peer:.3f},torch_gflops={2 * m * n * k / peer * 1e-6:.1f},"
@@ -89,7 +91,8 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
     if compare == "numpy":
         c = np.empty((m, n), np.float32)
         _, nmed = _median_ms(lambda: np.matmul(a, b, out=c), min_seconds)
-        line += f",numpy_ms={nmed:.3f},numpy_gflops={2 * m * n * k / nmed * 1e-6:.1f},ratio={nmed / tmed:.2f}"
+        line += (f",numpy_ms={nmed:.3f},numpy_gflops={2 * m * n * k / nmed * 1e-6:.1f},"
+                 f"ratio={nmed / tmed:.2f}")
     print(line, flush=True)
     return 0
 

@@ -129,7 +129,8 @@ class RnnBench:
         self.cell, descs = _descs(p, o)
         cls = getattr(dnnl, ALGS[o.alg][1])
         backward = o.prop == "BWD_DW"
-        prop = dnnl.prop_kind.forward_training if backward else getattr(dnnl.prop_kind, PROPS[o.prop])
+        prop = (dnnl.prop_kind.forward_training if backward
+                else getattr(dnnl.prop_kind, PROPS[o.prop]))
         direction = getattr(dnnl.rnn_direction, DIRECTIONS[o.direction])
         act = ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
                if self.cell.name == "vanilla_rnn" else ())

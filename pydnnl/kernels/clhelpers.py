@@ -28,7 +28,8 @@ _STORE = {
     (data_type.f64, "float"): ("double", "return (double)x;"),
     (data_type.f16, "float"): ("ushort", "ushort r; vstore_half_rte(x, 0, (half *)&r); return r;"),
     (data_type.bf16, "float"): ("ushort",
-                                "uint u = as_uint(x); if (isnan(x)) return (ushort)((u >> 16) | 0x40u);"
+                                "uint u = as_uint(x); "
+                                "if (isnan(x)) return (ushort)((u >> 16) | 0x40u);"
                                 " u += 0x7FFFu + ((u >> 16) & 1u); return (ushort)(u >> 16);"),
     (data_type.s8, "float"): ("char", "return convert_char_sat_rte(x);"),
     (data_type.u8, "float"): ("uchar", "return convert_uchar_sat_rte(x);"),
@@ -42,7 +43,8 @@ _NP = {"float": np.float32, "double": np.float64, "ushort": np.uint16, "char": n
 
 def compute_type(*dts: data_type) -> str:
     """``double`` when every type is f32/f64 and one is f64, else ``float``."""
-    if any(d == data_type.f64 for d in dts) and all(d in (data_type.f32, data_type.f64) for d in dts):
+    if (any(d == data_type.f64 for d in dts)
+            and all(d in (data_type.f32, data_type.f64) for d in dts)):
         return "double"
     return "float"
 

@@ -40,7 +40,8 @@ def build_row_gather(p: RowGather):
             lp.GlobalArg("src", np.float32, shape=None),
             lp.GlobalArg("idx", np.int32, shape=None)]
     args += [lp.ValueArg(o, np.int32) for o in ("d_off", "s_off", "i_off")]
-    args.append(lp.TemporaryVariable("k", np.int32, shape=(), address_space=lp.AddressSpace.PRIVATE))
+    args.append(lp.TemporaryVariable("k", np.int32, shape=(),
+                                     address_space=lp.AddressSpace.PRIVATE))
     knl = lp.make_kernel(f"{{[r, c]: 0 <= r < {p.rows} and 0 <= c < {p.width}}}", [load, store],
                          args, name="pydnnl_row_gather", lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())

@@ -88,7 +88,8 @@ def panel_width(layout: str) -> int | None:
     """Panel width of a packed-B layout name, or None for ``"plain"``."""
     if layout == "plain":
         return None
-    if layout.startswith(_PANEL) and layout[len(_PANEL):].isdigit() and int(layout[len(_PANEL):]) > 0:
+    if (layout.startswith(_PANEL) and layout[len(_PANEL):].isdigit()
+            and int(layout[len(_PANEL):]) > 0):
         return int(layout[len(_PANEL):])
     raise ValueError(f"GemmProblem: b_layout must be 'plain' or 'panel<width>', got {layout!r}")
 
@@ -263,7 +264,8 @@ def normalize_params(params: dict | None) -> dict:
     if (not isinstance(wg, (tuple, list)) or len(wg) != 2
             or not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 1
                        for w in wg)):
-        raise ValueError(f"gemm params: wg must be a pair (wg_n, wg_m) of positive ints, got {wg!r}")
+        raise ValueError(
+            f"gemm params: wg must be a pair (wg_n, wg_m) of positive ints, got {wg!r}")
     p["wg"] = (int(wg[0]), int(wg[1]))
     for key in ("local_prefetch", "packed_b", "m_inner"):
         p[key] = bool(p[key])

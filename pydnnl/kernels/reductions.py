@@ -47,7 +47,8 @@ class Transpose:
 
 
 def _args(lp, names_out, names_in, offsets):
-    args = [lp.GlobalArg(n, np.float32, shape=None, is_output=True, is_input=True) for n in names_out]
+    args = [lp.GlobalArg(n, np.float32, shape=None, is_output=True, is_input=True)
+            for n in names_out]
     args += [lp.GlobalArg(n, np.float32, shape=None) for n in names_in]
     args += [lp.ValueArg(o, np.int32) for o in offsets]
     return args

@@ -125,8 +125,10 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
         ld, st = load_helper(p.src_dt, ct), store_helper(p.dst_dt, ct)
         helpers += [ld, st]
         value = var(ld[0])(src_val)
-        for name, mask, kind in (("src_zp", p.src_zp_mask, "zp"), ("src_scale", p.src_scale_mask, "scale"),
-                                 ("dst_scale", p.dst_scale_mask, "scale"), ("dst_zp", p.dst_zp_mask, "zp")):
+        for name, mask, kind in (("src_zp", p.src_zp_mask, "zp"),
+                                 ("src_scale", p.src_scale_mask, "scale"),
+                                 ("dst_scale", p.dst_scale_mask, "scale"),
+                                 ("dst_zp", p.dst_zp_mask, "zp")):
             if mask is None:
                 continue
             e, n = _masked_index(mask, p.dims, idx)
@@ -143,7 +145,8 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
         value = var(st[0])(value)
     dst_off = _offset_expr(p.dst_layout, idx)
     if p.beta != 0.0:
-        value = value + (var("dst")[dst_off] if p.beta == 1.0 else np.float32(p.beta) * var("dst")[dst_off])
+        value = value + (var("dst")[dst_off] if p.beta == 1.0
+                         else np.float32(p.beta) * var("dst")[dst_off])
         args[1] = lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True,
                                is_input=True)
     insn = lp.Assignment(var("dst")[dst_off], value, within_inames=frozenset(names))

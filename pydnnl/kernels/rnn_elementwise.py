@@ -169,7 +169,8 @@ def build_elementwise(p: ElementwiseProblem):
     for a in stage.assignments:
         expr = fn_sub(substitute(a.expr, mapping))
         tname = f"v_{a.name}"
-        temps.append(lp.TemporaryVariable(tname, np.float32, shape=(), address_space=lp.AddressSpace.PRIVATE))
+        temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
+                                          address_space=lp.AddressSpace.PRIVATE))
         iid = f"i_{a.name}"
         insns.append(lp.Assignment(var(tname), expr, id=iid, depends_on_is_final=True,
                                    depends_on=prev, within_inames=frozenset(["n", "j"])))

@@ -295,7 +295,8 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
         store(gate_at("dgx", "dgx_off", g), adj.get(f"gx_{g}", zero), f"s_dgx_{g}")
         store(gate_at("dgh", "dgh_off", g), adj.get(f"gh_{g}", zero), f"s_dgh_{g}")
     if "dc_prev" in bufs:
-        store(var("dc_prev")[var("dc_prev_off") + n * DHC + j], adj.get("c_prev", zero), "s_dc_prev")
+        store(var("dc_prev")[var("dc_prev_off") + n * DHC + j], adj.get("c_prev", zero),
+              "s_dc_prev")
     if "dhp" in bufs:
         tgt = var("dhp")[var("dhp_off") + n * p.ld_h_prev + j]
         store(tgt, adj.get("h_prev", zero) if p.dhp_assign else tgt + adj.get("h_prev", zero),
@@ -304,7 +305,8 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
         store(var("datt")[var("datt_off") + n * DHC + j], adj.get("att", zero), "s_datt")
     if "dpeep" in bufs:
         for k, pn in enumerate(_PEEP):
-            store(var("dpeep")[var("dpeep_off") + (n * 3 + k) * DHC + j], adj.get(pn, zero), f"s_d{pn}")
+            store(var("dpeep")[var("dpeep_off") + (n * 3 + k) * DHC + j], adj.get(pn, zero),
+                  f"s_d{pn}")
     for g in an.carried_out:
         store(gate_at("carry", "carry_off", g), adj.get(g, zero), f"s_carry_{g}")
 

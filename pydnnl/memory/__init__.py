@@ -29,9 +29,11 @@ class memory:
 
     def __init__(self, desc: MemoryDesc, engine: _engine, data=None):
         if not isinstance(desc, MemoryDesc):
-            raise invalid_arguments(f"memory: desc must be a memory.desc, got {type(desc).__name__}")
+            raise invalid_arguments(
+                f"memory: desc must be a memory.desc, got {type(desc).__name__}")
         if not isinstance(engine, _engine):
-            raise invalid_arguments(f"memory: engine must be a pydnnl.engine, got {type(engine).__name__}")
+            raise invalid_arguments(
+                f"memory: engine must be a pydnnl.engine, got {type(engine).__name__}")
         desc._require_concrete("memory")
         cl = _cl()
         values = None
@@ -64,7 +66,9 @@ class memory:
     def set_data_handle(self, buffer) -> None:
         """Use another ``pyopencl.Buffer`` (of at least ``get_desc().get_size()`` bytes)."""
         if not isinstance(buffer, _cl().MemoryObjectHolder):
-            raise invalid_arguments(f"memory.set_data_handle: expected a pyopencl.Buffer, got {type(buffer).__name__}")
+            raise invalid_arguments(
+                f"memory.set_data_handle: expected a pyopencl.Buffer, "
+                f"got {type(buffer).__name__}")
         if buffer.size < self._desc.get_size():
             raise invalid_arguments(
                 f"memory.set_data_handle: the buffer holds {buffer.size} bytes, {self._desc!r} "
@@ -134,7 +138,8 @@ def _check_values(desc: MemoryDesc, data, what: str) -> np.ndarray:
     try:
         arr = np.asarray(data)
     except Exception:
-        raise invalid_arguments(f"{what}: expected a numpy array, got {type(data).__name__}") from None
+        raise invalid_arguments(
+            f"{what}: expected a numpy array, got {type(data).__name__}") from None
     if tuple(arr.shape) != tuple(desc.dims):
         raise invalid_arguments(
             f"{what}: array shape {list(arr.shape)} differs from the desc's dims {list(desc.dims)}")

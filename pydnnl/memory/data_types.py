@@ -115,5 +115,6 @@ def as_data_type(x) -> data_type:
     if npdt is not None and npdt in by_np:
         return by_np[npdt]
     raise invalid_arguments(
-        f"data_type: expected one of {', '.join(m for m in data_type.__members__ if m != 'undef')}, "
+        "data_type: expected one of "
+        f"{', '.join(m for m in data_type.__members__ if m != 'undef')}, "
         f"got {x!r}")

@@ -129,7 +129,8 @@ class MemoryDesc:
                 f"memory.desc: strides {list(strides)} have {len(strides)} entries, dims "
                 f"{list(self.dims)} have {len(self.dims)}")
         if any(s < 0 for s in strides):
-            raise invalid_arguments(f"memory.desc: strides must be non-negative, got {list(strides)}")
+            raise invalid_arguments(
+                f"memory.desc: strides must be non-negative, got {list(strides)}")
         self.tag = None
         self.format_kind = format_kind.blocked
         self.strides = strides
@@ -149,7 +150,8 @@ class MemoryDesc:
     def _make(cls, dims, dt, strides, inner_blks, inner_idxs, padded_dims, offset0, tag):
         md = cls.__new__(cls)
         md.dims, md.data_type, md.format_kind = tuple(dims), dt, format_kind.blocked
-        md.strides, md.inner_blks, md.inner_idxs = tuple(strides), tuple(inner_blks), tuple(inner_idxs)
+        md.strides, md.inner_blks, md.inner_idxs = (tuple(strides), tuple(inner_blks),
+                                                    tuple(inner_idxs))
         md.padded_dims, md.offset0, md.tag = tuple(padded_dims), offset0, tag
         return md
 

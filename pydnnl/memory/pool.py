@@ -68,7 +68,8 @@ class BufferPool:
         try:
             return cl.Buffer(self._context, cl.mem_flags.READ_WRITE, nbytes)
         except cl.Error as e:
-            raise out_of_memory(f"memory: could not allocate {nbytes} bytes on the device: {e}") from None
+            raise out_of_memory(
+                f"memory: could not allocate {nbytes} bytes on the device: {e}") from None
 
     def _drain(self) -> None:
         """Finish every live stream of this context (see the module docstring)."""

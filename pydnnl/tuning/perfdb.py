@@ -62,7 +62,8 @@ class PerfDB:
                 conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
                 row = conn.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
                 if row is None:
-                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
+                                 (str(SCHEMA_VERSION),))
                 elif row[0] != str(SCHEMA_VERSION):
                     conn.close()
                     self._set_aside(f"schema version {row[0]}, expected {SCHEMA_VERSION}")
@@ -126,7 +127,8 @@ class PerfDB:
         for _ in range(20):
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                row = conn.execute("SELECT ms FROM perf WHERE device=? AND family=? AND key=?", k).fetchone()
+                row = conn.execute(
+                    "SELECT ms FROM perf WHERE device=? AND family=? AND key=?", k).fetchone()
                 if row is None or float(row[0]) > ms:
                     conn.execute("INSERT OR REPLACE INTO perf VALUES (?, ?, ?, ?, ?, ?)",
                                  (*k, json.dumps(params, sort_keys=True), float(ms), time.time()))
@@ -143,7 +145,8 @@ class PerfDB:
         conn = self._connect()
         if conn is None:
             return [(*k, p, ms) for k, (p, ms) in self._mem.items()]
-        rows = conn.execute("SELECT device, family, key, params, ms FROM perf ORDER BY device, family, key")
+        rows = conn.execute(
+            "SELECT device, family, key, params, ms FROM perf ORDER BY device, family, key")
         return [(d, f, k, json.loads(p), ms) for d, f, k, p, ms in rows]
 
     def close(self) -> None:

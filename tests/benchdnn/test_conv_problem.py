@@ -63,7 +63,8 @@ def test_mobilenet_with_underscores():
 
 
 def test_mobilenet_strided_with_name():
-    p = parse_conv_problem('mb32_g1ic3oc32_ih224oh112kh3sh2dh0ph1_iw224ow112kw3sw2dw0pw1_n"mobilenet:conv1*3"')
+    p = parse_conv_problem('mb32_g1ic3oc32_ih224oh112kh3sh2dh0ph1_iw224ow112kw3sw2dw0pw1'
+                           '_n"mobilenet:conv1*3"')
     assert p.dst_spatial == (112, 112) and p.padding_l == (1, 1) and p.padding_r == (0, 0)
     assert p.name == "mobilenet:conv1*3" and p.repeats == 3
     _geom_ok(p)

@@ -124,8 +124,10 @@ def mxnet_reference(mode, x, flat, h0, c0, H, L, bi, P, masks=None):
         if P:
             kw["weights_projection"] = np.stack([e["wr"].T for e in es])[None]
         out, hl, cl, _ = rnn_forward(
-            cell, inp, h0[l * D:(l + 1) * D][None], None if c0 is None else c0[l * D:(l + 1) * D][None],
-            np.stack([ldigo(e["wx"]) for e in es])[None], np.stack([ldigo(e["wh"]) for e in es])[None],
+            cell, inp, h0[l * D:(l + 1) * D][None],
+            None if c0 is None else c0[l * D:(l + 1) * D][None],
+            np.stack([ldigo(e["wx"]) for e in es])[None],
+            np.stack([ldigo(e["wh"]) for e in es])[None],
             np.stack([bias(e) for e in es])[None], **kw)
         hy.append(hl[0])
         if cl is not None:
@@ -344,7 +346,8 @@ def test_lstm_state_clip(engine):
     inp["params"] = inp["params"] * 4               # large gates, so that the clip bites
     lo, hi = -0.3, 0.4
     plain = run(case, inp, state_outputs=True, engine=engine)
-    assert_close(plain[0], numpy_lstm(inp["x"], inp["params"], inp["h0"], inp["c0"], H, L, bi, P)[0],
+    assert_close(plain[0],
+                 numpy_lstm(inp["x"], inp["params"], inp["h0"], inp["c0"], H, L, bi, P)[0],
                  "out without clip")
     got = run(case, inp, state_outputs=True, engine=engine, lstm_state_clip_min=lo,
               lstm_state_clip_max=hi)
@@ -393,7 +396,8 @@ def test_bad_arguments(engine):
     inp = make_inputs(case)
     with pytest.raises(dnnl.invalid_arguments, match="state_cell"):
         run(case, dict(inp, c0=None), engine=engine)
-    with pytest.raises(dnnl.invalid_arguments, match=r"state must have shape .*\[4, 3, 6\], got \[4, 2, 6\]"):
+    with pytest.raises(dnnl.invalid_arguments,
+                       match=r"state must have shape .*\[4, 3, 6\], got \[4, 2, 6\]"):
         run(case, dict(inp, h0=inp["h0"][:, :2]), engine=engine)
     gru = CASES[5]
     with pytest.raises(dnnl.invalid_arguments, match="state_cell is for mode 'lstm' only"):
@@ -402,7 +406,8 @@ def test_bad_arguments(engine):
         run(case, inp, p=1.5, engine=engine)
     with pytest.raises(dnnl.invalid_arguments, match="must be given together"):
         run(case, inp, lstm_state_clip_min=-1.0, engine=engine)
-    with pytest.raises(dnnl.invalid_arguments, match=r"must be <= lstm_state_clip_max, got 1.0 > -1.0"):
+    with pytest.raises(dnnl.invalid_arguments,
+                       match=r"must be <= lstm_state_clip_max, got 1.0 > -1.0"):
         run(case, inp, lstm_state_clip_min=1.0, lstm_state_clip_max=-1.0, engine=engine)
     with pytest.raises(dnnl.invalid_arguments, match="mode 'lstm' only"):
         run(gru, make_inputs(gru), lstm_state_clip_min=-1.0, lstm_state_clip_max=1.0,
@@ -455,7 +460,8 @@ def _dropout_masks(case, p):
     return masks
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[7]], ids=[CASE_IDS[1], CASE_IDS[3], CASE_IDS[7]])
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[7]],
+                         ids=[CASE_IDS[1], CASE_IDS[3], CASE_IDS[7]])
 def test_dropout_in_training_matches_reference_with_documented_masks(engine, case):
     mode, I, L, bi, P = case
     inp = make_inputs(case, seed=6)

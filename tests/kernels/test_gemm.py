@@ -328,8 +328,10 @@ for name, (pr, params) in cases.items():
         def mat(buf, off, rows, cols, ld):
             return np.lib.stride_tricks.as_strided(buf[off:], (rows, cols),
                                                    (ld * buf.itemsize, buf.itemsize))
-        Am = mat(a, pr.a_offset + t * pr.stride_a, *((pr.k, pr.m) if pr.trans_a else (pr.m, pr.k)), pr.lda)
-        Bm = mat(b, pr.b_offset + t * pr.stride_b, *((pr.n, pr.k) if pr.trans_b else (pr.k, pr.n)), pr.ldb)
+        Am = mat(a, pr.a_offset + t * pr.stride_a,
+                 *((pr.k, pr.m) if pr.trans_a else (pr.m, pr.k)), pr.lda)
+        Bm = mat(b, pr.b_offset + t * pr.stride_b,
+                 *((pr.n, pr.k) if pr.trans_b else (pr.k, pr.n)), pr.ldb)
         Am, Bm = (Am.T if pr.trans_a else Am), (Bm.T if pr.trans_b else Bm)
         Cm = mat(ref, pr.c_offset + t * pr.stride_c, pr.m, pr.n, pr.ldc)
         Cm[...] = pr.alpha * (Am.astype(np.float64) @ Bm) + pr.beta * Cm

@@ -169,7 +169,8 @@ def test_equality_is_physical():
     # padded strides are a different layout from the dense one
     assert md_([3, 4], dt.f32, [8, 1]) != md_([3, 4], dt.f32, tag.ab)
     # hashing agrees with equality
-    assert len({md_([2, 3, 4, 5, 6], dt.f32, tag.ldigo), md_([2, 3, 4, 5, 6], dt.f32, tag.abcde)}) == 1
+    assert len({md_([2, 3, 4, 5, 6], dt.f32, tag.ldigo),
+                md_([2, 3, 4, 5, 6], dt.f32, tag.abcde)}) == 1
 
 
 def test_strided_with_gaps():
@@ -203,7 +204,8 @@ def test_reshape_matches_numpy(perm, new_dims):
     expected = [s // 8 for s in r.strides]
     got = out.get_strides()
     # strides of size-1 dims carry no information
-    assert [g for g, d in zip(got, new_dims) if d > 1] == [e for e, d in zip(expected, new_dims) if d > 1]
+    assert ([g for g, d in zip(got, new_dims) if d > 1]
+            == [e for e, d in zip(expected, new_dims) if d > 1])
     assert np.array_equal(out.element_offsets(), r)
     assert out.get_size() == md.get_size()
 
@@ -218,8 +220,9 @@ def test_reshape_errors():
         md_([2, 3], dt.f32, tag.any).reshape([6])
 
 
-@pytest.mark.parametrize("src_tag,perm", [("abc", [1, 2, 0]), ("abc", [2, 0, 1]), ("acb", [0, 2, 1]),
-                                          ("abcd", [3, 1, 0, 2]), ("ab", [1, 0])])
+@pytest.mark.parametrize("src_tag,perm", [("abc", [1, 2, 0]), ("abc", [2, 0, 1]),
+                                          ("acb", [0, 2, 1]), ("abcd", [3, 1, 0, 2]),
+                                          ("ab", [1, 0])])
 def test_permute_axes_oneDNN_semantics(src_tag, perm):
     dims = [2, 3, 4, 5][:len(src_tag)]
     md = md_(dims, dt.f32, src_tag)
@@ -288,7 +291,8 @@ def test_submemory_desc_errors():
         parent.submemory_desc([3], [0])
 
 
-@pytest.mark.parametrize("dims,match", [([2, -3], r"dims\[1\].*-3"), ([0, 3], r"dims\[0\].*allow_empty"),
+@pytest.mark.parametrize("dims,match", [([2, -3], r"dims\[1\].*-3"),
+                                        ([0, 3], r"dims\[0\].*allow_empty"),
                                         ([], "dims"), ([1] * 13, "13")])
 def test_bad_dims(dims, match):
     with pytest.raises(dnnl.invalid_arguments, match=match):

@@ -137,7 +137,8 @@ def test_user_buffer_and_set_data_handle(engine):
     assert m.get_data_handle() is buf
     assert np.array_equal(m.to_numpy(), x)
     y = x[::-1].copy()
-    buf2 = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=y)
+    buf2 = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                     hostbuf=y)
     m.set_data_handle(buf2)
     assert m.buffer is buf2
     assert np.array_equal(m.to_numpy(), y)

@@ -84,7 +84,8 @@ def filled(md, engine, value):
     """A memory whose every storage element (padding and gaps included) holds ``value``."""
     raw = np.full(md.get_size() // md.get_data_type().itemsize, value,
                   dtype=md.get_data_type().storage_dtype)
-    buf = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=raw)
+    buf = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=raw)
     return dnnl.memory(md, engine, buf)
 
 
@@ -92,7 +93,8 @@ def from_raw(md, engine, raw):
     """A memory holding exactly the storage ``raw`` (built by the test, not by pydnnl)."""
     raw = np.ascontiguousarray(raw)
     assert raw.nbytes == md.get_size()
-    buf = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=raw)
+    buf = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=raw)
     return dnnl.memory(md, engine, buf)
 
 
@@ -145,7 +147,8 @@ def test_plain_to_every_permutation(engine, stream, first_device, rank):
     assert not bad, f"wrong results for {plain} -> {bad}"
 
 
-@pytest.mark.parametrize("a,b", [("ba", "ab"), ("cba", "bca"), ("bdca", "acdb"), ("edcba", "acebd")])
+@pytest.mark.parametrize("a,b", [("ba", "ab"), ("cba", "bca"), ("bdca", "acdb"),
+                                 ("edcba", "acebd")])
 def test_permutation_to_permutation(engine, stream, a, b):
     rank = len(a)
     dims = RANK_DIMS[rank]
@@ -222,7 +225,8 @@ def test_into_submemory_leaves_the_rest_alone(engine, stream):
     run(src, sub, stream)
     raw = parent.read_raw()
     assert np.all(raw[:2 * 9 * 8] == 7.0)  # batch 0 untouched
-    assert np.array_equal(raw[2 * 9 * 8:], padded_raw(x, nchw_blocked_offset([1, 10, 3, 3], 8), 2 * 9 * 8))
+    assert np.array_equal(raw[2 * 9 * 8:],
+                          padded_raw(x, nchw_blocked_offset([1, 10, 3, 3], 8), 2 * 9 * 8))
     # a plain sub-block inside a matrix
     y = RNG.standard_normal((2, 3)).astype(np.float32)
     mat = filled(md_([4, 6], dt.f32, tag.ab), engine, 7.0)
@@ -289,13 +293,15 @@ def test_layout_and_type_together(engine, stream):
     src = from_raw(md_(dims, dt.f32, tag.nchw), engine, x.ravel())
     dst = filled(md_(dims, dt.bf16, tag.nChw8c), engine, 0x7FC0)
     run(src, dst, stream)
-    assert np.array_equal(dst.read_raw(), padded_raw(bf16_bits(x), nchw_blocked_offset(dims, 8), 2 * 16 * 15))
+    assert np.array_equal(dst.read_raw(),
+                          padded_raw(bf16_bits(x), nchw_blocked_offset(dims, 8), 2 * 16 * 15))
 
 
 def test_f64(engine, stream):
     if not engine.info.fp64:
         with pytest.raises(dnnl.invalid_arguments, match="fp64"):
-            dnnl.reorder.primitive_desc(engine, md_([4], dt.f32, tag.a), engine, md_([4], dt.f64, tag.a))
+            dnnl.reorder.primitive_desc(engine, md_([4], dt.f32, tag.a),
+                                        engine, md_([4], dt.f64, tag.a))
         return
     x = RNG.standard_normal((3, 4))
     src = from_raw(md_([3, 4], dt.f64, tag.ab), engine, x.ravel())
@@ -370,7 +376,8 @@ def test_all_four_with_multi_dim_masks(engine, stream):
                        ZPS | FROM: scales_mem(engine, [3], np.int32),
                        ZPS | TO: scales_mem(engine, [100], np.int32)})
     stream.wait()
-    v = masked(src_sc, src_mask, dims) * (x.astype(np.float64) - 3) / masked(dst_sc, dst_mask, dims) + 100
+    v = (masked(src_sc, src_mask, dims) * (x.astype(np.float64) - 3)
+         / masked(dst_sc, dst_mask, dims) + 100)
     assert np.array_equal(dst.to_numpy(), quantize(v, np.uint8))
 
 
@@ -395,7 +402,8 @@ def test_api_forms_agree(engine, stream):
     pd = dnnl.reorder.primitive_desc(engine, src.get_desc(), engine, dst_md, None)
     pd_kw = dnnl.reorder.primitive_desc(src_engine=engine, src_md=src.get_desc(),
                                         dst_engine=engine, dst_md=dst_md)
-    for prim in (dnnl.reorder(pd), dnnl.reorder(pd_kw), dnnl.reorder(src, dnnl.memory(dst_md, engine)),
+    for prim in (dnnl.reorder(pd), dnnl.reorder(pd_kw),
+                 dnnl.reorder(src, dnnl.memory(dst_md, engine)),
                  dnnl.reorder(src, dnnl.memory(dst_md, engine), dnnl.primitive_attr())):
         for use_map in (False, True):
             dst = filled(dst_md, engine, np.nan)
@@ -411,7 +419,8 @@ def test_api_forms_agree(engine, stream):
 
 # -- cross engine -------------------------------------------------------------------------------
 def _two_cpu_runtimes():
-    engs = [dnnl.engine(dnnl.engine.kind.cpu, i) for i in range(dnnl.engine.get_count(dnnl.engine.kind.cpu))]
+    engs = [dnnl.engine(dnnl.engine.kind.cpu, i)
+            for i in range(dnnl.engine.get_count(dnnl.engine.kind.cpu))]
     intel = [e for e in engs if "Intel" in e.info.platform]
     pocl = [e for e in engs if "Portable Computing Language" in e.info.platform]
     if not intel or not pocl:
@@ -434,7 +443,8 @@ def test_cross_engine(direction):
         dst = filled(dst.get_desc(), b, np.nan)
         r.execute(s, src, dst)
         s.wait()
-        assert np.array_equal(dst.read_raw(), padded_raw(x, nchw_blocked_offset(dims, 8), 2 * 16 * 15))
+        assert np.array_equal(dst.read_raw(),
+                              padded_raw(x, nchw_blocked_offset(dims, 8), 2 * 16 * 15))
     # back, with a type change
     back = filled(md_(dims, dt.f16, tag.nhwc), a, 0)
     run(dst, back, dnnl.stream(b))
@@ -590,8 +600,10 @@ def test_pd_rejects_bad_attrs(engine):
 @pytest.mark.parametrize("n", [1, 5, 27, 33])
 def test_one_dimension_shorter_than_a_work_group(engine, stream, n):
     x = np.arange(n, dtype=np.float32) - 3
-    src = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a), engine, x)
-    dst = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.s32, dnnl.memory.format_tag.a), engine)
+    src = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a),
+                      engine, x)
+    dst = dnnl.memory(dnnl.memory.desc([n], dnnl.memory.data_type.s32, dnnl.memory.format_tag.a),
+                      engine)
     dnnl.reorder(src, dst).execute(stream, src, dst)
     stream.wait()
     np.testing.assert_array_equal(dst.to_numpy(), x.astype(np.int32))

@@ -97,7 +97,8 @@ def naive_conv_bwd_data(dy, w, src_shape, s, d, pl, groups=1):
                 for k in np.ndindex(*wg.shape[3:]):
                     pos = _in_pos(o, k, s, d, pl)
                     if _inside(pos, src_shape[2:]):
-                        dx[(n, gi * icg + ic, *pos)] += dy[(n, gi * ocg + oc, *o)] * wg[(gi, oc, ic, *k)]
+                        dx[(n, gi * icg + ic, *pos)] += (dy[(n, gi * ocg + oc, *o)]
+                                                         * wg[(gi, oc, ic, *k)])
     return dx
 
 
@@ -113,7 +114,8 @@ def naive_conv_bwd_weights(x, dy, w_shape, s, d, pl, groups=1):
                 for k in np.ndindex(*gshape[3:]):
                     pos = _in_pos(o, k, s, d, pl)
                     if _inside(pos, x.shape[2:]):
-                        dw[(gi, oc, ic, *k)] += x[(n, gi * icg + ic, *pos)] * dy[(n, gi * ocg + oc, *o)]
+                        dw[(gi, oc, ic, *k)] += (x[(n, gi * icg + ic, *pos)]
+                                                 * dy[(n, gi * ocg + oc, *o)])
     return dw.reshape(w_shape), dy.sum(axis=(0, *range(2, dy.ndim)))
 
 
@@ -132,7 +134,8 @@ def naive_deconv_fwd(x, w, b, s, d, pl, pr, groups=1):
                 for k in np.ndindex(*ks):
                     pos = _in_pos(i, k, s, d, pl)
                     if _inside(pos, osz):
-                        y[(n, gi * ocg + oc, *pos)] += x[(n, gi * icg + ic, *i)] * wg[(gi, oc, ic, *k)]
+                        y[(n, gi * ocg + oc, *pos)] += (x[(n, gi * icg + ic, *i)]
+                                                        * wg[(gi, oc, ic, *k)])
     if b is not None:
         y += b.reshape(1, -1, *([1] * nsp))
     return y
@@ -150,7 +153,8 @@ TINY = {
     "2d_neg_pad_r": ((1, 2, 6, 6), (3, 2, 1, 1), (2, 2), (0, 0), (0, 0), (-1, -1), None),
     "2d_neg_pad_l": ((1, 2, 6, 5), (2, 2, 2, 2), (1, 2), (0, 0), (-1, 0), (0, 1), None),
     "3d": ((1, 2, 4, 3, 4), (2, 2, 2, 2, 3), (1, 2, 1), (0, 0, 1), (1, 0, 0), (0, 1, 1), None),
-    "3d_groups_oihw": ((1, 4, 3, 4, 3), (4, 2, 2, 1, 2), (2, 1, 1), (0, 1, 0), (0, 0, 1), (1, 0, 1), 2),
+    "3d_groups_oihw": ((1, 4, 3, 4, 3), (4, 2, 2, 1, 2), (2, 1, 1), (0, 1, 0), (0, 0, 1),
+                       (1, 0, 1), 2),
 }
 TINY_IDS = list(TINY)
 
@@ -203,7 +207,8 @@ DECONV = {
     "2d": ((1, 2, 3, 4), (3, 2, 2, 3), (2, 1), (0, 1), (0, 1), (1, 0), None),
     "2d_grouped": ((2, 4, 3, 3), (2, 1, 2, 3, 2), (1, 2), (1, 0), (1, 0), (0, 1), None),
     "2d_out_pad": ((1, 2, 3, 3), (2, 2, 3, 3), (2, 2), (0, 0), (1, 1), (0, -1), None),
-    "3d_groups_oihw": ((1, 4, 2, 3, 2), (4, 2, 2, 2, 1), (2, 1, 1), (0, 0, 1), (0, 1, 0), (1, 0, 0), 2),
+    "3d_groups_oihw": ((1, 4, 2, 3, 2), (4, 2, 2, 2, 1), (2, 1, 1), (0, 0, 1), (0, 1, 0),
+                       (1, 0, 0), 2),
 }
 
 
@@ -621,8 +626,8 @@ def test_output_dims_vs_onnx_shape_inference_and_miopen(seed):
         num = sd[2 + i] + 2 * pl[i] - (1 + (d[i] + 1) * (w_onnx[2 + i] - 1))
         expect.append(max(1, int(num / s[i]) + 1))
     assert mi == (sd[0], w_onnx[0], *expect)
-    if all(v > 0 for v in expect) and all(sd[2 + i] + 2 * pl[i] >= kernel_extent(w_onnx[2 + i], d[i])
-                                          for i in range(nsp)):
+    if all(v > 0 for v in expect) and all(
+            sd[2 + i] + 2 * pl[i] >= kernel_extent(w_onnx[2 + i], d[i]) for i in range(nsp)):
         assert mi == conv_output_dims(sd, wd, s, d, pl, pl, groups=groups)
     if nsp == 2:
         assert miopen_forward_output_dim(*sd, *w_onnx, *pl, *s, d[0] + 1, d[1] + 1,
@@ -661,8 +666,10 @@ def test_deconv_output_dims_vs_onnx_and_miopen(seed):
 
 def test_miopen_output_dim_examples():
     # 3x3 pad 1 stride 1: same size; stride 2 halves (floor)
-    assert miopen_forward_output_dim(8, 64, 56, 56, 128, 64, 3, 3, 1, 1, 1, 1, 1, 1) == (8, 128, 56, 56)
-    assert miopen_forward_output_dim(8, 64, 56, 56, 128, 64, 3, 3, 1, 1, 2, 2, 1, 1) == (8, 128, 28, 28)
+    assert (miopen_forward_output_dim(8, 64, 56, 56, 128, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+            == (8, 128, 56, 56))
+    assert (miopen_forward_output_dim(8, 64, 56, 56, 128, 64, 3, 3, 1, 1, 2, 2, 1, 1)
+            == (8, 128, 28, 28))
     # dilation 2 (MIOpen: 1 = dense): extent 5
     assert miopen_forward_output_dim(1, 4, 10, 10, 4, 4, 3, 3, 0, 0, 1, 1, 2, 2) == (1, 4, 6, 6)
     # input smaller than the kernel: MIOpen clamps to 1
@@ -802,7 +809,8 @@ def test_post_ops_from_pydnnl_attr():
 
 def test_conv_with_post_ops_fused_shape():
     rng = np.random.default_rng(9)
-    x, w, b = rng.standard_normal((1, 2, 4, 4)), rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    x, w, b = (rng.standard_normal((1, 2, 4, 4)), rng.standard_normal((3, 2, 3, 3)),
+               rng.standard_normal(3))
     y = conv_forward(x, w, b, 1, 0, 1, 1)
     prior = rng.standard_normal(y.shape)
     out = apply_post_ops(y, [("sum", 1.0), ("relu", 0.0)], prior)

@@ -174,7 +174,8 @@ def _onnx_unrolled_vanilla_rnn(inputs, act_nodes, reverse):
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-@pytest.mark.parametrize("activation,alpha", [("Relu", None), ("LeakyRelu", 0.25), ("Sigmoid", None)])
+@pytest.mark.parametrize("activation,alpha",
+                         [("Relu", None), ("LeakyRelu", 0.25), ("Sigmoid", None)])
 def test_vanilla_rnn_activations_match_unrolled_onnx(activation, alpha, direction):
     """ONNX's RNN evaluator knows only Tanh and Affine; relu (with negative slope) and
     logistic are checked against an unrolled graph of plain ONNX ops instead."""
@@ -211,11 +212,13 @@ def test_two_layer_stack_matches_chained_onnx_nodes(op_type, lbr, direction):
     G = {"LSTM": 4, "GRU": 3, "RNN": 1}[op_type]
     D = 2 if direction.startswith("bidirectional") else 1
     rng = np.random.default_rng(11)
-    cell = {"LSTM": "vanilla_lstm", "GRU": ["vanilla_gru", "lbr_gru"][lbr], "RNN": "vanilla_rnn"}[op_type]
-    attrs = {"hidden_size": H, "linear_before_reset": lbr} if op_type == "GRU" else {"hidden_size": H}
+    cell = {"LSTM": "vanilla_lstm", "GRU": ["vanilla_gru", "lbr_gru"][lbr],
+            "RNN": "vanilla_rnn"}[op_type]
+    attrs = ({"hidden_size": H, "linear_before_reset": lbr} if op_type == "GRU"
+             else {"hidden_size": H})
     x = rng.standard_normal((T, N, I))
-    per = [[onnx_random_inputs(op_type, "forward", init=True, seed=100 * l + d, I=I if l == 0 else H,
-                               H=H) for d in range(D)] for l in range(L)]
+    per = [[onnx_random_inputs(op_type, "forward", init=True, seed=100 * l + d,
+                               I=I if l == 0 else H, H=H) for d in range(D)] for l in range(L)]
     # oneDNN tensors (weights_layer needs SLC rows for every layer: here SLC = I = 3 != H,
     # so build layer 0 and 1 separately and compare per layer through the chained ONNX run)
     tops, h_last, c_last = [], np.zeros((L, D, N, H)), np.zeros((L, D, N, H))
@@ -557,7 +560,8 @@ def test_spec_derivatives_match_finite_differences(variant):
             vp, vm = dict(values), dict(values)
             vp[name] = values[name] + eps
             vm[name] = values[name] - eps
-            fd = (evaluate(expr, vp, activation, 0.1) - evaluate(expr, vm, activation, 0.1)) / (2 * eps)
+            fd = ((evaluate(expr, vp, activation, 0.1) - evaluate(expr, vm, activation, 0.1))
+                  / (2 * eps))
             np.testing.assert_allclose(an, fd, rtol=1e-6, atol=1e-8, err_msg=f"d{out}/d{name}")
 
 

@@ -39,7 +39,8 @@ print(json.dumps({"create_s": t_create, "loopy_before": loopy_before,
 
 
 def _run(cache_dir, **extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_NO_KERNEL_CACHE", "PYDNNL_VERBOSE")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYDNNL_NO_KERNEL_CACHE", "PYDNNL_VERBOSE")}
     env["PYDNNL_CACHE_DIR"] = str(cache_dir)
     env.update(extra)
     r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
@@ -59,7 +60,8 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
 
     second = _run(cache)
     assert second["correct"]
-    assert not second["loopy_after"], "the second process imported loopy: the kernel was regenerated"
+    assert not second["loopy_after"], (
+        "the second process imported loopy: the kernel was regenerated")
     assert sorted(p.name for p in cache.iterdir()) == files
 
     record_property("reorder_create_s_first_process", round(first["create_s"], 4))

@@ -48,12 +48,14 @@ class RnnPacking:
         H = _positive_int(state_size, "state_size")
         L = _positive_int(num_layers, "num_layers")
         if not isinstance(bidirectional, (bool, int)) or bidirectional not in (0, 1):
-            raise invalid_arguments(f"mxnet.rnn: bidirectional must be a bool, got {bidirectional!r}")
+            raise invalid_arguments(
+                f"mxnet.rnn: bidirectional must be a bool, got {bidirectional!r}")
         P = None
         if projection_size is not None:
             if mode != "lstm":
                 raise invalid_arguments(
-                    f"mxnet.rnn: projection_size is supported for mode 'lstm' only, got mode {mode!r}")
+                    f"mxnet.rnn: projection_size is supported for mode 'lstm' only, "
+                    f"got mode {mode!r}")
             P = _positive_int(projection_size, "projection_size")
             if P > H:
                 raise invalid_arguments(
@@ -84,7 +86,8 @@ class RnnPacking:
 
     def size(self) -> int:
         """Elements of the whole vector (MXNet's ``GetRnnParamSize``)."""
-        return self.weights_size() + self.num_layers * self.directions * 2 * self.gates * self.state_size
+        return (self.weights_size()
+                + self.num_layers * self.directions * 2 * self.gates * self.state_size)
 
     # -- offsets ---------------------------------------------------------------------------------
     def weight_offset(self, layer: int, direction: int, which: str) -> int:

@@ -226,7 +226,8 @@ class _Translation:
                             [D * 2 * G * H, 2 * G * H, G * H, 1])
                 self._add_reorder(Bind("params", src), bias, [Lg, D, 2, H], [0, 0, 2, 0])
 
-            args = {_c.ARG_SRC_LAYER: src_layer, _c.ARG_SRC_ITER: Bind("state", descs["src_iter_desc"]),
+            args = {_c.ARG_SRC_LAYER: src_layer,
+                    _c.ARG_SRC_ITER: Bind("state", descs["src_iter_desc"]),
                     _c.ARG_WEIGHTS_LAYER: wl, _c.ARG_WEIGHTS_ITER: wi, _c.ARG_BIAS: bias}
             if P:
                 args[_c.ARG_WEIGHTS_PROJECTION] = wp
@@ -342,7 +343,8 @@ def _dims(t) -> list[int]:
 
 def _check_dims(t, name: str, expected: list[int], what: str) -> None:
     if _dims(t) != expected:
-        raise invalid_arguments(f"mxnet.rnn: {name} must have shape {what} = {expected}, got {_dims(t)}")
+        raise invalid_arguments(
+            f"mxnet.rnn: {name} must have shape {what} = {expected}, got {_dims(t)}")
 
 
 def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=None,
@@ -395,7 +397,8 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
                 f"got min={lstm_state_clip_min!r}, max={lstm_state_clip_max!r}")
         if pk.mode != "lstm":
             raise invalid_arguments(
-                f"mxnet.rnn: lstm_state_clip_min/max apply to mode 'lstm' only, got mode {pk.mode!r}")
+                f"mxnet.rnn: lstm_state_clip_min/max apply to mode 'lstm' only, "
+                f"got mode {pk.mode!r}")
         try:
             clip = (float(lstm_state_clip_min), float(lstm_state_clip_max))
         except (TypeError, ValueError):
@@ -427,18 +430,23 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
                 + ("projection_size]" if pk.projection_size else "state_size]"))
     if pk.mode == "lstm":
         if state_cell is None:
-            raise invalid_arguments("mxnet.rnn: mode 'lstm' needs state_cell [L * D, N, state_size], got None")
+            raise invalid_arguments(
+                "mxnet.rnn: mode 'lstm' needs state_cell [L * D, N, state_size], got None")
         state_cell = _as_tensor(state_cell, "state_cell")
-        _check_dims(state_cell, "state_cell", [L * D, N, H], "[num_layers * directions, N, state_size]")
+        _check_dims(state_cell, "state_cell", [L * D, N, H],
+                    "[num_layers * directions, N, state_size]")
     elif state_cell is not None:
-        raise invalid_arguments(f"mxnet.rnn: state_cell is for mode 'lstm' only, got it with mode {pk.mode!r}")
+        raise invalid_arguments(
+            f"mxnet.rnn: state_cell is for mode 'lstm' only, got it with mode {pk.mode!r}")
 
     tensors = {"data": data, "params": parameters, "state": state, "cell": state_cell}
     engines = {n: t.get_engine() for n, t in tensors.items() if isinstance(t, memory)}
     if engine is not None and not isinstance(engine, _engine):
-        raise invalid_arguments(f"mxnet.rnn: engine must be a pydnnl.engine, got {type(engine).__name__}")
+        raise invalid_arguments(
+            f"mxnet.rnn: engine must be a pydnnl.engine, got {type(engine).__name__}")
     if stream is not None and not isinstance(stream, _stream):
-        raise invalid_arguments(f"mxnet.rnn: stream must be a pydnnl.stream, got {type(stream).__name__}")
+        raise invalid_arguments(
+            f"mxnet.rnn: stream must be a pydnnl.stream, got {type(stream).__name__}")
     wanted = [("engine", engine)] if engine is not None else []
     wanted += [("stream", stream.get_engine())] if stream is not None else []
     wanted += list(engines.items())
@@ -468,7 +476,8 @@ def rnn(data, parameters, state, state_cell=None, sequence_length=None, mode=Non
                 f"shape {list(lv.shape)} of {lv.dtype}")
         if lv.min() < 1 or lv.max() > T:
             raise invalid_arguments(
-                f"mxnet.rnn: sequence_length values must be in [1, {T}], got {lv.min()}..{lv.max()}")
+                f"mxnet.rnn: sequence_length values must be in [1, {T}], "
+                f"got {lv.min()}..{lv.max()}")
         lengths = tuple(int(v) for v in lv)
 
     # -- execute ---------------------------------------------------------------------------------

@@ -77,7 +77,8 @@ class rnn_extensions:
                     f"{self.seq_lengths!r}") from None
             if any(int(v) != v for v in self.seq_lengths) or not lens or min(lens) < 1:
                 raise invalid_arguments(
-                    f"rnn_extensions: seq_lengths must be positive integers, got {list(self.seq_lengths)}")
+                    f"rnn_extensions: seq_lengths must be positive integers, "
+                    f"got {list(self.seq_lengths)}")
             object.__setattr__(self, "seq_lengths", lens)
             if self.packed and any(a < b for a, b in zip(lens, lens[1:])):
                 raise invalid_arguments(
@@ -90,13 +91,15 @@ class rnn_extensions:
             raise invalid_arguments(f"rnn_extensions: dropout must be in [0, 1), got {p!r}")
         if not isinstance(self.dropout_seed, int) or not 0 <= self.dropout_seed < 2 ** 64:
             raise invalid_arguments(
-                f"rnn_extensions: dropout_seed must be an integer in [0, 2**64), got {self.dropout_seed!r}")
+                f"rnn_extensions: dropout_seed must be an integer in [0, 2**64), "
+                f"got {self.dropout_seed!r}")
         if self.cell_clip is not None:
             try:
                 lo, hi = (float(v) for v in self.cell_clip)
             except (TypeError, ValueError):
                 raise invalid_arguments(
-                    f"rnn_extensions: cell_clip must be (min, max), got {self.cell_clip!r}") from None
+                    f"rnn_extensions: cell_clip must be (min, max), "
+                    f"got {self.cell_clip!r}") from None
             if not lo <= hi:
                 raise invalid_arguments(
                     f"rnn_extensions: cell_clip min must be <= max, got min {lo} > max {hi}")
@@ -135,5 +138,6 @@ def as_extensions(value, kind: str) -> rnn_extensions:
         return rnn_extensions()
     if not isinstance(value, rnn_extensions):
         raise invalid_arguments(
-            f"{kind}: extensions must be a pydnnl.rnn_extensions or None, got {type(value).__name__}")
+            f"{kind}: extensions must be a pydnnl.rnn_extensions or None, "
+            f"got {type(value).__name__}")
     return value

@@ -71,7 +71,8 @@ _DIFF_W = {"diff_weights_layer_desc": (ARG_DIFF_WEIGHTS_LAYER, "weights_layer_de
 
 def _canon(pd, name: str) -> bool:
     md = pd._descs.get(name)
-    return md is not None and not md.is_zero() and md == kernel_desc(name.replace("diff_", "", 1), md)
+    return (md is not None and not md.is_zero()
+            and md == kernel_desc(name.replace("diff_", "", 1), md))
 
 
 def weight_gemms(s) -> dict:
@@ -83,8 +84,8 @@ def weight_gemms(s) -> dict:
     GD = G * DHC
     roles = {}
     for beta in ((0.0, 1.0) if s.D == 2 else (0.0,)) if dx_gemm_layers(s) else ():
-        roles[f"dx_b{int(beta)}"] = (GemmShape(m=layer_rows(s), n=s.SLC, k=GD, lda=GD, ldb=GD, ldc=s.SLC,
-                                               trans_b=True, beta=beta),
+        roles[f"dx_b{int(beta)}"] = (GemmShape(m=layer_rows(s), n=s.SLC, k=GD, lda=GD, ldb=GD,
+                                               ldc=s.SLC, trans_b=True, beta=beta),
                                      "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
     first = first_dhp_writer(spec, s.peephole)
     for k, st in enumerate(spec.forward_stages(s.peephole)):
@@ -507,11 +508,11 @@ class BackwardPlan(PlanBuilder):
                 # steps after the first read h of the neighbouring step: contiguous rows
                 h_first = self._reg("h", l, d, 0 if self._ltr(d) else 1, N * s.DIC)
                 dg_first = sc["dgh"] + (1 if self._ltr(d) else 0) * N * GD + g0 * DHC
-                self._wgrad_gemm(GemmShape(m=s.SIC, n=cols, k=(T - 1) * N, lda=s.DIC, ldb=GD, ldc=GD,
-                                     trans_a=True, beta=1.0),
+                self._wgrad_gemm(GemmShape(m=s.SIC, n=cols, k=(T - 1) * N, lda=s.DIC, ldb=GD,
+                                           ldc=GD, trans_a=True, beta=1.0),
                            ws, h_first, scr, dg_first, dwi_ref, dwi_off + g0 * DHC)
-            self._wgrad_gemm(GemmShape(m=s.SIC, n=cols, k=N, lda=s.SIC, ldb=GD, ldc=GD, trans_a=True,
-                                 beta=1.0),
+            self._wgrad_gemm(GemmShape(m=s.SIC, n=cols, k=N, lda=s.SIC, ldb=GD, ldc=GD,
+                                       trans_a=True, beta=1.0),
                        ws, self.ws_off["h0"] + ld * N * s.SIC, scr,
                        sc["dgh"] + t0 * N * GD + g0 * DHC, dwi_ref, dwi_off + g0 * DHC)
         # bias: column sums of the gate gradients, per bias gate
@@ -597,7 +598,8 @@ class BackwardPlan(PlanBuilder):
                 self.add_reorder(scr, region_desc(md.dims, sc[reg]), Ref(DIFF_ARG[dname]), md)
         if "dattn" in sc:
             md = pd._descs["diff_attention_desc"]
-            self.add_reorder(scr, region_desc(md.dims, sc["dattn"]), Ref(ARG_DIFF_AUGRU_ATTENTION), md)
+            self.add_reorder(scr, region_desc(md.dims, sc["dattn"]), Ref(ARG_DIFF_AUGRU_ATTENTION),
+                             md)
         for dname, (ref, off) in self.dw.items():
             if ref.key == "scratch":
                 md = pd._descs[dname]

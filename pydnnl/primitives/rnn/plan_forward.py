@@ -307,9 +307,11 @@ class ForwardPlan(PlanBuilder):
             else:
                 h_prev_off = self._reg("h", l, d, prev_t, N * s.DIC)
                 c_prev_off = self._reg("c", l, d, prev_t, N * DHC) if "c" in self.ws_off else 0
-            gates_off = self._reg("gates", l, d, t, N * G * DHC) if training else self.ws_off["gates"]
+            gates_off = (self._reg("gates", l, d, t, N * G * DHC) if training
+                         else self.ws_off["gates"])
             gh_base = self._reg("gh", l, d, t, N * G * DHC) if "gh" in self.ws_off else None
-            h_out = self._reg("ht", l, d, t, N * DHC) if s.projection else self._reg("h", l, d, t, N * s.DIC)
+            h_out = (self._reg("ht", l, d, t, N * DHC) if s.projection
+                     else self._reg("h", l, d, t, N * s.DIC))
             c_out = self._reg("c", l, d, t, N * DHC) if "c" in self.ws_off else 0
             gh_col = 0
             for st, kern, gemm, role in self.stage_kernels:

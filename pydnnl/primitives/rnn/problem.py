@@ -112,7 +112,8 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
 
     for name, md in descs.items():
         if md is not None and not isinstance(md, MemoryDesc):
-            raise invalid_arguments(f"{kind}: {name} must be a memory.desc or None, got {type(md).__name__}")
+            raise invalid_arguments(
+                f"{kind}: {name} must be a memory.desc or None, got {type(md).__name__}")
     try:
         prop = prop_kind(prop)
     except ValueError:
@@ -156,10 +157,12 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
     for v, what in ((T, "T (src_layer_desc dims[0])"), (N, "N (src_layer_desc dims[1])")):
         if v <= 0:
             raise invalid_arguments(f"{kind}: {what} must be positive, got {v}")
-    expect_D = 2 if direction in (rnn_direction.bidirectional_concat, rnn_direction.bidirectional_sum) else 1
+    expect_D = 2 if direction in (rnn_direction.bidirectional_concat,
+                                  rnn_direction.bidirectional_sum) else 1
     if D != expect_D:
         raise invalid_arguments(
-            f"{kind}: direction {direction.name} needs D = {expect_D} directions, weights_layer_desc "
+            f"{kind}: direction {direction.name} needs D = {expect_D} directions, "
+            "weights_layer_desc "
             f"dims {[L, D, SLC_w, G, DHC]} have D = {D}")
     if G != spec.n_gates:
         raise invalid_arguments(
@@ -167,7 +170,8 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
             f"{[L, D, SLC_w, G, DHC]} have G = {G}")
     if SLC_w != SLC:
         raise invalid_arguments(
-            f"{kind}: weights_layer_desc input channels {SLC_w} differ from src_layer_desc SLC {SLC}")
+            f"{kind}: weights_layer_desc input channels {SLC_w} differ from src_layer_desc "
+            f"SLC {SLC}")
     if (L_i, D_i, G_i, DHC_i) != (L, D, G, DHC):
         raise invalid_arguments(
             f"{kind}: weights_iter_desc dims {[L_i, D_i, SIC, G_i, DHC_i]} disagree with "
@@ -195,7 +199,8 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
         raise invalid_arguments(f"{kind}: {spec.name} takes no weights_projection_desc")
     if peep is not None and peep != (L, D, 3, DHC):
         raise invalid_arguments(
-            f"{kind}: weights_peephole_desc dims must be [L, D, 3, DHC] = {[L, D, 3, DHC]}, got {list(peep)}")
+            f"{kind}: weights_peephole_desc dims must be [L, D, 3, DHC] = {[L, D, 3, DHC]}, "
+            f"got {list(peep)}")
     DIC = DHC
     if proj is not None:
         if proj[:3] != (L, D, DHC):
@@ -222,38 +227,49 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
                 f"both directions of the one below, so SLC ({SLC}) must equal 2 x DIC ({2 * DIC})")
     elif L > 1 and SLC != DIC:
         raise invalid_arguments(
-            f"{kind}: with L = {L} layers each layer reads the one below, so SLC ({SLC}) must equal "
-            f"DIC ({DIC})")
+            f"{kind}: with L = {L} layers each layer reads the one below, so SLC ({SLC}) "
+            f"must equal DIC ({DIC})")
     if T > 1 and SIC != DIC:
         raise invalid_arguments(
-            f"{kind}: with T = {T} steps the recurrent input is the previous output, so SIC ({SIC}) "
-            f"must equal DIC ({DIC})")
+            f"{kind}: with T = {T} steps the recurrent input is the previous output, "
+            f"so SIC ({SIC}) must equal DIC ({DIC})")
     if spec.requires_sic_eq_dhc and SIC != DHC:
         raise invalid_arguments(f"{kind}: {spec.name} needs SIC ({SIC}) equal to DHC ({DHC})")
 
     si = opt("src_iter_desc", 4)
     if si is not None and si != (L, D, N, SIC):
-        raise invalid_arguments(f"{kind}: src_iter_desc dims must be [L, D, N, SIC] = {[L, D, N, SIC]}, got {list(si)}")
+        raise invalid_arguments(
+            f"{kind}: src_iter_desc dims must be [L, D, N, SIC] = {[L, D, N, SIC]}, "
+            f"got {list(si)}")
     sic = opt("src_iter_c_desc", 4)
     di = opt("dst_iter_desc", 4)
     if di is not None and di != (L, D, N, DIC):
-        raise invalid_arguments(f"{kind}: dst_iter_desc dims must be [L, D, N, DIC] = {[L, D, N, DIC]}, got {list(di)}")
+        raise invalid_arguments(
+            f"{kind}: dst_iter_desc dims must be [L, D, N, DIC] = {[L, D, N, DIC]}, "
+            f"got {list(di)}")
     dic = opt("dst_iter_c_desc", 4)
     if not spec.has_cell_state:
         for name, v in (("src_iter_c_desc", sic), ("dst_iter_c_desc", dic)):
             if v is not None:
-                raise invalid_arguments(f"{kind}: {spec.name} has no cell state; {name} must be None")
+                raise invalid_arguments(
+                    f"{kind}: {spec.name} has no cell state; {name} must be None")
     for name, v in (("src_iter_c_desc", sic), ("dst_iter_c_desc", dic)):
         if v is not None and v != (L, D, N, DHC):
-            raise invalid_arguments(f"{kind}: {name} dims must be [L, D, N, DHC] = {[L, D, N, DHC]}, got {list(v)}")
+            raise invalid_arguments(
+                f"{kind}: {name} dims must be [L, D, N, DHC] = {[L, D, N, DHC]}, "
+                f"got {list(v)}")
     if spec.has_attention:
         att = descs.get("attention_desc")
         if not _present(att):
             raise invalid_arguments(f"{kind}: {spec.name} needs attention_desc [T, N, 1]")
         if _dims(att) not in ((T, N, 1), (T, N)):
-            raise invalid_arguments(f"{kind}: attention_desc dims must be [T, N, 1] = {[T, N, 1]}, got {list(_dims(att))}")
+            raise invalid_arguments(
+                f"{kind}: attention_desc dims must be [T, N, 1] = {[T, N, 1]}, "
+                f"got {list(_dims(att))}")
         if direction != rnn_direction.unidirectional_left2right:
-            raise invalid_arguments(f"{kind}: {spec.name} supports only unidirectional_left2right, got {direction.name}")
+            raise invalid_arguments(
+                f"{kind}: {spec.name} supports only unidirectional_left2right, "
+                f"got {direction.name}")
         if L != 1:
             raise invalid_arguments(f"{kind}: {spec.name} supports only L = 1 layer, got L = {L}")
     elif _present(descs.get("attention_desc")):
@@ -274,7 +290,8 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
             f"{kind}: extensions.skip_input adds the input to every gate, so SLC ({SLC}) must "
             f"equal DHC ({DHC})")
     if ext.cell_clip is not None and not spec.has_cell_state:
-        raise invalid_arguments(f"{kind}: extensions.cell_clip applies to LSTM only, got {spec.name}")
+        raise invalid_arguments(
+            f"{kind}: extensions.cell_clip applies to LSTM only, got {spec.name}")
     if (ext.dropout or ext.skip_input or ext.no_bias or ext.cell_clip) and spec.has_attention:
         raise unimplemented(f"{kind}: extensions are not implemented for {spec.name}")
     _check_data_types(descs, proj is not None, kind)
@@ -312,4 +329,5 @@ def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
                 f"{kind}: with {data.name} src_layer_desc, {name} must be "
                 f"{' or '.join(a.name for a in allowed)}, got {dt.name}")
     if projection and data != _F32:
-        raise unimplemented(f"{kind}: LSTM with projection is implemented for f32 only, got {data.name}")
+        raise unimplemented(
+            f"{kind}: LSTM with projection is implemented for f32 only, got {data.name}")

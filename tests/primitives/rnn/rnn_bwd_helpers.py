@@ -3,7 +3,8 @@ positional order, forward_training + backward execution, the float64 reference g
 the finite-difference oracle.
 
 Everything here is test-side: shapes, tags, signatures and argument numbers are spelled out
-from oneDNN's documentation (dnnl_types.h and the RNN developer guide), not read from the library under test.
+from oneDNN's documentation (dnnl_types.h and the RNN developer guide), not read from the
+library under test.
 """
 from __future__ import annotations
 

@@ -251,7 +251,8 @@ def make_descs(p: Problem, tags: dict | None = None, default="canonical") -> dic
             out[name] = None
             continue
         t = tags.get(name, tag.any if default == "any" else DESCS[name][1])
-        out[name] = t if isinstance(t, dnnl.memory.desc) else dnnl.memory.desc(dims_of(p, name), F32, t)
+        out[name] = (t if isinstance(t, dnnl.memory.desc)
+                     else dnnl.memory.desc(dims_of(p, name), F32, t))
     return out
 
 

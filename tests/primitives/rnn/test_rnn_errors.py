@@ -160,7 +160,8 @@ def test_attention_dims(cpu_engine):
     raises(cpu_engine, p, d, "attention_desc", str([p.T, p.N, 2]))
 
 
-@pytest.mark.parametrize("direction,D", [("bidirectional_concat", 1), ("unidirectional_right2left", 2)])
+@pytest.mark.parametrize("direction,D", [("bidirectional_concat", 1),
+                                         ("unidirectional_right2left", 2)])
 def test_directions_count_against_direction(cpu_engine, direction, D):
     p = problem("lstm", direction)
     bad = replace(p, direction="bidirectional_concat" if D == 2 else "unidirectional_left2right")
@@ -227,9 +228,11 @@ def test_required_desc_missing(cpu_engine, name, zero):
 # --------------------------------------------------------------------------------------------
 # data types
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,bad", [("weights_layer_desc", dt.f16), ("weights_iter_desc", dt.bf16),
+@pytest.mark.parametrize("name,bad", [("weights_layer_desc", dt.f16),
+                                      ("weights_iter_desc", dt.bf16),
                                       ("bias_desc", dt.f16), ("dst_layer_desc", dt.f16),
-                                      ("src_iter_c_desc", dt.bf16), ("weights_peephole_desc", dt.s8)])
+                                      ("src_iter_c_desc", dt.bf16),
+                                      ("weights_peephole_desc", dt.s8)])
 def test_data_type_mix_with_f32_src(cpu_engine, name, bad):
     p = problem("lstm_peephole")
     d = make_descs(p)
@@ -285,7 +288,8 @@ def test_augru_missing_attention(cpu_engine, cfg, mode):
 @pytest.mark.parametrize("cfg,name", [
     ("gru", "weights_peephole_desc"), ("lbr_gru", "weights_projection_desc"),
     ("rnn_tanh", "weights_peephole_desc"), ("gru", "src_iter_c_desc"),
-    ("rnn_relu", "dst_iter_c_desc"), ("lstm", "attention_desc"), ("augru", "weights_peephole_desc")])
+    ("rnn_relu", "dst_iter_c_desc"), ("lstm", "attention_desc"),
+    ("augru", "weights_peephole_desc")])
 def test_descs_a_cell_does_not_take(cpu_engine, cfg, name):
     p = problem(cfg)
     d = make_descs(p)
@@ -345,7 +349,8 @@ def test_bad_engine_and_attr(cpu_engine):
 
 
 def test_missing_head_argument(cpu_engine):
-    msg = _construct(dnnl.gru_forward, aengine=cpu_engine, aprop_kind=dnnl.prop_kind.forward_inference)
+    msg = _construct(dnnl.gru_forward, aengine=cpu_engine,
+                     aprop_kind=dnnl.prop_kind.forward_inference)
     assert "direction" in msg
 
 
@@ -448,7 +453,8 @@ def test_valid_execution_overwrites_sentinel(engine, stream, exec_setup):
 
 
 @pytest.mark.parametrize("arg", [dnnl.ARG_WORKSPACE, dnnl.ARG_WEIGHTS_LAYER, dnnl.ARG_BIAS,
-                                 dnnl.ARG_WEIGHTS_PROJECTION, dnnl.ARG_DST_LAYER, dnnl.ARG_SRC_ITER_C])
+                                 dnnl.ARG_WEIGHTS_PROJECTION, dnnl.ARG_DST_LAYER,
+                                 dnnl.ARG_SRC_ITER_C])
 def test_missing_argument(engine, stream, exec_setup, arg):
     pd, prim = exec_setup
     args, outs = _valid_args(engine, pd)

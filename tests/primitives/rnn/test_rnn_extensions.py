@@ -33,7 +33,8 @@ CASES = {
                                   ext=E(layer_bidirectional=True)),
     "lstm-clip-biconcat-L2": Problem("lstm", 5, 3, 4, 4, L=2, direction="bidirectional_concat",
                                      ext=E(cell_clip=(-0.3, 0.4))),
-    "lstm-clip_nan-l2r": Problem("lstm", 4, 2, 3, 3, ext=E(cell_clip=(-0.2, 0.5), cell_clip_nan=True)),
+    "lstm-clip_nan-l2r": Problem("lstm", 4, 2, 3, 3,
+                                 ext=E(cell_clip=(-0.2, 0.5), cell_clip_nan=True)),
     "lstmp-clip-layer_bidir-no_bias": Problem(
         "lstm", 4, 2, 6, 5, L=2, direction="bidirectional_concat", DIC=3,
         ext=E(layer_bidirectional=True, no_bias=True, cell_clip=(-0.4, 0.6))),
@@ -109,7 +110,8 @@ def test_clip_nan_handling(cpu_engine):
     (dict(p=Problem("gru", 3, 2, 4, 4, ext=E(cell_clip=(0, 1)))), "LSTM only"),
 ])
 def test_bad_problems(cpu_engine, bad, message):
-    with pytest.raises(dnnl.invalid_arguments, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(dnnl.invalid_arguments,
+                       match=message.replace("(", r"\(").replace(")", r"\)")):
         forward_pd(cpu_engine, bad["p"])
 
 
@@ -124,7 +126,8 @@ def test_bad_extension_values():
 
 def test_no_bias_rejects_a_bias_desc(cpu_engine):
     p = Problem("lstm", 3, 2, 4, 4)
-    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32, dnnl.memory.format_tag.any)
+    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32,
+                                           dnnl.memory.format_tag.any)
              for n, d in p.dims().items()}
     with pytest.raises(dnnl.invalid_arguments, match="bias_desc must be None"):
         dnnl.lstm_forward.primitive_desc(cpu_engine, dnnl.prop_kind.forward_training,
@@ -136,7 +139,8 @@ def test_backward_takes_extensions_from_hint(cpu_engine):
     p = Problem("lstm", 3, 2, 4, 4, ext=E(cell_clip=(-1, 1)))
     fpd = forward_pd(cpu_engine, p)
     assert fpd.get_extensions() == p.ext
-    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32, dnnl.memory.format_tag.any)
+    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32,
+                                           dnnl.memory.format_tag.any)
              for n, d in p.dims().items()}
     diff = {"diff_" + k: v for k, v in descs.items()}
     with pytest.raises(dnnl.invalid_arguments, match="differ from hint_fwd_pd"):
@@ -186,14 +190,16 @@ VL_CASES = [(cell, direction, L, (3, 5, 1, 5, 2) if (i + k) % 2 else (5, 4, 4, 2
 
 
 @pytest.mark.parametrize("cell, direction, L, lens", VL_CASES,
-                         ids=[f"{c}-{d}-L{L}-{'sorted' if list(x) == sorted(x, reverse=True) else 'unsorted'}"
+                         ids=[f"{c}-{d}-L{L}-"
+                              f"{'sorted' if list(x) == sorted(x, reverse=True) else 'unsorted'}"
                               for c, d, L, x in VL_CASES])
 def test_sequence_lengths_match_each_sequence_alone(engine, stream, cell, direction, L, lens):
     p = Problem(cell, 5, 5, 4, 4, L=L, direction=direction, ext=E(seq_lengths=lens))
     a = p.arrays(_seed(cell, direction, L, lens))
     rng = np.random.default_rng(_seed("dd", cell))
     dims = p.dims()
-    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter", "dst_iter_c") if n in dims}
+    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter", "dst_iter_c")
+          if n in dims}
     want_out, want_grads = _per_sequence(p, a, dd, lens)
     out, grads, _ = run(engine, stream, p, a, diff_dst=dd)
     for n, w in want_out.items():
@@ -211,7 +217,8 @@ def test_sequence_lengths_with_extensions_match_reference(engine, stream):
     a = p.arrays(_seed("vl-ext"))
     ref_layer, ref_iter, ref_iter_c, cache = p.reference(a, seq_lengths=lens)
     rng = np.random.default_rng(3)
-    dd = {"dst_layer": rng.uniform(-1, 1, ref_layer.shape), "dst_iter": rng.uniform(-1, 1, ref_iter.shape),
+    dd = {"dst_layer": rng.uniform(-1, 1, ref_layer.shape),
+          "dst_iter": rng.uniform(-1, 1, ref_iter.shape),
           "dst_iter_c": rng.uniform(-1, 1, ref_iter_c.shape)}
     out, grads, _ = run(engine, stream, p, a, diff_dst=dd)
     assert_close(out["dst_layer"], ref_layer, "dst_layer")
@@ -268,14 +275,16 @@ def test_dropout_matches_reference_with_documented_masks(engine, stream, case):
     scales = _dropout_scales(p, executions_before=1)
     ref_layer, ref_iter, ref_iter_c, cache = p.reference(a, dropout_scales=scales)
     rng = np.random.default_rng(_seed("drop-dd", case))
-    dd = {"dst_layer": rng.uniform(-1, 1, ref_layer.shape), "dst_iter": rng.uniform(-1, 1, ref_iter.shape)}
+    dd = {"dst_layer": rng.uniform(-1, 1, ref_layer.shape),
+          "dst_iter": rng.uniform(-1, 1, ref_iter.shape)}
     if ref_iter_c is not None:
         dd["dst_iter_c"] = rng.uniform(-1, 1, ref_iter_c.shape)
     out, grads, fwd = run(engine, stream, p, a, diff_dst=dd, executions=2)
     assert fwd.dropout_offset == 2
     assert_close(out["dst_layer"], ref_layer, "dst_layer")
     assert_close(out["dst_iter"], ref_iter, "dst_iter")
-    want = rnn_backward(CELLS[p.cell][2], cache, dd["dst_layer"], dd["dst_iter"], dd.get("dst_iter_c"))
+    want = rnn_backward(CELLS[p.cell][2], cache, dd["dst_layer"], dd["dst_iter"],
+                        dd.get("dst_iter_c"))
     for name, got in grads.items():
         assert_close(got, want["diff_" + name], f"diff_{name}")
 
@@ -290,7 +299,8 @@ def test_dropout_is_ignored_in_inference_and_reproducible(cpu_engine):
     np.testing.assert_array_equal(inf["dst_layer"], plain["dst_layer"])
     one, _, _ = run(cpu_engine, s, dropped, a)
     again, _, _ = run(cpu_engine, s, dropped, a)
-    other, _, _ = run(cpu_engine, s, Problem("lstm", 4, 3, 5, 5, L=2, ext=E(dropout=0.5, dropout_seed=2)), a)
+    other, _, _ = run(cpu_engine, s,
+                      Problem("lstm", 4, 3, 5, 5, L=2, ext=E(dropout=0.5, dropout_seed=2)), a)
     np.testing.assert_array_equal(one["dst_layer"], again["dst_layer"])  # same seed, same result
     assert not np.array_equal(one["dst_layer"], other["dst_layer"])
     assert not np.array_equal(one["dst_layer"], plain["dst_layer"])
@@ -311,7 +321,8 @@ def test_packed_sequences_equal_the_padded_form(engine, stream, cell, direction)
     a = padded.arrays(_seed("packed", cell))
     rng = np.random.default_rng(_seed("packed-dd", cell))
     dims = padded.dims()
-    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter", "dst_iter_c") if n in dims}
+    dd = {n: rng.uniform(-1, 1, dims[n]) for n in ("dst_layer", "dst_iter", "dst_iter_c")
+          if n in dims}
 
     def pack(x):
         data, batch_sizes, order = pack_padded(x, np.array(lens))
@@ -335,9 +346,11 @@ def test_packed_needs_sorted_lengths_and_matching_rows(cpu_engine):
     with pytest.raises(dnnl.invalid_arguments, match="non-increasing"):
         E(seq_lengths=(2, 3), packed=True)
     p = Problem("gru", 3, 2, 4, 4, ext=E(seq_lengths=(3, 2), packed=True))
-    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32, dnnl.memory.format_tag.any)
+    descs = {n + "_desc": dnnl.memory.desc(list(d), dnnl.memory.data_type.f32,
+                                           dnnl.memory.format_tag.any)
              for n, d in p.dims().items()}
-    descs["src_layer_desc"] = dnnl.memory.desc([6, 4], dnnl.memory.data_type.f32, dnnl.memory.format_tag.ab)
+    descs["src_layer_desc"] = dnnl.memory.desc([6, 4], dnnl.memory.data_type.f32,
+                                               dnnl.memory.format_tag.ab)
     with pytest.raises(dnnl.invalid_arguments, match="has 6 rows, the sum of seq_lengths is 5"):
         dnnl.gru_forward.primitive_desc(cpu_engine, dnnl.prop_kind.forward_training,
                                         dnnl.rnn_direction.unidirectional_left2right, **descs,

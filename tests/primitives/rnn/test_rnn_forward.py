@@ -141,7 +141,8 @@ def _reorder_in(engine, stream, src_md, dst_md, values, keep: list) -> dnnl.memo
 
 _ANY_CASES = [(c, "bidirectional_concat", 1) for c in NON_AUGRU] + \
              [(c, "unidirectional_left2right", 1) for c in AUGRU] + \
-             [("lstm_peephole_projection", "bidirectional_sum", 3), ("gru", "unidirectional_right2left", 3)]
+             [("lstm_peephole_projection", "bidirectional_sum", 3),
+              ("gru", "unidirectional_right2left", 3)]
 
 
 @pytest.mark.parametrize("prop", PROPS)
@@ -382,7 +383,8 @@ def test_absent_dst_iter_is_not_written(engine, stream, cfg, want_iter, want_ite
     direction = "unidirectional_left2right" if CONFIGS[cfg].augru else "bidirectional_concat"
     p = replace(problem(cfg, direction, 1), want_dst_iter=want_iter, want_dst_iter_c=want_iter_c)
     pd = make_pd(engine, p, "forward_training", make_descs(p))
-    for name, want in (("dst_iter_desc", want_iter), ("dst_iter_c_desc", want_iter_c and p.c.has_c)):
+    for name, want in (("dst_iter_desc", want_iter),
+                       ("dst_iter_c_desc", want_iter_c and p.c.has_c)):
         md = getattr(pd, name)()
         assert md.is_zero() != want, name
         assert pd.query_md(dnnl.query.exec_arg_md, DESCS[name][0]).is_zero() != want

@@ -286,8 +286,10 @@ def test_gru_lbr_flag_selects_the_primitive(engine, stream):
     y0 = run_onnx_node("GRU", inputs, linear_before_reset=0, **base)[0]
     y1 = run_onnx_node("GRU", inputs, linear_before_reset=1, **base)[0]
     assert np.abs(y0 - y1).max() > 1e-3
-    g0 = primitive_onnx_outputs(engine, stream, "GRU", {**base, "linear_before_reset": 0}, inputs)[0]
-    g1 = primitive_onnx_outputs(engine, stream, "GRU", {**base, "linear_before_reset": 1}, inputs)[0]
+    g0 = primitive_onnx_outputs(engine, stream, "GRU", {**base, "linear_before_reset": 0},
+                                inputs)[0]
+    g1 = primitive_onnx_outputs(engine, stream, "GRU", {**base, "linear_before_reset": 1},
+                                inputs)[0]
     assert_close(g0, y0, "lbr 0")
     assert_close(g1, y1, "lbr 1")
     assert np.abs(g0 - y1).max() > 1e-3 and np.abs(g1 - y0).max() > 1e-3
