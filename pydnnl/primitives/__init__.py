@@ -26,8 +26,9 @@ from .rnn import (
                    vanilla_rnn_forward,
 )
 
-__all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "matmul", "vanilla_rnn_forward",
-           "lstm_forward", "gru_forward", "lbr_gru_forward", "augru_forward", "lbr_augru_forward",
+__all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "matmul",
+           "vanilla_rnn_forward", "lstm_forward", "gru_forward", "lbr_gru_forward",
+           "augru_forward", "lbr_augru_forward",
            "vanilla_rnn_backward", "lstm_backward", "gru_backward", "lbr_gru_backward",
            "augru_backward", "lbr_augru_backward", "convolution_forward",
            "convolution_backward_data", "convolution_backward_weights", "deconvolution_forward",

@@ -111,12 +111,16 @@ def test_execute_validation(cpu_engine, mds):
     good = {dnnl.ARG_SRC: dnnl.memory(src, cpu_engine, x), dnnl.ARG_DST: out,
             dnnl.ARG_WORKSPACE: dnnl.memory(md_([7], dt.f32, tag.a), cpu_engine)}
     bad_cases = [
-        ({k: v for k, v in good.items() if k != dnnl.ARG_WORKSPACE}, "missing argument ARG_WORKSPACE"),
-        ({**good, dnnl.ARG_BIAS: dnnl.memory(src, cpu_engine, b)}, r"argument ARG_BIAS has desc .*ab.*expects.*ba"),
-        ({**good, dnnl.ARG_WEIGHTS_ITER: good[dnnl.ARG_SRC]}, "unexpected argument ARG_WEIGHTS_ITER"),
+        ({k: v for k, v in good.items() if k != dnnl.ARG_WORKSPACE},
+         "missing argument ARG_WORKSPACE"),
+        ({**good, dnnl.ARG_BIAS: dnnl.memory(src, cpu_engine, b)},
+         r"argument ARG_BIAS has desc .*ab.*expects.*ba"),
+        ({**good, dnnl.ARG_WEIGHTS_ITER: good[dnnl.ARG_SRC]},
+         "unexpected argument ARG_WEIGHTS_ITER"),
         ({**good, 99999: good[dnnl.ARG_SRC]}, r"unexpected argument ARG\(99999\)"),
         ({**good, dnnl.ARG_SRC: x}, "ARG_SRC must be a pydnnl.memory"),
-        ({**good, dnnl.ARG_SRC: dnnl.memory(md_([2, 3], dt.f16, tag.ab), cpu_engine)}, "ARG_SRC has desc .*f16"),
+        ({**good, dnnl.ARG_SRC: dnnl.memory(md_([2, 3], dt.f16, tag.ab), cpu_engine)},
+         "ARG_SRC has desc .*f16"),
     ]
     for args, match in bad_cases:
         with pytest.raises(dnnl.invalid_arguments, match=match):
@@ -135,7 +139,8 @@ def test_execute_validation(cpu_engine, mds):
 
 
 def test_execute_other_engine(cpu_engine, mds):
-    others = [dnnl.engine(dnnl.engine.kind.cpu, i) for i in range(dnnl.engine.get_count(dnnl.engine.kind.cpu))]
+    others = [dnnl.engine(dnnl.engine.kind.cpu, i)
+              for i in range(dnnl.engine.get_count(dnnl.engine.kind.cpu))]
     others = [e for e in others if e != cpu_engine]
     if not others:
         pytest.skip("only one CPU device present")
@@ -175,7 +180,8 @@ def test_reorder_pd_queries(cpu_engine):
     assert pd.scratchpad_desc().is_zero() and pd.query_md(q.scratchpad_md).is_zero()
     assert pd.query_md(q.exec_arg_md, dnnl.ARG_FROM) == a
     assert pd.query_md(q.exec_arg_md, dnnl.ARG_ATTR_SCALES | dnnl.ARG_TO) == md_([4], dt.f32, tag.a)
-    assert pd.query_md(q.exec_arg_md, dnnl.ARG_ATTR_ZERO_POINTS | dnnl.ARG_TO) == md_([1], dt.s32, tag.a)
+    assert (pd.query_md(q.exec_arg_md, dnnl.ARG_ATTR_ZERO_POINTS | dnnl.ARG_TO)
+            == md_([1], dt.s32, tag.a))
     assert pd.query_md(q.exec_arg_md, dnnl.ARG_ATTR_SCALES | dnnl.ARG_FROM).is_zero()
     assert "reorder" in pd.impl_info_str()
     assert pd.get_primitive_attr() is attr
