@@ -227,7 +227,9 @@ def _positional_form(sig: Signature, rest: tuple, kw: dict) -> tuple[str, ...]:
         if t.problem == "dup":
             raise invalid_arguments(f"{sig.name}: {', '.join(t.names)} given twice "
                                     f"(positionally and by keyword)")
-    best = max(tries, key=lambda t: (t.prefix, -len(t.names)))
+    # closest: the most values accepted, then a form consumed whole (the value it rejects is in
+    # the tail), then the fewest names missing
+    best = max(tries, key=lambda t: (t.prefix, t.prefix >= len(t.form), -len(t.names)))
     if best.problem == "kind":
         raise invalid_arguments(_kind_message(sig, best, rest))
     if best.problem == "foreign":
