@@ -123,7 +123,7 @@ class reorder(primitive):
         if dst.get_padded_dims() != dst.get_dims() and dst.is_dense():
             start = 0 if self._cross else dst.offset0
             self._plan.zero(Ref(ARG_TO), start, dst.nelems_physical() - start,
-                            dst.data_type.itemsize)
+                            dst.data_type.itemsize, "reorder_zero_padding")
         attr = [Ref(arg) for arg in (ARG_ATTR_ZERO_POINTS | ARG_FROM, ARG_ATTR_SCALES | ARG_FROM,
                                      ARG_ATTR_SCALES | ARG_TO, ARG_ATTR_ZERO_POINTS | ARG_TO)
                 if arg in pd._args]

@@ -84,11 +84,10 @@ class _GemmStep:
 class _Fill:
     """Zeros over ``nbytes`` bytes of a buffer from ``offset`` bytes."""
 
-    __slots__ = ("ref", "offset", "nbytes")
-    name = "zero"
+    __slots__ = ("ref", "offset", "nbytes", "name")
 
-    def __init__(self, ref: Ref, offset: int, nbytes: int):
-        self.ref, self.offset, self.nbytes = ref, offset, nbytes
+    def __init__(self, ref: Ref, offset: int, nbytes: int, name: str = "zero"):
+        self.ref, self.offset, self.nbytes, self.name = ref, offset, nbytes, name
 
     def bind(self, plan):
         return [self]
@@ -99,7 +98,7 @@ class _Fill:
         evt = _cl().enqueue_fill_buffer(stream.queue, bufs[self.ref.key],
                                         np.float32(0) if word else np.uint8(0),
                                         self.offset, self.nbytes, wait_for=wait_for)
-        stream.record("zero", evt)
+        stream.record(self.name, evt)
         return evt
 
 
@@ -311,11 +310,12 @@ class Plan:
             return
         self.launch(self.get("reorder", problem, build_reorder), (src, dst))
 
-    def zero(self, ref: Ref, offset_elems: int, nelems: int, itemsize: int = 4) -> None:
+    def zero(self, ref: Ref, offset_elems: int, nelems: int, itemsize: int = 4,
+             name: str = "zero") -> None:
         """Zeros over ``nelems`` elements (float32 unless ``itemsize`` says otherwise) of
-        ``ref`` from element ``offset_elems``."""
+        ``ref`` from element ``offset_elems``; ``name`` is what profiling records."""
         if nelems > 0:
-            self.steps.append(_Fill(ref, offset_elems * itemsize, nelems * itemsize))
+            self.steps.append(_Fill(ref, offset_elems * itemsize, nelems * itemsize, name))
 
     def primitive(self, prim, args: dict) -> None:
         """Add the execution of another primitive; ``args`` values are memories or

@@ -210,9 +210,9 @@ class rnn_backward_base(primitive):
     """Shared plan building and execution of the backward RNN primitives."""
 
     def _create(self) -> None:
-        from .plan_backward import BackwardPlan
+        from .plan_backward import BackwardPlanBuilder
 
-        self._plan = BackwardPlan(self._pd)
+        self._plan = BackwardPlanBuilder(self._pd)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

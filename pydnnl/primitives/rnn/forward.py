@@ -173,9 +173,9 @@ class rnn_forward_base(primitive):
     """Shared plan building and execution of the forward RNN primitives."""
 
     def _create(self) -> None:
-        from .plan_forward import ForwardPlan
+        from .plan_forward import ForwardPlanBuilder
 
-        self._plan = ForwardPlan(self._pd)
+        self._plan = ForwardPlanBuilder(self._pd)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

@@ -178,7 +178,7 @@ def scratch_regions(pd) -> Regions:
             if reg in r:
                 r.add(reg + "s", r.sizes[reg])
     if rnn_rules.weight_gradient_copies(pd.get_engine().info):
-        # A^T and packed B of the weight-gradient GEMMs (see BackwardPlan._wgrad_gemm): k is
+        # A^T and packed B of the weight-gradient GEMMs (see BackwardPlanBuilder._wgrad_gemm): k is
         # at most T*N rows; panels pad n by less than 64 columns
         rows = s.T * s.N
         r.add("wga", rows * max(s.SLC, s.layer_in, s.SIC, s.DIC, s.DHC))
@@ -198,7 +198,7 @@ def _canon_attention(pd) -> bool:
     return md is None or md.is_zero() or md == kernel_desc("attention_desc", md)
 
 
-class BackwardPlan(PlanBuilder):
+class BackwardPlanBuilder(PlanBuilder):
     """Kernels and launch arguments of one backward RNN problem."""
 
     def __init__(self, pd):

@@ -121,7 +121,7 @@ def clip_key(s):
     return None if c is None else (c[0], c[1], bool(s.ext.cell_clip_nan))
 
 
-class ForwardPlan(PlanBuilder):
+class ForwardPlanBuilder(PlanBuilder):
     """Kernels and launch arguments of one forward RNN problem."""
 
     def __init__(self, pd):

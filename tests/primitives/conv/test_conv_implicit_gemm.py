@@ -85,7 +85,7 @@ def test_backward_weights_split(engine, stream, splits):
     assert_close(res, 1e-5, f"split {splits}")
     pd = res.pd
     plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
-    names = [getattr(k, "name", "") for k, _ in plan.steps]
+    names = [step.name for step in plan.steps]
     assert any("wei_reduce" in n for n in names), names
 
 

@@ -28,5 +28,5 @@ def test_backward_weights_split_along_k(engine, stream, params):
     # the split did happen: the plan adds the slices with the split-k reduction
     pd = res.pd
     plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
-    names = [getattr(k, "name", "") for k, _ in plan.steps]
+    names = [step.name for step in plan.steps]
     assert any("splitk_reduce" in n for n in names), names
