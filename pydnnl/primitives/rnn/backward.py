@@ -27,6 +27,7 @@ from ..base import ArgSpec, primitive
 from ..signature import bind
 from . import forward as fwd
 from .extensions import as_extensions
+from .plan_backward import BackwardPlanBuilder
 from .problem import DESC_NAMES, check_shapes
 
 DIFF_NAMES = ("diff_src_layer_desc", "diff_src_iter_desc", "diff_src_iter_c_desc",
@@ -210,8 +211,6 @@ class rnn_backward_base(primitive):
     """Shared plan building and execution of the backward RNN primitives."""
 
     def _create(self) -> None:
-        from .plan_backward import BackwardPlanBuilder
-
         self._plan = BackwardPlanBuilder(self._pd)
 
     def _execute(self, s, args) -> None:

@@ -17,6 +17,7 @@ from ..signature import NUMBER, Signature, bind
 from . import layout
 from .extensions import as_extensions
 from .layout import ARGS, canonical_desc, kernel_desc  # noqa: F401  (re-exported)
+from .plan_forward import ForwardPlanBuilder
 from .problem import DESC_NAMES, check_shapes
 
 RNN_ARG_LABELS = {
@@ -173,8 +174,6 @@ class rnn_forward_base(primitive):
     """Shared plan building and execution of the forward RNN primitives."""
 
     def _create(self) -> None:
-        from .plan_forward import ForwardPlanBuilder
-
         self._plan = ForwardPlanBuilder(self._pd)
 
     def _execute(self, s, args) -> None:
