@@ -1,0 +1,17 @@
+"""Inner product (fully connected) in float64 numpy, as oneDNN defines it: every output
+channel is the dot product of one image's whole input (channels and spatial points) with that
+channel's weights, plus its bias."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def inner_product_forward(src: np.ndarray, weights: np.ndarray,
+                          bias: np.ndarray | None = None) -> np.ndarray:
+    """``src [N, IC, ...] . weights [OC, IC, ...] (+ bias [OC])`` -> ``[N, OC]``."""
+    x = np.asarray(src, np.float64).reshape(src.shape[0], -1)
+    w = np.asarray(weights, np.float64).reshape(weights.shape[0], -1)
+    out = x @ w.T
+    if bias is not None:
+        out = out + np.asarray(bias, np.float64)
+    return out

@@ -1,0 +1,122 @@
+"""inner_product_forward against the float64 numpy reference and ONNX's reference evaluator
+(Gemm with transB), in plain, channels-last, blocked and transposed layouts, with and without
+bias; errors name the argument."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.reference.inner_product import inner_product_forward as ref_ip
+
+dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+fwd = dnnl.prop_kind.forward_inference
+
+CASES = {
+    # name: (src dims, OC, src tag, weights tag, dst tag, bias)
+    "2d": ([5, 7], 3, "ab", "ab", "ab", True),
+    "2d_no_bias": ([4, 9], 6, "ab", "ab", "ab", False),
+    "nchw_oihw": ([2, 3, 4, 5], 7, "abcd", "abcd", "ab", True),
+    "nhwc_ohwi": ([2, 3, 4, 5], 7, "acdb", "acdb", "ab", True),       # staged copies
+    "nchw_any_weights": ([3, 4, 2, 2], 5, "abcd", "any", "any", True),
+    "blocked_src": ([2, 16, 3, 3], 4, "aBcd8b", "abcd", "ab", False),  # staged copy
+    "transposed_dst": ([3, 6], 4, "ab", "ab", "ba", True),            # staged dst
+    "3d_ncdhw": ([2, 2, 2, 3, 2], 3, "abcde", "abcde", "ab", True),
+}
+
+
+def _run(engine, stream, x, w, b, src_tag, wei_tag, dst_tag):
+    N, OC = x.shape[0], w.shape[0]
+    src_md = dnnl.memory.desc(list(x.shape), dt.f32, src_tag)
+    wei_md = dnnl.memory.desc(list(w.shape), dt.f32, wei_tag)
+    dst_md = dnnl.memory.desc([N, OC], dt.f32, dst_tag)
+    if b is None:
+        pd = dnnl.inner_product_forward.primitive_desc(engine, fwd, src_md, wei_md, dst_md)
+    else:
+        pd = dnnl.inner_product_forward.primitive_desc(
+            engine, fwd, src_md, wei_md, dnnl.memory.desc([OC], dt.f32, tag.a), dst_md)
+    args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), engine),
+            dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine),
+            dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
+    args[dnnl.ARG_SRC].write(x)
+    args[dnnl.ARG_WEIGHTS].write(w)
+    if b is not None:
+        args[dnnl.ARG_BIAS] = dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, dnnl.ARG_BIAS),
+                                          engine, b)
+    sp = pd.scratchpad_desc()
+    dnnl.inner_product_forward(pd).execute(stream, args)
+    stream.wait()
+    return args[dnnl.ARG_DST].to_numpy(), sp
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_reference(engine, stream, name):
+    dims, OC, st, wt, dtg, with_bias = CASES[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(dims).astype(np.float32)
+    w = rng.standard_normal([OC] + dims[1:]).astype(np.float32)
+    b = rng.standard_normal(OC).astype(np.float32) if with_bias else None
+    wt = st if wt == "any" else wt
+    got, _ = _run(engine, stream, x, w, b, st, wt, "ab" if dtg == "any" else dtg)
+    want = ref_ip(x, w, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_any_layouts_resolve_plain_and_need_no_scratch(cpu_engine):
+    any4 = dnnl.memory.desc([2, 3, 4, 4], dt.f32, tag.any)
+    pd = dnnl.inner_product_forward.primitive_desc(
+        cpu_engine, fwd, any4, dnnl.memory.desc([5, 3, 4, 4], dt.f32, tag.any),
+        dnnl.memory.desc([5], dt.f32, tag.a), dnnl.memory.desc([2, 5], dt.f32, tag.any))
+    assert pd.src_desc() == dnnl.memory.desc([2, 3, 4, 4], dt.f32, tag.nchw)
+    assert pd.weights_desc() == dnnl.memory.desc([5, 3, 4, 4], dt.f32, tag.oihw)
+    assert pd.dst_desc() == dnnl.memory.desc([2, 5], dt.f32, tag.nc)
+    assert pd.scratchpad_desc().is_zero()
+    assert pd.get_prop_kind() == fwd
+
+
+def test_matches_onnx_gemm(engine, stream):
+    """ONNX's reference evaluator: Gemm(A, B, C) with transB = 1 is an inner product."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 10)).astype(np.float32)
+    bw = rng.standard_normal((4, 10)).astype(np.float32)
+    c = rng.standard_normal(4).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["A", "B", "C"], ["Y"], transB=1)], "ip",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, a.shape),
+         helper.make_tensor_value_info("B", TensorProto.FLOAT, bw.shape),
+         helper.make_tensor_value_info("C", TensorProto.FLOAT, c.shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, (6, 4))])
+    model = helper.make_model(graph)
+    onnx.checker.check_model(model)
+    (want,) = ReferenceEvaluator(model).run(None, {"A": a, "B": bw, "C": c})
+    got, _ = _run(engine, stream, a, bw, c, "ab", "ab", "ab")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dims,match", [
+    (([2, 3, 4], [5, 3, 5], [2, 5]), r"weights_desc dims \[5, 3, 5\] must be \[OC\]"),
+    (([2, 3], [5, 3], [3, 5]), r"dst_desc dims \[3, 5\], expected \[N, OC\] = \[2, 5\]"),
+    (([2], [5, 2], [2, 5]), "src_desc must have 2 to 5 dimensions"),
+])
+def test_shape_errors_name_the_argument(cpu_engine, dims, match):
+    s, w, d = (dnnl.memory.desc(x, dt.f32, "abcde"[:len(x)]) for x in dims)
+    with pytest.raises(dnnl.invalid_arguments, match=match):
+        dnnl.inner_product_forward.primitive_desc(cpu_engine, fwd, s, w, d)
+
+
+def test_bias_prop_and_type_errors(cpu_engine):
+    s = dnnl.memory.desc([2, 3], dt.f32, tag.ab)
+    w = dnnl.memory.desc([5, 3], dt.f32, tag.ab)
+    d = dnnl.memory.desc([2, 5], dt.f32, tag.ab)
+    with pytest.raises(dnnl.invalid_arguments, match=r"bias_desc dims \[4\], expected \[OC\]"):
+        dnnl.inner_product_forward.primitive_desc(cpu_engine, fwd, s, w,
+                                                  dnnl.memory.desc([4], dt.f32, tag.a), d)
+    with pytest.raises(dnnl.invalid_arguments, match="forward_training or forward_inference"):
+        dnnl.inner_product_forward.primitive_desc(cpu_engine, dnnl.prop_kind.backward, s, w, d)
+    with pytest.raises(dnnl.unimplemented, match="weights_desc data type bf16"):
+        dnnl.inner_product_forward.primitive_desc(
+            cpu_engine, fwd, s, dnnl.memory.desc([5, 3], dt.bf16, tag.ab), d)
