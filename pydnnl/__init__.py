@@ -33,6 +33,8 @@ from .primitives import (  # noqa: E402  # noqa: E402
                         deconvolution_forward,
                         gru_backward,
                         gru_forward,
+    inner_product_backward_data,
+    inner_product_backward_weights,
     inner_product_forward,
                         lbr_augru_backward,
                         lbr_augru_forward,

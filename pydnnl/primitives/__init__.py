@@ -9,7 +9,11 @@ from .conv import (
                    deconvolution_backward_weights,
                    deconvolution_forward,
 )
-from .inner_product import inner_product_forward
+from .inner_product import (
+                   inner_product_backward_data,
+                   inner_product_backward_weights,
+                   inner_product_forward,
+)
 from .matmul import matmul
 from .reorder import reorder
 from .rnn import (
@@ -28,7 +32,8 @@ from .rnn import (
 )
 
 __all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "matmul",
-           "inner_product_forward",
+           "inner_product_forward", "inner_product_backward_data",
+           "inner_product_backward_weights",
            "vanilla_rnn_forward", "lstm_forward", "gru_forward", "lbr_gru_forward",
            "augru_forward", "lbr_augru_forward",
            "vanilla_rnn_backward", "lstm_backward", "gru_backward", "lbr_gru_backward",

@@ -1,16 +1,30 @@
-"""The inner product forward primitive (``dnnl::inner_product_forward``): ``dst[n, oc] =
-sum over (ic, spatial) of src[n, ic, ...] * weights[oc, ic, ...] + bias[oc]``.
+"""The inner product primitives (``dnnl::inner_product_forward``, ``_backward_data``,
+``_backward_weights``): ``dst[n, oc] = sum over (ic, spatial) of src[n, ic, ...] *
+weights[oc, ic, ...] + bias[oc]`` and its two gradients.
 
-The plan is runtime steps only: inputs whose layout does not fold into a row-major ``[N, K]``
-/ ``[OC, K]`` matrix are first reordered into the scratchpad, a bias is broadcast into dst by a
-reorder from a stride-0 view, then one GEMM ``src @ weights^T`` adds onto it.
+Each plan is runtime steps only. Tensors whose layout does not fold into a row-major matrix
+(``[N, K]``, ``[OC, K]``, ``[N, OC]``) go through plain copies in the scratchpad. Then:
+forward ``dst = src @ weights^T`` (a bias first broadcast into dst by a reorder from a stride-0
+view), backward data ``diff_src = diff_dst @ weights``, backward weights ``diff_weights =
+diff_dst^T @ src`` and ``diff_bias`` = the column sums of ``diff_dst``.
 """
 from __future__ import annotations
 
 import math
 
-from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS, prop_kind
+from ..constants import (
+    ARG_BIAS,
+    ARG_DIFF_BIAS,
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DIFF_WEIGHTS,
+    ARG_DST,
+    ARG_SRC,
+    ARG_WEIGHTS,
+    prop_kind,
+)
 from ..error import invalid_arguments, unimplemented
+from ..kernels.reductions import ColSum, build_colsum
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
@@ -20,6 +34,14 @@ from .base import ArgSpec, primitive, primitive_desc_base
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"
+# each argument's role: which of src (activations), weights, dst it is shaped like
+_ROLE = {ARG_SRC: "src", ARG_DIFF_SRC: "src", ARG_WEIGHTS: "weights",
+         ARG_DIFF_WEIGHTS: "weights", ARG_DST: "dst", ARG_DIFF_DST: "dst", ARG_BIAS: "bias",
+         ARG_DIFF_BIAS: "bias"}
+_NAMES = {ARG_SRC: "src_desc", ARG_DIFF_SRC: "diff_src_desc", ARG_WEIGHTS: "weights_desc",
+          ARG_DIFF_WEIGHTS: "diff_weights_desc", ARG_DST: "dst_desc",
+          ARG_DIFF_DST: "diff_dst_desc", ARG_BIAS: "bias_desc", ARG_DIFF_BIAS: "diff_bias_desc"}
+_OUTPUTS = (ARG_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS)
 
 
 def _plain(md: MemoryDesc) -> MemoryDesc:
@@ -38,10 +60,125 @@ def _folds(md: MemoryDesc) -> bool:
     return True
 
 
-class inner_product_forward(primitive):
+def _flat(off: int, md: MemoryDesc) -> tuple:
+    """The reorder layout of ``md``'s dims row-major from element ``off``."""
+    return (off, tuple((1, s, ()) for s in _plain(md).strides))
+
+
+class _ip_pd_base(primitive_desc_base):
+    """Validation shared by the three descriptors: ``descs`` maps argument numbers to descs
+    (None for an absent bias)."""
+
+    def _setup(self, descs: dict, hint=None) -> None:
+        kind = self._kind
+        for arg, md in descs.items():
+            if md is None and _ROLE[arg] == "bias":
+                continue
+            if not isinstance(md, MemoryDesc) or md.is_zero():
+                raise invalid_arguments(f"{kind}: {_NAMES[arg]} must be a memory.desc, got {md!r}")
+        by_role = {_ROLE[a]: (a, md) for a, md in descs.items()}
+        (sa, src), (wa, wei), (da, dst) = by_role["src"], by_role["weights"], by_role["dst"]
+        ba, bias = by_role.get("bias", (None, None))
+        if bias is not None and bias.is_zero():
+            bias = descs[ba] = None
+        if not 2 <= len(src.dims) <= 5:
+            raise invalid_arguments(f"{kind}: {_NAMES[sa]} must have 2 to 5 dimensions [N, IC, "
+                                    f"spatial...], got {list(src.dims)}")
+        if len(wei.dims) != len(src.dims) or tuple(wei.dims[1:]) != tuple(src.dims[1:]):
+            raise invalid_arguments(f"{kind}: {_NAMES[wa]} dims {list(wei.dims)} must be [OC] + "
+                                    f"{_NAMES[sa]}'s {list(src.dims[1:])}")
+        N, OC = src.dims[0], wei.dims[0]
+        if tuple(dst.dims) != (N, OC):
+            raise invalid_arguments(f"{kind}: {_NAMES[da]} dims {list(dst.dims)}, expected "
+                                    f"[N, OC] = [{N}, {OC}]")
+        if bias is not None and tuple(bias.dims) != (OC,):
+            raise invalid_arguments(f"{kind}: {_NAMES[ba]} dims {list(bias.dims)}, expected "
+                                    f"[OC] = [{OC}]")
+        if ba == ARG_DIFF_BIAS and bias is not None and not bias.is_any() \
+                and OC > 1 and bias.strides[0] != 1:
+            raise unimplemented(f"{kind}: diff_bias_desc must be dense, got strides "
+                                f"{list(bias.strides)}")
+        for arg, md in descs.items():
+            if md is not None and md.data_type not in (data_type.f32, data_type.undef):
+                raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; only "
+                                    f"f32 is implemented")
+        if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
+            raise unimplemented(f"{kind}: post-ops, scales and zero points are not implemented "
+                                f"yet")
+        self._staged: dict[int, int] = {}
+        scratch = 0
+        for arg, md in descs.items():
+            if md is None:
+                continue
+            if md.is_any():  # the forward's choice where a hint has one, else row-major
+                chosen = hint.query_md_for(_ROLE[arg]) if hint is not None else None
+                md = chosen if chosen is not None and chosen.dims == md.dims else _plain(md)
+            if md.data_type == data_type.undef:
+                md = md.with_data_type(data_type.f32)
+            self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
+            if _ROLE[arg] != "bias" and not _folds(md):
+                self._staged[arg] = scratch  # a plain copy in the scratchpad
+                scratch += -(-math.prod(md.dims) // 16) * 16
+        self._scratch_elems = scratch
+        self._impl = "gemm:runtime" + (":staged" if self._staged else "")
+        self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}"
+        self._finish_scratchpad(scratch * 4)
+
+    def query_md_for(self, role: str) -> MemoryDesc | None:
+        """The desc of this primitive's argument shaped like ``role`` (src/weights/dst)."""
+        for arg, spec in self._args.items():
+            if _ROLE.get(arg) == role:
+                return spec.md
+        return None
+
+    def _check_hint(self, hint) -> None:
+        if not isinstance(hint, inner_product_forward.primitive_desc):
+            raise invalid_arguments(f"{self._kind}: hint_fwd_pd must be an "
+                                    f"inner_product_forward.primitive_desc, got "
+                                    f"{type(hint).__qualname__}")
+
+
+class _ip_base(primitive):
+    """Plan building shared by the three primitives."""
+
+    def _matrix(self, plan: Plan, arg: int, output: bool = False) -> tuple[Ref, int, int]:
+        """Where argument ``arg`` is read or written as a row-major matrix: ``(buffer,
+        offset, leading dimension)``; inputs that do not fold are copied into the scratchpad
+        first (outputs are copied out by :meth:`_unstage`)."""
+        pd = self._pd
+        md = pd._args[arg].md
+        off = pd._staged.get(arg)
+        width = math.prod(md.dims[1:])
+        if off is None:  # a single row may have any stride
+            return Ref(arg), md.offset0, max(md.strides[0], width)
+        if not output:
+            plan.reorder(ReorderProblem.f32(md.dims, layout_of(md), md.nelems_physical(),
+                                            _flat(off, md), off + math.prod(md.dims)),
+                         Ref(arg), SCRATCH)
+        return SCRATCH, off, width
+
+    def _unstage(self, plan: Plan, arg: int) -> None:
+        """Copy a staged output from the scratchpad into its own layout."""
+        pd = self._pd
+        off = pd._staged.get(arg)
+        if off is not None:
+            md = pd._args[arg].md
+            plan.reorder(ReorderProblem.f32(md.dims, _flat(off, md), off + math.prod(md.dims),
+                                            layout_of(md), md.nelems_physical()),
+                         SCRATCH, Ref(arg))
+
+    def _new_plan(self) -> Plan:
+        pd = self._pd
+        return Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)
+
+
+class inner_product_forward(_ip_base):
     """``dst = src . weights^T (+ bias)`` over each image's flattened input (f32)."""
 
-    class primitive_desc(primitive_desc_base):
+    class primitive_desc(_ip_pd_base):
         """``inner_product_forward.primitive_desc(engine, prop_kind, src_desc, weights_desc,
         [bias_desc,] dst_desc, attr=None)``."""
 
@@ -64,99 +201,103 @@ class inner_product_forward(primitive):
                 raise invalid_arguments(f"inner_product_forward: aprop_kind must be "
                                         f"forward_training or forward_inference, got "
                                         f"{self._prop.name}")
-            descs = {ARG_SRC: a["src_desc"], ARG_WEIGHTS: a["weights_desc"],
-                     ARG_BIAS: a.get("bias_desc"), ARG_DST: a["dst_desc"]}
-            names = {ARG_SRC: "src_desc", ARG_WEIGHTS: "weights_desc", ARG_BIAS: "bias_desc",
-                     ARG_DST: "dst_desc"}
-            for arg, md in descs.items():
-                if md is None and arg == ARG_BIAS:
-                    continue
-                if not isinstance(md, MemoryDesc) or md.is_zero():
-                    raise invalid_arguments(f"inner_product_forward: {names[arg]} must be a "
-                                            f"memory.desc, got {md!r}")
-            if descs[ARG_BIAS] is not None and descs[ARG_BIAS].is_zero():
-                descs[ARG_BIAS] = None
-            src, wei, dst, bias = (descs[k] for k in (ARG_SRC, ARG_WEIGHTS, ARG_DST, ARG_BIAS))
-            if not 2 <= len(src.dims) <= 5:
-                raise invalid_arguments(f"inner_product_forward: src_desc must have 2 to 5 "
-                                        f"dimensions [N, IC, spatial...], got {list(src.dims)}")
-            if len(wei.dims) != len(src.dims) or tuple(wei.dims[1:]) != tuple(src.dims[1:]):
-                raise invalid_arguments(
-                    f"inner_product_forward: weights_desc dims {list(wei.dims)} must be [OC] + "
-                    f"src's {list(src.dims[1:])}")
-            N, OC = src.dims[0], wei.dims[0]
-            if tuple(dst.dims) != (N, OC):
-                raise invalid_arguments(f"inner_product_forward: dst_desc dims "
-                                        f"{list(dst.dims)}, expected [N, OC] = [{N}, {OC}]")
-            if bias is not None and tuple(bias.dims) != (OC,):
-                raise invalid_arguments(f"inner_product_forward: bias_desc dims "
-                                        f"{list(bias.dims)}, expected [OC] = [{OC}]")
-            for arg, md in descs.items():
-                if md is not None and md.data_type not in (data_type.f32, data_type.undef):
-                    raise unimplemented(f"inner_product_forward: {names[arg]} data type "
-                                        f"{md.data_type.name}; only f32 is implemented")
-            if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
-                raise unimplemented("inner_product_forward: post-ops, scales and zero points "
-                                    "are not implemented yet")
-            self._staged = {}
-            scratch = 0
-            for arg, md in descs.items():
-                if md is None:
-                    continue
-                if md.is_any():
-                    md = _plain(md)
-                if md.data_type == data_type.undef:
-                    md = md.with_data_type(data_type.f32)
-                self._args[arg] = ArgSpec(md, arg == ARG_DST)
-                if arg in (ARG_SRC, ARG_WEIGHTS, ARG_DST) and not _folds(md):
-                    self._staged[arg] = scratch  # a plain copy in the scratchpad
-                    scratch += -(-math.prod(md.dims) // 16) * 16
-            self._scratch_elems = scratch
-            self._impl = "gemm:runtime" + (":staged" if self._staged else "")
-            self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}"
-            self._finish_scratchpad(scratch * 4)
+            self._setup({ARG_SRC: a["src_desc"], ARG_WEIGHTS: a["weights_desc"],
+                         ARG_BIAS: a.get("bias_desc"), ARG_DST: a["dst_desc"]})
 
         def get_prop_kind(self) -> prop_kind:
             return self._prop
 
     def _create(self) -> None:
         pd = self._pd
-        md = {arg: spec.md for arg, spec in pd._args.items()}
-        src, wei, dst = md[ARG_SRC], md[ARG_WEIGHTS], md[ARG_DST]
+        plan = self._plan = self._new_plan()
+        src, wei = pd._args[ARG_SRC].md, pd._args[ARG_WEIGHTS].md
         N, OC, K = src.dims[0], wei.dims[0], math.prod(src.dims[1:])
-        plan = self._plan = Plan(pd.get_engine(), "inner_product", scratch_elems=pd._scratch_elems)
-        where = {}
-        for arg in (ARG_SRC, ARG_WEIGHTS, ARG_DST):
-            off = pd._staged.get(arg)
-            if off is None:
-                width = math.prod(md[arg].dims[1:])  # a single row may have any stride
-                where[arg] = (Ref(arg), md[arg].offset0, max(md[arg].strides[0], width))
-                continue
-            plain = MemoryDesc(md[arg].dims, data_type.f32, _PLAIN[:len(md[arg].dims)])
-            flat = (off, tuple((1, s, ()) for s in plain.strides))
-            if arg != ARG_DST:
-                plan.reorder(ReorderProblem.f32(md[arg].dims, layout_of(md[arg]),
-                                                md[arg].nelems_physical(), flat,
-                                                off + math.prod(plain.dims)), Ref(arg), SCRATCH)
-            where[arg] = (SCRATCH, off, plain.strides[0])
-        bias = md.get(ARG_BIAS)
-        c_ref, c_off, ldc = where[ARG_DST]
+        a_ref, a_off, lda = self._matrix(plan, ARG_SRC)
+        b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
+        c_ref, c_off, ldc = self._matrix(plan, ARG_DST, output=True)
+        bias = pd._args.get(ARG_BIAS)
         if bias is not None:  # dst = bias broadcast over the images (a stride-0 view)
-            view = (bias.offset0, ((1, 0, ()), (1, bias.strides[0], ())))
-            dlay = ((c_off, ((1, ldc, ()), (1, 1, ()))) if c_ref is SCRATCH
-                    else layout_of(dst))
-            plan.reorder(ReorderProblem.f32([N, OC], view, bias.nelems_physical(), dlay,
-                                            c_off + N * ldc if c_ref is SCRATCH
-                                            else dst.nelems_physical()), Ref(ARG_BIAS), c_ref)
-        (a_ref, a_off, lda), (b_ref, b_off, ldb) = where[ARG_SRC], where[ARG_WEIGHTS]
+            b = bias.md
+            view = (b.offset0, ((1, 0, ()), (1, b.strides[0], ())))
+            c_lay = (c_off, ((1, ldc, ()), (1, 1, ())))
+            plan.reorder(ReorderProblem.f32([N, OC], view, b.nelems_physical(), c_lay,
+                                            c_off + (N - 1) * ldc + OC), Ref(ARG_BIAS), c_ref)
         plan.gemm(GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=True,
                             beta=1.0 if bias is not None else 0.0),
                   a_ref, a_off, b_ref, b_off, c_ref, c_off)
-        if c_ref is SCRATCH:  # back into dst's own layout
-            plain = MemoryDesc(dst.dims, data_type.f32, "ab")
-            flat = (c_off, tuple((1, s, ()) for s in plain.strides))
-            plan.reorder(ReorderProblem.f32(dst.dims, flat, c_off + N * OC, layout_of(dst),
-                                            dst.nelems_physical()), SCRATCH, Ref(ARG_DST))
+        self._unstage(plan, ARG_DST)
 
-    def _execute(self, s, args) -> None:
-        self._plan.execute(s, args)
+
+class inner_product_backward_data(_ip_base):
+    """``diff_src = diff_dst . weights`` (f32)."""
+
+    class primitive_desc(_ip_pd_base):
+        """``inner_product_backward_data.primitive_desc(engine, diff_src_desc, weights_desc,
+        diff_dst_desc, hint_fwd_pd, attr=None)``."""
+
+        _kind = "inner_product_backward_data"
+        signature = Signature(
+            "inner_product_backward_data.primitive_desc", head=("engine",),
+            forms=(("diff_src_desc", "weights_desc", "diff_dst_desc", "hint_fwd_pd"),),
+            tail=("attr",))
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            self._check_hint(a["hint_fwd_pd"])
+            self._setup({ARG_DIFF_SRC: a["diff_src_desc"], ARG_WEIGHTS: a["weights_desc"],
+                         ARG_DIFF_DST: a["diff_dst_desc"]}, a["hint_fwd_pd"])
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = self._new_plan()
+        wei = pd._args[ARG_WEIGHTS].md
+        N, OC, K = pd._args[ARG_DIFF_DST].md.dims[0], wei.dims[0], math.prod(wei.dims[1:])
+        a_ref, a_off, lda = self._matrix(plan, ARG_DIFF_DST)
+        b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
+        c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_SRC, output=True)
+        plan.gemm(GemmShape(m=N, n=K, k=OC, lda=lda, ldb=ldb, ldc=ldc), a_ref, a_off, b_ref,
+                  b_off, c_ref, c_off)
+        self._unstage(plan, ARG_DIFF_SRC)
+
+
+class inner_product_backward_weights(_ip_base):
+    """``diff_weights = diff_dst^T . src`` and ``diff_bias`` = column sums of diff_dst (f32)."""
+
+    class primitive_desc(_ip_pd_base):
+        """``inner_product_backward_weights.primitive_desc(engine, src_desc,
+        diff_weights_desc, [diff_bias_desc,] diff_dst_desc, hint_fwd_pd, attr=None)``."""
+
+        _kind = "inner_product_backward_weights"
+        signature = Signature(
+            "inner_product_backward_weights.primitive_desc", head=("engine",),
+            forms=(("src_desc", "diff_weights_desc", "diff_dst_desc", "hint_fwd_pd"),
+                   ("src_desc", "diff_weights_desc", "diff_bias_desc", "diff_dst_desc",
+                    "hint_fwd_pd")),
+            tail=("attr",), optional=frozenset({"diff_bias_desc"}))
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            self._check_hint(a["hint_fwd_pd"])
+            self._setup({ARG_SRC: a["src_desc"], ARG_DIFF_WEIGHTS: a["diff_weights_desc"],
+                         ARG_DIFF_BIAS: a.get("diff_bias_desc"),
+                         ARG_DIFF_DST: a["diff_dst_desc"]}, a["hint_fwd_pd"])
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = self._new_plan()
+        src = pd._args[ARG_SRC].md
+        N, K = src.dims[0], math.prod(src.dims[1:])
+        OC = pd._args[ARG_DIFF_WEIGHTS].md.dims[0]
+        a_ref, a_off, lda = self._matrix(plan, ARG_DIFF_DST)
+        b_ref, b_off, ldb = self._matrix(plan, ARG_SRC)
+        c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_WEIGHTS, output=True)
+        plan.gemm(GemmShape(m=OC, n=K, k=N, lda=lda, ldb=ldb, ldc=ldc, trans_a=True), a_ref,
+                  a_off, b_ref, b_off, c_ref, c_off)
+        self._unstage(plan, ARG_DIFF_WEIGHTS)
+        bias = pd._args.get(ARG_DIFF_BIAS)
+        if bias is not None:
+            plan.kernel("colsum", ColSum(rows=N, width=OC, ld=lda, accumulate=False),
+                        build_colsum, out=Ref(ARG_DIFF_BIAS), src=a_ref,
+                        o_off=bias.md.offset0, i_off=a_off)

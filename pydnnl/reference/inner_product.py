@@ -15,3 +15,18 @@ def inner_product_forward(src: np.ndarray, weights: np.ndarray,
     if bias is not None:
         out = out + np.asarray(bias, np.float64)
     return out
+
+
+def inner_product_backward_data(diff_dst: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``diff_src [N, IC, ...]`` of the forward above, in float64."""
+    w = np.asarray(weights, np.float64).reshape(weights.shape[0], -1)
+    dx = np.asarray(diff_dst, np.float64) @ w
+    return dx.reshape((diff_dst.shape[0],) + tuple(weights.shape[1:]))
+
+
+def inner_product_backward_weights(src: np.ndarray, diff_dst: np.ndarray):
+    """``(diff_weights [OC, IC, ...], diff_bias [OC])`` of the forward above, in float64."""
+    dd = np.asarray(diff_dst, np.float64)
+    x = np.asarray(src, np.float64).reshape(src.shape[0], -1)
+    dw = (dd.T @ x).reshape((dd.shape[1],) + tuple(src.shape[1:]))
+    return dw, dd.sum(axis=0)

@@ -1,6 +1,7 @@
-"""inner_product_forward against the float64 numpy reference and ONNX's reference evaluator
-(Gemm with transB), in plain, channels-last, blocked and transposed layouts, with and without
-bias; errors name the argument."""
+"""The inner product primitives against the float64 numpy reference (its gradients checked by
+finite differences) and ONNX's reference evaluator (Gemm with transB), in plain,
+channels-last, blocked and transposed layouts, with and without bias; errors name the
+argument."""
 from __future__ import annotations
 
 import numpy as np
@@ -120,3 +121,106 @@ def test_bias_prop_and_type_errors(cpu_engine):
     with pytest.raises(dnnl.unimplemented, match="weights_desc data type bf16"):
         dnnl.inner_product_forward.primitive_desc(
             cpu_engine, fwd, s, dnnl.memory.desc([5, 3], dt.bf16, tag.ab), d)
+
+
+# -- backward --------------------------------------------------------------------------------
+BWD = {
+    "2d": ([5, 7], 3, "ab", "ab", "ab"),
+    "nchw": ([2, 3, 2, 2], 4, "abcd", "abcd", "ab"),
+    "nhwc_staged": ([2, 3, 2, 2], 4, "acdb", "acdb", "ba"),
+    "blocked_src": ([2, 16, 2, 1], 3, "aBcd8b", "abcd", "ab"),
+}
+
+
+def _fwd_pd(engine, x_md, w_md, d_md, bias=True):
+    b_md = dnnl.memory.desc([w_md.dims[0]], dt.f32, tag.a) if bias else None
+    return dnnl.inner_product_forward.primitive_desc(
+        engine, dnnl.prop_kind.forward_training, x_md, w_md, b_md, d_md)
+
+
+def test_reference_gradients_by_finite_differences():
+    """The closed-form reference gradients against central differences of the forward."""
+    from pydnnl.reference.inner_product import (
+        inner_product_backward_data,
+        inner_product_backward_weights,
+    )
+
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((3, 2, 2)), rng.standard_normal((4, 2, 2))
+    b, dd = rng.standard_normal(4), rng.standard_normal((3, 4))
+
+    def loss(x_, w_, b_):
+        return float((ref_ip(x_, w_, b_) * dd).sum())
+
+    eps = 1e-6
+    for arr, want in ((x, inner_product_backward_data(dd, w)),
+                      (w, inner_product_backward_weights(x, dd)[0]),
+                      (b, inner_product_backward_weights(x, dd)[1])):
+        num = np.zeros_like(arr)
+        for i in np.ndindex(arr.shape):
+            old = arr[i]
+            arr[i] = old + eps
+            up = loss(x, w, b)
+            arr[i] = old - eps
+            down = loss(x, w, b)
+            arr[i] = old
+            num[i] = (up - down) / (2 * eps)
+        np.testing.assert_allclose(want, num, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(BWD))
+def test_backward_data_and_weights_match_reference(engine, stream, name):
+    from pydnnl.reference.inner_product import (
+        inner_product_backward_data,
+        inner_product_backward_weights,
+    )
+
+    dims, OC, st, wt, dtg = BWD[name]
+    rng = np.random.default_rng(len(name) + 1)
+    x = rng.standard_normal(dims).astype(np.float32)
+    w = rng.standard_normal([OC] + dims[1:]).astype(np.float32)
+    dd = rng.standard_normal((dims[0], OC)).astype(np.float32)
+    x_md = dnnl.memory.desc(dims, dt.f32, st)
+    w_md = dnnl.memory.desc([OC] + dims[1:], dt.f32, wt)
+    d_md = dnnl.memory.desc([dims[0], OC], dt.f32, dtg)
+    hint = _fwd_pd(engine, x_md, w_md, d_md)
+
+    bd = dnnl.inner_product_backward_data.primitive_desc(engine, x_md, w_md, d_md, hint)
+    args = {dnnl.ARG_DIFF_DST: dnnl.memory(d_md, engine),
+            dnnl.ARG_WEIGHTS: dnnl.memory(w_md, engine),
+            dnnl.ARG_DIFF_SRC: dnnl.memory(x_md, engine)}
+    args[dnnl.ARG_DIFF_DST].write(dd)
+    args[dnnl.ARG_WEIGHTS].write(w)
+    dnnl.inner_product_backward_data(bd).execute(stream, args)
+    stream.wait()
+    want = inner_product_backward_data(dd, w)
+    np.testing.assert_allclose(args[dnnl.ARG_DIFF_SRC].to_numpy(), want, rtol=1e-5,
+                               atol=1e-5 * max(1.0, np.abs(want).max()))
+
+    bw = dnnl.inner_product_backward_weights.primitive_desc(
+        engine, x_md, dnnl.memory.desc(w_md.dims, dt.f32, tag.any),
+        dnnl.memory.desc([OC], dt.f32, tag.a), d_md, hint)
+    assert bw.diff_weights_desc() == hint.weights_desc()  # any: the forward's choice
+    args = {dnnl.ARG_SRC: dnnl.memory(x_md, engine),
+            dnnl.ARG_DIFF_DST: dnnl.memory(d_md, engine),
+            dnnl.ARG_DIFF_WEIGHTS: dnnl.memory(bw.diff_weights_desc(), engine),
+            dnnl.ARG_DIFF_BIAS: dnnl.memory(dnnl.memory.desc([OC], dt.f32, tag.a), engine)}
+    args[dnnl.ARG_SRC].write(x)
+    args[dnnl.ARG_DIFF_DST].write(dd)
+    dnnl.inner_product_backward_weights(bw).execute(stream, args)
+    stream.wait()
+    dw, db = inner_product_backward_weights(x, dd)
+    np.testing.assert_allclose(args[dnnl.ARG_DIFF_WEIGHTS].to_numpy(), dw, rtol=1e-5,
+                               atol=1e-5 * max(1.0, np.abs(dw).max()))
+    np.testing.assert_allclose(args[dnnl.ARG_DIFF_BIAS].to_numpy(), db, rtol=1e-5, atol=1e-5)
+
+
+def test_backward_needs_a_forward_hint(cpu_engine):
+    md = dnnl.memory.desc([2, 3], dt.f32, tag.ab)
+    w = dnnl.memory.desc([4, 3], dt.f32, tag.ab)
+    d = dnnl.memory.desc([2, 4], dt.f32, tag.ab)
+    with pytest.raises(dnnl.invalid_arguments, match="hint_fwd_pd must be an "
+                                                      "inner_product_forward.primitive_desc"):
+        dnnl.inner_product_backward_data.primitive_desc(cpu_engine, md, w, d, None)
+    with pytest.raises(dnnl.invalid_arguments, match="missing"):
+        dnnl.inner_product_backward_weights.primitive_desc(cpu_engine, md, w, d)

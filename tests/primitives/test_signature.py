@@ -125,7 +125,8 @@ PUBLIC = ["vanilla_rnn_forward", "lstm_forward", "gru_forward", "lbr_gru_forward
           "gru_backward", "lbr_gru_backward", "augru_backward", "lbr_augru_backward",
           "convolution_forward", "convolution_backward_data", "convolution_backward_weights",
           "deconvolution_forward", "deconvolution_backward_data",
-          "deconvolution_backward_weights", "reorder", "matmul", "inner_product_forward"]
+          "deconvolution_backward_weights", "reorder", "matmul", "inner_product_forward",
+          "inner_product_backward_data", "inner_product_backward_weights"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
