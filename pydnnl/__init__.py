@@ -14,40 +14,49 @@ _icd.ensure_icd()  # before anything queries OpenCL platforms
 from . import constants as _constants  # noqa: E402
 from .attr import post_ops, primitive_attr  # noqa: E402
 from .constants import *  # noqa: E402,F401,F403
-from .constants import algorithm, prop_kind, query, rnn_direction, rnn_flags, scratchpad_mode  # noqa: E402
+from .constants import (  # noqa: E402
+    algorithm,
+    normalization_flags,
+    prop_kind,
+    query,
+    rnn_direction,
+    rnn_flags,
+    scratchpad_mode,
+)
 from .engine import DeviceInfo, engine  # noqa: E402
 from .error import error, invalid_arguments, out_of_memory, runtime_error, unimplemented  # noqa: E402
 from .memory import memory  # noqa: E402
 from .memory.data_types import data_type  # noqa: E402
 from .memory.desc import MemoryDesc, format_kind  # noqa: E402
 from .memory.format_tags import format_tag  # noqa: E402
+from .primitives import *  # noqa: E402,F401,F403  (eltwise, softmax, binary, sum, ...)
 from .primitives import (  # noqa: E402  # noqa: E402
-                        ConvFindResult,
-                        augru_backward,
-                        augru_forward,
-                        convolution_backward_data,
-                        convolution_backward_weights,
-                        convolution_forward,
-                        deconvolution_backward_data,
-                        deconvolution_backward_weights,
-                        deconvolution_forward,
-                        gru_backward,
-                        gru_forward,
+    ConvFindResult,
+    augru_backward,
+    augru_forward,
+    convolution_backward_data,
+    convolution_backward_weights,
+    convolution_forward,
+    deconvolution_backward_data,
+    deconvolution_backward_weights,
+    deconvolution_forward,
+    gru_backward,
+    gru_forward,
     inner_product_backward_data,
     inner_product_backward_weights,
     inner_product_forward,
-                        lbr_augru_backward,
-                        lbr_augru_forward,
-                        lbr_gru_backward,
-                        lbr_gru_forward,
-                        lstm_backward,
-                        lstm_forward,
-                        matmul,
-                        primitive,
-                        primitive_desc_base,
-                        reorder,
-                        vanilla_rnn_backward,
-                        vanilla_rnn_forward,
+    lbr_augru_backward,
+    lbr_augru_forward,
+    lbr_gru_backward,
+    lbr_gru_forward,
+    lstm_backward,
+    lstm_forward,
+    matmul,
+    primitive,
+    primitive_desc_base,
+    reorder,
+    vanilla_rnn_backward,
+    vanilla_rnn_forward,
 )
 from .primitives.rnn.extensions import rnn_extensions  # noqa: E402
 from .stream import stream  # noqa: E402

@@ -46,12 +46,47 @@ class algorithm(enum.IntEnum):
     eltwise_pow = 0x30
     eltwise_gelu_erf = 0x31
     eltwise_round = 0x32
+    eltwise_mish = 0x33
+    eltwise_hardswish = 0x34
+    eltwise_relu_use_dst_for_bwd = 0x100
+    eltwise_tanh_use_dst_for_bwd = 0x101
+    eltwise_elu_use_dst_for_bwd = 0x102
+    eltwise_sqrt_use_dst_for_bwd = 0x103
+    eltwise_logistic_use_dst_for_bwd = 0x104
+    eltwise_exp_use_dst_for_bwd = 0x105
+    eltwise_clip_v2_use_dst_for_bwd = 0x106
+    pooling_max = 0x1FF
+    pooling_avg_include_padding = 0x2FF
+    pooling_avg_exclude_padding = 0x3FF
     vanilla_rnn = 0x1FFF
     vanilla_lstm = 0x2FFF
     vanilla_gru = 0x3FFF
     lbr_gru = 0x4FFF
     vanilla_augru = 0x5FFF
     lbr_augru = 0x6FFF
+    binary_add = 0x1FFF0
+    binary_mul = 0x1FFF1
+    binary_max = 0x1FFF2
+    binary_min = 0x1FFF3
+    binary_div = 0x1FFF4
+    binary_sub = 0x1FFF5
+    binary_ge = 0x1FFF6
+    binary_gt = 0x1FFF7
+    binary_le = 0x1FFF8
+    binary_lt = 0x1FFF9
+    binary_eq = 0x1FFFA
+    binary_ne = 0x1FFFB
+    reduction_max = 0x2FFF2
+    reduction_min = 0x2FFF3
+    reduction_sum = 0x2FFF4
+    reduction_mul = 0x2FFF5
+    reduction_mean = 0x2FFF6
+    reduction_norm_lp_max = 0x2FFF7
+    reduction_norm_lp_sum = 0x2FFF8
+    reduction_norm_lp_power_p_max = 0x2FFF9
+    reduction_norm_lp_power_p_sum = 0x2FFFA
+    softmax_accurate = 0x30000
+    softmax_log = 0x30001
 
 
 class rnn_direction(enum.IntEnum):
@@ -70,6 +105,16 @@ class rnn_flags(enum.IntFlag):
 
     undef = 0x0
     diff_weights_overwrite = 0x1
+
+
+class normalization_flags(enum.IntFlag):
+    """Flags of the batch and layer normalization primitives (``dnnl_normalization_flags_t``)."""
+
+    none = 0x0
+    use_global_stats = 0x1
+    use_scale = 0x2
+    use_shift = 0x4
+    fuse_norm_relu = 0x8
 
 
 class scratchpad_mode(enum.IntEnum):

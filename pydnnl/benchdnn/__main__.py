@@ -22,6 +22,11 @@ disturbs medians more).
 --gemm times batches of 10 calls queued back to back (per-call time; the peers the same way),
 as GEMMs follow each other inside a network; GPUs may split a long k (``splits=`` in the line).
 
+Primitive drivers (``--matmul``, ``--ip``, ``--eltwise``, ``--softmax``, ``--binary``, ``--sum``,
+``--concat``, ``--reduction``, ``--pool``, ``--bnorm``, ``--lnorm``) take oneDNN benchdnn's problem
+syntax for that driver; each driver's options (``--alg=``, ``--dir=``, ``--axis=``, ...) are
+collected until ``--reset`` or the next driver flag. See each module's docstring.
+
 --rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
 the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),
 from OpenCL profiling events, slowest first.
@@ -35,6 +40,12 @@ from pathlib import Path
 import numpy as np
 
 USAGE = __doc__
+
+# driver flag -> module of pydnnl.benchdnn with ``run(eng, problem, opts, mode, compare,
+# min_seconds) -> failures`` (``opts``: the driver's --key=value options seen so far)
+OP_DRIVERS = {"matmul": "matmul", "ip": "ip", "eltwise": "eltwise", "softmax": "softmax",
+              "binary": "binary", "sum": "sum", "concat": "concat", "reduction": "reduction",
+              "pool": "pool", "bnorm": "bnorm", "lnorm": "lnorm"}
 
 
 def _expand(argv: list[str]) -> list[str]:
@@ -74,10 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     min_seconds = 1.0
     failures = 0
     eng = None
+    op_opts: dict[str, str] = {}
     for a in argv:
         key, _, val = a.partition("=")
         if a in ("--rnn", "--gemm", "--conv"):
             driver = a[2:]
+        elif a[2:] in OP_DRIVERS and a.startswith("--"):
+            driver, op_opts = a[2:], {}
+        elif driver in OP_DRIVERS and a.startswith("--") and key not in (
+                "--mode", "--compare", "--engine", "--min-seconds", "--reset", "--batch"):
+            op_opts[key[2:]] = val
         elif key == "--mode":
             mode = val.upper()
         elif key == "--compare":
@@ -120,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             min_seconds = float(val)
         elif a == "--reset":
             ropts, overrides, mode, compare = rnn_drv.RnnOptions(), {}, "P", None
+            op_opts = {}
             copts = conv_drv.ConvOptions()
         elif a.startswith("--"):
             raise SystemExit(f"unknown option {a}\n\n{USAGE}")
@@ -129,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             if eng is None:
                 eng = dnnl.engine(getattr(dnnl.engine.kind, engine_kind), 0)
                 print(f"# engine: {eng.info.name} [{eng.info.platform}]", flush=True)
-            if driver == "conv":
+            if driver in OP_DRIVERS:
+                failures += _run_op(driver, eng, a, op_opts, mode, compare, min_seconds)
+            elif driver == "conv":
                 failures += _run_conv(eng, a, copts, overrides, mode, compare, min_seconds)
             elif driver == "rnn":
                 p = replace(rnn_drv.parse_problem(a), **overrides)
@@ -137,6 +157,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 failures += gemm_drv.run(eng, a, mode, compare, min_seconds)
     return 1 if failures else 0
+
+
+def _run_op(driver, eng, text, opts, mode, compare, min_seconds) -> int:
+    import importlib
+
+    from ..error import error
+
+    mod = importlib.import_module(f"{__package__}.{OP_DRIVERS[driver]}")
+    try:
+        return mod.run(eng, text, dict(opts), mode, compare, min_seconds)
+    except (error, ValueError) as e:
+        raise SystemExit(f"--{driver}: {e}") from None
 
 
 def _run_conv(eng, text, o, overrides, mode, compare, min_seconds) -> int:

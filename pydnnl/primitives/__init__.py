@@ -40,3 +40,24 @@ __all__ = ["ArgSpec", "primitive", "primitive_desc_base", "reorder", "matmul",
            "augru_backward", "lbr_augru_backward", "convolution_forward",
            "convolution_backward_data", "convolution_backward_weights", "deconvolution_forward",
            "deconvolution_backward_data", "deconvolution_backward_weights", "ConvFindResult"]
+
+# the primitive families beyond RNN and convolution: each module lists its public names
+from . import (  # noqa: E402
+    batch_normalization,
+    binary,
+    concat,
+    eltwise,
+    layer_normalization,
+    pooling,
+    reduction,
+    softmax,
+)
+from . import sum as _sum_module  # noqa: E402  (the module; the name `sum` is the primitive)
+
+_FAMILIES = (eltwise, softmax, binary, _sum_module, concat, reduction, pooling,
+             batch_normalization, layer_normalization)
+for _m in _FAMILIES:
+    globals().update({_n: getattr(_m, _n) for _n in _m.__all__})
+    __all__ += list(_m.__all__)
+del _m
+

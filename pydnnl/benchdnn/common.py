@@ -1,0 +1,127 @@
+"""What the primitive drivers share: benchdnn's dims syntax, timing, the device's copy
+bandwidth (the yardstick of memory-bound primitives), the PyTorch peer and the output lines."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..error import invalid_arguments
+
+# Calls queued back to back per timed batch, as primitives follow each other in a network
+BATCH_CALLS = 10
+
+
+def parse_dims(text: str) -> list[int]:
+    """``8x16x32x32`` -> ``[8, 16, 32, 32]``."""
+    try:
+        dims = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        raise invalid_arguments(f"problem {text!r}: expected dims as AxBxC..., e.g. "
+                                f"8x16x32x32") from None
+    if not dims or min(dims) < 1:
+        raise invalid_arguments(f"problem {text!r}: every dim must be a positive integer")
+    return dims
+
+
+def parse_dims_list(text: str) -> list[list[int]]:
+    """``8x16x3x3:8x16x1x1`` -> one dims list per ``:``-separated tensor."""
+    return [parse_dims(t) for t in text.split(":")]
+
+
+def time_ms(fn, min_seconds: float, sync=lambda: None) -> tuple[float, float]:
+    """(min, median) ms per call of ``fn`` over batches of ``BATCH_CALLS`` queued calls, each
+    batch ended by ``sync``; at least 5 batches, then until ``min_seconds`` have passed."""
+    fn()
+    sync()
+    times = []
+    t_end = time.perf_counter() + min_seconds
+    while len(times) < 5 or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        for _ in range(BATCH_CALLS):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3 / BATCH_CALLS)
+        if len(times) >= 1000:
+            break
+    return min(times), float(np.median(times))
+
+
+_COPY_SRC = """__kernel void pydnnl_copy4(__global const float4 *restrict src,
+                          __global float4 *restrict dst, const int n4)
+{
+    for (int i = get_global_id(0); i < n4; i += get_global_size(0))
+        dst[i] = src[i];
+}
+"""
+
+
+def copy_gbs(eng, nbytes: int, min_seconds: float = 0.5) -> float:
+    """The device's copy bandwidth in GB/s (bytes read plus bytes written per second) from a
+    float4 copy kernel over ``nbytes`` bytes, timed like the primitives."""
+    import pydnnl as dnnl
+
+    from ..kernels.source import KernelSource
+    from ..runtime.kernel import Kernel
+
+    n4 = max(1, nbytes // 16)
+    info = eng.info
+    lsize = 256 if info.is_gpu else 16
+    groups = max(1, min(-(-n4 // lsize), (info.compute_units or 1) * (64 if info.is_gpu else 8)))
+    src = KernelSource("pydnnl_copy4", _COPY_SRC, (groups * lsize,), (lsize,),
+                       ("src", "dst", "n4"))
+    k = Kernel(eng.context, eng.device, src)
+    md = dnnl.memory.desc([n4 * 4], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
+    a, b = dnnl.memory(md, eng), dnnl.memory(md, eng)
+    s = dnnl.stream(eng)
+    n = np.int32(n4)
+    tmin, _ = time_ms(lambda: k(s, a.buffer, b.buffer, n), min_seconds, s.wait)
+    return 2 * n4 * 16 / (tmin * 1e-3) / 1e9
+
+
+def torch_device(eng) -> str | None:
+    """``"cuda"`` or ``"cpu"`` for PyTorch comparisons on ``eng``'s kind, or None when torch
+    (or its CUDA, for a GPU engine) is not available."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if eng.info.is_gpu:
+        return "cuda" if torch.cuda.is_available() else None
+    return "cpu"
+
+
+def torch_time_ms(fn, device: str, min_seconds: float) -> float:
+    """Minimum ms per call of a PyTorch callable on ``device``."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        return time_ms(fn, min_seconds, sync)[0]
+
+
+def perf_line(driver: str, desc: str, problem: str, create_ms: float, tmin: float, tmed: float,
+              nbytes: int | None = None, flops: float | None = None,
+              peer: tuple[str, float | None] | None = None, copy: float | None = None) -> str:
+    """One ``perf`` line: times, GB/s over ``nbytes`` moved (with the copy kernel's GB/s and the
+    fraction of it), GFLOP/s, and a peer's time with the ratio peer/pydnnl from minimum times."""
+    line = (f"perf,{driver},{desc},{problem},create_ms={create_ms:.1f},min_ms={tmin:.4f},"
+            f"median_ms={tmed:.4f}")
+    if nbytes is not None:
+        gbs = nbytes / (tmin * 1e-3) / 1e9
+        line += f",gbs={gbs:.1f}"
+        if copy:
+            line += f",copy_gbs={copy:.1f},of_copy={gbs / copy:.2f}"
+    if flops is not None:
+        line += f",gflops={flops / (tmin * 1e-3) / 1e9:.1f}"
+    if peer is not None:
+        name, ms = peer
+        line += f",{name}_ms={ms:.4f},speed_vs_{name}={ms / tmin:.2f}x" if ms else f",{name}=n/a"
+    return line
+
+
+def check_line(driver: str, desc: str, problem: str, err: float, tol: float) -> tuple[str, int]:
+    """A ``check`` line and its failure count (0 or 1)."""
+    ok = err <= tol
+    return (f"check,{'passed' if ok else 'FAILED'},{driver},{desc},{problem},"
+            f"max_rel_err={err:.2e}", 0 if ok else 1)

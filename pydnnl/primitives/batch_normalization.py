@@ -1,0 +1,2 @@
+"""The batch_normalization primitives (in progress)."""
+__all__: list[str] = []

@@ -1,0 +1,2 @@
+"""The binary primitives (in progress)."""
+__all__: list[str] = []

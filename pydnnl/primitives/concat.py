@@ -1,0 +1,2 @@
+"""The concat primitives (in progress)."""
+__all__: list[str] = []

@@ -1,0 +1,2 @@
+"""The eltwise primitives (in progress)."""
+__all__: list[str] = []

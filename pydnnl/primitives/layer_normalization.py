@@ -1,0 +1,2 @@
+"""The layer_normalization primitives (in progress)."""
+__all__: list[str] = []

@@ -1,0 +1,2 @@
+"""The pooling primitives (in progress)."""
+__all__: list[str] = []

@@ -1,0 +1,2 @@
+"""The reduction primitives (in progress)."""
+__all__: list[str] = []

@@ -1,0 +1,2 @@
+"""The softmax primitives (in progress)."""
+__all__: list[str] = []

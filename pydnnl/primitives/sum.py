@@ -1,0 +1,2 @@
+"""The sum primitives (in progress)."""
+__all__: list[str] = []
