@@ -22,6 +22,12 @@ class _eltwise_op:
     beta: float
 
 
+@dataclass(frozen=True)
+class _binary_op:
+    alg: algorithm
+    src1_desc: object  # a pydnnl.memory.desc
+
+
 class post_ops:
     """An ordered list of operations applied to a primitive's result."""
 
@@ -35,7 +41,8 @@ class post_ops:
 
     def kind(self, index: int) -> str:
         op = self._ops[index]
-        return "sum" if isinstance(op, _sum_op) else "eltwise"
+        return ("sum" if isinstance(op, _sum_op) else "binary" if isinstance(op, _binary_op)
+                else "eltwise")
 
     def append_sum(self, scale: float = 1.0, zero_point: int = 0,
                    data_type=data_type.undef) -> None:
@@ -51,6 +58,31 @@ class post_ops:
             raise invalid_arguments(
                 f"post_ops.append_eltwise: expected an eltwise_* algorithm, got {alg.name}")
         self._ops.append(_eltwise_op(alg, float(alpha), float(beta)))
+
+    def append_binary(self, alg: algorithm, src1_desc) -> None:
+        """dst = dst binary_op src1 (``dnnl::post_ops::append_binary``): src1 is passed at
+        execute as ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``; each of its dims equals the
+        destination's or is 1 (broadcast)."""
+        from .memory.desc import MemoryDesc
+
+        try:
+            alg = algorithm(alg)
+        except ValueError:
+            raise invalid_arguments(f"post_ops.append_binary: unknown algorithm {alg!r}") from None
+        if not alg.name.startswith("binary_"):
+            raise invalid_arguments(
+                f"post_ops.append_binary: expected a binary_* algorithm, got {alg.name}")
+        if not isinstance(src1_desc, MemoryDesc) or src1_desc.is_zero():
+            raise invalid_arguments(f"post_ops.append_binary: src1_desc must be a memory.desc, "
+                                    f"got {src1_desc!r}")
+        self._ops.append(_binary_op(alg, src1_desc))
+
+    def get_params_binary(self, index: int):
+        """``(algorithm, src1_desc)`` of binary entry ``index``."""
+        op = self._ops[index]
+        if not isinstance(op, _binary_op):
+            raise invalid_arguments(f"post_ops.get_params_binary: entry {index} is not a binary")
+        return op.alg, op.src1_desc
 
     def get_params_sum(self, index: int) -> tuple[float, int, data_type]:
         op = self._ops[index]

@@ -88,15 +88,18 @@ _Typed = None
 
 
 def register_helpers(tu, helpers):
-    """Add helper definitions to ``tu`` and make their names callable with fixed types."""
+    """Add helper definitions to ``tu`` and make their names callable with fixed types:
+    ``helpers`` holds ``(name, C definition, argument type or tuple of types, result type)``."""
     import loopy as lp
     from constantdict import constantdict
     from loopy.types import NumpyType
 
     preamble = []
     for name, code, argt, rest in helpers:
+        argts = argt if isinstance(argt, tuple) else (argt,)  # one type per argument
+        types = {i: NumpyType(np.dtype(t)) for i, t in enumerate(argts)}
         clbl = _typed_callable_class()(name, arg_id_to_dtype=constantdict(
-            {0: NumpyType(np.dtype(argt)), -1: NumpyType(np.dtype(rest))}))
+            {**types, -1: NumpyType(np.dtype(rest))}))
         tu = lp.register_callable(tu, name, clbl)
         preamble.append(code)
     text = "\n".join(dict.fromkeys(preamble))

@@ -16,10 +16,11 @@ import math
 import numpy as np
 
 from ..memory.desc import MemoryDesc
+from . import post_ops as _po
 from .reorder import _offset_expr, layout_of
 
 __all__ = ["layout_of", "offset", "grouped_layout", "swap_channel_dims", "plain_strides",
-           "decompose", "postop_helpers", "apply_postops", "c_float", "ELTWISE_C",
+           "decompose", "postop_helpers", "apply_postops", "postop_arg_specs", "c_float",
            "clamped_positions"]
 
 
@@ -144,66 +145,21 @@ def c_float(v: float) -> str:
     return repr(float(np.float32(v))) + "f"
 
 
-# oneDNN eltwise forward formulas in OpenCL C on ``x`` with constants A (alpha) and B (beta).
-ELTWISE_C = {
-    "relu": "return x > 0.0f ? x : A * x;",
-    "tanh": "return tanh(x);",
-    "elu": "return x > 0.0f ? x : A * expm1(x);",
-    "square": "return x * x;",
-    "abs": "return fabs(x);",
-    "sqrt": "return sqrt(x);",
-    "linear": "return A * x + B;",
-    "soft_relu": "float a = A == 0.0f ? 1.0f : A; float z = a * x; "
-                 "return (z > 0.0f ? z + log1p(exp(-z)) : log1p(exp(z))) / a;",
-    "hardsigmoid": "return fmin(fmax(A * x + B, 0.0f), 1.0f);",
-    "logistic": "return 1.0f / (1.0f + exp(-x));",
-    "exp": "return exp(x);",
-    "gelu_tanh": "return 0.5f * x * (1.0f + tanh(0.79788456080286535588f * "
-                 "(x + 0.044715f * x * x * x)));",
-    "swish": "return x / (1.0f + exp(-A * x));",
-    "log": "return log(x);",
-    "clip": "return fmin(fmax(x, A), B);",
-    "clip_v2": "return fmin(fmax(x, A), B);",
-    "pow": "return A * pow(x, B);",
-    "gelu_erf": "return 0.5f * x * (1.0f + erf(x * 0.70710678118654752440f));",
-    "round": "return rint(x);",
-}
-
-
 def postop_helpers(post_ops: tuple) -> list[tuple]:
-    """C helpers (for :func:`pydnnl.kernels.clhelpers.register_helpers`) of the eltwise ops.
-
-    ``post_ops`` entries are ``("sum", scale, zero_point)`` or ``("eltwise", alg, alpha, beta)``
-    with ``alg`` a name of :data:`ELTWISE_C`.
-    """
-    out = []
-    for i, op in enumerate(post_ops):
-        if op[0] != "eltwise":
-            continue
-        _, alg, alpha, beta = op
-        body = ELTWISE_C[alg]
-        name = f"pd_conv_postop{i}"
-        code = (f"static inline float {name}(float x) {{ const float A = {c_float(alpha)}; "
-                f"const float B = {c_float(beta)}; (void)A; (void)B; {body} }}")
-        out.append((name, code, np.float32, np.float32))
-    return out
+    """C helpers of a post-op chain (see :mod:`pydnnl.kernels.post_ops`)."""
+    return _po.helpers(post_ops)
 
 
-def apply_postops(value, post_ops: tuple, prior=None, skip: int = 0):
+def apply_postops(value, post_ops: tuple, prior=None, skip: int = 0, at=None):
     """``value`` after the post-ops (the first ``skip`` left out); ``prior`` reads the
-    destination's previous content."""
-    from pymbolic import var
+    destination's previous content, ``at`` is the destination position ``[n, c, sp...]``
+    (binary operands)."""
+    return _po.apply(value, post_ops, prior, skip, at)
 
-    for i, op in enumerate(post_ops):
-        if i < skip:
-            continue
-        if op[0] == "sum":
-            _, scale, zp = op
-            p = prior if zp == 0 else prior - np.float32(zp)
-            value = (p if scale == 1.0 else np.float32(scale) * p) + value
-        else:
-            value = var(f"pd_conv_postop{i}")(value)
-    return value
+
+def postop_arg_specs(post_ops: tuple) -> list[tuple]:
+    """:func:`make_args` specs of the chain's binary operands (``po<i>_src1``)."""
+    return _po.arg_specs(post_ops)
 
 
 def bounds_condition(pos_exprs, lo_hi, sizes):

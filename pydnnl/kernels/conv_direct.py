@@ -28,6 +28,7 @@ from .conv_common import (
     make_args,
     offset,
     output_positions,
+    postop_arg_specs,
     prod,
     split_fast,
 )
@@ -70,7 +71,7 @@ def _args(p: ConvProblem, out: str, reads_out: bool):
              ("dst", p.dst_n, out == "dst", out != "dst" or reads_out)]
     if p.bias is not None and p.kind != "bwd_w":
         specs.append(("bias", p.bias_n, False, True))
-    return make_args(specs)
+    return make_args(specs + postop_arg_specs(p.post_ops))
 
 
 def _has_sum(p: ConvProblem) -> bool:
@@ -130,7 +131,7 @@ def _build_fwd(p: ConvProblem, params: DirectParams):
     if p.bias is not None:
         value = value + var("bias")[offset(p.bias, [c])]
     dst_at = var("dst")[offset(p.dst, [n, c, *o])]
-    value = apply_postops(value, p.post_ops, dst_at)
+    value = apply_postops(value, p.post_ops, dst_at, at=[n, c, *o])
     insn = lp.Assignment(dst_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p)), "pydnnl_conv_direct_fwd",
                  p, params, "w", W, "t", ["ic"] + ks)
@@ -160,7 +161,7 @@ def _build_bwd_d(p: ConvProblem, params: DirectParams):
     if p.bias is not None:
         value = value + var("bias")[offset(p.bias, [c])]
     out_at = var("src")[offset(p.src, [n, c, *i_sp])]
-    value = apply_postops(value, p.post_ops, out_at)
+    value = apply_postops(value, p.post_ops, out_at, at=[n, c, *i_sp])
     insn = lp.Assignment(out_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
     return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p)),
                  "pydnnl_conv_direct_bwd_data", p, params, "w", W, "t", ["oc"] + ks)

@@ -35,6 +35,7 @@ from .conv_common import (
     finish,
     make_args,
     offset,
+    postop_arg_specs,
     split_fast,
 )
 
@@ -266,7 +267,7 @@ def build_fft_pass(p: FftPass):
             value = _scaled(re, p.scale)
             if p.bias is not None:
                 value = value + var("bias")[offset(p.bias, [idx[1]])]
-            value = apply_postops(value, p.post_ops, at)
+            value = apply_postops(value, p.post_ops, at, at=idx)
             stores.append((at, value, ()))
         else:
             raise ValueError(f"fft pass: unknown destination {dst[0]!r}")
@@ -310,6 +311,7 @@ def build_fft_pass(p: FftPass):
     if _uses_n0(src) or _uses_n0(dst):
         specs.append(("n0", None))
     name = "pydnnl_conv_fft_inv" if p.inverse else "pydnnl_conv_fft_fwd"
+    specs += postop_arg_specs(p.post_ops)
     knl = lp.make_kernel("{[f]: 0 <= f < %d}" % total, insns, make_args(specs) + temps,
                          name=name, lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
                          index_dtype=INDEX_DTYPE, silenced_warnings=["v1_scheduler_fallback"])

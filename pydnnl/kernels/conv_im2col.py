@@ -32,6 +32,7 @@ from .conv_common import (
     make_args,
     offset,
     output_positions,
+    postop_arg_specs,
     prod,
     split_fast,
     tag_grid,
@@ -235,13 +236,13 @@ def build_col2im(p: Col2ImProblem):
     if p.bias is not None:
         value = value + var("bias")[offset(p.bias, [c])]
     out_at = var("out")[offset(p.out, [var("n0") + n, c, *i_sp])]
-    value = apply_postops(value, p.post_ops, out_at)
+    value = apply_postops(value, p.post_ops, out_at, at=[var("n0") + n, c, *i_sp])
     insn = lp.Assignment(out_at, value, within_inames=frozenset(ranges), id="store")
     has_sum = any(op[0] == "sum" for op in p.post_ops)
     specs = [("col", -1, False, True), ("out", -1, True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
-    specs += [("n0", None), ("col_off", None)]
+    specs += postop_arg_specs(p.post_ops) + [("n0", None), ("col_off", None)]
     dom = domain({**ranges, **dict(zip(ks, p.kernel))})
     knl = _make_kernel(dom, [insn], make_args(specs), "pydnnl_conv_col2im",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
@@ -291,7 +292,8 @@ def build_epilogue(p: EpilogueProblem):
         value = var("acc")[var("acc_off") + offset(p.acc, [n, c, *sp])]
     if p.bias is not None:
         value = value + var("bias")[offset(p.bias, [c])]
-    value = apply_postops(value, p.post_ops, dst_at, skip=1 if p.sum_done else 0)
+    value = apply_postops(value, p.post_ops, dst_at, skip=1 if p.sum_done else 0,
+                          at=[var("n0") + n, c, *sp])
     ops = p.post_ops[1:] if p.sum_done else p.post_ops
     insn = lp.Assignment(dst_at, value, within_inames=frozenset(ranges), id="store")
     reads_dst = p.acc is None or any(op[0] == "sum" for op in ops)
@@ -300,7 +302,7 @@ def build_epilogue(p: EpilogueProblem):
         specs.append(("acc", -1, False, True))
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
-    specs += [("n0", None), ("acc_off", None)]
+    specs += postop_arg_specs(p.post_ops) + [("n0", None), ("acc_off", None)]
     knl = _make_kernel(domain(ranges), [insn], make_args(specs), "pydnnl_conv_epilogue",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
     knl = tag_grid(knl, ranges, p.wg)

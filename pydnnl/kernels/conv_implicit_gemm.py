@@ -38,6 +38,7 @@ from .conv_common import (
     grid,
     make_args,
     offset,
+    postop_arg_specs,
     prod,
     tag_grid,
 )
@@ -334,7 +335,7 @@ def build_igemm_data(p: IgemmDataProblem):
         value = accv
         if p.bias is not None:
             value = value + V("bias")[offset(p.bias, [c])]
-        return at, apply_postops(value, p.post_ops, at), ()
+        return at, apply_postops(value, p.post_ops, at, at=[n, c, *pos]), ()
 
     ranges, insns, temps, tags, prios = _register_tile(
         t, M, p.nch, {"g": p.groups}, k_inames, row_base, a_load, b_load, store)
@@ -342,6 +343,7 @@ def build_igemm_data(p: IgemmDataProblem):
     specs = [("a", -1, False, True), ("wp", -1, False, True), ("out", p.out_n, True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
+    specs += postop_arg_specs(p.post_ops)
     return _assemble(ranges, insns, temps, tags, prios, make_args(specs),
                      "pydnnl_conv_igemm_data", t, p.post_ops)
 
@@ -361,12 +363,14 @@ def _build_fill(p: IgemmDataProblem):
     c = V("c")
     at = V("out")[offset(p.out, [V("n"), c, *pos])]
     value = V("bias")[offset(p.bias, [c])] if p.bias is not None else np.float32(0)
-    insn = lp.Assignment(at, apply_postops(value, p.post_ops, at), id="store",
+    insn = lp.Assignment(at, apply_postops(value, p.post_ops, at, at=[V("n"), c, *pos]),
+                         id="store",
                          within_inames=frozenset(ranges))
     has_sum = any(op[0] == "sum" for op in p.post_ops)
     specs = [("out", p.out_n, True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
+    specs += postop_arg_specs(p.post_ops)
     knl = _make("{[" + ", ".join(ranges) + "]: " + " and ".join(
         f"0 <= {k} < {v}" for k, v in ranges.items()) + "}", [insn], make_args(specs),
         "pydnnl_conv_igemm_fill")

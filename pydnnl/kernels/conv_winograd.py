@@ -26,6 +26,7 @@ from .conv_common import (
     guarded_load,
     make_args,
     offset,
+    postop_arg_specs,
     split_fast,
 )
 
@@ -224,7 +225,7 @@ def _build_output(p: WinogradProblem):
                 value = value + bias
             oh, ow = th * 2 + i, tw * 2 + j
             dst_at = var("dst")[offset(p.act, [var("n0") + n, c, oh, ow])]
-            value = apply_postops(value, p.post_ops, dst_at)
+            value = apply_postops(value, p.post_ops, dst_at, at=[var("n0") + n, c, oh, ow])
             preds = []
             if i == 1 and OH % 2:
                 preds.append(Comparison(oh, "<", OH))
@@ -242,7 +243,7 @@ def _build_output(p: WinogradProblem):
     specs = [("mm", -1, False, True), ("dst", -1, True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
-    specs += [("n0", None), ("m_off", None)]
+    specs += postop_arg_specs(p.post_ops) + [("n0", None), ("m_off", None)]
     temps = _temps([f"m{a}{b}" for a in range(4) for b in range(4)])
     knl = _kernel(total, insns, make_args(specs), temps, "pydnnl_conv_winograd_output", p)
     return finish(knl, p.post_ops)

@@ -9,12 +9,13 @@ launch, each step waiting for the one before on out-of-order queues.
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import replace
 
 import numpy as np
 
-from ..constants import ARG_SCRATCHPAD
+from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SCRATCHPAD, ARG_SRC_1
 from ..engine import _cl
 from ..kernels.reorder import ReorderProblem, build_reorder
 from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
@@ -33,6 +34,7 @@ class Ref:
         return f"Ref({self.key!r})"
 
 
+_POST_OP_SRC1 = re.compile(r"po(\d+)_src1")  # kernels' names of binary post-op operands
 SCRATCH = Ref("scratch")  # the primitive's scratchpad (the user's or the plan's own)
 INDEX = Ref("idx")  # the plan's int32 index table, uploaded at creation
 ALIGN = 16  # scratch regions start at multiples of 16 elements (64 bytes)
@@ -218,7 +220,12 @@ class Plan:
             args = []
             for n, typ in zip(kernel.src.arg_names, kernel.scalar_types):
                 if n not in named:
-                    raise KeyError(f"{kernel.name}: kernel argument {n!r} not bound by the plan")
+                    m = _POST_OP_SRC1.fullmatch(n)
+                    if m is None:
+                        raise KeyError(f"{kernel.name}: kernel argument {n!r} not bound by the "
+                                       f"plan")
+                    # a fused binary post-op's operand: its execute argument, by convention
+                    named[n] = Ref(ARG_ATTR_MULTIPLE_POST_OP(int(m.group(1))) | ARG_SRC_1)
                 v = named[n]
                 args.append(typ(v) if typ is not None and not isinstance(v, Ref) else v)
         self.steps.append(_Launch(kernel, args, rows))

@@ -23,10 +23,11 @@ from ...constants import (
 )
 from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
 from ...error import invalid_arguments, unimplemented
-from ...kernels.conv_common import ELTWISE_C, grouped_layout, layout_of, swap_channel_dims
+from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
+from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
 from .find import FIND_FAMILY, ConvFindResult, find
 from .solvers import Solver, get_solver, heuristic_order, solvers
@@ -69,11 +70,6 @@ def _signature(kind: str, direction: str) -> Signature:
                  "dilation": "dilates", "dilations": "dilates"},
         kinds={**{n: DIMS for n in _DIMS}, "allow_empty": BOOL},
         defaults={"allow_empty": False, "_use_db": True})
-
-
-def _alg_name(alg) -> str:
-    name = alg.name
-    return name[len("eltwise_"):] if name.startswith("eltwise_") else name
 
 
 class conv_pd_base(primitive_desc_base):
@@ -219,20 +215,11 @@ class conv_pd_base(primitive_desc_base):
         ops = a.get_post_ops().ops
         if ops and self._dir != "fwd":
             raise unimplemented(f"{self._kind}: post-ops apply to forward propagation only")
-        out = []
-        for i, op in enumerate(ops):
-            if hasattr(op, "scale"):
-                if op.data_type not in (data_type.undef, data_type.f32):
-                    raise unimplemented(f"{self._kind}: post-op {i} (sum) with data type "
-                                        f"{op.data_type.name} is not implemented")
-                out.append(("sum", float(op.scale), int(op.zero_point)))
-            else:
-                name = _alg_name(op.alg)
-                if name not in ELTWISE_C:
-                    raise unimplemented(f"{self._kind}: post-op {i}: eltwise {op.alg.name} is not "
-                                        f"implemented; supported: {', '.join(ELTWISE_C)}")
-                out.append(("eltwise", name, float(op.alpha), float(op.beta)))
-        return tuple(out)
+        self._post_op_args = {}
+        if not ops:
+            return ()
+        chain, self._post_op_args = resolve_post_ops(self._kind, a, self._user["dst_desc"])
+        return chain
 
     # -- solver choice and layouts -------------------------------------------------------------
     def _conv_kind(self) -> str:
@@ -376,6 +363,7 @@ class conv_pd_base(primitive_desc_base):
             role = {"src": "dst" if deconv else "src", "dst": "src" if deconv else "dst",
                     "wei": "wei", "bias": "bias"}[lg]
             self._roles[arg] = role
+        self._args.update(self._post_op_args)  # binary post-ops' operands, bound by number
         self._finish_scratchpad(s.workspace_bytes(problem, params))
         self._impl = f"loopy:{s.name}"
         self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
