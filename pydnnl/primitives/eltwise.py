@@ -1,2 +1,290 @@
-"""The eltwise primitives (in progress)."""
-__all__: list[str] = []
+"""The eltwise primitives (``dnnl::eltwise_forward``, ``dnnl::eltwise_backward``): one oneDNN
+v3 elementwise algorithm (relu, tanh, elu, ..., and the ``*_use_dst_for_bwd`` variants)
+applied to every element, with its alpha and beta.
+
+The plan is one generated kernel: a flat 1-D kernel when every tensor is dense in one and the
+same storage order (plain or blocked, no block padding), else a kernel that reads and writes
+each tensor through its own strides and inner blocks. In-place use (the same memory for src and
+dst, or for diff_dst and diff_src) works on both.
+"""
+from __future__ import annotations
+
+import math
+
+from ..constants import (
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DST,
+    ARG_SRC,
+    algorithm,
+    arg_name,
+    prop_kind,
+)
+from ..error import invalid_arguments, unimplemented
+from ..kernels import eltwise as K
+from ..kernels import eltwise_ops as ops
+from ..kernels.reorder import layout_of
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import eltwise as H
+from ..runtime.plan import Plan, Ref
+from .base import ArgSpec, primitive, primitive_desc_base
+from .signature import NUMBER, Signature, bind
+
+__all__ = ["eltwise_forward", "eltwise_backward"]
+
+_PLAIN = "abcdefghijkl"
+
+
+def _check_desc(kind: str, name: str, md) -> MemoryDesc:
+    if not isinstance(md, MemoryDesc) or md.is_zero():
+        raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
+    if md.data_type != data_type.f32:
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
+                            f"implemented")
+    return md
+
+
+def _check_alg(kind: str, alg, alpha: float, beta: float, backward: bool) -> algorithm:
+    try:
+        a = ops.normalize(alg)
+    except invalid_arguments:
+        raise invalid_arguments(f"{kind}: algorithm must be one of dnnl.algorithm.eltwise_*, "
+                                f"got {alg!r}") from None
+    if a in ops.NO_BACKWARD and backward:
+        raise invalid_arguments(f"{kind}: algorithm {a.name} has no backward propagation "
+                                f"(oneDNN defines it for forward_training and "
+                                f"forward_inference only)")
+    base = ops.base_algorithm(a)
+    if base in (algorithm.eltwise_clip, algorithm.eltwise_clip_v2) and not beta >= alpha:
+        raise invalid_arguments(f"{kind}: {a.name} needs beta >= alpha (the bounds [alpha, "
+                                f"beta]), got alpha={alpha}, beta={beta}")
+    if a in (algorithm.eltwise_relu_use_dst_for_bwd, algorithm.eltwise_elu_use_dst_for_bwd) \
+            and not alpha >= 0:
+        raise invalid_arguments(f"{kind}: {a.name} needs alpha >= 0 (dst must determine "
+                                f"the derivative), got alpha={alpha}")
+    return a
+
+
+def _number(kind: str, name: str, v) -> float:
+    if isinstance(v, bool) or not NUMBER.accepts(v):
+        raise invalid_arguments(f"{kind}: {name} must be a number, got {v!r}")
+    return float(v)
+
+
+def _or0(v):
+    return 0.0 if v is None else v
+
+
+def _follow(md: MemoryDesc) -> MemoryDesc:
+    """A dense f32 desc with ``md``'s storage order (``format_tag.any`` resolved after a
+    concrete desc, as oneDNN does)."""
+    if md.is_dense() and md.offset0 == 0:
+        return md
+    if md.is_plain():  # dense strides in md's order (outermost: largest stride)
+        order = sorted(range(len(md.dims)), key=lambda d: (-md.strides[d], d))
+        strides, run = [0] * len(md.dims), 1
+        for d in reversed(order):
+            strides[d] = run
+            run *= md.dims[d]
+        return MemoryDesc(md.dims, data_type.f32, tuple(strides))
+    return MemoryDesc(md.dims, data_type.f32, _PLAIN[:len(md.dims)])
+
+
+def _storage_order(md: MemoryDesc) -> tuple:
+    """What makes element ``i`` of one dense storage element ``i`` of another."""
+    strides = tuple(s if p > 1 else 0 for s, p in zip(md.strides, md.padded_dims))
+    return (md.dims, strides, md.inner_blks, md.inner_idxs, md.padded_dims)
+
+
+def _flat_ok(mds) -> bool:
+    first = mds[0]
+    return all(md.is_dense() and tuple(md.padded_dims) == tuple(md.dims)
+               and _storage_order(md) == _storage_order(first) for md in mds)
+
+
+class _eltwise_pd(primitive_desc_base):
+    """Queries shared by both directions."""
+
+    _kind = "eltwise"
+
+    def get_algorithm(self) -> algorithm:
+        return self._alg
+
+    def get_alpha(self) -> float:
+        return self._alpha
+
+    def get_beta(self) -> float:
+        return self._beta
+
+    def get_prop_kind(self) -> prop_kind:
+        return self._prop
+
+    def _check_attr(self) -> None:
+        if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
+            raise unimplemented(f"{self._kind}: attr with post-ops, scales or zero points is "
+                                f"not implemented (got {self._attr.key()!r})")
+
+    def _finish(self, order: tuple[int, ...]) -> None:
+        """Pick the kernel shape for the descs of arguments ``order`` (kernel order)."""
+        mds = [self._args[a].md for a in order]
+        self._order = order
+        self._flat = _flat_ok(mds)
+        self._impl = "ocl:eltwise:" + ("flat" if self._flat else "strided")
+        dims = mds[0].dims
+        self._info = (f"alg:{self._alg.name} alpha:{self._alpha:g} beta:{self._beta:g} "
+                      f"{'x'.join(map(str, dims))}")
+        self._finish_scratchpad(0)
+
+    def _problem(self, eng):
+        mds = [self._args[a].md for a in self._order]
+        sizes = tuple(md.nelems_physical() for md in mds)
+        common = dict(alg=int(self._alg), alpha=self._alpha, beta=self._beta,
+                      backward=self._prop == prop_kind.backward_data)
+        if self._flat:
+            count = math.prod(mds[0].dims)
+            wg, iters = H.flat_params(eng.info, count)
+            return "eltwise_flat", K.build_flat, K.EltwiseFlat(
+                count=count, offsets=tuple(md.offset0 for md in mds), sizes=sizes, wg=wg,
+                iters=iters, **common)
+        return "eltwise_strided", K.build_strided, K.EltwiseStrided(
+            dims=tuple(mds[0].dims), layouts=tuple(layout_of(md) for md in mds), sizes=sizes,
+            wg=H.strided_wg(eng.info), **common)
+
+
+class _eltwise_primitive(primitive):
+    def _create(self) -> None:
+        pd = self._pd
+        family, build, problem = pd._problem(pd.get_engine())
+        plan = self._plan = Plan(pd.get_engine(), "eltwise")
+        names = K.arg_names(problem.backward)
+        plan.kernel(family, problem, build,
+                    **{n: Ref(a) for n, a in zip(names, pd._order)})
+
+    def _execute(self, s, args) -> None:
+        pd = self._pd
+        # the same memory for an input and the output is in-place use: the layouts must agree
+        out = args[pd._order[-1]]
+        for a in pd._order[:-1]:
+            m = args[a]
+            if m.buffer is out.buffer and m.get_desc() != out.get_desc():
+                raise invalid_arguments(
+                    f"{pd._kind}.execute: {arg_name(a)} and {arg_name(pd._order[-1])} share "
+                    f"one buffer with different descs ({m.get_desc()!r} vs "
+                    f"{out.get_desc()!r}); in-place use needs the same desc")
+        self._plan.execute(s, args)
+
+
+class eltwise_forward(_eltwise_primitive):
+    """``dst = f(src)`` for one eltwise algorithm (oneDNN's eltwise_forward, f32)."""
+
+    class primitive_desc(_eltwise_pd):
+        """``eltwise_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, dst_desc,
+        [alpha, [beta,]] attr=None)``."""
+
+        signature = Signature(
+            "eltwise_forward.primitive_desc",
+            head=("engine", "prop_kind", "algorithm", "src_desc", "dst_desc"),
+            forms=((), ("alpha",), ("alpha", "beta")), tail=("attr",),
+            optional=frozenset({"alpha", "beta"}), aliases={"aengine": "engine",
+                                                          "aprop_kind": "prop_kind",
+                                                          "aalgorithm": "algorithm"},
+            kinds={"alpha": NUMBER, "beta": NUMBER}, defaults={"alpha": 0.0, "beta": 0.0})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            kind = "eltwise_forward"
+            try:
+                self._prop = prop_kind(int(a["prop_kind"]))
+            except (TypeError, ValueError):
+                self._prop = None
+            if self._prop not in (prop_kind.forward_training, prop_kind.forward_inference):
+                raise invalid_arguments(f"{kind}: prop_kind must be forward_training or "
+                                        f"forward_inference, got {a['prop_kind']!r}")
+            self._alpha = _number(kind, "alpha", _or0(a.get("alpha")))
+            self._beta = _number(kind, "beta", _or0(a.get("beta")))
+            self._alg = _check_alg(kind, a["algorithm"], self._alpha, self._beta, False)
+            src, dst = a["src_desc"], a["dst_desc"]
+            if not isinstance(src, MemoryDesc) or src.is_zero() or src.is_any():
+                raise invalid_arguments(f"{kind}: src_desc must be a memory.desc with a concrete "
+                                        f"layout (not format_tag.any), got {src!r}")
+            if not isinstance(dst, MemoryDesc) or dst.is_zero():
+                raise invalid_arguments(f"{kind}: dst_desc must be a memory.desc, got {dst!r}")
+            if tuple(dst.dims) != tuple(src.dims):
+                raise invalid_arguments(f"{kind}: dst_desc dims {list(dst.dims)} must equal "
+                                        f"src_desc dims {list(src.dims)}")
+            _check_desc(kind, "src_desc", src)
+            if dst.is_any():
+                dst = _follow(src)
+            _check_desc(kind, "dst_desc", dst)
+            self._check_attr()
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            self._finish((ARG_SRC, ARG_DST))
+
+
+class eltwise_backward(_eltwise_primitive):
+    """``diff_src = f'(src or dst) * diff_dst`` (oneDNN's eltwise_backward, f32); the
+    ``*_use_dst_for_bwd`` algorithms read ``ARG_DST``, the others ``ARG_SRC``."""
+
+    class primitive_desc(_eltwise_pd):
+        """``eltwise_backward.primitive_desc(engine, algorithm, diff_src_desc, diff_dst_desc,
+        data_desc, [alpha, [beta,]] hint_fwd_pd=None, attr=None)``."""
+
+        signature = Signature(
+            "eltwise_backward.primitive_desc",
+            head=("engine", "algorithm", "diff_src_desc", "diff_dst_desc", "data_desc"),
+            forms=((), ("hint_fwd_pd",), ("alpha",), ("alpha", "hint_fwd_pd"),
+                   ("alpha", "beta"), ("alpha", "beta", "hint_fwd_pd")),
+            tail=("attr",), optional=frozenset({"alpha", "beta", "hint_fwd_pd"}),
+            aliases={"aengine": "engine", "aalgorithm": "algorithm", "src_desc": "data_desc"},
+            kinds={"alpha": NUMBER, "beta": NUMBER}, defaults={"alpha": 0.0, "beta": 0.0})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            kind = "eltwise_backward"
+            self._prop = prop_kind.backward_data
+            self._alpha = _number(kind, "alpha", _or0(a.get("alpha")))
+            self._beta = _number(kind, "beta", _or0(a.get("beta")))
+            self._alg = _check_alg(kind, a["algorithm"], self._alpha, self._beta, True)
+            hint = a.get("hint_fwd_pd")
+            if hint is not None and not isinstance(hint, eltwise_forward.primitive_desc):
+                raise invalid_arguments(f"{kind}: hint_fwd_pd must be an "
+                                        f"eltwise_forward.primitive_desc or None, got "
+                                        f"{type(hint).__name__}")
+            use_dst = ops.uses_dst(self._alg)
+            data_arg = ARG_DST if use_dst else ARG_SRC
+            descs = {"diff_src_desc": a["diff_src_desc"], "diff_dst_desc": a["diff_dst_desc"],
+                     "data_desc": a["data_desc"]}
+            for name, md in descs.items():
+                if not isinstance(md, MemoryDesc) or md.is_zero():
+                    raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
+            dims = tuple(descs["data_desc"].dims)
+            for name in ("diff_src_desc", "diff_dst_desc"):
+                if tuple(descs[name].dims) != dims:
+                    raise invalid_arguments(f"{kind}: {name} dims {list(descs[name].dims)} "
+                                            f"must equal data_desc dims {list(dims)}")
+            data, ddst, dsrc = descs["data_desc"], descs["diff_dst_desc"], descs["diff_src_desc"]
+            if data.is_any():  # the forward's choice, else diff_dst's layout, else plain
+                if hint is not None:
+                    data = hint.dst_desc() if use_dst else hint.src_desc()
+                elif not ddst.is_any():
+                    data = _follow(ddst)
+                elif not dsrc.is_any():
+                    data = _follow(dsrc)
+                else:
+                    data = MemoryDesc(dims, data_type.f32, _PLAIN[:len(dims)])
+            if ddst.is_any():
+                ddst = _follow(data)
+            if dsrc.is_any():
+                dsrc = _follow(ddst)
+            for name, md in (("data_desc", data), ("diff_dst_desc", ddst),
+                             ("diff_src_desc", dsrc)):
+                _check_desc(kind, name, md)
+            self._check_attr()
+            self._args[data_arg] = ArgSpec(data, False)
+            self._args[ARG_DIFF_DST] = ArgSpec(ddst, False)
+            self._args[ARG_DIFF_SRC] = ArgSpec(dsrc, True)
+            self._finish((data_arg, ARG_DIFF_DST, ARG_DIFF_SRC))

@@ -1,0 +1,176 @@
+"""Loopy generators of eltwise kernels (forward and backward), one algorithm per kernel with
+alpha and beta baked in.
+
+Two shapes of kernel:
+
+- **flat** (:class:`EltwiseFlat`): every tensor dense, in one and the same storage order, with
+  no block padding, so element ``i`` of one storage is element ``i`` of the others; a 1-D
+  launch where work-group ``g`` covers ``wg * iters`` consecutive elements, ``wg`` consecutive
+  work-items per step (coalesced on GPUs, one SIMD vector per step on CPU runtimes that
+  vectorize across work-items).
+- **strided** (:class:`EltwiseStrided`): any layouts, one work-item per logical element, every
+  storage offset read off the memory descs' strides and inner blocks (plain, strided, blocked,
+  mixed layouts); block padding is neither read nor written.
+
+The element formula comes from :mod:`pydnnl.kernels.eltwise_ops` as an inline OpenCL helper.
+Pure: no engine, no argument maps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import eltwise_ops as ops
+from .reorder import _offset_expr
+
+
+@dataclass(frozen=True)
+class EltwiseFlat:
+    """``out[o + i] = f(in[o' + i])`` for ``i < count`` (backward: ``f(diff_dst, data)``).
+
+    ``offsets`` and ``sizes`` list each buffer's offset0 and storage elements in the kernel's
+    argument order: forward ``(src, dst)``, backward ``(data, diff_dst, diff_src)``."""
+
+    alg: int
+    alpha: float
+    beta: float
+    backward: bool
+    count: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    wg: int = 256
+    iters: int = 1
+
+
+@dataclass(frozen=True)
+class EltwiseStrided:
+    """Eltwise over logical ``dims`` with each buffer's :func:`~pydnnl.kernels.reorder.layout_of`
+    tuple in ``layouts`` (argument order as in :class:`EltwiseFlat`)."""
+
+    alg: int
+    alpha: float
+    beta: float
+    backward: bool
+    dims: tuple[int, ...]
+    layouts: tuple
+    sizes: tuple[int, ...]
+    wg: int = 64
+
+
+def arg_names(backward: bool) -> tuple[str, ...]:
+    """The kernel's buffer arguments, in order."""
+    return ("data", "diff_dst", "diff_src") if backward else ("src", "dst")
+
+
+def _helper(p):
+    """(name, C definition, argument types, result type) of the element function."""
+    if p.backward:
+        body = ops.backward_expr(p.alg, "dd", "v", p.alpha, p.beta)
+        return ("pd_eltwise_bwd",
+                f"static inline float pd_eltwise_bwd(float dd, float v) {{ return {body}; }}",
+                (np.float32, np.float32), np.float32)
+    body = ops.forward_expr(p.alg, "s", p.alpha, p.beta)
+    return ("pd_eltwise_fwd", f"static inline float pd_eltwise_fwd(float s) {{ return {body}; }}",
+            np.float32, np.float32)
+
+
+def _args(lp, p):
+    names = arg_names(p.backward)
+    out = []
+    for k, (n, size) in enumerate(zip(names, p.sizes)):
+        last = k == len(names) - 1
+        out.append(lp.GlobalArg(n, np.float32, shape=(int(size),), is_output=last,
+                                is_input=not last))
+    return out
+
+
+def _value(p, idx_of):
+    """The element expression: ``idx_of(k)`` indexes buffer ``k``."""
+    from pymbolic import var
+
+    names = arg_names(p.backward)
+    if p.backward:
+        return var("pd_eltwise_bwd")(var(names[1])[idx_of(1)], var(names[0])[idx_of(0)])
+    return var("pd_eltwise_fwd")(var(names[0])[idx_of(0)])
+
+
+def _finish(lp, tu, p):
+    from .clhelpers import register_helpers
+
+    return register_helpers(tu, [_helper(p)])
+
+
+def kernel_name(p) -> str:
+    return "pydnnl_eltwise_" + ("bwd" if p.backward else "fwd")
+
+
+def build_flat(p: EltwiseFlat):
+    """loopy TranslationUnit: forward ``(src, dst)`` or backward ``(data, diff_dst,
+    diff_src)``."""
+    import loopy as lp
+    from pymbolic import var
+
+    ops.normalize(p.alg)
+    i = var("i")
+    out = arg_names(p.backward)[-1]
+    insn = lp.Assignment(var(out)[p.offsets[-1] + i],
+                         _value(p, lambda k: p.offsets[k] + i),
+                         within_inames=frozenset(["i"]))
+    knl = lp.make_kernel(f"{{[i]: 0 <= i < {p.count}}}", [insn], _args(lp, p),
+                         name=kernel_name(p), lang_version=(2018, 2),
+                         target=lp.PyOpenCLTarget())
+    wg = max(1, min(p.wg, p.count))
+    knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk", inner_iname="i_l")
+    iters = max(1, min(p.iters, -(-p.count // wg)))
+    if iters > 1:
+        knl = lp.split_iname(knl, "i_blk", iters, outer_tag="g.0", outer_iname="i_g",
+                             inner_iname="i_k")
+    else:
+        knl = lp.tag_inames(knl, {"i_blk": "g.0"})
+    return _finish(lp, knl, p)
+
+
+def _pick_local_dim(dims, layout) -> int:
+    """The dim with the smallest stride in the output: neighbouring work-items write
+    neighbouring elements."""
+    best, best_stride = len(dims) - 1, None
+    for d, (_blk, stride, inner) in enumerate(layout[1]):
+        if dims[d] == 1:
+            continue
+        s = min([t[2] for t in inner] + [stride]) if inner else stride
+        if best_stride is None or s < best_stride:
+            best, best_stride = d, s
+    return best
+
+
+def build_strided(p: EltwiseStrided):
+    """loopy TranslationUnit with the arguments of :func:`build_flat`, any layouts."""
+    import loopy as lp
+    from pymbolic import var
+
+    ops.normalize(p.alg)
+    nd = len(p.dims)
+    names = [f"i{d}" for d in range(nd)]
+    idx = [var(n) for n in names]
+    domain = "{[" + ",".join(names) + "]: " + " and ".join(
+        f"0 <= {n} < {v}" for n, v in zip(names, p.dims)) + "}"
+    out = arg_names(p.backward)[-1]
+    insn = lp.Assignment(var(out)[_offset_expr(p.layouts[-1], idx)],
+                         _value(p, lambda k: _offset_expr(p.layouts[k], idx)),
+                         within_inames=frozenset(names))
+    knl = lp.make_kernel(domain, [insn], _args(lp, p), name=kernel_name(p),
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    ld = _pick_local_dim(p.dims, p.layouts[-1])
+    others = sorted((d for d in range(nd) if d != ld), key=lambda d: -p.dims[d])
+    tags = {}
+    split = p.dims[ld] >= p.wg
+    if split:
+        knl = lp.split_iname(knl, names[ld], p.wg, inner_tag="l.0", outer_tag="g.0")
+    else:
+        tags[names[ld]] = "l.0"
+    first = 1 if split else 0
+    for k, d in enumerate(others[:2]):
+        tags[names[d]] = f"g.{first + k}"
+    knl = lp.tag_inames(knl, tags)
+    return _finish(lp, knl, p)
