@@ -96,7 +96,11 @@ def panel_width(layout: str) -> int | None:
 
 # {{{ problem
 
-@dataclass(frozen=True)
+_EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
+                      "epi_swap": False}
+
+
+@dataclass(frozen=True, repr=False)
 class GemmProblem:
     """One (optionally batched, strided) GEMM, every size fixed.
 
@@ -134,6 +138,17 @@ class GemmProblem:
     #: the kernel takes ``a_off, b_off, c_off`` (int64, in elements) after its buffers, added to
     #: the offsets above at run time: one kernel serves many sub-matrices of big buffers
     runtime_offsets: bool = False
+    #: a fused epilogue over the destination tensor C is part of (float32 only): ``bias`` is
+    #: ``(layout, dims, nelems)`` of an operand added at each element's position (dims equal
+    #: the destination's or 1: broadcast), ``post_ops`` a chain of
+    #: :mod:`pydnnl.kernels.post_ops`. The position of C's element (t, i, j) is
+    #: ``epi_fixed`` (or batch index t over ``epi_batch``) followed by (i, j), or (j, i) when
+    #: ``epi_swap`` (C holds the destination transposed).
+    bias: tuple | None = None
+    post_ops: tuple = ()
+    epi_batch: tuple = ()
+    epi_fixed: tuple | None = None
+    epi_swap: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -164,6 +179,8 @@ class GemmProblem:
             raise ValueError(f"GemmProblem: acc_dtype must be float32/float64 and at least as wide "
                              f"as dtype {dt}, got {acc}")
         setf("acc_dtype", acc)
+        if (self.bias is not None or self.post_ops) and dt != np.dtype(np.float32):
+            raise ValueError(f"GemmProblem: a fused epilogue needs float32 storage, got {dt}")
         setf("alpha", float(self.alpha))
         setf("beta", float(self.beta))
         pw = panel_width(self.b_layout)
@@ -192,6 +209,15 @@ class GemmProblem:
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
+
+    def __repr__(self) -> str:
+        # epilogue fields only when set: plain GEMMs keep the keys perf databases know them by
+        from dataclasses import fields
+
+        parts = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.name not in _EPILOGUE_DEFAULTS
+                 or getattr(self, f.name) != _EPILOGUE_DEFAULTS[f.name]]
+        return f"GemmProblem({', '.join(parts)})"
 
     def _rows(self, which: str) -> int:
         if which == "a":
@@ -407,8 +433,35 @@ class _Layout:
             preds.append(_lt(i, pr.m))
         if self.np_ > pr.n:
             preds.append(_lt(j, pr.n))
+        if pr.bias is not None or pr.post_ops:
+            value = self._epilogue(i, j, value)
         # narrowing to a C narrower than acc_dtype happens in the assignment (see _store_insns)
         return _sub("c", self.c_index(i, j)), value, frozenset(preds)
+
+    def _epilogue(self, i, j, value):
+        """Bias and post-ops at C's element (i, j) (its destination position)."""
+        from pymbolic.primitives import FloorDiv, Remainder
+
+        from . import post_ops as po
+        from .reorder import _offset_expr
+
+        pr = self.pr
+        if pr.epi_fixed is not None:
+            pos = list(pr.epi_fixed)
+        else:  # batch index over the destination's batch dims, last fastest
+            pos, inner = [], 1
+            for d in reversed(pr.epi_batch):
+                e = self.bt if inner == 1 else FloorDiv(self.bt, inner)
+                pos.append(Remainder(e, d) if d > 1 else 0)
+                inner *= d
+            pos.reverse()
+        pos += [j, i] if pr.epi_swap else [i, j]
+        if pr.bias is not None:
+            layout, dims, _ = pr.bias
+            value = value + _var("bias")[_offset_expr(
+                layout, [0 if d == 1 else e for d, e in zip(dims, pos)])]
+        prior = _sub("c", self.c_index(i, j)) if po.reads_prior(pr.post_ops) else None
+        return po.apply(value, pr.post_ops, prior, at=pos)
 
 
 def _store_insns(lay: _Layout, i, j, acc_expr, within, deps):
@@ -445,31 +498,45 @@ def _gpu_index_dtype(pr: GemmProblem):
 def _args(pr: GemmProblem):
     import loopy as lp
 
+    from . import post_ops as po
+
+    epi = [lp.GlobalArg("bias", np.float32, shape=None)] if pr.bias is not None else []
+    epi += po.loopy_args(pr.post_ops)
+    reads_c = pr.beta != 0.0 or po.reads_prior(pr.post_ops)
+    return _core_args(pr, reads_c) + epi
+
+
+def _core_args(pr: GemmProblem, reads_c: bool):
+    import loopy as lp
+
     if pr.runtime_offsets:  # sizes unknown at build time: the caller guarantees them
         return [
             lp.GlobalArg("a", pr.dtype, shape=None, is_input=True, is_output=False),
             lp.GlobalArg("b", pr.dtype, shape=None, is_input=True, is_output=False),
-            lp.GlobalArg("c", pr.dtype, shape=None, is_input=pr.beta != 0.0, is_output=True),
+            lp.GlobalArg("c", pr.dtype, shape=None, is_input=reads_c, is_output=True),
             lp.ValueArg("a_off", np.int64), lp.ValueArg("b_off", np.int64),
             lp.ValueArg("c_off", np.int64),
         ]
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
-        lp.GlobalArg("c", pr.dtype, shape=(pr.size("c"),), is_input=pr.beta != 0.0,
-                     is_output=True),
+        lp.GlobalArg("c", pr.dtype, shape=(pr.size("c"),), is_input=reads_c, is_output=True),
     ]
 
 
-def _finish(knl):
+def _finish(knl, post_ops: tuple = ()):
     import loopy as lp
+
+    from . import post_ops as po
+    from .clhelpers import register_helpers
 
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check",
                          enforce_variable_access_ordered="no_check")
     ep = knl.default_entrypoint
     knl = knl.with_kernel(ep.copy(silenced_warnings=list(ep.silenced_warnings) + [
         "v1_scheduler_fallback", "vectorize_failed", "unused_inames"]))
-    return knl
+    helpers = po.helpers(post_ops)
+    return register_helpers(knl, helpers) if helpers else knl
 
 
 def _tag_grid(knl, iname, size_inner, axis):
@@ -619,7 +686,7 @@ def _build_register(pr: GemmProblem, p: dict):
     knl = _tag_grid(knl, grid_io, wm, ax_m)
     if batched:
         knl = lp.tag_inames(knl, {"bt": "g.2"})
-    return _finish(knl)
+    return _finish(knl, pr.post_ops)
 
 # }}}
 
@@ -698,7 +765,7 @@ def _build_local(pr: GemmProblem, p: dict):
     if kt == 1:
         # k == 1 (an outer product, e.g. a weight gradient over one image): nothing to share
         # through local memory; the tiles are read where they are used
-        return _finish(knl)
+        return _finish(knl, pr.post_ops)
     for rule, sweep, name, pinames, axes in (
             ("a_tile", ["li", "ii", "ki"], "a_loc", ["ar", "ak"], a_axes),
             ("b_tile", ["lj", "jj", "ki"], "b_loc", ["bk", "bc"], b_axes)):
@@ -710,7 +777,7 @@ def _build_local(pr: GemmProblem, p: dict):
         slow, fast = axes
         knl = lp.split_iname(knl, fast, wn, inner_tag="l.0")
         knl = lp.split_iname(knl, slow, wm, inner_tag="l.1")
-    return _finish(knl)
+    return _finish(knl, pr.post_ops)
 
 # }}}
 

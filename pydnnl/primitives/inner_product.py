@@ -4,9 +4,9 @@ weights[oc, ic, ...] + bias[oc]`` and its two gradients.
 
 Each plan is runtime steps only. Tensors whose layout does not fold into a row-major matrix
 (``[N, K]``, ``[OC, K]``, ``[N, OC]``) go through plain copies in the scratchpad. Then:
-forward ``dst = src @ weights^T`` (a bias first broadcast into dst by a reorder from a stride-0
-view), backward data ``diff_src = diff_dst @ weights``, backward weights ``diff_weights =
-diff_dst^T @ src`` and ``diff_bias`` = the column sums of ``diff_dst``.
+forward ``dst = src @ weights^T`` with the bias and the post-ops (eltwise, sum, binary) in the
+GEMM kernel's store, backward data ``diff_src = diff_dst @ weights``, backward weights
+``diff_weights = diff_dst^T @ src`` and ``diff_bias`` = the column sums of ``diff_dst``.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.post_ops import reads_prior
 from ..kernels.reductions import ColSum, build_colsum
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
@@ -31,6 +33,7 @@ from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
+from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"
@@ -102,9 +105,14 @@ class _ip_pd_base(primitive_desc_base):
             if md is not None and md.data_type not in (data_type.f32, data_type.undef):
                 raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; only "
                                     f"f32 is implemented")
-        if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
-            raise unimplemented(f"{kind}: post-ops, scales and zero points are not implemented "
-                                f"yet")
+        if self._attr.scales or self._attr.zero_points:
+            raise unimplemented(f"{kind}: scales and zero points are not implemented (f32 "
+                                f"only)")
+        self._post_ops, po_args = (), {}
+        if len(self._attr.get_post_ops()):
+            if da != ARG_DST:
+                raise unimplemented(f"{kind}: post-ops apply to forward propagation only")
+            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
         self._staged: dict[int, int] = {}
         scratch = 0
         for arg, md in descs.items():
@@ -119,9 +127,11 @@ class _ip_pd_base(primitive_desc_base):
             if _ROLE[arg] != "bias" and not _folds(md):
                 self._staged[arg] = scratch  # a plain copy in the scratchpad
                 scratch += -(-math.prod(md.dims) // 16) * 16
+        self._args.update(po_args)
         self._scratch_elems = scratch
         self._impl = "gemm:runtime" + (":staged" if self._staged else "")
-        self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}"
+        self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}" + (
+            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
         self._finish_scratchpad(scratch * 4)
 
     def query_md_for(self, role: str) -> MemoryDesc | None:
@@ -214,17 +224,18 @@ class inner_product_forward(_ip_base):
         N, OC, K = src.dims[0], wei.dims[0], math.prod(src.dims[1:])
         a_ref, a_off, lda = self._matrix(plan, ARG_SRC)
         b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
-        c_ref, c_off, ldc = self._matrix(plan, ARG_DST, output=True)
+        # a staged dst holds the prior content a sum post-op reads
+        c_ref, c_off, ldc = self._matrix(plan, ARG_DST, output=not reads_prior(pd._post_ops))
         bias = pd._args.get(ARG_BIAS)
-        if bias is not None:  # dst = bias broadcast over the images (a stride-0 view)
+        epi = {}
+        if bias is not None:  # bias[oc] at every dst position (n, oc)
             b = bias.md
-            view = (b.offset0, ((1, 0, ()), (1, b.strides[0], ())))
-            c_lay = (c_off, ((1, ldc, ()), (1, 1, ())))
-            plan.reorder(ReorderProblem.f32([N, OC], view, b.nelems_physical(), c_lay,
-                                            c_off + (N - 1) * ldc + OC), Ref(ARG_BIAS), c_ref)
+            epi["bias"] = ((b.offset0, ((1, 0, ()), (1, b.strides[0], ()))), (1, OC),
+                           b.nelems_physical())
         plan.gemm(GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=True,
-                            beta=1.0 if bias is not None else 0.0),
-                  a_ref, a_off, b_ref, b_off, c_ref, c_off)
+                            post_ops=pd._post_ops, epi_batch=(), **epi),
+                  a_ref, a_off, b_ref, b_off, c_ref, c_off,
+                  bias=Ref(ARG_BIAS) if bias is not None else None)
         self._unstage(plan, ARG_DST)
 
 

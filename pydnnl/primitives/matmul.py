@@ -2,21 +2,24 @@
 dimensions, batch dimensions broadcast where src or weights has 1.
 
 The plan is made of runtime GEMM steps: one batched GEMM when each tensor's batch dimensions
-fold into one stride (0 where broadcast), else one GEMM per batch entry; a bias is first
-broadcast into dst by a reorder from a stride-0 view, and the GEMMs then accumulate onto it.
+fold into one stride (0 where broadcast), else one GEMM per batch entry. The bias and the
+post-ops (eltwise, sum, binary) run in the GEMM kernel's store: no pass of their own.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
 from ..error import invalid_arguments, unimplemented
-from ..kernels.reorder import ReorderProblem, layout_of
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
+from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
@@ -119,9 +122,10 @@ class matmul(primitive):
                 if md is not None and md.data_type not in (data_type.f32, data_type.undef):
                     raise unimplemented(f"matmul: {_NAMES[arg]} data type "
                                         f"{md.data_type.name}; only f32 is implemented")
-            if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
-                raise unimplemented("matmul: post-ops, scales and zero points are not "
-                                    "implemented yet")
+            if self._attr.scales or self._attr.zero_points:
+                raise unimplemented("matmul: scales and zero points are not implemented (f32 "
+                                    "only)")
+            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
             for arg, md in descs.items():
                 if md is None:
                     continue
@@ -130,8 +134,10 @@ class matmul(primitive):
                     md = md.with_data_type(data_type.f32)
                 _matrix(md, _NAMES[arg])  # unimplemented layouts fail here, not at creation
                 self._args[arg] = ArgSpec(md, arg == ARG_DST)
+            self._args.update(po_args)
             self._impl = "gemm:runtime"
-            self._info = f"{list(src.dims)}x{list(wei.dims)}"
+            self._info = f"{list(src.dims)}x{list(wei.dims)}" + (
+                f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
             self._finish_scratchpad(0)
 
     def _create(self) -> None:
@@ -142,34 +148,34 @@ class matmul(primitive):
         batch = tuple(dst.dims[:-2])
         M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
         bias = md.get(ARG_BIAS)
-        if bias is not None:  # dst = broadcast bias, then the GEMMs add onto it
-            # a stride-0 view (no memory.desc: its elements overlap)
-            view = (bias.offset0, tuple((1, 0 if bd == 1 else st, ())
-                                        for bd, st in zip(bias.dims, bias.strides)))
-            plan.reorder(ReorderProblem.f32(dst.dims, view, bias.nelems_physical(),
-                                            layout_of(dst), dst.nelems_physical()),
-                         Ref(ARG_BIAS), Ref(ARG_DST))
+        # the epilogue: bias (broadcast where its dims are 1) and post-ops at dst positions
+        epi = {"post_ops": pd._post_ops, "epi_batch": batch}
+        if bias is not None:
+            epi["bias"] = (layout_of(bias), tuple(bias.dims), bias.nelems_physical())
+        bias_ref = Ref(ARG_BIAS) if bias is not None else None
         ta, lda = _matrix(src, "src")
         tb, ldb = _matrix(wei, "weights")
         tc, ldc = _matrix(dst, "dst")
         if tc:  # C^T = B^T A^T: a transposed dst is a row-major product with the roles swapped
             shape = GemmShape(m=N, n=M, k=K, lda=ldb, ldb=lda, ldc=ldc, trans_a=not tb,
-                              trans_b=not ta, beta=1.0 if bias is not None else 0.0)
+                              trans_b=not ta, epi_swap=True, **epi)
             first, second = (ARG_WEIGHTS, wei), (ARG_SRC, src)
         else:
             shape = GemmShape(m=M, n=N, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_a=ta, trans_b=tb,
-                              beta=1.0 if bias is not None else 0.0)
+                              **epi)
             first, second = (ARG_SRC, src), (ARG_WEIGHTS, wei)
         count = math.prod(batch)
         strides = [_batch_stride(x, batch) for x in (first[1], second[1], dst)]
         a0, b0, c0 = first[1].offset0, second[1].offset0, dst.offset0
         if count == 1 or None not in strides:
             if count == 1:
-                plan.gemm(shape, Ref(first[0]), a0, Ref(second[0]), b0, Ref(ARG_DST), c0)
+                plan.gemm(shape, Ref(first[0]), a0, Ref(second[0]), b0, Ref(ARG_DST), c0,
+                          bias=bias_ref)
             else:
                 plan.gemm_batched(shape, count, *strides, Ref(first[0]), a0, Ref(second[0]),
-                                  b0, Ref(ARG_DST), c0)
+                                  b0, Ref(ARG_DST), c0, bias=bias_ref)
             return
+        needs_pos = bias is not None or any(op[0] == "binary" for op in pd._post_ops)
         for t in range(count):  # batch dims that fold into no single stride
             idx, r = [], t
             for d in reversed(batch):
@@ -180,8 +186,10 @@ class matmul(primitive):
             def off(x, idx=idx):
                 return x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
                                        for j, i in enumerate(idx))
-            plan.gemm(shape, Ref(first[0]), off(first[1]), Ref(second[0]), off(second[1]),
-                      Ref(ARG_DST), off(dst))
+            # an epilogue reading operands at positions is specialised to this batch entry
+            sh = replace(shape, epi_fixed=tuple(idx)) if needs_pos else shape
+            plan.gemm(sh, Ref(first[0]), off(first[1]), Ref(second[0]), off(second[1]),
+                      Ref(ARG_DST), off(dst), bias=bias_ref)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

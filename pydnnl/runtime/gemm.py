@@ -33,6 +33,23 @@ class GemmShape:
     trans_b: bool = False
     alpha: float = 1.0
     beta: float = 0.0
+    #: a fused epilogue (see :class:`~pydnnl.kernels.gemm.GemmProblem`): bias operand
+    #: ``(layout, dims, nelems)``, post-op chain and how C's elements map to positions
+    bias: tuple | None = None
+    post_ops: tuple = ()
+    epi_batch: tuple = ()
+    epi_fixed: tuple | None = None
+    epi_swap: bool = False
+
+    @property
+    def has_epilogue(self) -> bool:
+        return self.bias is not None or bool(self.post_ops)
+
+    def plain(self) -> "GemmShape":
+        """The same GEMM without its epilogue (tuning keys: the epilogue costs next to
+        nothing against the product, so plain and fused GEMMs share tuned parameters)."""
+        return replace(self, bias=None, post_ops=(), epi_batch=(), epi_fixed=None,
+                       epi_swap=False)
 
 
 def _problem(shape: GemmShape, panel: int | None = None, **batch) -> fam.GemmProblem:
@@ -40,7 +57,9 @@ def _problem(shape: GemmShape, panel: int | None = None, **batch) -> fam.GemmPro
                        trans_b=shape.trans_b if panel is None else False, alpha=shape.alpha,
                        beta=shape.beta, lda=shape.lda, ldb=shape.ldb if panel is None else None,
                        ldc=shape.ldc, runtime_offsets=True,
-                       b_layout="plain" if panel is None else fam.panel_layout(panel), **batch)
+                       b_layout="plain" if panel is None else fam.panel_layout(panel),
+                       bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
+                       epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap, **batch)
 
 
 def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
@@ -49,6 +68,7 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
     ``static_b``: B is a weight the plan may pack once per execution into panels (the
     parameters then may ask for packed B); otherwise B is read as it lies.
     """
+    shape = shape.plain()
     prob = _problem(shape)
     info = engine.info
 
@@ -107,8 +127,9 @@ class Gemm:
         self.params = choose_params(engine, shape, static_b)
         self.packed = bool(self.params["packed_b"])
         self.panel = self.params["cols"] if self.packed else None
+        # an epilogue needs the whole sum: GEMMs with one never split k
         self.splits = rules.split_k(engine.info, shape.m, shape.n, shape.k,
-                                    self.params) if split else 1
+                                    self.params) if split and not shape.has_epilogue else 1
         self.part_elems = 0
         self.reduce = None
         if self.splits > 1:
@@ -130,11 +151,12 @@ class Gemm:
         self.reduce = splitk_reduce(self.engine, sh, S)
         self.part_elems = S * m * n
 
-    def bound(self, fargs) -> list:
+    def bound(self, fargs, extra: dict | None = None) -> list:
         """Bound launches (see :meth:`Kernel.bound`) of one call with arguments
-        ``(a, a_off, b, b_off, c, c_off[, part, part_off])``."""
+        ``(a, a_off, b, b_off, c, c_off[, part, part_off])``; ``extra`` names the epilogue's
+        operands (``bias``, ``po<i>_src1``)."""
         if self.splits == 1:
-            return [self.kernel.bound(self.ordered(*fargs[:6]))]
+            return [self.kernel.bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
         red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off)}
         return [self.kernel.bound(self.ordered(a, a_off, b, b_off, part, part_off)),
@@ -171,10 +193,10 @@ class Gemm:
         vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off)}
         return tuple(vals[n] for n in kernel.src.arg_names)
 
-    def ordered(self, a, a_off, b, b_off, c, c_off) -> list:
+    def ordered(self, a, a_off, b, b_off, c, c_off, extra: dict | None = None) -> list:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
-                "c_off": np.int64(c_off)}
+                "c_off": np.int64(c_off), **(extra or {})}
         return [vals[n] for n in self._names]
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
@@ -232,6 +254,7 @@ def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = Fal
 
 def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a: int = 0,
                 stride_b: int = 0, stride_c: int = 0):
+    # (an epilogue in ``shape`` goes into the kernel; ``params`` were tuned without it)
     """The kernel of ``batch`` GEMMs of ``shape`` (operand ``t`` at ``off + t * stride``),
     plain B, run-time offsets, with ``params``."""
     prob = _problem(shape, batch=batch, stride_a=stride_a, stride_b=stride_b,

@@ -63,24 +63,36 @@ class _Launch:
         return [b]
 
 
-class _GemmStep:
-    """One call of a tuned GEMM launcher (two launches when it splits k)."""
+def _epilogue_refs(kernel, given: dict) -> dict:
+    """``given`` plus the post-op operands a kernel reads, bound by convention."""
+    out = dict(given)
+    for n in kernel.src.arg_names:
+        m = _POST_OP_SRC1.fullmatch(n)
+        if m is not None and n not in out:
+            out[n] = Ref(ARG_ATTR_MULTIPLE_POST_OP(int(m.group(1))) | ARG_SRC_1)
+    return out
 
-    __slots__ = ("gemm", "args", "rows")
+
+class _GemmStep:
+    """One call of a tuned GEMM launcher (two launches when it splits k); ``extra`` names
+    the buffers of a fused epilogue (``bias``)."""
+
+    __slots__ = ("gemm", "args", "rows", "extra")
     name = "gemm"
 
-    def __init__(self, gemm: Gemm, args, rows=None):
+    def __init__(self, gemm: Gemm, args, rows=None, extra=None):
         self.gemm, self.args, self.rows = gemm, tuple(args), rows
+        self.extra = _epilogue_refs(gemm.kernel, extra or {})
 
     def bind(self, plan):
         g, args = self.gemm, self.args
         if self.rows is not None:
-            b = g.kernel.bound(g.ordered(*args))
+            b = g.kernel.bound(g.ordered(*args, extra=self.extra))
             b.gsize = g.global_size_for_rows(self.rows)
             return [b]
         if g.splits > 1:
             args = args + (SCRATCH, plan.splitk_off)
-        return g.bound(args)
+        return g.bound(args, self.extra)
 
 
 class _Fill:
@@ -250,16 +262,18 @@ class Plan:
         return g
 
     def gemm(self, g, a, a_off, b, b_off, c, c_off, packed: bool = False,
-             rows: int | None = None) -> None:
+             rows: int | None = None, bias: Ref | None = None) -> None:
         """Add ``C = op(A) @ op(B) + beta * C``; ``g`` is a :class:`GemmShape` (``packed``: B
         was placed by :meth:`pack_b`) or a launcher from :meth:`gemm_launcher`. ``rows``
-        computes only C's first rows (whole row groups)."""
+        computes only C's first rows (whole row groups). A shape with an epilogue reads its
+        bias from ``bias`` and its post-ops' operands from their execute arguments."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
         if isinstance(g, GemmShape):
             g = get_gemm(self.engine, g, static_b=packed)
-        self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows))
+        self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows,
+                                    {"bias": bias} if bias is not None else None))
 
     def pack_b(self, shape: GemmShape, b, b_off: int, count: int = 1, stride: int = 0,
                slot: str | None = None, g: Gemm | None = None) -> tuple[Ref, int, int, bool]:
@@ -282,7 +296,8 @@ class Plan:
         return SCRATCH, off, g.packed_size, True
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
-                     stride_c: int, a, a_off, b, b_off, c, c_off) -> None:
+                     stride_c: int, a, a_off, b, b_off, c, c_off,
+                     bias: Ref | None = None) -> None:
         """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
         stride``, with the parameters tuned for one of them."""
         if self.dry:
@@ -291,7 +306,8 @@ class Plan:
         params = choose_params(self.engine, shape, static_b=False)
         k = gemm_kernel(self.engine, shape, params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
-        self.launch(k, a=a, b=b, c=c, a_off=a_off, b_off=b_off, c_off=c_off)
+        self.launch(k, **_epilogue_refs(k, {"bias": bias} if bias is not None else {}), a=a,
+                    b=b, c=c, a_off=a_off, b_off=b_off, c_off=c_off)
 
     def gemm_split(self, shape: GemmShape, a, a_off, b, b_off, c, c_off, splits: int,
                    slot: str | None = None) -> None:
