@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                 copts = replace(copts, alg=conv_drv.parse_alg(val))
             except invalid_arguments as e:
                 raise SystemExit(str(e)) from None
+        elif key == "--attr-post-ops" and driver == "conv":
+            copts = replace(copts, post_ops=val)
         elif key == "--dir":
             try:
                 copts = replace(copts, dir=conv_drv.parse_dir(val))

@@ -125,3 +125,59 @@ def check_line(driver: str, desc: str, problem: str, err: float, tol: float) -> 
     ok = err <= tol
     return (f"check,{'passed' if ok else 'FAILED'},{driver},{desc},{problem},"
             f"max_rel_err={err:.2e}", 0 if ok else 1)
+
+
+_BINARY_NAMES = ("add", "mul", "max", "min", "div", "sub", "ge", "gt", "le", "lt", "eq", "ne")
+
+
+def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
+    """A ``pydnnl.post_ops`` from benchdnn's ``--attr-post-ops`` syntax: entries joined by
+    ``+``: ``sum[:scale[:zero_point]]``, an eltwise ``relu[:alpha[:beta]]`` (any
+    ``eltwise_*`` name) or a binary ``add[:f32[:policy]]`` with policy ``common`` (one value,
+    the default), ``per_oc`` (along dim ``oc_dim``), ``per_tensor`` (dst's dims) or
+    ``per_dim_<d>``."""
+    import pydnnl as dnnl
+
+    po = dnnl.post_ops()
+    if not text:
+        return po
+    for entry in text.split("+"):
+        name, *rest = entry.strip().split(":")
+        name = name.lower()
+        if name == "sum":
+            po.append_sum(float(rest[0]) if rest else 1.0, int(rest[1]) if len(rest) > 1 else 0)
+        elif name in _BINARY_NAMES:
+            if rest and rest[0].lower() not in ("f32", ""):
+                raise invalid_arguments(f"--attr-post-ops: {entry}: only f32 operands")
+            policy = rest[1].lower() if len(rest) > 1 else "common"
+            dims = [1] * len(dst_dims)
+            if policy == "per_oc":
+                dims[oc_dim] = dst_dims[oc_dim]
+            elif policy == "per_tensor":
+                dims = list(dst_dims)
+            elif policy.startswith("per_dim_") and policy[8:].isdigit():
+                d = int(policy[8:])
+                if d >= len(dst_dims):
+                    raise invalid_arguments(f"--attr-post-ops: {entry}: dst has "
+                                            f"{len(dst_dims)} dims")
+                dims[d] = dst_dims[d]
+            elif policy != "common":
+                raise invalid_arguments(f"--attr-post-ops: {entry}: policy must be common, "
+                                        f"per_oc, per_tensor or per_dim_<d>, got {policy}")
+            tag = "abcdefghijkl"[:len(dims)]
+            po.append_binary(getattr(dnnl.algorithm, f"binary_{name}"),
+                             dnnl.memory.desc(dims, dnnl.memory.data_type.f32, tag))
+        else:
+            alg = getattr(dnnl.algorithm, f"eltwise_{name}", None)
+            if alg is None:
+                raise invalid_arguments(f"--attr-post-ops: unknown entry {entry!r}: expected "
+                                        f"sum, an eltwise name or a binary name")
+            po.append_eltwise(alg, float(rest[0]) if rest else 0.0,
+                              float(rest[1]) if len(rest) > 1 else 0.0)
+    return po
+
+
+def post_op_operands(po) -> dict[int, list[int]]:
+    """Post-op index -> binary operand dims of ``po``."""
+    return {i: list(po.get_params_binary(i)[1].dims) for i in range(po.len())
+            if po.kind(i) == "binary"}

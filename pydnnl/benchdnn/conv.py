@@ -18,6 +18,7 @@ import pydnnl as dnnl
 from ..constants import arg_name
 from ..error import invalid_arguments, runtime_error, unimplemented
 from ..primitives.conv.solvers import solvers
+from .common import parse_post_ops, post_op_operands
 from .conv_problem import ConvProblem
 
 # benchdnn's --dir values: (direction, forward prop_kind, with bias)
@@ -56,9 +57,11 @@ class ConvOptions:
 
     dir: str = "FWD_B"
     alg: str = "auto"
+    post_ops: str = ""  # benchdnn's --attr-post-ops (forward only)
 
     def to_str(self) -> str:
-        return f"--dir={self.dir} --alg={self.alg}"
+        return f"--dir={self.dir} --alg={self.alg}" + (
+            f" --attr-post-ops={self.post_ops}" if self.post_ops else "")
 
 
 def _algorithm_and_solver(alg: str):
@@ -103,10 +106,13 @@ class ConvBench:
         alg, solver = _algorithm_and_solver(o.alg)
         pin = {} if solver is None else {"solver": solver}
         prop = getattr(dnnl.prop_kind, prop_name)
+        self.post_ops = parse_post_ops(o.post_ops, p.dst_dims())
+        attr = dnnl.primitive_attr()
+        attr.set_post_ops(self.post_ops)
         t0 = time.perf_counter()
         if self.direction == "fwd":
             self.pd = dnnl.convolution_forward.primitive_desc(
-                eng, prop, alg, src_md, wei_md, bias_md, dst_md, *geo, **pin)
+                eng, prop, alg, src_md, wei_md, bias_md, dst_md, *geo, attr, **pin)
             self.prim = dnnl.convolution_forward(self.pd)
         else:
             hint = self._hint(eng, prop, src_md, wei_md, dst_md, geo, solver)
@@ -123,7 +129,7 @@ class ConvBench:
         self.values: dict[int, np.ndarray] = {}
         self.args: dict[int, dnnl.memory] = {}
         for arg, spec in self.pd.arg_specs().items():
-            if spec.output:
+            if spec.output and not (arg == dnnl.ARG_DST and len(self.post_ops)):
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
             v = rng.standard_normal(spec.md.dims).astype(np.float32)
@@ -192,6 +198,13 @@ class ConvBench:
         if self.direction == "fwd":
             ref = {dnnl.ARG_DST: R.conv_forward(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
                                                 v.get(dnnl.ARG_BIAS), *geo, dtype=np.float64)}
+            if len(self.post_ops):  # dst held the prior content sum entries read
+                from ..primitives.post_ops import binary_arg
+                from ..reference.post_ops import apply_post_ops
+
+                ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+                ref[dnnl.ARG_DST] = apply_post_ops(ref[dnnl.ARG_DST], self.post_ops,
+                                                   v[dnnl.ARG_DST], ops)
         elif self.direction == "bwd_d":
             ref = {dnnl.ARG_DIFF_SRC: R.conv_backward_data(
                 v[dnnl.ARG_DIFF_DST], v[dnnl.ARG_WEIGHTS], p.src_dims(), *geo,

@@ -24,6 +24,7 @@ from ...constants import (
 from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
 from ...error import invalid_arguments, unimplemented
 from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
+from ...kernels.post_ops import describe as describe_post_ops
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
@@ -367,7 +368,8 @@ class conv_pd_base(primitive_desc_base):
         self._finish_scratchpad(s.workspace_bytes(problem, params))
         self._impl = f"loopy:{s.name}"
         self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
-                      f"{problem.describe()}")
+                      f"{problem.describe()}") + (
+            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
 
     # -- perf database -------------------------------------------------------------------------
     def find_key(self) -> str:
