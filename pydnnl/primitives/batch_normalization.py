@@ -1,2 +1,422 @@
-"""The batch_normalization primitives (in progress)."""
-__all__: list[str] = []
+"""The batch normalization primitives (``dnnl::batch_normalization_forward`` and
+``dnnl::batch_normalization_backward``, oneDNN v3):
+
+``dst[n, c, sp] = gamma[c] * (src[n, c, sp] - mean[c]) / sqrt(variance[c] + eps) + beta[c]``
+
+with mean and the biased (1/N) variance per channel over N and the spatial dims, computed
+(outputs in forward training, scratch only in forward inference) or given
+(``use_global_stats``); ``use_scale`` / ``use_shift`` take gamma / beta as separate
+``[C]`` tensors (``ARG_SCALE``, ``ARG_SHIFT``); ``fuse_norm_relu`` clamps at zero and, in
+training, writes a one-byte-per-element mask (``ARG_WORKSPACE``) that the backward reads.
+Backward: ``backward`` gives diff_src and, with the flags, diff_scale / diff_shift;
+``backward_data`` gives diff_src only; with ``use_global_stats`` the statistics are
+constants of the gradient.
+
+Plan (every tensor read and written in its own layout, blocked ones included): a channel
+reduction into partial sums in the scratchpad (forward: shifted sums of x and x^2; backward:
+sums of dy and dy * (x - mean)), a per-channel kernel turning them into the statistics or
+the parameter gradients and four coefficients, and one elementwise pass.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..constants import (
+    ARG_DIFF_DST,
+    ARG_DIFF_SCALE,
+    ARG_DIFF_SHIFT,
+    ARG_DIFF_SRC,
+    ARG_DST,
+    ARG_MEAN,
+    ARG_SCALE,
+    ARG_SHIFT,
+    ARG_SRC,
+    ARG_VARIANCE,
+    ARG_WORKSPACE,
+    normalization_flags,
+    prop_kind,
+    query,
+)
+from ..error import invalid_arguments, unimplemented
+from ..kernels.normalization import (
+    BnApply,
+    BnFinalize,
+    BnReduce,
+    build_bn_apply,
+    build_bn_finalize,
+    build_bn_reduce,
+    min_stride,
+)
+from ..kernels.reorder import layout_of
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import normalization as rules
+from ..runtime.plan import ALIGN, SCRATCH, Plan, Ref
+from .base import ArgSpec, primitive, primitive_desc_base
+from .signature import NUMBER, Kind, Signature, bind
+
+__all__ = ["batch_normalization_forward", "batch_normalization_backward"]
+
+_ALL_FLAGS = 0x1F  # oneDNN's normalization flags, fuse_norm_add_relu (0x10) included
+_NAMES = {ARG_SRC: "src_desc", ARG_DST: "dst_desc", ARG_DIFF_SRC: "diff_src_desc",
+          ARG_DIFF_DST: "diff_dst_desc"}
+
+FLAGS = Kind("flags", "a normalization_flags value (int)",
+             lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool))
+
+
+def check_flags(kind: str, flags, allowed: int) -> normalization_flags:
+    """``flags`` as :class:`normalization_flags`; bits outside ``allowed`` are refused."""
+    if not isinstance(flags, numbers.Integral) or isinstance(flags, bool):
+        raise invalid_arguments(f"{kind}: flags must be normalization_flags, got {flags!r}")
+    flags = int(flags)
+    if flags & ~_ALL_FLAGS or flags < 0:
+        raise invalid_arguments(f"{kind}: flags {flags:#x} has bits that are no "
+                                f"normalization_flags (known: {_ALL_FLAGS:#x})")
+    if flags & ~allowed:
+        bad = normalization_flags(flags & ~allowed)
+        raise (unimplemented if bad == 0x10 else invalid_arguments)(
+            f"{kind}: flags {bad!r} not supported here (allowed: "
+            f"{normalization_flags(allowed)!r})")
+    return normalization_flags(flags)
+
+
+def check_epsilon(kind: str, eps) -> float:
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) \
+            or eps < 0:
+        raise invalid_arguments(f"{kind}: epsilon must be a finite number >= 0, got {eps!r}")
+    return float(eps)
+
+
+def check_data_desc(kind: str, name: str, md, lo: int, hi: int, allow_any: bool) -> None:
+    if not isinstance(md, MemoryDesc) or md.is_zero():
+        raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
+    if md.is_any() and not allow_any:
+        raise invalid_arguments(f"{kind}: {name} must have a concrete layout, got "
+                                f"format_tag.any")
+    if len(md.dims) < lo:
+        raise invalid_arguments(f"{kind}: {name} must have at least {lo} dimensions, got "
+                                f"{list(md.dims)}")
+    if len(md.dims) > hi:
+        raise unimplemented(f"{kind}: {name} with {len(md.dims)} dimensions; up to {hi} are "
+                            f"implemented")
+    if min(md.dims) < 1:
+        raise unimplemented(f"{kind}: {name} has a zero dimension {list(md.dims)}")
+    if md.data_type not in (data_type.f32,):
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
+                            f"implemented")
+    if not md.is_any() and md.nelems_physical() >= 2 ** 31:
+        raise unimplemented(f"{kind}: {name} spans {md.nelems_physical()} elements; kernels "
+                            f"index with 32-bit ints")
+
+
+def check_attr(kind: str, attr) -> None:
+    if len(attr.get_post_ops()) or attr.scales or attr.zero_points:
+        raise unimplemented(f"{kind}: attr with post-ops, scales or zero points is not "
+                            f"implemented (use fuse_norm_relu for a fused ReLU)")
+
+
+def follow(md: MemoryDesc, like: MemoryDesc) -> MemoryDesc:
+    """``md`` with ``format_tag.any`` resolved to ``like``'s layout (oneDNN's rule for dst
+    and the gradients); a concrete ``md`` stays."""
+    if not md.is_any():
+        return md
+    if like.offset0 == 0 and like.is_dense():
+        return like.with_data_type(data_type.f32)
+    return MemoryDesc(like.dims, data_type.f32, "abcdefghijkl"[:len(like.dims)])
+
+
+def same_dims(kind: str, name: str, md: MemoryDesc, ref_name: str, ref: MemoryDesc) -> None:
+    if tuple(md.dims) != tuple(ref.dims):
+        raise invalid_arguments(f"{kind}: {name} dims {list(md.dims)} must equal {ref_name} "
+                                f"dims {list(ref.dims)}")
+
+
+def parse_prop(kind: str, value, allowed: tuple) -> prop_kind:
+    try:
+        p = prop_kind(value)
+    except (ValueError, TypeError):
+        raise invalid_arguments(f"{kind}: aprop_kind must be a prop_kind, got "
+                                f"{value!r}") from None
+    if p not in allowed:
+        raise invalid_arguments(f"{kind}: aprop_kind must be "
+                                f"{' or '.join(a.name for a in allowed)}, got {p.name}")
+    return p
+
+
+class _bn_pd(primitive_desc_base):
+    """Queries shared by both descriptors."""
+
+    def get_prop_kind(self) -> prop_kind:
+        return self._prop
+
+    def get_epsilon(self) -> float:
+        return self._eps
+
+    def get_flags(self) -> normalization_flags:
+        return self._flags
+
+    def mean_desc(self) -> MemoryDesc:
+        spec = self._args.get(ARG_MEAN)
+        return spec.md if spec else MemoryDesc()
+
+    def variance_desc(self) -> MemoryDesc:
+        spec = self._args.get(ARG_VARIANCE)
+        return spec.md if spec else MemoryDesc()
+
+    def weights_desc(self, index: int = 0) -> MemoryDesc:
+        """The ``[C]`` desc of scale and shift (zero without use_scale/use_shift)."""
+        spec = self._args.get(ARG_SCALE) or self._args.get(ARG_SHIFT)
+        return spec.md if spec and index == 0 else MemoryDesc()
+
+    def diff_weights_desc(self, index: int = 0) -> MemoryDesc:
+        spec = self._args.get(ARG_DIFF_SCALE) or self._args.get(ARG_DIFF_SHIFT)
+        return spec.md if spec and index == 0 else MemoryDesc()
+
+    def query_md(self, what, index: int = 0) -> MemoryDesc:
+        what = query(what)
+        if what == query.weights_md:
+            return self.weights_desc(index)
+        if what == query.diff_weights_md:
+            return self.diff_weights_desc(index)
+        if what == query.src_md and index in (1, 2) and self._stats_in:
+            return self.mean_desc() if index == 1 else self.variance_desc()
+        if what == query.dst_md and index in (1, 2) and not self._stats_in:
+            return self.mean_desc() if index == 1 else self.variance_desc()
+        return super().query_md(what, index)
+
+    def _common(self, a: dict) -> None:
+        self._eps = check_epsilon(self._kind, a["epsilon"])
+        self._flags = check_flags(self._kind, a["flags"], 0x0F)
+        check_attr(self._kind, self._attr)
+        f = self._flags
+        self.global_stats = bool(f & normalization_flags.use_global_stats)
+        self.use_scale = bool(f & normalization_flags.use_scale)
+        self.use_shift = bool(f & normalization_flags.use_shift)
+        self.relu = bool(f & normalization_flags.fuse_norm_relu)
+
+    def _reduce_params(self, md: MemoryDesc) -> None:
+        dims = md.dims
+        C, R = dims[1], math.prod(dims) // dims[1]
+        lay = layout_of(md)
+        c_inner = all(min_stride(lay, 1) <= min_stride(lay, d)
+                      for d in range(len(dims)) if d != 1 and dims[d] > 1)
+        info = self._engine.info
+        self.lanes, self.red_wg, self.groups = rules.bn_reduce_params(info, C, R, c_inner)
+        self.small_wg = rules.small_wg(info, C)
+        self.apply_wg = rules.apply_wg(info)
+
+    def _scratch(self, C: int, reduce: bool) -> None:
+        part = -(-(self.groups * C * 2) // ALIGN) * ALIGN if reduce else 0
+        self.p_off, self.k_off = 0, part
+        self._scratch_elems = part + 4 * C
+        self._finish_scratchpad(self._scratch_elems * 4)
+
+
+def _stat_md(C: int) -> MemoryDesc:
+    return MemoryDesc([C], data_type.f32, "a")
+
+
+class batch_normalization_forward(primitive):
+    """Batch normalization forward (training or inference), f32."""
+
+    class primitive_desc(_bn_pd):
+        """``batch_normalization_forward.primitive_desc(engine, prop_kind, src_desc,
+        dst_desc, epsilon, flags, attr=None)``."""
+
+        _kind = "batch_normalization_forward"
+        signature = Signature(
+            "batch_normalization_forward.primitive_desc", head=("engine", "aprop_kind"),
+            forms=(("src_desc", "dst_desc", "epsilon", "flags"),), tail=("attr",),
+            aliases={"aengine": "engine", "prop_kind": "aprop_kind"},
+            kinds={"epsilon": NUMBER, "flags": FLAGS})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            kind = self._kind
+            self._init_base(a["engine"], a["attr"])
+            self._prop = parse_prop(kind, a["aprop_kind"], (prop_kind.forward_training,
+                                                             prop_kind.forward_inference))
+            self._common(a)
+            src, dst = a["src_desc"], a["dst_desc"]
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False)
+            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True)
+            same_dims(kind, "dst_desc", dst, "src_desc", src)
+            dst = follow(dst, src)
+            C = src.dims[1]
+            training = self._prop == prop_kind.forward_training
+            self._stats_in = self.global_stats
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            if self.global_stats or training:
+                for arg in (ARG_MEAN, ARG_VARIANCE):
+                    self._args[arg] = ArgSpec(_stat_md(C), not self.global_stats)
+            if self.use_scale:
+                self._args[ARG_SCALE] = ArgSpec(_stat_md(C), False)
+            if self.use_shift:
+                self._args[ARG_SHIFT] = ArgSpec(_stat_md(C), False)
+            self.write_ws = self.relu and training
+            if self.write_ws:
+                n = math.prod(src.get_padded_dims())
+                self._args[ARG_WORKSPACE] = ArgSpec(MemoryDesc([n], data_type.u8, "a"), True)
+            self._reduce_params(src)
+            self._scratch(C, not self.global_stats)
+            self._impl = f"ocl:bnorm:{'global' if self.global_stats else self.lanes}"
+            self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
+                          f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
+        src = pd._args[ARG_SRC].md
+        dims, C = tuple(src.dims), src.dims[1]
+        x = layout_of(src)
+        stat = layout_of(_stat_md(C))
+        ss = {}
+        if pd.use_scale:
+            ss["scale"] = Ref(ARG_SCALE)
+        if pd.use_shift:
+            ss["shift"] = Ref(ARG_SHIFT)
+        sc = layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None
+        sh = layout_of(pd._args[ARG_SHIFT].md) if pd.use_shift else None
+        if pd.global_stats:
+            fin = BnFinalize(C=C, R=1, mode="fwd_given", eps=pd._eps, stat=stat, scale=sc,
+                             shift=sh, wg=pd.small_wg)
+            plan.kernel("bn_finalize", fin, build_bn_finalize, mean=Ref(ARG_MEAN),
+                        variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=0, k_off=pd.k_off,
+                        **ss)
+        else:
+            red = BnReduce(dims=dims, x=x, lanes=pd.lanes, wg=pd.red_wg, groups=pd.groups)
+            plan.kernel("bn_reduce", red, build_bn_reduce, src=Ref(ARG_SRC), part=SCRATCH,
+                        p_off=pd.p_off)
+            write = ARG_MEAN in pd._args
+            fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="fwd_stats", eps=pd._eps,
+                             stat=stat, scale=sc, shift=sh, groups=pd.groups,
+                             write_stats=write, wg=pd.small_wg, x=x, ndims=len(dims))
+            plan.kernel("bn_finalize", fin, build_bn_finalize, src=Ref(ARG_SRC),
+                        mean=Ref(ARG_MEAN) if write else SCRATCH,
+                        variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
+                        p_off=pd.p_off, k_off=pd.k_off, **ss)
+        app = BnApply(dims=dims, x=x, out=layout_of(pd._args[ARG_DST].md), relu=pd.relu,
+                      ws=pd.write_ws, wg=pd.apply_wg)
+        extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
+        plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC), coef=SCRATCH,
+                    k_off=pd.k_off, dst=Ref(ARG_DST), **extra)
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)
+
+
+class batch_normalization_backward(primitive):
+    """Batch normalization backward (``backward``: diff_src, diff_scale, diff_shift;
+    ``backward_data``: diff_src), f32."""
+
+    class primitive_desc(_bn_pd):
+        """``batch_normalization_backward.primitive_desc(engine, prop_kind, diff_src_desc,
+        diff_dst_desc, src_desc, epsilon, flags, hint_fwd_pd, attr=None)``."""
+
+        _kind = "batch_normalization_backward"
+        signature = Signature(
+            "batch_normalization_backward.primitive_desc", head=("engine", "aprop_kind"),
+            forms=(("diff_src_desc", "diff_dst_desc", "src_desc", "epsilon", "flags",
+                    "hint_fwd_pd"),), tail=("attr",),
+            aliases={"aengine": "engine", "prop_kind": "aprop_kind"},
+            kinds={"epsilon": NUMBER, "flags": FLAGS})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            kind = self._kind
+            self._init_base(a["engine"], a["attr"])
+            self._prop = parse_prop(kind, a["aprop_kind"], (prop_kind.backward,
+                                                             prop_kind.backward_data))
+            self._common(a)
+            hint = a["hint_fwd_pd"]
+            if not isinstance(hint, batch_normalization_forward.primitive_desc):
+                raise invalid_arguments(f"{kind}: hint_fwd_pd must be a "
+                                        f"batch_normalization_forward.primitive_desc, got "
+                                        f"{type(hint).__qualname__}")
+            src, dsrc, ddst = a["src_desc"], a["diff_src_desc"], a["diff_dst_desc"]
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=True)
+            check_data_desc(kind, "diff_src_desc", dsrc, 2, 5, allow_any=True)
+            check_data_desc(kind, "diff_dst_desc", ddst, 2, 5, allow_any=True)
+            same_dims(kind, "diff_dst_desc", ddst, "src_desc", src)
+            same_dims(kind, "diff_src_desc", dsrc, "diff_dst_desc", ddst)
+            hint_src = hint.src_desc()
+            if src.is_any():
+                src = hint_src if tuple(hint_src.dims) == tuple(src.dims) else follow(src, src)
+            ddst, dsrc = follow(ddst, src), follow(dsrc, src)
+            C = src.dims[1]
+            self._stats_in = True
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_MEAN] = ArgSpec(_stat_md(C), False)
+            self._args[ARG_VARIANCE] = ArgSpec(_stat_md(C), False)
+            self._args[ARG_DIFF_DST] = ArgSpec(ddst, False)
+            self._args[ARG_DIFF_SRC] = ArgSpec(dsrc, True)
+            if self.use_scale:
+                self._args[ARG_SCALE] = ArgSpec(_stat_md(C), False)
+            if self.use_shift:  # an input oneDNN lists for backward; the gradient needs none
+                self._args[ARG_SHIFT] = ArgSpec(_stat_md(C), False, required=False)
+            full = self._prop == prop_kind.backward
+            if full and self.use_scale:
+                self._args[ARG_DIFF_SCALE] = ArgSpec(_stat_md(C), True)
+            if full and self.use_shift:
+                self._args[ARG_DIFF_SHIFT] = ArgSpec(_stat_md(C), True)
+            if self.relu:
+                ws = hint.workspace_desc()
+                if ws.is_zero():
+                    raise invalid_arguments(
+                        f"{kind}: flags have fuse_norm_relu, but hint_fwd_pd has no workspace "
+                        f"(create it with forward_training and fuse_norm_relu)")
+                if tuple(hint_src.dims) != tuple(src.dims):
+                    raise invalid_arguments(f"{kind}: hint_fwd_pd src dims "
+                                            f"{list(hint_src.dims)} differ from src_desc's "
+                                            f"{list(src.dims)}")
+                self._args[ARG_WORKSPACE] = ArgSpec(ws, False)
+            self.reduce = not self.global_stats or (full and (self.use_scale or self.use_shift))
+            self._reduce_params(src)
+            self._scratch(C, self.reduce)
+            self._impl = f"ocl:bnorm:{self.lanes if self.reduce else 'global'}"
+            self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
+                          f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
+        src = pd._args[ARG_SRC].md
+        dims, C = tuple(src.dims), src.dims[1]
+        x = layout_of(src)
+        dy = layout_of(pd._args[ARG_DIFF_DST].md)
+        stat = layout_of(_stat_md(C))
+        ws = {"ws": Ref(ARG_WORKSPACE)} if pd.relu else {}
+        if pd.reduce:
+            red = BnReduce(dims=dims, x=x, dy=dy, mean=stat, ws=pd.relu, lanes=pd.lanes,
+                           wg=pd.red_wg, groups=pd.groups)
+            plan.kernel("bn_reduce", red, build_bn_reduce, src=Ref(ARG_SRC),
+                        diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
+                        p_off=pd.p_off, **ws)
+        outs = {}
+        dsc = dsh = None
+        if ARG_DIFF_SCALE in pd._args:
+            dsc = layout_of(pd._args[ARG_DIFF_SCALE].md)
+            outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
+        if ARG_DIFF_SHIFT in pd._args:
+            dsh = layout_of(pd._args[ARG_DIFF_SHIFT].md)
+            outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
+        if pd.use_scale:
+            outs["scale"] = Ref(ARG_SCALE)
+        fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="bwd", eps=pd._eps, stat=stat,
+                         scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
+                         groups=pd.groups if pd.reduce else 0, diff_scale=dsc, diff_shift=dsh,
+                         global_stats=pd.global_stats, wg=pd.small_wg)
+        plan.kernel("bn_finalize", fin, build_bn_finalize, mean=Ref(ARG_MEAN),
+                    variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=pd.p_off, k_off=pd.k_off,
+                    **outs)
+        app = BnApply(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), dy=dy,
+                      ws=pd.relu, wg=pd.apply_wg)
+        plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC),
+                    diff_dst=Ref(ARG_DIFF_DST), coef=SCRATCH, k_off=pd.k_off,
+                    dst=Ref(ARG_DIFF_SRC), **ws)
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)

@@ -1,0 +1,612 @@
+"""OpenCL C generators of the batch and layer normalization kernels.
+
+Every tensor is addressed through its layout tuple (:func:`~pydnnl.kernels.reorder.layout_of`:
+offset0 and, per logical dim, the outer block stride and the inner block terms), so plain
+layouts with any strides and blocked layouts (``nChw16c``) are read and written in place.
+
+Batch normalization (logical dims ``[N, C, spatial...]``, reduction index ``r = n * S + sp``
+over ``R = N * S`` values per channel):
+
+- :func:`build_bn_reduce`: per-channel partial sums over chunks of ``r`` into a scratch array
+  ``part[(g * C + c) * 2 + {0, 1}]``. Forward: sums of ``x - K[c]`` and ``(x - K[c])^2``
+  with the shift ``K[c] = x[0, c, 0...]`` (a one-pass variance without the cancellation of
+  raw sums). Backward: sums of ``dy`` and ``dy * (x - mean[c])``. Lanes run along the
+  channels where channels are the innermost dim in memory (``nhwc``, ``nc``, blocked), else
+  along ``r`` with a local-memory tree per work-group (``nchw``).
+- :func:`build_bn_finalize`: one work-item per channel adds the partials (or reads the given
+  statistics), writes mean/variance or diff_scale/diff_shift, and leaves four coefficients
+  per channel in scratch: ``m, a, b, d``.
+- :func:`build_bn_apply`: one work-item per element in the source's memory order. Forward:
+  ``y = (x - m) * a + b`` (then ReLU, and the workspace mask ``y > 0`` in training).
+  Backward: ``diff_src = a * dy + b * (x - m) + d``.
+
+Layer normalization (rows = every leading index, ``C`` = the last dim):
+
+- :func:`build_ln_fwd` and :func:`build_ln_bwd`: one work-group per row, local-memory
+  reductions (mean, then the centred sum of squares, from cache; backward the sums of
+  ``g = dy * gamma`` and ``g * xhat``).
+- :func:`build_ln_ss_reduce` and :func:`build_ln_ss_finalize`: diff_scale/diff_shift as
+  column sums over chunks of rows, then a sum of the chunk partials.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .source import KernelSource
+
+# -- layout helpers ----------------------------------------------------------------------------
+
+
+def offset_expr(layout: tuple, idx: list[str]) -> str:
+    """OpenCL C expression of the storage offset of the element with indices ``idx``."""
+    off0, per_dim = layout
+    terms = [str(off0)] if off0 else []
+    for x, (blk, stride, inner) in zip(idx, per_dim):
+        outer = f"({x} / {blk})" if blk > 1 else x
+        if stride:
+            terms.append(f"{outer} * {stride}")
+        for mod, div, s in inner:
+            t = f"({x} % {mod})"
+            if div > 1:
+                t = f"({t} / {div})"
+            terms.append(f"{t} * {s}")
+    return "(" + " + ".join(terms) + ")" if terms else "0"
+
+
+def min_stride(layout: tuple, d: int) -> int:
+    """The smallest storage step of dim ``d`` (its innermost block's stride, if blocked)."""
+    blk, stride, inner = layout[1][d]
+    return min([s for _m, _q, s in inner] + ([stride] if stride or not inner else []))
+
+
+def memory_order(layout: tuple, dims) -> tuple[int, ...]:
+    """Dims from the outermost to the innermost in storage (size-1 dims first)."""
+    keys = [(dims[d] > 1, -min_stride(layout, d), d) for d in range(len(dims))]
+    return tuple(d for _b, _s, d in sorted(keys, key=lambda k: (k[0], k[1], k[2])))
+
+
+def _decompose(var: str, sizes: list[int], names: list[str]) -> str:
+    """C statements splitting ``var`` (row-major over ``sizes``) into ``names``."""
+    if len(sizes) == 1:
+        return f"const int {names[0]} = {var};"
+    tmp = f"q_{names[0]}"
+    lines = [f"int {tmp} = {var};"]
+    for i in range(len(sizes) - 1, 0, -1):
+        lines.append(f"const int {names[i]} = {tmp} % {sizes[i]}; {tmp} /= {sizes[i]};")
+    lines.append(f"const int {names[0]} = {tmp};")
+    return "\n    ".join(lines)
+
+
+def _f(v: float) -> str:
+    return repr(float(v)) + "f"
+
+
+_TREE = """
+    for (int s = {L} / 2; s > 0; s >>= 1) {{
+        if (l < s) {{ {body} }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}"""
+
+
+def _tree(L: int, arrays: list[str]) -> str:
+    body = " ".join(f"{a}[l] += {a}[l + s];" for a in arrays)
+    return _TREE.format(L=L, body=body)
+
+
+# -- batch normalization -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BnReduce:
+    """Per-channel partial sums (see the module docstring). ``lanes`` is ``"c"`` (work-items
+    along channels, ``wg`` of them per group) or ``"r"`` (a work-group of ``wg`` per channel
+    and chunk); ``groups`` chunks of ``chunk`` values of ``r`` each."""
+
+    dims: tuple[int, ...]
+    x: tuple                  # layout of src
+    dy: tuple | None = None   # layout of diff_dst (backward)
+    mean: tuple | None = None  # layout of the [C] mean (backward)
+    ws: bool = False          # backward: mask dy by the ReLU workspace
+    lanes: str = "r"
+    wg: int = 64
+    groups: int = 1
+
+
+def _bn_sizes(dims) -> tuple[int, int, int, list[int]]:
+    N, C = dims[0], dims[1]
+    sp = list(dims[2:])
+    return N, C, math.prod(sp), sp
+
+
+def _bn_index(dims, r: str) -> tuple[str, list[str]]:
+    """C statements naming ``n`` and the spatial indices of reduction index ``r``, and the
+    logical index list (with ``c``)."""
+    N, C, S, sp = _bn_sizes(dims)
+    names = ["n"] + [f"s{i}" for i in range(len(sp))]
+    code = _decompose(r, [N] + sp, names)
+    return code, ["n", "c"] + names[1:]
+
+
+def build_bn_reduce(p: BnReduce) -> KernelSource:
+    N, C, S, sp = _bn_sizes(p.dims)
+    R = N * S
+    chunk = -(-R // p.groups)
+    bwd = p.dy is not None
+    code, idx = _bn_index(p.dims, "r")
+    x_off = offset_expr(p.x, idx)
+    args = ["__global const float *restrict src"]
+    if bwd:
+        args.append("__global const float *restrict diff_dst")
+        args.append("__global const float *restrict mean")
+        if p.ws:
+            args.append("__global const uchar *restrict ws")
+        lin = " + ".join(f"{v} * {st}" for v, st in zip(
+            idx, _row_major_strides(p.dims)) if st) or "0"
+        dy_val = f"diff_dst[{offset_expr(p.dy, idx)}]"
+        if p.ws:
+            dy_val = f"(ws[{lin}] ? {dy_val} : 0.0f)"
+        shift = f"mean[{offset_expr(p.mean, ['c'])}]"
+        body = f"""
+        const float x = src[{x_off}] - k;
+        const float dy = {dy_val};
+        a0 += dy; a1 += dy * x;"""
+    else:
+        zero = ["0"] * len(idx)
+        zero[1] = "c"
+        shift = f"src[{offset_expr(p.x, zero)}]"
+        body = f"""
+        const float x = src[{x_off}] - k;
+        a0 += x; a1 += x * x;"""
+    args += ["__global float *restrict part", "const int p_off"]
+    name = "pydnnl_bn_reduce"
+    if p.lanes == "c":
+        src = f"""
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c = get_global_id(0);
+    const int g = get_global_id(1);
+    if (c >= {C}) return;
+    const float k = {shift};
+    float a0 = 0.0f, a1 = 0.0f;
+    const int r_end = min({R}, (g + 1) * {chunk});
+    for (int r = g * {chunk}; r < r_end; ++r) {{
+    {code}{body}
+    }}
+    part[p_off + (g * {C} + c) * 2] = a0;
+    part[p_off + (g * {C} + c) * 2 + 1] = a1;
+}}
+"""
+        gsize = (-(-C // p.wg) * p.wg, p.groups)
+    else:
+        L = p.wg
+        src = f"""
+__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    __local float l0[{L}], l1[{L}];
+    const int l = get_local_id(0);
+    const int g = get_group_id(0);
+    const int c = get_global_id(1);
+    const float k = {shift};
+    float a0 = 0.0f, a1 = 0.0f;
+    const int r_end = min({R}, (g + 1) * {chunk});
+    for (int r = g * {chunk} + l; r < r_end; r += {L}) {{
+    {code}{body}
+    }}
+    l0[l] = a0; l1[l] = a1;
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0", "l1"])}
+    if (l == 0) {{
+        part[p_off + (g * {C} + c) * 2] = l0[0];
+        part[p_off + (g * {C} + c) * 2 + 1] = l1[0];
+    }}
+}}
+"""
+        gsize = (L * p.groups, C)
+    return KernelSource(name, src, gsize, (p.wg, 1), _arg_names(args))
+
+
+def _row_major_strides(dims) -> list[int]:
+    out, s = [], 1
+    for v in reversed(dims):
+        out.append(s)
+        s *= v
+    return out[::-1]
+
+
+def _arg_names(args: list[str]) -> tuple[str, ...]:
+    return tuple(a.split()[-1].lstrip("*") for a in args)
+
+
+@dataclass(frozen=True)
+class BnFinalize:
+    """Per channel: statistics (from ``groups`` partials or given) to the coefficients
+    ``coef[k_off + {0, C, 2C, 3C} + c] = m, a, b, d``; see the module docstring.
+
+    ``mode``: ``"fwd_stats"`` (partials of the shifted sums; writes mean/variance when
+    ``write_stats``), ``"fwd_given"`` (reads mean/variance), ``"bwd"`` (reads mean/variance;
+    with ``groups`` partials of ``dy`` sums it forms diff_scale/diff_shift, written where
+    asked, and the full-gradient coefficients unless ``global_stats``)."""
+
+    C: int
+    R: int
+    mode: str
+    eps: float
+    stat: tuple                # layout of mean and variance ([C])
+    var: tuple | None = None   # layout of variance when it differs from mean's
+    scale: tuple | None = None
+    shift: tuple | None = None
+    groups: int = 0
+    write_stats: bool = False
+    diff_scale: tuple | None = None
+    diff_shift: tuple | None = None
+    global_stats: bool = False
+    wg: int = 64
+    x: tuple | None = None     # fwd_stats: src layout (the shift K[c])
+    ndims: int = 4
+
+
+def build_bn_finalize(p: BnFinalize) -> KernelSource:
+    C, R = p.C, p.R
+    var_l = p.var or p.stat
+    args = []
+    if p.mode == "fwd_stats":
+        args.append("__global const float *restrict src")
+    args.append("__global float *restrict mean" if p.mode == "fwd_stats"
+                else "__global const float *restrict mean")
+    args.append("__global float *restrict variance" if p.mode == "fwd_stats"
+                else "__global const float *restrict variance")
+    if p.scale is not None:
+        args.append("__global const float *restrict scale")
+    if p.shift is not None and p.mode != "bwd":
+        args.append("__global const float *restrict shift")
+    if p.diff_scale is not None:
+        args.append("__global float *restrict diff_scale")
+    if p.diff_shift is not None:
+        args.append("__global float *restrict diff_shift")
+    args += ["__global float *restrict coef", "const int p_off", "const int k_off"]
+    m_at, v_at = offset_expr(p.stat, ["c"]), offset_expr(var_l, ["c"])
+    gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
+    beta = (f"shift[{offset_expr(p.shift, ['c'])}]"
+            if p.shift is not None and p.mode != "bwd" else "0.0f")
+    sums = f"""
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int g = 0; g < {p.groups}; ++g) {{
+        s0 += coef[p_off + (g * {C} + c) * 2];
+        s1 += coef[p_off + (g * {C} + c) * 2 + 1];
+    }}"""
+    if p.mode == "fwd_stats":
+        zero = ["0"] * p.ndims
+        zero[1] = "c"
+        body = f"""{sums}
+    const float k = src[{offset_expr(p.x, zero)}];
+    const float ms = s0 / {R}.0f;
+    const float v = fmax(s1 / {R}.0f - ms * ms, 0.0f);
+    const float m = k + ms;"""
+        if p.write_stats:
+            body += f"""
+    mean[{m_at}] = m;
+    variance[{v_at}] = v;"""
+        body += f"""
+    const float a = {gamma} * rsqrt(v + {_f(p.eps)});
+    coef[k_off + c] = m; coef[k_off + {C} + c] = a;
+    coef[k_off + {2 * C} + c] = {beta}; coef[k_off + {3 * C} + c] = 0.0f;"""
+    elif p.mode == "fwd_given":
+        body = f"""
+    const float m = mean[{m_at}];
+    const float a = {gamma} * rsqrt(variance[{v_at}] + {_f(p.eps)});
+    coef[k_off + c] = m; coef[k_off + {C} + c] = a;
+    coef[k_off + {2 * C} + c] = {beta}; coef[k_off + {3 * C} + c] = 0.0f;"""
+    else:
+        body = f"""
+    const float m = mean[{m_at}];
+    const float is = rsqrt(variance[{v_at}] + {_f(p.eps)});
+    const float a = {gamma} * is;"""
+        if p.groups:
+            body += sums + """
+    const float dshift = s0, dscale = s1 * is;"""
+            if p.diff_scale is not None:
+                body += f"\n    diff_scale[{offset_expr(p.diff_scale, ['c'])}] = dscale;"
+            if p.diff_shift is not None:
+                body += f"\n    diff_shift[{offset_expr(p.diff_shift, ['c'])}] = dshift;"
+        if p.global_stats:
+            body += f"""
+    coef[k_off + c] = m; coef[k_off + {C} + c] = a;
+    coef[k_off + {2 * C} + c] = 0.0f; coef[k_off + {3 * C} + c] = 0.0f;"""
+        else:
+            body += f"""
+    coef[k_off + c] = m; coef[k_off + {C} + c] = a;
+    coef[k_off + {2 * C} + c] = -a * is * dscale / {R}.0f;
+    coef[k_off + {3 * C} + c] = -a * dshift / {R}.0f;"""
+    name = "pydnnl_bn_finalize"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c = get_global_id(0);
+    if (c >= {C}) return;{body}
+}}
+"""
+    return KernelSource(name, src, (-(-C // p.wg) * p.wg,), (p.wg,), _arg_names(args))
+
+
+@dataclass(frozen=True)
+class BnApply:
+    """The elementwise pass (see the module docstring), one work-item per element in the
+    memory order of ``x``. Forward: ``out = (x - m) * a + b``, ``relu`` then clamps and, with
+    ``ws``, writes the mask. Backward (``dy`` given): ``out = a * dy + b * (x - m) + d``, dy
+    masked by the workspace when ``ws``."""
+
+    dims: tuple[int, ...]
+    x: tuple
+    out: tuple
+    dy: tuple | None = None
+    relu: bool = False
+    ws: bool = False
+    wg: int = 256
+
+
+def build_bn_apply(p: BnApply) -> KernelSource:
+    dims = p.dims
+    C = dims[1]
+    order = memory_order(p.x, dims)
+    total = math.prod(dims)
+    names = ["n", "c"] + [f"s{i}" for i in range(len(dims) - 2)]
+    code = _decompose("i", [dims[d] for d in order], [names[d] for d in order])
+    lin = " + ".join(f"{v} * {st}" for v, st in zip(names, _row_major_strides(dims)) if st)
+    args = ["__global const float *restrict src"]
+    bwd = p.dy is not None
+    if bwd:
+        args.append("__global const float *restrict diff_dst")
+    if p.ws:
+        args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
+    args += ["__global const float *restrict coef", "const int k_off",
+             "__global float *restrict dst"]
+    x_val = f"src[{offset_expr(p.x, names)}]"
+    if bwd:
+        dy = f"diff_dst[{offset_expr(p.dy, names)}]"
+        if p.ws:
+            dy = f"(ws[{lin}] ? {dy} : 0.0f)"
+        body = f"""
+    const float dy = {dy};
+    const float y = coef[k_off + {C} + c] * dy
+        + coef[k_off + {2 * C} + c] * ({x_val} - coef[k_off + c]) + coef[k_off + {3 * C} + c];"""
+    else:
+        body = f"""
+    float y = ({x_val} - coef[k_off + c]) * coef[k_off + {C} + c] + coef[k_off + {2 * C} + c];"""
+        if p.relu:
+            body += "\n    y = fmax(y, 0.0f);"
+        if p.ws:
+            body += f"\n    ws[{lin}] = y > 0.0f ? 1 : 0;"
+    name = "pydnnl_bn_apply"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int i = get_global_id(0);
+    if (i >= {total}) return;
+    {code}{body}
+    dst[{offset_expr(p.out, names)}] = y;
+}}
+"""
+    return KernelSource(name, src, (-(-total // p.wg) * p.wg,), (p.wg,), _arg_names(args))
+
+
+# -- layer normalization -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LnRows:
+    """One work-group of ``wg`` (a power of two) per row of a layer normalization.
+
+    Forward (``dy`` None): ``global_stats`` reads mean/variance, else computes them (and
+    writes them when ``write_stats``); ``dst = (x - mean) * rsqrt(var + eps) * gamma +
+    beta``. Backward: ``diff_src = rsqrt(var + eps) * (g - mean(g) - xhat * mean(g *
+    xhat))`` with ``g = dy * gamma`` (``g`` alone when ``global_stats``)."""
+
+    dims: tuple[int, ...]
+    x: tuple
+    out: tuple
+    stat: tuple
+    var: tuple
+    eps: float
+    dy: tuple | None = None
+    scale: tuple | None = None
+    shift: tuple | None = None
+    global_stats: bool = False
+    write_stats: bool = False
+    wg: int = 64
+
+
+def _ln_index(dims) -> tuple[str, list[str], list[str]]:
+    lead = list(dims[:-1])
+    names = [f"t{i}" for i in range(len(lead))]
+    return _decompose("row", lead, names), names + ["c"], names
+
+
+def build_ln_fwd(p: LnRows) -> KernelSource:
+    return _build_ln_rows(p)
+
+
+def build_ln_bwd(p: LnRows) -> KernelSource:
+    return _build_ln_rows(p)
+
+
+def _build_ln_rows(p: LnRows) -> KernelSource:
+    C, L = p.dims[-1], p.wg
+    rows = math.prod(p.dims[:-1])
+    code, idx, lead = _ln_index(p.dims)
+    x_at = f"src[{offset_expr(p.x, idx)}]"
+    m_at = f"mean[{offset_expr(p.stat, lead)}]"
+    v_at = f"variance[{offset_expr(p.var, lead)}]"
+    gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
+    beta = f"shift[{offset_expr(p.shift, ['c'])}]" if p.shift is not None else "0.0f"
+    bwd = p.dy is not None
+    stats_out = not bwd and not p.global_stats
+    args = ["__global const float *restrict src"]
+    if bwd:
+        args.append("__global const float *restrict diff_dst")
+    if stats_out and not p.write_stats:
+        pass
+    elif stats_out:
+        args += ["__global float *restrict mean", "__global float *restrict variance"]
+    else:
+        args += ["__global const float *restrict mean", "__global const float *restrict variance"]
+    if p.scale is not None:
+        args.append("__global const float *restrict scale")
+    if p.shift is not None and not bwd:
+        args.append("__global const float *restrict shift")
+    args.append("__global float *restrict dst")
+    loop = f"for (int c = l; c < {C}; c += {L})"
+    if not bwd:
+        if p.global_stats:
+            stats = f"""
+    const float m = {m_at};
+    const float is = rsqrt({v_at} + {_f(p.eps)});"""
+        else:
+            stats = f"""
+    float a = 0.0f;
+    {loop} a += {x_at};
+    l0[l] = a;
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0"])}
+    const float m = l0[0] / {C}.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    a = 0.0f;
+    {loop} {{ const float d = {x_at} - m; a += d * d; }}
+    l0[l] = a;
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0"])}
+    const float v = l0[0] / {C}.0f;
+    const float is = rsqrt(v + {_f(p.eps)});"""
+            if p.write_stats:
+                stats += f"""
+    if (l == 0) {{ {m_at} = m; {v_at} = v; }}"""
+        body = f"""{stats}
+    {loop}
+        dst[{offset_expr(p.out, idx)}] = ({x_at} - m) * is * {gamma} + {beta};"""
+        local = f"__local float l0[{L}];" if not p.global_stats else ""
+    else:
+        dy_at = f"diff_dst[{offset_expr(p.dy, idx)}]"
+        head = f"""
+    const float m = {m_at};
+    const float is = rsqrt({v_at} + {_f(p.eps)});"""
+        if p.global_stats:
+            body = head + f"""
+    {loop}
+        dst[{offset_expr(p.out, idx)}] = is * {dy_at} * {gamma};"""
+            local = ""
+        else:
+            body = head + f"""
+    float a0 = 0.0f, a1 = 0.0f;
+    {loop} {{
+        const float g = {dy_at} * {gamma};
+        a0 += g; a1 += g * ({x_at} - m);
+    }}
+    l0[l] = a0; l1[l] = a1;
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0", "l1"])}
+    const float mg = l0[0] / {C}.0f;
+    const float mgx = l1[0] * is / {C}.0f;
+    {loop} {{
+        const float g = {dy_at} * {gamma};
+        const float xh = ({x_at} - m) * is;
+        dst[{offset_expr(p.out, idx)}] = is * (g - mg - xh * mgx);
+    }}"""
+            local = f"__local float l0[{L}], l1[{L}];"
+    name = "pydnnl_ln_bwd" if bwd else "pydnnl_ln_fwd"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    {local}
+    const int l = get_local_id(0);
+    const int row = get_group_id(1);
+    {code}{body}
+}}
+"""
+    return KernelSource(name, src, (L, rows), (L, 1), _arg_names(args))
+
+
+@dataclass(frozen=True)
+class LnScaleShiftReduce:
+    """Partial column sums of ``dy * xhat`` and ``dy`` over ``groups`` chunks of rows into
+    ``part[p_off + (g * C + c) * 2 + {0, 1}]``; ``wg`` work-items along the columns."""
+
+    dims: tuple[int, ...]
+    x: tuple
+    dy: tuple
+    stat: tuple
+    var: tuple
+    eps: float
+    groups: int = 1
+    wg: int = 64
+
+
+def build_ln_ss_reduce(p: LnScaleShiftReduce) -> KernelSource:
+    C = p.dims[-1]
+    rows = math.prod(p.dims[:-1])
+    chunk = -(-rows // p.groups)
+    code, idx, lead = _ln_index(p.dims)
+    args = ["__global const float *restrict src", "__global const float *restrict diff_dst",
+            "__global const float *restrict mean", "__global const float *restrict variance",
+            "__global float *restrict part", "const int p_off"]
+    name = "pydnnl_ln_ss_reduce"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c = get_global_id(0);
+    const int g = get_global_id(1);
+    if (c >= {C}) return;
+    float a0 = 0.0f, a1 = 0.0f;
+    const int r_end = min({rows}, (g + 1) * {chunk});
+    for (int row = g * {chunk}; row < r_end; ++row) {{
+    {code}
+        const float is = rsqrt(variance[{offset_expr(p.var, lead)}] + {_f(p.eps)});
+        const float dy = diff_dst[{offset_expr(p.dy, idx)}];
+        a0 += dy * (src[{offset_expr(p.x, idx)}] - mean[{offset_expr(p.stat, lead)}]) * is;
+        a1 += dy;
+    }}
+    part[p_off + (g * {C} + c) * 2] = a0;
+    part[p_off + (g * {C} + c) * 2 + 1] = a1;
+}}
+"""
+    return KernelSource(name, src, (-(-C // p.wg) * p.wg, p.groups), (p.wg, 1),
+                        _arg_names(args))
+
+
+@dataclass(frozen=True)
+class LnScaleShiftFinalize:
+    """``diff_scale[c]``, ``diff_shift[c]`` (where given) = sums of the partials."""
+
+    C: int
+    groups: int
+    diff_scale: tuple | None
+    diff_shift: tuple | None
+    wg: int = 64
+
+
+def build_ln_ss_finalize(p: LnScaleShiftFinalize) -> KernelSource:
+    C = p.C
+    args = ["__global const float *restrict part", "const int p_off"]
+    out = ""
+    if p.diff_scale is not None:
+        args.append("__global float *restrict diff_scale")
+        out += f"\n    diff_scale[{offset_expr(p.diff_scale, ['c'])}] = s0;"
+    if p.diff_shift is not None:
+        args.append("__global float *restrict diff_shift")
+        out += f"\n    diff_shift[{offset_expr(p.diff_shift, ['c'])}] = s1;"
+    name = "pydnnl_ln_ss_finalize"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c = get_global_id(0);
+    if (c >= {C}) return;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int g = 0; g < {p.groups}; ++g) {{
+        s0 += part[p_off + (g * {C} + c) * 2];
+        s1 += part[p_off + (g * {C} + c) * 2 + 1];
+    }}{out}
+}}
+"""
+    return KernelSource(name, src, (-(-C // p.wg) * p.wg,), (p.wg,), _arg_names(args))

@@ -1,0 +1,78 @@
+"""Device rules of the normalization family: launch shapes of the batch normalization
+channel reductions and elementwise pass, and of the layer normalization row kernels.
+
+A reduction is cut into chunks so that enough work-groups run at once (a GPU wants several
+per compute unit to hide memory latency; a CPU runtime runs one work-group per thread and
+wants a few per core for balance) while each chunk stays long enough that the partial sums,
+added by a second tiny kernel, cost nothing. The elementwise pass uses one element per
+work-item in work-groups of 256, which Intel's CPU runtime vectorizes across work-items
+(the eltwise family measured 53-58 GB/s that way on this 2-core host, against less for loops
+of several elements per work-item).
+"""
+from __future__ import annotations
+
+APPLY_WG = 256
+
+
+def _pow2_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def target_groups(info) -> int:
+    """Work-groups wanted in flight for a memory-bound reduction."""
+    cu = max(1, info.compute_units or 1)
+    return cu * (8 if info.is_gpu else 4)
+
+
+def bn_reduce_params(info, C: int, R: int, c_innermost: bool) -> tuple[str, int, int]:
+    """(lanes, work-group size, chunks) of the batch normalization channel reduction over
+    ``R`` values per channel: lanes along the channels where they are innermost in memory
+    (each work-item then walks its chunk with stride C; neighbours read neighbours), else a
+    work-group per (chunk, channel) reading consecutive values."""
+    maxwg = max(1, info.max_work_group_size)
+    if c_innermost:
+        wg = min(_pow2_at_most(maxwg), 64 if info.is_gpu else 16, _pow2_at_least(C))
+        cgroups = -(-C // wg)
+        want = max(1, -(-target_groups(info) // cgroups))
+        groups = max(1, min(want, R // 32 or 1))
+        return "c", wg, groups
+    wg = min(_pow2_at_most(maxwg), 256 if info.is_gpu else 64, _pow2_at_least(max(R, 1)))
+    want = max(1, -(-target_groups(info) // C))
+    groups = max(1, min(want, R // (wg * 8) or 1))
+    return "r", wg, groups
+
+
+def apply_wg(info) -> int:
+    """Work-group size of the elementwise pass (one element per work-item)."""
+    return min(APPLY_WG, _pow2_at_most(max(1, info.max_work_group_size)))
+
+
+def small_wg(info, n: int) -> int:
+    """Work-group size of a kernel with one work-item per channel."""
+    return min(64, _pow2_at_most(max(1, info.max_work_group_size)), _pow2_at_least(max(n, 1)))
+
+
+def ln_row_wg(info, C: int) -> int:
+    """Work-items per row of the layer normalization kernels (a power of two)."""
+    cap = 256 if info.is_gpu else 64
+    return max(1, min(cap, _pow2_at_most(max(1, info.max_work_group_size)),
+                      _pow2_at_least(max(C, 1))))
+
+
+def ln_ss_params(info, C: int, rows: int) -> tuple[int, int]:
+    """(work-group size, row chunks) of the layer normalization scale/shift gradient."""
+    wg = min(_pow2_at_most(max(1, info.max_work_group_size)), 64 if info.is_gpu else 16,
+             _pow2_at_least(C))
+    cgroups = -(-C // wg)
+    want = max(1, -(-target_groups(info) // cgroups))
+    return wg, max(1, min(want, rows // 16 or 1))
