@@ -13,7 +13,9 @@ formulas and their edge conventions follow oneDNN's "Eltwise" developer guide (v
 - soft_relu: ``log(1 + exp(alpha * s)) / alpha`` (v3 meaning of alpha), derivative
   ``1 / (1 + exp(-alpha * s))``.
 - round: round half to even (``rint``, the default rounding mode); it has no backward.
-- pow: ``alpha * s ** beta``; its derivative is 0 when ``beta == 0``.
+- pow: ``alpha * s ** beta``; its derivative is 0 when ``beta == 0``. Every expression reads
+  its variables (``pow(s, 0.0f)`` for ``beta == 0``): Intel's CPU runtime corrupted its heap at
+  process exit after running a kernel whose loads were dead.
 - hardsigmoid / hardswish: ``v = alpha * s + beta`` clamped to [0, 1] (times ``s`` for
   hardswish); derivatives are taken on the open interval ``0 < v < 1`` (hardswish: ``dd`` for
   ``v >= 1``, 0 for ``v <= 0``).
@@ -157,8 +159,6 @@ def forward_expr(alg, x: str, alpha: float, beta: float) -> str:
         return f"fmin(fmax({x}, {al}), {be})"
     if a == A.eltwise_pow:
         b = float(np.float32(beta))
-        if b == 0.0:
-            return f"({al})"
         if b == 1.0:
             return f"({al} * {X})"
         if b == 2.0:
@@ -238,8 +238,9 @@ def backward_expr(alg, dd: str, v: str, alpha: float, beta: float) -> str:
         return f"({D} * ({V} > {al} && {V} < {be} ? 1.0f : 0.0f))"
     if a == A.eltwise_pow:
         b = float(np.float32(beta))
-        if b == 0.0:
-            return "0.0f"
+        if b == 0.0:  # exactly 0 whatever the inputs; pow(., 0) == 1 keeps them read (a
+            # kernel whose loads are dead crashed Intel's CPU runtime at process exit)
+            return f"(0.0f * pow({D}, 0.0f) * pow({V}, 0.0f))"
         if b == 1.0:
             return f"({D} * {al})"
         if b == 2.0:
