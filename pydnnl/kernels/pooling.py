@@ -229,6 +229,8 @@ def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
     body.append(f"    const {it} g_nc = {_offset(p.dst_layout, o, (0, 1))};")
     if p.alg == "max":
         body.append(f"    const {it} w_nc = {_offset(p.ws_layout, o, (0, 1))};")
+    g_sp = _offset(p.dst_layout, o, (2, 3, 4))
+    w_sp = _offset(p.ws_layout, o, (2, 3, 4)) if p.alg == "max" else ""
     body += ["    float acc = 0.0f;",
              f"    for (int kd = 0; kd < {KD}; ++kd) {{",
              f"        const int td = (int)x2 + {PD} - kd * {DD + 1};",
@@ -245,9 +247,9 @@ def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
              f"                if (tw < 0 || tw % {SW}) continue;",
              f"                const int ow = tw / {SW};",
              f"                if (ow >= {OW}) continue;",
-             f"                const float g = diff_dst[g_nc + {_offset(p.dst_layout, o, (2, 3, 4))}];"]
+             f"                const float g = diff_dst[g_nc + {g_sp}];"]
     if p.alg == "max":
-        body += [f"                const int w = (int)ws[w_nc + {_offset(p.ws_layout, o, (2, 3, 4))}];",
+        body += [f"                const int w = (int)ws[w_nc + {w_sp}];",
                  f"                if (w == (kd * {KH} + kh) * {KW} + kw) acc += g;"]
     elif p.alg == "avg_p":
         body.append(f"                acc += g / {float(KD * KH * KW)!r}f;")
