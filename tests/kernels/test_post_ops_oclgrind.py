@@ -1,0 +1,94 @@
+"""Fused post-ops under the Oclgrind simulator: the GEMM epilogue (bias, sum, eltwise,
+broadcast binary operands) of matmul and inner product, and binary operands read by a
+convolution's store, with no invalid access, race or uninitialized read, and right results."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
+
+PROBE = r"""
+import json
+import numpy as np
+import pydnnl as dnnl
+from pydnnl.reference import conv as R
+from pydnnl.reference.post_ops import apply_post_ops
+
+MD, F32, A = dnnl.memory.desc, dnnl.memory.data_type.f32, dnnl.algorithm
+eng = dnnl.engine.from_name("Oclgrind")
+assert eng.is_simulator
+s = dnnl.stream(eng)
+rng = np.random.default_rng(1)
+results = {}
+
+def chain(dst_dims, binaries):
+    po = dnnl.post_ops()
+    po.append_sum(0.5)
+    po.append_eltwise(A.eltwise_gelu_tanh, 0.0, 0.0)
+    ops = {}
+    for alg, dims in binaries:
+        ops[po.len()] = rng.standard_normal(dims).astype(np.float32)
+        po.append_binary(alg, MD(list(dims), F32, "abcd"[:len(dims)]))
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
+    return attr, po, ops
+
+def operands(pd, ops):
+    out = {}
+    for i, v in ops.items():
+        arg = dnnl.ARG_ATTR_MULTIPLE_POST_OP(i) | dnnl.ARG_SRC_1
+        out[arg] = dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, arg), eng, v)
+    return out
+
+def close(got, ref):
+    return bool(np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max())
+
+# batched matmul with a broadcast bias and binary operands
+x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+w = rng.standard_normal((2, 5, 4)).astype(np.float32)
+b = rng.standard_normal((1, 1, 4)).astype(np.float32)
+prior = rng.standard_normal((2, 3, 4)).astype(np.float32)
+attr, po, ops = chain((2, 3, 4), [(A.binary_add, (2, 1, 4)), (A.binary_ge, (1, 3, 1))])
+pd = dnnl.matmul.primitive_desc(eng, MD([2, 3, 5], F32, "abc"), MD([2, 5, 4], F32, "abc"),
+                                MD([1, 1, 4], F32, "abc"), MD([2, 3, 4], F32, "abc"), attr)
+D = dnnl.memory(pd.dst_desc(), eng, prior)
+args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), eng, x),
+        dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), eng, w),
+        dnnl.ARG_BIAS: dnnl.memory(MD([1, 1, 4], F32, "abc"), eng, b), dnnl.ARG_DST: D}
+args.update(operands(pd, ops))
+dnnl.matmul(pd).execute(s, args)
+s.wait()
+ref = apply_post_ops(np.matmul(x.astype(np.float64), w) + b, po, prior, ops)
+results["matmul"] = close(D.to_numpy(), ref)
+
+# convolution (direct solver) with per-channel and full binary operands
+x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
+w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+prior = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+attr, po, ops = chain((1, 4, 5, 5), [(A.binary_mul, (1, 4, 1, 1)), (A.binary_max, (1, 4, 5, 5))])
+pd = dnnl.convolution_forward.primitive_desc(
+    eng, dnnl.prop_kind.forward_inference, A.convolution_direct, MD([1, 3, 5, 5], F32, "abcd"),
+    MD([4, 3, 3, 3], F32, "abcd"), MD([1, 4, 5, 5], F32, "abcd"), [1, 1], [1, 1], [1, 1],
+    attr=attr, solver="direct")
+D = dnnl.memory(pd.dst_desc(), eng, prior)
+args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), eng, x),
+        dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), eng, w), dnnl.ARG_DST: D}
+args.update(operands(pd, ops))
+dnnl.convolution_forward(pd).execute(s, args)
+s.wait()
+ref = R.conv_forward(x, w, None, (1, 1), (0, 0), (1, 1), (1, 1), dtype=np.float64)
+results["conv"] = close(D.to_numpy(), apply_post_ops(ref, po, prior, ops))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind OpenCL platform is not installed")
+def test_fused_post_ops_under_oclgrind():
+    # unoptimized builds: Oclgrind's uninitialized-value plugin aborts on the ``freeze``
+    # instructions LLVM's optimizer emits for the convolution's index arithmetic
+    results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {"matmul": True, "conv": True}, results
