@@ -66,8 +66,9 @@ FLAGS = Kind("flags", "a normalization_flags value (int)",
              lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool))
 
 
-def check_flags(kind: str, flags, allowed: int) -> normalization_flags:
-    """``flags`` as :class:`normalization_flags`; bits outside ``allowed`` are refused."""
+def check_flags(kind: str, flags, allowed: int, unimpl: int = 0x10) -> normalization_flags:
+    """``flags`` as :class:`normalization_flags`; bits outside ``allowed`` are refused
+    (as unimplemented where they are within ``unimpl``, else as invalid)."""
     if not isinstance(flags, numbers.Integral) or isinstance(flags, bool):
         raise invalid_arguments(f"{kind}: flags must be normalization_flags, got {flags!r}")
     flags = int(flags)
@@ -76,7 +77,7 @@ def check_flags(kind: str, flags, allowed: int) -> normalization_flags:
                                 f"normalization_flags (known: {_ALL_FLAGS:#x})")
     if flags & ~allowed:
         bad = normalization_flags(flags & ~allowed)
-        raise (unimplemented if bad == 0x10 else invalid_arguments)(
+        raise (unimplemented if bad & ~unimpl == 0 else invalid_arguments)(
             f"{kind}: flags {bad!r} not supported here (allowed: "
             f"{normalization_flags(allowed)!r})")
     return normalization_flags(flags)
@@ -186,9 +187,11 @@ class _bn_pd(primitive_desc_base):
             return self.mean_desc() if index == 1 else self.variance_desc()
         return super().query_md(what, index)
 
+    _ALLOWED, _UNIMPL = 0x0F, 0x10
+
     def _common(self, a: dict) -> None:
         self._eps = check_epsilon(self._kind, a["epsilon"])
-        self._flags = check_flags(self._kind, a["flags"], 0x0F)
+        self._flags = check_flags(self._kind, a["flags"], self._ALLOWED, self._UNIMPL)
         check_attr(self._kind, self._attr)
         f = self._flags
         self.global_stats = bool(f & normalization_flags.use_global_stats)

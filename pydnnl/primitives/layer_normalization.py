@@ -1,2 +1,275 @@
-"""The layer_normalization primitives (in progress)."""
-__all__: list[str] = []
+"""The layer normalization primitives (``dnnl::layer_normalization_forward`` and
+``dnnl::layer_normalization_backward``, oneDNN v3): normalization over the last dim,
+
+``dst[t, c] = gamma[c] * (src[t, c] - mean[t]) / sqrt(variance[t] + eps) + beta[c]``
+
+for every leading index ``t``. Statistics (``stat_desc``: src's dims without the last one,
+any plain layout; derived from src when left out) are computed, and written in forward
+training, or given (``use_global_stats``); ``use_scale`` / ``use_shift`` take ``[C]``
+gamma / beta. oneDNN's layer normalization takes no other flag. Backward: ``backward``
+gives diff_src and, with the flags, diff_scale / diff_shift; ``backward_data`` diff_src only.
+
+Plan: one kernel with a work-group per row (local-memory reductions for the mean, the
+centred variance and, backward, the two sums of the gradient); diff_scale / diff_shift as
+column partial sums over chunks of rows plus a sum of the chunks.
+"""
+from __future__ import annotations
+
+import math
+
+from ..constants import (
+    ARG_DIFF_DST,
+    ARG_DIFF_SCALE,
+    ARG_DIFF_SHIFT,
+    ARG_DIFF_SRC,
+    ARG_DST,
+    ARG_MEAN,
+    ARG_SCALE,
+    ARG_SHIFT,
+    ARG_SRC,
+    ARG_VARIANCE,
+    prop_kind,
+)
+from ..error import invalid_arguments, unimplemented
+from ..kernels.normalization import (
+    LnRows,
+    LnScaleShiftFinalize,
+    LnScaleShiftReduce,
+    build_ln_bwd,
+    build_ln_fwd,
+    build_ln_ss_finalize,
+    build_ln_ss_reduce,
+)
+from ..kernels.reorder import layout_of
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import normalization as rules
+from ..runtime.plan import SCRATCH, Plan, Ref
+from .base import ArgSpec, primitive
+from .batch_normalization import (
+    FLAGS,
+    _bn_pd,
+    check_data_desc,
+    follow,
+    parse_prop,
+    same_dims,
+)
+from .signature import NUMBER, Signature, bind
+
+__all__ = ["layer_normalization_forward", "layer_normalization_backward"]
+
+_PLAIN = "abcdefghijkl"
+
+
+def _vec(C: int) -> MemoryDesc:
+    return MemoryDesc([C], data_type.f32, "a")
+
+
+class _ln_pd(_bn_pd):
+    _ALLOWED, _UNIMPL = 0x07, 0x00  # use_global_stats, use_scale, use_shift
+
+    def _stat(self, stat, src: MemoryDesc, hint=None) -> MemoryDesc:
+        """The statistics desc: given, or src's dims without the last (the hint's layout
+        where it has one, else row-major)."""
+        kind = self._kind
+        want = tuple(src.dims[:-1])
+        if stat is None or (isinstance(stat, MemoryDesc) and stat.is_zero()):
+            if hint is not None and tuple(hint.mean_desc().dims) == want:
+                return hint.mean_desc()
+            return MemoryDesc(list(want), data_type.f32, _PLAIN[:len(want)])
+        if not isinstance(stat, MemoryDesc):
+            raise invalid_arguments(f"{kind}: stat_desc must be a memory.desc or None, got "
+                                    f"{stat!r}")
+        if tuple(stat.dims) != want:
+            raise invalid_arguments(f"{kind}: stat_desc dims {list(stat.dims)}, expected src "
+                                    f"dims without the last one {list(want)}")
+        if stat.data_type != data_type.f32:
+            raise unimplemented(f"{kind}: stat_desc data type {stat.data_type.name}; only f32 "
+                                f"is implemented")
+        if stat.is_any():
+            return MemoryDesc(list(want), data_type.f32, _PLAIN[:len(want)])
+        return stat
+
+    def _ss_args(self, C: int, backward: bool, full: bool) -> None:
+        if self.use_scale:
+            self._args[ARG_SCALE] = ArgSpec(_vec(C), False)
+        if self.use_shift:  # backward lists shift as an input; its gradient needs none
+            self._args[ARG_SHIFT] = ArgSpec(_vec(C), False, required=not backward)
+        if full and self.use_scale:
+            self._args[ARG_DIFF_SCALE] = ArgSpec(_vec(C), True)
+        if full and self.use_shift:
+            self._args[ARG_DIFF_SHIFT] = ArgSpec(_vec(C), True)
+
+
+_FWD_FORMS = (("src_desc", "dst_desc", "stat_desc", "epsilon", "flags"),
+              ("src_desc", "dst_desc", "epsilon", "flags"))
+_BWD_FORMS = (("diff_src_desc", "diff_dst_desc", "src_desc", "stat_desc", "epsilon", "flags",
+               "hint_fwd_pd"),
+              ("diff_src_desc", "diff_dst_desc", "src_desc", "epsilon", "flags", "hint_fwd_pd"))
+
+
+class layer_normalization_forward(primitive):
+    """Layer normalization forward (training or inference), f32."""
+
+    class primitive_desc(_ln_pd):
+        """``layer_normalization_forward.primitive_desc(engine, prop_kind, src_desc,
+        dst_desc, [stat_desc,] epsilon, flags, attr=None)``."""
+
+        _kind = "layer_normalization_forward"
+        signature = Signature(
+            "layer_normalization_forward.primitive_desc", head=("engine", "aprop_kind"),
+            forms=_FWD_FORMS, tail=("attr",), optional=frozenset({"stat_desc"}),
+            aliases={"aengine": "engine", "prop_kind": "aprop_kind"},
+            kinds={"epsilon": NUMBER, "flags": FLAGS})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            kind = self._kind
+            self._init_base(a["engine"], a["attr"])
+            self._prop = parse_prop(kind, a["aprop_kind"], (prop_kind.forward_training,
+                                                             prop_kind.forward_inference))
+            self._common(a)
+            src, dst = a["src_desc"], a["dst_desc"]
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False)
+            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True)
+            same_dims(kind, "dst_desc", dst, "src_desc", src)
+            dst = follow(dst, src)
+            stat = self._stat(a.get("stat_desc"), src)
+            C = src.dims[-1]
+            training = self._prop == prop_kind.forward_training
+            self._stats_in = self.global_stats
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            if self.global_stats or training:
+                self._args[ARG_MEAN] = ArgSpec(stat, not self.global_stats)
+                self._args[ARG_VARIANCE] = ArgSpec(stat, not self.global_stats)
+            self._stat_md = stat
+            self._ss_args(C, backward=False, full=False)
+            self.wg = rules.ln_row_wg(self._engine.info, C)
+            self._scratch_elems = 0
+            self._impl = "ocl:lnorm:rows"
+            self._info = (f"flags:{int(self._flags):#x} "
+                          f"{'x'.join(map(str, src.dims))}")
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), pd._kind)
+        src = pd._args[ARG_SRC].md
+        stat = layout_of(pd._stat_md)
+        write = ARG_MEAN in pd._args and not pd.global_stats
+        p = LnRows(dims=tuple(src.dims), x=layout_of(src), out=layout_of(pd._args[ARG_DST].md),
+                   stat=stat, var=stat, eps=pd._eps,
+                   scale=layout_of(_vec(src.dims[-1])) if pd.use_scale else None,
+                   shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
+                   global_stats=pd.global_stats, write_stats=write, wg=pd.wg)
+        named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
+        if ARG_MEAN in pd._args:
+            named.update(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE))
+        if pd.use_scale:
+            named["scale"] = Ref(ARG_SCALE)
+        if pd.use_shift:
+            named["shift"] = Ref(ARG_SHIFT)
+        plan.kernel("ln_fwd", p, build_ln_fwd, **named)
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)
+
+
+class layer_normalization_backward(primitive):
+    """Layer normalization backward (``backward``: diff_src, diff_scale, diff_shift;
+    ``backward_data``: diff_src), f32."""
+
+    class primitive_desc(_ln_pd):
+        """``layer_normalization_backward.primitive_desc(engine, prop_kind, diff_src_desc,
+        diff_dst_desc, src_desc, [stat_desc,] epsilon, flags, hint_fwd_pd, attr=None)``."""
+
+        _kind = "layer_normalization_backward"
+        signature = Signature(
+            "layer_normalization_backward.primitive_desc", head=("engine", "aprop_kind"),
+            forms=_BWD_FORMS, tail=("attr",), optional=frozenset({"stat_desc"}),
+            aliases={"aengine": "engine", "prop_kind": "aprop_kind"},
+            kinds={"epsilon": NUMBER, "flags": FLAGS})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            kind = self._kind
+            self._init_base(a["engine"], a["attr"])
+            self._prop = parse_prop(kind, a["aprop_kind"], (prop_kind.backward,
+                                                             prop_kind.backward_data))
+            self._common(a)
+            hint = a["hint_fwd_pd"]
+            if not isinstance(hint, layer_normalization_forward.primitive_desc):
+                raise invalid_arguments(f"{kind}: hint_fwd_pd must be a "
+                                        f"layer_normalization_forward.primitive_desc, got "
+                                        f"{type(hint).__qualname__}")
+            src, dsrc, ddst = a["src_desc"], a["diff_src_desc"], a["diff_dst_desc"]
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=True)
+            check_data_desc(kind, "diff_src_desc", dsrc, 2, 5, allow_any=True)
+            check_data_desc(kind, "diff_dst_desc", ddst, 2, 5, allow_any=True)
+            same_dims(kind, "diff_dst_desc", ddst, "src_desc", src)
+            same_dims(kind, "diff_src_desc", dsrc, "diff_dst_desc", ddst)
+            if src.is_any():
+                h = hint.src_desc()
+                src = h if tuple(h.dims) == tuple(src.dims) else MemoryDesc(
+                    src.dims, data_type.f32, _PLAIN[:len(src.dims)])
+            ddst, dsrc = follow(ddst, src), follow(dsrc, src)
+            stat = self._stat(a.get("stat_desc"), src, hint)
+            C = src.dims[-1]
+            rows = math.prod(src.dims[:-1])
+            full = self._prop == prop_kind.backward
+            self._stats_in = True
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_MEAN] = ArgSpec(stat, False)
+            self._args[ARG_VARIANCE] = ArgSpec(stat, False)
+            self._args[ARG_DIFF_DST] = ArgSpec(ddst, False)
+            self._args[ARG_DIFF_SRC] = ArgSpec(dsrc, True)
+            self._stat_md = stat
+            self._ss_args(C, backward=True, full=full)
+            info = self._engine.info
+            self.wg = rules.ln_row_wg(info, C)
+            self.ss = full and (self.use_scale or self.use_shift)
+            self.ss_wg, self.groups = rules.ln_ss_params(info, C, rows)
+            self.small_wg = rules.small_wg(info, C)
+            self._scratch_elems = self.groups * C * 2 if self.ss else 0
+            self._finish_scratchpad(self._scratch_elems * 4)
+            self._impl = "ocl:lnorm:rows"
+            self._info = (f"flags:{int(self._flags):#x} "
+                          f"{'x'.join(map(str, src.dims))}")
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
+        src = pd._args[ARG_SRC].md
+        dims, C = tuple(src.dims), src.dims[-1]
+        x, dy = layout_of(src), layout_of(pd._args[ARG_DIFF_DST].md)
+        stat = layout_of(pd._stat_md)
+        if pd.ss:
+            red = LnScaleShiftReduce(dims=dims, x=x, dy=dy, stat=stat, var=stat, eps=pd._eps,
+                                     groups=pd.groups, wg=pd.ss_wg)
+            plan.kernel("ln_ss_reduce", red, build_ln_ss_reduce, src=Ref(ARG_SRC),
+                        diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN),
+                        variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0)
+            fin = LnScaleShiftFinalize(
+                C=C, groups=pd.groups,
+                diff_scale=layout_of(_vec(C)) if ARG_DIFF_SCALE in pd._args else None,
+                diff_shift=layout_of(_vec(C)) if ARG_DIFF_SHIFT in pd._args else None,
+                wg=pd.small_wg)
+            outs = {}
+            if ARG_DIFF_SCALE in pd._args:
+                outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
+            if ARG_DIFF_SHIFT in pd._args:
+                outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
+            plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0,
+                        **outs)
+        p = LnRows(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), stat=stat,
+                   var=stat, eps=pd._eps, dy=dy,
+                   scale=layout_of(_vec(C)) if pd.use_scale else None,
+                   global_stats=pd.global_stats, wg=pd.wg)
+        named = {"src": Ref(ARG_SRC), "diff_dst": Ref(ARG_DIFF_DST), "mean": Ref(ARG_MEAN),
+                 "variance": Ref(ARG_VARIANCE), "dst": Ref(ARG_DIFF_SRC)}
+        if pd.use_scale:
+            named["scale"] = Ref(ARG_SCALE)
+        plan.kernel("ln_bwd", p, build_ln_bwd, **named)
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)
