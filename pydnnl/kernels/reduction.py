@@ -1,0 +1,298 @@
+"""OpenCL C generators of the reduction primitive's kernels, and the dim folding the softmax
+kernels share.
+
+Every tensor is addressed through its layout tuple (:func:`~pydnnl.kernels.reorder.layout_of`),
+so plain layouts with any strides and blocked layouts are read and written in place. Before a
+kernel is generated the problem is *folded* (:func:`fold_dims`): size-1 dims are dropped and
+dims that lie back to back in every tensor (plain, ``stride[outer] == stride[inner] *
+size[inner]``) and play the same role are merged, so ``8x16x32x32 -> 8x16x1x1`` in ``nchw``
+becomes 128 outputs of 1024 contiguous values.
+
+Kernels over ``O`` outputs, each a reduction of ``R`` values (the reduced dims, innermost in
+memory fastest), cut into ``splits`` chunks:
+
+- **row** (:attr:`ReductionProblem.variant` ``"row"``): one work-group of ``wg`` (a power
+  of two) per output and chunk; work-items stride over the chunk, neighbours reading
+  neighbouring values where the reduced dims are innermost in memory; a local-memory tree
+  combines the work-items' partial results.
+- **strided** (``"strided"``): one work-item per output and chunk walking its values, the
+  outputs' innermost dim fastest across work-items (coalesced where the kept dims are
+  innermost in memory: reductions over outer dims).
+- with ``splits > 1`` the first kernel leaves raw partial results in the scratchpad
+  (``part[part_off + k * O + o]``) and a **final** kernel (one work-item per output)
+  combines the chunks, finishes (mean, eps, root) and writes dst.
+
+Pure: no engine, no argument maps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .source import KernelSource
+
+# algorithm names (oneDNN's without the ``reduction_`` prefix)
+ALGORITHMS = ("max", "min", "sum", "mul", "mean", "norm_lp_max", "norm_lp_sum",
+              "norm_lp_power_p_max", "norm_lp_power_p_sum")
+
+
+# -- layouts -------------------------------------------------------------------------------------
+def min_stride(layout: tuple, d: int) -> int:
+    """The smallest storage step of dim ``d`` (its innermost block's stride where blocked)."""
+    _blk, stride, inner = layout[1][d]
+    return min([s for _m, _q, s in inner] + [stride])
+
+
+def _plain_dim(layout: tuple, d: int) -> bool:
+    blk, _stride, inner = layout[1][d]
+    return blk == 1 and not inner
+
+
+def fold_dims(dims, layouts, roles, ignore=None, keep=()):
+    """Fold a problem over logical ``dims`` (see the module docstring).
+
+    ``layouts``: one layout tuple per tensor; ``roles``: one hashable per dim (only dims of
+    equal role merge); ``ignore``: per tensor, the dims whose index is always 0 in it (a
+    reduction's dst along reduced dims), whose strides do not matter; ``keep``: dims never
+    dropped even when of size 1. Returns ``(dims, layouts, roles)`` in the first tensor's
+    memory order, outermost first (offset0 kept).
+    """
+    ignore = ignore or tuple(frozenset() for _ in layouts)
+    live = [d for d in range(len(dims)) if dims[d] > 1 or d in keep]
+    live.sort(key=lambda d: (-min_stride(layouts[0], d), -d))
+    groups: list[list[int]] = []
+    for d in live:
+        if groups and _merges(dims, layouts, roles, ignore, groups[-1][-1], d):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    out_dims, out_roles = [], []
+    per = [[] for _ in layouts]
+    for g in groups:
+        out_dims.append(math.prod(dims[d] for d in g))
+        out_roles.append(roles[g[0]])
+        inner = g[-1]
+        for k, lay in enumerate(layouts):
+            if len(g) == 1:
+                per[k].append(lay[1][inner])
+            else:
+                per[k].append((1, 0 if inner in ignore[k] else lay[1][inner][1], ()))
+    return (tuple(out_dims), tuple((lay[0], tuple(p)) for lay, p in zip(layouts, per)),
+            tuple(out_roles))
+
+
+def _merges(dims, layouts, roles, ignore, a: int, b: int) -> bool:
+    """Whether dim ``a`` (outer) and ``b`` (the next inner) lie back to back everywhere."""
+    if roles[a] != roles[b]:
+        return False
+    for k, lay in enumerate(layouts):
+        if a in ignore[k] and b in ignore[k]:
+            continue
+        if not (_plain_dim(lay, a) and _plain_dim(lay, b)):
+            return False
+        if lay[1][a][1] != lay[1][b][1] * dims[b]:
+            return False
+    return True
+
+
+def terms(layout: tuple, idx: dict[int, str]) -> list[str]:
+    """C terms of the storage offset contributed by the dims in ``idx`` (no offset0)."""
+    out = []
+    for d, x in idx.items():
+        blk, stride, inner = layout[1][d]
+        outer = f"({x} / {blk})" if blk > 1 else x
+        if stride:
+            out.append(f"{outer} * {stride}" if stride != 1 else outer)
+        for mod, div, s in inner:
+            t = f"({x} % {mod})"
+            if div > 1:
+                t = f"({t} / {div})"
+            out.append(f"{t} * {s}" if s != 1 else t)
+    return out
+
+
+def offset(layout: tuple, idx: dict[int, str], with_base: bool = True) -> str:
+    """C expression of the offset of ``idx`` (dims left out are index 0)."""
+    t = terms(layout, idx)
+    if with_base and layout[0]:
+        t = [str(layout[0])] + t
+    return "(" + " + ".join(t) + ")" if t else "0"
+
+
+def decompose(var: str, dims: list[int], names: list[str]) -> str:
+    """C statements splitting ``var`` (row-major over ``dims``, last fastest) into ``names``."""
+    if not dims:
+        return ""
+    if len(dims) == 1:
+        return f"const int {names[0]} = {var};"
+    tmp = f"q_{names[0]}"
+    lines = [f"int {tmp} = {var};"]
+    for i in range(len(dims) - 1, 0, -1):
+        lines.append(f"const int {names[i]} = {tmp} % {dims[i]}; {tmp} /= {dims[i]};")
+    lines.append(f"const int {names[0]} = {tmp};")
+    return "\n    ".join(lines)
+
+
+def f32(v: float) -> str:
+    """A float literal in C."""
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return repr(float(v)) + "f"
+
+
+def tree(L: int, combine: str) -> str:
+    """A local-memory tree over ``red[0..L)`` (``combine`` with ``a`` and ``b``)."""
+    c = combine.replace("{a}", "red[l]").replace("{b}", "red[l + h]")
+    return f"""
+    for (int h = {L} / 2; h > 0; h >>= 1) {{
+        if (l < h) red[l] = {c};
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}"""
+
+
+# -- reduction -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReductionProblem:
+    """One kernel of a reduction over folded ``dims`` (``reduced`` says which), ``src`` and
+    ``dst`` layout tuples (``dst`` of the final kernel only; a partial kernel writes the
+    scratchpad), ``stage`` ``"full"`` (one kernel does it all), ``"partial"`` or ``"final"``."""
+
+    alg: str
+    p: float
+    eps: float
+    dims: tuple[int, ...]
+    reduced: tuple[bool, ...]
+    src: tuple
+    dst: tuple
+    variant: str = "row"
+    wg: int = 64
+    splits: int = 1
+    stage: str = "full"
+    part_off: int = 0
+
+    @property
+    def outputs(self) -> int:
+        return math.prod(v for v, r in zip(self.dims, self.reduced) if not r)
+
+    @property
+    def count(self) -> int:
+        return math.prod(v for v, r in zip(self.dims, self.reduced) if r)
+
+
+def _ops(p: ReductionProblem) -> tuple[str, str, str, str]:
+    """(initial value, load of ``v``, combine of ``{a}`` and ``{b}``, finish of ``acc``)."""
+    a = p.alg
+    if a not in ALGORITHMS:
+        raise ValueError(f"reduction kernel: unknown algorithm {a!r}")
+    if a == "max":
+        return "(-INFINITY)", "v", "fmax({a}, {b})", "acc"
+    if a == "min":
+        return "INFINITY", "v", "fmin({a}, {b})", "acc"
+    if a == "mul":
+        return "1.0f", "v", "{a} * {b}", "acc"
+    if a in ("sum", "mean"):
+        return "0.0f", "v", "{a} + {b}", ("acc" if a == "sum" else f"acc / {f32(p.count)}")
+    power = {1.0: "fabs(v)", 2.0: "v * v"}.get(float(p.p), f"pow(fabs(v), {f32(p.p)})")
+    acc = f"fmax(acc, {f32(p.eps)})" if a.endswith("_max") else f"(acc + {f32(p.eps)})"
+    if "power_p" in a:
+        fin = acc
+    else:
+        fin = {1.0: acc, 2.0: f"sqrt({acc})"}.get(float(p.p), f"pow({acc}, {f32(1.0 / p.p)})")
+    return "0.0f", power, "{a} + {b}", fin
+
+
+def kernel_args(p: ReductionProblem) -> tuple[str, str]:
+    """The kernel's two buffer arguments, in order."""
+    return {"full": ("src", "dst"), "partial": ("src", "part"), "final": ("part", "dst")}[p.stage]
+
+
+def build_reduction(p: ReductionProblem) -> KernelSource:
+    """The kernel of one stage of ``p``: ``(src, dst)``, ``(src, part)`` or ``(part, dst)``."""
+    init, load, combine, finish = _ops(p)
+    comb = combine.replace("{a}", "acc").replace("{b}", "({val})")
+    stepv = "acc = " + comb.format(val=load) + ";"
+    nd = len(p.dims)
+    kept = [d for d in range(nd) if not p.reduced[d]]
+    red = [d for d in range(nd) if p.reduced[d]]
+    names = {d: f"i{d}" for d in range(nd)}
+    O, R, S = p.outputs, p.count, p.splits
+    chunk = -(-R // S)
+    kept_code = decompose("o", [p.dims[d] for d in kept], [names[d] for d in kept])
+    dst_off = offset(p.dst, {d: names[d] for d in kept})
+    if p.stage == "final":
+        store = f"dst[{dst_off}] = {finish};"
+    elif p.stage == "partial":
+        store = f"part[{p.part_off} + k * {O} + o] = acc;"
+    else:
+        store = f"dst[{dst_off}] = {finish};"
+    a_in, a_out = kernel_args(p)
+    args = f"__global const float *{a_in}, __global float *{a_out}"
+    if p.stage == "final":
+        body = f"""
+    const int o = get_global_id(0);
+    if (o >= {O}) return;
+    {kept_code}
+    float acc = {init};
+    for (int k = 0; k < {S}; ++k) acc = {comb.format(val=f"part[{p.part_off} + k * {O} + o]")};
+    {store}"""
+        name = "pydnnl_reduction_final"
+        L = p.wg
+        return KernelSource(name, _kernel(name, args, body), (-(-O // L) * L,), (L,),
+                            (a_in, a_out))
+    base = offset(p.src, {d: names[d] for d in kept})
+    red_code = decompose("r", [p.dims[d] for d in red], [names[d] for d in red])
+    red_off = offset(p.src, {d: names[d] for d in red}, with_base=False)
+    step = f"const float v = src[base + {red_off}];\n        {stepv}"
+    r0 = "k * " + str(chunk) if S > 1 else "0"
+    r1 = f"min({R}, (k + 1) * {chunk})" if S > 1 else str(R)
+    if p.variant == "row":
+        L = p.wg
+        ids = ("const int o = get_group_id(0) / {S};\n    const int k = get_group_id(0) % {S};"
+               .format(S=S) if S > 1 else "const int o = get_group_id(0);")
+        body = f"""
+    __local float red[{L}];
+    const int l = get_local_id(0);
+    {ids}
+    {kept_code}
+    const int base = {base};
+    float acc = {init};
+    for (int r = {r0} + l; r < {r1}; r += {L}) {{
+        {red_code}
+        {step}
+    }}
+    red[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);{tree(L, combine)}
+    if (l == 0) {{
+        acc = red[0];
+        {store}
+    }}"""
+        name = "pydnnl_reduction_row"
+        src = _kernel(name, args, body, L)
+        return KernelSource(name, src, (L * O * S,), (L,), (a_in, a_out))
+    L = p.wg
+    ids = (f"const int o = gid % {O};\n    const int k = gid / {O};" if S > 1
+           else "const int o = gid;")
+    body = f"""
+    const int gid = get_global_id(0);
+    if (gid >= {O * S}) return;
+    {ids}
+    {kept_code}
+    const int base = {base};
+    float acc = {init};
+    for (int r = {r0}; r < {r1}; ++r) {{
+        {red_code}
+        {step}
+    }}
+    {store}"""
+    name = "pydnnl_reduction_strided"
+    return KernelSource(name, _kernel(name, args, body), (-(-(O * S) // L) * L,), (L,),
+                        (a_in, a_out))
+
+
+def _kernel(name: str, args: str, body: str, reqd: int | None = None) -> str:
+    attr = f"__attribute__((reqd_work_group_size({reqd}, 1, 1))) " if reqd else ""
+    return f"""
+__kernel void {attr}{name}({args})
+{{{body}
+}}
+"""

@@ -1,0 +1,48 @@
+"""Device rules of the softmax and reduction families: which kernel shape, how many
+work-items per work-group, how many chunks a long reduction is cut into."""
+from __future__ import annotations
+
+# The row kernels (one work-group per softmax row or reduction output) pay a local-memory
+# tree and barriers per row; they win where the reduced values are contiguous and there are
+# enough of them per row to keep a work-group's lanes busy. Shorter rows, and rows whose
+# values lie apart in memory (the axis is an outer dim), go to the strided kernels, one
+# work-item per row with neighbouring rows adjacent in memory.
+ROW_MIN = 32
+
+
+def _pow2_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def use_row_kernel(info, length: int, contiguous: bool) -> bool:
+    """Whether rows of ``length`` values (``contiguous``: stride 1 in memory) take the
+    work-group-per-row kernel."""
+    return contiguous and length >= ROW_MIN
+
+
+def row_wg(info, length: int) -> int:
+    """Work-items per row: GPUs up to 256 (several warps in flight per row), CPUs up to 64
+    (Intel's runtime runs a work-group on one thread, vectorized across work-items); never
+    more than the row has values, rounded down to a power of two."""
+    cap = 256 if info.is_gpu else 64
+    cap = min(cap, info.max_work_group_size)
+    return max(1, _pow2_at_most(min(cap, max(1, length))))
+
+
+def strided_wg(info) -> int:
+    """Work-items per work-group of the strided kernels (one row or output each)."""
+    return min(128 if info.is_gpu else 64, info.max_work_group_size)
+
+
+def reduction_splits(info, outputs: int, length: int, wg: int) -> int:
+    """Chunks each reduction is cut into, so that few long reductions still fill the device:
+    enough work-groups (or work-items) for every compute unit several times over, each chunk
+    at least 16 values per work-item."""
+    want = max(1, (info.compute_units or 1) * (8 if info.is_gpu else 2))
+    if outputs >= want:
+        return 1
+    by_len = max(1, length // (16 * wg))
+    return max(1, min(-(-want // outputs), by_len, 1024))
