@@ -1,2 +1,141 @@
-"""The reduction primitives (in progress)."""
-__all__: list[str] = []
+"""The reduction primitive (``dnnl::reduction``): max, min, sum, product, mean and the
+Lp norms (with ``p`` and ``eps``) over any set of dims of a tensor of any rank (f32).
+
+``dst`` has ``src``'s rank; each of its dims equals src's (kept) or is 1 (reduced; at least
+one dim must be reduced, as in oneDNN). The plan is one generated kernel
+(:mod:`pydnnl.kernels.reduction`) reading ``src`` and writing ``dst`` through their own
+strides and inner blocks: a work-group per output where the reduced values are innermost in
+memory, else a work-item per output; when there are too few outputs to fill the device, each
+reduction is cut into chunks whose partial results a second kernel combines (scratchpad).
+"""
+from __future__ import annotations
+
+from ..constants import ARG_DST, ARG_SRC, algorithm
+from ..error import invalid_arguments
+from ..kernels import reduction as K
+from ..kernels.reorder import layout_of
+from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import softmax as H
+from ..runtime.plan import SCRATCH, Plan, Ref
+from .base import ArgSpec, primitive, primitive_desc_base
+from .signature import NUMBER, Signature, bind
+from .softmax import check_attr, check_desc, follow
+
+__all__ = ["reduction"]
+
+_NORMS = ("norm_lp_max", "norm_lp_sum", "norm_lp_power_p_max", "norm_lp_power_p_sum")
+
+
+class reduction(primitive):
+    """``dst = reduce_op over the reduced dims of src`` (oneDNN's reduction, f32)."""
+
+    class primitive_desc(primitive_desc_base):
+        """``reduction.primitive_desc(engine, algorithm, src_desc, dst_desc, p, eps,
+        attr=None)``."""
+
+        _kind = "reduction"
+        signature = Signature(
+            "reduction.primitive_desc",
+            head=("engine", "algorithm", "src_desc", "dst_desc", "p", "eps"), forms=((),),
+            tail=("attr",), aliases={"aengine": "engine", "aalgorithm": "algorithm"},
+            kinds={"p": NUMBER, "eps": NUMBER})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            kind = self._kind
+            try:
+                alg = algorithm(int(a["algorithm"]))
+            except (TypeError, ValueError):
+                alg = None
+            name = alg.name.removeprefix("reduction_") if alg is not None else ""
+            if name not in K.ALGORITHMS:
+                raise invalid_arguments(f"{kind}: algorithm must be one of "
+                                        f"dnnl.algorithm.reduction_*, got {a['algorithm']!r}")
+            self._alg, self._name = alg, name
+            for n in ("p", "eps"):
+                v = a[n]
+                if isinstance(v, bool) or not NUMBER.accepts(v):
+                    raise invalid_arguments(f"{kind}: {n} must be a number, got {v!r}")
+            self._p, self._eps = float(a["p"]), float(a["eps"])
+            if name in _NORMS and not self._p >= 1.0:
+                raise invalid_arguments(f"{kind}: {alg.name} needs p >= 1, got p={self._p}")
+            src = check_desc(kind, "src_desc", a["src_desc"], allow_any=False)
+            dst = a["dst_desc"]
+            if not isinstance(dst, MemoryDesc) or dst.is_zero():
+                raise invalid_arguments(f"{kind}: dst_desc must be a memory.desc, got {dst!r}")
+            if len(dst.dims) != len(src.dims) or any(
+                    d not in (1, s) for d, s in zip(dst.dims, src.dims)):
+                raise invalid_arguments(
+                    f"{kind}: dst_desc dims {list(dst.dims)} must have src_desc's rank "
+                    f"{len(src.dims)}, each dim equal to src's {list(src.dims)} or 1")
+            if tuple(dst.dims) == tuple(src.dims):
+                raise invalid_arguments(
+                    f"{kind}: dst_desc dims {list(dst.dims)} equal src_desc dims: no dim is "
+                    f"reduced (oneDNN rejects the identity)")
+            if dst.is_any():
+                dst = follow(src, dst.dims)
+            check_desc(kind, "dst_desc", dst)
+            check_attr(kind, self._attr)
+            self._args[ARG_SRC] = ArgSpec(src, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            self._plan_problem(src, dst)
+
+        def _plan_problem(self, src: MemoryDesc, dst: MemoryDesc) -> None:
+            nd = len(src.dims)
+            reduced = tuple(dst.dims[d] != src.dims[d] for d in range(nd))
+            ignore = (frozenset(), frozenset(d for d in range(nd) if reduced[d]))
+            dims, lays, roles = K.fold_dims(src.dims, (layout_of(src), layout_of(dst)),
+                                            reduced, ignore)
+            base = K.ReductionProblem(alg=self._name, p=self._p, eps=self._eps, dims=dims,
+                                      reduced=roles, src=lays[0], dst=lays[1])
+            O, R = base.outputs, base.count
+            info = self.get_engine().info
+            red = [d for d in range(len(dims)) if roles[d]]
+            # row kernel: the innermost dim in src's memory is a reduced one with stride 1
+            inner = red and red[-1] == len(dims) - 1 and K.min_stride(lays[0], red[-1]) == 1
+            row = H.use_row_kernel(info, R, bool(inner))
+            wg = H.row_wg(info, R) if row else H.strided_wg(info)
+            splits = H.reduction_splits(info, O, R, wg if row else 1)
+            variant = "row" if row else "strided"
+            from dataclasses import replace
+
+            self._stages = []
+            scratch = 0
+            if splits == 1:
+                self._stages.append(replace(base, variant=variant, wg=wg))
+            else:
+                self._stages.append(replace(base, variant=variant, wg=wg, splits=splits,
+                                            stage="partial", part_off=0))
+                self._stages.append(replace(base, variant="strided", wg=H.strided_wg(info),
+                                            splits=splits, stage="final", part_off=0))
+                scratch = O * splits
+            self._scratch_elems = scratch
+            self._impl = f"ocl:reduction:{variant}" + (f":split{splits}" if splits > 1 else "")
+            self._info = (f"alg:{alg_name(self._alg)} p:{self._p:g} eps:{self._eps:g} "
+                          f"{'x'.join(map(str, src.dims))}:{'x'.join(map(str, dst.dims))}")
+            self._finish_scratchpad(scratch * 4)
+
+        def get_algorithm(self) -> algorithm:
+            return self._alg
+
+        def get_p(self) -> float:
+            return self._p
+
+        def get_epsilon(self) -> float:
+            return self._eps
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
+        refs = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST), "part": SCRATCH}
+        for st in pd._stages:
+            plan.kernel("reduction", st, K.build_reduction,
+                        **{n: refs[n] for n in K.kernel_args(st)})
+
+    def _execute(self, s, args) -> None:
+        self._plan.execute(s, args)
+
+
+def alg_name(alg: algorithm) -> str:
+    return alg.name.removeprefix("reduction_")

@@ -10,7 +10,6 @@ tensor is read and written through its own strides and inner blocks (plain, stri
 """
 from __future__ import annotations
 
-
 from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, arg_name, prop_kind
 from ..error import invalid_arguments, unimplemented
 from ..kernels import softmax as K
