@@ -1,0 +1,195 @@
+"""benchdnn's softmax driver: ``--softmax [--dir=FWD_D|FWD_I|BWD_D] [--alg=SOFTMAX|LOGSOFTMAX]
+[--axis=1] [--sdt=f32] [--ddt=f32] [--stag=abx] [--dtag=any] [--inplace=false] [--mb=0]
+NxCx...``.
+
+As in oneDNN's benchdnn: ``--alg`` is ``SOFTMAX`` (``softmax_accurate``) or ``LOGSOFTMAX``
+(``softmax_log``; ``ACCURATE`` and ``LOG`` are taken too), ``--axis`` the softmax axis,
+``--stag``/``--dtag`` a oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels
+last), ``aBx8b``/``aBx16b`` (blocked channels), ``any`` (dst only); the older ``--dt`` and
+``--tag`` set both tensors. Every option may list values separated by commas; each
+combination runs. Mode C checks against the numpy reference; mode P prints times, GB/s of
+bytes read and written, the copy kernel's GB/s and PyTorch's time with ``--compare=torch``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, prop_kind
+from ..error import invalid_arguments, unimplemented
+from .common import check_line, copy_gbs, parse_dims, perf_line, time_ms, torch_device
+
+_DIRS = {"FWD_D": prop_kind.forward_training, "FWD_I": prop_kind.forward_inference,
+         "BWD_D": prop_kind.backward_data}
+_ALGS = {"SOFTMAX": algorithm.softmax_accurate, "ACCURATE": algorithm.softmax_accurate,
+         "LOGSOFTMAX": algorithm.softmax_log, "LOG": algorithm.softmax_log}
+_KNOWN = {"dir", "alg", "axis", "sdt", "ddt", "dt", "stag", "dtag", "tag", "inplace", "mb"}
+TOLERANCE = 2e-5  # max |got - ref| / max(1, |ref|) in float32
+
+
+def parse_alg(text: str) -> algorithm:
+    try:
+        return _ALGS[text.strip().upper()]
+    except KeyError:
+        raise invalid_arguments(f"--alg={text}: expected SOFTMAX or LOGSOFTMAX") from None
+
+
+def parse_dir(text: str) -> prop_kind:
+    try:
+        return _DIRS[text.strip().upper()]
+    except KeyError:
+        raise invalid_arguments(f"--dir={text}: expected FWD_D, FWD_I or BWD_D") from None
+
+
+def parse_tag(text: str, nd: int):
+    """benchdnn tag -> a format tag name the memory.desc takes."""
+    t = text.strip()
+    if t == "any":
+        return "any"
+    if t == "abx":
+        return "abcdefghijkl"[:nd]
+    if t == "axb":
+        return "a" + "cdefghijkl"[:max(0, nd - 2)] + "b" if nd >= 3 else "ab"[:nd]
+    if t in ("aBx8b", "aBx16b"):
+        names = {3: f"nCw{t[3:-1]}c", 4: f"nChw{t[3:-1]}c", 5: f"nCdhw{t[3:-1]}c"}
+        if nd not in names:
+            raise unimplemented(f"--tag={t}: blocked channels need 3 to 5 dims, got {nd}")
+        return names[nd]
+    return t
+
+
+def parse_bool(name: str, text: str) -> bool:
+    v = text.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no", ""):
+        return False
+    raise invalid_arguments(f"--{name}={text}: expected true or false")
+
+
+def check_dt(opts: dict[str, str], names=("sdt", "ddt", "dt")) -> None:
+    for n in names:
+        for d in opts.get(n, "f32").split(","):
+            if d.strip() != "f32":
+                raise unimplemented(f"--{n}={d}: only f32 is implemented")
+
+
+def rel_err(got, want) -> float:
+    got = np.asarray(got, np.float64)
+    same = (np.isnan(got) & np.isnan(want)) | (got == want)
+    err = np.where(same, 0.0, np.abs(got - want) / np.maximum(1.0, np.abs(want)))
+    return float(np.nan_to_num(err, nan=np.inf).max()) if err.size else 0.0
+
+
+def _torch_ms(alg, axis, x, backward, device, min_seconds) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    fn = F.log_softmax if alg == algorithm.softmax_log else F.softmax
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    t = torch.from_numpy(x).to(device)
+    if not backward:
+        with torch.no_grad():
+            return time_ms(lambda: fn(t, axis), min_seconds, sync)[0]
+    t.requires_grad_(True)
+    y = fn(t, axis)
+    g = torch.ones_like(y)
+    return time_ms(lambda: torch.autograd.grad(y, t, g, retain_graph=True), min_seconds,
+                   sync)[0]
+
+
+def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
+            min_seconds) -> int:
+    import pydnnl as dnnl
+
+    from ..reference.softmax import softmax_backward as ref_bwd
+    from ..reference.softmax import softmax_forward as ref_fwd
+
+    f32 = dnnl.memory.data_type.f32
+    dname = [k for k, v in _DIRS.items() if v == prop][0]
+    aname = "LOGSOFTMAX" if alg == algorithm.softmax_log else "SOFTMAX"
+    desc = (f"--dir={dname} --alg={aname} --axis={axis} --stag={stag} --dtag={dtag}"
+            + (" --inplace=true" if inplace else ""))
+    problem = "x".join(map(str, dims))
+    backward = prop == prop_kind.backward_data
+    nd = len(dims)
+    t0 = time.perf_counter()
+    src_md = dnnl.memory.desc(dims, f32, parse_tag(stag, nd))
+    dst_md = src_md if inplace else dnnl.memory.desc(dims, f32, parse_tag(dtag, nd))
+    fpd = dnnl.softmax_forward.primitive_desc(
+        eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md, axis)
+    if backward:
+        pd = dnnl.softmax_backward.primitive_desc(eng, alg, fpd.dst_desc(), fpd.dst_desc(),
+                                                  fpd.dst_desc(), axis, fpd)
+        prim = dnnl.softmax_backward(pd)
+    else:
+        pd, prim = fpd, dnnl.softmax_forward(fpd)
+    create_ms = (time.perf_counter() - t0) * 1e3
+    s = dnnl.stream(eng)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-8.0, 8.0, dims).astype(np.float32)
+    if not backward:
+        src = dnnl.memory(pd.src_desc(), eng, x)
+        dst = src if inplace else dnnl.memory(pd.dst_desc(), eng)
+        args, out, nbytes = {ARG_SRC: src, ARG_DST: dst}, dst, 2 * x.size * 4
+    else:
+        y = ref_fwd(alg, x, axis).astype(np.float32)
+        dd = rng.uniform(-1.0, 1.0, dims).astype(np.float32)
+        dst = dnnl.memory(pd.dst_desc(), eng, y)
+        ddm = dnnl.memory(pd.diff_dst_desc(), eng, dd)
+        dsm = ddm if inplace else dnnl.memory(pd.diff_src_desc(), eng)
+        args = {ARG_DST: dst, ARG_DIFF_DST: ddm, ARG_DIFF_SRC: dsm}
+        out, nbytes = dsm, 3 * x.size * 4
+    if mode == "C":
+        prim.execute(s, args)
+        s.wait()
+        want = ref_bwd(alg, dd, y, axis) if backward else ref_fwd(alg, x, axis)
+        line, fails = check_line("softmax", desc, problem, rel_err(out.to_numpy(), want),
+                                 TOLERANCE)
+        print(line + f",impl={pd.impl_info_str()}", flush=True)
+        return fails
+    if mode != "P":
+        raise invalid_arguments(f"--mode={mode}: the softmax driver runs P or C")
+    tmin, tmed = time_ms(lambda: prim.execute(s, args), min_seconds, s.wait)
+    peer = None
+    if compare == "torch":
+        dev = torch_device(eng)
+        peer = ("torch", None if dev is None else _torch_ms(alg, axis, x, backward, dev,
+                                                            min_seconds))
+    copy = copy_gbs(eng, x.size * 4, min_seconds=min(0.5, max(min_seconds, 0.05)))
+    print(perf_line("softmax", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
+                    copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
+    return 0
+
+
+def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
+        min_seconds: float) -> int:
+    """Run ``problem`` (``NxCx...``) for every combination of the options; returns the number
+    of failed checks."""
+    unknown = set(opts) - _KNOWN
+    if unknown:
+        raise invalid_arguments(f"--softmax: unknown option(s) {', '.join(sorted(unknown))}; "
+                                f"it takes {', '.join(sorted(_KNOWN))}")
+    if compare not in (None, "torch"):
+        raise invalid_arguments(f"--compare={compare}: the softmax driver compares with torch")
+    check_dt(opts)
+    dims = parse_dims(problem)
+    mb = int(opts.get("mb", "0") or 0)
+    if mb:
+        dims[0] = mb
+    dirs = [parse_dir(v) for v in opts.get("dir", "FWD_D").split(",")]
+    algs = [parse_alg(v) for v in opts.get("alg", "SOFTMAX").split(",")]
+    try:
+        axes = [int(v) for v in opts.get("axis", "1").split(",")]
+    except ValueError:
+        raise invalid_arguments(f"--axis={opts['axis']}: expected an integer") from None
+    stags = opts.get("stag", opts.get("tag", "abx")).split(",")
+    dtags = opts.get("dtag", opts.get("tag", "any")).split(",")
+    inplace = [parse_bool("inplace", v) for v in opts.get("inplace", "false").split(",")]
+    fails = 0
+    for prop, alg, axis, st, dt_, ip in itertools.product(dirs, algs, axes, stags, dtags,
+                                                           inplace):
+        fails += run_one(eng, dims, prop, alg, axis, st, dt_, ip, mode, compare, min_seconds)
+    return fails
