@@ -1,2 +1,254 @@
-"""The binary primitives (in progress)."""
-__all__: list[str] = []
+"""The binary primitive (``dnnl::binary``): ``dst = src0 op src1`` for oneDNN's twelve binary
+algorithms (add, mul, max, min, div, sub and the comparisons ge, gt, le, lt, eq, ne, which
+write 1.0 or 0.0), either source broadcast along dims where it has 1, with oneDNN v3's
+attributes: common scales of either source and post-ops (sum, eltwise, binary).
+
+The plan is one generated kernel (:mod:`pydnnl.kernels.binary`): a flat 1-D kernel when every
+tensor is dense in one storage order with no broadcast; otherwise a kernel over the collapsed
+index space reading and writing each tensor through its own strides and inner blocks (plain,
+strided, blocked, mixed layouts; block padding untouched). In-place use (the same memory for
+src0 and dst) works on both.
+
+Also the layout helpers the sum and concat primitives share.
+"""
+from __future__ import annotations
+
+import math
+
+from ..constants import (
+    ARG_ATTR_SCALES,
+    ARG_DST,
+    ARG_SRC_0,
+    ARG_SRC_1,
+    algorithm,
+    arg_name,
+)
+from ..error import invalid_arguments, unimplemented
+from ..kernels import binary as K
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.reorder import layout_of
+from ..memory.data_types import data_type
+from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import binary as H
+from ..runtime.plan import Plan, Ref
+from .base import ArgSpec, primitive, primitive_desc_base
+from .post_ops import resolve as resolve_post_ops
+from .signature import Signature, bind
+
+__all__ = ["binary"]
+
+_PLAIN = "abcdefghijkl"
+INT32_MAX = 2**31 - 1
+
+
+# -- layout helpers shared by binary, sum and concat -------------------------------------------
+def check_desc(kind: str, name: str, md, allow_any: bool = True) -> MemoryDesc:
+    """``md`` if it is a non-zero f32 memory desc (``any`` only where allowed)."""
+    if not isinstance(md, MemoryDesc) or md.is_zero():
+        raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
+    if md.is_any() and not allow_any:
+        raise invalid_arguments(f"{kind}: {name} must have a concrete layout (not "
+                                f"format_tag.any), got {md!r}")
+    if md.data_type not in (data_type.f32, data_type.undef) or (
+            md.data_type == data_type.undef and not md.is_any()):
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
+                            f"implemented")
+    return md
+
+
+def plain(dims) -> MemoryDesc:
+    """Dense row-major f32 over ``dims``."""
+    return MemoryDesc(tuple(dims), data_type.f32, _PLAIN[:len(dims)])
+
+
+def like(md: MemoryDesc, dims) -> MemoryDesc:
+    """A dense f32 desc over ``dims`` with ``md``'s storage order and inner blocks (how oneDNN
+    initializes an ``any`` destination from a source's blocking)."""
+    dims = tuple(int(v) for v in dims)
+    if md.tag is not None and md.tag.name not in ("any", "undef") \
+            and md.tag.canonical is not None:
+        return MemoryDesc(dims, data_type.f32, md.tag)
+    nd = len(dims)
+    blk = md.block_sizes()
+    padded = tuple(-(-v // b) * b for v, b in zip(dims, blk))
+    # outermost first: largest stride; dims of size 1 keep their place among equals
+    order = sorted(range(nd), key=lambda d: (-md.strides[d], d))
+    strides, run = [0] * nd, math.prod(md.inner_blks) if md.inner_blks else 1
+    for d in reversed(order):
+        strides[d] = run
+        run *= padded[d] // blk[d]
+    if not md.inner_blks:
+        return MemoryDesc(dims, data_type.f32, tuple(strides))
+    return MemoryDesc._make(dims, data_type.f32, strides, md.inner_blks, md.inner_idxs, padded,
+                            0, None)
+
+
+def _storage_order(md: MemoryDesc) -> tuple:
+    strides = tuple(s if p > 1 else 0 for s, p in zip(md.strides, md.padded_dims))
+    return (md.dims, strides, md.inner_blks, md.inner_idxs, md.padded_dims)
+
+
+def same_dense(mds) -> bool:
+    """Whether storage element ``i`` of every desc is the same logical element (dense, no
+    block padding, one storage order): a flat 1-D kernel serves them."""
+    first = mds[0]
+    return all(md.is_dense() and tuple(md.padded_dims) == tuple(md.dims)
+               and _storage_order(md) == _storage_order(first) for md in mds)
+
+
+def check_index_range(kind: str, mds) -> None:
+    for md in mds:
+        if md.nelems_physical() > INT32_MAX or md.nelems() > INT32_MAX:
+            raise unimplemented(f"{kind}: tensors of more than 2^31 - 1 elements are not "
+                                f"implemented (got {md!r})")
+
+
+def check_inplace(kind: str, args, inputs, out_arg) -> None:
+    """The same buffer as an input and the output is in-place use: the descs must agree."""
+    out = args[out_arg]
+    for a in inputs:
+        m = args.get(a)
+        if m is not None and m.buffer is out.buffer and m.get_desc() != out.get_desc():
+            raise invalid_arguments(
+                f"{kind}.execute: {arg_name(a)} and {arg_name(out_arg)} share one buffer with "
+                f"different descs ({m.get_desc()!r} vs {out.get_desc()!r}); in-place use needs "
+                f"the same desc")
+
+
+def _alg(kind: str, alg) -> algorithm:
+    try:
+        a = algorithm(int(alg))
+    except (TypeError, ValueError):
+        a = None
+    if a not in K.BINARY_ALGS:
+        raise invalid_arguments(f"{kind}: algorithm must be one of dnnl.algorithm.binary_add, "
+                                f"_mul, _max, _min, _div, _sub, _ge, _gt, _le, _lt, _eq, _ne; "
+                                f"got {alg!r}")
+    return a
+
+
+class binary(primitive):
+    """``dst = src0 op src1`` (oneDNN's binary, f32)."""
+
+    class primitive_desc(primitive_desc_base):
+        """``binary.primitive_desc(engine, algorithm, src0_desc, src1_desc, dst_desc,
+        attr=None)``."""
+
+        _kind = "binary"
+        signature = Signature(
+            "binary.primitive_desc",
+            head=("engine", "algorithm", "src0_desc", "src1_desc", "dst_desc"),
+            forms=((),), tail=("attr",),
+            aliases={"aengine": "engine", "aalgorithm": "algorithm", "src0": "src0_desc",
+                     "src1": "src1_desc", "dst": "dst_desc"})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            kind = "binary"
+            self._alg = _alg(kind, a["algorithm"])
+            src0 = check_desc(kind, "src0_desc", a["src0_desc"], allow_any=False)
+            src1 = check_desc(kind, "src1_desc", a["src1_desc"])
+            dst = check_desc(kind, "dst_desc", a["dst_desc"])
+            nd = len(dst.dims)
+            for name, md in (("src0_desc", src0), ("src1_desc", src1)):
+                if len(md.dims) != nd:
+                    raise invalid_arguments(f"{kind}: {name} has {len(md.dims)} dims "
+                                            f"{list(md.dims)}, dst_desc {nd} {list(dst.dims)}; "
+                                            f"every tensor must have as many")
+            for d in range(nd):
+                s0, s1, dd = src0.dims[d], src1.dims[d], dst.dims[d]
+                if s0 not in (1, dd) or s1 not in (1, dd) or dd not in (s0, s1):
+                    raise invalid_arguments(
+                        f"{kind}: dimension {d}: src0 {s0}, src1 {s1}, dst {dd}; each source "
+                        f"must have dst's size or 1 (broadcast) and dst the larger "
+                        f"(src0 {list(src0.dims)}, src1 {list(src1.dims)}, dst "
+                        f"{list(dst.dims)})")
+            if src0.data_type == data_type.undef:
+                src0 = src0.with_data_type(data_type.f32)
+            if src1.is_any():
+                src1 = like(src0, src1.dims)
+            elif src1.data_type == data_type.undef:
+                src1 = src1.with_data_type(data_type.f32)
+            if dst.is_any():
+                dst = like(src0, dst.dims)
+            elif dst.data_type == data_type.undef:
+                dst = dst.with_data_type(data_type.f32)
+            check_index_range(kind, (src0, src1, dst))
+            self._scales = {}
+            for arg, mask in self._attr.scales.items():
+                if arg not in (ARG_SRC_0, ARG_SRC_1):
+                    raise invalid_arguments(f"{kind}: scales may be set for ARG_SRC_0 and "
+                                            f"ARG_SRC_1 only, got {arg_name(arg)}")
+                if mask != 0:
+                    raise unimplemented(f"{kind}: scales mask {mask} for {arg_name(arg)}; "
+                                        f"oneDNN's binary takes one common scale (mask 0)")
+                self._scales[arg] = True
+            if self._attr.zero_points:
+                raise unimplemented(f"{kind}: zero points are not implemented (f32 only)")
+            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
+            self._args[ARG_SRC_0] = ArgSpec(src0, False)
+            self._args[ARG_SRC_1] = ArgSpec(src1, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            self._args.update(po_args)
+            self._add_runtime_attr_args()
+            self._po_mds = [self._args[k].md for k in sorted(po_args)]
+            self._plan_layout()
+            self._info = (f"alg:{self._alg.name} {'x'.join(map(str, src0.dims))}:"
+                          f"{'x'.join(map(str, src1.dims))}:{'x'.join(map(str, dst.dims))}"
+                          + (f" attr-post-ops:{describe_post_ops(self._post_ops)}"
+                             if self._post_ops else "")
+                          + (" attr-scales:" + "+".join(arg_name(s)[4:].lower()
+                                                        for s in self._scales)
+                             if self._scales else ""))
+            self._finish_scratchpad(0)
+
+        def _plan_layout(self) -> None:
+            """The kernel's index space: flat, or collapsed with broadcast terms."""
+            src0, src1, dst = (self._args[a].md for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST))
+            mds = [src0, src1, dst] + self._po_mds
+            flat = (tuple(src0.dims) == tuple(dst.dims) == tuple(src1.dims)
+                    and all(tuple(md.dims) == tuple(dst.dims) for md in self._po_mds)
+                    and same_dense(mds))
+            if flat:
+                self._dims = (dst.nelems(),)
+                self._layouts = tuple(K.dense_layout(md.offset0) for md in mds)
+                self._impl = "ocl:binary:flat"
+                return
+            layouts = [K.broadcast_layout(layout_of(md), md.dims, dst.dims) for md in mds]
+            self._dims, self._layouts, _ = K.collapse(dst.dims, layouts, order_by=2)
+            self._impl = "ocl:binary:strided"
+
+        def get_algorithm(self) -> algorithm:
+            return self._alg
+
+        def _problem(self, eng) -> K.BinaryProblem:
+            wg, rows = H.launch(eng.info, self._dims)
+            chain = []
+            lay = iter(self._layouts[3:])
+            for op in self._post_ops:
+                if op[0] == "binary":  # operand read through its collapsed layout
+                    _, alg, _, _, n = op
+                    op = ("binary", alg, next(lay), self._dims, n)
+                chain.append(op)
+            return K.BinaryProblem(
+                alg=int(self._alg), dims=self._dims, layouts=self._layouts[:3],
+                sizes=tuple(self._args[a].md.nelems_physical()
+                            for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)),
+                wg=wg, rows=rows, post_ops=tuple(chain),
+                scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)))
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), "binary")
+        problem = pd._problem(pd.get_engine())
+        named = {"src0": Ref(ARG_SRC_0), "src1": Ref(ARG_SRC_1), "dst": Ref(ARG_DST)}
+        if problem.scales[0]:
+            named["scale0"] = Ref(ARG_ATTR_SCALES | ARG_SRC_0)
+        if problem.scales[1]:
+            named["scale1"] = Ref(ARG_ATTR_SCALES | ARG_SRC_1)
+        plan.kernel("binary", problem, K.build_binary, **named)
+
+    def _execute(self, s, args) -> None:
+        check_inplace("binary", args, (ARG_SRC_0, ARG_SRC_1), ARG_DST)
+        self._plan.execute(s, args)

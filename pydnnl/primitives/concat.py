@@ -1,2 +1,162 @@
-"""The concat primitives (in progress)."""
-__all__: list[str] = []
+"""The concat primitive (``dnnl::concat``): sources of one rank, equal in every dim but
+``concat_dimension``, laid one after the other along it in dst, with or without a destination
+desc.
+
+The plan is one generated kernel (:mod:`pydnnl.kernels.concat`) that writes every element of
+dst once, reading it from the source covering its position on the axis through that source's
+own layout (plain, strided, blocked, mixed); more sources than one kernel takes run as one
+launch per chunk of sources, each writing its own region of dst.
+
+A destination left to the primitive (no dst desc, or ``format_tag.any``) takes oneDNN's rule:
+the layout of the first blocked source whose blocks let every source be a region of dst,
+else that of the first plain source, dense.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import ARG_DST, ARG_MULTIPLE_SRC
+from ..error import invalid_arguments
+from ..kernels import binary as KB
+from ..kernels import concat as K
+from ..kernels.reorder import layout_of
+from ..memory.data_types import data_type
+from ..runtime.heuristics import binary as H
+from ..runtime.plan import Plan, Ref
+from .base import ArgSpec, primitive
+from .binary import check_desc, check_index_range, like, plain
+from .signature import Kind, Signature, bind
+from .sum import SRCS, check_srcs, multi_src_pd
+
+__all__ = ["concat"]
+
+INT = Kind("ints", "an int",
+           lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+
+
+def _regions_fit(md, srcs, axis: int) -> bool:
+    """Whether every source is a region of a dst in ``md``'s layout (blocks along the axis
+    divide the sources' offsets)."""
+    blk = md.block_sizes()[axis]
+    if blk == 1:
+        return True
+    start = 0
+    for i, s in enumerate(srcs):
+        if start % blk or (s.dims[axis] % blk and i != len(srcs) - 1):
+            return False
+        start += s.dims[axis]
+    return True
+
+
+def default_dst(srcs, dims, axis: int):
+    """oneDNN's choice for an ``any`` destination."""
+    for md in srcs:
+        if md.inner_blks:
+            cand = like(md, dims)
+            if _regions_fit(cand, srcs, axis):
+                return cand
+    for md in srcs:
+        if not md.inner_blks:
+            return like(md, dims)
+    return plain(dims)
+
+
+class concat(primitive):
+    """dst = the sources laid one after the other along ``concat_dimension`` (oneDNN's concat,
+    f32)."""
+
+    class primitive_desc(multi_src_pd):
+        """``concat.primitive_desc(engine, dst_desc, concat_dimension, srcs, attr=None)`` or
+        ``concat.primitive_desc(engine, concat_dimension, srcs, attr=None)``."""
+
+        _kind = "concat"
+        signature = Signature(
+            "concat.primitive_desc", head=("engine",),
+            forms=(("dst_desc", "concat_dimension", "srcs"), ("concat_dimension", "srcs")),
+            tail=("attr",), aliases={"aengine": "engine", "dst": "dst_desc"},
+            kinds={"concat_dimension": INT, "srcs": SRCS})
+
+        def __init__(self, *args, **kw):
+            a = bind(self.signature, args, kw)
+            self._init_base(a["engine"], a["attr"])
+            kind = "concat"
+            srcs = self._srcs = check_srcs(kind, a["srcs"])
+            nd = len(srcs[0].dims)
+            axis = a["concat_dimension"]
+            if not INT.accepts(axis) or not 0 <= int(axis) < nd:
+                raise invalid_arguments(f"{kind}: concat_dimension must be an int in [0, {nd}) "
+                                        f"for {nd}-D sources, got {axis!r}")
+            axis = self._axis = int(axis)
+            base = srcs[0].dims
+            for i, md in enumerate(srcs):
+                for d in range(nd):
+                    if d != axis and md.dims[d] != base[d]:
+                        raise invalid_arguments(
+                            f"{kind}: srcs[{i}] dims {list(md.dims)} differ from srcs[0] dims "
+                            f"{list(base)} in dimension {d}; sources may differ only in "
+                            f"concat_dimension {axis}")
+            dims = list(base)
+            dims[axis] = sum(md.dims[axis] for md in srcs)
+            dims = tuple(dims)
+            dst = a.get("dst_desc")
+            if dst is not None and not dst.is_zero():
+                dst = check_desc(kind, "dst_desc", dst)
+                if tuple(dst.dims) != dims:
+                    raise invalid_arguments(f"{kind}: dst_desc dims {list(dst.dims)} must be "
+                                            f"{list(dims)} (the sources' dims, their "
+                                            f"concat_dimension {axis} sizes added)")
+            if dst is None or dst.is_zero() or dst.is_any():
+                dst = default_dst(srcs, dims, axis)
+            elif dst.data_type == data_type.undef:
+                dst = dst.with_data_type(data_type.f32)
+            self._check_attr()
+            check_index_range(kind, srcs + [dst])
+            for i, md in enumerate(srcs):
+                self._args[ARG_MULTIPLE_SRC + i] = ArgSpec(md, False)
+            self._args[ARG_DST] = ArgSpec(dst, True)
+            self._dims, self._layouts, pos = KB.collapse(
+                dims, [layout_of(md) for md in srcs + [dst]], order_by=-1, keep=(axis,))
+            self._cat_axis = pos[axis]
+            self._impl = "ocl:concat:strided"
+            self._info = (f"axis:{axis} " + ":".join("x".join(map(str, md.dims)) for md in srcs)
+                          + f" -> {'x'.join(map(str, dims))}")
+            self._finish_scratchpad(0)
+
+        def get_concat_dimension(self) -> int:
+            return self._axis
+
+        def _problems(self, eng):
+            """One kernel problem per chunk of sources (a region of dst each)."""
+            per = max(1, H.max_inputs(eng.info))
+            n = len(self._srcs)
+            out, base = [], 0
+            dst_size = self._args[ARG_DST].md.nelems_physical()
+            for start in range(0, n, per):
+                ks = range(start, min(n, start + per))
+                extents = tuple(self._srcs[k].dims[self._axis] for k in ks)
+                dims = list(self._dims)
+                dims[self._cat_axis] = sum(extents)
+                wg, rows = H.launch(eng.info, dims)
+                out.append((K.ConcatProblem(
+                    dims=tuple(dims), axis=self._cat_axis, extents=extents, base=base,
+                    layouts=tuple(self._layouts[k] for k in ks) + (self._layouts[-1],),
+                    sizes=tuple(self._srcs[k].nelems_physical() for k in ks) + (dst_size,),
+                    wg=wg, rows=rows), ks))
+                base += sum(extents)
+            return out
+
+    def _create(self) -> None:
+        pd = self._pd
+        plan = self._plan = Plan(pd.get_engine(), "concat")
+        for problem, ks in pd._problems(pd.get_engine()):
+            named = {f"src{j}": Ref(ARG_MULTIPLE_SRC + k) for j, k in enumerate(ks)}
+            plan.kernel("concat", problem, K.build_concat, dst=Ref(ARG_DST), **named)
+
+    def _execute(self, s, args) -> None:
+        out = args[ARG_DST]
+        for i in range(len(self._pd._srcs)):
+            if args[ARG_MULTIPLE_SRC + i].buffer is out.buffer:
+                raise invalid_arguments(
+                    f"concat.execute: ARG_MULTIPLE_SRC+{i} and ARG_DST are one buffer; the "
+                    f"concat cannot run in place")
+        self._plan.execute(s, args)

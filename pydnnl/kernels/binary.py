@@ -1,0 +1,220 @@
+"""Loopy generator of binary kernels (``dst = src0 op src1``, either source broadcast along
+dims of size 1), and the index-space helpers the sum and concat generators share.
+
+Every kernel here walks a logical index space ``dims`` whose tensors are described by
+reorder-style :func:`~pydnnl.kernels.reorder.layout_of` tuples: a broadcast dimension is a term
+of stride 0 (:func:`broadcast_layout`). Callers first reduce the space with :func:`collapse`:
+dims of size 1 go, the dims are put in the destination's storage order, and neighbours that
+every tensor stores as one run merge, so a contiguous problem is one dimension and a
+per-channel broadcast on NCHW is three (N, C, HW).
+
+Two launch shapes (:func:`grid`):
+
+- **flat**: one work-item per element of the whole space; work-item ``i`` finds its position
+  by division by constants (one index per dim), work-groups of ``wg`` consecutive elements.
+- **rows**: when the innermost dim is long, work-items run along it (``j``: consecutive
+  addresses, no division) and work-group row ``o`` (axis 1) covers the outer dims.
+
+Pure: no engine, no argument maps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..constants import algorithm
+from . import post_ops as po
+from .reorder import _offset_expr
+
+BINARY_ALGS = (algorithm.binary_add, algorithm.binary_mul, algorithm.binary_max,
+               algorithm.binary_min, algorithm.binary_div, algorithm.binary_sub,
+               algorithm.binary_ge, algorithm.binary_gt, algorithm.binary_le,
+               algorithm.binary_lt, algorithm.binary_eq, algorithm.binary_ne)
+
+
+@dataclass(frozen=True)
+class BinaryProblem:
+    """``dst = src0 op src1`` over logical ``dims`` (already collapsed).
+
+    ``layouts`` and ``sizes`` hold (src0, src1, dst): each tensor's layout over ``dims`` (a
+    broadcast dim has a zero term) and its storage elements. ``rows`` picks the rows launch
+    shape (see the module docstring), ``wg`` the work-items per work-group along the fastest
+    axis. With ``scales`` the kernel reads ``scale0`` / ``scale1`` (one float each) and computes
+    ``(scale0 * src0) op (scale1 * src1)``; ``post_ops`` then apply to the result (a sum entry
+    reads dst's previous content)."""
+
+    alg: int
+    dims: tuple[int, ...]
+    layouts: tuple
+    sizes: tuple[int, ...]
+    wg: int = 256
+    rows: bool = False
+    post_ops: tuple = ()  # a kernels.post_ops chain; binary operands over ``dims``
+    scales: tuple[bool, bool] = (False, False)  # common scale of src0 / src1 (one float each)
+
+
+ARG_NAMES = ("src0", "src1", "dst")
+
+
+# -- layouts and index spaces (shared with the sum and concat generators) ----------------------
+def dense_layout(offset0: int) -> tuple:
+    """The layout of a 1-D dense run from ``offset0`` (a flat-storage view)."""
+    return (int(offset0), ((1, 1, ()),))
+
+
+def broadcast_layout(layout: tuple, src_dims, dst_dims) -> tuple:
+    """``layout`` over ``src_dims`` seen over ``dst_dims``: every dim where the source has 1
+    and the destination more reads index 0 (a zero term)."""
+    off, per_dim = layout
+    out = tuple((1, 0, ()) if s == 1 and d != 1 else t
+                for t, s, d in zip(per_dim, src_dims, dst_dims))
+    return (off, out)
+
+
+def _plain_stride(term) -> int | None:
+    blk, stride, inner = term
+    return stride if blk == 1 and not inner else None
+
+
+def collapse(dims, layouts, order_by: int = -1, keep=()) -> tuple[tuple, tuple, tuple]:
+    """Reduce the index space ``dims`` shared by ``layouts``: drop dims of size 1, order the
+    rest by ``layouts[order_by]``'s outer strides (outermost first) and merge neighbours every
+    layout stores as one run (a broadcast pair merges too: both strides 0). Dims listed in
+    ``keep`` never merge. Returns ``(dims, layouts, positions)``: ``positions[d]`` is where
+    original dim ``d`` went (None if dropped)."""
+    nd = len(dims)
+    ref = layouts[order_by][1]
+
+    def sort_key(d):
+        blk, stride, inner = ref[d]
+        return (-stride, d)
+
+    live = [d for d in range(nd) if dims[d] > 1 or d in keep]
+    live.sort(key=sort_key)
+    # groups of original dims, outermost first
+    groups: list[list[int]] = []
+    for d in live:
+        if groups:
+            prev = groups[-1][-1]
+            ok = prev not in keep and d not in keep
+            for lay in layouts:
+                a, b = _plain_stride(lay[1][prev]), _plain_stride(lay[1][d])
+                if a is None or b is None or a != b * dims[d]:
+                    ok = False
+                    break
+            if ok:
+                groups[-1].append(d)
+                continue
+        groups.append([d])
+    if not groups:  # a single element
+        return (1,), tuple((lay[0], ((1, 0, ()),)) for lay in layouts), tuple([None] * nd)
+    new_dims = tuple(math.prod(dims[d] for d in g) for g in groups)
+    new_layouts = []
+    for lay in layouts:
+        terms = []
+        for g in groups:
+            if len(g) == 1:
+                terms.append(lay[1][g[0]])
+            else:  # the innermost member's stride steps the merged dim
+                terms.append((1, lay[1][g[-1]][1], ()))
+        new_layouts.append((lay[0], tuple(terms)))
+    positions = [None] * nd
+    for k, g in enumerate(groups):
+        for d in g:
+            positions[d] = k
+    return new_dims, tuple(new_layouts), tuple(positions)
+
+
+def _decompose(flat, dims) -> list:
+    """Per-dim indices of a row-major flat index over ``dims`` (division by constants)."""
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    out, inner = [], 1
+    for k in range(len(dims) - 1, -1, -1):
+        e = flat if inner == 1 else FloorDiv(flat, inner)
+        if k > 0:
+            e = Remainder(e, dims[k])
+        out.append(e)
+        inner *= dims[k]
+    return out[::-1]
+
+
+def grid(dims, rows: bool):
+    """``(domain, inames, idx)``: the loopy domain over ``dims`` for the launch shape and the
+    index expression of every dim."""
+    from pymbolic import var
+
+    n = math.prod(dims)
+    if rows and len(dims) > 1:
+        outer, inner = n // dims[-1], dims[-1]
+        idx = _decompose(var("o"), dims[:-1]) + [var("j")]
+        return (f"{{[o, j]: 0 <= o < {outer} and 0 <= j < {inner}}}", ("o", "j"), idx)
+    return f"{{[i]: 0 <= i < {n}}}", ("i",), _decompose(var("i"), dims)
+
+
+def schedule(knl, dims, rows: bool, wg: int):
+    """Tag the inames of :func:`grid`: the fastest one split into work-groups of ``wg``
+    (``l.0``/``g.0``), the row index on ``g.1``."""
+    import loopy as lp
+
+    n = math.prod(dims)
+    if rows and len(dims) > 1:
+        inner = dims[-1]
+        knl = lp.split_iname(knl, "j", max(1, min(wg, inner)), inner_tag="l.0",
+                             outer_tag="g.0")
+        return lp.tag_inames(knl, {"o": "g.1"})
+    return lp.split_iname(knl, "i", max(1, min(wg, n)), inner_tag="l.0", outer_tag="g.0")
+
+
+def offset(layout: tuple, idx):
+    """The storage offset of the element at ``idx`` in ``layout``."""
+    return _offset_expr(layout, idx)
+
+
+def global_arg(name: str, size: int | None, output: bool = False, input: bool = True):
+    """A float32 buffer argument (``size`` None: unsized, for reads guarded by a condition
+    loopy's bounds check cannot follow)."""
+    import loopy as lp
+
+    return lp.GlobalArg(name, np.float32, shape=None if size is None else (int(size),),
+                        is_output=output, is_input=input)
+
+
+# -- the binary kernel -------------------------------------------------------------------------
+def kernel_name(p: BinaryProblem) -> str:
+    return "pydnnl_" + algorithm(p.alg).name
+
+
+def build_binary(p: BinaryProblem):
+    """loopy TranslationUnit ``(src0, src1, dst)``."""
+    import loopy as lp
+    from pymbolic import var
+
+    from .clhelpers import register_helpers
+
+    alg = algorithm(p.alg)
+    if alg not in BINARY_ALGS:
+        raise ValueError(f"binary kernel: {alg.name} is not a binary algorithm")
+    domain, inames, idx = grid(p.dims, p.rows)
+    a = var("src0")[offset(p.layouts[0], idx)]
+    b = var("src1")[offset(p.layouts[1], idx)]
+    args = [global_arg("src0", p.sizes[0]), global_arg("src1", p.sizes[1])]
+    if p.scales[0]:
+        a = var("scale0")[0] * a
+        args.append(global_arg("scale0", 1))
+    if p.scales[1]:
+        b = var("scale1")[0] * b
+        args.append(global_arg("scale1", 1))
+    dst = var("dst")[offset(p.layouts[2], idx)]
+    value = po.apply(po.binary_value(alg, a, b), p.post_ops, prior=dst, at=idx)
+    insn = lp.Assignment(dst, value, within_inames=frozenset(inames))
+    args.append(global_arg("dst", p.sizes[2], output=True, input=po.reads_prior(p.post_ops)))
+    args += po.loopy_args(p.post_ops)
+    knl = lp.make_kernel(domain, [insn], args, name=kernel_name(p), lang_version=(2018, 2),
+                         target=lp.PyOpenCLTarget())
+    knl = schedule(knl, p.dims, p.rows, p.wg)
+    helpers = {h[0]: h for h in po.helpers((("binary", int(alg), (), (), 0),))
+               + po.helpers(tuple(p.post_ops))}
+    return register_helpers(knl, list(helpers.values())) if helpers else knl
