@@ -120,7 +120,7 @@ class _softmax_pd(primitive_desc_base):
         innermost = all(min_stride(flays[0], axis) <= min_stride(flays[0], d)
                         for d in range(len(fdims)) if d != axis)
         row = H.use_row_kernel(info, C, innermost and min_stride(flays[0], axis) == 1)
-        wg = H.row_wg(info, C) if row else H.strided_wg(info)
+        wg = H.row_wg(info, C) if row else H.softmax_strided_wg(info)
         self._problem = K.SoftmaxProblem(
             log=self._alg == algorithm.softmax_log, backward=self._prop == prop_kind.backward_data,
             dims=fdims, axis=axis, layouts=flays, variant="row" if row else "strided", wg=wg)
