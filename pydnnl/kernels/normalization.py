@@ -78,6 +78,38 @@ def _decompose(var: str, sizes: list[int], names: list[str]) -> str:
     return "\n    ".join(lines)
 
 
+def logical_layout(dims) -> tuple:
+    """The layout tuple of a dense row-major tensor of ``dims`` (the workspace's indexing)."""
+    return (0, tuple((1, st, ()) for st in _row_major_strides(dims)))
+
+
+def plain_groups(dims, layouts: list, keep: int) -> tuple | None:
+    """Dims merged into runs that are contiguous in every layout, outermost first in the
+    memory order of ``layouts[0]``: ``((size, has_keep, (stride per layout, ...)), ...)``.
+    Dim ``keep`` stays a run of its own; None when a layout is blocked."""
+    for lay in layouts:
+        if any(blk > 1 or inner for blk, _s, inner in lay[1]):
+            return None
+    groups: list[list] = []
+    for d in memory_order(layouts[0], dims):
+        if dims[d] == 1 and d != keep:
+            continue
+        strides = [lay[1][d][1] for lay in layouts]
+        if groups and d != keep and not groups[-1][1] and all(
+                g == s * dims[d] for g, s in zip(groups[-1][2], strides)):
+            groups[-1][0] *= dims[d]
+            groups[-1][2] = strides
+            continue
+        groups.append([dims[d], d == keep, strides])
+    return tuple((g[0], g[1], tuple(g[2])) for g in groups)
+
+
+def _group_offsets(groups, idx: list[str], which: int, off0: int) -> str:
+    terms = [str(off0)] if off0 else []
+    terms += [f"{i} * {g[2][which]}" for i, g in zip(idx, groups) if g[2][which]]
+    return "(" + " + ".join(terms) + ")" if terms else "0"
+
+
 def _f(v: float) -> str:
     return repr(float(v)) + "f"
 
@@ -129,6 +161,10 @@ def _bn_index(dims, r: str) -> tuple[str, list[str]]:
 
 
 def build_bn_reduce(p: BnReduce) -> KernelSource:
+    if p.lanes == "r":
+        fast = _bn_reduce_runs(p)
+        if fast is not None:
+            return fast
     N, C, S, sp = _bn_sizes(p.dims)
     R = N * S
     chunk = -(-R // p.groups)
@@ -205,6 +241,98 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
 """
         gsize = (L * p.groups, C)
     return KernelSource(name, src, gsize, (p.wg, 1), _arg_names(args))
+
+
+UNROLL = 4  # independent partial sums per work-item in the runs reduction
+
+
+def bn_reduce_partials(p: BnReduce) -> int:
+    """How many partial rows (of ``2 * C`` floats) the reduction kernel of ``p`` writes:
+    one per chunk, or one per chunk and lane for the runs kernel (no local reduction)."""
+    return p.groups * p.wg if p.lanes == "r" and _bn_reduce_lays(p)[1] is not None \
+        else p.groups
+
+
+def _bn_reduce_lays(p: BnReduce):
+    lays = [p.x] + ([p.dy] if p.dy is not None else []) + (
+        [logical_layout(p.dims)] if p.ws else [])
+    return lays, plain_groups(p.dims, lays, keep=1)
+
+
+def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
+    """The ``r``-lanes reduction over plain layouts: work-items along the innermost run of
+    the reduction dims (contiguous loads), a uniform loop over the outer runs, ``UNROLL``
+    independent sums per work-item, one partial per lane (no barrier)."""
+    lays, groups = _bn_reduce_lays(p)
+    if groups is None:
+        return None
+    C, L = p.dims[1], p.wg
+    cg = next(i for i, g in enumerate(groups) if g[1])
+    red = [g for g in groups if not g[1]]
+    if not red:
+        red = [(1, False, (0,) * len(lays))]
+    inner, outer = red[-1], red[:-1]
+    S_in, O = inner[0], math.prod(g[0] for g in outer)
+    chunk = -(-O // p.groups)
+    names = [f"o{k}" for k in range(len(outer))]
+    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
+    allg = outer + [inner, groups[cg]]
+    idx = names + ["i", "c"]
+    x_off = _group_offsets(allg, idx, 0, p.x[0])
+    bwd = p.dy is not None
+    args = ["__global const float *restrict src"]
+    if bwd:
+        args += ["__global const float *restrict diff_dst", "__global const float *restrict mean"]
+        if p.ws:
+            args.append("__global const uchar *restrict ws")
+        dy_val = f"diff_dst[{_group_offsets(allg, idx, 1, p.dy[0])}]"
+        if p.ws:
+            dy_val = f"(ws[{_group_offsets(allg, idx, 2, 0)}] ? {dy_val} : 0.0f)"
+        shift = f"mean[{offset_expr(p.mean, ['c'])}]"
+        body = f"""
+            const float x = src[{x_off}] - k;
+            const float dy = {dy_val};
+            a0 += dy; a1 += dy * x;"""
+    else:
+        shift = f"src[{p.x[0]} + c * {groups[cg][2][0]}]"
+        body = f"""
+            const float x = src[{x_off}] - k;
+            a0 += x; a1 += x * x;"""
+    args += ["__global float *restrict part", "const int p_off"]
+    U = UNROLL
+    full = S_in // (L * U)
+    unrolled = body.replace("a0 +=", "a0[u] +=").replace("a1 +=", "a1[u] +=")
+    name = "pydnnl_bn_reduce"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int l = get_local_id(0);
+    const int g = get_group_id(0);
+    const int c = get_global_id(1);
+    const float k = {shift};
+    float a0[{U}], a1[{U}];
+    for (int u = 0; u < {U}; ++u) {{ a0[u] = 0.0f; a1[u] = 0.0f; }}
+    const int o_end = min({O}, (g + 1) * {chunk});
+    for (int o = g * {chunk}; o < o_end; ++o) {{
+        {dec}
+        for (int j = 0; j < {full}; ++j) {{
+            #pragma unroll
+            for (int u = 0; u < {U}; ++u) {{
+            const int i = (j * {U} + u) * {L} + l;{unrolled}
+            }}
+        }}
+        for (int i = {full * L * U} + l; i < {S_in}; i += {L}) {{
+            const int u = 0;{unrolled}
+        }}
+    }}
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int u = 0; u < {U}; ++u) {{ s0 += a0[u]; s1 += a1[u]; }}
+    part[p_off + ((g * {L} + l) * {C} + c) * 2] = s0;
+    part[p_off + ((g * {L} + l) * {C} + c) * 2 + 1] = s1;
+}}
+"""
+    return KernelSource(name, src, (L * p.groups, C), (L, 1), _arg_names(args))
 
 
 def _row_major_strides(dims) -> list[int]:
@@ -348,6 +476,9 @@ class BnApply:
 
 
 def build_bn_apply(p: BnApply) -> KernelSource:
+    fast = _bn_apply_runs(p)
+    if fast is not None:
+        return fast
     dims = p.dims
     C = dims[1]
     order = memory_order(p.x, dims)
@@ -391,6 +522,62 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 }}
 """
     return KernelSource(name, src, (-(-total // p.wg) * p.wg,), (p.wg,), _arg_names(args))
+
+
+def _bn_apply_runs(p: BnApply) -> KernelSource | None:
+    """The elementwise pass over plain layouts: axis 0 along the innermost run (contiguous
+    vectors), axis 1 over the outer runs (offsets and the channel uniform per row)."""
+    lays = [p.x, p.out] + ([p.dy] if p.dy is not None else []) + (
+        [logical_layout(p.dims)] if p.ws else [])
+    groups = plain_groups(p.dims, lays, keep=1)
+    if groups is None:
+        return None
+    C = p.dims[1]
+    inner, outer = groups[-1], groups[:-1]
+    S_in, O = inner[0], math.prod(g[0] for g in outer)
+    names = [("c" if g[1] else f"o{k}") for k, g in enumerate(outer)]
+    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
+    idx = names + ["c" if inner[1] else "i"]
+    allg = list(outer) + [inner]
+    bwd = p.dy is not None
+    wsi = 3 if bwd else 2
+    args = ["__global const float *restrict src"]
+    if bwd:
+        args.append("__global const float *restrict diff_dst")
+    if p.ws:
+        args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
+    args += ["__global const float *restrict coef", "const int k_off",
+             "__global float *restrict dst"]
+    x_val = f"src[{_group_offsets(allg, idx, 0, p.x[0])}]"
+    if bwd:
+        dy = f"diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}]"
+        if p.ws:
+            dy = f"(ws[{_group_offsets(allg, idx, wsi, 0)}] ? {dy} : 0.0f)"
+        body = f"""
+    const float dy = {dy};
+    const float y = coef[k_off + {C} + c] * dy
+        + coef[k_off + {2 * C} + c] * ({x_val} - coef[k_off + c]) + coef[k_off + {3 * C} + c];"""
+    else:
+        body = f"""
+    float y = ({x_val} - coef[k_off + c]) * coef[k_off + {C} + c] + coef[k_off + {2 * C} + c];"""
+        if p.relu:
+            body += "\n    y = fmax(y, 0.0f);"
+        if p.ws:
+            body += f"\n    ws[{_group_offsets(allg, idx, wsi, 0)}] = y > 0.0f ? 1 : 0;"
+    wg = max(1, min(p.wg, 1 << max(0, (S_in - 1).bit_length())))
+    name = "pydnnl_bn_apply"
+    src = f"""
+__kernel void __attribute__((reqd_work_group_size({wg}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int {idx[-1]} = get_global_id(0);
+    const int o = get_global_id(1);
+    if ({idx[-1]} >= {S_in}) return;
+    {dec}{body}
+    dst[{_group_offsets(allg, idx, 1, p.out[0])}] = y;
+}}
+"""
+    return KernelSource(name, src, (-(-S_in // wg) * wg, O), (wg, 1), _arg_names(args))
 
 
 # -- layer normalization -----------------------------------------------------------------------

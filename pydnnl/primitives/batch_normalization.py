@@ -43,6 +43,7 @@ from ..kernels.normalization import (
     BnApply,
     BnFinalize,
     BnReduce,
+    bn_reduce_partials,
     build_bn_apply,
     build_bn_finalize,
     build_bn_reduce,
@@ -210,8 +211,15 @@ class _bn_pd(primitive_desc_base):
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
 
+    def _plan_reduce(self, red: BnReduce | None) -> None:
+        """Keep the reduction problem and size the scratchpad: its partial sums (when
+        reducing) and four coefficients per channel."""
+        self.red = red
+        self.partials = bn_reduce_partials(red) if red is not None else 0
+        self._scratch(self._args[ARG_SRC].md.dims[1], red is not None)
+
     def _scratch(self, C: int, reduce: bool) -> None:
-        part = -(-(self.groups * C * 2) // ALIGN) * ALIGN if reduce else 0
+        part = -(-(self.partials * C * 2) // ALIGN) * ALIGN if reduce else 0
         self.p_off, self.k_off = 0, part
         self._scratch_elems = part + 4 * C
         self._finish_scratchpad(self._scratch_elems * 4)
@@ -264,7 +272,9 @@ class batch_normalization_forward(primitive):
                 n = math.prod(src.get_padded_dims())
                 self._args[ARG_WORKSPACE] = ArgSpec(MemoryDesc([n], data_type.u8, "a"), True)
             self._reduce_params(src)
-            self._scratch(C, not self.global_stats)
+            self._plan_reduce(None if self.global_stats else BnReduce(
+                dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
+                groups=self.groups))
             self._impl = f"ocl:bnorm:{'global' if self.global_stats else self.lanes}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
@@ -290,12 +300,11 @@ class batch_normalization_forward(primitive):
                         variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=0, k_off=pd.k_off,
                         **ss)
         else:
-            red = BnReduce(dims=dims, x=x, lanes=pd.lanes, wg=pd.red_wg, groups=pd.groups)
-            plan.kernel("bn_reduce", red, build_bn_reduce, src=Ref(ARG_SRC), part=SCRATCH,
+            plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC), part=SCRATCH,
                         p_off=pd.p_off)
             write = ARG_MEAN in pd._args
             fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="fwd_stats", eps=pd._eps,
-                             stat=stat, scale=sc, shift=sh, groups=pd.groups,
+                             stat=stat, scale=sc, shift=sh, groups=pd.partials,
                              write_stats=write, wg=pd.small_wg, x=x, ndims=len(dims))
             plan.kernel("bn_finalize", fin, build_bn_finalize, src=Ref(ARG_SRC),
                         mean=Ref(ARG_MEAN) if write else SCRATCH,
@@ -378,7 +387,10 @@ class batch_normalization_backward(primitive):
                 self._args[ARG_WORKSPACE] = ArgSpec(ws, False)
             self.reduce = not self.global_stats or (full and (self.use_scale or self.use_shift))
             self._reduce_params(src)
-            self._scratch(C, self.reduce)
+            self._plan_reduce(BnReduce(
+                dims=tuple(src.dims), x=layout_of(src), dy=layout_of(ddst),
+                mean=layout_of(_stat_md(C)), ws=self.relu, lanes=self.lanes, wg=self.red_wg,
+                groups=self.groups) if self.reduce else None)
             self._impl = f"ocl:bnorm:{self.lanes if self.reduce else 'global'}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
@@ -393,9 +405,7 @@ class batch_normalization_backward(primitive):
         stat = layout_of(_stat_md(C))
         ws = {"ws": Ref(ARG_WORKSPACE)} if pd.relu else {}
         if pd.reduce:
-            red = BnReduce(dims=dims, x=x, dy=dy, mean=stat, ws=pd.relu, lanes=pd.lanes,
-                           wg=pd.red_wg, groups=pd.groups)
-            plan.kernel("bn_reduce", red, build_bn_reduce, src=Ref(ARG_SRC),
+            plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
                         p_off=pd.p_off, **ws)
         outs = {}
@@ -410,7 +420,7 @@ class batch_normalization_backward(primitive):
             outs["scale"] = Ref(ARG_SCALE)
         fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="bwd", eps=pd._eps, stat=stat,
                          scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
-                         groups=pd.groups if pd.reduce else 0, diff_scale=dsc, diff_shift=dsh,
+                         groups=pd.partials, diff_scale=dsc, diff_shift=dsh,
                          global_stats=pd.global_stats, wg=pd.small_wg)
         plan.kernel("bn_finalize", fin, build_bn_finalize, mean=Ref(ARG_MEAN),
                     variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=pd.p_off, k_off=pd.k_off,
