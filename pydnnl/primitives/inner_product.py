@@ -23,14 +23,14 @@ from ..constants import (
     ARG_WEIGHTS,
     prop_kind,
 )
-from ..error import invalid_arguments, unimplemented
+from ..error import invalid_arguments, runtime_error, unimplemented
 from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.post_ops import reads_prior
 from ..kernels.reductions import ColSum, build_colsum
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import GemmShape
+from ..runtime.gemm import GemmShape, choose_params, get_gemm
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
@@ -61,6 +61,32 @@ def _folds(md: MemoryDesc) -> bool:
             return False
         run *= md.dims[d]
     return True
+
+
+def _weights_form(md: MemoryDesc) -> tuple | None:
+    """How the forward GEMM reads weights ``[OC, rest...]`` without a copy: ``("rows",)``
+    (row-major ``[OC, K]``: B transposed), ``("cols", ldb)`` (OC innermost, the rest
+    row-major: plain B ``[K, OC]``) or ``("panel", w)`` (blocked ``A<rest><w>a``: B packed in
+    panels of ``w`` columns, the GEMM's packed layout); None when it needs a copy."""
+    if _folds(md):
+        return ("rows",)
+    n = len(md.dims)
+    if md.inner_blks:
+        if (len(md.inner_blks) == 1 and md.inner_idxs[0] == 0 and md.offset0 == 0
+                and md == MemoryDesc(md.dims, md.data_type,
+                                     "A" + _PLAIN[1:n] + f"{md.inner_blks[0]}a")):
+            return ("panel", int(md.inner_blks[0]))
+        return None
+    if md.dims[0] > 1 and md.strides[0] != 1:
+        return None
+    run = md.strides[-1] if n > 1 else md.dims[0]
+    if n > 1 and run < md.dims[0]:
+        return None
+    for d in range(n - 1, 0, -1):
+        if md.dims[d] > 1 and md.strides[d] != run:
+            return None
+        run *= md.dims[d]
+    return ("cols", int(md.strides[-1]) if n > 1 else int(md.dims[0]))
 
 
 def _flat(off: int, md: MemoryDesc) -> tuple:
@@ -120,11 +146,17 @@ class _ip_pd_base(primitive_desc_base):
                 continue
             if md.is_any():  # the forward's choice where a hint has one, else row-major
                 chosen = hint.query_md_for(_ROLE[arg]) if hint is not None else None
+                if arg == ARG_WEIGHTS and hint is None:
+                    chosen = self._fast_weights(md.dims, N, OC)
                 md = chosen if chosen is not None and chosen.dims == md.dims else _plain(md)
             if md.data_type == data_type.undef:
                 md = md.with_data_type(data_type.f32)
             self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
-            if _ROLE[arg] != "bias" and not _folds(md):
+            form = _weights_form(md) if arg == ARG_WEIGHTS and da == ARG_DST else None
+            # panels are read in place only in the width the tuned kernel reads
+            direct = form is not None and (form[0] != "panel" or form[1] == self._panel_width(
+                md.dims, N, OC))
+            if _ROLE[arg] != "bias" and not _folds(md) and not direct:
                 self._staged[arg] = scratch  # a plain copy in the scratchpad
                 scratch += -(-math.prod(md.dims) // 16) * 16
         self._args.update(po_args)
@@ -133,6 +165,20 @@ class _ip_pd_base(primitive_desc_base):
         self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}" + (
             f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
         self._finish_scratchpad(scratch * 4)
+
+    def _panel_width(self, dims, N: int, OC: int) -> int | None:
+        """Columns per panel of packed B the forward's tuned GEMM reads (None: plain B)."""
+        K = math.prod(dims[1:])
+        params = choose_params(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC,
+                                                       ldc=OC), static_b=True)
+        return int(params["cols"]) if params["packed_b"] else None
+
+    def _fast_weights(self, dims, N: int, OC: int) -> MemoryDesc:
+        """The weights layout the forward GEMM reads fastest on this engine: its packed panels
+        (``A<rest><w>a``) where the tuned kernel reads packed B, else OC innermost (plain B)."""
+        n, w = len(dims), self._panel_width(dims, N, OC)
+        tag = "A" + _PLAIN[1:n] + f"{w}a" if w is not None else _PLAIN[1:n] + "a"
+        return MemoryDesc(dims, data_type.f32, tag)
 
     def query_md_for(self, role: str) -> MemoryDesc | None:
         """The desc of this primitive's argument shaped like ``role`` (src/weights/dst)."""
@@ -223,7 +269,15 @@ class inner_product_forward(_ip_base):
         src, wei = pd._args[ARG_SRC].md, pd._args[ARG_WEIGHTS].md
         N, OC, K = src.dims[0], wei.dims[0], math.prod(src.dims[1:])
         a_ref, a_off, lda = self._matrix(plan, ARG_SRC)
-        b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
+        wmd = pd._args[ARG_WEIGHTS].md
+        form = _weights_form(wmd) if ARG_WEIGHTS not in pd._staged else None
+        packed = form is not None and form[0] == "panel"
+        if form is None or form[0] == "rows":
+            b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
+            trans_b = True
+        else:  # plain B [K, OC] or its packed panels, read where it lies
+            b_ref, b_off, trans_b = Ref(ARG_WEIGHTS), wmd.offset0, False
+            ldb = form[1] if form[0] == "cols" else OC
         # a staged dst holds the prior content a sum post-op reads
         c_ref, c_off, ldc = self._matrix(plan, ARG_DST, output=not reads_prior(pd._post_ops))
         bias = pd._args.get(ARG_BIAS)
@@ -232,9 +286,16 @@ class inner_product_forward(_ip_base):
             b = bias.md
             epi["bias"] = ((b.offset0, ((1, 0, ()), (1, b.strides[0], ()))), (1, OC),
                            b.nelems_physical())
-        plan.gemm(GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=True,
-                            post_ops=pd._post_ops, epi_batch=(), **epi),
-                  a_ref, a_off, b_ref, b_off, c_ref, c_off,
+        shape = GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=trans_b,
+                          post_ops=pd._post_ops, epi_batch=(), **epi)
+        if packed:  # the panels must be the ones the tuned kernel reads
+            g = get_gemm(pd.get_engine(), shape, static_b=True)
+            if not g.packed or g.panel != form[1]:
+                raise runtime_error(
+                    f"inner_product_forward: weights in panels of {form[1]} columns, but the "
+                    f"tuned GEMM reads {'panels of ' + str(g.panel) if g.packed else 'plain B'}"
+                    f"; create the weights desc with format_tag.any again")
+        plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed,
                   bias=Ref(ARG_BIAS) if bias is not None else None)
         self._unstage(plan, ARG_DST)
 

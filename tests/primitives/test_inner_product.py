@@ -4,6 +4,8 @@ channels-last, blocked and transposed layouts, with and without bias; errors nam
 argument."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,11 @@ CASES = {
     "blocked_src": ([2, 16, 3, 3], 4, "aBcd8b", "abcd", "ab", False),  # staged copy
     "transposed_dst": ([3, 6], 4, "ab", "ab", "ba", True),            # staged dst
     "3d_ncdhw": ([2, 2, 2, 3, 2], 3, "abcde", "abcde", "ab", True),
+    # weights the forward GEMM reads in place: OC innermost (plain B) and packed panels
+    "oc_innermost_2d": ([5, 7], 3, "ab", "ba", "ab", True),
+    "oc_innermost_4d": ([2, 3, 2, 2], 5, "abcd", "bcda", "ab", False),
+    "panels_2d": ([4, 6], 20, "ab", "Ab16a", "ab", True),            # OC padded to 32
+    "panels_4d": ([3, 2, 2, 3], 5, "abcd", "Abcd8a", "ab", True),
 }
 
 
@@ -57,19 +64,20 @@ def test_matches_reference(engine, stream, name):
     x = rng.standard_normal(dims).astype(np.float32)
     w = rng.standard_normal([OC] + dims[1:]).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32) if with_bias else None
-    wt = st if wt == "any" else wt
     got, _ = _run(engine, stream, x, w, b, st, wt, "ab" if dtg == "any" else dtg)
     want = ref_ip(x, w, b)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
-def test_any_layouts_resolve_plain_and_need_no_scratch(cpu_engine):
+def test_any_layouts_resolve_to_what_the_gemm_reads_and_need_no_scratch(engine):
     any4 = dnnl.memory.desc([2, 3, 4, 4], dt.f32, tag.any)
     pd = dnnl.inner_product_forward.primitive_desc(
-        cpu_engine, fwd, any4, dnnl.memory.desc([5, 3, 4, 4], dt.f32, tag.any),
+        engine, fwd, any4, dnnl.memory.desc([5, 3, 4, 4], dt.f32, tag.any),
         dnnl.memory.desc([5], dt.f32, tag.a), dnnl.memory.desc([2, 5], dt.f32, tag.any))
     assert pd.src_desc() == dnnl.memory.desc([2, 3, 4, 4], dt.f32, tag.nchw)
-    assert pd.weights_desc() == dnnl.memory.desc([5, 3, 4, 4], dt.f32, tag.oihw)
+    # weights: the tuned GEMM's packed panels (Abcd<w>a) or OC innermost (plain B [K, OC])
+    w = pd.weights_desc()
+    assert w.format_name() == "bcda" or re.fullmatch(r"Abcd\d+a", w.format_name()), w
     assert pd.dst_desc() == dnnl.memory.desc([2, 5], dt.f32, tag.nc)
     assert pd.scratchpad_desc().is_zero()
     assert pd.get_prop_kind() == fwd
