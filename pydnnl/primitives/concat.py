@@ -74,7 +74,8 @@ class concat(primitive):
             "concat.primitive_desc", head=("engine",),
             forms=(("dst_desc", "concat_dimension", "srcs"), ("concat_dimension", "srcs")),
             tail=("attr",), aliases={"aengine": "engine", "dst": "dst_desc"},
-            kinds={"concat_dimension": INT, "srcs": SRCS})
+            kinds={"concat_dimension": INT, "srcs": SRCS},
+            optional=frozenset({"dst_desc"}))
 
         def __init__(self, *args, **kw):
             a = bind(self.signature, args, kw)

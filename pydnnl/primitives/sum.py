@@ -113,7 +113,8 @@ class sum(primitive):
             "sum.primitive_desc", head=("engine",),
             forms=(("dst_desc", "scales", "srcs"), ("scales", "srcs")), tail=("attr",),
             aliases={"aengine": "engine", "dst": "dst_desc"},
-            kinds={"scales": SCALES, "srcs": SRCS})
+            kinds={"scales": SCALES, "srcs": SRCS},
+            optional=frozenset({"dst_desc"}))
 
         def __init__(self, *args, **kw):
             a = bind(self.signature, args, kw)
