@@ -84,8 +84,8 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     {loop} s += exp({x} - m);{reduce_("{a} + {b}", "s")}"""
         if p.log:
             body += f"""
-    const float t = m + log(s);
-    {loop} {y} = {x} - t;"""
+    const float t = log(s);
+    {loop} {y} = ({x} - m) - t;"""
         else:
             body += f"""
     const float r = 1.0f / s;
