@@ -1,5 +1,5 @@
-"""benchdnn's matmul driver: ``--matmul [--bia_dt=f32] [--bia_mask=M] [--stag=ab] [--wtag=ab]
-[--dtag=ab] [--attr-post-ops=...] MxK:KxN[:MxN]`` (batch dims too: ``2x3x4x5:2x1x5x6``).
+"""benchdnn's matmul driver: ``--matmul [--bia_dt=f32] [--bia_mask=M] [--stag=any] [--wtag=any]
+[--dtag=any] [--attr-post-ops=...] MxK:KxN[:MxN]`` (batch dims too: ``2x3x4x5:2x1x5x6``).
 
 Checked against numpy in float64 (mode C); timed against numpy (OpenBLAS or whatever numpy
 runs, ``--compare=numpy``) or PyTorch (``--compare=torch``, TF32 off on CUDA), both from
@@ -27,8 +27,9 @@ from .common import (
 
 
 def _tag(opts: dict, key: str, nd: int) -> str:
-    t = opts.get(key, "")
-    if t in ("", "any", "abx"):
+    """A tag option; benchdnn's default is ``any`` (the primitive's choice)."""
+    t = opts.get(key, "any")
+    if t in ("any", "abx"):
         return "abcdefghijkl"[:nd] if t != "any" else "any"
     if len(t) != nd:
         raise invalid_arguments(f"--{key}={t}: expected a tag of {nd} dims")

@@ -16,7 +16,7 @@ from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import GemmShape
+from ..runtime.gemm import GemmShape, choose_params
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
@@ -43,6 +43,22 @@ def _matrix(md: MemoryDesc, name: str) -> tuple[bool, int]:
         return True, max(cs, rows)
     raise unimplemented(f"matmul: {name} needs unit stride along one of its last two "
                         f"dimensions, got strides {list(md.strides)}")
+
+
+def _panel_tag(nd: int, w: int) -> str:
+    """The blocked tag of weights ``[..., K, N]`` stored as the GEMM's packed B: panels of
+    ``w`` columns of N, each K rows deep (``Ba16b`` for 2-D)."""
+    L = "abcdefghijkl"
+    return L[:nd - 2] + L[nd - 1].upper() + L[nd - 2] + f"{w}" + L[nd - 1]
+
+
+def _panel_width(md: MemoryDesc) -> int | None:
+    """``w`` when ``md`` is weights in :func:`_panel_tag`'s layout, else None."""
+    if len(md.inner_blks) != 1 or md.offset0:
+        return None
+    w = int(md.inner_blks[0])
+    same = MemoryDesc(md.dims, md.data_type, _panel_tag(len(md.dims), w))
+    return w if md == same else None
 
 
 def _batch_stride(md: MemoryDesc, batch: tuple[int, ...]) -> int | None:
@@ -126,19 +142,35 @@ class matmul(primitive):
                 raise unimplemented("matmul: scales and zero points are not implemented (f32 "
                                     "only)")
             self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
+            self._panel = self._tuned_panel(descs, M, K, N)
             for arg, md in descs.items():
                 if md is None:
                     continue
+                if md.is_any() and arg == ARG_WEIGHTS and self._panel is not None:
+                    md = MemoryDesc(md.dims, data_type.f32, _panel_tag(nd, self._panel))
                 md = _plain(md) if md.is_any() else md
                 if md.data_type == data_type.undef:
                     md = md.with_data_type(data_type.f32)
-                _matrix(md, _NAMES[arg])  # unimplemented layouts fail here, not at creation
+                if not (arg == ARG_WEIGHTS and _panel_width(md) == self._panel is not None):
+                    _matrix(md, _NAMES[arg])  # unimplemented layouts fail here
                 self._args[arg] = ArgSpec(md, arg == ARG_DST)
             self._args.update(po_args)
             self._impl = "gemm:runtime"
             self._info = f"{list(src.dims)}x{list(wei.dims)}" + (
                 f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
             self._finish_scratchpad(0)
+
+        def _tuned_panel(self, descs, M: int, K: int, N: int) -> int | None:
+            """Columns per panel of the packed B this product's tuned GEMM reads, when B can
+            be stored that way: one product (no batch) and a dst not transposed."""
+            dst = descs[ARG_DST]
+            if math.prod(dst.dims[:-2]) != 1 or math.prod(descs[ARG_WEIGHTS].dims[:-2]) != 1:
+                return None
+            if not dst.is_any() and (dst.inner_blks or _matrix(dst, "dst")[0]):
+                return None
+            params = choose_params(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N,
+                                                           ldc=N), static_b=True)
+            return int(params["cols"]) if params["packed_b"] else None
 
     def _create(self) -> None:
         pd = self._pd
@@ -154,7 +186,8 @@ class matmul(primitive):
             epi["bias"] = (layout_of(bias), tuple(bias.dims), bias.nelems_physical())
         bias_ref = Ref(ARG_BIAS) if bias is not None else None
         ta, lda = _matrix(src, "src")
-        tb, ldb = _matrix(wei, "weights")
+        packed = pd._panel is not None and _panel_width(wei) == pd._panel
+        tb, ldb = (False, N) if packed else _matrix(wei, "weights")
         tc, ldc = _matrix(dst, "dst")
         if tc:  # C^T = B^T A^T: a transposed dst is a row-major product with the roles swapped
             shape = GemmShape(m=N, n=M, k=K, lda=ldb, ldb=lda, ldc=ldc, trans_a=not tb,
@@ -170,7 +203,7 @@ class matmul(primitive):
         if count == 1 or None not in strides:
             if count == 1:
                 plan.gemm(shape, Ref(first[0]), a0, Ref(second[0]), b0, Ref(ARG_DST), c0,
-                          bias=bias_ref)
+                          bias=bias_ref, packed=packed)
             else:
                 plan.gemm_batched(shape, count, *strides, Ref(first[0]), a0, Ref(second[0]),
                                   b0, Ref(ARG_DST), c0, bias=bias_ref)

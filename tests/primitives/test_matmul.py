@@ -3,6 +3,8 @@
 and errors that name the argument."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,30 @@ def test_any_resolves_to_row_major(cpu_engine):
     assert pd.dst_desc() == dnnl.memory.desc([2, 3, 4], dt.f32, tag.abc)
     assert pd.weights_desc() == dnnl.memory.desc([2, 5, 4], dt.f32, tag.abc)
     assert pd.query_md(dnnl.query.exec_arg_md, dnnl.ARG_BIAS).is_zero()
+
+
+@pytest.mark.parametrize("dims", [([6, 9], [9, 20], [6, 20]), ([1, 5, 7], [1, 7, 33], [1, 5, 33])])
+def test_any_weights_take_the_layout_the_gemm_reads(engine, stream, dims):
+    """Weights ``any`` of one product: the tuned GEMM's packed panels where it reads packed B
+    (``Ba<w>b``: N padded to whole panels), else row-major; results as numpy's."""
+    sd, wd, dd = dims
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(sd).astype(np.float32)
+    b = rng.standard_normal(wd).astype(np.float32)
+    plain = "abc"[:len(sd)]
+    pd = dnnl.matmul.primitive_desc(engine, dnnl.memory.desc(sd, dt.f32, plain),
+                                    dnnl.memory.desc(wd, dt.f32, tag.any),
+                                    dnnl.memory.desc(dd, dt.f32, plain))
+    name = pd.weights_desc().format_name()
+    assert name == plain or re.fullmatch(r"(a?)([BC])([ab])\d+[bc]", name), name
+    args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), engine, a),
+            dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine, b),
+            dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
+    dnnl.matmul(pd).execute(stream, args)
+    stream.wait()
+    want = np.matmul(a.astype(np.float64), b)
+    got = args[dnnl.ARG_DST].to_numpy()
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
 @pytest.mark.parametrize("shapes,match", [
