@@ -60,6 +60,8 @@ from .signature import NUMBER, Kind, Signature, bind
 __all__ = ["batch_normalization_forward", "batch_normalization_backward"]
 
 _ALL_FLAGS = 0x1F  # oneDNN's normalization flags, fuse_norm_add_relu (0x10) included
+_FLAG_NAMES = {0x1: "use_global_stats", 0x2: "use_scale", 0x4: "use_shift",
+               0x8: "fuse_norm_relu", 0x10: "fuse_norm_add_relu"}
 _NAMES = {ARG_SRC: "src_desc", ARG_DST: "dst_desc", ARG_DIFF_SRC: "diff_src_desc",
           ARG_DIFF_DST: "diff_dst_desc"}
 
@@ -77,10 +79,11 @@ def check_flags(kind: str, flags, allowed: int, unimpl: int = 0x10) -> normaliza
         raise invalid_arguments(f"{kind}: flags {flags:#x} has bits that are no "
                                 f"normalization_flags (known: {_ALL_FLAGS:#x})")
     if flags & ~allowed:
-        bad = normalization_flags(flags & ~allowed)
+        bad = flags & ~allowed
+        names = [n for bit, n in _FLAG_NAMES.items() if bad & bit]
         raise (unimplemented if bad & ~unimpl == 0 else invalid_arguments)(
-            f"{kind}: flags {bad!r} not supported here (allowed: "
-            f"{normalization_flags(allowed)!r})")
+            f"{kind}: flags {bad:#x} ({' | '.join(names)}) not supported here; allowed: "
+            f"{' | '.join(n for bit, n in _FLAG_NAMES.items() if allowed & bit)}")
     return normalization_flags(flags)
 
 
