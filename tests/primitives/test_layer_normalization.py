@@ -1,0 +1,257 @@
+"""The layer normalization primitives against the float64 numpy reference (its backward
+checked by central finite differences) and ONNX's LayerNormalization (opset 17), with and
+without a stat_desc, every allowed flag combination, plain / transposed / blocked / ``any``
+layouts, and errors that name the argument and leave outputs untouched."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.reference import normalization as R
+
+dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+F = dnnl.normalization_flags
+PK = dnnl.prop_kind
+EPS = 1e-3
+FLAG_SETS = [F(sum(c)) for n in range(4) for c in itertools.combinations(
+    (F.use_global_stats, F.use_scale, F.use_shift), n)]
+
+
+def _data(dims, seed=0):
+    rng = np.random.default_rng(seed)
+    C, lead = dims[-1], dims[:-1]
+    return dict(x=(rng.standard_normal(dims) * 1.5 + 0.5).astype(np.float32),
+                dy=rng.standard_normal(dims).astype(np.float32),
+                scale=rng.uniform(0.5, 1.5, C).astype(np.float32),
+                shift=rng.standard_normal(C).astype(np.float32),
+                mean=(rng.standard_normal(lead) * 0.3 + 0.5).astype(np.float32),
+                var=rng.uniform(1.0, 3.0, lead).astype(np.float32))
+
+
+def _mem(md, eng, v=None):
+    return dnnl.memory(md, eng, v) if v is not None else dnnl.memory(md, eng)
+
+
+def _close(got, want, tol=2e-5):
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+def _forward(eng, s, d, md, prop, flags, stat_md=None):
+    P = dnnl.layer_normalization_forward.primitive_desc
+    pd = (P(eng, prop, md, md, EPS, flags) if stat_md is None
+          else P(eng, prop, md, md, stat_md, EPS, flags))
+    g = bool(flags & F.use_global_stats)
+    a = {dnnl.ARG_SRC: _mem(md, eng, d["x"]), dnnl.ARG_DST: _mem(pd.dst_desc(), eng)}
+    if not pd.mean_desc().is_zero():
+        a[dnnl.ARG_MEAN] = _mem(pd.mean_desc(), eng, d["mean"] if g else None)
+        a[dnnl.ARG_VARIANCE] = _mem(pd.variance_desc(), eng, d["var"] if g else None)
+    if flags & F.use_scale:
+        a[dnnl.ARG_SCALE] = _mem(pd.weights_desc(), eng, d["scale"])
+    if flags & F.use_shift:
+        a[dnnl.ARG_SHIFT] = _mem(pd.weights_desc(), eng, d["shift"])
+    dnnl.layer_normalization_forward(pd).execute(s, a)
+    s.wait()
+    return pd, a
+
+
+def _backward(eng, s, d, md, prop, flags, pd, a, stat_md=None):
+    P = dnnl.layer_normalization_backward.primitive_desc
+    bpd = (P(eng, prop, md, md, md, EPS, flags, pd) if stat_md is None
+           else P(eng, prop, md, md, md, stat_md, EPS, flags, pd))
+    b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
+                           dnnl.ARG_SHIFT) if k in bpd.arg_specs()}
+    b[dnnl.ARG_DIFF_DST] = _mem(md, eng, d["dy"])
+    b[dnnl.ARG_DIFF_SRC] = _mem(md, eng)
+    for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
+        if k in bpd.arg_specs():
+            b[k] = _mem(bpd.diff_weights_desc(), eng)
+    dnnl.layer_normalization_backward(bpd).execute(s, b)
+    s.wait()
+    return bpd, b
+
+
+LAYOUTS = {  # name: (dims, data tag, stat tag or None for the form without stat_desc)
+    "tnc": ([3, 4, 37], "abc", None), "tnc_stat_ba": ([3, 4, 37], "abc", "ba"),
+    "ntc": ([3, 4, 37], "bac", "ab"), "last_strided": ([4, 5, 6], "acb", None),
+    "nc": ([7, 300], "ab", "a"), "4d": ([2, 3, 2, 9], "abcd", None),
+    "5d": ([2, 2, 2, 2, 5], "abcde", None), "blocked_last": ([3, 20], "aB8b", None),
+}
+
+
+@pytest.mark.sampled(every=3)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: f"f{int(f)}")
+def test_training_and_backward_match_reference(engine, stream, layout, flags):
+    dims, t, st = LAYOUTS[layout]
+    d = _data(dims, len(layout) + int(flags))
+    md = dnnl.memory.desc(dims, dt.f32, t)
+    stat_md = dnnl.memory.desc(dims[:-1], dt.f32, st) if st else None
+    g = bool(flags & F.use_global_stats)
+    sc = d["scale"] if flags & F.use_scale else None
+    sh = d["shift"] if flags & F.use_shift else None
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags, stat_md)
+    if stat_md is not None:
+        assert pd.mean_desc() == stat_md
+    y, m, v = R.layer_norm_forward(d["x"], EPS, d["mean"] if g else None,
+                                   d["var"] if g else None, sc, sh)
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+    if not g:
+        _close(a[dnnl.ARG_MEAN].to_numpy(), m)
+        _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
+    mean, var = a[dnnl.ARG_MEAN].to_numpy(), a[dnnl.ARG_VARIANCE].to_numpy()
+    dx, dsc, dsh = R.layer_norm_backward(d["x"], d["dy"], mean, var, EPS, sc, g)
+    for prop in (PK.backward, PK.backward_data):
+        _, b = _backward(engine, stream, d, md, prop, flags, pd, a, stat_md)
+        _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx)
+        if prop == PK.backward and flags & F.use_scale:
+            _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc)
+        if prop == PK.backward and flags & F.use_shift:
+            _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)
+        assert (dnnl.ARG_DIFF_SHIFT in b) == (prop == PK.backward and bool(flags & F.use_shift))
+
+
+@pytest.mark.parametrize("flags", [F.none, F.use_scale | F.use_shift, F.use_global_stats])
+def test_inference(engine, stream, flags):
+    dims = [4, 3, 50]
+    d = _data(dims, 3)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    pd, a = _forward(engine, stream, d, md, PK.forward_inference, flags)
+    g = bool(flags & F.use_global_stats)
+    assert pd.mean_desc().is_zero() == (not g)  # computed statistics are not exposed
+    y, _, _ = R.layer_norm_forward(d["x"], EPS, d["mean"] if g else None,
+                                   d["var"] if g else None,
+                                   d["scale"] if flags & F.use_scale else None,
+                                   d["shift"] if flags & F.use_shift else None)
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+
+
+@pytest.mark.parametrize("flags", [F.use_scale | F.use_shift, F.none,
+                                   F.use_global_stats | F.use_scale])
+def test_backward_matches_finite_differences(engine, stream, flags):
+    dims = [2, 3, 5]
+    d = _data(dims, 9)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
+    _, b = _backward(engine, stream, d, md, PK.backward, flags, pd, a)
+    g = bool(flags & F.use_global_stats)
+    dy = d["dy"].astype(np.float64)
+
+    def loss(xv, sv, hv):
+        y, _, _ = R.layer_norm_forward(xv, EPS, d["mean"] if g else None,
+                                       d["var"] if g else None,
+                                       sv if flags & F.use_scale else None,
+                                       hv if flags & F.use_shift else None)
+        return float((dy * y).sum())
+
+    base = [d["x"].astype(np.float64), d["scale"].astype(np.float64),
+            d["shift"].astype(np.float64)]
+    h, grads = 1e-6, []
+    for k in range(3):
+        gr = np.zeros_like(base[k])
+        for idx in np.ndindex(*base[k].shape):
+            p = [v.copy() for v in base]
+            p[k][idx] += h
+            m = [v.copy() for v in base]
+            m[k][idx] -= h
+            gr[idx] = (loss(*p) - loss(*m)) / (2 * h)
+        grads.append(gr)
+    _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), grads[0], 2e-4)
+    if flags & F.use_scale:
+        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), grads[1], 2e-4)
+    if flags & F.use_shift:
+        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), grads[2], 2e-4)
+
+
+def test_matches_onnx_layer_normalization(engine, stream):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    dims = [2, 3, 16]
+    d = _data(dims, 4)
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("LayerNormalization", ["X", "S", "B"], ["Y", "M", "IS"], axis=-1,
+                            epsilon=EPS)
+    graph = helper.make_graph([node], "ln", [vi("X", TensorProto.FLOAT, dims),
+                                             vi("S", TensorProto.FLOAT, [16]),
+                                             vi("B", TensorProto.FLOAT, [16])],
+                              [vi("Y", TensorProto.FLOAT, dims),
+                               vi("M", TensorProto.FLOAT, [2, 3, 1]),
+                               vi("IS", TensorProto.FLOAT, [2, 3, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    y, m, inv = ReferenceEvaluator(model).run(None, {"X": d["x"], "S": d["scale"],
+                                                     "B": d["shift"]})
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    _, a = _forward(engine, stream, d, md, PK.forward_training, F.use_scale | F.use_shift)
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+    _close(a[dnnl.ARG_MEAN].to_numpy(), m[..., 0])
+    _close(1.0 / np.sqrt(a[dnnl.ARG_VARIANCE].to_numpy() + EPS), inv[..., 0])
+
+
+def test_keyword_call_any_and_queries(cpu_engine):
+    src = dnnl.memory.desc([4, 6, 8], dt.f32, tag.bac)
+    anyd = dnnl.memory.desc([4, 6, 8], dt.f32, tag.any)
+    flags = F.use_scale | F.use_shift
+    pd = dnnl.layer_normalization_forward.primitive_desc(
+        cpu_engine, PK.forward_training, src_desc=src, dst_desc=anyd, epsilon=0.25, flags=flags)
+    assert pd.dst_desc() == src and pd.get_epsilon() == 0.25 and pd.get_flags() == flags
+    assert pd.mean_desc() == dnnl.memory.desc([4, 6], dt.f32, tag.ab)
+    assert pd.weights_desc() == dnnl.memory.desc([8], dt.f32, tag.a)
+    stat = dnnl.memory.desc([4, 6], dt.f32, tag.ba)
+    pd2 = dnnl.layer_normalization_forward.primitive_desc(
+        cpu_engine, PK.forward_training, src, src, stat, 0.25, flags)
+    bpd = dnnl.layer_normalization_backward.primitive_desc(
+        cpu_engine, PK.backward, anyd, anyd, anyd, 0.25, flags, pd2)
+    assert bpd.src_desc() == src and bpd.diff_src_desc() == src
+    assert bpd.mean_desc() == stat  # the hint's statistics layout
+    assert bpd.diff_weights_desc() == pd.weights_desc()
+
+
+def test_bad_arguments_name_them(cpu_engine):
+    eng = cpu_engine
+    md = dnnl.memory.desc([2, 3, 4], dt.f32, tag.abc)
+    P = dnnl.layer_normalization_forward.primitive_desc
+    with pytest.raises(dnnl.invalid_arguments, match="fuse_norm_relu"):
+        P(eng, PK.forward_training, md, md, EPS, F.fuse_norm_relu)
+    with pytest.raises(dnnl.invalid_arguments, match=r"stat_desc dims \[2, 4\], expected"):
+        P(eng, PK.forward_training, md, md, dnnl.memory.desc([2, 4], dt.f32, tag.ab), EPS, 0)
+    with pytest.raises(dnnl.invalid_arguments, match="aprop_kind must be forward_training"):
+        P(eng, PK.backward_data, md, md, EPS, 0)
+    with pytest.raises(dnnl.unimplemented, match="up to 5 are implemented"):
+        six = dnnl.memory.desc([1] * 6, dt.f32, "abcdef")
+        P(eng, PK.forward_training, six, six, EPS, 0)
+    with pytest.raises(dnnl.unimplemented, match="dst_desc data type f16"):
+        P(eng, PK.forward_training, md, dnnl.memory.desc([2, 3, 4], dt.f16, tag.abc), EPS, 0)
+    fwd = P(eng, PK.forward_training, md, md, EPS, 0)
+    B = dnnl.layer_normalization_backward.primitive_desc
+    with pytest.raises(dnnl.invalid_arguments, match="hint_fwd_pd must be a layer_norm"):
+        bn = dnnl.batch_normalization_forward.primitive_desc(eng, PK.forward_training, md, md,
+                                                             EPS, 0)
+        B(eng, PK.backward, md, md, md, EPS, 0, bn)
+    with pytest.raises(dnnl.invalid_arguments, match=r"diff_dst_desc dims \[2, 3, 5\]"):
+        B(eng, PK.backward, md, dnnl.memory.desc([2, 3, 5], dt.f32, tag.abc), md, EPS, 0, fwd)
+
+
+def test_execute_errors_leave_outputs_untouched(cpu_engine):
+    eng, s = cpu_engine, dnnl.stream(cpu_engine)
+    md = dnnl.memory.desc([2, 3, 4], dt.f32, tag.abc)
+    pd = dnnl.layer_normalization_forward.primitive_desc(eng, PK.forward_training, md, md, EPS,
+                                                         F.use_shift)
+    dst = _mem(md, eng, np.full((2, 3, 4), 7.0, np.float32))
+    mean = _mem(pd.mean_desc(), eng, np.full((2, 3), 7.0, np.float32))
+    var = _mem(pd.variance_desc(), eng, np.full((2, 3), 7.0, np.float32))
+    args = {dnnl.ARG_SRC: _mem(md, eng, np.ones((2, 3, 4), np.float32)), dnnl.ARG_DST: dst,
+            dnnl.ARG_MEAN: mean, dnnl.ARG_VARIANCE: var}
+    prim = dnnl.layer_normalization_forward(pd)
+    with pytest.raises(dnnl.invalid_arguments, match="missing argument ARG_SHIFT"):
+        prim.execute(s, args)
+    with pytest.raises(dnnl.invalid_arguments, match="unexpected argument ARG_SCALE"):
+        prim.execute(s, {**args, dnnl.ARG_SHIFT: _mem(pd.weights_desc(), eng),
+                         dnnl.ARG_SCALE: _mem(pd.weights_desc(), eng)})
+    s.wait()
+    for m in (dst, mean, var):
+        assert (m.to_numpy() == 7).all()
