@@ -1,0 +1,248 @@
+"""benchdnn's binary driver: ``--binary [--alg=ADD] [--sdt=f32:f32] [--ddt=f32]
+[--stag=abx:abx] [--dtag=any] [--inplace=true] [--attr-scales=src0:common:0.5+...]
+[--attr-post-ops=...] SRC0DIMS:SRC1DIMS``, e.g. ``--alg=ADD 8x16x32x32:8x16x1x1``.
+
+As in oneDNN's benchdnn: ``--alg`` is ``ADD``, ``MUL``, ``MAX``, ``MIN``, ``DIV``, ``SUB``,
+``GE``, ``GT``, ``LE``, ``LT``, ``EQ`` or ``NE`` (any case, ``binary_`` prefix allowed); src1 may
+have fewer dims than src0 (trailing dims padded with 1, so ``8x8x3x5:8`` broadcasts over the
+three innermost dims); ``--stag`` takes one tag for both sources or two joined by ``:``, each a
+oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels last), ``aBx8b`` /
+``aBx16b`` (blocked channels), ``any``; ``--inplace`` (default true, as benchdnn's) writes into
+src0's memory where src0 has dst's dims; every option may list values separated by commas,
+each combination runs. Mode C checks against the numpy reference on integers and halves (ties
+for the comparisons); mode P prints times, GB/s of bytes read and written, the copy kernel's
+GB/s, and PyTorch's time with ``--compare=torch``.
+
+The layout helpers here serve the sum and concat drivers too.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_ATTR_SCALES, ARG_DST, ARG_SRC_0, ARG_SRC_1
+from ..error import invalid_arguments, unimplemented
+from .common import (
+    check_line,
+    copy_gbs,
+    parse_dims_list,
+    parse_post_ops,
+    perf_line,
+    post_op_operands,
+    time_ms,
+    torch_device,
+    torch_time_ms,
+)
+
+_KNOWN = {"alg", "sdt", "ddt", "stag", "dtag", "inplace", "attr-scales", "attr-post-ops"}
+_ALGS = ("add", "mul", "max", "min", "div", "sub", "ge", "gt", "le", "lt", "eq", "ne")
+TOLERANCE = 1e-6  # max |got - ref| / max(1, |ref|) in float32 (one rounding)
+
+
+# -- shared by the binary, sum and concat drivers ----------------------------------------------
+def tag_of(text: str, nd: int) -> str:
+    """benchdnn tag -> a format tag name for ``nd`` dims."""
+    t = text.strip()
+    if t in ("any", "undef", ""):
+        return "any"
+    if t == "abx":
+        return "abcdefghijkl"[:nd]
+    if t == "axb":
+        return "a" + "cdefghijkl"[:max(0, nd - 2)] + "b" if nd >= 3 else "abcdefghijkl"[:nd]
+    if t in ("aBx8b", "aBx16b"):
+        if nd < 3:
+            raise unimplemented(f"--stag/--dtag={t}: blocked channels need 3 or more dims")
+        return "aB" + "cdefghijkl"[:nd - 2] + t[3:]
+    return t
+
+
+def tags_for(text: str, n: int) -> list[str]:
+    """One tag text per source: a single tag for all, or ``n`` joined by ``:``."""
+    parts = text.split(":")
+    if len(parts) == 1:
+        return parts * n
+    if len(parts) != n:
+        raise invalid_arguments(f"--stag={text}: give one tag or {n} tags joined by ':'")
+    return parts
+
+
+def check_dt(opts: dict, key: str, default: str = "f32") -> None:
+    for v in opts.get(key, default).split(":"):
+        if v.strip() not in ("f32", ""):
+            raise unimplemented(f"--{key}={opts[key]}: only f32 is implemented")
+
+
+def flag(text: str, key: str) -> bool:
+    v = text.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no", ""):
+        return False
+    raise invalid_arguments(f"--{key}={text}: expected true or false")
+
+
+def rel_err(got, want) -> float:
+    got = np.asarray(got, np.float64)
+    err = np.abs(got - want) / np.maximum(1.0, np.abs(want))
+    return float(err.max()) if err.size else 0.0
+
+
+def data(shape, seed: int, nonzero: bool = False) -> np.ndarray:
+    """benchdnn-like values: integers and halves of both signs (exact in float32)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-8, 9, shape).astype(np.float64) * 0.5
+    if nonzero:
+        x = np.where(x == 0, 1.0, x)
+    return x.astype(np.float32)
+
+
+def nbytes_of(mds) -> int:
+    return sum(md.get_size() for md in mds)
+
+
+# -- the binary driver -------------------------------------------------------------------------
+def parse_alg(text: str):
+    from ..constants import algorithm
+
+    name = text.strip().lower().removeprefix("binary_")
+    if name not in _ALGS:
+        raise invalid_arguments(f"--alg={text}: expected one of "
+                                f"{', '.join(a.upper() for a in _ALGS)}")
+    return algorithm["binary_" + name]
+
+
+def parse_scales(text: str) -> dict[int, float]:
+    """``src0:common:0.5+src1:common:2`` -> ``{ARG_SRC_0: 0.5, ARG_SRC_1: 2.0}``."""
+    out = {}
+    if not text:
+        return out
+    for entry in text.split("+"):
+        parts = entry.strip().split(":")
+        if parts[0] not in ("src0", "src", "src1", "msrc0", "msrc1") or len(parts) < 2:
+            raise invalid_arguments(f"--attr-scales: entry {entry!r}: expected "
+                                    f"src0|src1:common:SCALE")
+        if parts[1] != "common":
+            raise unimplemented(f"--attr-scales: {entry}: only the common policy (one scale)")
+        arg = ARG_SRC_1 if parts[0].endswith("1") else ARG_SRC_0
+        out[arg] = float(parts[2]) if len(parts) > 2 else 1.0
+    return out
+
+
+def _torch_ms(alg, x0, x1, device, min_seconds) -> float | None:
+    import torch
+
+    name = alg.name[7:]
+    fns = {"add": torch.add, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum,
+           "div": torch.div, "sub": torch.sub, "ge": torch.ge, "gt": torch.gt, "le": torch.le,
+           "lt": torch.lt, "eq": torch.eq, "ne": torch.ne}
+    a = torch.from_numpy(x0).to(device)
+    b = torch.from_numpy(x1).to(device)
+    out = torch.empty(np.broadcast_shapes(x0.shape, x1.shape), device=device,
+                      dtype=torch.bool if name in ("ge", "gt", "le", "lt", "eq", "ne")
+                      else torch.float32)
+    fn = fns[name]
+    return torch_time_ms(lambda: fn(a, b, out=out), device, min_seconds)
+
+
+def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, compare,
+            min_seconds) -> int:
+    import pydnnl as dnnl
+
+    from ..reference.binary import binary as ref_binary
+    from ..reference.post_ops import apply_post_ops
+
+    nd = len(d0)
+    dd = [max(a, b) for a, b in zip(d0, d1)]
+    problem = "x".join(map(str, d0)) + ":" + "x".join(map(str, d1))
+    desc = (f"--alg={alg.name[7:].upper()} --stag={':'.join(stags)} --dtag={dtag} "
+            f"--inplace={'true' if inplace else 'false'}"
+            + (f" --attr-scales={scales}" if scales else "")
+            + (f" --attr-post-ops={post_ops}" if post_ops else ""))
+    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    attr = dnnl.primitive_attr()
+    svals = parse_scales(scales)
+    for arg in svals:
+        attr.set_scales_mask(arg, 0)
+    po = parse_post_ops(post_ops, dd)
+    attr.set_post_ops(po)
+    try:
+        m0 = MD(d0, F32, tag_of(stags[0], nd))
+        m1 = MD(d1, F32, tag_of(stags[1], nd))
+        t0 = time.perf_counter()
+        pd = dnnl.binary.primitive_desc(eng, alg, m0, m1, MD(dd, F32, tag_of(dtag, nd)), attr)
+        prim = dnnl.binary(pd)
+        create_ms = (time.perf_counter() - t0) * 1e3
+    except unimplemented as e:
+        print(f"skip,unimplemented,binary,{desc},{problem},{e}", flush=True)
+        return 0
+    s = dnnl.stream(eng)
+    x0 = data(d0, 1)
+    x1 = data(d1, 2, nonzero=alg.name == "binary_div")
+    a = dnnl.memory(pd.src_desc(0), eng, x0)
+    b = dnnl.memory(pd.src_desc(1), eng, x1)
+    ip = inplace and pd.src_desc(0) == pd.dst_desc()
+    prior = data(dd, 3)
+    c = a if ip else dnnl.memory(pd.dst_desc(), eng, prior)
+    args = {ARG_SRC_0: a, ARG_SRC_1: b, ARG_DST: c}
+    for arg, v in svals.items():
+        args[ARG_ATTR_SCALES | arg] = dnnl.memory(MD([1], F32, "a"), eng, np.float32([v]))
+    po_srcs = {}
+    for i, pdims in post_op_operands(po).items():
+        po_srcs[i] = data(pdims, 10 + i, nonzero=True)
+        args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
+            MD(pdims, F32, "abcdefghijkl"[:nd]), eng, po_srcs[i])
+    if mode == "C":
+        prim.execute(s, args)
+        s.wait()
+        want = ref_binary(alg, x0, x1, svals.get(ARG_SRC_0, 1.0), svals.get(ARG_SRC_1, 1.0))
+        want = apply_post_ops(want, po, prior=x0 if ip else prior, binary_srcs=po_srcs)
+        tol = TOLERANCE * (1 + 4 * po.len())
+        line, fails = check_line("binary", desc, problem, rel_err(c.to_numpy(), want), tol)
+        print(line + f",impl={pd.impl_info_str()}", flush=True)
+        return fails
+    if mode != "P":
+        raise invalid_arguments(f"--mode={mode}: the binary driver runs P or C")
+    tmin, tmed = time_ms(lambda: prim.execute(s, args), min_seconds, s.wait)
+    peer = None
+    if compare == "torch":
+        dev = torch_device(eng)
+        peer = ("torch", None if dev is None else _torch_ms(alg, x0, x1, dev, min_seconds))
+    nbytes = nbytes_of([pd.src_desc(0), pd.src_desc(1), pd.dst_desc()])
+    copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
+    print(perf_line("binary", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
+                    copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
+    return 0
+
+
+def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
+        min_seconds: float) -> int:
+    """Run ``problem`` (``SRC0DIMS:SRC1DIMS``) for every combination of the options; returns
+    the number of failed checks."""
+    unknown = set(opts) - _KNOWN
+    if unknown:
+        raise invalid_arguments(f"--binary: unknown option(s) {', '.join(sorted(unknown))}; "
+                                f"it takes {', '.join(sorted(_KNOWN))}")
+    if compare not in (None, "torch"):
+        raise invalid_arguments(f"--compare={compare}: the binary driver compares with torch")
+    dims = parse_dims_list(problem)
+    if len(dims) != 2:
+        raise invalid_arguments(f"binary problem {problem!r}: expected SRC0DIMS:SRC1DIMS")
+    d0, d1 = dims
+    if len(d1) > len(d0):
+        raise invalid_arguments(f"binary problem {problem!r}: src1 has more dims than src0")
+    d1 = d1 + [1] * (len(d0) - len(d1))
+    for key in ("sdt", "ddt"):
+        for v in opts.get(key, "f32").split(","):
+            check_dt({key: v}, key)
+    algs = [parse_alg(a) for a in opts.get("alg", "ADD").split(",")]
+    stags = [tags_for(t, 2) for t in opts.get("stag", "abx").split(",")]
+    dtags = opts.get("dtag", "any").split(",")
+    inplace = [flag(v, "inplace") for v in opts.get("inplace", "true").split(",")]
+    scales = opts.get("attr-scales", "").split(",")
+    post = opts.get("attr-post-ops", "").split(",")
+    fails = 0
+    for alg, st, dt_, ip, sc, p in itertools.product(algs, stags, dtags, inplace, scales, post):
+        fails += run_one(eng, d0, d1, alg, st, dt_, ip, sc, p, mode, compare, min_seconds)
+    return fails

@@ -1,0 +1,122 @@
+"""benchdnn's sum driver: ``--sum [--sdt=f32:f32] [--ddt=f32] [--stag=abx[:abx...]]
+[--dtag=undef] [--scales=1[:1...]] DIMS`` or ``DIMS:DIMS[:DIMS...]``, e.g.
+``--scales=0.5:2 8x16x32x32:8x16x32x32``.
+
+As in oneDNN's benchdnn the number of inputs is the number of ``--sdt`` (or ``--stag``)
+entries joined by ``:``; a single ``--scales`` value is used for every input, several must
+match the inputs. This driver also takes the sources' dims joined by ``:`` (all equal), which
+sets the number of inputs the same way. ``--dtag=undef`` (the default) creates the primitive
+without a dst desc, so it chooses the dst layout. Mode C checks against the numpy reference on
+integers and halves; mode P prints times, GB/s of bytes read and written, the copy kernel's
+GB/s, and PyTorch's time (a chain of ``add`` with ``alpha``) with ``--compare=torch``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+from ..constants import ARG_DST, ARG_MULTIPLE_SRC
+from ..error import invalid_arguments, unimplemented
+from .binary import check_dt, data, nbytes_of, rel_err, tag_of, tags_for
+from .common import check_line, copy_gbs, parse_dims_list, perf_line, time_ms, torch_device
+
+_KNOWN = {"sdt", "ddt", "stag", "dtag", "scales"}
+TOLERANCE = 1e-6
+
+
+def _torch_ms(xs, scales, device, min_seconds) -> float | None:
+    import torch
+
+    from .common import torch_time_ms
+
+    ts = [torch.from_numpy(x).to(device) for x in xs]
+    out = torch.empty_like(ts[0])
+
+    def fn():
+        torch.mul(ts[0], scales[0], out=out)
+        for t, s in zip(ts[1:], scales[1:]):
+            out.add_(t, alpha=s)
+
+    return torch_time_ms(fn, device, min_seconds)
+
+
+def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds) -> int:
+    import pydnnl as dnnl
+
+    from ..reference.sum import sum_ as ref_sum
+
+    nd = len(dims)
+    problem = ":".join(["x".join(map(str, dims))] * n)
+    desc = (f"--stag={':'.join(stags)} --dtag={dtag} --scales="
+            + ":".join(f"{s:g}" for s in scales))
+    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    try:
+        mds = [MD(dims, F32, tag_of(t, nd)) for t in stags]
+        t0 = time.perf_counter()
+        if dtag in ("undef", ""):
+            pd = dnnl.sum.primitive_desc(eng, scales, mds)
+        else:
+            pd = dnnl.sum.primitive_desc(eng, MD(dims, F32, tag_of(dtag, nd)), scales, mds)
+        prim = dnnl.sum(pd)
+        create_ms = (time.perf_counter() - t0) * 1e3
+    except unimplemented as e:
+        print(f"skip,unimplemented,sum,{desc},{problem},{e}", flush=True)
+        return 0
+    s = dnnl.stream(eng)
+    xs = [data(dims, 1 + i) for i in range(n)]
+    args = {ARG_MULTIPLE_SRC + i: dnnl.memory(pd.src_desc(i), eng, x) for i, x in enumerate(xs)}
+    out = args[ARG_DST] = dnnl.memory(pd.dst_desc(), eng)
+    if mode == "C":
+        prim.execute(s, args)
+        s.wait()
+        line, fails = check_line("sum", desc, problem,
+                                 rel_err(out.to_numpy(), ref_sum(scales, xs)), TOLERANCE * n)
+        print(line + f",impl={pd.impl_info_str()}", flush=True)
+        return fails
+    if mode != "P":
+        raise invalid_arguments(f"--mode={mode}: the sum driver runs P or C")
+    tmin, tmed = time_ms(lambda: prim.execute(s, args), min_seconds, s.wait)
+    peer = None
+    if compare == "torch":
+        dev = torch_device(eng)
+        peer = ("torch", None if dev is None else _torch_ms(xs, scales, dev, min_seconds))
+    nbytes = nbytes_of([pd.src_desc(i) for i in range(n)] + [pd.dst_desc()])
+    copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
+    print(perf_line("sum", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
+                    copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
+    return 0
+
+
+def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
+        min_seconds: float) -> int:
+    """Run ``problem`` for every combination of the options; returns the failed checks."""
+    unknown = set(opts) - _KNOWN
+    if unknown:
+        raise invalid_arguments(f"--sum: unknown option(s) {', '.join(sorted(unknown))}; it "
+                                f"takes {', '.join(sorted(_KNOWN))}")
+    if compare not in (None, "torch"):
+        raise invalid_arguments(f"--compare={compare}: the sum driver compares with torch")
+    shapes = parse_dims_list(problem)
+    if any(s != shapes[0] for s in shapes):
+        raise invalid_arguments(f"sum problem {problem!r}: every source has the same dims")
+    check_dt(opts, "ddt")
+    fails = 0
+    for sdt, stag, dtag, sc in itertools.product(
+            opts.get("sdt", "").split(","), opts.get("stag", "abx").split(","),
+            opts.get("dtag", "undef").split(","), opts.get("scales", "").split(",")):
+        counts = {len(shapes)} if len(shapes) > 1 else set()
+        for text in (sdt, stag, sc):
+            if text and ":" in text:
+                counts.add(len(text.split(":")))
+        if len(counts) > 1:
+            raise invalid_arguments(f"--sum: inputs disagree in number: problem {problem}, "
+                                    f"--sdt={sdt}, --stag={stag}, --scales={sc}")
+        n = counts.pop() if counts else 2
+        if sdt:
+            check_dt({"sdt": sdt}, "sdt")
+        scales = [float(v) for v in sc.split(":")] if sc else [1.0]
+        if len(scales) == 1:
+            scales = scales * n
+        fails += run_one(eng, shapes[0], n, tags_for(stag, n), dtag, scales, mode, compare,
+                         min_seconds)
+    return fails
