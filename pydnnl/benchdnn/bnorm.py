@@ -38,7 +38,7 @@ def parse_flags(text: str, allowed: str) -> F:
     """benchdnn's ``--flags`` letters as normalization_flags."""
     flags = F.none
     for ch in text.upper():
-        if ch == "A" and "A" not in allowed:
+        if ch == "A" and "A" in allowed:
             raise unimplemented("--flags: A (fuse_norm_add_relu) is not implemented")
         if ch not in allowed or ch not in _FLAG_CHARS:
             raise invalid_arguments(f"--flags={text}: unknown flag {ch!r}; expected letters of "
@@ -64,10 +64,13 @@ def parse_problem(text: str, mb_override: int = 0) -> tuple[list[int], float, st
     vals: dict[str, float] = {}
     pos = 0
     body = body.replace("_", "")
-    for mm in re.finditer(r"(mb|ic|id|ih|iw|eps)([0-9.eE+-]+)", body):
+    for mm in re.finditer(r"(mb|ic|id|ih|iw)(\d+)|eps(\d*\.?\d+(?:[eE][+-]?\d+)?)", body):
         if mm.start() != pos:
             break
-        vals[mm.group(1)] = float(mm.group(2)) if mm.group(1) == "eps" else int(mm.group(2))
+        if mm.group(3) is not None:
+            vals["eps"] = float(mm.group(3))
+        else:
+            vals[mm.group(1)] = int(mm.group(2))
         pos = mm.end()
     if pos != len(body) or "ic" not in vals:
         raise invalid_arguments(f"bnorm problem {text!r}: expected mbXicX_idXihXiwX_epsY_nS "
