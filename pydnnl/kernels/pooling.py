@@ -21,7 +21,9 @@ so blocked layouts are indexed in place; a blocked output's padded channels are 
   ``diff_dst[o]`` when ``ws[o] == k`` (max) or ``diff_dst[o] / denominator(o)`` (averages).
   Walking the window range instead of every tap with a divisibility test measured 1.3x to 2.8x
   faster on Intel's CPU runtime (max and avg_p, 3x3 stride 2, 64 MiB diff_src, nchw and nhwc;
-  a loaded 2-core machine, A/B in one process).
+  a loaded 2-core machine, A/B in one process). The forward's taps are straight-line code
+  (loads clamped inside the source, padding masked by selects): 1.3x to 2.3x faster than
+  ``continue`` on out-of-bounds taps on the same runtime (max and avg_p, nchw and nhwc).
 """
 from __future__ import annotations
 
@@ -172,27 +174,26 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
         body += ["    float acc = 0.0f;"]
         if p.alg == "avg_np":
             body.append("    int cnt = 0;")
-    body += [
-        f"    for (int kd = 0; kd < {KD}; ++kd) {{",
-        f"        const int id = (int)x2 * {SD} - {PD} + kd * {DD + 1};",
-        f"        if (id < 0 || id >= {ID}) continue;",
-        f"        const {it} s_d = s_nc + {_offset(p.src_layout, src_i, (2,))};",
-        f"        for (int kh = 0; kh < {KH}; ++kh) {{",
-        f"            const int ih = (int)x3 * {SH} - {PH} + kh * {DH + 1};",
-        f"            if (ih < 0 || ih >= {IH}) continue;",
-        f"            const {it} s_h = s_d + {_offset(p.src_layout, src_i, (3,))};",
-        f"            for (int kw = 0; kw < {KW}; ++kw) {{",
-        f"                const int iw = (int)x4 * {SW} - {PW} + kw * {DW + 1};",
-        f"                if (iw < 0 || iw >= {IW}) continue;",
-        f"                const float v = src[s_h + {_offset(p.src_layout, src_i, (4,))}];",
-    ]
+    # straight-line taps: every load clamped inside the source, padding masked out by a
+    # select, so the runtime can vectorize across work-items
+    for depth, (a, xv, S, P, D, I) in enumerate(zip("dhw", ("x2", "x3", "x4"), p.strides,
+                                                     p.pad_l, p.dilation, p.src_sp)):
+        ind = "    " * (depth + 1)
+        body += [f"{ind}for (int k{a} = 0; k{a} < {p.kernel[depth]}; ++k{a}) {{",
+                 f"{ind}    const int r{a} = (int){xv} * {S} - {P} + k{a} * {D + 1};",
+                 f"{ind}    const bool b{a} = r{a} >= 0 && r{a} < {I};",
+                 f"{ind}    const int i{a} = clamp(r{a}, 0, {I - 1});"]
+    body += ["                const bool inb = bd && bh && bw;",
+             f"                const float v = src[s_nc + "
+             f"{_offset(p.src_layout, src_i, (2, 3, 4))}];"]
     if p.alg == "max":
-        body += ["                if (v > acc) {", "                    acc = v;",
-                 f"                    arg = (kd * {KH} + kh) * {KW} + kw;", "                }"]
+        body += ["                const bool win = inb && v > acc;",
+                 "                acc = win ? v : acc;",
+                 f"                arg = win ? (kd * {KH} + kh) * {KW} + kw : arg;"]
     else:
-        body.append("                acc += v;")
+        body.append("                acc += inb ? v : 0.0f;")
         if p.alg == "avg_np":
-            body.append("                ++cnt;")
+            body.append("                cnt += inb;")
     body += ["            }", "        }", "    }"]
     if p.alg == "avg_p":
         body.append(f"    acc = acc / {float(KD * KH * KW)!r}f;")
