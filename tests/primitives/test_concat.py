@@ -73,7 +73,7 @@ CASES = {  # axis, sizes, source tags, dst tag
 @pytest.mark.parametrize("case", list(CASES))
 def test_layouts(engine, stream, case):
     axis, sizes, tags, dtag = CASES[case]
-    base = [2, 4, 3, 70] if case == "long-rows" else [2, 4, 3, 5]
+    base = [2, 4, 3, 300] if case == "long-rows" else [2, 4, 3, 5]
     xs = _xs(len(case), _shapes(base, axis, sizes))
     y, pd = run(engine, stream, xs, axis, tags, dtag)
     np.testing.assert_array_equal(y, ref_concat(axis, xs))
