@@ -216,7 +216,10 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     red = [d for d in range(nd) if p.reduced[d]]
     names = {d: f"i{d}" for d in range(nd)}
     O, R, S = p.outputs, p.count, p.splits
+    # chunks of whole work-group strides: every work-item of a group runs the same trip count
     chunk = -(-R // S)
+    if p.variant == "row" and S > 1:
+        chunk = -(-chunk // p.wg) * p.wg
     kept_code = decompose("o", [p.dims[d] for d in kept], [names[d] for d in kept])
     dst_off = offset(p.dst, {d: names[d] for d in kept})
     if p.stage == "final":
@@ -256,7 +259,8 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     {kept_code}
     const int base = {base};
     float acc = {init};
-    for (int r = {r0} + l; r < {r1}; r += {L}) {{
+    const int r_end = {r1};
+    for (int r = {r0} + l; r < r_end; r += {L}) {{
         {red_code}
         {step}
     }}
@@ -279,7 +283,8 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     {kept_code}
     const int base = {base};
     float acc = {init};
-    for (int r = {r0}; r < {r1}; ++r) {{
+    const int r_end = {r1};
+    for (int r = {r0}; r < r_end; ++r) {{
         {red_code}
         {step}
     }}

@@ -13,8 +13,8 @@ Two shapes of kernel, both numerically stable (the row maximum is subtracted bef
   dim: ``nchw`` with axis 1).
 
 Forward ``(src, dst)``; backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
-writes the same elements in its last pass, so ``dst`` may be ``src`` (and ``diff_src``
-``diff_dst``) when their layouts agree. Pure: no engine, no argument maps.
+writes only its own elements once the row maximum is known, so ``dst`` may be ``src`` (and
+``diff_src`` ``diff_dst``) when their layouts agree. Pure: no engine, no argument maps.
 """
 from __future__ import annotations
 
@@ -80,16 +80,17 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         body = f"""
     float m = -INFINITY;
     {loop} m = fmax(m, {x});{reduce_("fmax({a}, {b})", "m")}
-    float s = 0.0f;
-    {loop} s += exp({x} - m);{reduce_("{a} + {b}", "s")}"""
+    float s = 0.0f;"""
         if p.log:
             body += f"""
+    {loop} s += exp({x} - m);{reduce_("{a} + {b}", "s")}
     const float t = log(s);
     {loop} {y} = ({x} - m) - t;"""
-        else:
+        else:  # dst holds the exponentials until the last pass scales them (one exp each)
             body += f"""
+    {loop} {{ const float e = exp({x} - m); {y} = e; s += e; }}{reduce_("{a} + {b}", "s")}
     const float r = 1.0f / s;
-    {loop} {y} = exp({x} - m) * r;"""
+    {loop} {y} *= r;"""
     else:
         y, dy, dx = at["dst"], at["diff_dst"], at["diff_src"]
         if p.log:
