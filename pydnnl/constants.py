@@ -115,6 +115,7 @@ class normalization_flags(enum.IntFlag):
     use_scale = 0x2
     use_shift = 0x4
     fuse_norm_relu = 0x8
+    fuse_norm_add_relu = 0x10
 
 
 class scratchpad_mode(enum.IntEnum):
