@@ -7,6 +7,9 @@ Each plan is runtime steps only. Tensors whose layout does not fold into a row-m
 forward ``dst = src @ weights^T`` with the bias and the post-ops (eltwise, sum, binary) in the
 GEMM kernel's store, backward data ``diff_src = diff_dst @ weights``, backward weights
 ``diff_weights = diff_dst^T @ src`` and ``diff_bias`` = the column sums of ``diff_dst``.
+
+bf16 and f16 tensors are converted into f32 copies in the scratchpad (and outputs back, with
+round-to-nearest-even), so every product accumulates in f32 as oneDNN's GPU engine does.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"
+# storage types: bf16/f16 tensors are converted to f32 copies and computed in f32
+_DATA_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.undef)
 # each argument's role: which of src (activations), weights, dst it is shaped like
 _ROLE = {ARG_SRC: "src", ARG_DIFF_SRC: "src", ARG_WEIGHTS: "weights",
          ARG_DIFF_WEIGHTS: "weights", ARG_DST: "dst", ARG_DIFF_DST: "dst", ARG_BIAS: "bias",
@@ -128,9 +133,9 @@ class _ip_pd_base(primitive_desc_base):
             raise unimplemented(f"{kind}: diff_bias_desc must be dense, got strides "
                                 f"{list(bias.strides)}")
         for arg, md in descs.items():
-            if md is not None and md.data_type not in (data_type.f32, data_type.undef):
-                raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; only "
-                                    f"f32 is implemented")
+            if md is not None and md.data_type not in _DATA_TYPES:
+                raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; f32, "
+                                    f"bf16 and f16 are implemented")
         if self._attr.scales or self._attr.zero_points:
             raise unimplemented(f"{kind}: scales and zero points are not implemented (f32 "
                                 f"only)")
@@ -144,11 +149,14 @@ class _ip_pd_base(primitive_desc_base):
         for arg, md in descs.items():
             if md is None:
                 continue
+            dt = md.data_type if md.data_type != data_type.undef else data_type.f32
             if md.is_any():  # the forward's choice where a hint has one, else row-major
                 chosen = hint.query_md_for(_ROLE[arg]) if hint is not None else None
-                if arg == ARG_WEIGHTS and hint is None:
+                if arg == ARG_WEIGHTS and hint is None and dt == data_type.f32:
                     chosen = self._fast_weights(md.dims, N, OC)
                 md = chosen if chosen is not None and chosen.dims == md.dims else _plain(md)
+                if md.data_type != dt:
+                    md = md.with_data_type(dt)
             if md.data_type == data_type.undef:
                 md = md.with_data_type(data_type.f32)
             self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
@@ -156,8 +164,9 @@ class _ip_pd_base(primitive_desc_base):
             # panels are read in place only in the width the tuned kernel reads
             direct = form is not None and (form[0] != "panel" or form[1] == self._panel_width(
                 md.dims, N, OC))
-            if _ROLE[arg] != "bias" and not _folds(md) and not direct:
-                self._staged[arg] = scratch  # a plain copy in the scratchpad
+            converted = md.data_type != data_type.f32  # bf16/f16: an f32 copy, computed in f32
+            if converted or (_ROLE[arg] != "bias" and not _folds(md) and not direct):
+                self._staged[arg] = scratch  # a plain f32 copy in the scratchpad
                 scratch += -(-math.prod(md.dims) // 16) * 16
         self._args.update(po_args)
         self._scratch_elems = scratch
@@ -208,9 +217,9 @@ class _ip_base(primitive):
         if off is None:  # a single row may have any stride
             return Ref(arg), md.offset0, max(md.strides[0], width)
         if not output:
-            plan.reorder(ReorderProblem.f32(md.dims, layout_of(md), md.nelems_physical(),
-                                            _flat(off, md), off + math.prod(md.dims)),
-                         Ref(arg), SCRATCH)
+            plan.reorder(ReorderProblem(tuple(md.dims), md.data_type, data_type.f32,
+                                        layout_of(md), _flat(off, md), md.nelems_physical(),
+                                        off + math.prod(md.dims)), Ref(arg), SCRATCH)
         return SCRATCH, off, width
 
     def _unstage(self, plan: Plan, arg: int) -> None:
@@ -219,9 +228,9 @@ class _ip_base(primitive):
         off = pd._staged.get(arg)
         if off is not None:
             md = pd._args[arg].md
-            plan.reorder(ReorderProblem.f32(md.dims, _flat(off, md), off + math.prod(md.dims),
-                                            layout_of(md), md.nelems_physical()),
-                         SCRATCH, Ref(arg))
+            plan.reorder(ReorderProblem(tuple(md.dims), data_type.f32, md.data_type,
+                                        _flat(off, md), layout_of(md), off + math.prod(md.dims),
+                                        md.nelems_physical()), SCRATCH, Ref(arg))
 
     def _new_plan(self) -> Plan:
         pd = self._pd
@@ -281,11 +290,21 @@ class inner_product_forward(_ip_base):
         # a staged dst holds the prior content a sum post-op reads
         c_ref, c_off, ldc = self._matrix(plan, ARG_DST, output=not reads_prior(pd._post_ops))
         bias = pd._args.get(ARG_BIAS)
-        epi = {}
+        epi, bias_ref = {}, None
         if bias is not None:  # bias[oc] at every dst position (n, oc)
             b = bias.md
-            epi["bias"] = ((b.offset0, ((1, 0, ()), (1, b.strides[0], ()))), (1, OC),
-                           b.nelems_physical())
+            if ARG_BIAS in pd._staged:  # a bf16/f16 bias, converted into the scratchpad
+                off = pd._staged[ARG_BIAS]
+                plan.reorder(ReorderProblem(tuple(b.dims), b.data_type, data_type.f32,
+                                            layout_of(b), (off, ((1, 1, ()),)),
+                                            b.nelems_physical(), off + OC), Ref(ARG_BIAS),
+                             SCRATCH)
+                epi["bias"] = ((off, ((1, 0, ()), (1, 1, ()))), (1, OC), off + OC)
+                bias_ref = SCRATCH
+            else:
+                epi["bias"] = ((b.offset0, ((1, 0, ()), (1, b.strides[0], ()))), (1, OC),
+                               b.nelems_physical())
+                bias_ref = Ref(ARG_BIAS)
         shape = GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=trans_b,
                           post_ops=pd._post_ops, epi_batch=(), **epi)
         if packed:  # the panels must be the ones the tuned kernel reads
@@ -295,8 +314,7 @@ class inner_product_forward(_ip_base):
                     f"inner_product_forward: weights in panels of {form[1]} columns, but the "
                     f"tuned GEMM reads {'panels of ' + str(g.panel) if g.packed else 'plain B'}"
                     f"; create the weights desc with format_tag.any again")
-        plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed,
-                  bias=Ref(ARG_BIAS) if bias is not None else None)
+        plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed, bias=bias_ref)
         self._unstage(plan, ARG_DST)
 
 
@@ -370,6 +388,12 @@ class inner_product_backward_weights(_ip_base):
         self._unstage(plan, ARG_DIFF_WEIGHTS)
         bias = pd._args.get(ARG_DIFF_BIAS)
         if bias is not None:
+            off = pd._staged.get(ARG_DIFF_BIAS)  # bf16/f16: summed in f32, then converted
             plan.kernel("colsum", ColSum(rows=N, width=OC, ld=lda, accumulate=False),
-                        build_colsum, out=Ref(ARG_DIFF_BIAS), src=a_ref,
-                        o_off=bias.md.offset0, i_off=a_off)
+                        build_colsum, out=Ref(ARG_DIFF_BIAS) if off is None else SCRATCH,
+                        src=a_ref, o_off=bias.md.offset0 if off is None else off, i_off=a_off)
+            if off is not None:
+                b = bias.md
+                plan.reorder(ReorderProblem(tuple(b.dims), data_type.f32, b.data_type,
+                                            (off, ((1, 1, ()),)), layout_of(b), off + OC,
+                                            b.nelems_physical()), SCRATCH, Ref(ARG_DIFF_BIAS))

@@ -126,9 +126,9 @@ def test_bias_prop_and_type_errors(cpu_engine):
                                                   dnnl.memory.desc([4], dt.f32, tag.a), d)
     with pytest.raises(dnnl.invalid_arguments, match="forward_training or forward_inference"):
         dnnl.inner_product_forward.primitive_desc(cpu_engine, dnnl.prop_kind.backward, s, w, d)
-    with pytest.raises(dnnl.unimplemented, match="weights_desc data type bf16"):
+    with pytest.raises(dnnl.unimplemented, match="weights_desc data type s8"):
         dnnl.inner_product_forward.primitive_desc(
-            cpu_engine, fwd, s, dnnl.memory.desc([5, 3], dt.bf16, tag.ab), d)
+            cpu_engine, fwd, s, dnnl.memory.desc([5, 3], dt.s8, tag.ab), d)
 
 
 # -- backward --------------------------------------------------------------------------------
@@ -232,3 +232,64 @@ def test_backward_needs_a_forward_hint(cpu_engine):
         dnnl.inner_product_backward_data.primitive_desc(cpu_engine, md, w, d, None)
     with pytest.raises(dnnl.invalid_arguments, match="missing"):
         dnnl.inner_product_backward_weights.primitive_desc(cpu_engine, md, w, d)
+
+
+@pytest.mark.parametrize("dts", [("bf16", "bf16", "bf16", "f32"), ("f16", "f16", "f16", "f16"),
+                                 ("bf16", "bf16", "f32", "bf16")])
+def test_low_precision_data_accumulates_in_f32(engine, stream, dts):
+    """bf16/f16 src, weights, dst and bias (oneDNN's GPU combinations): the product of the
+    values as stored, accumulated in f32, rounded once into dst; forward, backward data and
+    backward weights with diff_bias. Tolerance: one rounding of dst (bf16 2^-8, f16 2^-11
+    relative to the output's magnitude) plus f32 accumulation."""
+    sdt, wdt, ddt, bdt = (getattr(dt, d) for d in dts)
+    N, IC, OC = 6, 40, 12
+    rng = np.random.default_rng(2)
+
+    def stored(a, t):  # the values a tensor of type t holds
+        m = dnnl.memory(dnnl.memory.desc(list(a.shape), t, "ab"[:a.ndim] if a.ndim > 1 else "a"),
+                        engine, a.astype(np.float32))
+        return m.to_numpy().astype(np.float64)
+
+    def tol(t):
+        return {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 0.0}[t] + 1e-5
+
+    x, w = rng.standard_normal((N, IC)), rng.standard_normal((OC, IC))
+    b, dy = rng.standard_normal(OC), rng.standard_normal((N, OC))
+    MD = dnnl.memory.desc
+    fwd = dnnl.inner_product_forward.primitive_desc(
+        engine, dnnl.prop_kind.forward_training, MD([N, IC], sdt, "ab"), MD([OC, IC], wdt, "any"),
+        MD([OC], bdt, "a"), MD([N, OC], ddt, "ab"))
+    X = dnnl.memory(fwd.src_desc(), engine, x.astype(np.float32))
+    W = dnnl.memory(fwd.weights_desc(), engine, w.astype(np.float32))
+    B = dnnl.memory(MD([OC], bdt, "a"), engine, b.astype(np.float32))
+    Y = dnnl.memory(fwd.dst_desc(), engine)
+    dnnl.inner_product_forward(fwd).execute(stream, {dnnl.ARG_SRC: X, dnnl.ARG_WEIGHTS: W,
+                                                     dnnl.ARG_BIAS: B, dnnl.ARG_DST: Y})
+    xs, ws, bs = stored(x, sdt), stored(w, wdt), stored(b, bdt)
+    want = xs @ ws.T + bs
+    got = Y.to_numpy().astype(np.float64)
+    assert np.abs(got - want).max() <= tol(ddt) * np.abs(want).max()
+
+    bwd_d = dnnl.inner_product_backward_data.primitive_desc(
+        engine, MD([N, IC], sdt, "ab"), MD([OC, IC], wdt, "any"), MD([N, OC], ddt, "ab"), fwd)
+    DY = dnnl.memory(bwd_d.diff_dst_desc(), engine, dy.astype(np.float32))
+    DX = dnnl.memory(bwd_d.diff_src_desc(), engine)
+    dnnl.inner_product_backward_data(bwd_d).execute(stream, {dnnl.ARG_DIFF_DST: DY,
+                                                             dnnl.ARG_WEIGHTS: W,
+                                                             dnnl.ARG_DIFF_SRC: DX})
+    dys = stored(dy, ddt)
+    want = dys @ ws
+    assert np.abs(DX.to_numpy() - want).max() <= tol(sdt) * np.abs(want).max()
+
+    bwd_w = dnnl.inner_product_backward_weights.primitive_desc(
+        engine, MD([N, IC], sdt, "ab"), MD([OC, IC], wdt, "any"), MD([OC], bdt, "a"),
+        MD([N, OC], ddt, "ab"), fwd)
+    DW = dnnl.memory(bwd_w.diff_weights_desc(), engine)
+    DB = dnnl.memory(MD([OC], bdt, "a"), engine)
+    dnnl.inner_product_backward_weights(bwd_w).execute(stream, {
+        dnnl.ARG_SRC: X, dnnl.ARG_DIFF_DST: DY, dnnl.ARG_DIFF_WEIGHTS: DW,
+        dnnl.ARG_DIFF_BIAS: DB})
+    stream.wait()
+    want_w, want_b = dys.T @ xs, dys.sum(0)
+    assert np.abs(DW.to_numpy() - want_w).max() <= tol(wdt) * np.abs(want_w).max()
+    assert np.abs(DB.to_numpy() - want_b).max() <= tol(bdt) * np.abs(want_b).max()
