@@ -13,16 +13,19 @@ from dataclasses import replace
 from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
 from ..error import invalid_arguments, unimplemented
 from ..kernels.post_ops import describe as describe_post_ops
-from ..kernels.reorder import layout_of
+from ..kernels.post_ops import reads_prior
+from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, choose_params
-from ..runtime.plan import Plan, Ref
+from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
+# storage types: bf16/f16 operands are converted to f32 copies and computed in f32
+_DATA_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.undef)
 
 
 def _plain(md: MemoryDesc) -> MemoryDesc:
@@ -135,30 +138,39 @@ class matmul(primitive):
                 raise invalid_arguments(f"matmul: bias_desc dims {list(b.dims)} must be 1 or "
                                         f"dst's {list(dst.dims)} in every dimension")
             for arg, md in descs.items():
-                if md is not None and md.data_type not in (data_type.f32, data_type.undef):
+                if md is not None and md.data_type not in _DATA_TYPES:
                     raise unimplemented(f"matmul: {_NAMES[arg]} data type "
-                                        f"{md.data_type.name}; only f32 is implemented")
+                                        f"{md.data_type.name}; f32, bf16 and f16 are "
+                                        f"implemented")
             if self._attr.scales or self._attr.zero_points:
                 raise unimplemented("matmul: scales and zero points are not implemented (f32 "
                                     "only)")
             self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
             self._panel = self._tuned_panel(descs, M, K, N)
+            self._convert: dict[int, int] = {}  # bf16/f16 argument -> its f32 copy's offset
+            scratch = 0
             for arg, md in descs.items():
                 if md is None:
                     continue
-                if md.is_any() and arg == ARG_WEIGHTS and self._panel is not None:
+                dt = md.data_type if md.data_type != data_type.undef else data_type.f32
+                if (md.is_any() and arg == ARG_WEIGHTS and self._panel is not None
+                        and dt == data_type.f32):
                     md = MemoryDesc(md.dims, data_type.f32, _panel_tag(nd, self._panel))
-                md = _plain(md) if md.is_any() else md
+                md = _plain(md).with_data_type(dt) if md.is_any() else md
                 if md.data_type == data_type.undef:
                     md = md.with_data_type(data_type.f32)
                 if not (arg == ARG_WEIGHTS and _panel_width(md) == self._panel is not None):
                     _matrix(md, _NAMES[arg])  # unimplemented layouts fail here
+                if md.data_type != data_type.f32:  # computed on a row-major f32 copy
+                    self._convert[arg] = scratch
+                    scratch += -(-math.prod(md.dims) // 16) * 16
                 self._args[arg] = ArgSpec(md, arg == ARG_DST)
             self._args.update(po_args)
-            self._impl = "gemm:runtime"
+            self._scratch_elems = scratch
+            self._impl = "gemm:runtime" + (":converted" if self._convert else "")
             self._info = f"{list(src.dims)}x{list(wei.dims)}" + (
                 f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
-            self._finish_scratchpad(0)
+            self._finish_scratchpad(scratch * 4)
 
         def _tuned_panel(self, descs, M: int, K: int, N: int) -> int | None:
             """Columns per panel of the packed B this product's tuned GEMM reads, when B can
@@ -174,17 +186,35 @@ class matmul(primitive):
 
     def _create(self) -> None:
         pd = self._pd
-        md = {arg: spec.md for arg, spec in pd._args.items()}
+        plan = self._plan = Plan(pd.get_engine(), "matmul", scratch_elems=pd._scratch_elems)
+        # each operand as the GEMM reads it: (buffer, desc, extra offset); bf16/f16 ones are
+        # row-major f32 copies in the scratchpad
+        md, ref, base = {}, {}, {}
+        for arg, spec in pd._args.items():
+            if arg not in (ARG_SRC, ARG_WEIGHTS, ARG_BIAS, ARG_DST):
+                continue
+            md[arg], ref[arg], base[arg] = spec.md, Ref(arg), 0
+            off = pd._convert.get(arg)
+            if off is None:
+                continue
+            user, f32 = spec.md, _plain(spec.md).with_data_type(data_type.f32)
+            md[arg], ref[arg], base[arg] = f32, SCRATCH, off
+            n = math.prod(user.dims)
+            if arg != ARG_DST or reads_prior(pd._post_ops):
+                plan.reorder(ReorderProblem(tuple(user.dims), user.data_type, data_type.f32,
+                                            layout_of(user), (off, layout_of(f32)[1]),
+                                            user.nelems_physical(), off + n), Ref(arg), SCRATCH)
         src, wei, dst = md[ARG_SRC], md[ARG_WEIGHTS], md[ARG_DST]
-        plan = self._plan = Plan(pd.get_engine(), "matmul")
         batch = tuple(dst.dims[:-2])
         M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
         bias = md.get(ARG_BIAS)
         # the epilogue: bias (broadcast where its dims are 1) and post-ops at dst positions
         epi = {"post_ops": pd._post_ops, "epi_batch": batch}
         if bias is not None:
-            epi["bias"] = (layout_of(bias), tuple(bias.dims), bias.nelems_physical())
-        bias_ref = Ref(ARG_BIAS) if bias is not None else None
+            lay = layout_of(bias)
+            epi["bias"] = ((lay[0] + base[ARG_BIAS], lay[1]), tuple(bias.dims),
+                           base[ARG_BIAS] + bias.nelems_physical())
+        bias_ref = ref[ARG_BIAS] if bias is not None else None
         ta, lda = _matrix(src, "src")
         packed = pd._panel is not None and _panel_width(wei) == pd._panel
         tb, ldb = (False, N) if packed else _matrix(wei, "weights")
@@ -199,14 +229,17 @@ class matmul(primitive):
             first, second = (ARG_SRC, src), (ARG_WEIGHTS, wei)
         count = math.prod(batch)
         strides = [_batch_stride(x, batch) for x in (first[1], second[1], dst)]
-        a0, b0, c0 = first[1].offset0, second[1].offset0, dst.offset0
+        a0 = first[1].offset0 + base[first[0]]
+        b0 = second[1].offset0 + base[second[0]]
+        c0 = dst.offset0 + base[ARG_DST]
+        a_ref, b_ref, c_ref = ref[first[0]], ref[second[0]], ref[ARG_DST]
         if count == 1 or None not in strides:
             if count == 1:
-                plan.gemm(shape, Ref(first[0]), a0, Ref(second[0]), b0, Ref(ARG_DST), c0,
-                          bias=bias_ref, packed=packed)
+                plan.gemm(shape, a_ref, a0, b_ref, b0, c_ref, c0, bias=bias_ref, packed=packed)
             else:
-                plan.gemm_batched(shape, count, *strides, Ref(first[0]), a0, Ref(second[0]),
-                                  b0, Ref(ARG_DST), c0, bias=bias_ref)
+                plan.gemm_batched(shape, count, *strides, a_ref, a0, b_ref, b0, c_ref, c0,
+                                  bias=bias_ref)
+            self._convert_out(plan, md)
             return
         needs_pos = bias is not None or any(op[0] == "binary" for op in pd._post_ops)
         for t in range(count):  # batch dims that fold into no single stride
@@ -216,13 +249,24 @@ class matmul(primitive):
                 r //= d
             idx.reverse()
 
-            def off(x, idx=idx):
-                return x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
-                                       for j, i in enumerate(idx))
+            def off(arg, x, idx=idx):
+                return base[arg] + x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
+                                                   for j, i in enumerate(idx))
             # an epilogue reading operands at positions is specialised to this batch entry
             sh = replace(shape, epi_fixed=tuple(idx)) if needs_pos else shape
-            plan.gemm(sh, Ref(first[0]), off(first[1]), Ref(second[0]), off(second[1]),
-                      Ref(ARG_DST), off(dst), bias=bias_ref)
+            plan.gemm(sh, a_ref, off(first[0], first[1]), b_ref, off(second[0], second[1]),
+                      c_ref, off(ARG_DST, dst), bias=bias_ref)
+        self._convert_out(plan, md)
+
+    def _convert_out(self, plan: Plan, md: dict) -> None:
+        """A bf16/f16 dst: its f32 copy converted into it (round to nearest even)."""
+        off = self._pd._convert.get(ARG_DST)
+        if off is not None:
+            user = self._pd._args[ARG_DST].md
+            plan.reorder(ReorderProblem(tuple(user.dims), data_type.f32, user.data_type,
+                                        (off, layout_of(md[ARG_DST])[1]), layout_of(user),
+                                        off + math.prod(user.dims), user.nelems_physical()),
+                         SCRATCH, Ref(ARG_DST))
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

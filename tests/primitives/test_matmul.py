@@ -140,3 +140,44 @@ def test_bias_and_type_errors(cpu_engine):
         dnnl.matmul.primitive_desc(cpu_engine, dnnl.memory.desc([2, 3], dt.s8, tag.ab), w, d)
     with pytest.raises(dnnl.invalid_arguments, match="matmul.primitive_desc"):
         dnnl.matmul.primitive_desc(cpu_engine, s, w)
+
+
+@pytest.mark.parametrize("dts,dims", [
+    (("bf16", "bf16", "bf16", "bf16"), ([7, 33], [33, 9], [7, 9])),
+    (("f16", "f16", "f32", "f32"), ([2, 5, 16], [1, 16, 6], [2, 5, 6])),
+    (("bf16", "f32", "f16", "bf16"), ([4, 3, 8], [4, 8, 5], [4, 3, 5])),
+])
+def test_low_precision_data_accumulates_in_f32(engine, stream, dts, dims):
+    """bf16/f16 operands (any mix with f32), a sum and a relu post-op: the product of the
+    values as stored, accumulated in f32 and rounded once into dst. Tolerance: one rounding
+    of dst (bf16 2^-8, f16 2^-11 relative to the output's magnitude) plus f32 accumulation."""
+    sdt, wdt, ddt, bdt = (getattr(dt, d) for d in dts)
+    sd, wd, dd = dims
+    nd = len(dd)
+    plain = "abcd"[:nd]
+    rng = np.random.default_rng(6)
+    MD = dnnl.memory.desc
+
+    def mem(md, a):
+        return dnnl.memory(md, engine, a.astype(np.float32))
+
+    po = dnnl.post_ops()
+    po.append_sum(0.5)
+    po.append_eltwise(dnnl.algorithm.eltwise_relu, 0.0, 0.0)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
+    bdims = [1] * (nd - 1) + [dd[-1]]
+    pd = dnnl.matmul.primitive_desc(engine, MD(sd, sdt, plain), MD(wd, wdt, "any"),
+                                    MD(bdims, bdt, plain), MD(dd, ddt, plain), attr)
+    args = {dnnl.ARG_SRC: mem(pd.src_desc(), rng.standard_normal(sd)),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), rng.standard_normal(wd)),
+            dnnl.ARG_BIAS: mem(MD(bdims, bdt, plain), rng.standard_normal(bdims)),
+            dnnl.ARG_DST: mem(pd.dst_desc(), rng.standard_normal(dd))}
+    stored = {k: m.to_numpy().astype(np.float64) for k, m in args.items()}
+    dnnl.matmul(pd).execute(stream, args)
+    stream.wait()
+    want = np.maximum(np.matmul(stored[dnnl.ARG_SRC], stored[dnnl.ARG_WEIGHTS])
+                      + stored[dnnl.ARG_BIAS] + 0.5 * stored[dnnl.ARG_DST], 0.0)
+    tol = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 0.0}[ddt] + 1e-5
+    got = args[dnnl.ARG_DST].to_numpy()
+    assert np.abs(got - want).max() <= tol * np.abs(want).max()
