@@ -199,9 +199,11 @@ def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds) -> float
     import torch.nn.functional as F
 
     nsp = len(p.src)
-    if any(pl != pr for pl, pr in zip(p.padding_l, p.padding_r)) or any(
-            pl * 2 > k for pl, k in zip(p.padding_l, p.kernel)):
-        return None  # torch pads symmetrically, at most half the kernel
+    # torch pads symmetrically (at most half the kernel): comparable when its output, with
+    # padding_l on both sides, has our size (a smaller right padding then drops no window)
+    for i, o, k, s, pl, d in zip(p.src, p.dst, p.kernel, p.strides, p.padding_l, p.dilation):
+        if pl * 2 > k or (i + 2 * pl - (k - 1) * (d + 1) - 1) // s + 1 != o:
+            return None
     kw = dict(kernel_size=p.kernel, stride=p.strides, padding=p.padding_l)
     if alg == algorithm.pooling_max:
         fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nsp]

@@ -56,8 +56,10 @@ class PoolProblem:
     dst_layout: tuple
     ws_layout: tuple | None
     axes: tuple                     # output iteration axes, innermost first: (dim, size, mult)
-    local: int = 0                  # work-group size (0: the runtime chooses)
+    local: tuple[int, int] = (0, 0)  # work-group (lanes, rows); 0: the runtime chooses
     wide: bool = False              # 64-bit offsets
+    src_dt: str = "f32"              # storage of src (backward: diff_src): f32, bf16, f16
+    dst_dt: str = "f32"              # storage of dst (backward: diff_dst)
 
     @property
     def out_dims(self) -> tuple[int, ...]:
@@ -91,7 +93,36 @@ def iteration_axes(layout: tuple, dims: tuple[int, ...]) -> tuple:
     return tuple((d, size, mult) for _, d, size, mult in axes)
 
 
-def _dim_term(x: str, blk: int, stride: int, inner: tuple) -> str:
+_STORE_T = {"f32": "float", "bf16": "ushort", "f16": "ushort"}
+
+
+def _type_helpers(*dts: str) -> tuple[str, dict, dict]:
+    """The load/store helper definitions (oneDNN's rounding, ``clhelpers``) for ``dts``, and
+    per type the loader's and storer's names."""
+    from ..memory.data_types import data_type
+    from .clhelpers import load_helper, store_helper
+
+    defs, ld, st = [], {}, {}
+    for dt in dict.fromkeys(dts):
+        if dt == "f32":
+            ld[dt] = st[dt] = ""
+            continue
+        lname, ldef, _, _ = load_helper(data_type[dt])
+        sname, sdef, _, _ = store_helper(data_type[dt])
+        defs += [ldef, sdef]
+        ld[dt], st[dt] = lname, sname
+    return "".join(d + "\n" for d in defs), ld, st
+
+
+def _dim_term(x: str, blk: int, stride: int, inner: tuple, rest: str | None = None,
+              lane: str | None = None) -> str:
+    """The storage term of index ``x`` along one dim. With ``lane``, ``x = rest + lane`` where
+    the walk's innermost axis is this dim's innermost block (``rest`` a multiple of the block,
+    ``lane`` below it): the term is then written linear in the lane when the layout has that
+    block, so consecutive work-items read consecutive addresses."""
+    if lane is not None and blk > 1 and len(inner) == 1 and inner[0][:2] == (blk, 1):
+        parts = [f"({rest} / {blk}) * {stride}"] if stride else []
+        return " + ".join(parts + [f"{lane} * {inner[0][2]}"])
     parts = []
     if stride:
         parts.append(f"({x} / {blk}) * {stride}" if blk > 1 else f"{x} * {stride}")
@@ -103,31 +134,74 @@ def _dim_term(x: str, blk: int, stride: int, inner: tuple) -> str:
     return " + ".join(parts) if parts else "0"
 
 
-def _offset(layout: tuple, names: tuple[str, ...], dims=range(5)) -> str:
+def _offset(layout: tuple, names, dims=range(5), split: dict | None = None) -> str:
+    """Offset expression of the element with logical indices ``names``; ``split`` maps a dim
+    to its ``(rest, lane)`` pair (see :func:`_dim_term`)."""
     offset0, per_dim = layout
     terms = [str(offset0)] if offset0 and 0 in dims else []
     for d in dims:
         blk, stride, inner = per_dim[d]
-        t = _dim_term(names[d], blk, stride, inner)
+        rest, lane = (split or {}).get(d, (None, None))
+        t = _dim_term(names[d], blk, stride, inner, rest, lane)
         if t != "0":
             terms.append(f"({t})")
     return " + ".join(terms) if terms else "0"
 
 
-def _decompose(p: PoolProblem, it: str) -> list[str]:
-    """Statements setting x0..x4 (the output's logical index) from the flat id ``gid``."""
-    lines = [f"    {it} t = gid;"]
+@dataclass(frozen=True)
+class Lanes:
+    """How the 2-D range covers the output: axis 0 of the range walks ``dim`` (the output's
+    innermost axis), ``vec`` consecutive elements per work-item (backward along a spatial dim:
+    the stride, so the windows read are the same constants for every work-item), ``count``
+    work-items; axis 1 walks the ``rest`` other elements."""
+
+    dim: int
+    size: int
+    split: bool      # the axis is the inner block of a blocked dim
+    vec: int
+    count: int
+    rest: int
+
+
+def lanes_of(p: PoolProblem) -> Lanes:
+    if not p.axes:
+        return Lanes(1, 1, False, 1, 1, 1)
+    d0, size0, _ = p.axes[0]
+    split = any(d == d0 for d, _, _ in p.axes[1:])
+    vec = p.strides[d0 - 2] if p.direction == "bwd" and d0 >= 2 else 1
+    rest = 1
+    for _, size, _ in p.axes[1:]:
+        rest *= size
+    return Lanes(d0, size0, split, vec, -(-size0 // vec), rest)
+
+
+def _decompose(p: PoolProblem, it: str, ln: Lanes) -> tuple[list[str], dict, list[str]]:
+    """Statements naming the output's logical index: x0..x4 from the work-item's ids (the
+    lane dim's ``x`` excludes its lane part when split); returns (lines, split map, names)."""
+    lines = ["    const int l0 = get_global_id(0);", f"    if (l0 >= {ln.count}) return;",
+             f"    {it} t = get_global_id(1);", f"    if (t >= {ln.rest}) return;"]
     contrib: dict[int, list[str]] = {d: [] for d in range(5)}
-    for i, (d, size, mult) in enumerate(p.axes):
-        last = i == len(p.axes) - 1
+    rest_axes = p.axes[1:]
+    for i, (d, size, mult) in enumerate(rest_axes, start=1):
+        last = i == len(rest_axes)
         v = f"a{i}"
         lines.append(f"    const {it} {v} = {'t' if last else f't % {size}'};")
         if not last:
             lines.append(f"    t /= {size};")
         contrib[d].append(v if mult == 1 else f"{v} * {mult}")
+    names = [f"x{d}" for d in range(5)]
+    split = {}
     for d in range(5):
-        lines.append(f"    const {it} x{d} = {' + '.join(contrib[d]) or '0'};")
-    return lines
+        if d == ln.dim and ln.split:
+            lines.append(f"    const {it} xr{d} = {' + '.join(contrib[d]) or '0'};")
+            lines.append(f"    const {it} x{d} = xr{d} + l0;")
+            split[d] = (f"xr{d}", "l0")
+        elif d == ln.dim and p.axes:
+            if ln.vec == 1:
+                lines.append(f"    const {it} x{d} = l0;")
+        else:
+            lines.append(f"    const {it} x{d} = {' + '.join(contrib[d]) or '0'};")
+    return lines, split, names
 
 
 def _count_fn(name: str, i: int, k: int, s: int, d: int, pl: int) -> str:
@@ -143,55 +217,52 @@ def _count_fn(name: str, i: int, k: int, s: int, d: int, pl: int) -> str:
 
 def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
     KD, KH, KW = p.kernel
-    SD, SH, SW = p.strides
-    DD, DH, DW = p.dilation
-    PD, PH, PW = p.pad_l
-    ID, IH, IW = p.src_sp
     ws = p.workspace
-    args = ["__global const float *restrict src", "__global float *restrict dst"]
+    helpers, ld, st = _type_helpers(p.src_dt, p.dst_dt)
+    args = [f"__global const {_STORE_T[p.src_dt]} *restrict src",
+            f"__global {_STORE_T[p.dst_dt]} *restrict dst"]
     names = ("src", "dst")
     if ws:
         args.append(f"__global {ws} *restrict ws")
         names += ("ws",)
-    x = ("x0", "x1", "x2", "x3", "x4")
-    body = [f"    const {it} gid = get_global_id(0);", f"    if (gid >= {p.total}) return;"]
-    body += _decompose(p, it)
-    body.append(f"    const {it} o_off = {_offset(p.dst_layout, x)};")
+    ln = lanes_of(p)
+    body, split, x = _decompose(p, it, ln)
+    body.append(f"    const {it} o_off = {_offset(p.dst_layout, x, split=split)};")
     if ws:
-        body.append(f"    const {it} w_off = {_offset(p.ws_layout, x)};")
+        body.append(f"    const {it} w_off = {_offset(p.ws_layout, x, split=split)};")
     if p.c_iter > p.c:
         body.append(f"    if (x1 >= {p.c}) {{")
-        body.append("        dst[o_off] = 0.0f;")
+        body.append(f"        dst[o_off] = {st[p.dst_dt]}(0.0f);")
         if ws:
             body.append("        ws[w_off] = 0;")
         body.append("        return;")
         body.append("    }")
     src_i = ("x0", "x1", "id", "ih", "iw")
-    body.append(f"    const {it} s_nc = {_offset(p.src_layout, src_i, (0, 1))};")
+    s_split = {d: v for d, v in split.items() if d < 2}
+    body.append(f"    const {it} s_nc = {_offset(p.src_layout, src_i, (0, 1), s_split)};")
     if p.alg == "max":
         body += ["    float acc = -FLT_MAX;", "    int arg = 0;"]
     else:
         body += ["    float acc = 0.0f;"]
         if p.alg == "avg_np":
             body.append("    int cnt = 0;")
-    # straight-line taps: every load clamped inside the source, padding masked out by a
-    # select, so the runtime can vectorize across work-items
+    # straight-line taps; a tap in the padding is a masked load (a uniform branch where the
+    # spatial index is the same for every lane, a masked vector load where it is the lane's)
     for depth, (a, xv, S, P, D, I) in enumerate(zip("dhw", ("x2", "x3", "x4"), p.strides,
                                                      p.pad_l, p.dilation, p.src_sp)):
         ind = "    " * (depth + 1)
         body += [f"{ind}for (int k{a} = 0; k{a} < {p.kernel[depth]}; ++k{a}) {{",
-                 f"{ind}    const int r{a} = (int){xv} * {S} - {P} + k{a} * {D + 1};",
-                 f"{ind}    const bool b{a} = r{a} >= 0 && r{a} < {I};",
-                 f"{ind}    const int i{a} = clamp(r{a}, 0, {I - 1});"]
+                 f"{ind}    const int i{a} = (int){xv} * {S} - {P} + k{a} * {D + 1};",
+                 f"{ind}    const bool b{a} = i{a} >= 0 && i{a} < {I};"]
     body += ["                const bool inb = bd && bh && bw;",
-             f"                const float v = src[s_nc + "
-             f"{_offset(p.src_layout, src_i, (2, 3, 4))}];"]
+             f"                const float v = inb ? {ld[p.src_dt]}(src[s_nc + "
+             f"{_offset(p.src_layout, src_i, (2, 3, 4))}]) : 0.0f;"]
     if p.alg == "max":
         body += ["                const bool win = inb && v > acc;",
                  "                acc = win ? v : acc;",
                  f"                arg = win ? (kd * {KH} + kh) * {KW} + kw : arg;"]
     else:
-        body.append("                acc += inb ? v : 0.0f;")
+        body.append("                acc += v;")
         if p.alg == "avg_np":
             body.append("                cnt += inb;")
     body += ["            }", "        }", "    }"]
@@ -199,67 +270,112 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
         body.append(f"    acc = acc / {float(KD * KH * KW)!r}f;")
     elif p.alg == "avg_np":
         body.append("    acc = acc / (float)cnt;")
-    body.append("    dst[o_off] = acc;")
+    body.append(f"    dst[o_off] = {st[p.dst_dt]}(acc);")
     if ws:
         body.append(f"    ws[w_off] = ({ws})arg;")
-    src = (f"__kernel void pydnnl_pool_fwd({', '.join(args)})\n{{\n" + "\n".join(body)
-           + "\n}\n")
+    src = (helpers + f"__kernel void pydnnl_pool_fwd({', '.join(args)})\n{{\n"
+           + "\n".join(body) + "\n}\n")
     return src, names
 
 
 def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
     KD, KH, KW = p.kernel
-    SD, SH, SW = p.strides
-    DD, DH, DW = p.dilation
-    PD, PH, PW = p.pad_l
-    OD, OH, OW = p.dst_sp
-    args = ["__global const float *restrict diff_dst", "__global float *restrict diff_src"]
+    helpers, ld, st = _type_helpers(p.dst_dt, p.src_dt)
+    args = [f"__global const {_STORE_T[p.dst_dt]} *restrict diff_dst",
+            f"__global {_STORE_T[p.src_dt]} *restrict diff_src"]
     names = ("diff_dst", "diff_src")
     if p.alg == "max":
         args.append(f"__global const {p.workspace} *restrict ws")
         names += ("ws",)
-    helpers = ""
     if p.alg == "avg_np":
         for name, i, k, s, d, pl in zip(("cnt_d", "cnt_h", "cnt_w"), p.src_sp, p.kernel,
                                         p.strides, p.dilation, p.pad_l):
             helpers += _count_fn(name, i, k, s, d, pl)
-    x = ("x0", "x1", "x2", "x3", "x4")
-    o = ("x0", "x1", "od", "oh", "ow")
-    body = [f"    const {it} gid = get_global_id(0);", f"    if (gid >= {p.total}) return;"]
-    body += _decompose(p, it)
-    body.append(f"    const {it} o_off = {_offset(p.src_layout, x)};")
-    if p.c_iter > p.c:
-        body += [f"    if (x1 >= {p.c}) {{", "        diff_src[o_off] = 0.0f;", "        return;",
-                 "    }"]
-    body.append(f"    const {it} g_nc = {_offset(p.dst_layout, o, (0, 1))};")
+    ln = lanes_of(p)
+    body, split, x = _decompose(p, it, ln)
+    o = ["x0", "x1", "od", "oh", "ow"]
+    o_split = {d: v for d, v in split.items() if d < 2}
+    body.append(f"    const {it} g_nc = {_offset(p.dst_layout, o, (0, 1), o_split)};")
     if p.alg == "max":
-        body.append(f"    const {it} w_nc = {_offset(p.ws_layout, o, (0, 1))};")
+        body.append(f"    const {it} w_nc = {_offset(p.ws_layout, o, (0, 1), o_split)};")
     g_sp = _offset(p.dst_layout, o, (2, 3, 4))
     w_sp = _offset(p.ws_layout, o, (2, 3, 4)) if p.alg == "max" else ""
-    body.append("    float acc = 0.0f;")
-    # per dim, the windows o covering x: x = o*S - P + k*(D+1) for some k < K
-    for depth, (a, xv, P, K, S, D, O) in enumerate(zip(
-            "dhw", ("x2", "x3", "x4"), p.pad_l, p.kernel, p.strides, p.dilation, p.dst_sp)):
-        ind = "    " * (depth + 1)
-        lo = f"(int){xv} + {P - (K - 1) * (D + 1)}"
-        body += [f"{ind}const int lo_{a} = {lo} <= 0 ? 0 : ({lo} + {S - 1}) / {S};",
-                 f"{ind}const int hi_{a} = min({O - 1}, ((int){xv} + {P}) / {S});",
-                 f"{ind}for (int o{a} = lo_{a}; o{a} <= hi_{a}; ++o{a}) {{",
-                 f"{ind}    const int t{a} = (int){xv} + {P} - o{a} * {S};"]
-        if D:
-            body += [f"{ind}    const int k{a} = t{a} / {D + 1};",
-                     f"{ind}    if (k{a} * {D + 1} != t{a}) continue;"]
+    lane_sp = ln.dim if ln.dim >= 2 and p.axes else None
+    store = st[p.src_dt]
+    # per dim, the windows o covering x: x = o*S - P + k*(D+1) for some k < K; at most
+    # ceil(extent / S) of them, the highest o = (x + P) / S first
+    for r in range(ln.vec):
+        lines = []
+        if lane_sp is not None:
+            lines.append(f"    {{ const {it} x{lane_sp} = l0 * {ln.vec} + {r};")
+            if ln.count * ln.vec > ln.size:
+                lines.append(f"    if (x{lane_sp} < {ln.size}) {{")
+            else:
+                lines.append("    {")
         else:
-            body.append(f"{ind}    const int k{a} = t{a};")
-    body.append(f"                const float g = diff_dst[g_nc + {g_sp}];")
-    if p.alg == "max":
-        body += [f"                const int w = (int)ws[w_nc + {w_sp}];",
-                 f"                if (w == (kd * {KH} + kh) * {KW} + kw) acc += g;"]
-    elif p.alg == "avg_p":
-        body.append(f"                acc += g / {float(KD * KH * KW)!r}f;")
-    else:
-        body.append("                acc += g / (float)(cnt_d(od) * cnt_h(oh) * cnt_w(ow));")
-    body += ["            }", "        }", "    }", "    diff_src[o_off] = acc;"]
+            lines.append("    { {")
+        o_off = _offset(p.src_layout, x, split=split)
+        if p.c_iter > p.c:
+            lines.append(f"    if (x1 >= {p.c}) diff_src[{o_off}] = {store}(0.0f); else {{")
+        else:
+            lines.append("    {")
+        lines.append("    float acc = 0.0f;")
+        conds = []
+        closers = []
+        for depth, (a, P, K, S, D, O) in enumerate(zip(
+                "dhw", p.pad_l, p.kernel, p.strides, p.dilation, p.dst_sp)):
+            ind = "    " * (depth + 1)
+            dim = depth + 2
+            ext = (K - 1) * (D + 1) + 1
+            nw = min(-(-ext // S), O)
+            if dim == lane_sp:
+                # the lane's element is x = l0 * S + r: its windows are l0 + const, at
+                # taps that are constants
+                cands = []
+                for j in range(-(-ext // S)):
+                    t = (r + P) % S + S * j
+                    if t >= ext or t % (D + 1):
+                        continue
+                    cands.append(((r + P) // S - j, t // (D + 1)))
+                lines.append(f"{ind}for (int j{a} = 0; j{a} < {len(cands)}; ++j{a}) {{")
+                sel_o = "0"
+                sel_k = "0"
+                for i, (dq, k) in reversed(list(enumerate(cands))):
+                    sel_o = f"(j{a} == {i} ? {dq} : {sel_o})"
+                    sel_k = f"(j{a} == {i} ? {k} : {sel_k})"
+                lines.append(f"{ind}    const int o{a} = l0 + {sel_o};")
+                lines.append(f"{ind}    const int k{a} = {sel_k};")
+                conds.append(f"o{a} >= 0 && o{a} < {O}")
+            else:
+                xv = f"(int)x{dim}"
+                lines += [f"{ind}const int h{a} = min(({xv} + {P}) / {S}, {O - 1});",
+                          f"{ind}for (int j{a} = 0; j{a} < {nw}; ++j{a}) {{",
+                          f"{ind}    const int o{a} = h{a} - j{a};",
+                          f"{ind}    const int t{a} = {xv} + {P} - o{a} * {S};",
+                          f"{ind}    if (o{a} < 0 || t{a} >= {ext}) break;"]
+                if D:
+                    lines.append(f"{ind}    if (t{a} % {D + 1}) continue;")
+                lines.append(f"{ind}    const int k{a} = t{a} / {D + 1};")
+            closers.append(f"{ind}}}")
+        ok = " && ".join(conds) or "true"
+        ind = "                "
+        lines.append(f"{ind}const bool ok = {ok};")
+        lines.append(f"{ind}const float g = ok ? {ld[p.dst_dt]}(diff_dst[g_nc + {g_sp}]) "
+                     f": 0.0f;")
+        if p.alg == "max":
+            lines += [f"{ind}const int w = ok ? (int)ws[w_nc + {w_sp}] : -1;",
+                      f"{ind}acc += w == (kd * {KH} + kh) * {KW} + kw ? g : 0.0f;"]
+        elif p.alg == "avg_p":
+            lines.append(f"{ind}acc += g;")
+        else:
+            lines.append(f"{ind}acc += ok ? g / (float)(cnt_d(od) * cnt_h(oh) * cnt_w(ow)) "
+                         f": 0.0f;")
+        lines += closers[::-1]
+        if p.alg == "avg_p":
+            lines.append(f"    acc = acc / {float(KD * KH * KW)!r}f;")
+        lines.append(f"    diff_src[{o_off}] = {store}(acc);")
+        lines.append("    } } }")
+        body += lines
     src = (helpers + f"__kernel void pydnnl_pool_bwd({', '.join(args)})\n{{\n"
            + "\n".join(body) + "\n}\n")
     return src, names
@@ -267,14 +383,15 @@ def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
 
 def build_pooling(p: PoolProblem) -> KernelSource:
     """The kernel for ``p``: ``pydnnl_pool_fwd(src, dst[, ws])`` or ``pydnnl_pool_bwd(diff_dst,
-    diff_src[, ws])``, one work-item per output element."""
+    diff_src[, ws])`` over a 2-D range (see :class:`Lanes`)."""
     if p.alg not in ALGS or p.direction not in ("fwd", "bwd"):
         raise ValueError(f"pooling kernel: bad alg {p.alg!r} or direction {p.direction!r}")
     it = "long" if p.wide else "int"
     src, names = (_forward if p.direction == "fwd" else _backward)(p, it)
     name = "pydnnl_pool_fwd" if p.direction == "fwd" else "pydnnl_pool_bwd"
-    total = p.total
-    if p.local:
-        gsize = -(-total // p.local) * p.local
-        return KernelSource(name, src, (gsize,), (p.local,), names)
-    return KernelSource(name, src, (total,), None, names)
+    ln = lanes_of(p)
+    l0, l1 = p.local
+    if l0:
+        gsize = (-(-ln.count // l0) * l0, -(-ln.rest // l1) * l1)
+        return KernelSource(name, src, gsize, (l0, l1), names)
+    return KernelSource(name, src, (ln.count, ln.rest), None, names)

@@ -30,7 +30,7 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
-from ..kernels.pooling import PoolProblem, build_pooling, iteration_axes
+from ..kernels.pooling import PoolProblem, build_pooling, iteration_axes, lanes_of
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
@@ -45,6 +45,7 @@ _ALG = {algorithm.pooling_max: "max", algorithm.pooling_avg_include_padding: "av
         algorithm.pooling_avg_exclude_padding: "avg_np"}
 _PARAMS = ("strides", "kernel", "dilation", "padding_l", "padding_r")
 _INT32_MAX = 2 ** 31 - 1
+_DTYPES = (data_type.f32, data_type.bf16, data_type.f16)
 
 
 def pooling_output_size(i: int, k: int, s: int, d: int, pl: int, pr: int) -> int:
@@ -66,22 +67,23 @@ def _signature(name: str, fwd: bool) -> Signature:
         defaults={"allow_empty": False})
 
 
-def _like(ref: MemoryDesc, dims) -> MemoryDesc:
-    """A dense f32 desc of ``dims`` laid out as ``ref`` (its tag, else its stride order)."""
+def _like(ref: MemoryDesc, dims, dt: data_type) -> MemoryDesc:
+    """A dense desc of ``dims`` and type ``dt`` laid out as ``ref`` (its tag, else its stride
+    order)."""
     if ref.tag is not None and ref.tag.canonical is not None:
         try:
-            return MemoryDesc(dims, data_type.f32, ref.tag)
+            return MemoryDesc(dims, dt, ref.tag)
         except invalid_arguments:
             pass
     nd = len(dims)
     if ref.inner_blks:
-        return MemoryDesc(dims, data_type.f32, "abcde"[:nd])
+        return MemoryDesc(dims, dt, "abcde"[:nd])
     order = sorted(range(nd), key=lambda d: (-ref.strides[d], d))  # outermost first
     strides, run = [0] * nd, 1
     for d in reversed(order):
         strides[d] = run
         run *= dims[d]
-    return MemoryDesc(dims, data_type.f32, strides)
+    return MemoryDesc(dims, dt, strides)
 
 
 def _five(layout: tuple, nsp: int) -> tuple:
@@ -165,9 +167,9 @@ class _pool_pd_base(primitive_desc_base):
                     f"padding_r[{j}] = {pr} below the kernel extent {e} and dilation[{j}] = {d} "
                     f"below the source size {i} (a window wholly in the padding averages 0/0)")
         for n, md in zip(names, (src, dst)):
-            if md.data_type != data_type.f32:
-                raise unimplemented(f"{kind}: {n} data type {md.data_type.name}; only f32 is "
-                                    f"implemented")
+            if md.data_type not in _DTYPES:
+                raise unimplemented(f"{kind}: {n} data type {md.data_type.name}; f32, bf16 "
+                                    f"and f16 are implemented")
         at = self._attr
         if len(at.get_post_ops()) or at.scales or at.zero_points:
             raise unimplemented(f"{kind}: post-ops, scales and zero points in attr are not "
@@ -234,12 +236,14 @@ class _pool_pd_base(primitive_desc_base):
             pad_l=_pad3(self._p["padding_l"], nsp, 0),
             src_layout=_five(layout_of(src), nsp), dst_layout=_five(layout_of(dst), nsp),
             ws_layout=None if ws is None else _five(layout_of(ws), nsp),
-            axes=iteration_axes(out_layout, out_dims), wide=big > _INT32_MAX // 2)
-        return replace(prob, local=work_group_size(engine.info, prob.total))
+            axes=iteration_axes(out_layout, out_dims), wide=big > _INT32_MAX // 2,
+            src_dt=src.data_type.name, dst_dt=dst.data_type.name)
+        ln = lanes_of(prob)
+        return replace(prob, local=work_group_size(engine.info, ln.count, ln.rest))
 
 
 class pooling_forward(primitive):
-    """Max or average pooling, forward (f32)."""
+    """Max or average pooling, forward (f32, bf16, f16 data; f32 arithmetic)."""
 
     class primitive_desc(_pool_pd_base):
         """``pooling_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, dst_desc,
@@ -266,7 +270,7 @@ class pooling_forward(primitive):
 
         def _resolve(self, src, dst, hint) -> None:
             if dst.is_any():
-                dst = _like(src, dst.dims)
+                dst = _like(src, dst.dims, dst.data_type)
             self._args[ARG_SRC] = ArgSpec(src, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
             if self._alg == algorithm.pooling_max and self._prop == prop_kind.forward_training:
@@ -290,8 +294,8 @@ class pooling_forward(primitive):
 
 
 class pooling_backward(primitive):
-    """Max or average pooling, backward data (f32): ``diff_src`` from ``diff_dst`` (and the
-    forward's workspace for max pooling)."""
+    """Max or average pooling, backward data (f32, bf16, f16 data): ``diff_src`` from
+    ``diff_dst`` (and the forward's workspace for max pooling)."""
 
     class primitive_desc(_pool_pd_base):
         """``pooling_backward.primitive_desc(engine, algorithm, diff_src_desc, diff_dst_desc,
@@ -330,9 +334,9 @@ class pooling_backward(primitive):
                     raise invalid_arguments(f"{kind}: {n} dims {list(md.dims)} differ from "
                                             f"hint_fwd_pd's {list(h.dims)}")
             if diff_dst.is_any():
-                diff_dst = h_dst
+                diff_dst = h_dst.with_data_type(diff_dst.data_type)
             if diff_src.is_any():
-                diff_src = h_src
+                diff_src = h_src.with_data_type(diff_src.data_type)
             self._args[ARG_DIFF_DST] = ArgSpec(diff_dst, False)
             if self._alg == algorithm.pooling_max:
                 ws = hint.workspace_desc()
