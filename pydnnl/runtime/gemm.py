@@ -5,7 +5,9 @@ computing, row-major, ``C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C``
 offsets (in elements) change per call: one kernel serves every time step, layer and direction.
 The kernel is the GEMM family of :mod:`pydnnl.kernels.gemm`; its parameters come from the perf
 database or the device default of :mod:`pydnnl.runtime.heuristics.gemm`
-(``PYDNNL_TUNING=fast|exhaustive`` searches and stores them).
+(``PYDNNL_TUNING=fast|exhaustive`` searches and stores them). Where those rules pick it
+(``nv_tile``: large GEMMs on NVIDIA GPUs) the hand-written kernel of
+:mod:`pydnnl.kernels.gemm_nv` runs instead (``Gemm.params`` is then None).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 
 from ..error import invalid_arguments
 from ..kernels import gemm as fam
+from ..kernels import gemm_nv
 from ..kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
 from ..tuning import choose
 from .heuristics import gemm as rules
@@ -104,6 +107,11 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
                   make_launch)
 
 
+def _build_nv(engine, prob, tile, aligned: bool = False):
+    return get_kernel(engine, "gemm_nv", (gemm_nv.GENERATOR_VERSION, prob, tile, aligned),
+                      lambda: gemm_nv.build_gemm_nv(prob, tile, aligned))
+
+
 def _build(engine, prob, params):
     return get_kernel(engine, "gemm", fam.cache_key(prob, params),
                       lambda: fam.build_gemm(prob, params))
@@ -124,6 +132,19 @@ class Gemm:
     def __init__(self, engine, shape: GemmShape, static_b: bool = False, split: bool = False):
         self.engine = engine
         self.shape = shape
+        # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
+        self.nv_tile = rules.nv_tile(engine.info, _problem(shape))
+        if self.nv_tile is not None:
+            self.params = None
+            self.packed, self.panel, self.packed_size = False, None, 0
+            self.splits, self.part_elems, self.reduce = 1, 0, None
+            prob = _problem(shape)
+            self.kernel = _build_nv(engine, prob, self.nv_tile)
+            # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
+            # assumes so: the general kernel's per-access test costs 10-15%
+            self._aligned = _build_nv(engine, prob, self.nv_tile, aligned=True)
+            self._names = self.kernel.src.arg_names
+            return
         self.params = choose_params(engine, shape, static_b)
         self.packed = bool(self.params["packed_b"])
         self.panel = self.params["cols"] if self.packed else None
@@ -156,7 +177,7 @@ class Gemm:
         ``(a, a_off, b, b_off, c, c_off[, part, part_off])``; ``extra`` names the epilogue's
         operands (``bias``, ``po<i>_src1``)."""
         if self.splits == 1:
-            return [self.kernel.bound(self.ordered(*fargs[:6], extra=extra))]
+            return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
         red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off)}
         return [self.kernel.bound(self.ordered(a, a_off, b, b_off, part, part_off)),
@@ -193,6 +214,13 @@ class Gemm:
         vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off)}
         return tuple(vals[n] for n in kernel.src.arg_names)
 
+    def _kernel_for(self, a, a_off, b, b_off, c, c_off):
+        """The kernel for a call with these offsets (:attr:`kernel` serves every call)."""
+        if self.nv_tile is not None and gemm_nv.aligned_offsets(
+                _problem(self.shape), int(a_off), int(b_off), int(c_off)):
+            return self._aligned
+        return self.kernel
+
     def ordered(self, a, a_off, b, b_off, c, c_off, extra: dict | None = None) -> list:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
@@ -202,8 +230,8 @@ class Gemm:
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
                  wait_for=None):
         if self.splits == 1:
-            return self.kernel(stream, *self.ordered(a, a_off, b, b_off, c, c_off),
-                               wait_for=wait_for)
+            return self._kernel_for(a, a_off, b, b_off, c, c_off)(
+                stream, *self.ordered(a, a_off, b, b_off, c, c_off), wait_for=wait_for)
         if part is None:
             raise invalid_arguments(f"gemm {self.shape.m}x{self.shape.n}x{self.shape.k}: split "
                                     f"in {self.splits} slices, needs a part buffer of "
@@ -223,6 +251,11 @@ class Gemm:
         p, sh = self.params, self.shape
         if self.splits > 1:
             raise ValueError("Gemm.global_size_for_rows: a split GEMM always runs whole")
+        if self.nv_tile is not None:  # axis 1: one work-group per bm rows
+            gs = list(self.kernel.src.global_size)
+            if not sh.trans_a:
+                gs[1] = min(gs[1], -(-max(rows, 1) // self.nv_tile.bm))
+            return tuple(gs)
         if sh.trans_a:
             return self.kernel.src.global_size  # not used with a shrinking m
         gs = list(self.kernel.src.global_size)
@@ -259,7 +292,8 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
     plain B, run-time offsets, with ``params``."""
     prob = _problem(shape, batch=batch, stride_a=stride_a, stride_b=stride_b,
                     stride_c=stride_c) if batch > 1 else _problem(shape)
-    return _build(engine, prob, params)
+    tile = rules.nv_tile(engine.info, prob)
+    return _build(engine, prob, params) if tile is None else _build_nv(engine, prob, tile)
 
 
 def splitk_reduce(engine, shape: GemmShape, splits: int):

@@ -11,6 +11,7 @@ from ...kernels.gemm import (
     normalize_params,
     params_fit,
 )
+from ...kernels.gemm_nv import NvTile, supports
 
 
 def _limits(info) -> tuple[bool, int, tuple, int, int]:
@@ -194,3 +195,33 @@ def split_k(info, m: int, n: int, k: int, params: dict) -> int:
 def splitk_reduce_wg(info) -> int:
     """Work-group width of the split-k reduction: 64 on GPUs (two warps), 16 on CPUs."""
     return 64 if info is None or info.is_gpu else 16
+
+
+# The hand-written SGEMM (pydnnl.kernels.gemm_nv), measured on an H100 through NVIDIA's OpenCL
+# (2026-11, benchmarks/results/h100_gemm_nv.txt): 128x128 blocks of 8x8 tiles over 8-deep
+# slices ran 4096^3 in 3.24 ms (loopy 4.29); where such blocks fill fewer than two per SM
+# (125 registers: two fit), 128x64 blocks of 8x4 over 16-deep slices (80 registers) won:
+# 1024^3 71 us (loopy 85; 128x128: 133), 1280x2048x512 89 us (loopy 110; 128x128: 109).
+# Below 256 rows or columns the loopy family's tuned small-M tiles stay faster (64x2048x512:
+# 17 us, this kernel's best, 32x32 blocks, 21 us).
+_NV_BIG = NvTile(128, 128, 8, 8, 8)
+_NV_MID = NvTile(128, 64, 16, 8, 4)
+_NV_MIN_DIM = 256
+
+
+def nv_tile(info, prob: GemmProblem) -> NvTile | None:
+    """The hand-written kernel's blocking for ``prob`` on the device, or None to keep the
+    loopy family (other devices, small m or n, epilogues and shapes it does not cover)."""
+    if info is None or not info.is_gpu or info.vendor_family != "nvidia":
+        return None
+    if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
+        return None
+    big_blocks = -(-prob.m // _NV_BIG.bm) * -(-prob.n // _NV_BIG.bn) * prob.batch
+    order = (_NV_BIG, _NV_MID) if big_blocks >= 4 * max(1, info.compute_units) else \
+        (_NV_MID, _NV_BIG)
+    local = info.local_mem_bytes
+    for t in order:
+        smem = 2 * t.bk * (t.bm + t.bn + 8) * 4
+        if supports(prob, t) and t.threads <= info.max_work_group_size and smem <= local:
+            return t
+    return None

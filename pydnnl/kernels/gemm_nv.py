@@ -1,0 +1,357 @@
+"""Hand-written SGEMM for NVIDIA GPUs: ``C = alpha * op(A) @ op(B) + beta * C`` as OpenCL C.
+
+The loopy family (:mod:`pydnnl.kernels.gemm`) tops out near two thirds of cuBLAS on an H100;
+this generator writes the classic SIMT blocking by hand:
+
+* a work-group of ``(bm / tm) * (bn / tn)`` work-items computes a ``bm x bn`` block of C, each
+  work-item a ``tm x tn`` register tile made of 4x4 pieces spread ``bm / (tm / 4)`` rows (and
+  ``bn / (tn / 4)`` columns) apart, so that its shared-memory reads are float4s that a warp
+  reads without bank conflicts;
+* per ``bk`` slice of k, A and B tiles go through ``__local`` memory, both k-major (A is
+  stored transposed: ``As[k][m]``), two buffers deep: the next slice is loaded from global
+  memory into registers while the current one is multiplied, then stored into the other
+  buffer, one barrier per slice;
+* global accesses are float4 where the operand's offset and leading dimension allow it: the
+  ``aligned`` kernel assumes it (its caller checks the offsets), the general one tests the
+  offsets per work-group and picks float4 or scalar loads per access; rows (or
+  columns) past C's edge read a clamped valid row and are never stored, so the main loop has
+  no bounds tests.
+
+Coverage (:func:`supports`): float32, plain B, no fused epilogue, ``k`` a multiple of ``bk``,
+the contiguous extent of a transposed A (``m``) or plain B (``n``) a multiple of 4; batches,
+run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``. Pure: returns a
+:class:`~pydnnl.kernels.source.KernelSource`; nothing here touches a device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .gemm import GemmProblem
+from .source import KernelSource
+
+__all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "GENERATOR_VERSION"]
+
+GENERATOR_VERSION = "gemm_nv-1"
+
+
+@dataclass(frozen=True)
+class NvTile:
+    """Blocking of one kernel: C block ``bm x bn``, k slice ``bk``, register tile ``tm x tn``
+    (multiples of 4); ``maxrreg`` caps registers per work-item (NVIDIA compiler option)."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 8
+    tm: int = 8
+    tn: int = 8
+    maxrreg: int | None = None
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def check(self) -> None:
+        for name in ("bm", "bn", "bk", "tm", "tn"):
+            v = getattr(self, name)
+            if v < 4 or v % 4:
+                raise ValueError(f"NvTile: {name} must be a multiple of 4, got {v}")
+        if self.bm % self.tm or self.bn % self.tn:
+            raise ValueError(f"NvTile: the register tile {self.tm}x{self.tn} must divide the "
+                             f"block {self.bm}x{self.bn}")
+        t = self.threads
+        if t < 32 or t > 1024:
+            raise ValueError(f"NvTile: {t} work-items per group (needs 32..1024)")
+        for what, elems in (("A", self.bm * self.bk), ("B", self.bn * self.bk)):
+            if elems % (4 * t):
+                raise ValueError(f"NvTile: the {what} tile ({elems} floats) must split into "
+                                 f"float4s evenly over {t} work-items")
+
+
+def _a_kcontig(pr: GemmProblem) -> bool:
+    """A's rows run along k (plain A): its tile is loaded along k and stored transposed."""
+    return not pr.trans_a
+
+
+def _b_kcontig(pr: GemmProblem) -> bool:
+    return pr.trans_b
+
+
+def supports(pr: GemmProblem, tile: NvTile) -> bool:
+    """Whether :func:`build_gemm_nv` covers ``pr`` with ``tile``."""
+    try:
+        tile.check()
+    except ValueError:
+        return False
+    if pr.dtype != np.dtype(np.float32) or pr.acc_dtype != np.dtype(np.float32):
+        return False
+    if pr.panel_width is not None or pr.bias is not None or pr.post_ops:
+        return False
+    if pr.k % tile.bk:
+        return False
+    # a float4 along a contiguous m (transposed A) or n (plain B) is wholly inside or outside
+    if (pr.trans_a and pr.m % 4) or (not pr.trans_b and pr.n % 4):
+        return False
+    # 32-bit indices inside one batch entry (the base pointers are 64-bit)
+    return max(pr.extent("a"), pr.extent("b"), pr.extent("c")) < 2 ** 31 - 1
+
+
+def _f(x: float) -> str:
+    return repr(float(np.float32(x))) + "f"
+
+
+class _Gen:
+    def __init__(self, pr: GemmProblem, t: NvTile, aligned: bool):
+        self.pr, self.t, self.aligned = pr, t, aligned
+        self.nt = t.threads
+        self.wx = t.bn // t.tn  # work-items along n
+        self.pa = 4  # row padding of the shared tiles (keeps float4 alignment, spreads banks)
+        self.pb = 4
+
+    # {{{ global -> registers -> shared
+
+    def _loads(self, which: str):
+        """Per float4 this work-item loads of ``which``'s tile: C expressions of its (clamped)
+        element offset at slice 0, how far it moves per slice, and where it lands in shared
+        memory (``(k_row, col)``, transposed when the operand runs along k)."""
+        pr, t = self.pr, self.t
+        if which == "a":
+            kcontig, span, dim, ld = _a_kcontig(pr), t.bm, pr.m, pr.lda
+            base_expr = "m0"
+        else:
+            kcontig, span, dim, ld = _b_kcontig(pr), t.bn, pr.n, pr.ldb
+            base_expr = "n0"
+        count = span * t.bk // (4 * self.nt)
+        out = []
+        for i in range(count):
+            lin = f"(tid + {i * self.nt})"
+            if kcontig:  # rows of the tile run along k: bk/4 float4s per row
+                q = t.bk // 4
+                r = f"({lin} / {q})"
+                kc = f"(({lin} % {q}) * 4)"
+                g = f"({base_expr} + {r})"
+                if dim % span:
+                    g = f"min({g}, {dim - 1})"
+                off = f"{g} * {ld} + {kc}"
+                step = t.bk
+                dst = (kc, r, True)
+            else:  # rows run along m (or n): span/4 float4s per k row
+                q = span // 4
+                kr = f"({lin} / {q})"
+                c = f"(({lin} % {q}) * 4)"
+                g = f"({base_expr} + {c})"
+                if dim % span:
+                    g = f"min({g}, {dim - 4})"
+                off = f"{kr} * {ld} + {g}"
+                step = t.bk * ld
+                dst = (kr, c, False)
+            out.append((off, step, dst))
+        return out
+
+    # }}}
+
+    def body(self, vec: dict) -> str:
+        """The block's whole computation. ``vec["a"|"b"|"c"]``: a C condition (or "1"/"0")
+        under which that operand is accessed as aligned float4s."""
+        pr, t = self.pr, self.t
+        la, lb = self._loads("a"), self._loads("b")
+        L = []
+        w = L.append
+        for name, loads in (("a", la), ("b", lb)):
+            for i, (off, _, _) in enumerate(loads):
+                w(f"int {name}p{i} = {off};")
+        for name, loads in (("a", la), ("b", lb)):
+            w(f"float4 r{name}[{len(loads)}];")
+
+        def gload(name):
+            ptr, v = name.upper(), vec[name]
+            for i, (_, step, _) in enumerate(la if name == "a" else lb):
+                p = f"{ptr} + {name}p{i}"
+                if v == "1":
+                    w(f"r{name}[{i}] = *(__global const float4*)({p});")
+                elif v == "0":
+                    w(f"r{name}[{i}] = vload4(0, {p});")
+                else:
+                    w(f"r{name}[{i}] = {v} ? *(__global const float4*)({p}) : vload4(0, {p});")
+                w(f"{name}p{i} += {step};")
+
+        def sstore(name, buf):
+            arr, pad, span = ("As", self.pa, t.bm) if name == "a" else ("Bs", self.pb, t.bn)
+            row = span + pad
+            for i, (_, _, (r, c, transposed)) in enumerate(la if name == "a" else lb):
+                if transposed:  # the float4 runs along k: four k rows, one column
+                    for q, comp in enumerate("xyzw"):
+                        w(f"{arr}[{buf} + ({r} + {q}) * {row} + {c}] = r{name}[{i}].{comp};")
+                else:
+                    w(f"*(__local float4*)&{arr}[{buf} + {r} * {row} + {c}] = r{name}[{i}];")
+
+        ga, gb = t.tm // 4, t.tn // 4
+        sa, sb = t.bm // ga, t.bn // gb  # distance between a work-item's 4-row pieces
+        sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
+        w("float acc[%d][%d];" % (t.tm, t.tn))
+        w("#pragma unroll")
+        w(f"for (int i = 0; i < {t.tm}; ++i)")
+        w("#pragma unroll")
+        w(f"  for (int j = 0; j < {t.tn}; ++j) acc[i][j] = 0.0f;")
+        gload("a")
+        gload("b")
+        sstore("a", "0")
+        sstore("b", "0")
+        w("barrier(CLK_LOCAL_MEM_FENCE);")
+        nk = pr.k // t.bk
+        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
+        w("  const int cur = kt & 1;")
+        w(f"  if (kt + 1 < {nk}) {{")
+        gload("a")
+        gload("b")
+        w("  }")
+        w(f"  __local const float* as = As + cur * {sza} + ty * 4;")
+        w(f"  __local const float* bs = Bs + cur * {szb} + tx * 4;")
+        w("#pragma unroll")
+        w(f"  for (int kk = 0; kk < {t.bk}; ++kk) {{")
+        for g in range(ga):
+            w(f"    const float4 fa{g} = *(__local const float4*)(as + kk * {t.bm + self.pa}"
+              f" + {g * sa});")
+        for h in range(gb):
+            w(f"    const float4 fb{h} = *(__local const float4*)(bs + kk * {t.bn + self.pb}"
+              f" + {h * sb});")
+        comps = "xyzw"
+        for i in range(t.tm):
+            for j in range(t.tn):
+                av = f"fa{i // 4}.{comps[i % 4]}"
+                bv = f"fb{j // 4}.{comps[j % 4]}"
+                w(f"    acc[{i}][{j}] = fma({av}, {bv}, acc[{i}][{j}]);")
+        w("  }")
+        w(f"  if (kt + 1 < {nk}) {{")
+        sstore("a", f"(cur ^ 1) * {sza}")
+        sstore("b", f"(cur ^ 1) * {szb}")
+        w("  }")
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w("}")
+        # C: rows m0 + g*sa + ty*4 + q, columns n0 + h*sb + tx*4 + (0..3)
+        for g in range(ga):
+            for q in range(4):
+                i = g * 4 + q
+                w("{")
+                w(f"  const int row = m0 + {g * sa} + ty * 4 + {q};")
+                w(f"  if (row < {pr.m}) {{")
+                for h in range(gb):
+                    w(f"    const int col{h} = n0 + {h * sb} + tx * 4;")
+                    vals = [self._value(f"acc[{i}][{h * 4 + e}]") for e in range(4)]
+                    if vec["c"] != "0":
+                        w(f"    if ({vec['c']} && col{h} < {pr.n}) {{")
+                        w(f"      __global float4* cp = (__global float4*)(C + row * {pr.ldc}"
+                          f" + col{h});")
+                        if pr.beta != 0.0:
+                            w("      const float4 old = *cp;")
+                        parts = [self._with_beta(v, f"old.{comps[e]}") for e, v in
+                                 enumerate(vals)]
+                        w(f"      *cp = (float4)({', '.join(parts)});")
+                        w("    } else {")
+                    else:
+                        w("    {")
+                    for e in range(4):
+                        w(f"      if (col{h} + {e} < {pr.n}) {{")
+                        w(f"        __global float* cp = C + row * {pr.ldc} + col{h} + {e};")
+                        w(f"        *cp = {self._with_beta(vals[e], '*cp')};")
+                        w("      }")
+                    w("    }")
+                w("  }")
+                w("}")
+        return "\n".join("    " + x for x in L)
+
+    def _value(self, acc: str) -> str:
+        a = self.pr.alpha
+        return acc if a == 1.0 else f"{_f(a)} * {acc}"
+
+    def _with_beta(self, v: str, old: str) -> str:
+        b = self.pr.beta
+        if b == 0.0:
+            return v
+        return f"{v} + {old}" if b == 1.0 else f"fma({_f(b)}, {old}, {v})"
+
+    def source(self, name: str) -> str:
+        pr, t = self.pr, self.t
+        rt = pr.runtime_offsets
+        args = ["__global const float* restrict a", "__global const float* restrict b",
+                "__global float* c"]
+        if rt:
+            args += ["long a_off", "long b_off", "long c_off"]
+        bt = "(long)get_group_id(2)" if pr.batch > 1 else None
+
+        def base(w, const, stride):
+            parts = [f"{w}_off"] if rt else []
+            if const:
+                parts.append(str(const))
+            if bt is not None and stride:
+                parts.append(f"{bt} * {stride}")
+            return " + ".join(parts) or "0"
+
+        sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
+        vec = _vector_ops(pr)
+        lines = [
+            f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
+            f"{name}({', '.join(args)})",
+            "{",
+            f"    __local float As[{2 * sza}] __attribute__((aligned(16)));",
+            f"    __local float Bs[{2 * szb}] __attribute__((aligned(16)));",
+            "    const int tid = get_local_id(0);",
+            f"    const int tx = tid % {self.wx}, ty = tid / {self.wx};",
+            f"    const int n0 = get_group_id(0) * {t.bn}, m0 = get_group_id(1) * {t.bm};",
+            f"    const long ao = {base('a', pr.a_offset, pr.stride_a)};",
+            f"    const long bo = {base('b', pr.b_offset, pr.stride_b)};",
+            f"    const long co = {base('c', pr.c_offset, pr.stride_c)};",
+            "    __global const float* A = a + ao;",
+            "    __global const float* B = b + bo;",
+            "    __global float* C = c + co;",
+        ]
+        if self.aligned:  # the caller guarantees the offsets: no test at all (15% faster)
+            lines.append(self.body({w: "1" if vec[w] else "0" for w in "abc"}))
+        else:
+            for w in "abc":
+                if vec[w]:
+                    lines.append(f"    const bool {w}vec = ({w}o & 3) == 0;")
+            lines.append(self.body({w: f"{w}vec" if vec[w] else "0" for w in "abc"}))
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def aligned_offsets(pr: GemmProblem, a_off: int = 0, b_off: int = 0, c_off: int = 0) -> bool:
+    """Whether a kernel built with ``aligned=True`` may run ``pr`` with these run-time
+    offsets: every operand it reads or writes as float4s starts at a multiple of 4 elements
+    in every batch entry (the others are read element-wise either way)."""
+    for w, off, const, stride in (("a", a_off, pr.a_offset, pr.stride_a),
+                                  ("b", b_off, pr.b_offset, pr.stride_b),
+                                  ("c", c_off, pr.c_offset, pr.stride_c)):
+        if _vector_ops(pr)[w] and ((off + const) % 4 or (pr.batch > 1 and stride % 4)):
+            return False
+    return True
+
+
+def _vector_ops(pr: GemmProblem) -> dict:
+    # float4 accesses need the operand's leading dimension (and for C, n) a multiple of 4
+    return {"a": pr.lda % 4 == 0, "b": pr.ldb % 4 == 0, "c": pr.n % 4 == 0 and pr.ldc % 4 == 0}
+
+
+def build_gemm_nv(pr: GemmProblem, tile: NvTile, aligned: bool = False) -> KernelSource:
+    """The kernel ``gemm_nv`` computing ``pr`` with ``tile``: arguments ``a, b, c`` (flat float
+    buffers) and, with ``pr.runtime_offsets``, ``a_off, b_off, c_off`` (int64 elements); one
+    work-group per ``bm x bn`` block of C (grid axis 0 along n, 1 along m, 2 the batch).
+
+    ``aligned``: the caller launches it only where :func:`aligned_offsets` holds, and every
+    float4 access goes unconditionally; otherwise each work-group tests its offsets and reads
+    misaligned operands element-wise (a test per access: the loop as two copies under one
+    branch made PoCL store into C's padding)."""
+    tile.check()
+    if not supports(pr, tile):
+        raise ValueError(f"build_gemm_nv: {pr!r} is not covered with {tile} (see supports())")
+    g = _Gen(pr, tile, aligned)
+    name = "gemm_nv"
+    gsize = (-(-pr.n // tile.bn) * tile.threads, -(-pr.m // tile.bm))
+    lsize = (tile.threads, 1)
+    if pr.batch > 1:
+        gsize, lsize = gsize + (pr.batch,), lsize + (1,)
+    names = ("a", "b", "c") + (("a_off", "b_off", "c_off") if pr.runtime_offsets else ())
+    opts = ("-cl-nv-maxrregcount=%d" % tile.maxrreg,) if tile.maxrreg else ()
+    return KernelSource(name, g.source(name), gsize, lsize, names, opts)

@@ -1,0 +1,164 @@
+"""The hand-written NVIDIA SGEMM (pydnnl.kernels.gemm_nv) against numpy.
+
+The kernel is plain OpenCL C (no PTX), so it runs on every device present: CPU runtimes check
+the indexing, the float4 and scalar load paths, edges, batches and offsets; an NVIDIA GPU in
+addition checks the runtime's choice of it (``get_gemm``) on the shapes it is selected for."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels.gemm import GemmProblem
+from pydnnl.kernels.gemm_nv import NvTile, aligned_offsets, build_gemm_nv, supports
+from pydnnl.runtime.kernel import Kernel
+
+TILES = {
+    "128x128x8/8x8": NvTile(128, 128, 8, 8, 8),
+    "128x64x8/8x4": NvTile(128, 64, 8, 8, 4),
+    "64x64x16/4x4": NvTile(64, 64, 16, 4, 4),
+    "32x64x16/4x4": NvTile(32, 64, 16, 4, 4),
+}
+
+
+def _buf(eng, host: np.ndarray):
+    m = dnnl.memory(dnnl.memory.desc([host.size], dnnl.memory.data_type.f32,
+                                     dnnl.memory.format_tag.a), eng, host)
+    return m
+
+
+def _run(engine, stream, pr: GemmProblem, tile: NvTile, seed: int = 0, aligned: bool = False):
+    """Run the kernel of ``pr`` on random operands; return (got, want) of C's buffer."""
+    rng = np.random.default_rng(seed)
+    ao, bo, co = ((4, 8, 4) if aligned else (7, 3, 5)) if pr.runtime_offsets else (0, 0, 0)
+    a = rng.standard_normal(pr.size("a") + ao).astype(np.float32)
+    b = rng.standard_normal(pr.size("b") + bo).astype(np.float32)
+    c = rng.standard_normal(pr.size("c") + co).astype(np.float32)
+    want = c.astype(np.float64)
+    for t in range(pr.batch):
+        def mat(buf, off, stride, rows, cols, ld, t=t):
+            start = off + t * stride
+            return np.lib.stride_tricks.as_strided(
+                buf[start:], (rows, cols), (ld * 4, 4)).astype(np.float64)
+
+        A = mat(a, ao + pr.a_offset, pr.stride_a, *((pr.k, pr.m) if pr.trans_a else
+                                                      (pr.m, pr.k)), pr.lda)
+        B = mat(b, bo + pr.b_offset, pr.stride_b, *((pr.n, pr.k) if pr.trans_b else
+                                                      (pr.k, pr.n)), pr.ldb)
+        A = A.T if pr.trans_a else A
+        B = B.T if pr.trans_b else B
+        cs = co + pr.c_offset + t * pr.stride_c
+        for i in range(pr.m):
+            row = want[cs + i * pr.ldc: cs + i * pr.ldc + pr.n]
+            row[:] = pr.alpha * (A[i] @ B) + pr.beta * row
+    src = build_gemm_nv(pr, tile, aligned)
+    kern = Kernel(engine.context, engine.device, src)
+    ma, mb, mc = _buf(engine, a), _buf(engine, b), _buf(engine, c)
+    vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "a_off": np.int64(ao),
+            "b_off": np.int64(bo), "c_off": np.int64(co)}
+    kern(stream, *[vals[n] for n in src.arg_names])
+    stream.wait()
+    return mc.to_numpy().reshape(-1), want
+
+
+CASES = [
+    # (m, n, k, trans_a, trans_b, alpha, beta, lda pad, ldb pad, ldc pad, batch, offsets)
+    (128, 128, 64, False, False, 1.0, 0.0, 0, 0, 0, 1, False),
+    (70, 132, 48, False, False, 1.0, 0.0, 0, 0, 0, 1, True),
+    (130, 68, 32, True, False, 0.5, 1.0, 4, 0, 3, 1, True),
+    (33, 100, 64, False, True, 1.0, -0.5, 0, 5, 0, 1, True),
+    (64, 57, 16, True, True, 2.0, 0.0, 8, 0, 1, 1, True),
+    (40, 20, 32, False, False, 1.0, 0.25, 1, 3, 0, 3, True),
+    (96, 72, 48, False, True, 1.0, 0.0, 4, 4, 4, 2, False),
+]
+
+
+def _problem(case, runtime: bool) -> GemmProblem:
+    m, n, k, ta, tb, al, be, pa, pb, pc, batch, _ = case
+    lda = (m if ta else k) + pa
+    ldb = (k if tb else n) + pb
+    ldc = n + pc
+    extra = {}
+    if batch > 1:
+        extra = dict(batch=batch, stride_a=(k if ta else m) * lda + 4,
+                     stride_b=(n if tb else k) * ldb + 2, stride_c=m * ldc + 1)
+    return GemmProblem(m=m, n=n, k=k, trans_a=ta, trans_b=tb, alpha=al, beta=be, lda=lda,
+                       ldb=ldb, ldc=ldc, runtime_offsets=runtime, **extra)
+
+
+@pytest.mark.parametrize("aligned", [False, True], ids=["general", "aligned"])
+@pytest.mark.parametrize("tile", list(TILES), ids=list(TILES))
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_gemm_nv_matches_numpy(engine, stream, tile, case, aligned):
+    t = TILES[tile]
+    pr = _problem(CASES[case], CASES[case][-1])
+    if not supports(pr, t):
+        pytest.skip(f"{tile} does not cover k={pr.k}")
+    if aligned and not aligned_offsets(pr, *((4, 8, 4) if pr.runtime_offsets else (0, 0, 0))):
+        pytest.skip("the aligned kernel does not serve these offsets or strides")
+    got, want = _run(engine, stream, pr, t, seed=case, aligned=aligned)
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= 1e-5 * scale * max(1, pr.k / 64)
+
+
+def test_gemm_nv_aligned_and_unaligned_offsets(engine, stream):
+    """The float4 path (offsets multiples of 4) and the scalar path give the same sums."""
+    pr = GemmProblem(m=64, n=64, k=32, lda=32, ldb=64, ldc=64, runtime_offsets=True)
+    t = TILES["64x64x16/4x4"]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(pr.size("a") + 8).astype(np.float32)
+    b = rng.standard_normal(pr.size("b") + 8).astype(np.float32)
+    src = build_gemm_nv(pr, t)
+    kern = Kernel(engine.context, engine.device, src)
+    ma, mb = _buf(engine, a), _buf(engine, b)
+    for off in (0, 4, 1, 2):
+        mc = _buf(engine, np.zeros(pr.size("c") + 8, np.float32))
+        vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "a_off": np.int64(off),
+                "b_off": np.int64(off), "c_off": np.int64(off)}
+        kern(stream, *[vals[n] for n in src.arg_names])
+        stream.wait()
+        A = a[off:off + 64 * 32].reshape(64, 32).astype(np.float64)
+        B = b[off:off + 32 * 64].reshape(32, 64).astype(np.float64)
+        got = mc.to_numpy()[off:off + 64 * 64].reshape(64, 64)
+        np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_supports_rules():
+    t = NvTile()
+    assert supports(GemmProblem(m=5, n=8, k=16), t)
+    assert not supports(GemmProblem(m=5, n=8, k=12), t)  # k not a multiple of bk
+    assert not supports(GemmProblem(m=5, n=6, k=16), t)  # plain B, n % 4
+    assert supports(GemmProblem(m=5, n=6, k=16, trans_b=True), t)
+    assert not supports(GemmProblem(m=6, n=8, k=16, trans_a=True), t)  # transposed A, m % 4
+    assert not supports(GemmProblem(m=8, n=8, k=16, post_ops=(("eltwise", 1, 0.0, 0.0),)), t)
+    with pytest.raises(ValueError):
+        NvTile(128, 128, 8, 8, 6).check()
+
+
+def test_runtime_selects_it_on_nvidia(engine, stream):
+    """On NVIDIA GPUs ``get_gemm`` runs the hand-written kernel for large GEMMs, and its
+    launcher (bound launches, offsets, rows) computes the right product."""
+    from pydnnl.runtime.gemm import GemmShape, get_gemm
+
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("the runtime picks gemm_nv on NVIDIA GPUs only")
+    m, n, k = 1024, 1024, 512
+    g = get_gemm(engine, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), static_b=True,
+                 split=True)
+    assert g.kernel.name == "gemm_nv" and g.splits == 1 and not g.packed
+    assert g._kernel_for(None, 4, None, 4, None, 4) is not g.kernel  # the aligned copy
+    assert g._kernel_for(None, 1, None, 4, None, 4) is g.kernel
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(m * k + 4).astype(np.float32)
+    b = rng.standard_normal(k * n + 4).astype(np.float32)
+    for off in (4, 1):
+        ma, mb = _buf(engine, a), _buf(engine, b)
+        mc = _buf(engine, np.zeros(m * n + 4, np.float32))
+        g(stream, ma.buffer, off, mb.buffer, off, mc.buffer, off)
+        stream.wait()
+        A = a[off:off + m * k].reshape(m, k).astype(np.float64)
+        B = b[off:off + k * n].reshape(k, n).astype(np.float64)
+        got = mc.to_numpy()[off:off + m * n].reshape(m, n)
+        np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-3)
+    gs = g.global_size_for_rows(100)
+    assert gs[1] * g.kernel.src.local_size[1] < g.kernel.src.global_size[1]
