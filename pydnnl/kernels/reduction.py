@@ -301,3 +301,59 @@ __kernel void {attr}{name}({args})
 {{{body}
 }}
 """
+
+
+# -- typed access (f32, f16, bf16 storage; float computation) ----------------------------------
+DTYPES = ("f32", "f16", "bf16")
+_CTYPE = {"f32": "float", "f16": "half", "bf16": "ushort"}
+# bf16 from float with round-to-nearest-even (a NaN stays a quiet NaN), oneDNN's rounding
+_BF16_ST = """static inline ushort pd_bf16_st(float x) {{
+    const uint u = as_uint(x);
+    if (isnan(x)) return (ushort)((u >> 16) | 0x40u);
+    return (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}}
+static inline float pd_bf16_ld(ushort x) {{ return as_float(((uint)x) << 16); }}
+"""
+_BF16_VEC = """static inline ushort{v} pd_bf16_st{v}(float{v} x) {{
+    const uint{v} u = as_uint{v}(x);
+    const uint{v} r = (u + (uint{v})0x7FFFu + ((u >> 16) & (uint{v})1u)) >> 16;
+    return convert_ushort{v}(select(r, (u >> 16) | (uint{v})0x40u, isnan(x)));
+}}
+static inline float{v} pd_bf16_ld{v}(ushort{v} x) {{
+    return as_float{v}(convert_uint{v}(x) << 16);
+}}
+"""
+
+
+def io_preamble(dts, vec: int = 1) -> str:
+    """OpenCL C helpers the typed accessors of ``dts`` need (vector width ``vec``)."""
+    if "bf16" not in dts:
+        return ""
+    out = _BF16_ST.format()
+    if vec > 1:
+        out += _BF16_VEC.format(v=vec)
+    return out
+
+
+def ptr_decl(name: str, dt: str, const: bool) -> str:
+    """The kernel argument of a buffer of ``dt`` elements."""
+    return f"__global {'const ' if const else ''}{_CTYPE[dt]} *restrict {name}"
+
+
+def ld(name: str, dt: str, i: str, vec: int = 1) -> str:
+    """C expression: the float (``floatN`` for ``vec`` > 1) value(s) of ``name`` at ``i``."""
+    if vec == 1:
+        return {"f32": f"{name}[{i}]", "f16": f"vload_half({i}, {name})",
+                "bf16": f"pd_bf16_ld({name}[{i}])"}[dt]
+    return {"f32": f"vload{vec}(0, {name} + {i})", "f16": f"vload_half{vec}(0, {name} + {i})",
+            "bf16": f"pd_bf16_ld{vec}(vload{vec}(0, {name} + {i}))"}[dt]
+
+
+def st(name: str, dt: str, i: str, v: str, vec: int = 1) -> str:
+    """C statement: store float value(s) ``v`` into ``name`` at ``i`` (rounded to ``dt``)."""
+    if vec == 1:
+        return {"f32": f"{name}[{i}] = {v};", "f16": f"vstore_half_rte({v}, {i}, {name});",
+                "bf16": f"{name}[{i}] = pd_bf16_st({v});"}[dt]
+    return {"f32": f"vstore{vec}({v}, 0, {name} + {i});",
+            "f16": f"vstore_half{vec}_rte({v}, 0, {name} + {i});",
+            "bf16": f"vstore{vec}(pd_bf16_st{vec}({v}), 0, {name} + {i});"}[dt]

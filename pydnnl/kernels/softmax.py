@@ -2,15 +2,25 @@
 
 A problem is folded first (:func:`~pydnnl.kernels.reduction.fold_dims`): the softmax axis
 stays one dim, the other dims ("rows") merge where they lie back to back in every tensor.
-Two shapes of kernel, both numerically stable (the row maximum is subtracted before ``exp``):
+Data are stored as f32, f16 or bf16 (:attr:`SoftmaxProblem.dts`, one per argument) and
+computed in float. Two shapes of kernel, both numerically stable (the row maximum is
+subtracted before ``exp``):
 
 - **row**: one work-group of ``wg`` work-items (a power of two) per softmax row; work-items
-  stride along the axis (coalesced where the axis is innermost in memory) and combine their
-  maxima and sums in local memory. Forward reads the row three times (max, sum of
-  exponentials, output) and backward twice; a row is small, so the re-reads come from cache.
+  stride along the axis (neighbours on neighbouring values where the axis is innermost in
+  memory) and combine their partial results once per row: with sub-group reductions when
+  ``subgroup`` (the work-group is one sub-group, as on CPU runtimes where it is one SIMD
+  vector), else a local-memory tree. Forward, ``online`` (GPUs, where ``exp`` is cheap and
+  memory is the bound): one read keeps a running maximum and a sum rescaled when the maximum
+  grows, then one normalizing pass (2 reads + 1 write). Otherwise (CPUs, where ``exp`` is
+  the bound): a max pass, then a pass that writes the exponentials to ``dst`` and sums them,
+  then a scaling pass over ``dst`` (one ``exp`` per element; the row is re-read from cache).
+  Where ``dst`` is not f32 the last pass recomputes the exponential instead (no double
+  rounding). Backward reads the row twice.
 - **strided**: one work-item per row walking the axis, neighbouring work-items on
   neighbouring positions of the rows' innermost dim (coalesced where the axis is an outer
-  dim: ``nchw`` with axis 1).
+  dim: ``nchw`` with axis 1). With ``vec`` > 1 each work-item owns ``vec`` adjacent positions
+  of that dim (vector loads; the dim is contiguous in every tensor and a multiple of ``vec``).
 
 Forward ``(src, dst)``; backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
 writes only its own elements once the row maximum is known, so ``dst`` may be ``src`` (and
@@ -21,14 +31,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .reduction import decompose, offset, tree
+from .reduction import decompose, io_preamble, ld, offset, ptr_decl, st, tree
 from .source import KernelSource
+
+LOG2E = "1.4426950408889634f"
 
 
 @dataclass(frozen=True)
 class SoftmaxProblem:
-    """Softmax over folded ``dims`` along ``axis`` (an index into ``dims``); ``layouts`` in
-    argument order (see :func:`arg_names`)."""
+    """Softmax over folded ``dims`` along ``axis`` (an index into ``dims``); ``layouts`` and
+    ``dts`` (``"f32"``, ``"f16"``, ``"bf16"``) in argument order (see :func:`arg_names`)."""
 
     log: bool
     backward: bool
@@ -37,10 +49,18 @@ class SoftmaxProblem:
     layouts: tuple
     variant: str = "row"
     wg: int = 64
+    dts: tuple[str, ...] = ()
+    subgroup: bool = False
+    online: bool = False
+    vec: int = 1
 
     @property
     def rows(self) -> int:
         return math.prod(v for d, v in enumerate(self.dims) if d != self.axis)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.dts or ("f32",) * len(self.layouts)
 
 
 def arg_names(backward: bool) -> tuple[str, ...]:
@@ -52,66 +72,148 @@ def kernel_name(p: SoftmaxProblem) -> str:
     return f"pydnnl_softmax_{'bwd' if p.backward else 'fwd'}_{p.variant}"
 
 
+def vec_ok(dims, axis: int, layouts, vec: int) -> bool:
+    """Whether the strided kernel can give each work-item ``vec`` adjacent positions: the
+    innermost folded dim is a row dim, plain with stride 1 in every tensor and a multiple of
+    ``vec`` long."""
+    last = len(dims) - 1
+    if vec <= 1 or last == axis or dims[last] % vec:
+        return False
+    return all(lay[1][last] == (1, 1, ()) for lay in layouts)
+
+
 def build_softmax(p: SoftmaxProblem) -> KernelSource:
     """The kernel of ``p`` (see the module docstring)."""
     if p.variant not in ("row", "strided"):
         raise ValueError(f"softmax kernel: unknown variant {p.variant!r}")
+    row = p.variant == "row"
+    V = 1 if row else p.vec
+    if V > 1 and not vec_ok(p.dims, p.axis, p.layouts, V):
+        raise ValueError(f"softmax kernel: vec={V} needs a contiguous innermost row dim")
     nd = len(p.dims)
     rows_d = [d for d in range(nd) if d != p.axis]
     names = {d: f"i{d}" for d in rows_d}
-    C, L, row = p.dims[p.axis], p.wg, p.variant == "row"
-    names_t = arg_names(p.backward)
-    code = decompose("row", [p.dims[d] for d in rows_d], [names[d] for d in rows_d])
-    bases, at = [], {}
+    sizes = [p.dims[d] // (V if d == nd - 1 else 1) for d in rows_d]
+    C, L = p.dims[p.axis], p.wg
+    names_t, dts = arg_names(p.backward), p.types
+    code = decompose("row", sizes, [names[d] if d != nd - 1 or V == 1 else "iv"
+                                    for d in rows_d])
+    if V > 1:
+        code += f"\n    const int i{nd - 1} = iv * {V};"
+    T = "float" if V == 1 else f"float{V}"
+    bases, idx = [], {}
     for n, lay in zip(names_t, p.layouts):
         bases.append(f"const int b_{n} = {offset(lay, names)};")
-        at[n] = f"{n}[b_{n} + {offset(lay, {p.axis: 'c'}, with_base=False)}]"
+        idx[n] = f"b_{n} + {offset(lay, {p.axis: 'c'}, with_base=False)}"
+    dt = dict(zip(names_t, dts))
+
+    def LD(n):
+        return ld(n, dt[n], idx[n], V)
+
+    def ST(n, v):
+        return st(n, dt[n], idx[n], v, V)
+
     loop = f"for (int c = l; c < {C}; c += {L})" if row else f"for (int c = 0; c < {C}; ++c)"
 
-    def reduce_(combine: str, var: str) -> str:
+    def reduce_(op: str, var: str) -> str:
         """Make ``var`` the row-wide result (the row kernel combines its work-items)."""
         if not row:
             return ""
+        if p.subgroup:
+            return f"\n    {var} = sub_group_reduce_{op}({var});"
+        combine = "fmax({a}, {b})" if op == "max" else "{a} + {b}"
         return (f"\n    red[l] = {var};\n    barrier(CLK_LOCAL_MEM_FENCE);{tree(L, combine)}"
                 f"\n    {var} = red[0];\n    barrier(CLK_LOCAL_MEM_FENCE);")
 
+    local = ""
     if not p.backward:
-        x, y = at["src"], at["dst"]
-        body = f"""
-    float m = -INFINITY;
-    {loop} m = fmax(m, {x});{reduce_("fmax({a}, {b})", "m")}
-    float s = 0.0f;"""
-        if p.log:
-            body += f"""
-    {loop} s += exp({x} - m);{reduce_("{a} + {b}", "s")}
+        x = LD("src")
+        if row and p.online:
+            # running (max, sum); pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M))
+            body = f"""
+    float m = -INFINITY, s = 0.0f;
+    {loop} {{
+        const float v = {x};
+        const float e = v == m ? 1.0f : exp(-fabs(v - m));
+        s = v > m ? s * e + 1.0f : s + e;
+        m = fmax(m, v);
+    }}"""
+            if p.subgroup:
+                body += """
+    const float mx = sub_group_reduce_max(m);
+    s = sub_group_reduce_add(s == 0.0f ? 0.0f : s * exp(m - mx));
+    m = mx;"""
+            else:
+                local = f"__local float red[{L}], red2[{L}];"
+                body += f"""
+    red[l] = m; red2[l] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = {L} / 2; h > 0; h >>= 1) {{
+        if (l < h) {{
+            const float m1 = red[l], m2 = red[l + h], mx = fmax(m1, m2);
+            const float s1 = red2[l], s2 = red2[l + h];
+            red2[l] = (s1 == 0.0f ? 0.0f : s1 * exp(m1 - mx))
+                      + (s2 == 0.0f ? 0.0f : s2 * exp(m2 - mx));
+            red[l] = mx;
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    m = red[0]; s = red2[0];"""
+            if p.log:
+                body += f"""
     const float t = log(s);
-    {loop} {y} = ({x} - m) - t;"""
-        else:  # dst holds the exponentials until the last pass scales them (one exp each)
-            body += f"""
-    {loop} {{ const float e = exp({x} - m); {y} = e; s += e; }}{reduce_("{a} + {b}", "s")}
+    {loop} {ST("dst", f"({x} - m) - t")}"""
+            else:
+                body += f"""
     const float r = 1.0f / s;
-    {loop} {y} *= r;"""
+    {loop} {ST("dst", f"exp({x} - m) * r")}"""
+        else:
+            ex = f"exp2(({x} - m) * {LOG2E})"
+            body = f"""
+    {T} m = -INFINITY;
+    {loop} m = fmax(m, {x});{reduce_("max", "m")}
+    {T} s = 0.0f;"""
+            if p.log:
+                body += f"""
+    {loop} s += {ex};{reduce_("add", "s")}
+    const {T} t = log(s);
+    {loop} {ST("dst", f"({x} - m) - t")}"""
+            elif dt["dst"] == "f32":  # dst holds the exponentials until the last pass
+                body += f"""
+    {loop} {{ const {T} e = {ex}; {ST("dst", "e")} s += e; }}{reduce_("add", "s")}
+    const {T} r = 1.0f / s;
+    {loop} {ST("dst", LD("dst") + " * r")}"""
+            else:  # no double rounding: recompute the exponential
+                body += f"""
+    {loop} s += {ex};{reduce_("add", "s")}
+    const {T} r = 1.0f / s;
+    {loop} {ST("dst", f"{ex} * r")}"""
     else:
-        y, dy, dx = at["dst"], at["diff_dst"], at["diff_src"]
+        y, dy = LD("dst"), LD("diff_dst")
         if p.log:
             body = f"""
-    float s = 0.0f;
-    {loop} s += {dy};{reduce_("{a} + {b}", "s")}
-    {loop} {dx} = {dy} - exp({y}) * s;"""
+    {T} s = 0.0f;
+    {loop} s += {dy};{reduce_("add", "s")}
+    {loop} {ST("diff_src", f"{dy} - exp({y}) * s")}"""
         else:
             body = f"""
-    float s = 0.0f;
-    {loop} s += {dy} * {y};{reduce_("{a} + {b}", "s")}
-    {loop} {{ const float yv = {y}; {dx} = yv * ({dy} - s); }}"""
-    args = ", ".join(f"__global {'float' if k == len(names_t) - 1 else 'const float'} *{n}"
-                     for k, n in enumerate(names_t))
-    rows = p.rows
+    {T} s = 0.0f;
+    {loop} s += {dy} * {y};{reduce_("add", "s")}
+    {loop} {{ const {T} yv = {y}; {ST("diff_src", f"yv * ({dy} - s)")} }}"""
+    if row and not p.subgroup and not local:
+        local = f"__local float red[{L}];"
+    args = ", ".join(ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t))
+    # ``restrict`` is wrong for in-place use: drop it
+    args = args.replace(" *restrict ", " *")
+    rows = p.rows // V
     if row:
         head = f"""
-    __local float red[{L}];
+    {local}
     const int l = get_local_id(0);
     const int row = get_group_id(0);"""
         attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
+        if p.subgroup:
+            attr += f"__attribute__((intel_reqd_sub_group_size({L}))) "
         gsize = L * rows
     else:
         head = f"""
@@ -120,7 +222,7 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         attr = ""
         gsize = -(-rows // L) * L
     name = kernel_name(p)
-    src = f"""
+    src = f"""{io_preamble(dts, V)}
 __kernel void {attr}{name}({args})
 {{{head}
     {code}

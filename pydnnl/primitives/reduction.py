@@ -74,7 +74,7 @@ class reduction(primitive):
                     f"{kind}: dst_desc dims {list(dst.dims)} equal src_desc dims: no dim is "
                     f"reduced (oneDNN rejects the identity)")
             if dst.is_any():
-                dst = follow(src, dst.dims)
+                dst = follow(src, dst.dims, dst.data_type)
             check_desc(kind, "dst_desc", dst)
             check_attr(kind, self._attr)
             self._args[ARG_SRC] = ArgSpec(src, False)

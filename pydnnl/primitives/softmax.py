@@ -1,6 +1,6 @@
 """The softmax primitives (``dnnl::softmax_forward``, ``dnnl::softmax_backward``): softmax
 or log-softmax along one axis of a tensor of any rank, and their gradients from ``dst`` and
-``diff_dst`` (oneDNN v3 API, f32).
+``diff_dst`` (oneDNN v3 API; f32, f16 or bf16 data, float computation).
 
 The plan is one generated kernel (:mod:`pydnnl.kernels.softmax`): a work-group per softmax
 row where the axis is innermost in memory, else a work-item per row walking the axis. Every
@@ -25,38 +25,41 @@ from .signature import Signature, bind
 __all__ = ["softmax_forward", "softmax_backward"]
 
 _PLAIN = "abcdefghijkl"
+DATA_TYPES = (data_type.f32, data_type.f16, data_type.bf16)
 _INT_MAX = 2**31 - 1
 
 
-def follow(md: MemoryDesc, dims=None) -> MemoryDesc:
-    """A dense f32 desc of ``dims`` (``md``'s by default) laid out like ``md``: the same
-    storage order for plain layouts, the same tag for blocked ones, else row-major (how
-    ``format_tag.any`` resolves after a concrete desc)."""
+def follow(md: MemoryDesc, dims=None, dt=None) -> MemoryDesc:
+    """A dense desc of ``dims`` (``md``'s by default) and data type ``dt`` (``md``'s by
+    default) laid out like ``md``: the same storage order for plain layouts, the same tag for
+    blocked ones, else row-major (how ``format_tag.any`` resolves after a concrete desc)."""
+    dt = md.data_type if dt is None else dt
     dims = tuple(md.dims if dims is None else dims)
     if dims == tuple(md.dims) and md.is_dense() and md.offset0 == 0:
-        return md
+        return md if md.data_type == dt else md.with_data_type(dt)
     if md.is_plain():
         order = sorted(range(len(dims)), key=lambda d: (-md.strides[d], d))
         strides, run = [0] * len(dims), 1
         for d in reversed(order):
             strides[d] = run
             run *= dims[d]
-        return MemoryDesc(dims, data_type.f32, tuple(strides))
+        return MemoryDesc(dims, dt, tuple(strides))
     if md.tag is not None:
-        return MemoryDesc(dims, data_type.f32, md.tag)
-    return MemoryDesc(dims, data_type.f32, _PLAIN[:len(dims)])
+        return MemoryDesc(dims, dt, md.tag)
+    return MemoryDesc(dims, dt, _PLAIN[:len(dims)])
 
 
 def check_desc(kind: str, name: str, md, allow_any: bool = True) -> MemoryDesc:
-    """``md`` as a usable f32 desc (``any`` allowed when ``allow_any``), else the error."""
+    """``md`` as a usable f32, f16 or bf16 desc (``any`` allowed when ``allow_any``), else the
+    error."""
     if not isinstance(md, MemoryDesc) or md.is_zero():
         raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
     if md.is_any() and not allow_any:
         raise invalid_arguments(f"{kind}: {name} must have a concrete layout (not "
                                 f"format_tag.any), got {md!r}")
-    if md.data_type != data_type.f32:
-        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
-                            f"implemented")
+    if md.data_type not in DATA_TYPES:
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; f32, f16 and bf16 "
+                            f"are implemented")
     if not md.is_any() and md.nelems_physical() > _INT_MAX:
         raise unimplemented(f"{kind}: {name} spans {md.nelems_physical()} elements; at most "
                             f"{_INT_MAX} are implemented (32-bit offsets)")
@@ -120,10 +123,20 @@ class _softmax_pd(primitive_desc_base):
         innermost = all(min_stride(flays[0], axis) <= min_stride(flays[0], d)
                         for d in range(len(fdims)) if d != axis)
         row = H.use_row_kernel(info, C, innermost and min_stride(flays[0], axis) == 1)
-        wg = H.row_wg(info, C) if row else H.softmax_strided_wg(info)
+        backward = self._prop == prop_kind.backward_data
+        vec = 1
+        if row:
+            wg = H.row_wg(info, C)
+        else:
+            vec = next((v for v in H.softmax_strided_vecs(info)
+                        if K.vec_ok(fdims, axis, flays, v)), 1)
+            wg = H.softmax_strided_wg(info, vec)
         self._problem = K.SoftmaxProblem(
-            log=self._alg == algorithm.softmax_log, backward=self._prop == prop_kind.backward_data,
-            dims=fdims, axis=axis, layouts=flays, variant="row" if row else "strided", wg=wg)
+            log=self._alg == algorithm.softmax_log, backward=backward,
+            dims=fdims, axis=axis, layouts=flays, variant="row" if row else "strided", wg=wg,
+            dts=tuple(md.data_type.name for md in mds),
+            subgroup=row and H.row_subgroup(info, wg),
+            online=row and not backward and H.softmax_online(info), vec=vec)
         self._impl = f"ocl:softmax:{self._problem.variant}"
         self._info = (f"alg:{self._alg.name} axis:{self._axis_v} "
                       f"{'x'.join(map(str, dims))}")
@@ -152,7 +165,7 @@ class _softmax_primitive(primitive):
 
 
 class softmax_forward(_softmax_primitive):
-    """``dst = softmax(src)`` or ``log_softmax(src)`` along ``axis`` (f32)."""
+    """``dst = softmax(src)`` or ``log_softmax(src)`` along ``axis`` (f32, f16, bf16)."""
 
     class primitive_desc(_softmax_pd):
         """``softmax_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, dst_desc,
@@ -186,7 +199,7 @@ class softmax_forward(_softmax_primitive):
                                         f"src_desc dims {list(src.dims)}")
             self._axis_v = _axis(kind, a["axis"], len(src.dims))
             if dst.is_any():
-                dst = follow(src)
+                dst = follow(src, dt=dst.data_type)
             check_desc(kind, "dst_desc", dst)
             check_attr(kind, self._attr)
             self._args[ARG_SRC] = ArgSpec(src, False)
@@ -195,7 +208,7 @@ class softmax_forward(_softmax_primitive):
 
 
 class softmax_backward(_softmax_primitive):
-    """``diff_src`` from ``dst`` and ``diff_dst`` (f32): accurate ``dst * (diff_dst -
+    """``diff_src`` from ``dst`` and ``diff_dst`` (f32, f16, bf16): accurate ``dst * (diff_dst -
     sum(diff_dst * dst))``, log ``diff_dst - exp(dst) * sum(diff_dst)``."""
 
     class primitive_desc(_softmax_pd):
@@ -237,11 +250,12 @@ class softmax_backward(_softmax_primitive):
                     f"{self._axis_v}")
             dst, ddst, dsrc = descs["dst_desc"], descs["diff_dst_desc"], descs["diff_src_desc"]
             if dst.is_any():
-                dst = hint.dst_desc()
+                h = hint.dst_desc()
+                dst = h if h.data_type == dst.data_type else h.with_data_type(dst.data_type)
             if ddst.is_any():
-                ddst = follow(dsrc) if not dsrc.is_any() else follow(dst)
+                ddst = follow(dsrc if not dsrc.is_any() else dst, dt=ddst.data_type)
             if dsrc.is_any():
-                dsrc = follow(ddst)
+                dsrc = follow(ddst, dt=dsrc.data_type)
             for name, md in (("dst_desc", dst), ("diff_dst_desc", ddst),
                              ("diff_src_desc", dsrc)):
                 check_desc(kind, name, md)

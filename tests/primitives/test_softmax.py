@@ -27,7 +27,7 @@ def _x(dims, seed=0, scale=4.0):
 
 def _close(got, want, rtol=2e-5, atol=2e-6):
     got = np.asarray(got, np.float64)
-    err = np.abs(got - want)
+    err = np.where(got == want, 0.0, np.abs(got - want))  # equal infinities are exact
     bad = ~(err <= rtol * np.abs(want) + atol)
     assert not bad.any(), (f"{bad.sum()} of {bad.size} differ; max err {err.max():.3g}; "
                            f"first got {got[bad][:4]}, want {want[bad][:4]}")
@@ -230,9 +230,9 @@ def test_bad_descriptors(engine):
     assert "src_desc" in _refused(dnnl.invalid_arguments,
                                   lambda: mk(engine, FWD, A.softmax_accurate, _md((3, 5), "any"),
                                              md, 1))
-    f16 = dnnl.memory.desc((3, 5), dt.f16, "ab")
-    assert "f16" in _refused(dnnl.unimplemented,
-                             lambda: mk(engine, FWD, A.softmax_accurate, f16, f16, 1))
+    s8 = dnnl.memory.desc((3, 5), dt.s8, "ab")
+    assert "s8" in _refused(dnnl.unimplemented,
+                            lambda: mk(engine, FWD, A.softmax_accurate, s8, s8, 1))
     attr = dnnl.primitive_attr()
     po = dnnl.post_ops()
     po.append_eltwise(A.eltwise_relu, 0.0, 0.0)
@@ -263,3 +263,87 @@ def test_bad_execute_leaves_outputs_untouched(engine, stream):
             prim.execute(stream, args)
     stream.wait()
     assert np.all(dst.to_numpy() == 5.0)
+
+
+# bf16 / f16 data, float computation. Inputs are compared as stored (rounded to their type
+# first); the float64 reference of those values is then off from the output only by the
+# output's rounding (at most half the type's epsilon, relative) plus float computation:
+# rtol = one epsilon (bf16 2^-8, f16 2^-11), atol covers f16's subnormal spacing (2^-24) and
+# float32 cancellation in log-softmax and the gradients (1e-5 for values up to 4).
+EPS_T = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2.0 ** -21}
+LOWP = [((64, 300), 1, "ab"), ((2, 40, 32), 1, "abc"), ((5, 7), 0, "ab"), ((3, 20, 6), 2, "abc")]
+
+
+def _stored(eng, dims, t, data_type, x):
+    m = dnnl.memory(dnnl.memory.desc(dims, data_type, t), eng, x)
+    return m, np.asarray(m.to_numpy(), np.float64)
+
+
+@pytest.mark.parametrize("sdt,ddt", [(dt.bf16, dt.bf16), (dt.f16, dt.f16), (dt.f32, dt.bf16),
+                                     (dt.bf16, dt.f32), (dt.f16, dt.f32)],
+                         ids=lambda d: d.name)
+@pytest.mark.parametrize("dims,axis,st", LOWP,
+                         ids=[f"{'x'.join(map(str, c[0]))}-ax{c[1]}" for c in LOWP])
+def test_low_precision_forward_and_backward(engine, stream, dims, axis, st, sdt, ddt):
+    for alg in ALGS:
+        src, x = _stored(engine, dims, st, sdt, _x(dims, seed=axis))
+        dmd = dnnl.memory.desc(dims, ddt, tag.any)
+        pd = dnnl.softmax_forward.primitive_desc(engine, FWD, alg, src.get_desc(), dmd, axis)
+        assert pd.dst_desc().data_type == ddt
+        dst = dnnl.memory(pd.dst_desc(), engine)
+        dnnl.softmax_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+        stream.wait()
+        atol = 1e-5 if alg == A.softmax_log else 2.0 ** -24
+        _close(dst.to_numpy(), ref.softmax_forward(alg, x, axis), rtol=EPS_T[ddt], atol=atol)
+        # backward with dst as stored and diff tensors of src's type
+        y = np.asarray(dst.to_numpy(), np.float64)
+        ddm, dd = _stored(engine, dims, st, sdt, _x(dims, seed=5, scale=1.0))
+        bpd = dnnl.softmax_backward.primitive_desc(
+            engine, alg, dnnl.memory.desc(dims, sdt, tag.any), ddm.get_desc(),
+            pd.dst_desc(), axis, pd)
+        assert bpd.diff_src_desc().data_type == sdt
+        dsm = dnnl.memory(bpd.diff_src_desc(), engine)
+        dnnl.softmax_backward(bpd).execute(stream, {dnnl.ARG_DST: dst, dnnl.ARG_DIFF_DST: ddm,
+                                                    dnnl.ARG_DIFF_SRC: dsm})
+        stream.wait()
+        _close(dsm.to_numpy(), ref.softmax_backward(alg, dd, y, axis), rtol=EPS_T[sdt],
+               atol=1e-5)
+
+
+def test_low_precision_in_place(engine, stream):
+    dims = (6, 100)
+    for d in (dt.bf16, dt.f16):
+        src, x = _stored(engine, dims, "ab", d, _x(dims, seed=9))
+        pd = dnnl.softmax_forward.primitive_desc(engine, FWD, A.softmax_accurate,
+                                                 src.get_desc(), src.get_desc(), 1)
+        dnnl.softmax_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: src})
+        stream.wait()
+        _close(src.to_numpy(), ref.softmax_forward(A.softmax_accurate, x, 1), rtol=EPS_T[d],
+               atol=2.0 ** -24)
+
+
+@pytest.mark.parametrize("subgroup", [False, True], ids=["tree", "subgroup"])
+def test_online_row_kernel(engine, stream, subgroup):
+    """The GPU forward (running max and rescaled sum, then one normalizing pass), forced on
+    this device through the kernel generator, against the reference."""
+    from dataclasses import replace
+
+    from pydnnl.runtime.kernel import Kernel
+
+    if subgroup and "cl_intel_required_subgroup_size" not in engine.info.extensions:
+        pytest.skip("no Intel sub-groups")
+    x = _x((9, 333), seed=11)
+    x[0, 5] = -np.inf  # a -inf value contributes nothing
+    for alg in ALGS:
+        for ddt in (dt.f32, dt.bf16):
+            md, dmd = _md(x.shape, "ab"), dnnl.memory.desc(x.shape, ddt, "ab")
+            pd = dnnl.softmax_forward.primitive_desc(engine, FWD, alg, md, dmd, 1)
+            p = replace(pd._problem, online=True, subgroup=subgroup, wg=16 if subgroup else 64)
+            from pydnnl.kernels.softmax import build_softmax
+
+            k = Kernel(engine.context, engine.device, build_softmax(p))
+            src, dst = dnnl.memory(md, engine, x), dnnl.memory(dmd, engine)
+            k(stream, src.buffer, dst.buffer)
+            stream.wait()
+            _close(dst.to_numpy(), ref.softmax_forward(alg, x, 1), rtol=EPS_T[ddt] * 2,
+                   atol=1e-5 if alg == A.softmax_log else 1e-7)
