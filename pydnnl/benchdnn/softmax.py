@@ -1,6 +1,6 @@
 """benchdnn's softmax driver: ``--softmax [--dir=FWD_D|FWD_I|BWD_D] [--alg=SOFTMAX|LOGSOFTMAX]
-[--axis=1] [--sdt=f32] [--ddt=f32] [--stag=abx] [--dtag=any] [--inplace=false] [--mb=0]
-NxCx...``.
+[--axis=1] [--sdt=f32|bf16|f16] [--ddt=f32|bf16|f16] [--stag=abx] [--dtag=any]
+[--inplace=false] [--mb=0] NxCx...`` (backward: dst of ``--ddt``, diff tensors of ``--sdt``).
 
 As in oneDNN's benchdnn: ``--alg`` is ``SOFTMAX`` (``softmax_accurate``) or ``LOGSOFTMAX``
 (``softmax_log``; ``ACCURATE`` and ``LOG`` are taken too), ``--axis`` the softmax axis,
@@ -69,11 +69,17 @@ def parse_bool(name: str, text: str) -> bool:
     raise invalid_arguments(f"--{name}={text}: expected true or false")
 
 
+DTS = ("f32", "bf16", "f16")
+# max |got - ref| / max(1, |ref|) per output type: the type's epsilon (bf16 2^-8, f16 2^-11;
+# the output's rounding is half of it) over the reference of the inputs as stored
+TOLERANCES = {"f32": TOLERANCE, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
+
+
 def check_dt(opts: dict[str, str], names=("sdt", "ddt", "dt")) -> None:
     for n in names:
         for d in opts.get(n, "f32").split(","):
-            if d.strip() != "f32":
-                raise unimplemented(f"--{n}={d}: only f32 is implemented")
+            if d.strip() not in DTS:
+                raise unimplemented(f"--{n}={d}: f32, bf16 and f16 are implemented")
 
 
 def rel_err(got, want) -> float:
@@ -101,28 +107,31 @@ def _torch_ms(alg, axis, x, backward, device, min_seconds) -> float:
 
 
 def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
-            min_seconds) -> int:
+            min_seconds, sdt="f32", ddt="f32") -> int:
     import pydnnl as dnnl
 
     from ..reference.softmax import softmax_backward as ref_bwd
     from ..reference.softmax import softmax_forward as ref_fwd
 
-    f32 = dnnl.memory.data_type.f32
+    sd, dd_t = dnnl.memory.data_type[sdt], dnnl.memory.data_type[ddt]
     dname = [k for k, v in _DIRS.items() if v == prop][0]
     aname = "LOGSOFTMAX" if alg == algorithm.softmax_log else "SOFTMAX"
-    desc = (f"--dir={dname} --alg={aname} --axis={axis} --stag={stag} --dtag={dtag}"
+    desc = (f"--dir={dname} --alg={aname} --axis={axis} --sdt={sdt} --ddt={ddt} --stag={stag} "
+            f"--dtag={dtag}"
             + (" --inplace=true" if inplace else ""))
     problem = "x".join(map(str, dims))
     backward = prop == prop_kind.backward_data
     nd = len(dims)
     t0 = time.perf_counter()
-    src_md = dnnl.memory.desc(dims, f32, parse_tag(stag, nd))
-    dst_md = src_md if inplace else dnnl.memory.desc(dims, f32, parse_tag(dtag, nd))
+    src_md = dnnl.memory.desc(dims, sd, parse_tag(stag, nd))
+    dst_md = src_md if inplace else dnnl.memory.desc(dims, dd_t, parse_tag(dtag, nd))
     fpd = dnnl.softmax_forward.primitive_desc(
         eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md, axis)
     if backward:
-        pd = dnnl.softmax_backward.primitive_desc(eng, alg, fpd.dst_desc(), fpd.dst_desc(),
-                                                  fpd.dst_desc(), axis, fpd)
+        # backward: dst of --ddt, diff_dst and diff_src of --sdt
+        diff = fpd.dst_desc().with_data_type(sd)
+        pd = dnnl.softmax_backward.primitive_desc(eng, alg, diff, diff, fpd.dst_desc(), axis,
+                                                  fpd)
         prim = dnnl.softmax_backward(pd)
     else:
         pd, prim = fpd, dnnl.softmax_forward(fpd)
@@ -132,22 +141,26 @@ def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
     x = rng.uniform(-8.0, 8.0, dims).astype(np.float32)
     if not backward:
         src = dnnl.memory(pd.src_desc(), eng, x)
+        x = np.asarray(src.to_numpy(), np.float64)  # as stored
         dst = src if inplace else dnnl.memory(pd.dst_desc(), eng)
-        args, out, nbytes = {ARG_SRC: src, ARG_DST: dst}, dst, 2 * x.size * 4
+        args, out = {ARG_SRC: src, ARG_DST: dst}, dst
+        nbytes = x.size * (sd.itemsize + dd_t.itemsize)
+        tol = TOLERANCES[ddt]
     else:
-        y = ref_fwd(alg, x, axis).astype(np.float32)
-        dd = rng.uniform(-1.0, 1.0, dims).astype(np.float32)
-        dst = dnnl.memory(pd.dst_desc(), eng, y)
-        ddm = dnnl.memory(pd.diff_dst_desc(), eng, dd)
+        dst = dnnl.memory(pd.dst_desc(), eng, ref_fwd(alg, x, axis).astype(np.float32))
+        y = np.asarray(dst.to_numpy(), np.float64)
+        ddm = dnnl.memory(pd.diff_dst_desc(), eng,
+                          rng.uniform(-1.0, 1.0, dims).astype(np.float32))
+        dd = np.asarray(ddm.to_numpy(), np.float64)
         dsm = ddm if inplace else dnnl.memory(pd.diff_src_desc(), eng)
         args = {ARG_DST: dst, ARG_DIFF_DST: ddm, ARG_DIFF_SRC: dsm}
-        out, nbytes = dsm, 3 * x.size * 4
+        out, nbytes = dsm, x.size * (2 * sd.itemsize + dd_t.itemsize)
+        tol = TOLERANCES[sdt]
     if mode == "C":
         prim.execute(s, args)
         s.wait()
         want = ref_bwd(alg, dd, y, axis) if backward else ref_fwd(alg, x, axis)
-        line, fails = check_line("softmax", desc, problem, rel_err(out.to_numpy(), want),
-                                 TOLERANCE)
+        line, fails = check_line("softmax", desc, problem, rel_err(out.to_numpy(), want), tol)
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -158,7 +171,7 @@ def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
         dev = torch_device(eng)
         peer = ("torch", None if dev is None else _torch_ms(alg, axis, x, backward, dev,
                                                             min_seconds))
-    copy = copy_gbs(eng, x.size * 4, min_seconds=min(0.5, max(min_seconds, 0.05)))
+    copy = copy_gbs(eng, x.size * sd.itemsize, min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("softmax", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
     return 0
@@ -188,8 +201,11 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     stags = opts.get("stag", opts.get("tag", "abx")).split(",")
     dtags = opts.get("dtag", opts.get("tag", "any")).split(",")
     inplace = [parse_bool("inplace", v) for v in opts.get("inplace", "false").split(",")]
+    sdts = [v.strip() for v in opts.get("sdt", opts.get("dt", "f32")).split(",")]
+    ddts = [v.strip() for v in opts.get("ddt", opts.get("dt", "f32")).split(",")]
     fails = 0
-    for prop, alg, axis, st, dt_, ip in itertools.product(dirs, algs, axes, stags, dtags,
-                                                           inplace):
-        fails += run_one(eng, dims, prop, alg, axis, st, dt_, ip, mode, compare, min_seconds)
+    for prop, alg, axis, st, dt_, ip, sdt, ddt in itertools.product(
+            dirs, algs, axes, stags, dtags, inplace, sdts, ddts):
+        fails += run_one(eng, dims, prop, alg, axis, st, dt_, ip, mode, compare, min_seconds,
+                         sdt, ddt)
     return fails
