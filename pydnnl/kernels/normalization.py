@@ -143,6 +143,8 @@ class BnReduce:
     lanes: str = "r"
     wg: int = 64
     groups: int = 1
+    x_dt: str = "f32"         # storage of src: f32, bf16, f16 (arithmetic in f32)
+    dy_dt: str = "f32"        # storage of diff_dst
 
 
 def _bn_sizes(dims) -> tuple[int, int, int, list[int]]:
@@ -161,43 +163,43 @@ def _bn_index(dims, r: str) -> tuple[str, list[str]]:
 
 
 def build_bn_reduce(p: BnReduce) -> KernelSource:
-    if p.lanes == "r":
-        fast = _bn_reduce_runs(p)
-        if fast is not None:
-            return fast
+    fast = (_bn_reduce_runs if p.lanes == "r" else _bn_reduce_rows)(p)
+    if fast is not None:
+        return fast
+    helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
     N, C, S, sp = _bn_sizes(p.dims)
     R = N * S
     chunk = -(-R // p.groups)
     bwd = p.dy is not None
     code, idx = _bn_index(p.dims, "r")
     x_off = offset_expr(p.x, idx)
-    args = ["__global const float *restrict src"]
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
     if bwd:
-        args.append("__global const float *restrict diff_dst")
+        args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
         args.append("__global const float *restrict mean")
         if p.ws:
             args.append("__global const uchar *restrict ws")
         lin = " + ".join(f"{v} * {st}" for v, st in zip(
             idx, _row_major_strides(p.dims)) if st) or "0"
-        dy_val = f"diff_dst[{offset_expr(p.dy, idx)}]"
+        dy_val = f"{ld[p.dy_dt]}(diff_dst[{offset_expr(p.dy, idx)}])"
         if p.ws:
             dy_val = f"(ws[{lin}] ? {dy_val} : 0.0f)"
         shift = f"mean[{offset_expr(p.mean, ['c'])}]"
         body = f"""
-        const float x = src[{x_off}] - k;
+        const float x = {ld[p.x_dt]}(src[{x_off}]) - k;
         const float dy = {dy_val};
         a0 += dy; a1 += dy * x;"""
     else:
         zero = ["0"] * len(idx)
         zero[1] = "c"
-        shift = f"src[{offset_expr(p.x, zero)}]"
+        shift = f"{ld[p.x_dt]}(src[{offset_expr(p.x, zero)}])"
         body = f"""
-        const float x = src[{x_off}] - k;
+        const float x = {ld[p.x_dt]}(src[{x_off}]) - k;
         a0 += x; a1 += x * x;"""
     args += ["__global float *restrict part", "const int p_off"]
     name = "pydnnl_bn_reduce"
     if p.lanes == "c":
-        src = f"""
+        src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 {name}({", ".join(args)})
 {{
@@ -217,7 +219,7 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
         gsize = (-(-C // p.wg) * p.wg, p.groups)
     else:
         L = p.wg
-        src = f"""
+        src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
 {name}({", ".join(args)})
 {{
@@ -280,30 +282,32 @@ def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
     idx = names + ["i", "c"]
     x_off = _group_offsets(allg, idx, 0, p.x[0])
     bwd = p.dy is not None
-    args = ["__global const float *restrict src"]
+    helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
     if bwd:
-        args += ["__global const float *restrict diff_dst", "__global const float *restrict mean"]
+        args += [f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst",
+                 "__global const float *restrict mean"]
         if p.ws:
             args.append("__global const uchar *restrict ws")
-        dy_val = f"diff_dst[{_group_offsets(allg, idx, 1, p.dy[0])}]"
+        dy_val = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 1, p.dy[0])}])"
         if p.ws:
             dy_val = f"(ws[{_group_offsets(allg, idx, 2, 0)}] ? {dy_val} : 0.0f)"
         shift = f"mean[{offset_expr(p.mean, ['c'])}]"
         body = f"""
-            const float x = src[{x_off}] - k;
+            const float x = {ld[p.x_dt]}(src[{x_off}]) - k;
             const float dy = {dy_val};
             a0 += dy; a1 += dy * x;"""
     else:
-        shift = f"src[{p.x[0]} + c * {groups[cg][2][0]}]"
+        shift = f"{ld[p.x_dt]}(src[{p.x[0]} + c * {groups[cg][2][0]}])"
         body = f"""
-            const float x = src[{x_off}] - k;
+            const float x = {ld[p.x_dt]}(src[{x_off}]) - k;
             a0 += x; a1 += x * x;"""
     args += ["__global float *restrict part", "const int p_off"]
     U = UNROLL
     full = S_in // (L * U)
     unrolled = body.replace("a0 +=", "a0[u] +=").replace("a1 +=", "a1[u] +=")
     name = "pydnnl_bn_reduce"
-    src = f"""
+    src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
 {name}({", ".join(args)})
 {{
@@ -335,6 +339,77 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
     return KernelSource(name, src, (L * p.groups, C), (L, 1), _arg_names(args))
 
 
+def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
+    """The ``c``-lanes reduction over plain layouts whose innermost run is the channels
+    (``nhwc``, ``nc``): work-item ``c`` of a work-group walks a chunk of ``chunk`` rows (the
+    other runs, uniform across the lanes) with ``UNROLL`` independent sums over consecutive
+    rows, one partial per chunk. A work-group covers ``wg`` consecutive channels, so on a CPU
+    runtime its vectors read the same rows one after the other (from cache when the chunk's
+    rows fit in it, see ``bn_reduce_params``)."""
+    lays, groups = _bn_reduce_lays(p)
+    if groups is None or not groups[-1][1] or any(st != 1 for st in groups[-1][2][:2]):
+        return None
+    C, L = p.dims[1], p.wg
+    outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
+    R = math.prod(g[0] for g in outer)
+    chunk = -(-R // p.groups)
+    names = [f"o{k}" for k in range(len(outer))]
+    bwd = p.dy is not None
+    helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
+    idx = names + ["c"]
+    allg = outer + [groups[-1]]
+    x_off = _group_offsets(allg, idx, 0, p.x[0])
+    if bwd:
+        args += [f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst",
+                 "__global const float *restrict mean"]
+        if p.ws:
+            args.append("__global const uchar *restrict ws")
+        dy_val = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 1, p.dy[0])}])"
+        if p.ws:
+            dy_val = f"(ws[{_group_offsets(allg, idx, 2, 0)}] ? {dy_val} : 0.0f)"
+        shift = f"mean[{offset_expr(p.mean, ['c'])}]"
+        acc = """
+                const float dy = {dy};
+                a0[u] += dy; a1[u] += dy * x;"""
+    else:
+        shift = f"{ld[p.x_dt]}(src[{p.x[0]} + c])"
+        dy_val = ""
+        acc = """
+                a0[u] += x; a1[u] += x * x;"""
+    args += ["__global float *restrict part", "const int p_off"]
+    U = UNROLL
+    dec = _decompose("r", [g[0] for g in outer], names)
+    name = "pydnnl_bn_reduce"
+    src = helpers + f"""
+__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c = get_global_id(0);
+    const int g = get_global_id(1);
+    if (c >= {C}) return;
+    const float k = {shift};
+    float a0[{U}], a1[{U}];
+    for (int u = 0; u < {U}; ++u) {{ a0[u] = 0.0f; a1[u] = 0.0f; }}
+    const int r_beg = g * {chunk};
+    const int r_end = min({R}, r_beg + {chunk});
+    for (int r0 = r_beg; r0 < r_end; r0 += {U}) {{
+        #pragma unroll
+        for (int u = 0; u < {U}; ++u) {{
+            const int r = r0 + u;
+            if (r < r_end) {{
+                {dec}
+                const float x = {ld[p.x_dt]}(src[{x_off}]) - k;{acc.format(dy=dy_val)}
+            }}
+        }}
+    }}
+    part[p_off + (g * {C} + c) * 2] = {" + ".join(f"a0[{u}]" for u in range(U))};
+    part[p_off + (g * {C} + c) * 2 + 1] = {" + ".join(f"a1[{u}]" for u in range(U))};
+}}
+"""
+    return KernelSource(name, src, (-(-C // L) * L, p.groups), (L, 1), _arg_names(args))
+
+
 def _row_major_strides(dims) -> list[int]:
     out, s = [], 1
     for v in reversed(dims):
@@ -345,6 +420,25 @@ def _row_major_strides(dims) -> list[int]:
 
 def _arg_names(args: list[str]) -> tuple[str, ...]:
     return tuple(a.split()[-1].lstrip("*") for a in args)
+
+
+_STORE_T = {"f32": "float", "bf16": "ushort", "f16": "ushort"}
+
+
+def _bn_types(*dts: str | None) -> tuple[str, dict, dict]:
+    """Batch normalization data storage: the load/store helper definitions (oneDNN's
+    rounding, ``clhelpers``) of ``dts`` and per type the loader's and storer's names ("" for
+    f32, whose values are used as they are)."""
+    from ..memory.data_types import data_type
+    from .clhelpers import load_helper, store_helper
+
+    defs, ld, st = [], {"f32": ""}, {"f32": ""}
+    for dt in dict.fromkeys(d for d in dts if d and d != "f32"):
+        lname, ldef, _, _ = load_helper(data_type[dt])
+        sname, sdef, _, _ = store_helper(data_type[dt])
+        defs += [ldef, sdef]
+        ld[dt], st[dt] = lname, sname
+    return "".join(d + "\n" for d in defs), ld, st
 
 
 @dataclass(frozen=True)
@@ -373,14 +467,16 @@ class BnFinalize:
     wg: int = 64
     x: tuple | None = None     # fwd_stats: src layout (the shift K[c])
     ndims: int = 4
+    x_dt: str = "f32"          # fwd_stats: storage of src
 
 
 def build_bn_finalize(p: BnFinalize) -> KernelSource:
     C, R = p.C, p.R
     var_l = p.var or p.stat
     args = []
+    helpers, ld, _ = _bn_types(p.x_dt)
     if p.mode == "fwd_stats":
-        args.append("__global const float *restrict src")
+        args.append(f"__global const {_STORE_T[p.x_dt]} *restrict src")
     args.append("__global float *restrict mean" if p.mode == "fwd_stats"
                 else "__global const float *restrict mean")
     args.append("__global float *restrict variance" if p.mode == "fwd_stats"
@@ -408,7 +504,7 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
         zero = ["0"] * p.ndims
         zero[1] = "c"
         body = f"""{sums}
-    const float k = src[{offset_expr(p.x, zero)}];
+    const float k = {ld[p.x_dt]}(src[{offset_expr(p.x, zero)}]);
     const float ms = s0 / {R}.0f;
     const float v = fmax(s1 / {R}.0f - ms * ms, 0.0f);
     const float m = k + ms;"""
@@ -448,7 +544,7 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
     coef[k_off + {2 * C} + c] = -a * is * dscale / {R}.0f;
     coef[k_off + {3 * C} + c] = -a * dshift / {R}.0f;"""
     name = "pydnnl_bn_finalize"
-    src = f"""
+    src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 {name}({", ".join(args)})
 {{
@@ -473,6 +569,9 @@ class BnApply:
     relu: bool = False
     ws: bool = False
     wg: int = 256
+    x_dt: str = "f32"          # storage of src
+    dy_dt: str = "f32"         # storage of diff_dst
+    out_dt: str = "f32"        # storage of dst (diff_src)
 
 
 def build_bn_apply(p: BnApply) -> KernelSource:
@@ -486,17 +585,18 @@ def build_bn_apply(p: BnApply) -> KernelSource:
     names = ["n", "c"] + [f"s{i}" for i in range(len(dims) - 2)]
     code = _decompose("i", [dims[d] for d in order], [names[d] for d in order])
     lin = " + ".join(f"{v} * {st}" for v, st in zip(names, _row_major_strides(dims)) if st)
-    args = ["__global const float *restrict src"]
+    helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
     bwd = p.dy is not None
     if bwd:
-        args.append("__global const float *restrict diff_dst")
+        args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
     if p.ws:
         args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
     args += ["__global const float *restrict coef", "const int k_off",
-             "__global float *restrict dst"]
-    x_val = f"src[{offset_expr(p.x, names)}]"
+             f"__global {_STORE_T[p.out_dt]} *restrict dst"]
+    x_val = f"{ld[p.x_dt]}(src[{offset_expr(p.x, names)}])"
     if bwd:
-        dy = f"diff_dst[{offset_expr(p.dy, names)}]"
+        dy = f"{ld[p.dy_dt]}(diff_dst[{offset_expr(p.dy, names)}])"
         if p.ws:
             dy = f"(ws[{lin}] ? {dy} : 0.0f)"
         body = f"""
@@ -511,14 +611,14 @@ def build_bn_apply(p: BnApply) -> KernelSource:
         if p.ws:
             body += f"\n    ws[{lin}] = y > 0.0f ? 1 : 0;"
     name = "pydnnl_bn_apply"
-    src = f"""
+    src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 {name}({", ".join(args)})
 {{
     const int i = get_global_id(0);
     if (i >= {total}) return;
     {code}{body}
-    dst[{offset_expr(p.out, names)}] = y;
+    dst[{offset_expr(p.out, names)}] = {st[p.out_dt]}(y);
 }}
 """
     return KernelSource(name, src, (-(-total // p.wg) * p.wg,), (p.wg,), _arg_names(args))
@@ -541,16 +641,17 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
     allg = list(outer) + [inner]
     bwd = p.dy is not None
     wsi = 3 if bwd else 2
-    args = ["__global const float *restrict src"]
+    helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
     if bwd:
-        args.append("__global const float *restrict diff_dst")
+        args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
     if p.ws:
         args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
     args += ["__global const float *restrict coef", "const int k_off",
-             "__global float *restrict dst"]
-    x_val = f"src[{_group_offsets(allg, idx, 0, p.x[0])}]"
+             f"__global {_STORE_T[p.out_dt]} *restrict dst"]
+    x_val = f"{ld[p.x_dt]}(src[{_group_offsets(allg, idx, 0, p.x[0])}])"
     if bwd:
-        dy = f"diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}]"
+        dy = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}])"
         if p.ws:
             dy = f"(ws[{_group_offsets(allg, idx, wsi, 0)}] ? {dy} : 0.0f)"
         body = f"""
@@ -565,19 +666,23 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
         if p.ws:
             body += f"\n    ws[{_group_offsets(allg, idx, wsi, 0)}] = y > 0.0f ? 1 : 0;"
     wg = max(1, min(p.wg, 1 << max(0, (S_in - 1).bit_length())))
+    # rows per work-group: a short innermost run (nhwc's channels) takes several rows per
+    # group, so that a group still holds ``p.wg`` work-items
+    rows = max(1, min(p.wg // wg, O))
     name = "pydnnl_bn_apply"
-    src = f"""
-__kernel void __attribute__((reqd_work_group_size({wg}, 1, 1)))
+    src = helpers + f"""
+__kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
 {name}({", ".join(args)})
 {{
     const int {idx[-1]} = get_global_id(0);
     const int o = get_global_id(1);
-    if ({idx[-1]} >= {S_in}) return;
+    if ({idx[-1]} >= {S_in} || o >= {O}) return;
     {dec}{body}
-    dst[{_group_offsets(allg, idx, 1, p.out[0])}] = y;
+    dst[{_group_offsets(allg, idx, 1, p.out[0])}] = {st[p.out_dt]}(y);
 }}
 """
-    return KernelSource(name, src, (-(-S_in // wg) * wg, O), (wg, 1), _arg_names(args))
+    return KernelSource(name, src, (-(-S_in // wg) * wg, -(-O // rows) * rows), (wg, rows),
+                        _arg_names(args))
 
 
 # -- layer normalization -----------------------------------------------------------------------

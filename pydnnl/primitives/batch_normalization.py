@@ -60,6 +60,7 @@ from .signature import NUMBER, Kind, Signature, bind
 __all__ = ["batch_normalization_forward", "batch_normalization_backward"]
 
 _ALL_FLAGS = 0x1F  # oneDNN's normalization flags, fuse_norm_add_relu (0x10) included
+_BN_DTYPES = (data_type.f32, data_type.bf16, data_type.f16)  # data; statistics stay f32
 _FLAG_NAMES = {0x1: "use_global_stats", 0x2: "use_scale", 0x4: "use_shift",
                0x8: "fuse_norm_relu", 0x10: "fuse_norm_add_relu"}
 _NAMES = {ARG_SRC: "src_desc", ARG_DST: "dst_desc", ARG_DIFF_SRC: "diff_src_desc",
@@ -94,7 +95,8 @@ def check_epsilon(kind: str, eps) -> float:
     return float(eps)
 
 
-def check_data_desc(kind: str, name: str, md, lo: int, hi: int, allow_any: bool) -> None:
+def check_data_desc(kind: str, name: str, md, lo: int, hi: int, allow_any: bool,
+                    dtypes: tuple = (data_type.f32,)) -> None:
     if not isinstance(md, MemoryDesc) or md.is_zero():
         raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
     if md.is_any() and not allow_any:
@@ -108,9 +110,11 @@ def check_data_desc(kind: str, name: str, md, lo: int, hi: int, allow_any: bool)
                             f"implemented")
     if min(md.dims) < 1:
         raise unimplemented(f"{kind}: {name} has a zero dimension {list(md.dims)}")
-    if md.data_type not in (data_type.f32,):
-        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
-                            f"implemented")
+    if md.data_type not in dtypes:
+        names = " and ".join([", ".join(d.name for d in dtypes[:-1]), dtypes[-1].name]
+                             if len(dtypes) > 1 else [dtypes[0].name])
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only {names} "
+                            f"{'is' if len(dtypes) == 1 else 'are'} implemented")
     if not md.is_any() and md.nelems_physical() >= 2 ** 31:
         raise unimplemented(f"{kind}: {name} spans {md.nelems_physical()} elements; kernels "
                             f"index with 32-bit ints")
@@ -122,14 +126,16 @@ def check_attr(kind: str, attr) -> None:
                             f"implemented (use fuse_norm_relu for a fused ReLU)")
 
 
-def follow(md: MemoryDesc, like: MemoryDesc) -> MemoryDesc:
+def follow(md: MemoryDesc, like: MemoryDesc, keep_type: bool = False) -> MemoryDesc:
     """``md`` with ``format_tag.any`` resolved to ``like``'s layout (oneDNN's rule for dst
-    and the gradients); a concrete ``md`` stays."""
+    and the gradients), in f32 or, with ``keep_type``, ``md``'s data type; a concrete ``md``
+    stays."""
     if not md.is_any():
         return md
+    dt = md.data_type if keep_type else data_type.f32
     if like.offset0 == 0 and like.is_dense():
-        return like.with_data_type(data_type.f32)
-    return MemoryDesc(like.dims, data_type.f32, "abcdefghijkl"[:len(like.dims)])
+        return like.with_data_type(dt)
+    return MemoryDesc(like.dims, dt, "abcdefghijkl"[:len(like.dims)])
 
 
 def same_dims(kind: str, name: str, md: MemoryDesc, ref_name: str, ref: MemoryDesc) -> None:
@@ -233,7 +239,8 @@ def _stat_md(C: int) -> MemoryDesc:
 
 
 class batch_normalization_forward(primitive):
-    """Batch normalization forward (training or inference), f32."""
+    """Batch normalization forward (training or inference); data f32, bf16 or f16,
+    statistics, scale and shift f32."""
 
     class primitive_desc(_bn_pd):
         """``batch_normalization_forward.primitive_desc(engine, prop_kind, src_desc,
@@ -254,10 +261,10 @@ class batch_normalization_forward(primitive):
                                                              prop_kind.forward_inference))
             self._common(a)
             src, dst = a["src_desc"], a["dst_desc"]
-            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False)
-            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True)
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False, dtypes=_BN_DTYPES)
+            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True, dtypes=_BN_DTYPES)
             same_dims(kind, "dst_desc", dst, "src_desc", src)
-            dst = follow(dst, src)
+            dst = follow(dst, src, keep_type=True)
             C = src.dims[1]
             training = self._prop == prop_kind.forward_training
             self._stats_in = self.global_stats
@@ -277,7 +284,7 @@ class batch_normalization_forward(primitive):
             self._reduce_params(src)
             self._plan_reduce(None if self.global_stats else BnReduce(
                 dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups))
+                groups=self.groups, x_dt=src.data_type.name))
             self._impl = f"ocl:bnorm:{'global' if self.global_stats else self.lanes}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
@@ -308,13 +315,15 @@ class batch_normalization_forward(primitive):
             write = ARG_MEAN in pd._args
             fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="fwd_stats", eps=pd._eps,
                              stat=stat, scale=sc, shift=sh, groups=pd.partials,
-                             write_stats=write, wg=pd.small_wg, x=x, ndims=len(dims))
+                             write_stats=write, wg=pd.small_wg, x=x, ndims=len(dims),
+                             x_dt=src.data_type.name)
             plan.kernel("bn_finalize", fin, build_bn_finalize, src=Ref(ARG_SRC),
                         mean=Ref(ARG_MEAN) if write else SCRATCH,
                         variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
                         p_off=pd.p_off, k_off=pd.k_off, **ss)
-        app = BnApply(dims=dims, x=x, out=layout_of(pd._args[ARG_DST].md), relu=pd.relu,
-                      ws=pd.write_ws, wg=pd.apply_wg)
+        dst = pd._args[ARG_DST].md
+        app = BnApply(dims=dims, x=x, out=layout_of(dst), relu=pd.relu, ws=pd.write_ws,
+                      wg=pd.apply_wg, x_dt=src.data_type.name, out_dt=dst.data_type.name)
         extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC), coef=SCRATCH,
                     k_off=pd.k_off, dst=Ref(ARG_DST), **extra)
@@ -325,7 +334,7 @@ class batch_normalization_forward(primitive):
 
 class batch_normalization_backward(primitive):
     """Batch normalization backward (``backward``: diff_src, diff_scale, diff_shift;
-    ``backward_data``: diff_src), f32."""
+    ``backward_data``: diff_src); data f32, bf16 or f16, statistics and parameters f32."""
 
     class primitive_desc(_bn_pd):
         """``batch_normalization_backward.primitive_desc(engine, prop_kind, diff_src_desc,
@@ -352,15 +361,15 @@ class batch_normalization_backward(primitive):
                                         f"batch_normalization_forward.primitive_desc, got "
                                         f"{type(hint).__qualname__}")
             src, dsrc, ddst = a["src_desc"], a["diff_src_desc"], a["diff_dst_desc"]
-            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=True)
-            check_data_desc(kind, "diff_src_desc", dsrc, 2, 5, allow_any=True)
-            check_data_desc(kind, "diff_dst_desc", ddst, 2, 5, allow_any=True)
+            for n, md in (("src_desc", src), ("diff_src_desc", dsrc), ("diff_dst_desc", ddst)):
+                check_data_desc(kind, n, md, 2, 5, allow_any=True, dtypes=_BN_DTYPES)
             same_dims(kind, "diff_dst_desc", ddst, "src_desc", src)
             same_dims(kind, "diff_src_desc", dsrc, "diff_dst_desc", ddst)
             hint_src = hint.src_desc()
             if src.is_any():
-                src = hint_src if tuple(hint_src.dims) == tuple(src.dims) else follow(src, src)
-            ddst, dsrc = follow(ddst, src), follow(dsrc, src)
+                src = (hint_src if tuple(hint_src.dims) == tuple(src.dims)
+                       else follow(src, src, keep_type=True))
+            ddst, dsrc = follow(ddst, src, keep_type=True), follow(dsrc, src, keep_type=True)
             C = src.dims[1]
             self._stats_in = True
             self._args[ARG_SRC] = ArgSpec(src, False)
@@ -393,7 +402,8 @@ class batch_normalization_backward(primitive):
             self._plan_reduce(BnReduce(
                 dims=tuple(src.dims), x=layout_of(src), dy=layout_of(ddst),
                 mean=layout_of(_stat_md(C)), ws=self.relu, lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups) if self.reduce else None)
+                groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name)
+                if self.reduce else None)
             self._impl = f"ocl:bnorm:{self.lanes if self.reduce else 'global'}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
@@ -428,8 +438,10 @@ class batch_normalization_backward(primitive):
         plan.kernel("bn_finalize", fin, build_bn_finalize, mean=Ref(ARG_MEAN),
                     variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=pd.p_off, k_off=pd.k_off,
                     **outs)
-        app = BnApply(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), dy=dy,
-                      ws=pd.relu, wg=pd.apply_wg)
+        dsrc = pd._args[ARG_DIFF_SRC].md
+        app = BnApply(dims=dims, x=x, out=layout_of(dsrc), dy=dy, ws=pd.relu, wg=pd.apply_wg,
+                      x_dt=src.data_type.name, dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name,
+                      out_dt=dsrc.data_type.name)
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), coef=SCRATCH, k_off=pd.k_off,
                     dst=Ref(ARG_DIFF_SRC), **ws)

@@ -40,6 +40,18 @@ def bn_reduce_params(info, C: int, R: int, c_innermost: bool) -> tuple[str, int,
     (each work-item then walks its chunk with stride C; neighbours read neighbours), else a
     work-group per (chunk, channel) reading consecutive values."""
     maxwg = max(1, info.max_work_group_size)
+    if c_innermost and not info.is_gpu:
+        # CPU: a work-group spans the channels of a row (up to 256), and its vectors walk the
+        # same chunk of rows one after the other, so a chunk of about 64 KiB is read from
+        # memory once and from cache by the group's other vectors. Measured (nhwc 32x64x90x90
+        # training forward, 2-core EPYC, AVX-512, Intel's runtime): one 16-lane vector per
+        # group and 2 chunks per core (each vector streaming a quarter of every row over
+        # 40 MiB) 15.6 ms, 0.19-0.25 of copy; 64 lanes, 256-row chunks, 4 sums per lane
+        # over consecutive rows: see docs/normalization.md.
+        wg = min(_pow2_at_most(maxwg), 256, _pow2_at_least(C))
+        chunk = max(16, (64 * 1024) // (4 * max(wg, C)))
+        groups = max(1, min(4096, -(-R // chunk)))
+        return "c", wg, groups
     if c_innermost:
         wg = min(_pow2_at_most(maxwg), 64 if info.is_gpu else 16, _pow2_at_least(C))
         cgroups = -(-C // wg)
