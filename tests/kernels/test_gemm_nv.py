@@ -15,7 +15,8 @@ from pydnnl.runtime.kernel import Kernel
 
 TILES = {
     "128x128x8/8x8": NvTile(128, 128, 8, 8, 8),
-    "128x64x8/8x4": NvTile(128, 64, 8, 8, 4),
+    "64x128x16/8x8": NvTile(64, 128, 16, 8, 8),
+    "128x64x16/8x4": NvTile(128, 64, 16, 8, 4),
     "64x64x16/4x4": NvTile(64, 64, 16, 4, 4),
     "32x64x16/4x4": NvTile(32, 64, 16, 4, 4),
 }

@@ -198,13 +198,16 @@ def splitk_reduce_wg(info) -> int:
 
 
 # The hand-written SGEMM (pydnnl.kernels.gemm_nv), measured on an H100 through NVIDIA's OpenCL
-# (2026-11, benchmarks/results/h100_gemm_nv.txt): 128x128 blocks of 8x8 tiles over 8-deep
-# slices ran 4096^3 in 3.24 ms (loopy 4.29); where such blocks fill fewer than two per SM
-# (125 registers: two fit), 128x64 blocks of 8x4 over 16-deep slices (80 registers) won:
-# 1024^3 71 us (loopy 85; 128x128: 133), 1280x2048x512 89 us (loopy 110; 128x128: 109).
-# Below 256 rows or columns the loopy family's tuned small-M tiles stay faster (64x2048x512:
-# 17 us, this kernel's best, 32x32 blocks, 21 us).
+# (2026-11, benchmarks/results/h100_gemm_nv.txt, aligned kernel): 128x128 blocks of 8x8 tiles
+# over 8-deep slices (125 registers: two blocks per SM) win once they fill about two per SM
+# (4096^3 2.93 ms, loopy 4.29; 2048^3 379 us, 128x64: 428); below that 64x128 blocks of 8x8
+# over 16-deep slices (128 work-items) where those fill two per SM (1280x2048x512 77 us,
+# loopy 110, 128x128: 96, 128x64 of 8x4: 85), else 128x64 blocks of 8x4 over 16-deep slices
+# (80 registers; 1024^3 64 us, loopy 85, 64x128: 68, 128x128: 101). Below 256 rows or columns
+# the loopy family's tuned small-M tiles stay faster (64x2048x512: 17 us, this kernel's best,
+# 32x32 blocks, 21 us).
 _NV_BIG = NvTile(128, 128, 8, 8, 8)
+_NV_WIDE = NvTile(64, 128, 16, 8, 8)
 _NV_MID = NvTile(128, 64, 16, 8, 4)
 _NV_MIN_DIM = 256
 
@@ -216,12 +219,20 @@ def nv_tile(info, prob: GemmProblem) -> NvTile | None:
         return None
     if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
         return None
-    big_blocks = -(-prob.m // _NV_BIG.bm) * -(-prob.n // _NV_BIG.bn) * prob.batch
-    order = (_NV_BIG, _NV_MID) if big_blocks >= 4 * max(1, info.compute_units) else \
-        (_NV_MID, _NV_BIG)
-    local = info.local_mem_bytes
+    units = max(1, info.compute_units)
+
+    def blocks(t):
+        return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
+
+    order = [_NV_MID]
+    if blocks(_NV_WIDE) >= 2 * units:
+        order.insert(0, _NV_WIDE)
+    if blocks(_NV_BIG) >= 1.9 * units:
+        order.insert(0, _NV_BIG)
+    order += [t for t in (_NV_BIG, _NV_WIDE) if t not in order]  # k not a multiple of 16
     for t in order:
         smem = 2 * t.bk * (t.bm + t.bn + 8) * 4
-        if supports(prob, t) and t.threads <= info.max_work_group_size and smem <= local:
+        if supports(prob, t) and t.threads <= info.max_work_group_size \
+                and smem <= info.local_mem_bytes:
             return t
     return None
