@@ -12,8 +12,19 @@ Two launch shapes (:func:`grid`):
 
 - **flat**: one work-item per element of the whole space; work-item ``i`` finds its position
   by division by constants (one index per dim), work-groups of ``wg`` consecutive elements.
-- **rows**: when the innermost dim is long, work-items run along it (``j``: consecutive
-  addresses, no division) and work-group row ``o`` (axis 1) covers the outer dims.
+- **rows**: work-items run along the innermost dim (``j``: consecutive addresses, no division
+  per element) and every index of the outer dims comes from the work-group id, so it is
+  uniform over the work-group: a broadcast operand's offset is computed once per run, and
+  consecutive work-items (SIMD lanes on CPU runtimes) read and write consecutive addresses.
+  Long rows (``inner >= wg``): ``ceil(inner / wg)`` work-groups per row, one work-group axis
+  (Intel's CPU runtime ran a second group axis 1.5-2x slower than one, see
+  :mod:`pydnnl.runtime.heuristics.binary`). Short rows (``inner < wg``): work-groups of
+  ``inner x (wg // inner)`` work-items, ``wg // inner`` rows each, local axis 0 along the row.
+
+Data types: every buffer is f32, bf16 or f16 (``dts``, oneDNN's ``data_type`` values); bf16 and
+f16 buffers are ``ushort`` in OpenCL, read and written through the load/store helpers of
+:mod:`pydnnl.kernels.clhelpers` (oneDNN's rounding: f16 round to nearest even by
+``vstore_half_rte``, bf16 round to nearest even), and the arithmetic runs in f32.
 
 Pure: no engine, no argument maps.
 """
@@ -25,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import algorithm
+from ..memory.data_types import data_type
 from . import post_ops as po
 from .reorder import _offset_expr
 
@@ -53,6 +65,7 @@ class BinaryProblem:
     rows: bool = False
     post_ops: tuple = ()  # a kernels.post_ops chain; binary operands over ``dims``
     scales: tuple[bool, bool] = (False, False)  # common scale of src0 / src1 (one float each)
+    dts: tuple[int, int, int] = (3, 3, 3)  # data_type of src0, src1, dst (3: f32)
 
 
 ARG_NAMES = ("src0", "src1", "dst")
@@ -141,30 +154,45 @@ def _decompose(flat, dims) -> list:
     return out[::-1]
 
 
-def grid(dims, rows: bool):
+def grid(dims, rows: bool, wg: int = 256):
     """``(domain, inames, idx)``: the loopy domain over ``dims`` for the launch shape and the
     index expression of every dim."""
     from pymbolic import var
-
-    n = math.prod(dims)
-    if rows and len(dims) > 1:
-        outer, inner = n // dims[-1], dims[-1]
-        idx = _decompose(var("o"), dims[:-1]) + [var("j")]
-        return (f"{{[o, j]: 0 <= o < {outer} and 0 <= j < {inner}}}", ("o", "j"), idx)
-    return f"{{[i]: 0 <= i < {n}}}", ("i",), _decompose(var("i"), dims)
-
-
-def schedule(knl, dims, rows: bool, wg: int):
-    """Tag the inames of :func:`grid`: the fastest one split into work-groups of ``wg``
-    (``l.0``/``g.0``), the row index on ``g.1``."""
-    import loopy as lp
+    from pymbolic.primitives import FloorDiv, Remainder
 
     n = math.prod(dims)
     if rows and len(dims) > 1:
         inner = dims[-1]
-        knl = lp.split_iname(knl, "j", max(1, min(wg, inner)), inner_tag="l.0",
-                             outer_tag="g.0")
-        return lp.tag_inames(knl, {"o": "g.1"})
+        outer = n // inner
+        if inner >= wg:  # long rows: work-group g covers part `g % gpr` of row `g // gpr`
+            gpr = -(-inner // wg)
+            g, lane = var("g"), var("l")
+            cond = f" and {wg} * (g mod {gpr}) + l < {inner}" if inner % wg else ""
+            domain = f"{{[g, l]: 0 <= g < {outer * gpr} and 0 <= l < {wg}{cond}}}"
+            o = FloorDiv(g, gpr) if gpr > 1 else g
+            j = wg * Remainder(g, gpr) + lane if gpr > 1 else lane
+            return domain, ("g", "l"), _decompose(o, dims[:-1]) + [j]
+        per = max(1, wg // inner)  # short rows: `per` whole rows per work-group
+        groups = -(-outer // per)
+        cond = f" and {per} * g + r < {outer}" if outer % per else ""
+        domain = (f"{{[g, r, l]: 0 <= g < {groups} and 0 <= r < {per} and 0 <= l < {inner}"
+                  f"{cond}}}")
+        o = per * var("g") + var("r") if per > 1 else var("g")
+        return domain, ("g", "r", "l"), _decompose(o, dims[:-1]) + [var("l")]
+    return f"{{[i]: 0 <= i < {n}}}", ("i",), _decompose(var("i"), dims)
+
+
+def schedule(knl, dims, rows: bool, wg: int):
+    """Tag the inames of :func:`grid` (built with the same ``rows`` and ``wg``): work-groups
+    on ``g.0`` only, the fastest index on ``l.0``."""
+    import loopy as lp
+
+    n = math.prod(dims)
+    if rows and len(dims) > 1:
+        tags = {"g": "g.0", "l": "l.0"}
+        if dims[-1] < wg:
+            tags["r"] = "l.1"
+        return lp.tag_inames(knl, tags)
     return lp.split_iname(knl, "i", max(1, min(wg, n)), inner_tag="l.0", outer_tag="g.0")
 
 
@@ -173,12 +201,60 @@ def offset(layout: tuple, idx):
     return _offset_expr(layout, idx)
 
 
-def global_arg(name: str, size: int | None, output: bool = False, input: bool = True):
-    """A float32 buffer argument (``size`` None: unsized, for reads guarded by a condition
-    loopy's bounds check cannot follow)."""
+# -- data types ----------------------------------------------------------------------------------
+F32 = int(data_type.f32)
+TYPES = (data_type.f32, data_type.bf16, data_type.f16)  # what these kernels read and write
+
+
+def storage(dt: int):
+    """numpy type of one stored element of ``dt`` (bf16 and f16: raw ``ushort``)."""
+    if data_type(dt) not in TYPES:
+        raise ValueError(f"kernel data type {data_type(dt).name}: f32, bf16 or f16 only")
+    return np.float32 if dt == F32 else np.uint16
+
+
+def load(dt: int, expr):
+    """``expr`` (an element of a ``dt`` buffer) as f32."""
+    from pymbolic import var
+
+    from .clhelpers import load_helper
+
+    return expr if dt == F32 else var(load_helper(data_type(dt))[0])(expr)
+
+
+def store(dt: int, expr):
+    """The f32 value ``expr`` converted for a ``dt`` buffer (oneDNN's rounding)."""
+    from pymbolic import var
+
+    from .clhelpers import store_helper
+
+    return expr if dt == F32 else var(store_helper(data_type(dt))[0])(expr)
+
+
+def type_helpers(loads=(), stores=()) -> list[tuple]:
+    """The helpers (:func:`pydnnl.kernels.clhelpers.register_helpers`) that :func:`load` of the
+    types ``loads`` and :func:`store` of ``stores`` call."""
+    from .clhelpers import load_helper, store_helper
+
+    out = {}
+    for dt in loads:
+        if dt != F32:
+            h = load_helper(data_type(dt))
+            out[h[0]] = h
+    for dt in stores:
+        if dt != F32:
+            h = store_helper(data_type(dt))
+            out[h[0]] = h
+    return list(out.values())
+
+
+def global_arg(name: str, size: int | None, output: bool = False, input: bool = True,
+               dt: int = F32):
+    """A buffer argument of data type ``dt`` (``size`` None: unsized, for reads guarded by a
+    condition loopy's bounds check cannot follow)."""
     import loopy as lp
 
-    return lp.GlobalArg(name, np.float32, shape=None if size is None else (int(size),),
+    return lp.GlobalArg(name, storage(dt), shape=None if size is None else (int(size),),
                         is_output=output, is_input=input)
 
 
@@ -197,10 +273,11 @@ def build_binary(p: BinaryProblem):
     alg = algorithm(p.alg)
     if alg not in BINARY_ALGS:
         raise ValueError(f"binary kernel: {alg.name} is not a binary algorithm")
-    domain, inames, idx = grid(p.dims, p.rows)
-    a = var("src0")[offset(p.layouts[0], idx)]
-    b = var("src1")[offset(p.layouts[1], idx)]
-    args = [global_arg("src0", p.sizes[0]), global_arg("src1", p.sizes[1])]
+    domain, inames, idx = grid(p.dims, p.rows, p.wg)
+    d0, d1, dd = p.dts
+    a = load(d0, var("src0")[offset(p.layouts[0], idx)])
+    b = load(d1, var("src1")[offset(p.layouts[1], idx)])
+    args = [global_arg("src0", p.sizes[0], dt=d0), global_arg("src1", p.sizes[1], dt=d1)]
     if p.scales[0]:
         a = var("scale0")[0] * a
         args.append(global_arg("scale0", 1))
@@ -208,13 +285,15 @@ def build_binary(p: BinaryProblem):
         b = var("scale1")[0] * b
         args.append(global_arg("scale1", 1))
     dst = var("dst")[offset(p.layouts[2], idx)]
-    value = po.apply(po.binary_value(alg, a, b), p.post_ops, prior=dst, at=idx)
-    insn = lp.Assignment(dst, value, within_inames=frozenset(inames))
-    args.append(global_arg("dst", p.sizes[2], output=True, input=po.reads_prior(p.post_ops)))
+    value = po.apply(po.binary_value(alg, a, b), p.post_ops, prior=load(dd, dst), at=idx)
+    insn = lp.Assignment(dst, store(dd, value), within_inames=frozenset(inames))
+    args.append(global_arg("dst", p.sizes[2], output=True, input=po.reads_prior(p.post_ops),
+                           dt=dd))
     args += po.loopy_args(p.post_ops)
     knl = lp.make_kernel(domain, [insn], args, name=kernel_name(p), lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
     knl = schedule(knl, p.dims, p.rows, p.wg)
     helpers = {h[0]: h for h in po.helpers((("binary", int(alg), (), (), 0),))
-               + po.helpers(tuple(p.post_ops))}
+               + po.helpers(tuple(p.post_ops))
+               + type_helpers((d0, d1, dd) if po.reads_prior(p.post_ops) else (d0, d1), (dd,))}
     return register_helpers(knl, list(helpers.values())) if helpers else knl

@@ -13,7 +13,9 @@ Two shapes of kernel:
   mixed layouts); block padding is neither read nor written.
 
 The element formula comes from :mod:`pydnnl.kernels.eltwise_ops` as an inline OpenCL helper.
-Pure: no engine, no argument maps.
+Every buffer is f32, bf16 or f16 (``dts``); bf16/f16 are ``ushort`` buffers read and written
+through the load/store helpers of :mod:`pydnnl.kernels.clhelpers` (oneDNN's rounding), the
+formula runs in f32. Pure: no engine, no argument maps.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import eltwise_ops as ops
+from .binary import F32, load, storage, store, type_helpers
 from .reorder import _offset_expr
 
 
@@ -41,6 +44,7 @@ class EltwiseFlat:
     sizes: tuple[int, ...]
     wg: int = 256
     iters: int = 1
+    dts: tuple[int, ...] = ()  # data_type per buffer (argument order); empty: every one f32
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class EltwiseStrided:
     layouts: tuple
     sizes: tuple[int, ...]
     wg: int = 64
+    dts: tuple[int, ...] = ()  # data_type per buffer (argument order); empty: every one f32
 
 
 def arg_names(backward: bool) -> tuple[str, ...]:
@@ -75,30 +80,43 @@ def _helper(p):
             np.float32, np.float32)
 
 
+def _dts(p) -> tuple[int, ...]:
+    return p.dts or (F32,) * len(arg_names(p.backward))
+
+
 def _args(lp, p):
     names = arg_names(p.backward)
     out = []
-    for k, (n, size) in enumerate(zip(names, p.sizes)):
+    for k, (n, size, dt) in enumerate(zip(names, p.sizes, _dts(p))):
         last = k == len(names) - 1
-        out.append(lp.GlobalArg(n, np.float32, shape=(int(size),), is_output=last,
+        out.append(lp.GlobalArg(n, storage(dt), shape=(int(size),), is_output=last,
                                 is_input=not last))
     return out
 
 
 def _value(p, idx_of):
-    """The element expression: ``idx_of(k)`` indexes buffer ``k``."""
+    """The element expression (f32): ``idx_of(k)`` indexes buffer ``k``."""
     from pymbolic import var
 
-    names = arg_names(p.backward)
+    names, dts = arg_names(p.backward), _dts(p)
+
+    def read(k):
+        return load(dts[k], var(names[k])[idx_of(k)])
+
     if p.backward:
-        return var("pd_eltwise_bwd")(var(names[1])[idx_of(1)], var(names[0])[idx_of(0)])
-    return var("pd_eltwise_fwd")(var(names[0])[idx_of(0)])
+        return var("pd_eltwise_bwd")(read(1), read(0))
+    return var("pd_eltwise_fwd")(read(0))
+
+
+def _store(p, value):
+    return store(_dts(p)[-1], value)
 
 
 def _finish(lp, tu, p):
     from .clhelpers import register_helpers
 
-    return register_helpers(tu, [_helper(p)])
+    dts = _dts(p)
+    return register_helpers(tu, [_helper(p)] + type_helpers(dts[:-1], dts[-1:]))
 
 
 def kernel_name(p) -> str:
@@ -115,7 +133,7 @@ def build_flat(p: EltwiseFlat):
     i = var("i")
     out = arg_names(p.backward)[-1]
     insn = lp.Assignment(var(out)[p.offsets[-1] + i],
-                         _value(p, lambda k: p.offsets[k] + i),
+                         _store(p, _value(p, lambda k: p.offsets[k] + i)),
                          within_inames=frozenset(["i"]))
     knl = lp.make_kernel(f"{{[i]: 0 <= i < {p.count}}}", [insn], _args(lp, p),
                          name=kernel_name(p), lang_version=(2018, 2),
@@ -157,7 +175,7 @@ def build_strided(p: EltwiseStrided):
         f"0 <= {n} < {v}" for n, v in zip(names, p.dims)) + "}"
     out = arg_names(p.backward)[-1]
     insn = lp.Assignment(var(out)[_offset_expr(p.layouts[-1], idx)],
-                         _value(p, lambda k: _offset_expr(p.layouts[k], idx)),
+                         _store(p, _value(p, lambda k: _offset_expr(p.layouts[k], idx))),
                          within_inames=frozenset(names))
     knl = lp.make_kernel(domain, [insn], _args(lp, p), name=kernel_name(p),
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())

@@ -42,29 +42,45 @@ INT32_MAX = 2**31 - 1
 
 
 # -- layout helpers shared by binary, sum and concat -------------------------------------------
+TYPES = K.TYPES  # the data types the kernels read and write (f32, bf16, f16)
+
+
 def check_desc(kind: str, name: str, md, allow_any: bool = True) -> MemoryDesc:
-    """``md`` if it is a non-zero f32 memory desc (``any`` only where allowed)."""
+    """``md`` if it is a non-zero memory desc of f32, bf16 or f16 (``any`` only where allowed;
+    an ``any`` desc may leave the type undef)."""
     if not isinstance(md, MemoryDesc) or md.is_zero():
         raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
     if md.is_any() and not allow_any:
         raise invalid_arguments(f"{kind}: {name} must have a concrete layout (not "
                                 f"format_tag.any), got {md!r}")
-    if md.data_type not in (data_type.f32, data_type.undef) or (
+    if md.data_type not in TYPES + (data_type.undef,) or (
             md.data_type == data_type.undef and not md.is_any()):
-        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
-                            f"implemented")
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; f32, bf16 and f16 "
+                            f"are implemented")
     return md
 
 
-def plain(dims) -> MemoryDesc:
-    """Dense row-major f32 over ``dims``."""
-    return MemoryDesc(tuple(dims), data_type.f32, _PLAIN[:len(dims)])
+def typed(md: MemoryDesc, dt) -> MemoryDesc:
+    """``md`` with data type ``dt`` where it leaves the type undef."""
+    return md.with_data_type(dt) if md.data_type == data_type.undef else md
 
 
-def like(md: MemoryDesc, dims) -> MemoryDesc:
-    """A dense f32 desc over ``dims`` with ``md``'s storage order and inner blocks (how oneDNN
-    initializes an ``any`` destination from a source's blocking)."""
+def plain(dims, dt=data_type.f32) -> MemoryDesc:
+    """Dense row-major over ``dims``."""
+    return MemoryDesc(tuple(dims), dt, _PLAIN[:len(dims)])
+
+
+def like(md: MemoryDesc, dims, dt=None) -> MemoryDesc:
+    """A dense desc over ``dims`` with ``md``'s storage order and inner blocks (how oneDNN
+    initializes an ``any`` destination from a source's blocking), of type ``dt`` (default
+    ``md``'s; f32 if that is undef)."""
     dims = tuple(int(v) for v in dims)
+    if dt is None or dt == data_type.undef:
+        dt = md.data_type if md.data_type != data_type.undef else data_type.f32
+    return _like(md, dims).with_data_type(dt)
+
+
+def _like(md: MemoryDesc, dims) -> MemoryDesc:
     if md.tag is not None and md.tag.name not in ("any", "undef") \
             and md.tag.canonical is not None:
         return MemoryDesc(dims, data_type.f32, md.tag)
@@ -128,7 +144,7 @@ def _alg(kind: str, alg) -> algorithm:
 
 
 class binary(primitive):
-    """``dst = src0 op src1`` (oneDNN's binary, f32)."""
+    """``dst = src0 op src1`` (oneDNN's binary; f32, bf16 or f16 tensors, computed in f32)."""
 
     class primitive_desc(primitive_desc_base):
         """``binary.primitive_desc(engine, algorithm, src0_desc, src1_desc, dst_desc,
@@ -164,16 +180,11 @@ class binary(primitive):
                         f"must have dst's size or 1 (broadcast) and dst the larger "
                         f"(src0 {list(src0.dims)}, src1 {list(src1.dims)}, dst "
                         f"{list(dst.dims)})")
-            if src0.data_type == data_type.undef:
-                src0 = src0.with_data_type(data_type.f32)
+            # an ``any`` desc keeps its data type, undef follows src0's
             if src1.is_any():
-                src1 = like(src0, src1.dims)
-            elif src1.data_type == data_type.undef:
-                src1 = src1.with_data_type(data_type.f32)
+                src1 = like(src0, src1.dims, src1.data_type)
             if dst.is_any():
-                dst = like(src0, dst.dims)
-            elif dst.data_type == data_type.undef:
-                dst = dst.with_data_type(data_type.f32)
+                dst = like(src0, dst.dims, dst.data_type)
             check_index_range(kind, (src0, src1, dst))
             self._scales = {}
             for arg, mask in self._attr.scales.items():
@@ -185,7 +196,7 @@ class binary(primitive):
                                         f"oneDNN's binary takes one common scale (mask 0)")
                 self._scales[arg] = True
             if self._attr.zero_points:
-                raise unimplemented(f"{kind}: zero points are not implemented (f32 only)")
+                raise unimplemented(f"{kind}: zero points are not implemented")
             self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
             self._args[ARG_SRC_0] = ArgSpec(src0, False)
             self._args[ARG_SRC_1] = ArgSpec(src1, False)
@@ -236,7 +247,9 @@ class binary(primitive):
                 sizes=tuple(self._args[a].md.nelems_physical()
                             for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)),
                 wg=wg, rows=rows, post_ops=tuple(chain),
-                scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)))
+                scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)),
+                dts=tuple(int(self._args[a].md.data_type)
+                          for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)))
 
     def _create(self) -> None:
         pd = self._pd

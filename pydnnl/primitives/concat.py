@@ -2,10 +2,11 @@
 ``concat_dimension``, laid one after the other along it in dst, with or without a destination
 desc.
 
-The plan is one generated kernel (:mod:`pydnnl.kernels.concat`) that writes every element of
-dst once, reading it from the source covering its position on the axis through that source's
-own layout (plain, strided, blocked, mixed); more sources than one kernel takes run as one
-launch per chunk of sources, each writing its own region of dst.
+The plan is one generated copy kernel per source (:mod:`pydnnl.kernels.concat`), each writing
+the source's region of dst through both tensors' own layouts (plain, strided, blocked, mixed),
+so no work-item branches on which source it reads. Sources are f32, bf16 or f16, all of one
+type; dst any of the three (default: the sources' type); the same type on both sides copies the
+bits.
 
 A destination left to the primitive (no dst desc, or ``format_tag.any``) takes oneDNN's rule:
 the layout of the first blocked source whose blocks let every source be a region of dst,
@@ -20,11 +21,10 @@ from ..error import invalid_arguments
 from ..kernels import binary as KB
 from ..kernels import concat as K
 from ..kernels.reorder import layout_of
-from ..memory.data_types import data_type
 from ..runtime.heuristics import binary as H
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive
-from .binary import check_desc, check_index_range, like, plain
+from .binary import check_desc, check_index_range, like, plain, typed
 from .signature import Kind, Signature, bind
 from .sum import SRCS, check_srcs, multi_src_pd
 
@@ -58,12 +58,12 @@ def default_dst(srcs, dims, axis: int):
     for md in srcs:
         if not md.inner_blks:
             return like(md, dims)
-    return plain(dims)
+    return plain(dims, srcs[0].data_type)
 
 
 class concat(primitive):
-    """dst = the sources laid one after the other along ``concat_dimension`` (oneDNN's concat,
-    f32)."""
+    """dst = the sources laid one after the other along ``concat_dimension`` (oneDNN's concat;
+    f32, bf16 or f16)."""
 
     class primitive_desc(multi_src_pd):
         """``concat.primitive_desc(engine, dst_desc, concat_dimension, srcs, attr=None)`` or
@@ -106,19 +106,17 @@ class concat(primitive):
                     raise invalid_arguments(f"{kind}: dst_desc dims {list(dst.dims)} must be "
                                             f"{list(dims)} (the sources' dims, their "
                                             f"concat_dimension {axis} sizes added)")
-            if dst is None or dst.is_zero() or dst.is_any():
+            if dst is None or dst.is_zero():
                 dst = default_dst(srcs, dims, axis)
-            elif dst.data_type == data_type.undef:
-                dst = dst.with_data_type(data_type.f32)
+            elif dst.is_any():
+                dst = typed(default_dst(srcs, dims, axis).with_data_type(dst.data_type),
+                            srcs[0].data_type)
             self._check_attr()
             check_index_range(kind, srcs + [dst])
             for i, md in enumerate(srcs):
                 self._args[ARG_MULTIPLE_SRC + i] = ArgSpec(md, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
-            self._dims, self._layouts, pos = KB.collapse(
-                dims, [layout_of(md) for md in srcs + [dst]], order_by=-1, keep=(axis,))
-            self._cat_axis = pos[axis]
-            self._impl = "ocl:concat:strided"
+            self._impl = "ocl:concat:copy"
             self._info = (f"axis:{axis} " + ":".join("x".join(map(str, md.dims)) for md in srcs)
                           + f" -> {'x'.join(map(str, dims))}")
             self._finish_scratchpad(0)
@@ -126,32 +124,39 @@ class concat(primitive):
         def get_concat_dimension(self) -> int:
             return self._axis
 
-        def _problems(self, eng):
-            """One kernel problem per chunk of sources (a region of dst each)."""
-            per = max(1, H.max_inputs(eng.info))
-            n = len(self._srcs)
-            out, base = [], 0
-            dst_size = self._args[ARG_DST].md.nelems_physical()
-            for start in range(0, n, per):
-                ks = range(start, min(n, start + per))
-                extents = tuple(self._srcs[k].dims[self._axis] for k in ks)
-                dims = list(self._dims)
-                dims[self._cat_axis] = sum(extents)
+        def _problems(self, eng) -> list[K.ConcatProblem]:
+            """One copy problem per source (its region of dst)."""
+            axis = self._axis
+            dst = self._args[ARG_DST].md
+            dst_lay = layout_of(dst)
+            out, start = [], 0
+            for md in self._srcs:
+                off, terms = dst_lay
+                blk, stride, inner = terms[axis]
+                src_lay = layout_of(md)
+                if start % blk == 0:  # the region is dst's layout from a shifted offset0
+                    region = (off + start // blk * stride, terms)
+                    dims, lays, _ = KB.collapse(md.dims, [src_lay, region], order_by=-1)
+                    cat_axis, base = None, 0
+                else:  # a region starting inside a block: dst's axis index adds `start`
+                    dims, lays, pos = KB.collapse(md.dims, [src_lay, dst_lay], order_by=-1,
+                                                  keep=(axis,))
+                    cat_axis, base = pos[axis], start
                 wg, rows = H.launch(eng.info, dims)
-                out.append((K.ConcatProblem(
-                    dims=tuple(dims), axis=self._cat_axis, extents=extents, base=base,
-                    layouts=tuple(self._layouts[k] for k in ks) + (self._layouts[-1],),
-                    sizes=tuple(self._srcs[k].nelems_physical() for k in ks) + (dst_size,),
-                    wg=wg, rows=rows), ks))
-                base += sum(extents)
+                out.append(K.ConcatProblem(
+                    dims=tuple(dims), layouts=tuple(lays),
+                    sizes=(md.nelems_physical(), dst.nelems_physical()), axis=cat_axis,
+                    base=base, wg=wg, rows=rows,
+                    dts=(int(md.data_type), int(dst.data_type))))
+                start += md.dims[axis]
             return out
 
     def _create(self) -> None:
         pd = self._pd
         plan = self._plan = Plan(pd.get_engine(), "concat")
-        for problem, ks in pd._problems(pd.get_engine()):
-            named = {f"src{j}": Ref(ARG_MULTIPLE_SRC + k) for j, k in enumerate(ks)}
-            plan.kernel("concat", problem, K.build_concat, dst=Ref(ARG_DST), **named)
+        for k, problem in enumerate(pd._problems(pd.get_engine())):
+            plan.kernel("concat", problem, K.build_concat, src=Ref(ARG_MULTIPLE_SRC + k),
+                        dst=Ref(ARG_DST))
 
     def _execute(self, s, args) -> None:
         out = args[ARG_DST]

@@ -36,13 +36,21 @@ __all__ = ["eltwise_forward", "eltwise_backward"]
 _PLAIN = "abcdefghijkl"
 
 
+_TYPES = (data_type.f32, data_type.bf16, data_type.f16)
+
+
 def _check_desc(kind: str, name: str, md) -> MemoryDesc:
     if not isinstance(md, MemoryDesc) or md.is_zero():
         raise invalid_arguments(f"{kind}: {name} must be a memory.desc, got {md!r}")
-    if md.data_type != data_type.f32:
-        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; only f32 is "
-                            f"implemented")
+    if md.data_type not in _TYPES:
+        raise unimplemented(f"{kind}: {name} data type {md.data_type.name}; f32, bf16 and f16 "
+                            f"are implemented")
     return md
+
+
+def _typed(md: MemoryDesc, like: MemoryDesc) -> MemoryDesc:
+    """An ``any`` desc's data type, or ``like``'s where it leaves it undef."""
+    return like.data_type if md.data_type == data_type.undef else md.data_type
 
 
 def _check_alg(kind: str, alg, alpha: float, beta: float, backward: bool) -> algorithm:
@@ -76,19 +84,19 @@ def _or0(v):
     return 0.0 if v is None else v
 
 
-def _follow(md: MemoryDesc) -> MemoryDesc:
-    """A dense f32 desc with ``md``'s storage order (``format_tag.any`` resolved after a
-    concrete desc, as oneDNN does)."""
+def _follow(md: MemoryDesc, dt) -> MemoryDesc:
+    """A dense desc of type ``dt`` with ``md``'s storage order (``format_tag.any`` resolved
+    after a concrete desc, as oneDNN does)."""
     if md.is_dense() and md.offset0 == 0:
-        return md
+        return md.with_data_type(dt)
     if md.is_plain():  # dense strides in md's order (outermost: largest stride)
         order = sorted(range(len(md.dims)), key=lambda d: (-md.strides[d], d))
         strides, run = [0] * len(md.dims), 1
         for d in reversed(order):
             strides[d] = run
             run *= md.dims[d]
-        return MemoryDesc(md.dims, data_type.f32, tuple(strides))
-    return MemoryDesc(md.dims, data_type.f32, _PLAIN[:len(md.dims)])
+        return MemoryDesc(md.dims, dt, tuple(strides))
+    return MemoryDesc(md.dims, dt, _PLAIN[:len(md.dims)])
 
 
 def _storage_order(md: MemoryDesc) -> tuple:
@@ -140,7 +148,8 @@ class _eltwise_pd(primitive_desc_base):
         mds = [self._args[a].md for a in self._order]
         sizes = tuple(md.nelems_physical() for md in mds)
         common = dict(alg=int(self._alg), alpha=self._alpha, beta=self._beta,
-                      backward=self._prop == prop_kind.backward_data)
+                      backward=self._prop == prop_kind.backward_data,
+                      dts=tuple(int(md.data_type) for md in mds))
         if self._flat:
             count = math.prod(mds[0].dims)
             wg, iters = H.flat_params(eng.info, count)
@@ -176,7 +185,8 @@ class _eltwise_primitive(primitive):
 
 
 class eltwise_forward(_eltwise_primitive):
-    """``dst = f(src)`` for one eltwise algorithm (oneDNN's eltwise_forward, f32)."""
+    """``dst = f(src)`` for one eltwise algorithm (oneDNN's eltwise_forward; f32, bf16 or f16
+    tensors, computed in f32)."""
 
     class primitive_desc(_eltwise_pd):
         """``eltwise_forward.primitive_desc(engine, prop_kind, algorithm, src_desc, dst_desc,
@@ -216,7 +226,7 @@ class eltwise_forward(_eltwise_primitive):
                                         f"src_desc dims {list(src.dims)}")
             _check_desc(kind, "src_desc", src)
             if dst.is_any():
-                dst = _follow(src)
+                dst = _follow(src, _typed(dst, src))
             _check_desc(kind, "dst_desc", dst)
             self._check_attr()
             self._args[ARG_SRC] = ArgSpec(src, False)
@@ -225,7 +235,7 @@ class eltwise_forward(_eltwise_primitive):
 
 
 class eltwise_backward(_eltwise_primitive):
-    """``diff_src = f'(src or dst) * diff_dst`` (oneDNN's eltwise_backward, f32); the
+    """``diff_src = f'(src or dst) * diff_dst`` (oneDNN's eltwise_backward; f32, bf16 or f16); the
     ``*_use_dst_for_bwd`` algorithms read ``ARG_DST``, the others ``ARG_SRC``."""
 
     class primitive_desc(_eltwise_pd):
@@ -271,15 +281,16 @@ class eltwise_backward(_eltwise_primitive):
                 if hint is not None:
                     data = hint.dst_desc() if use_dst else hint.src_desc()
                 elif not ddst.is_any():
-                    data = _follow(ddst)
+                    data = _follow(ddst, _typed(data, ddst))
                 elif not dsrc.is_any():
-                    data = _follow(dsrc)
+                    data = _follow(dsrc, _typed(data, dsrc))
                 else:
-                    data = MemoryDesc(dims, data_type.f32, _PLAIN[:len(dims)])
+                    dt = data.data_type if data.data_type != data_type.undef else data_type.f32
+                    data = MemoryDesc(dims, dt, _PLAIN[:len(dims)])
             if ddst.is_any():
-                ddst = _follow(data)
+                ddst = _follow(data, _typed(ddst, data))
             if dsrc.is_any():
-                dsrc = _follow(ddst)
+                dsrc = _follow(ddst, _typed(dsrc, ddst))
             for name, md in (("data_desc", data), ("diff_dst_desc", ddst),
                              ("diff_src_desc", dsrc)):
                 _check_desc(kind, name, md)

@@ -1,5 +1,7 @@
 """The sum primitive (``dnnl::sum``): ``dst = sum_i scales[i] * src_i`` over any number of
-f32 inputs of one shape (no broadcast), with or without a destination desc.
+inputs of one shape (no broadcast), with or without a destination desc. Sources are f32, bf16
+or f16, all of one type; dst any of the three (default: the sources' type); the kernel
+accumulates in f32 and rounds once per launch.
 
 The plan is one generated kernel reading every input once (:mod:`pydnnl.kernels.sum`): flat
 when every tensor is dense in one storage order, else over the collapsed index space with each
@@ -20,12 +22,11 @@ from ..error import invalid_arguments, unimplemented
 from ..kernels import binary as KB
 from ..kernels import sum as K
 from ..kernels.reorder import layout_of
-from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import binary as H
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
-from .binary import check_desc, check_index_range, like, same_dense
+from .binary import check_desc, check_index_range, like, same_dense, typed
 from .signature import NUMBER, Kind, Signature, bind
 
 __all__ = ["sum"]
@@ -77,7 +78,8 @@ class multi_src_pd(primitive_desc_base):
 
 
 def check_srcs(kind: str, srcs) -> list[MemoryDesc]:
-    """The source descs: a non-empty list of concrete f32 descs of one rank."""
+    """The source descs: a non-empty list of concrete descs of one rank and one data type
+    (f32, bf16 or f16)."""
     if not _is_desc_list(srcs) or len(srcs) == 0:
         raise invalid_arguments(f"{kind}: srcs must be a non-empty list of memory.desc, got "
                                 f"{srcs!r}")
@@ -88,13 +90,17 @@ def check_srcs(kind: str, srcs) -> list[MemoryDesc]:
             raise invalid_arguments(f"{kind}: srcs[{i}] has {len(md.dims)} dims "
                                     f"{list(md.dims)}, srcs[0] {len(srcs[0].dims)} "
                                     f"{list(srcs[0].dims)}; every source must have as many")
-        out.append(md.with_data_type(data_type.f32) if md.data_type == data_type.undef else md)
+        if out and md.data_type != out[0].data_type:
+            raise unimplemented(f"{kind}: srcs[{i}] data type {md.data_type.name} differs from "
+                                f"srcs[0]'s {out[0].data_type.name}; sources of one data type "
+                                f"are implemented")
+        out.append(md)
     return out
 
 
 def default_dst(srcs, dims) -> MemoryDesc:
     """oneDNN's choice for an ``any`` destination: the first blocked source's layout, else
-    the first source's (dense, over ``dims``)."""
+    the first source's (dense, over ``dims``), of the sources' data type."""
     for md in srcs:
         if md.inner_blks:
             return like(md, dims)
@@ -102,7 +108,7 @@ def default_dst(srcs, dims) -> MemoryDesc:
 
 
 class sum(primitive):
-    """``dst = sum_i scales[i] * src_i`` (oneDNN's sum, f32)."""
+    """``dst = sum_i scales[i] * src_i`` (oneDNN's sum; f32, bf16 or f16, computed in f32)."""
 
     class primitive_desc(multi_src_pd):
         """``sum.primitive_desc(engine, dst_desc, scales, srcs, attr=None)`` or
@@ -141,10 +147,11 @@ class sum(primitive):
                 if tuple(dst.dims) != dims:
                     raise invalid_arguments(f"{kind}: dst_desc dims {list(dst.dims)} must "
                                             f"equal the sources' dims {list(dims)}")
-            if dst is None or dst.is_zero() or dst.is_any():
+            if dst is None or dst.is_zero():
                 dst = default_dst(srcs, dims)
-            elif dst.data_type == data_type.undef:
-                dst = dst.with_data_type(data_type.f32)
+            elif dst.is_any():
+                dst = typed(default_dst(srcs, dims).with_data_type(dst.data_type),
+                            srcs[0].data_type)
             self._check_attr()
             check_index_range(kind, srcs + [dst])
             self._scales = tuple(scales)
@@ -180,7 +187,9 @@ class sum(primitive):
                     scales=tuple(self._scales[k] for k in ks), dims=self._dims,
                     layouts=tuple(self._layouts[k] for k in ks) + (self._layouts[-1],),
                     sizes=tuple(self._srcs[k].nelems_physical() for k in ks) + (dst_size,),
-                    accumulate=start > 0, wg=wg, rows=rows), ks))
+                    accumulate=start > 0, wg=wg, rows=rows,
+                    dts=tuple(int(self._srcs[k].data_type) for k in ks)
+                    + (int(self._args[ARG_DST].md.data_type),)), ks))
             return out
 
     def _create(self) -> None:

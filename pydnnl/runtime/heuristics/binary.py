@@ -4,30 +4,44 @@ kernels (:mod:`pydnnl.kernels.binary`).
 One element per work-item in work-groups of WG, as the eltwise family measured best on Intel's
 CPU runtime (53-58 GB/s on this 2-core host for work-groups of 128 to 1024, which it vectorizes
 across work-items; loops of several elements per work-item defeated the vectorizer) and as GPUs
-want for coalesced access. The rows shape (work-items along the innermost dim, no index
-division on the fast axis) is used when that dim fills a whole work-group (ROWS_MIN = WG);
-shorter rows would make small work-groups, so those problems use the flat shape, whose
-divisions by constants cost a few integer operations per element. (On this loaded 2-core host
-a per-channel add over 16x64x128x128 channels-last, inner dim 64, ran 11.0 ms flat against
-14.6 ms as rows of 64; timings here vary by 2x between runs, so this is a direction, not a
-measurement to tune against.)
+want for coalesced access (work-groups of 128-256, consecutive work-items on consecutive
+addresses).
+
+The rows shape (:func:`pydnnl.kernels.binary.grid`: work-items along the innermost dim, the
+outer indices from the work-group id) is used when the innermost collapsed dim fills a
+work-group, or is a multiple of ROW_QUANTUM (one AVX-512 vector of f32, half a GPU warp; then a
+work-group holds ``WG // inner`` whole rows); otherwise the flat shape, whose work-items find
+their position by division by constants.
+
+Measured on Intel's CPU runtime (2-core AMD EPYC, shared with other jobs: minimum of 5
+alternating rounds in one process, ms, hand-written kernels over 16M f32):
+
+- per-channel add 16x64x128x128 + 1x64x1x1: rows on a second work-group axis (the former
+  shape, broadcast index per work-item) 3.8, one group axis with the broadcast index from the
+  group id 2.4-4.5, a plain copy of src0 2.4-4.8 (the last two equal in each round);
+- the same copy on a 2-D group grid ran 1.5-2x slower than on a 1-D one in every round, hence
+  one group axis for both row shapes;
+- concat along the innermost axis (16x64x128x64 twice, one launch per source): rows of 64 as
+  64x4 work-groups 8-13, flat with a division per element 28-37, the former one-kernel concat
+  (a branch per source per element) 10.1 against a contiguous copy of the same bytes 5.6-6.8.
 """
 from __future__ import annotations
 
 WG = 256
-ROWS_MIN = WG
-# buffers per kernel: OpenCL guarantees 1024 bytes of parameters (128 pointers); sums and
-# concats of more inputs run in several launches
+ROW_QUANTUM = 16
+# buffers per kernel: OpenCL guarantees 1024 bytes of parameters (128 pointers); sums of
+# more inputs run in several launches (concats run one launch per source)
 MAX_INPUTS = 32
 
 
 def launch(info, dims) -> tuple[int, bool]:
     """(work-group size, rows shape) for an index space ``dims`` (collapsed)."""
     wg = min(WG, info.max_work_group_size)
-    rows = len(dims) > 1 and dims[-1] >= ROWS_MIN
+    inner = dims[-1]
+    rows = len(dims) > 1 and (inner >= wg or inner % ROW_QUANTUM == 0)
     return wg, rows
 
 
 def max_inputs(info) -> int:
-    """Source buffers one sum or concat kernel takes."""
+    """Source buffers one sum kernel takes."""
     return MAX_INPUTS
