@@ -314,3 +314,65 @@ def test_execute_errors_leave_outputs_untouched(cpu_engine):
     s.wait()
     assert (dst.to_numpy() == 7).all() and (mean.to_numpy() == 7).all()
     assert (var.to_numpy() == 7).all()
+
+
+# -- bf16 / f16 data -------------------------------------------------------------------------
+# Data in bf16/f16, statistics, scale and shift in f32 (oneDNN's rule). The kernels compute
+# in f32 and round dst / diff_src once on store (nearest even): within one rounding (unit
+# roundoff u = 2^-9 for bf16, 2^-12 for f16) of the float64 reference on the inputs as
+# stored; the bound allows 2u relative plus 2e-5 of the largest value for the f32
+# arithmetic. Statistics and parameter gradients are f32 outputs: the f32 tolerance.
+UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
+
+
+def _low_close(got, want, kind):
+    bound = 2 * UNIT[kind] * np.abs(want) + 2e-5 * max(1.0, np.abs(want).max())
+    assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) - bound))
+
+
+@pytest.mark.sampled(every=2)
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+@pytest.mark.parametrize("dims,t", [([2, 5, 3, 4], "abcd"), ([4, 3, 40, 40], "acdb"),
+                                    ([2, 11, 3, 3], "aBcd8b")], ids=["nchw", "nhwc", "nChw8c"])
+@pytest.mark.parametrize("flags", [F.none, F.use_scale | F.use_shift | F.fuse_norm_relu,
+                                   F.use_global_stats | F.use_scale],
+                         ids=lambda f: f"f{int(f)}")
+def test_bf16_f16_match_reference_of_stored_inputs(engine, stream, kind, dims, t, flags):
+    d = _data(dims, seed=int(flags))
+    md = dnnl.memory.desc(dims, dt[kind], t)
+    g, relu = bool(flags & F.use_global_stats), bool(flags & F.fuse_norm_relu)
+    sc = d["scale"] if flags & F.use_scale else None
+    sh = d["shift"] if flags & F.use_shift else None
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags,
+                     dst_md=dnnl.memory.desc(dims, dt[kind], tag.any))
+    assert pd.dst_desc() == md and pd.mean_desc().get_data_type() == dt.f32
+    xs = a[dnnl.ARG_SRC].to_numpy().astype(np.float64)   # the input as stored
+    y, m, v = R.batch_norm_forward(xs, EPS, d["mean"] if g else None, d["var"] if g else None,
+                                   sc, sh, relu)
+    _low_close(a[dnnl.ARG_DST].to_numpy().astype(np.float64), y, kind)
+    if not g:
+        _close(a[dnnl.ARG_MEAN].to_numpy(), m)
+        _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
+    bpd = dnnl.batch_normalization_backward.primitive_desc(
+        engine, PK.backward, dnnl.memory.desc(dims, dt[kind], tag.any),
+        dnnl.memory.desc(dims, dt[kind], tag.any), md, EPS, flags, pd)
+    assert bpd.diff_src_desc() == md
+    b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
+                           dnnl.ARG_WORKSPACE) if k in a}
+    b[dnnl.ARG_DIFF_DST] = _mem(bpd.diff_dst_desc(), engine, d["dy"])
+    b[dnnl.ARG_DIFF_SRC] = _mem(bpd.diff_src_desc(), engine)
+    for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
+        if k in bpd.arg_specs():
+            b[k] = _mem(bpd.diff_weights_desc(), engine)
+    dnnl.batch_normalization_backward(bpd).execute(stream, b)
+    stream.wait()
+    dys = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float64)
+    mask = None
+    if relu:
+        mask = a[dnnl.ARG_WORKSPACE].to_numpy()[:y.size].reshape(y.shape) != 0
+        np.testing.assert_array_equal(mask, a[dnnl.ARG_DST].to_numpy() > 0)
+    dx, dsc, dsh = R.batch_norm_backward(xs, dys, a[dnnl.ARG_MEAN].to_numpy(),
+                                         a[dnnl.ARG_VARIANCE].to_numpy(), EPS, sc, g, mask)
+    _low_close(b[dnnl.ARG_DIFF_SRC].to_numpy().astype(np.float64), dx, kind)
+    if dnnl.ARG_DIFF_SCALE in b:
+        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc, 1e-4)

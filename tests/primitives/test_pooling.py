@@ -376,3 +376,71 @@ def test_execute_errors_leave_outputs_untouched(cpu_engine):
         prim.execute(s, {dnnl.ARG_SRC: wrong, dnnl.ARG_DST: dst, dnnl.ARG_WORKSPACE: ws})
     s.wait()
     assert (dst.to_numpy() == 7.0).all()
+
+
+# -- bf16 / f16 data -------------------------------------------------------------------------
+# Unit roundoff of the storage types: the kernels compute in f32 and round once on store
+# (round to nearest even, oneDNN's rule), so an output is within one rounding (u = 2^-9 for
+# bf16, 2^-12 for f16, relative) of the float64 result on the inputs as stored; the bound
+# below allows 2u relative plus 1e-5 of the largest value for the f32 arithmetic.
+UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
+LOW_GEOMS = {
+    "nchw_3x3s2": ([2, 3, 17, 19], [3, 3], [2, 2], [0, 0], [1, 1], [1, 1], "abcd"),
+    "nhwc_3x3s2": ([2, 20, 9, 10], [3, 3], [2, 2], [0, 0], [1, 1], [1, 0], "acdb"),
+    "nChw16c_2x2": ([1, 20, 8, 8], [2, 2], [2, 2], [0, 0], [0, 0], [0, 0], "aBcd16b"),
+    "ncdhw_dil": ([1, 2, 4, 7, 9], [2, 2, 3], [1, 2, 3], [0, 1, 0], [0, 1, 1], [1, 0, 1],
+                  "abcde"),
+}
+
+
+def _low_close(got, want, kind):
+    bound = 2 * UNIT[kind] * np.abs(want) + 1e-5 * max(1.0, np.abs(want).max())
+    assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) - bound))
+
+
+@pytest.mark.sampled(every=3)
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+@pytest.mark.parametrize("name,alg", [(n, a) for n in LOW_GEOMS for a in ALG])
+def test_bf16_f16_match_reference_of_stored_inputs(engine, stream, kind, name, alg):
+    dims, k, s, d, pl, pr, t = LOW_GEOMS[name]
+    if alg == "avg_exclude_padding" and any(p >= (kk - 1) * (dd + 1) + 1 for p, kk, dd in
+                                            zip(pl + pr, k + k, d + d)):
+        pytest.skip("a window wholly in the padding")
+    typ = dt[kind]
+    x = np.random.default_rng(len(name)).standard_normal(dims).astype(np.float32) * 3
+    out = _dst_dims(dims, k, s, d, pl, pr)
+    src_md, dst_md = dnnl.memory.desc(dims, typ, t), dnnl.memory.desc(out, typ, tag.any)
+    pd = dnnl.pooling_forward.primitive_desc(engine, train, ALG[alg], src_md, dst_md, s, k, d,
+                                             pl, pr)
+    assert pd.dst_desc() == dnnl.memory.desc(out, typ, t)
+    src = dnnl.memory(src_md, engine, x)
+    xs = src.to_numpy().astype(np.float64)          # the input as stored (rounded)
+    dst = dnnl.memory(pd.dst_desc(), engine)
+    args = {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst}
+    if alg == "max":
+        args[dnnl.ARG_WORKSPACE] = dnnl.memory(pd.workspace_desc(), engine)
+    dnnl.pooling_forward(pd).execute(stream, args)
+    stream.wait()
+    want, want_ws = ref_fwd(xs, alg, k, s, d, pl, pr)
+    got = dst.to_numpy().astype(np.float64)
+    if alg == "max":
+        # the maximum of stored values is stored exactly; ties follow the first-max rule
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(args[dnnl.ARG_WORKSPACE].to_numpy(), want_ws)
+    else:
+        _low_close(got, want, kind)
+    bpd = dnnl.pooling_backward.primitive_desc(
+        engine, ALG[alg], dnnl.memory.desc(dims, typ, tag.any),
+        dnnl.memory.desc(out, typ, tag.any), s, k, d, pl, pr, pd)
+    assert bpd.diff_src_desc() == src_md
+    gm = dnnl.memory(bpd.diff_dst_desc(), engine,
+                     np.random.default_rng(3).standard_normal(out).astype(np.float32))
+    gs = gm.to_numpy().astype(np.float64)
+    dsm = dnnl.memory(bpd.diff_src_desc(), engine)
+    bargs = {dnnl.ARG_DIFF_DST: gm, dnnl.ARG_DIFF_SRC: dsm}
+    if alg == "max":
+        bargs[dnnl.ARG_WORKSPACE] = args[dnnl.ARG_WORKSPACE]
+    dnnl.pooling_backward(bpd).execute(stream, bargs)
+    stream.wait()
+    _low_close(dsm.to_numpy().astype(np.float64),
+               ref_bwd(gs, dims, alg, k, s, d, pl, pr, want_ws), kind)
