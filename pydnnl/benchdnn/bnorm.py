@@ -115,10 +115,11 @@ class BnormBench:
         self.dir, self.prop = parse_dir(opts)
         self.flags = parse_flags(opts.get("flags", ""), "GCHRSA")
         self.dims, self.eps, _ = parse_problem(problem, int(opts.get("mb", 0)))
-        if opts.get("dt", "f32") != "f32":
-            raise unimplemented(f"--dt={opts['dt']}: only f32 is implemented")
+        self.dt = opts.get("dt", "f32").lower()
+        if self.dt not in ("f32", "bf16", "f16"):
+            raise unimplemented(f"--dt={opts['dt']}: f32, bf16 and f16 are implemented")
         nd = len(self.dims)
-        md = dnnl.memory.desc(self.dims, dnnl.memory.data_type.f32,
+        md = dnnl.memory.desc(self.dims, dnnl.memory.data_type[self.dt],
                               tag_for(opts, nd, "abx"))
         self.md = md
         rng = np.random.default_rng(seed)
@@ -151,6 +152,7 @@ class BnormBench:
         def mem(m, v=None):
             return dnnl.memory(m, eng, v) if v is not None else dnnl.memory(m, eng)
         a = {dnnl.ARG_SRC: mem(self.md, self.x)}
+        self.x = a[dnnl.ARG_SRC].to_numpy().astype(np.float32)  # as stored
         a[dnnl.ARG_DST] = a[dnnl.ARG_SRC] if self.inplace else mem(self.md)
         specs = pd.arg_specs()
         if dnnl.ARG_MEAN in specs:
@@ -169,6 +171,7 @@ class BnormBench:
         b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
                                 dnnl.ARG_SHIFT, dnnl.ARG_WORKSPACE) if k in bpd.arg_specs()}
         b[dnnl.ARG_DIFF_DST] = mem(self.md, self.dy)
+        self.dy = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float32)
         b[dnnl.ARG_DIFF_SRC] = mem(self.md)
         for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
             if k in bpd.arg_specs():
@@ -219,7 +222,7 @@ class BnormBench:
                    for g, w in pairs)
 
     def nbytes(self) -> int:
-        n = math.prod(self.dims) * 4
+        n = math.prod(self.dims) * self.md.get_size() // math.prod(self.dims)
         return 3 * n if self.bwd is not None else 2 * n
 
 
@@ -253,9 +256,12 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run one bnorm problem; returns the number of failures."""
     b = BnormBench(eng, problem, opts)
-    desc = f"--dir={b.dir} --flags={opts.get('flags', '')} --tag={b.md.format_name()}"
+    desc = (f"--dt={b.dt} --dir={b.dir} --flags={opts.get('flags', '')} "
+            f"--tag={b.md.format_name()}")
     if mode == "C":
-        line, failed = check_line("bnorm", desc, problem, b.check(), 2e-5)
+        # f32 arithmetic, then one rounding of dst/diff_src to the storage type
+        tol = {"f32": 2e-5, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}[b.dt]
+        line, failed = check_line("bnorm", desc, problem, b.check(), tol)
         print(line, flush=True)
         return failed
     if b.bwd is not None:

@@ -1,5 +1,5 @@
 """benchdnn's pooling driver: ``--pool [--dir=FWD_D|FWD_I|BWD_D] [--alg=max|avg_np|avg_p]
-[--tag=abx] [--dt=f32] [--mb=0] PROBLEM``.
+[--tag=abx] [--dt=f32|bf16|f16] [--mb=0] PROBLEM``.
 
 The problem descriptor is benchdnn's
 ``mbXicX_idXihXiwX_odXohXowX_kdXkhXkwX_sdXshXswX_pdXphXpwX_ddXdhXdwX_nNAME`` (``_`` ignored,
@@ -52,7 +52,9 @@ _KNOWN = {"alg", "dir", "tag", "dt", "cfg", "mb"}
 _KEYS = ("mb", "ic", "id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
          "pd", "ph", "pw", "dd", "dh", "dw")
 _TOKEN = re.compile("(" + "|".join(_KEYS) + r")(\d+)")
-TOLERANCE = 1e-5  # max |got - ref| / max(1, |ref|) in float32
+# max |got - ref| / max(1, |ref|): f32 arithmetic, then one rounding to the storage type
+# (unit roundoff 2^-9 bf16, 2^-12 f16; twice that allowed)
+TOLERANCE = {"f32": 1e-5, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 
 
 def _c_div(a: int, b: int) -> int:
@@ -225,16 +227,17 @@ def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds) -> float
                    sync)[0]
 
 
-def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds) -> int:
+def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
+            dt: str = "f32") -> int:
     import pydnnl as dnnl
 
     from ..reference.pooling import pooling_backward as ref_bwd
     from ..reference.pooling import pooling_forward as ref_fwd
 
-    f32 = dnnl.memory.data_type.f32
+    f32 = dnnl.memory.data_type[dt]
     dirname = [k for k, v in _DIRS.items() if v == prop][0]
     short = {v: k for k, v in _ALGS.items()}[alg]
-    desc = f"--dir={dirname} --alg={short} --tag={tag_text}"
+    desc = f"--dt={dt} --dir={dirname} --alg={short} --tag={tag_text}"
     problem = p.to_str()
     nd = 2 + len(p.src)
     layout = _tag(tag_text, nd)
@@ -255,6 +258,7 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds) -
     rng = np.random.default_rng(1)
     x = rng.standard_normal(p.src_dims).astype(np.float32)
     src = dnnl.memory(src_md, eng, x)
+    x = src.to_numpy().astype(np.float32)  # the values as stored (bf16/f16 rounded)
     dst = dnnl.memory(dst_md, eng)
     fargs = {ARG_SRC: src, ARG_DST: dst}
     ws = None
@@ -265,6 +269,7 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds) -
         fwd.execute(s, fargs)
         g = rng.standard_normal(p.dst_dims).astype(np.float32)
         gm = dnnl.memory(dst_md, eng, g)
+        g = gm.to_numpy().astype(np.float32)
         dsm = dnnl.memory(src_md, eng)
         args = {ARG_DIFF_DST: gm, ARG_DIFF_SRC: dsm}
         if ws is not None:
@@ -282,7 +287,7 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds) -
                            workspace=want_ws)
         got = out.to_numpy().astype(np.float64)
         err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
-        line, fails = check_line("pool", desc, problem, err, TOLERANCE)
+        line, fails = check_line("pool", desc, problem, err, TOLERANCE[dt])
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -307,17 +312,21 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     if unknown:
         raise invalid_arguments(f"--pool: unknown option(s) {', '.join(sorted(unknown))}; it "
                                 f"takes {', '.join(sorted(_KNOWN))}")
+    dts = []
     for key in ("dt", "cfg"):
-        for v in _values(opts, key, "f32"):
-            if v.strip().lower() not in ("f32", "f32:f32", "f32:f32:f32"):
-                raise unimplemented(f"--{key}={v}: only f32 is implemented")
+        for v in _values(opts, key, ""):
+            parts = set(v.strip().lower().split(":"))
+            if len(parts) != 1 or not parts <= {"f32", "bf16", "f16"}:
+                raise unimplemented(f"--{key}={v}: f32, bf16 and f16 (src and dst alike) are "
+                                    f"implemented")
+            dts.append(parts.pop())
     base = parse_problem(problem)
     algs = [parse_alg(a) for a in _values(opts, "alg", "max")]
     dirs = [parse_dir(d) for d in _values(opts, "dir", "FWD_D")]
     tags = _values(opts, "tag", "abx")
     mbs = [int(m) for m in _values(opts, "mb", "0")]
     fails = 0
-    for alg, prop, tag_text, mb in itertools.product(algs, dirs, tags, mbs):
+    for dt, alg, prop, tag_text, mb in itertools.product(dts or ["f32"], algs, dirs, tags, mbs):
         p = replace(base, mb=mb) if mb else base
-        fails += run_one(eng, p, alg, prop, tag_text, mode, compare, min_seconds)
+        fails += run_one(eng, p, alg, prop, tag_text, mode, compare, min_seconds, dt)
     return fails
