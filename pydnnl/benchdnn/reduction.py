@@ -25,7 +25,7 @@ from .common import (
     time_ms,
     torch_device,
 )
-from .softmax import check_dt, parse_tag, rel_err
+from .softmax import TOLERANCES, check_dt, parse_tag, rel_err
 
 _KNOWN = {"alg", "p", "eps", "sdt", "ddt", "stag", "dtag"}
 TOLERANCE = 5e-5  # max |got - ref| / max(1, |ref|) in float32 (long sums round more)
@@ -68,32 +68,35 @@ def _data(alg: algorithm, dims, seed: int) -> np.ndarray:
     return rng.uniform(-2.0, 2.0, dims).astype(np.float32)
 
 
-def run_one(eng, sdims, ddims, alg, p, eps, stag, dtag, mode, compare, min_seconds) -> int:
+def run_one(eng, sdims, ddims, alg, p, eps, stag, dtag, mode, compare, min_seconds,
+            sdt="f32", ddt="f32") -> int:
     import pydnnl as dnnl
 
     from ..reference.reduction import reduction as ref
 
-    f32 = dnnl.memory.data_type.f32
+    sd, dd = dnnl.memory.data_type[sdt], dnnl.memory.data_type[ddt]
     desc = (f"--alg={alg.name.removeprefix('reduction_')} --p={p:g} --eps={eps:g} "
-            f"--stag={stag} --dtag={dtag}")
+            f"--sdt={sdt} --ddt={ddt} --stag={stag} --dtag={dtag}")
     problem = "x".join(map(str, sdims)) + ":" + "x".join(map(str, ddims))
     nd = len(sdims)
     t0 = time.perf_counter()
-    pd = dnnl.reduction.primitive_desc(eng, alg, dnnl.memory.desc(sdims, f32,
+    pd = dnnl.reduction.primitive_desc(eng, alg, dnnl.memory.desc(sdims, sd,
                                                                   parse_tag(stag, nd)),
-                                       dnnl.memory.desc(ddims, f32, parse_tag(dtag, nd)), p, eps)
+                                       dnnl.memory.desc(ddims, dd, parse_tag(dtag, nd)), p, eps)
     prim = dnnl.reduction(pd)
     create_ms = (time.perf_counter() - t0) * 1e3
     s = dnnl.stream(eng)
     x = _data(alg, sdims, 1)
     src = dnnl.memory(pd.src_desc(), eng, x)
+    x = np.asarray(src.to_numpy(), np.float32)  # as stored
     dst = dnnl.memory(pd.dst_desc(), eng)
     args = {ARG_SRC: src, ARG_DST: dst}
     if mode == "C":
         prim.execute(s, args)
         s.wait()
         line, fails = check_line("reduction", desc, problem,
-                                 rel_err(dst.to_numpy(), ref(alg, x, ddims, p, eps)), TOLERANCE)
+                                 rel_err(dst.to_numpy(), ref(alg, x, ddims, p, eps)),
+                                 max(TOLERANCE, TOLERANCES[ddt]))
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -104,8 +107,8 @@ def run_one(eng, sdims, ddims, alg, p, eps, stag, dtag, mode, compare, min_secon
         dev = torch_device(eng)
         peer = ("torch", None if dev is None else _torch_ms(alg, p, eps, x, ddims, dev,
                                                             min_seconds))
-    nbytes = (x.size + int(np.prod(ddims))) * 4
-    copy = copy_gbs(eng, x.size * 4, min_seconds=min(0.5, max(min_seconds, 0.05)))
+    nbytes = x.size * sd.itemsize + int(np.prod(ddims)) * dd.itemsize
+    copy = copy_gbs(eng, x.size * sd.itemsize, min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("reduction", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
     return 0
@@ -138,7 +141,11 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
                                 f"numbers") from None
     stags = opts.get("stag", "abx").split(",")
     dtags = opts.get("dtag", "any").split(",")
+    sdts = [v.strip() for v in opts.get("sdt", "f32").split(",")]
+    ddts = [v.strip() for v in opts.get("ddt", "f32").split(",")]
     fails = 0
-    for alg, p, eps, st, dt_ in itertools.product(algs, ps, epss, stags, dtags):
-        fails += run_one(eng, sdims, ddims, alg, p, eps, st, dt_, mode, compare, min_seconds)
+    for alg, p, eps, st, dt_, sdt, ddt in itertools.product(algs, ps, epss, stags, dtags, sdts,
+                                                             ddts):
+        fails += run_one(eng, sdims, ddims, alg, p, eps, st, dt_, mode, compare, min_seconds,
+                         sdt, ddt)
     return fails

@@ -169,6 +169,9 @@ class ReductionProblem:
     splits: int = 1
     stage: str = "full"
     part_off: int = 0
+    sdt: str = "f32"
+    ddt: str = "f32"
+    vec: int = 1
 
     @property
     def outputs(self) -> int:
@@ -206,12 +209,24 @@ def kernel_args(p: ReductionProblem) -> tuple[str, str]:
     return {"full": ("src", "dst"), "partial": ("src", "part"), "final": ("part", "dst")}[p.stage]
 
 
+def vec_ok(dims, reduced, layouts, vec: int) -> bool:
+    """Whether the strided kernel can give each work-item ``vec`` adjacent outputs: the
+    innermost folded dim is kept, plain with stride 1 in every tensor, a multiple of ``vec``."""
+    last = len(dims) - 1
+    if vec <= 1 or reduced[last] or dims[last] % vec:
+        return False
+    return all(lay[1][last] == (1, 1, ()) for lay in layouts)
+
+
 def build_reduction(p: ReductionProblem) -> KernelSource:
     """The kernel of one stage of ``p``: ``(src, dst)``, ``(src, part)`` or ``(part, dst)``."""
     init, load, combine, finish = _ops(p)
     comb = combine.replace("{a}", "acc").replace("{b}", "({val})")
     stepv = "acc = " + comb.format(val=load) + ";"
     nd = len(p.dims)
+    V = p.vec if p.variant == "strided" and p.stage != "final" else 1
+    if V > 1 and not vec_ok(p.dims, p.reduced, (p.src, p.dst), V):
+        raise ValueError(f"reduction kernel: vec={V} needs a contiguous innermost kept dim")
     kept = [d for d in range(nd) if not p.reduced[d]]
     red = [d for d in range(nd) if p.reduced[d]]
     names = {d: f"i{d}" for d in range(nd)}
@@ -220,16 +235,22 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     chunk = -(-R // S)
     if p.variant == "row" and S > 1:
         chunk = -(-chunk // p.wg) * p.wg
-    kept_code = decompose("o", [p.dims[d] for d in kept], [names[d] for d in kept])
+    ksizes = [p.dims[d] // (V if d == nd - 1 else 1) for d in kept]
+    kept_code = decompose("ov" if V > 1 else "o", ksizes,
+                          [names[d] if d != nd - 1 or V == 1 else "iv" for d in kept])
+    if V > 1:
+        kept_code += f"\n    const int i{nd - 1} = iv * {V};"
     dst_off = offset(p.dst, {d: names[d] for d in kept})
-    if p.stage == "final":
-        store = f"dst[{dst_off}] = {finish};"
-    elif p.stage == "partial":
-        store = f"part[{p.part_off} + k * {O} + o] = acc;"
+    if p.stage == "partial":
+        store = st("part", "f32", f"{p.part_off} + k * {O} + o", "acc", V)
     else:
-        store = f"dst[{dst_off}] = {finish};"
+        store = st("dst", p.ddt, dst_off, finish, V)
     a_in, a_out = kernel_args(p)
-    args = f"__global const float *{a_in}, __global float *{a_out}"
+    in_dt = "f32" if p.stage == "final" else p.sdt
+    out_dt = "f32" if p.stage == "partial" else p.ddt
+    args = f"{ptr_decl(a_in, in_dt, True)}, {ptr_decl(a_out, out_dt, False)}"
+    pre = io_preamble((in_dt, out_dt), V)
+    T = "float" if V == 1 else f"float{V}"
     if p.stage == "final":
         body = f"""
     const int o = get_global_id(0);
@@ -240,12 +261,12 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     {store}"""
         name = "pydnnl_reduction_final"
         L = p.wg
-        return KernelSource(name, _kernel(name, args, body), (-(-O // L) * L,), (L,),
+        return KernelSource(name, pre + _kernel(name, args, body), (-(-O // L) * L,), (L,),
                             (a_in, a_out))
     base = offset(p.src, {d: names[d] for d in kept})
     red_code = decompose("r", [p.dims[d] for d in red], [names[d] for d in red])
     red_off = offset(p.src, {d: names[d] for d in red}, with_base=False)
-    step = f"const float v = src[base + {red_off}];\n        {stepv}"
+    step = f"const {T} v = {ld('src', p.sdt, f'base + {red_off}', V)};\n        {stepv}"
     r0 = "k * " + str(chunk) if S > 1 else "0"
     r1 = f"min({R}, (k + 1) * {chunk})" if S > 1 else str(R)
     if p.variant == "row":
@@ -271,18 +292,25 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
         {store}
     }}"""
         name = "pydnnl_reduction_row"
-        src = _kernel(name, args, body, L)
+        src = pre + _kernel(name, args, body, L)
         return KernelSource(name, src, (L * O * S,), (L,), (a_in, a_out))
     L = p.wg
-    ids = (f"const int o = gid % {O};\n    const int k = gid / {O};" if S > 1
-           else "const int o = gid;")
+    OV = O // V
+    if S > 1:
+        ids = f"const int ov = gid % {OV};\n    const int k = gid / {OV};"
+    else:
+        ids = "const int ov = gid;"
+    if V == 1:
+        ids = ids.replace("ov", "o")
+    else:
+        ids += f"\n    const int o = ov * {V};"
     body = f"""
     const int gid = get_global_id(0);
-    if (gid >= {O * S}) return;
+    if (gid >= {OV * S}) return;
     {ids}
     {kept_code}
     const int base = {base};
-    float acc = {init};
+    {T} acc = {init};
     const int r_end = {r1};
     for (int r = {r0}; r < r_end; ++r) {{
         {red_code}
@@ -290,7 +318,7 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     }}
     {store}"""
     name = "pydnnl_reduction_strided"
-    return KernelSource(name, _kernel(name, args, body), (-(-(O * S) // L) * L,), (L,),
+    return KernelSource(name, pre + _kernel(name, args, body), (-(-(OV * S) // L) * L,), (L,),
                         (a_in, a_out))
 
 

@@ -1,5 +1,6 @@
 """The reduction primitive (``dnnl::reduction``): max, min, sum, product, mean and the
-Lp norms (with ``p`` and ``eps``) over any set of dims of a tensor of any rank (f32).
+Lp norms (with ``p`` and ``eps``) over any set of dims of a tensor of any rank (f32,
+f16 or bf16 src and dst, float accumulation).
 
 ``dst`` has ``src``'s rank; each of its dims equals src's (kept) or is 1 (reduced; at least
 one dim must be reduced, as in oneDNN). The plan is one generated kernel
@@ -27,7 +28,7 @@ _NORMS = ("norm_lp_max", "norm_lp_sum", "norm_lp_power_p_max", "norm_lp_power_p_
 
 
 class reduction(primitive):
-    """``dst = reduce_op over the reduced dims of src`` (oneDNN's reduction, f32)."""
+    """``dst = reduce_op over the reduced dims of src`` (oneDNN's reduction; f32, f16, bf16)."""
 
     class primitive_desc(primitive_desc_base):
         """``reduction.primitive_desc(engine, algorithm, src_desc, dst_desc, p, eps,
@@ -88,25 +89,30 @@ class reduction(primitive):
             dims, lays, roles = K.fold_dims(src.dims, (layout_of(src), layout_of(dst)),
                                             reduced, ignore)
             base = K.ReductionProblem(alg=self._name, p=self._p, eps=self._eps, dims=dims,
-                                      reduced=roles, src=lays[0], dst=lays[1])
+                                      reduced=roles, src=lays[0], dst=lays[1],
+                                      sdt=src.data_type.name, ddt=dst.data_type.name)
             O, R = base.outputs, base.count
             info = self.get_engine().info
             red = [d for d in range(len(dims)) if roles[d]]
             # row kernel: the innermost dim in src's memory is a reduced one with stride 1
             inner = red and red[-1] == len(dims) - 1 and K.min_stride(lays[0], red[-1]) == 1
-            row = H.use_row_kernel(info, R, bool(inner))
-            wg = H.row_wg(info, R) if row else H.strided_wg(info)
-            splits = H.reduction_splits(info, O, R, wg if row else 1)
+            row = H.use_reduction_row_kernel(info, R, O, bool(inner))
+            vec = 1
+            if not row and (self._name not in _NORMS or self._p in (1.0, 2.0)):
+                vec = next((v for v in H.reduction_vecs(info)
+                            if K.vec_ok(dims, roles, lays, v)), 1)
+            wg = H.row_wg(info, R) if row else H.strided_wg(info, vec)
+            splits = H.reduction_splits(info, O // vec, R, wg if row else 1)
             variant = "row" if row else "strided"
             from dataclasses import replace
 
             self._stages = []
             scratch = 0
             if splits == 1:
-                self._stages.append(replace(base, variant=variant, wg=wg))
+                self._stages.append(replace(base, variant=variant, wg=wg, vec=vec))
             else:
                 self._stages.append(replace(base, variant=variant, wg=wg, splits=splits,
-                                            stage="partial", part_off=0))
+                                            stage="partial", part_off=0, vec=vec))
                 self._stages.append(replace(base, variant="strided", wg=H.strided_wg(info),
                                             splits=splits, stage="final", part_off=0))
                 scratch = O * splits

@@ -179,9 +179,9 @@ def test_bad_descriptors(engine):
                                              _md((4, 1), "ab"), 1, 0))
     assert "eps" in _refused(dnnl.invalid_arguments,
                              lambda: mk(engine, A.reduction_sum, src, _md((4, 1), "ab"), 1, "x"))
-    f16 = dnnl.memory.desc((4, 5), dt.f16, "ab")
-    assert "f16" in _refused(dnnl.unimplemented,
-                             lambda: mk(engine, A.reduction_sum, f16, _md((4, 1), "ab"), 1, 0))
+    s8 = dnnl.memory.desc((4, 5), dt.s8, "ab")
+    assert "s8" in _refused(dnnl.unimplemented,
+                            lambda: mk(engine, A.reduction_sum, s8, _md((4, 1), "ab"), 1, 0))
     attr = dnnl.primitive_attr()
     po = dnnl.post_ops()
     po.append_eltwise(A.eltwise_relu, 0.0, 0.0)
@@ -202,3 +202,31 @@ def test_bad_execute_leaves_dst_untouched(engine, stream):
             prim.execute(stream, args)
     stream.wait()
     assert np.all(dst.to_numpy() == 3.0)
+
+
+# bf16 / f16 src and dst, float accumulation. The reference is float64 over src as stored
+# (rounded to its type first), so the output differs by its own rounding (half the type's
+# epsilon, relative) and float32 accumulation over at most 4096 values (< 2^-12 relative to
+# the sum of magnitudes, bounded here by atol): rtol = one epsilon of dst's type (bf16 2^-8,
+# f16 2^-11), atol 1e-4 for sums whose terms cancel.
+EPS_T = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2.0 ** -20}
+LOWP = [((8, 64, 16), (1, 64, 16)), ((16, 49), (16, 1)), ((3, 300), (3, 1)),
+        ((4, 1024), (1, 1)), ((5, 6, 7), (5, 1, 7))]
+
+
+@pytest.mark.parametrize("sdt,ddt", [(dt.bf16, dt.bf16), (dt.f16, dt.f16), (dt.bf16, dt.f32),
+                                     (dt.f32, dt.f16)], ids=lambda d: d.name)
+@pytest.mark.parametrize("sdims,ddims", LOWP, ids=[f"{'x'.join(map(str, c[0]))}" for c in LOWP])
+def test_low_precision(engine, stream, sdims, ddims, sdt, ddt):
+    tags = "abcd"[:len(sdims)]
+    for alg in (A.reduction_sum, A.reduction_max, A.reduction_mean,
+                A.reduction_norm_lp_sum):
+        src = dnnl.memory(dnnl.memory.desc(sdims, sdt, tags), engine, _x(alg, sdims, seed=2))
+        x = np.asarray(src.to_numpy(), np.float64)
+        pd = dnnl.reduction.primitive_desc(engine, alg, src.get_desc(),
+                                           dnnl.memory.desc(ddims, ddt, "any"), 2.0, 0.0)
+        assert pd.dst_desc().data_type == ddt
+        dst = dnnl.memory(pd.dst_desc(), engine)
+        dnnl.reduction(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+        stream.wait()
+        _close(dst.to_numpy(), ref(alg, x, ddims, 2.0, 0.0), rtol=EPS_T[ddt], atol=1e-4)
