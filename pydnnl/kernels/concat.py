@@ -75,3 +75,75 @@ def build_concat(p: ConcatProblem):
 
         knl = register_helpers(knl, type_helpers((sdt,), (ddt,)))
     return knl
+
+
+@dataclass(frozen=True)
+class ConcatRowsProblem:
+    """Several sources copied in one launch where each is short rows (innermost extent
+    ``inners[k]`` below a work-group) over the same ``outer`` dims: a work-group covers
+    ``per_group`` outer rows of dst whole, every source's part of them (dst written in
+    contiguous runs, not in one strided pass per source).
+
+    ``layouts`` holds (src, dst region) per source, each over ``outer + (inners[k],)``;
+    ``sizes`` and ``dts`` the sources' and then dst's storage elements and data types."""
+
+    outer: tuple[int, ...]
+    inners: tuple[int, ...]
+    layouts: tuple
+    sizes: tuple[int, ...]
+    per_group: int
+    dts: tuple[int, int] = (F32, F32)
+
+
+def rows_arg_names(n: int) -> tuple[str, ...]:
+    """The buffer arguments of :func:`build_concat_rows`: ``src0 .. src<n-1>, dst``."""
+    return tuple(f"src{k}" for k in range(n)) + ("dst",)
+
+
+def build_concat_rows(p: ConcatRowsProblem):
+    """loopy TranslationUnit ``(src0, ..., src<n-1>, dst)``: work-group ``g`` copies outer rows
+    ``per_group * g + r`` (local axis 1) of every source, lanes along each row (local axis 0,
+    as wide as the longest row; shorter rows leave lanes idle)."""
+    import math
+
+    import loopy as lp
+    from pymbolic import var
+
+    from .binary import _decompose
+
+    n = len(p.inners)
+    if n < 1 or len(p.layouts) != 2 * n or len(p.sizes) != n + 1:
+        raise ValueError(f"concat rows kernel: {n} sources need {2 * n} layouts, {n + 1} sizes")
+    outer = math.prod(p.outer)
+    per = p.per_group
+    groups = -(-outer // per)
+    lanes = " and ".join(f"0 <= l{k} < {e}" for k, e in enumerate(p.inners))
+    cond = f" and {per} * g + r < {outer}" if outer % per else ""
+    names = ", ".join(["g", "r"] + [f"l{k}" for k in range(n)])
+    domain = f"{{[{names}]: 0 <= g < {groups} and 0 <= r < {per} and {lanes}{cond}}}"
+    o = per * var("g") + var("r") if per > 1 else var("g")
+    oidx = _decompose(o, p.outer) if p.outer else []
+    sdt, ddt = p.dts
+    insns = []
+    for k in range(n):
+        idx = oidx + [var(f"l{k}")]
+        value = var(f"src{k}")[offset(p.layouts[2 * k], idx)]
+        if sdt != ddt:
+            value = store(ddt, load(sdt, value))
+        insns.append(lp.Assignment(var("dst")[offset(p.layouts[2 * k + 1], idx)], value,
+                                   id=f"copy{k}",
+                                   within_inames=frozenset(["g", "r", f"l{k}"]),
+                                   no_sync_with=frozenset((f"copy{j}", "any")
+                                                          for j in range(n) if j != k)))
+    args = [global_arg(f"src{k}", p.sizes[k], dt=sdt) for k in range(n)]
+    args.append(global_arg("dst", p.sizes[-1], output=True, input=False, dt=ddt))
+    knl = lp.make_kernel(domain, insns, args, name="pydnnl_concat_rows",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    tags = {"g": "g.0", "r": "l.1"}
+    tags.update({f"l{k}": "l.0" for k in range(n)})
+    knl = lp.tag_inames(knl, tags)
+    if sdt != ddt:
+        from .clhelpers import register_helpers
+
+        knl = register_helpers(knl, type_helpers((sdt,), (ddt,)))
+    return knl

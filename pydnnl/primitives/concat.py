@@ -124,8 +124,9 @@ class concat(primitive):
         def get_concat_dimension(self) -> int:
             return self._axis
 
-        def _problems(self, eng) -> list[K.ConcatProblem]:
-            """One copy problem per source (its region of dst)."""
+        def _problems(self, eng) -> list:
+            """One copy problem per source (its region of dst), or one-launch problems over
+            whole dst rows (:meth:`_fuse_rows`)."""
             axis = self._axis
             dst = self._args[ARG_DST].md
             dst_lay = layout_of(dst)
@@ -149,14 +150,44 @@ class concat(primitive):
                     base=base, wg=wg, rows=rows,
                     dts=(int(md.data_type), int(dst.data_type))))
                 start += md.dims[axis]
+            return self._fuse_rows(eng, out)
+
+        def _fuse_rows(self, eng, probs):
+            """Per-source problems that are all short rows over the same outer dims become
+            one-launch problems (chunks of ``max_inputs`` sources): work-groups own whole dst
+            rows. Others stay as they are."""
+            outer = probs[0].dims[:-1]
+            if not all(q.rows and q.axis is None and len(q.dims) > 1 and q.dims[-1] < q.wg
+                       and q.dims[:-1] == outer for q in probs):
+                return probs
+            per = max(1, H.max_inputs(eng.info))
+            out = []
+            for c in range(0, len(probs), per):
+                chunk = probs[c:c + per]
+                inners = tuple(q.dims[-1] for q in chunk)
+                out.append(K.ConcatRowsProblem(
+                    outer=tuple(outer), inners=inners,
+                    layouts=tuple(lay for q in chunk for lay in q.layouts),
+                    sizes=tuple(q.sizes[0] for q in chunk) + (chunk[0].sizes[1],),
+                    per_group=H.concat_rows_per_group(eng.info, max(inners)),
+                    dts=chunk[0].dts))
             return out
 
     def _create(self) -> None:
         pd = self._pd
         plan = self._plan = Plan(pd.get_engine(), "concat")
-        for k, problem in enumerate(pd._problems(pd.get_engine())):
-            plan.kernel("concat", problem, K.build_concat, src=Ref(ARG_MULTIPLE_SRC + k),
-                        dst=Ref(ARG_DST))
+        k = 0
+        for problem in pd._problems(pd.get_engine()):
+            if isinstance(problem, K.ConcatRowsProblem):
+                n = len(problem.inners)
+                named = {f"src{j}": Ref(ARG_MULTIPLE_SRC + k + j) for j in range(n)}
+                plan.kernel("concat_rows", problem, K.build_concat_rows, dst=Ref(ARG_DST),
+                            **named)
+                k += n
+            else:
+                plan.kernel("concat", problem, K.build_concat, src=Ref(ARG_MULTIPLE_SRC + k),
+                            dst=Ref(ARG_DST))
+                k += 1
 
     def _execute(self, s, args) -> None:
         out = args[ARG_DST]
