@@ -7,23 +7,25 @@ loopy's ``argmax`` reduction (an ``>=`` update, order left to the reduction) doe
 and the backward gather walks a per-work-item range of windows, data-dependent loop bounds
 that are plain C loops.
 
-One work-item per output element (dst forward, diff_src backward), flat over a 1-D range in
-the output's physical order (innermost first: channels for nhwc, width for nchw, the channel
-block for nChw16c), so consecutive work-items write consecutive addresses. Every offset is a
-sum of per-dimension terms read off the memory descs (:func:`~pydnnl.kernels.reorder.layout_of`),
-so blocked layouts are indexed in place; a blocked output's padded channels are written 0.
+A 2-D range over the output (dst forward, diff_src backward): axis 0 walks the output's
+innermost axis in memory (channels for nhwc, width for nchw, the channel block for nChw16c),
+``get_global_id(0)`` used as that index directly, so addresses are linear in it and a CPU
+runtime's SIMD lanes (consecutive work-items of axis 0) read consecutive addresses; axis 1
+walks the other elements, whose index arithmetic is uniform across the lanes. Every offset is
+a sum of per-dimension terms read off the memory descs (:func:`~pydnnl.kernels.reorder.
+layout_of`), so blocked layouts are indexed in place; a blocked output's padded channels are
+written 0. Data may be stored as f32, bf16 or f16 (``src_dt``, ``dst_dt``): loaded to f32,
+computed in f32, rounded once on store with oneDNN's rules (``clhelpers``).
 
 * forward: ``dst = max`` (``ws`` = the window index of the winner, ``(kd*KH + kh)*KW + kw``)
-  or ``sum / denominator`` over the taps inside the source;
+  or ``sum / denominator`` over the taps inside the source; straight-line taps, a tap in the
+  padding is a masked load (a uniform branch when the lanes run along channels).
 * backward, a gather with no atomics: ``diff_src[x] = sum`` over the windows ``o`` that
-  cover ``x`` (per dim the range ``[ceil((x + pad_l - ext + 1) / stride), (x + pad_l) /
-  stride]``, the tap ``k = (x + pad_l - o*stride) / (dil+1)`` when it divides), of
-  ``diff_dst[o]`` when ``ws[o] == k`` (max) or ``diff_dst[o] / denominator(o)`` (averages).
-  Walking the window range instead of every tap with a divisibility test measured 1.3x to 2.8x
-  faster on Intel's CPU runtime (max and avg_p, 3x3 stride 2, 64 MiB diff_src, nchw and nhwc;
-  a loaded 2-core machine, A/B in one process). The forward's taps are straight-line code
-  (loads clamped inside the source, padding masked by selects): 1.3x to 2.3x faster than
-  ``continue`` on out-of-bounds taps on the same runtime (max and avg_p, nchw and nhwc).
+  cover ``x``, at most ``ceil(extent / stride)`` per dim, walked from the highest ``o = (x +
+  pad_l) / stride`` down, of ``diff_dst[o]`` when ``ws[o] == k`` (max; the workspace read
+  as u8) or ``diff_dst[o] / denominator(o)`` (averages). When the lanes run along a spatial
+  dim, each work-item takes ``stride`` consecutive elements of it, so its windows are ``lane
+  + constant`` and its taps constants (no division per lane, loads linear in the lane).
 """
 from __future__ import annotations
 

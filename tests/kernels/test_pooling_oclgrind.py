@@ -1,7 +1,8 @@
 """Pooling kernels under the Oclgrind simulator: every kernel of the family (forward with and
 without a workspace, u8 and s32 workspaces, backward of each algorithm) on tiny shapes in
-plain, channels-last and blocked (padded channels) layouts: no out-of-bounds access, no use of
-uninitialized values, no data race, no API misuse, and results equal to the numpy reference.
+plain, channels-last and blocked (padded channels) layouts, and bf16 storage: no
+out-of-bounds access, no use of uninitialized values, no data race, no API misuse, and results
+equal to the numpy reference.
 Kernels are built unoptimized under Oclgrind (see the test).
 """
 from __future__ import annotations
@@ -32,17 +33,18 @@ ALG = {"max": dnnl.algorithm.pooling_max,
        "avg_exclude_padding": dnnl.algorithm.pooling_avg_exclude_padding}
 results = {}
 
-def close(got, ref):
-    return bool(np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()))
+def close(got, ref, tol=1e-5):
+    return bool(np.abs(got - ref).max() <= tol * max(1.0, np.abs(ref).max()))
 
-def case(key, dims, tag, alg, k, st, d, pl, pr, prop=dnnl.prop_kind.forward_training):
+def case(key, dims, tag, alg, k, st, d, pl, pr, prop=dnnl.prop_kind.forward_training, typ=F32):
     n = int(np.prod(dims))
     x = (rng.permutation(n) * 0.25 - n / 8).reshape(dims).astype(np.float32)
     out = list(dims[:2]) + [pooling_output_size(i, *a) for i, a in
                             zip(dims[2:], zip(k, st, d, pl, pr))]
-    sm, dm = MD(dims, F32, tag), MD(out, F32, tag)
+    sm, dm = MD(dims, typ, tag), MD(out, typ, tag)
     fpd = dnnl.pooling_forward.primitive_desc(eng, prop, ALG[alg], sm, dm, st, k, d, pl, pr)
     src, dst = dnnl.memory(sm, eng, x), dnnl.memory(dm, eng)
+    x = src.to_numpy().astype(np.float32)  # as stored
     args = {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst}
     ws = None
     if not fpd.workspace_desc().is_zero():
@@ -50,7 +52,8 @@ def case(key, dims, tag, alg, k, st, d, pl, pr, prop=dnnl.prop_kind.forward_trai
     dnnl.pooling_forward(fpd).execute(s, args)
     s.wait()
     want, want_ws = ref_fwd(x, alg, k, st, d, pl, pr)
-    ok = close(dst.to_numpy(), want)
+    tol = 1e-5 if typ == F32 else 2.0 ** -8  # one bf16 rounding of f32 arithmetic
+    ok = close(dst.to_numpy().astype(np.float32), want, tol)
     if ws is not None:
         ok = ok and bool(np.array_equal(ws.to_numpy(), want_ws))
     if prop == dnnl.prop_kind.forward_training:
@@ -58,13 +61,15 @@ def case(key, dims, tag, alg, k, st, d, pl, pr, prop=dnnl.prop_kind.forward_trai
         bpd = dnnl.pooling_backward.primitive_desc(eng, ALG[alg], sm, dm, st, k, d, pl, pr, fpd)
         # diff_dst written by the host (see the reorder probe on Oclgrind's shadow state)
         gm, dsm = dnnl.memory(dm, eng, g), dnnl.memory(sm, eng)
+        g = gm.to_numpy().astype(np.float32)
         bargs = {dnnl.ARG_DIFF_DST: gm, dnnl.ARG_DIFF_SRC: dsm}
         if ws is not None:
             host_ws = dnnl.memory(fpd.workspace_desc(), eng, ws.to_numpy())
             bargs[dnnl.ARG_WORKSPACE] = host_ws
         dnnl.pooling_backward(bpd).execute(s, bargs)
         s.wait()
-        ok = ok and close(dsm.to_numpy(), ref_bwd(g, dims, alg, k, st, d, pl, pr, want_ws))
+        ok = ok and close(dsm.to_numpy().astype(np.float32),
+                          ref_bwd(g, dims, alg, k, st, d, pl, pr, want_ws), tol)
     results[key] = ok
 
 case("max_2d_nchw", [1, 2, 5, 6], "abcd", "max", [3, 3], [2, 2], [0, 0], [1, 1], [1, 1])
@@ -75,6 +80,8 @@ case("avg_np_2d_blocked", [1, 3, 4, 5], "aBcd8b", "avg_exclude_padding", [2, 3],
      [0, 0], [1, 1], [0, 1])
 case("max_3d_s32_ws", [1, 1, 3, 9, 9], "abcde", "max", [2, 8, 8], [1, 1, 1], [0, 0, 0],
      [0, 1, 0], [0, 0, 1])
+case("avg_p_2d_nchw_bf16", [1, 2, 7, 9], "abcd", "avg_include_padding", [3, 3], [2, 2],
+     [0, 0], [1, 1], [1, 1], typ=dnnl.memory.data_type.bf16)
 print(json.dumps(results))
 """
 
@@ -86,4 +93,5 @@ def test_pooling_kernels_clean_under_oclgrind():
     # remainders (see test_conv_kernels_oclgrind.py)
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"max_2d_nchw": True, "max_2d_inference": True, "avg_p_1d_nwc": True,
-                       "avg_np_2d_blocked": True, "max_3d_s32_ws": True}
+                       "avg_np_2d_blocked": True, "max_3d_s32_ws": True,
+                       "avg_p_2d_nchw_bf16": True}
