@@ -692,10 +692,15 @@ __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
 class LnRows:
     """One work-group of ``wg`` (a power of two) per row of a layer normalization.
 
-    Forward (``dy`` None): ``global_stats`` reads mean/variance, else computes them (and
-    writes them when ``write_stats``); ``dst = (x - mean) * rsqrt(var + eps) * gamma +
-    beta``. Backward: ``diff_src = rsqrt(var + eps) * (g - mean(g) - xhat * mean(g *
-    xhat))`` with ``g = dy * gamma`` (``g`` alone when ``global_stats``)."""
+    Forward (``dy`` None): ``global_stats`` reads mean/variance, else computes them in one
+    read of the row (sums of ``x - K`` and its square with ``K`` the row's first value: no
+    cancellation of raw sums) and writes them when ``write_stats``; ``dst = (x - mean) *
+    rsqrt(var + eps) * gamma + beta``. Backward: ``diff_src = rsqrt(var + eps) * (g - mean(g)
+    - xhat * mean(g * xhat))`` with ``g = dy * gamma`` (``g`` alone when ``global_stats``).
+    Work-items combine their sums once per row: sub-group reductions when ``subgroup`` (the
+    work-group is one sub-group: one SIMD vector on CPU runtimes), else a local-memory tree.
+    ``xdt``, ``dydt``, ``odt``: storage types of src, diff_dst and the output (``"f32"``,
+    ``"f16"``, ``"bf16"``); statistics, scale and shift are f32."""
 
     dims: tuple[int, ...]
     x: tuple
@@ -709,6 +714,10 @@ class LnRows:
     global_stats: bool = False
     write_stats: bool = False
     wg: int = 64
+    subgroup: bool = False
+    xdt: str = "f32"
+    dydt: str = "f32"
+    odt: str = "f32"
 
 
 def _ln_index(dims) -> tuple[str, list[str], list[str]]:
@@ -725,20 +734,38 @@ def build_ln_bwd(p: LnRows) -> KernelSource:
     return _build_ln_rows(p)
 
 
+def _ln_sums(p: LnRows, names: list[str]) -> tuple[str, str]:
+    """(local declarations, statements) making each of ``names`` its row-wide sum."""
+    L = p.wg
+    if p.subgroup:
+        return "", "".join(f"\n    {n} = sub_group_reduce_add({n});" for n in names)
+    arrays = [f"l{k}" for k in range(len(names))]
+    local = "__local float " + ", ".join(f"{a}[{L}]" for a in arrays) + ";"
+    stores = " ".join(f"{a}[l] = {n};" for a, n in zip(arrays, names))
+    loads = " ".join(f"{n} = {a}[0];" for a, n in zip(arrays, names))
+    return local, f"""
+    {stores}
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, arrays)}
+    {loads}"""
+
+
 def _build_ln_rows(p: LnRows) -> KernelSource:
+    from .reduction import io_preamble, ld, ptr_decl, st
+
     C, L = p.dims[-1], p.wg
     rows = math.prod(p.dims[:-1])
     code, idx, lead = _ln_index(p.dims)
-    x_at = f"src[{offset_expr(p.x, idx)}]"
+    x_at = ld("src", p.xdt, offset_expr(p.x, idx))
     m_at = f"mean[{offset_expr(p.stat, lead)}]"
     v_at = f"variance[{offset_expr(p.var, lead)}]"
     gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
     beta = f"shift[{offset_expr(p.shift, ['c'])}]" if p.shift is not None else "0.0f"
+    out_off = offset_expr(p.out, idx)
     bwd = p.dy is not None
     stats_out = not bwd and not p.global_stats
-    args = ["__global const float *restrict src"]
+    args = [ptr_decl("src", p.xdt, True).replace("restrict ", "")]
     if bwd:
-        args.append("__global const float *restrict diff_dst")
+        args.append(ptr_decl("diff_dst", p.dydt, True).replace("restrict ", ""))
     if stats_out and not p.write_stats:
         pass
     elif stats_out:
@@ -749,64 +776,61 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         args.append("__global const float *restrict scale")
     if p.shift is not None and not bwd:
         args.append("__global const float *restrict shift")
-    args.append("__global float *restrict dst")
+    args.append(ptr_decl("dst", p.odt, False).replace("restrict ", ""))
     loop = f"for (int c = l; c < {C}; c += {L})"
+    local = ""
     if not bwd:
         if p.global_stats:
             stats = f"""
     const float m = {m_at};
     const float is = rsqrt({v_at} + {_f(p.eps)});"""
         else:
+            local, red = _ln_sums(p, ["a0", "a1"])
+            k_at = ld("src", p.xdt, offset_expr(p.x, lead + ["0"]))
             stats = f"""
-    float a = 0.0f;
-    {loop} a += {x_at};
-    l0[l] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0"])}
-    const float m = l0[0] / {C}.0f;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    a = 0.0f;
-    {loop} {{ const float d = {x_at} - m; a += d * d; }}
-    l0[l] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0"])}
-    const float v = l0[0] / {C}.0f;
+    const float k = {k_at};
+    float a0 = 0.0f, a1 = 0.0f;
+    {loop} {{ const float d = {x_at} - k; a0 += d; a1 += d * d; }}{red}
+    const float dm = a0 / {C}.0f;
+    const float m = k + dm;
+    const float v = fmax(a1 / {C}.0f - dm * dm, 0.0f);
     const float is = rsqrt(v + {_f(p.eps)});"""
             if p.write_stats:
                 stats += f"""
     if (l == 0) {{ {m_at} = m; {v_at} = v; }}"""
         body = f"""{stats}
     {loop}
-        dst[{offset_expr(p.out, idx)}] = ({x_at} - m) * is * {gamma} + {beta};"""
-        local = f"__local float l0[{L}];" if not p.global_stats else ""
+        {st("dst", p.odt, out_off, f"({x_at} - m) * is * {gamma} + {beta}")}"""
     else:
-        dy_at = f"diff_dst[{offset_expr(p.dy, idx)}]"
+        dy_at = ld("diff_dst", p.dydt, offset_expr(p.dy, idx))
         head = f"""
     const float m = {m_at};
     const float is = rsqrt({v_at} + {_f(p.eps)});"""
         if p.global_stats:
             body = head + f"""
     {loop}
-        dst[{offset_expr(p.out, idx)}] = is * {dy_at} * {gamma};"""
-            local = ""
+        {st("dst", p.odt, out_off, f"is * {dy_at} * {gamma}")}"""
         else:
+            local, red = _ln_sums(p, ["a0", "a1"])
             body = head + f"""
     float a0 = 0.0f, a1 = 0.0f;
     {loop} {{
         const float g = {dy_at} * {gamma};
         a0 += g; a1 += g * ({x_at} - m);
-    }}
-    l0[l] = a0; l1[l] = a1;
-    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0", "l1"])}
-    const float mg = l0[0] / {C}.0f;
-    const float mgx = l1[0] * is / {C}.0f;
+    }}{red}
+    const float mg = a0 / {C}.0f;
+    const float mgx = a1 * is / {C}.0f;
     {loop} {{
         const float g = {dy_at} * {gamma};
         const float xh = ({x_at} - m) * is;
-        dst[{offset_expr(p.out, idx)}] = is * (g - mg - xh * mgx);
+        {st("dst", p.odt, out_off, "is * (g - mg - xh * mgx)")}
     }}"""
-            local = f"__local float l0[{L}], l1[{L}];"
     name = "pydnnl_ln_bwd" if bwd else "pydnnl_ln_fwd"
-    src = f"""
-__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
+    attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
+    if p.subgroup:
+        attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
+    src = f"""{io_preamble((p.xdt, p.dydt, p.odt))}
+__kernel void {attr}
 {name}({", ".join(args)})
 {{
     {local}
@@ -831,39 +855,60 @@ class LnScaleShiftReduce:
     eps: float
     groups: int = 1
     wg: int = 64
+    xdt: str = "f32"
+    dydt: str = "f32"
+    col_loop: bool = False
 
 
 def build_ln_ss_reduce(p: LnScaleShiftReduce) -> KernelSource:
+    from .reduction import io_preamble, ld, ptr_decl
+
     C = p.dims[-1]
     rows = math.prod(p.dims[:-1])
     chunk = -(-rows // p.groups)
     code, idx, lead = _ln_index(p.dims)
-    args = ["__global const float *restrict src", "__global const float *restrict diff_dst",
+    args = [ptr_decl("src", p.xdt, True), ptr_decl("diff_dst", p.dydt, True),
             "__global const float *restrict mean", "__global const float *restrict variance",
             "__global float *restrict part", "const int p_off"]
     name = "pydnnl_ln_ss_reduce"
-    src = f"""
-__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
-{name}({", ".join(args)})
-{{
+    x_at = ld("src", p.xdt, offset_expr(p.x, idx))
+    dy_at = ld("diff_dst", p.dydt, offset_expr(p.dy, idx))
+    if p.col_loop:
+        # one work-group per chunk of rows walking every column block: each block's rows
+        # are re-touched next block at the neighbouring cache line (pages stay hot)
+        head = f"""
+    const int l = get_local_id(0);
+    const int g = get_group_id(1);
+    const int r_end = min({rows}, (g + 1) * {chunk});
+    for (int c = l; c < {C}; c += {p.wg}) {{"""
+        tail = "\n    }"
+        gsize = (p.wg, p.groups)
+    else:
+        head = f"""
     const int c = get_global_id(0);
     const int g = get_global_id(1);
     if (c >= {C}) return;
-    float a0 = 0.0f, a1 = 0.0f;
     const int r_end = min({rows}, (g + 1) * {chunk});
+    {{"""
+        tail = "\n    }"
+        gsize = (-(-C // p.wg) * p.wg, p.groups)
+    src = f"""{io_preamble((p.xdt, p.dydt))}
+__kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
+{name}({", ".join(args)})
+{{{head}
+    float a0 = 0.0f, a1 = 0.0f;
     for (int row = g * {chunk}; row < r_end; ++row) {{
     {code}
         const float is = rsqrt(variance[{offset_expr(p.var, lead)}] + {_f(p.eps)});
-        const float dy = diff_dst[{offset_expr(p.dy, idx)}];
-        a0 += dy * (src[{offset_expr(p.x, idx)}] - mean[{offset_expr(p.stat, lead)}]) * is;
+        const float dy = {dy_at};
+        a0 += dy * ({x_at} - mean[{offset_expr(p.stat, lead)}]) * is;
         a1 += dy;
     }}
     part[p_off + (g * {C} + c) * 2] = a0;
-    part[p_off + (g * {C} + c) * 2 + 1] = a1;
+    part[p_off + (g * {C} + c) * 2 + 1] = a1;{tail}
 }}
 """
-    return KernelSource(name, src, (-(-C // p.wg) * p.wg, p.groups), (p.wg, 1),
-                        _arg_names(args))
+    return KernelSource(name, src, gsize, (p.wg, 1), _arg_names(args))
 
 
 @dataclass(frozen=True)

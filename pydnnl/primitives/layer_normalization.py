@@ -9,8 +9,10 @@ training, or given (``use_global_stats``); ``use_scale`` / ``use_shift`` take ``
 gamma / beta. oneDNN's layer normalization takes no other flag. Backward: ``backward``
 gives diff_src and, with the flags, diff_scale / diff_shift; ``backward_data`` diff_src only.
 
-Plan: one kernel with a work-group per row (local-memory reductions for the mean, the
-centred variance and, backward, the two sums of the gradient); diff_scale / diff_shift as
+src/dst and the gradients may be f32, f16 or bf16 (float computation; statistics, scale and
+shift f32, as in oneDNN). Plan: one kernel with a work-group per row (one read for the
+shifted sums of the statistics, sub-group or local-memory reductions, then the normalizing
+pass; backward the two sums of the gradient, then diff_src); diff_scale / diff_shift as
 column partial sums over chunks of rows plus a sum of the chunks.
 """
 from __future__ import annotations
@@ -59,6 +61,9 @@ from .signature import NUMBER, Signature, bind
 __all__ = ["layer_normalization_forward", "layer_normalization_backward"]
 
 _PLAIN = "abcdefghijkl"
+# src/dst and the gradients: f32, f16 or bf16 storage, float computation; statistics, scale
+# and shift stay f32 (as in oneDNN)
+_DTYPES = (data_type.f32, data_type.f16, data_type.bf16)
 
 
 def _vec(C: int) -> MemoryDesc:
@@ -109,7 +114,7 @@ _BWD_FORMS = (("diff_src_desc", "diff_dst_desc", "src_desc", "stat_desc", "epsil
 
 
 class layer_normalization_forward(primitive):
-    """Layer normalization forward (training or inference), f32."""
+    """Layer normalization forward (training or inference); f32, f16 or bf16 data."""
 
     class primitive_desc(_ln_pd):
         """``layer_normalization_forward.primitive_desc(engine, prop_kind, src_desc,
@@ -130,10 +135,10 @@ class layer_normalization_forward(primitive):
                                                              prop_kind.forward_inference))
             self._common(a)
             src, dst = a["src_desc"], a["dst_desc"]
-            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False)
-            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True)
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=False, dtypes=_DTYPES)
+            check_data_desc(kind, "dst_desc", dst, 2, 5, allow_any=True, dtypes=_DTYPES)
             same_dims(kind, "dst_desc", dst, "src_desc", src)
-            dst = follow(dst, src)
+            dst = follow(dst, src, keep_type=True)
             stat = self._stat(a.get("stat_desc"), src)
             C = src.dims[-1]
             training = self._prop == prop_kind.forward_training
@@ -146,6 +151,7 @@ class layer_normalization_forward(primitive):
             self._stat_md = stat
             self._ss_args(C, backward=False, full=False)
             self.wg = rules.ln_row_wg(self._engine.info, C)
+            self.subgroup = rules.ln_row_subgroup(self._engine.info, self.wg)
             self._scratch_elems = 0
             self._impl = "ocl:lnorm:rows"
             self._info = (f"flags:{int(self._flags):#x} "
@@ -161,7 +167,9 @@ class layer_normalization_forward(primitive):
                    stat=stat, var=stat, eps=pd._eps,
                    scale=layout_of(_vec(src.dims[-1])) if pd.use_scale else None,
                    shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
-                   global_stats=pd.global_stats, write_stats=write, wg=pd.wg)
+                   global_stats=pd.global_stats, write_stats=write, wg=pd.wg,
+                   subgroup=pd.subgroup, xdt=src.data_type.name,
+                   odt=pd._args[ARG_DST].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ARG_MEAN in pd._args:
             named.update(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE))
@@ -177,7 +185,7 @@ class layer_normalization_forward(primitive):
 
 class layer_normalization_backward(primitive):
     """Layer normalization backward (``backward``: diff_src, diff_scale, diff_shift;
-    ``backward_data``: diff_src), f32."""
+    ``backward_data``: diff_src); f32, f16 or bf16 data."""
 
     class primitive_desc(_ln_pd):
         """``layer_normalization_backward.primitive_desc(engine, prop_kind, diff_src_desc,
@@ -203,16 +211,18 @@ class layer_normalization_backward(primitive):
                                         f"layer_normalization_forward.primitive_desc, got "
                                         f"{type(hint).__qualname__}")
             src, dsrc, ddst = a["src_desc"], a["diff_src_desc"], a["diff_dst_desc"]
-            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=True)
-            check_data_desc(kind, "diff_src_desc", dsrc, 2, 5, allow_any=True)
-            check_data_desc(kind, "diff_dst_desc", ddst, 2, 5, allow_any=True)
+            check_data_desc(kind, "src_desc", src, 2, 5, allow_any=True, dtypes=_DTYPES)
+            check_data_desc(kind, "diff_src_desc", dsrc, 2, 5, allow_any=True, dtypes=_DTYPES)
+            check_data_desc(kind, "diff_dst_desc", ddst, 2, 5, allow_any=True, dtypes=_DTYPES)
             same_dims(kind, "diff_dst_desc", ddst, "src_desc", src)
             same_dims(kind, "diff_src_desc", dsrc, "diff_dst_desc", ddst)
             if src.is_any():
                 h = hint.src_desc()
                 src = h if tuple(h.dims) == tuple(src.dims) else MemoryDesc(
-                    src.dims, data_type.f32, _PLAIN[:len(src.dims)])
-            ddst, dsrc = follow(ddst, src), follow(dsrc, src)
+                    src.dims, src.data_type, _PLAIN[:len(src.dims)])
+                if src.data_type != a["src_desc"].data_type:
+                    src = src.with_data_type(a["src_desc"].data_type)
+            ddst, dsrc = follow(ddst, src, keep_type=True), follow(dsrc, src, keep_type=True)
             stat = self._stat(a.get("stat_desc"), src, hint)
             C = src.dims[-1]
             rows = math.prod(src.dims[:-1])
@@ -227,8 +237,9 @@ class layer_normalization_backward(primitive):
             self._ss_args(C, backward=True, full=full)
             info = self._engine.info
             self.wg = rules.ln_row_wg(info, C)
+            self.subgroup = rules.ln_row_subgroup(info, self.wg)
             self.ss = full and (self.use_scale or self.use_shift)
-            self.ss_wg, self.groups = rules.ln_ss_params(info, C, rows)
+            self.ss_wg, self.groups, self.col_loop = rules.ln_ss_params(info, C, rows)
             self.small_wg = rules.small_wg(info, C)
             self._scratch_elems = self.groups * C * 2 if self.ss else 0
             self._finish_scratchpad(self._scratch_elems * 4)
@@ -245,7 +256,9 @@ class layer_normalization_backward(primitive):
         stat = layout_of(pd._stat_md)
         if pd.ss:
             red = LnScaleShiftReduce(dims=dims, x=x, dy=dy, stat=stat, var=stat, eps=pd._eps,
-                                     groups=pd.groups, wg=pd.ss_wg)
+                                     groups=pd.groups, wg=pd.ss_wg, col_loop=pd.col_loop,
+                                     xdt=src.data_type.name,
+                                     dydt=pd._args[ARG_DIFF_DST].md.data_type.name)
             plan.kernel("ln_ss_reduce", red, build_ln_ss_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN),
                         variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0)
@@ -264,7 +277,9 @@ class layer_normalization_backward(primitive):
         p = LnRows(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), stat=stat,
                    var=stat, eps=pd._eps, dy=dy,
                    scale=layout_of(_vec(C)) if pd.use_scale else None,
-                   global_stats=pd.global_stats, wg=pd.wg)
+                   global_stats=pd.global_stats, wg=pd.wg, subgroup=pd.subgroup,
+                   xdt=src.data_type.name, dydt=pd._args[ARG_DIFF_DST].md.data_type.name,
+                   odt=pd._args[ARG_DIFF_SRC].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "diff_dst": Ref(ARG_DIFF_DST), "mean": Ref(ARG_MEAN),
                  "variance": Ref(ARG_VARIANCE), "dst": Ref(ARG_DIFF_SRC)}
         if pd.use_scale:

@@ -224,8 +224,8 @@ def test_bad_arguments_name_them(cpu_engine):
     with pytest.raises(dnnl.unimplemented, match="up to 5 are implemented"):
         six = dnnl.memory.desc([1] * 6, dt.f32, "abcdef")
         P(eng, PK.forward_training, six, six, EPS, 0)
-    with pytest.raises(dnnl.unimplemented, match="dst_desc data type f16"):
-        P(eng, PK.forward_training, md, dnnl.memory.desc([2, 3, 4], dt.f16, tag.abc), EPS, 0)
+    with pytest.raises(dnnl.unimplemented, match="dst_desc data type s8"):
+        P(eng, PK.forward_training, md, dnnl.memory.desc([2, 3, 4], dt.s8, tag.abc), EPS, 0)
     fwd = P(eng, PK.forward_training, md, md, EPS, 0)
     B = dnnl.layer_normalization_backward.primitive_desc
     with pytest.raises(dnnl.invalid_arguments, match="hint_fwd_pd must be a layer_norm"):
@@ -255,3 +255,58 @@ def test_execute_errors_leave_outputs_untouched(cpu_engine):
     s.wait()
     for m in (dst, mean, var):
         assert (m.to_numpy() == 7).all()
+
+
+# bf16 / f16 src, dst and gradients with float computation; statistics, scale and shift f32.
+# References are float64 over the inputs as stored (rounded to their type first); an output
+# of a low-precision type then differs by its own rounding (half the type's epsilon of its
+# magnitude) plus float computation: tolerance one epsilon (bf16 2^-8, f16 2^-11) of the
+# largest value (the _close rule). f32 outputs (statistics, dst of f32, parameter gradients)
+# keep the f32 tolerances of the tests above (sums of up to 300 terms: 1e-4).
+EPS_T = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2e-5}
+
+
+@pytest.mark.parametrize("sdt,ddt", [(dt.bf16, dt.bf16), (dt.f16, dt.f16), (dt.bf16, dt.f32),
+                                     (dt.f32, dt.f16)], ids=lambda d: d.name)
+@pytest.mark.parametrize("dims", [(6, 5, 300), (40, 24)], ids=["6x5x300", "40x24"])
+def test_low_precision(engine, stream, dims, sdt, ddt):
+    eng, s = engine, stream
+    d = _data(dims, seed=7)
+    tg = "abcd"[:len(dims)]
+    flags = F.use_scale | F.use_shift
+    smd, dmd = dnnl.memory.desc(dims, sdt, tg), dnnl.memory.desc(dims, ddt, "any")
+    pd = dnnl.layer_normalization_forward.primitive_desc(eng, PK.forward_training, smd, dmd,
+                                                         EPS, flags)
+    assert pd.dst_desc().data_type == ddt and pd.mean_desc().data_type == dt.f32
+    src = _mem(smd, eng, d["x"])
+    x = np.asarray(src.to_numpy(), np.float64)
+    a = {dnnl.ARG_SRC: src, dnnl.ARG_DST: _mem(pd.dst_desc(), eng),
+         dnnl.ARG_MEAN: _mem(pd.mean_desc(), eng), dnnl.ARG_VARIANCE: _mem(pd.mean_desc(), eng),
+         dnnl.ARG_SCALE: _mem(pd.weights_desc(), eng, d["scale"]),
+         dnnl.ARG_SHIFT: _mem(pd.weights_desc(), eng, d["shift"])}
+    dnnl.layer_normalization_forward(pd).execute(s, a)
+    s.wait()
+    y, m, v = R.layer_norm_forward(x, EPS, scale=d["scale"], shift=d["shift"])
+    _close(a[dnnl.ARG_DST].to_numpy(), y, EPS_T[ddt])
+    _close(a[dnnl.ARG_MEAN].to_numpy(), m)
+    _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
+    # backward: diff_dst of dst's type, diff_src of src's type
+    bpd = dnnl.layer_normalization_backward.primitive_desc(
+        eng, PK.backward, dnnl.memory.desc(dims, sdt, "any"),
+        dnnl.memory.desc(dims, ddt, tg), smd, EPS, flags, pd)
+    assert bpd.diff_src_desc().data_type == sdt
+    ddm = _mem(bpd.diff_dst_desc(), eng, d["dy"])
+    dy = np.asarray(ddm.to_numpy(), np.float64)
+    b = {dnnl.ARG_SRC: src, dnnl.ARG_MEAN: a[dnnl.ARG_MEAN],
+         dnnl.ARG_VARIANCE: a[dnnl.ARG_VARIANCE], dnnl.ARG_SCALE: a[dnnl.ARG_SCALE],
+         dnnl.ARG_DIFF_DST: ddm, dnnl.ARG_DIFF_SRC: _mem(bpd.diff_src_desc(), eng),
+         dnnl.ARG_DIFF_SCALE: _mem(bpd.diff_weights_desc(), eng),
+         dnnl.ARG_DIFF_SHIFT: _mem(bpd.diff_weights_desc(), eng)}
+    dnnl.layer_normalization_backward(bpd).execute(s, b)
+    s.wait()
+    gm = np.asarray(a[dnnl.ARG_MEAN].to_numpy(), np.float64)
+    gv = np.asarray(a[dnnl.ARG_VARIANCE].to_numpy(), np.float64)
+    dx, dg, db = R.layer_norm_backward(x, dy, gm, gv, EPS, scale=d["scale"])
+    _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx, EPS_T[sdt])
+    _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dg, 1e-4)
+    _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), db, 1e-4)

@@ -81,16 +81,38 @@ def small_wg(info, n: int) -> int:
 
 
 def ln_row_wg(info, C: int) -> int:
-    """Work-items per row of the layer normalization kernels (a power of two)."""
-    cap = 256 if info.is_gpu else 64
+    """Work-items per row of the layer normalization kernels (a power of two): GPUs up to 256,
+    CPUs one SIMD vector (``simd_width``, 16 with AVX-512), combined with sub-group
+    reductions (:func:`ln_row_subgroup`)."""
+    cap = 256 if info.is_gpu else max(1, info.simd_width or 16)
     return max(1, min(cap, _pow2_at_most(max(1, info.max_work_group_size)),
                       _pow2_at_least(max(C, 1))))
 
 
-def ln_ss_params(info, C: int, rows: int) -> tuple[int, int]:
-    """(work-group size, row chunks) of the layer normalization scale/shift gradient."""
-    wg = min(_pow2_at_most(max(1, info.max_work_group_size)), 64 if info.is_gpu else 16,
-             _pow2_at_least(C))
+def ln_row_subgroup(info, wg: int) -> bool:
+    """Whether a layer normalization row's work-group (one sub-group) sums with sub-group
+    reductions instead of a local-memory tree: CPU runtimes with Intel's sub-group
+    extensions, ``wg`` equal to the SIMD width (as the softmax rows)."""
+    return (not info.is_gpu and wg == info.simd_width
+            and "cl_intel_required_subgroup_size" in info.extensions)
+
+
+LN_SS_ROWS_CPU = 64
+
+
+def ln_ss_params(info, C: int, rows: int) -> tuple[int, int, bool]:
+    """(work-group size, row chunks, column loop) of the layer normalization scale/shift
+    gradient. GPUs: work-items along the columns, a few chunks of rows. CPUs: one SIMD
+    vector per chunk of 64 rows walking every column block (``col_loop``): walking all rows
+    per column block touches one cache line per page (no prefetch, a TLB miss per access).
+    Measured on Intel's CPU runtime (32x512x1024, same process, minimum of 2): column blocks
+    walking all rows 32.2 ms, in 64 chunks 18.4 ms; chunks of 16 rows walking every column
+    block 12.4 ms, of 64 rows 9.1 ms, of 256 rows 10.6 ms."""
+    if not info.is_gpu:
+        wg = min(_pow2_at_most(max(1, info.max_work_group_size)), max(1, info.simd_width or 16),
+                 _pow2_at_least(C))
+        return wg, max(1, -(-rows // LN_SS_ROWS_CPU)), True
+    wg = min(_pow2_at_most(max(1, info.max_work_group_size)), 64, _pow2_at_least(C))
     cgroups = -(-C // wg)
     want = max(1, -(-target_groups(info) // cgroups))
-    return wg, max(1, min(want, rows // 16 or 1))
+    return wg, max(1, min(want, rows // 16 or 1)), False
