@@ -1,5 +1,7 @@
 """benchdnn's lnorm driver: ``--lnorm [--dir=FWD_D|FWD_I|BWD_D|BWD_DW] [--flags=GCHS]
-[--tag=abx] [--stat_tag=abx] [--inplace=BOOL] TxNxC`` (fewer dims allowed: ``NxC``).
+[--sdt=f32|bf16|f16] [--ddt=...] [--dt=...] [--tag=abx] [--stat_tag=abx] [--inplace=BOOL]
+TxNxC`` (fewer dims allowed: ``NxC``; ``--dt`` sets both types; backward: diff_dst of
+``--ddt``, diff_src of ``--sdt``).
 
 Flags as benchdnn spells them: ``G`` use_global_stats, ``C`` use_scale, ``H`` use_shift,
 ``S`` the older use_scaleshift (= ``CH``); ``eps`` is 1/16 as in benchdnn. Mode C checks every
@@ -27,6 +29,7 @@ from .common import (
     torch_device,
     torch_time_ms,
 )
+from .softmax import TOLERANCES
 
 F = dnnl.normalization_flags
 EPS = 1.0 / 16
@@ -45,10 +48,15 @@ class LnormBench:
         self.dir, self.prop = parse_dir(opts)
         self.flags = parse_flags(opts.get("flags", ""), "GCHS")
         self.dims = parse_dims(problem)
-        if opts.get("dt", "f32") != "f32":
-            raise unimplemented(f"--dt={opts['dt']}: only f32 is implemented")
+        dt0 = opts.get("dt", "f32")
+        self.sdt, self.ddt = opts.get("sdt", dt0), opts.get("ddt", dt0)
+        for n, v in (("sdt", self.sdt), ("ddt", self.ddt)):
+            if v not in ("f32", "bf16", "f16"):
+                raise unimplemented(f"--{n}={v}: f32, bf16 and f16 are implemented")
         nd = len(self.dims)
-        self.md = dnnl.memory.desc(self.dims, dnnl.memory.data_type.f32, _tag(opts, "tag", nd))
+        DT = dnnl.memory.data_type
+        self.md = dnnl.memory.desc(self.dims, DT[self.sdt], _tag(opts, "tag", nd))
+        self.dmd = dnnl.memory.desc(self.dims, DT[self.ddt], _tag(opts, "tag", nd))
         stat_md = dnnl.memory.desc(self.dims[:-1], dnnl.memory.data_type.f32,
                                    _tag(opts, "stat_tag", nd - 1))
         rng = np.random.default_rng(seed)
@@ -63,16 +71,17 @@ class LnormBench:
         fwd = self.dir.startswith("FWD")
         t0 = time.perf_counter()
         self.fpd = dnnl.layer_normalization_forward.primitive_desc(
-            eng, self.prop if fwd else dnnl.prop_kind.forward_training, self.md, self.md,
+            eng, self.prop if fwd else dnnl.prop_kind.forward_training, self.md, self.dmd,
             stat_md, EPS, self.flags)
         self.fwd = dnnl.layer_normalization_forward(self.fpd)
         self.bwd = None
         if not fwd:
             self.bpd = dnnl.layer_normalization_backward.primitive_desc(
-                eng, self.prop, self.md, self.md, self.md, stat_md, EPS, self.flags, self.fpd)
+                eng, self.prop, self.md, self.dmd, self.md, stat_md, EPS, self.flags, self.fpd)
             self.bwd = dnnl.layer_normalization_backward(self.bpd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
-        inplace = opts.get("inplace", "false").lower() in ("true", "1") and fwd
+        inplace = (opts.get("inplace", "false").lower() in ("true", "1") and fwd
+                   and self.sdt == self.ddt)
         self._memories(inplace)
 
     def _memories(self, inplace: bool) -> None:
@@ -81,7 +90,8 @@ class LnormBench:
         def mem(m, v=None):
             return dnnl.memory(m, eng, v) if v is not None else dnnl.memory(m, eng)
         a = {dnnl.ARG_SRC: mem(self.md, self.x)}
-        a[dnnl.ARG_DST] = a[dnnl.ARG_SRC] if inplace else mem(self.md)
+        self.x = a[dnnl.ARG_SRC].to_numpy().astype(np.float32)  # as stored
+        a[dnnl.ARG_DST] = a[dnnl.ARG_SRC] if inplace else mem(self.dmd)
         specs = pd.arg_specs()
         if dnnl.ARG_MEAN in specs:
             a[dnnl.ARG_MEAN] = mem(pd.mean_desc(), self.gmean if self.g else None)
@@ -95,7 +105,8 @@ class LnormBench:
             return
         b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
                                 dnnl.ARG_SHIFT) if k in self.bpd.arg_specs()}
-        b[dnnl.ARG_DIFF_DST] = mem(self.md, self.dy)
+        b[dnnl.ARG_DIFF_DST] = mem(self.dmd, self.dy)
+        self.dy = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float32)  # as stored
         b[dnnl.ARG_DIFF_SRC] = mem(self.md)
         for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
             if k in self.bpd.arg_specs():
@@ -160,9 +171,12 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run one lnorm problem; returns the number of failures."""
     b = LnormBench(eng, problem, opts)
-    desc = f"--dir={b.dir} --flags={opts.get('flags', '')} --tag={b.md.format_name()}"
+    desc = (f"--dir={b.dir} --flags={opts.get('flags', '')} --sdt={b.sdt} --ddt={b.ddt} "
+            f"--tag={b.md.format_name()}")
     if mode == "C":
-        line, failed = check_line("lnorm", desc, problem, b.check(), 2e-5)
+        # a bf16/f16 output: its type's epsilon (its rounding is half of it)
+        tol = max(2e-5, *(TOLERANCES[t] for t in (b.sdt, b.ddt)))
+        line, failed = check_line("lnorm", desc, problem, b.check(), tol)
         print(line, flush=True)
         return failed
     if b.bwd is not None:
@@ -173,8 +187,10 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
     s = dnnl.stream(eng)
     tmin, tmed = time_ms(lambda: prim.execute(s, args), min_seconds, s.wait)
     peer = ("torch", _torch_ms(b, min_seconds)) if compare == "torch" else None
-    n = math.prod(b.dims) * 4
-    nbytes = n * (3 if b.bwd is not None else 2)
+    n = math.prod(b.dims)
+    isz, osz = b.md.data_type.itemsize, b.dmd.data_type.itemsize
+    nbytes = n * (2 * isz + osz if b.bwd is not None else isz + osz)
+    n *= isz
     print(perf_line("lnorm", desc, problem, b.create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy_gbs(eng, n)), flush=True)
     return 0
