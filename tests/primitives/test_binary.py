@@ -304,3 +304,63 @@ def test_bad_execute_leaves_outputs_untouched(engine, stream):
                                           dnnl.ARG_DST: same})
     stream.wait()
     np.testing.assert_array_equal(a.to_numpy(), x0)
+
+
+# ---- bf16 and f16 ----------------------------------------------------------------------------
+# Inputs are rounded to their type first (the values the kernel reads); the float64 reference
+# of those values, rounded once to dst's type, is within EPS (unit roundoff: bf16 2^-8, f16
+# 2^-11, f32 2^-24) of it relatively, the f32 operation adds one more 2^-24. Tolerance:
+# 2 * EPS[dst] * |ref| + 2^-24 * |ref|, plus f16's subnormal spacing 2^-24; comparisons exact.
+EPS = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2.0 ** -24}
+LOW = [  # (src0, src1, dst) types, src0 dims, src1 dims, src0 tag
+    ((dt.bf16, dt.bf16, dt.bf16), [2, 3, 4, 5], [2, 3, 4, 5], "abcd"),    # flat
+    ((dt.bf16, dt.f32, dt.bf16), [2, 32, 4, 5], [1, 32, 1, 1], "abcd"),   # rows, per channel
+    ((dt.f16, dt.f16, dt.f16), [2, 32, 4, 5], [1, 32, 1, 1], "acdb"),     # short rows
+    ((dt.f32, dt.f32, dt.bf16), [2, 3, 2, 300], [2, 1, 2, 300], "abcd"),  # long rows
+    ((dt.f16, dt.bf16, dt.f32), [2, 20, 3, 3], [1, 20, 1, 1], "aBcd16b"),  # strided, padded
+]
+LOW_IDS = ["-".join(t.name for t in c[0]) + f"-{c[3]}" for c in LOW]
+
+
+@pytest.mark.parametrize("alg", [A.binary_add, A.binary_mul, A.binary_div, A.binary_max,
+                                 A.binary_ge], ids=["add", "mul", "div", "max", "ge"])
+@pytest.mark.parametrize("case", range(len(LOW)), ids=LOW_IDS)
+def test_bf16_f16(engine, stream, case, alg):
+    (t0, t1, td), d0, d1, tg = LOW[case]
+    x0, x1 = _data(case, d0, alg), _data(50 + case, d1, alg)
+    m0 = dnnl.memory.desc(d0, t0, tg)
+    m1 = dnnl.memory.desc(d1, t1, "abcd")
+    pd = dnnl.binary.primitive_desc(engine, alg, m0, m1, dnnl.memory.desc(d0, td, tag.any))
+    assert pd.dst_desc().data_type == td
+    a, b = dnnl.memory(m0, engine, x0), dnnl.memory(m1, engine, x1)
+    c = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.binary(pd).execute(stream, {dnnl.ARG_SRC_0: a, dnnl.ARG_SRC_1: b, dnnl.ARG_DST: c})
+    stream.wait()
+    want = ref_binary(alg, a.to_numpy().astype(np.float64), b.to_numpy().astype(np.float64))
+    got = c.to_numpy().astype(np.float64)
+    if alg in COMPARE:
+        np.testing.assert_array_equal(got, want)
+        return
+    tol = (2 * EPS[td] + 2.0 ** -24) * np.abs(want) + (2.0 ** -24 if td == dt.f16 else 0.0)
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), f"{bad.sum()} differ; got {got[bad][:4]}, want {want[bad][:4]}"
+
+
+def test_bf16_post_ops_and_inplace(engine, stream):
+    """bf16 in place (dst is src0) with a sum post-op reading dst's bf16 content and a relu."""
+    d0, d1 = [2, 16, 3, 5], [1, 16, 1, 1]
+    x0, x1 = _data(7, d0), _data(8, d1)
+    m0 = dnnl.memory.desc(d0, dt.bf16, "abcd")
+    ops = dnnl.post_ops()
+    ops.append_sum(0.5)
+    ops.append_eltwise(A.eltwise_relu, 0.0, 0.0)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(ops)
+    pd = dnnl.binary.primitive_desc(engine, A.binary_add, m0, _md(d1, "abcd"), m0, attr)
+    a, b = dnnl.memory(m0, engine, x0), dnnl.memory(pd.src_desc(1), engine, x1)
+    xs = a.to_numpy().astype(np.float64)
+    dnnl.binary(pd).execute(stream, {dnnl.ARG_SRC_0: a, dnnl.ARG_SRC_1: b, dnnl.ARG_DST: a})
+    stream.wait()
+    want = np.maximum(0.5 * xs + (xs + x1), 0)
+    got = a.to_numpy().astype(np.float64)
+    assert np.all(np.abs(got - want) <= (2 * EPS[dt.bf16] + 2.0 ** -22) * np.abs(want))

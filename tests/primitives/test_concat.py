@@ -209,3 +209,75 @@ def test_bad_execute_leaves_outputs_untouched(engine, stream):
         prim.execute(stream, {MS: a, MS + 1: b2, dnnl.ARG_DST: holder})
     stream.wait()
     np.testing.assert_array_equal(b2.to_numpy(), xs[1])
+
+
+# ---- bf16 and f16 ----------------------------------------------------------------------------
+# A concat of one type is a copy: the stored bits must come back unchanged (checked on the raw
+# storage, with NaNs, infinities, subnormals and negative zero among the values). A dst of
+# another type rounds each value once: equal to the memory's own conversion of the values.
+LOW = {  # type, axis, sizes, source tags, dst tag
+    "bf16-channels": (dt.bf16, 1, [16, 8], ["abcd", "abcd"], tag.any),        # long rows
+    "f16-innermost": (dt.f16, 3, [16, 32], ["abcd", "abcd"], tag.any),        # one launch
+    "bf16-innermost-odd": (dt.bf16, 3, [5, 3, 7], ["abcd"] * 3, "abcd"),     # flat
+    "f16-blocked-split": (dt.f16, 1, [8, 4, 8], ["aBcd8b", "abcd", "acdb"], "aBcd8b"),
+    "bf16-nhwc": (dt.bf16, 1, [16, 16], ["acdb", "acdb"], tag.any),          # short rows
+}
+
+
+def _special(rng, shape, t):
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    tiny = 1e-40 if t == dt.bf16 else 3e-6  # subnormal in the type
+    specials = np.float32([np.nan, np.inf, -np.inf, -0.0, tiny, -tiny])
+    flat[:len(specials)] = specials[:flat.size]
+    return x
+
+
+@pytest.mark.parametrize("case", list(LOW))
+def test_bf16_f16_bit_exact(engine, stream, case):
+    t, axis, sizes, tags, dtag = LOW[case]
+    rng = np.random.default_rng(4)
+    shapes = _shapes([2, 3, 4, 5], axis, sizes)
+    xs = [_special(rng, s, t) for s in shapes]
+    mds = [dnnl.memory.desc(s, t, tg) for s, tg in zip(shapes, tags)]
+    dims = list(shapes[0])
+    dims[axis] = sum(sizes)
+    pd = dnnl.concat.primitive_desc(engine, dnnl.memory.desc(dims, t, dtag), axis, mds)
+    assert pd.dst_desc().data_type == t
+    mems = [dnnl.memory(md, engine, x) for md, x in zip(mds, xs)]
+    args = {MS + i: m for i, m in enumerate(mems)}
+    out = args[dnnl.ARG_DST] = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.concat(pd).execute(stream, args)
+    stream.wait()
+    # the bits of every source element, in logical order, against dst's
+    raw = out.read_raw()
+    got = raw[pd.dst_desc().element_offsets()]
+    want = np.concatenate([m.read_raw()[m.get_desc().element_offsets()] for m in mems], axis)
+    assert got.dtype.itemsize == 2
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("src_t, dst_t", [(dt.f32, dt.bf16), (dt.bf16, dt.f32),
+                                          (dt.f32, dt.f16)])
+def test_type_conversion(engine, stream, src_t, dst_t):
+    axis = 3
+    shapes = _shapes([2, 3, 4, 5], axis, [16, 16])
+    xs = _xs(5, shapes)
+    mds = [dnnl.memory.desc(s, src_t, "abcd") for s in shapes]
+    pd = dnnl.concat.primitive_desc(engine, dnnl.memory.desc([2, 3, 4, 32], dst_t, tag.any),
+                                    axis, mds)
+    mems = [dnnl.memory(md, engine, x) for md, x in zip(mds, xs)]
+    args = {MS + i: m for i, m in enumerate(mems)}
+    out = args[dnnl.ARG_DST] = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.concat(pd).execute(stream, args)
+    stream.wait()
+    # the memory's host conversion rounds to nearest even, as the kernel must
+    want = dnnl.memory(pd.dst_desc(), engine,
+                       np.concatenate([m.to_numpy() for m in mems], axis)).to_numpy()
+    np.testing.assert_array_equal(out.to_numpy(), want)
+
+
+def test_mixed_source_types_refused(engine):
+    mds = [dnnl.memory.desc([2, 3], dt.bf16, "ab"), dnnl.memory.desc([2, 3], dt.f32, "ab")]
+    with pytest.raises(dnnl.unimplemented, match="srcs\\[1\\] data type f32"):
+        dnnl.concat.primitive_desc(engine, 1, mds)

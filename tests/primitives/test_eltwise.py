@@ -420,3 +420,89 @@ def test_bad_execute_leaves_outputs_untouched(engine, stream):
                                                     dnnl.ARG_DIFF_SRC: ds})
     stream.wait()
     np.testing.assert_array_equal(ds.to_numpy(), sentinel)
+
+
+# ---- bf16 and f16 ----------------------------------------------------------------------------
+# Inputs are rounded to the type first (the values the kernel reads); the float64 reference of
+# those values, rounded once to the output type, is within EPS (unit roundoff: bf16 2^-8, f16
+# 2^-11) of it relatively; the kernel's f32 arithmetic adds errors of a few 2^-24. Tolerance:
+# 2 * EPS * |ref| + 1e-5 * max(1, |ref|) (the f32 formulas' error, as in the f32 tests), plus
+# f16's subnormal spacing 2^-24.
+EPS = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2.0 ** -24}
+LOW = [  # (algorithm, alpha, beta, domain, data type per buffer, src layout)
+    (A.eltwise_relu, 0.1, 0.0, "all", (dt.bf16, dt.bf16), "abcd"),
+    (A.eltwise_gelu_erf, 0.0, 0.0, "all", (dt.bf16, dt.bf16), "nChw16c"),
+    (A.eltwise_tanh, 0.0, 0.0, "all", (dt.f16, dt.f16), "abcd"),
+    (A.eltwise_logistic_use_dst_for_bwd, 0.0, 0.0, "all", (dt.f16, dt.f16), "acdb"),
+    (A.eltwise_exp, 0.0, 0.0, "all", (dt.bf16, dt.f32), "abcd"),
+    (A.eltwise_sqrt, 0.0, 0.0, "pos", (dt.f32, dt.f16), "abcd"),
+    (A.eltwise_swish, 1.5, 0.0, "all", (dt.f16, dt.bf16), "strided"),
+]
+LOW_IDS = [f"{a.name[8:]}-{s.name}-{d.name}-{t}" for a, _, _, _, (s, d), t in LOW]
+
+
+def _low_close(got, want, dtype):
+    got = np.asarray(got, np.float64)
+    mag = np.abs(want)
+    tol = 2 * EPS[dtype] * mag + 1e-5 * np.maximum(1, mag) + (2.0 ** -24 if dtype == dt.f16
+                                                               else 0.0)
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), (f"{bad.sum()} of {bad.size} differ; got {got[bad][:4]}, want "
+                           f"{want[bad][:4]}")
+
+
+@pytest.mark.parametrize("case", range(len(LOW)), ids=LOW_IDS)
+def test_bf16_f16_forward_and_backward(engine, stream, case):
+    alg, alpha, beta, domain, (sdt, ddt), layout = LOW[case]
+    dims = [2, 16, 3, 5]
+    x = _x(300 + case, domain, dims)
+
+    def md(t, d):
+        m = _strided_md(dims) if layout == "strided" else _md(dims, layout)
+        return m.with_data_type(t) if d is None else dnnl.memory.desc(dims, t, d)
+
+    s_md = md(sdt, None)
+    pd = dnnl.eltwise_forward.primitive_desc(engine, FWD, alg, s_md,
+                                             dnnl.memory.desc(dims, ddt, tag.any), alpha, beta)
+    assert pd.dst_desc().data_type == ddt
+    src = dnnl.memory(s_md, engine, x)
+    xs = src.to_numpy().astype(np.float64)  # the inputs as stored
+    dst = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.eltwise_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+    stream.wait()
+    y = dst.to_numpy()
+    _low_close(y, ref.eltwise_forward(alg, xs, alpha, beta), ddt)
+
+    # backward: diff tensors of the dst type, data as the forward used it
+    dd = np.random.default_rng(case).standard_normal(dims).astype(np.float32)
+    data = dst if alg in USES_DST else src
+    v = y.astype(np.float64) if alg in USES_DST else xs
+    diff = dnnl.memory.desc(dims, ddt, tag.any)
+    bpd = dnnl.eltwise_backward.primitive_desc(engine, alg, diff, diff, data.get_desc(), alpha,
+                                               beta, pd)
+    assert bpd.diff_src_desc().data_type == ddt
+    ddm = dnnl.memory(bpd.diff_dst_desc(), engine, dd)
+    dds = ddm.to_numpy().astype(np.float64)
+    dsm = dnnl.memory(bpd.diff_src_desc(), engine)
+    arg = dnnl.ARG_DST if alg in USES_DST else dnnl.ARG_SRC
+    dnnl.eltwise_backward(bpd).execute(stream, {arg: data, dnnl.ARG_DIFF_DST: ddm,
+                                                dnnl.ARG_DIFF_SRC: dsm})
+    stream.wait()
+    _low_close(dsm.to_numpy(), ref.eltwise_backward(alg, dds, v, alpha, beta), ddt)
+
+
+def test_bf16_rounding_is_to_nearest_even(engine, stream):
+    """Values halfway between two bf16 / f16 numbers round to the even one, as oneDNN's."""
+    for t, ulp in ((dt.bf16, 2.0 ** -7), (dt.f16, 2.0 ** -10)):
+        # 1 + k ulp + half an ulp: ties, exact in f32 (linear with alpha 1 passes them)
+        k = np.arange(16, dtype=np.float64)
+        x = (1 + k * ulp + ulp / 2).astype(np.float32).reshape(1, 16)
+        src_md = dnnl.memory.desc([1, 16], dt.f32, "ab")
+        pd = dnnl.eltwise_forward.primitive_desc(engine, FWD, A.eltwise_linear, src_md,
+                                                 dnnl.memory.desc([1, 16], t, "ab"), 1.0, 0.0)
+        src = dnnl.memory(src_md, engine, x)
+        dst = dnnl.memory(pd.dst_desc(), engine)
+        dnnl.eltwise_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+        stream.wait()
+        even = 1 + (k + (k % 2)) * ulp  # the tie goes to the even mantissa
+        np.testing.assert_array_equal(dst.to_numpy().astype(np.float64).ravel(), even)

@@ -212,3 +212,53 @@ def test_bad_execute_leaves_outputs_untouched(engine, stream):
         dnnl.sum(pd40).execute(stream, mems)
     stream.wait()
     np.testing.assert_array_equal(mems[MS + 39].to_numpy(), xs[0])
+
+
+# ---- bf16 and f16 ----------------------------------------------------------------------------
+# Inputs are rounded to their type first; the sum runs in f32 (each addition within 2^-24 of
+# the running magnitude) and rounds once to dst's type (unit roundoff EPS: bf16 2^-8, f16
+# 2^-11). Tolerance: 2 * EPS[dst] * |ref| + n * 2^-23 * sum |scale * x|, plus f16's subnormal
+# spacing 2^-24.
+EPS = {dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11, dt.f32: 2.0 ** -24}
+LOW = {  # source type, dst type (None: the form without dst), tags, n
+    "bf16": (dt.bf16, None, ["abcd", "abcd"], 2),
+    "f16-blocked": (dt.f16, dt.f16, ["aBcd16b", "acdb", "abcd"], 3),
+    "bf16-to-f32": (dt.bf16, dt.f32, ["acdb"] * 3, 3),
+    "f32-to-f16": (dt.f32, dt.f16, ["abcd", "abcd"], 2),
+    "bf16-many": (dt.bf16, dt.bf16, ["abcd"] * 34, 34),  # two launches, the second adds
+}
+
+
+@pytest.mark.parametrize("case", list(LOW))
+def test_bf16_f16(engine, stream, case):
+    sdt, ddt, tags, n = LOW[case]
+    dims = [2, 20, 3, 5]
+    xs = _xs(9, dims, n)
+    scales = list(np.linspace(-1.5, 2.0, n))
+    mds = [dnnl.memory.desc(dims, sdt, t) for t in tags]
+    pd = (dnnl.sum.primitive_desc(engine, scales, mds) if ddt is None else
+          dnnl.sum.primitive_desc(engine, dnnl.memory.desc(dims, ddt, tag.any), scales, mds))
+    ddt = ddt or sdt
+    assert pd.dst_desc().data_type == ddt
+    mems = [dnnl.memory(md, engine, x) for md, x in zip(mds, xs)]
+    stored = [m.to_numpy().astype(np.float64) for m in mems]
+    args = {MS + i: m for i, m in enumerate(mems)}
+    out = args[dnnl.ARG_DST] = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.sum(pd).execute(stream, args)
+    stream.wait()
+    want = ref_sum(scales, stored)
+    scale = sum(abs(s) * np.abs(x) for s, x in zip(scales, stored))
+    got = out.to_numpy().astype(np.float64)
+    # more than one launch rounds dst between them: one EPS per launch
+    launches = 1 + (n > 32)
+    tol = (2 * launches * EPS[ddt] * (np.abs(want) + (launches > 1) * scale)
+           + n * 2.0 ** -23 * scale + (2.0 ** -24 if ddt == dt.f16 else 0.0))
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), f"{bad.sum()} differ; got {got[bad][:4]}, want {want[bad][:4]}"
+
+
+def test_mixed_source_types_refused(engine):
+    dims = [2, 3]
+    mds = [dnnl.memory.desc(dims, dt.bf16, "ab"), dnnl.memory.desc(dims, dt.f16, "ab")]
+    with pytest.raises(dnnl.unimplemented, match="srcs\\[1\\] data type f16"):
+        dnnl.sum.primitive_desc(engine, [1.0, 1.0], mds)
