@@ -128,6 +128,46 @@ results["concat_rows_last_axis"] = bool(np.array_equal(cat(xs, 2, ["abc", "abc"]
 xs = [x(1, 3, 4) for _ in range(34)]  # two launches, each on its own region
 results["concat_two_passes"] = bool(np.array_equal(cat(xs, 0, ["abc", "acb"] * 17),
                                                    RC(0, xs)))
+
+# new launch shapes and bf16/f16: long rows with a tail (300 = 256 + 44), short rows (32 x 8
+# rows per work-group, 5 rows: a partial work-group), the one-launch innermost concat with rows
+# of different lengths, a concat region starting inside a block
+BF16, F16 = dnnl.memory.data_type.bf16, dnnl.memory.data_type.f16
+
+def typed_binary(alg, a, b, ta, tb, td, dts):
+    dims = [max(p, q) for p, q in zip(a.shape, b.shape)]
+    pd = dnnl.binary.primitive_desc(eng, alg, MD(a.shape, dts[0], ta), MD(b.shape, dts[1], tb),
+                                    MD(dims, dts[2], td))
+    m0, m1 = dnnl.memory(pd.src_desc(0), eng, a), dnnl.memory(pd.src_desc(1), eng, b)
+    out = dnnl.memory(pd.dst_desc(), eng)
+    dnnl.binary(pd).execute(s, {dnnl.ARG_SRC_0: m0, dnnl.ARG_SRC_1: m1, dnnl.ARG_DST: out})
+    s.wait()
+    want = RB(alg, m0.to_numpy().astype(np.float64), m1.to_numpy().astype(np.float64))
+    return bool(np.allclose(out.to_numpy(), want, rtol=2 ** -7, atol=1e-6))
+
+a, b = x(2, 3, 300), x(1, 3, 1)
+results["bf16_long_rows_tail"] = typed_binary(A.binary_mul, a, b, "abc", "abc", "any",
+                                              (BF16, F32, BF16))
+a, b = x(5, 32), x(5, 1)
+results["f16_short_rows_partial"] = typed_binary(A.binary_add, a, b, "ab", "ab", "any",
+                                                 (F16, F16, F32))
+
+def typed_cat(xs, axis, tags, dt_, dtag=None):
+    mds = [MD(v.shape, dt_, t) for v, t in zip(xs, tags)]
+    dims = list(xs[0].shape)
+    dims[axis] = sum(v.shape[axis] for v in xs)
+    pd = dnnl.concat.primitive_desc(eng, MD(dims, dt_, dtag or "any"), axis, mds)
+    m = {MS + i: dnnl.memory(md, eng, v) for i, (md, v) in enumerate(zip(mds, xs))}
+    out = m[dnnl.ARG_DST] = dnnl.memory(pd.dst_desc(), eng)
+    dnnl.concat(pd).execute(s, m)
+    s.wait()
+    return bool(np.array_equal(out.to_numpy(), RC(axis, [m[MS + i].to_numpy()
+                                                          for i in range(len(xs))])))
+
+results["f16_concat_innermost_one_launch"] = typed_cat([x(3, 5, 32), x(3, 5, 16)], 2,
+                                                       ["abc", "abc"], F16)
+results["bf16_concat_inside_block"] = typed_cat([x(2, 3, 4, 5), x(2, 9, 4, 5)], 1,
+                                                ["abcd", "acdb"], BF16, "aBcd8b")
 print(json.dumps(results))
 """
 

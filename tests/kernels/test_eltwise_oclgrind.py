@@ -79,6 +79,28 @@ results["in_place_fwd"] = close(y, R.eltwise_forward(A.eltwise_logistic, x))
 impl, g = bwd(A.eltwise_hardswish, 1 / 6, 0.5, x, dd, "nChw8c", "nChw8c", inplace=True)
 results["in_place_bwd_blocked"] = impl.endswith("strided") and close(
     g, R.eltwise_backward(A.eltwise_hardswish, dd, x, 1 / 6, 0.5))
+
+# bf16 src, f16 dst (ushort buffers both ways), flat and strided; f16 backward
+BF16, F16 = dnnl.memory.data_type.bf16, dnnl.memory.data_type.f16
+for name, st, dt_ in (("bf16_f16_flat", "abcd", "abcd"), ("bf16_f16_strided", "acdb", "abcd")):
+    pd = dnnl.eltwise_forward.primitive_desc(eng, FWD, A.eltwise_tanh, MD(x.shape, BF16, st),
+                                             MD(x.shape, F16, dt_))
+    src = dnnl.memory(pd.src_desc(), eng, x)
+    dst = dnnl.memory(pd.dst_desc(), eng)
+    dnnl.eltwise_forward(pd).execute(s, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+    s.wait()
+    want = R.eltwise_forward(A.eltwise_tanh, src.to_numpy().astype(np.float64))
+    results[name] = bool(np.allclose(dst.to_numpy(), want, rtol=2 ** -10, atol=2e-6))
+md16 = MD(x.shape, F16, "abcd")
+pd = dnnl.eltwise_backward.primitive_desc(eng, A.eltwise_relu, md16, md16, md16, 0.1)
+data, ddm = dnnl.memory(md16, eng, x), dnnl.memory(md16, eng, dd)
+dsm = dnnl.memory(md16, eng)
+dnnl.eltwise_backward(pd).execute(s, {dnnl.ARG_SRC: data, dnnl.ARG_DIFF_DST: ddm,
+                                      dnnl.ARG_DIFF_SRC: dsm})
+s.wait()
+results["f16_bwd"] = bool(np.allclose(dsm.to_numpy(), R.eltwise_backward(
+    A.eltwise_relu, ddm.to_numpy().astype(np.float64), data.to_numpy().astype(np.float64), 0.1),
+    rtol=2 ** -10, atol=1e-6))
 print(json.dumps(results))
 """
 
