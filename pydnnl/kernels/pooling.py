@@ -18,14 +18,16 @@ written 0. Data may be stored as f32, bf16 or f16 (``src_dt``, ``dst_dt``): load
 computed in f32, rounded once on store with oneDNN's rules (``clhelpers``).
 
 * forward: ``dst = max`` (``ws`` = the window index of the winner, ``(kd*KH + kh)*KW + kw``)
-  or ``sum / denominator`` over the taps inside the source; straight-line taps, a tap in the
-  padding is a masked load (a uniform branch when the lanes run along channels).
+  or ``sum / denominator`` over the taps inside the source; straight-line taps, loads
+  clamped inside the source and the padding masked by selects.
 * backward, a gather with no atomics: ``diff_src[x] = sum`` over the windows ``o`` that
   cover ``x``, at most ``ceil(extent / stride)`` per dim, walked from the highest ``o = (x +
   pad_l) / stride`` down, of ``diff_dst[o]`` when ``ws[o] == k`` (max; the workspace read
   as u8) or ``diff_dst[o] / denominator(o)`` (averages). When the lanes run along a spatial
   dim, each work-item takes ``stride`` consecutive elements of it, so its windows are ``lane
-  + constant`` and its taps constants (no division per lane, loads linear in the lane).
+  + constant`` and its taps constants (no division per lane, loads linear in the lane);
+  where the dim has fewer windows than such candidates (global pooling), the lane walks its
+  own window range instead.
 """
 from __future__ import annotations
 
@@ -248,17 +250,20 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
         body += ["    float acc = 0.0f;"]
         if p.alg == "avg_np":
             body.append("    int cnt = 0;")
-    # straight-line taps; a tap in the padding is a masked load (a uniform branch where the
-    # spatial index is the same for every lane, a masked vector load where it is the lane's)
+    # straight-line taps: every load clamped inside the source, the padding masked by a
+    # select (no conditional loads: nchw 32x2048x7x7 global average pooling measured 1.7 ms
+    # this way against 3.2-12 ms with loads under the condition, Intel's CPU runtime)
     for depth, (a, xv, S, P, D, I) in enumerate(zip("dhw", ("x2", "x3", "x4"), p.strides,
                                                      p.pad_l, p.dilation, p.src_sp)):
         ind = "    " * (depth + 1)
         body += [f"{ind}for (int k{a} = 0; k{a} < {p.kernel[depth]}; ++k{a}) {{",
-                 f"{ind}    const int i{a} = (int){xv} * {S} - {P} + k{a} * {D + 1};",
-                 f"{ind}    const bool b{a} = i{a} >= 0 && i{a} < {I};"]
+                 f"{ind}    const int r{a} = (int){xv} * {S} - {P} + k{a} * {D + 1};",
+                 f"{ind}    const bool b{a} = r{a} >= 0 && r{a} < {I};",
+                 f"{ind}    const int i{a} = clamp(r{a}, 0, {I - 1});"]
     body += ["                const bool inb = bd && bh && bw;",
-             f"                const float v = inb ? {ld[p.src_dt]}(src[s_nc + "
-             f"{_offset(p.src_layout, src_i, (2, 3, 4))}]) : 0.0f;"]
+             f"                const float u = {ld[p.src_dt]}(src[s_nc + "
+             f"{_offset(p.src_layout, src_i, (2, 3, 4))}]);",
+             "                const float v = inb ? u : 0.0f;"]
     if p.alg == "max":
         body += ["                const bool win = inb && v > acc;",
                  "                acc = win ? v : acc;",
@@ -331,6 +336,9 @@ def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
             ext = (K - 1) * (D + 1) + 1
             nw = min(-(-ext // S), O)
             if dim == lane_sp:
+                cands = [j for j in range(-(-ext // S))
+                         if (r + P) % S + S * j < ext and ((r + P) % S + S * j) % (D + 1) == 0]
+            if dim == lane_sp and len(cands) <= O:
                 # the lane's element is x = l0 * S + r: its windows are l0 + const, at
                 # taps that are constants
                 cands = []
@@ -348,7 +356,7 @@ def _backward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
                 lines.append(f"{ind}    const int o{a} = l0 + {sel_o};")
                 lines.append(f"{ind}    const int k{a} = {sel_k};")
                 conds.append(f"o{a} >= 0 && o{a} < {O}")
-            else:
+            else:  # a uniform index, or a lane's with fewer windows than candidates
                 xv = f"(int)x{dim}"
                 lines += [f"{ind}const int h{a} = min(({xv} + {P}) / {S}, {O - 1});",
                           f"{ind}for (int j{a} = 0; j{a} < {nw}; ++j{a}) {{",
