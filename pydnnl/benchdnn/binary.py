@@ -8,10 +8,11 @@ have fewer dims than src0 (trailing dims padded with 1, so ``8x8x3x5:8`` broadca
 three innermost dims); ``--stag`` takes one tag for both sources or two joined by ``:``, each a
 oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels last), ``aBx8b`` /
 ``aBx16b`` (blocked channels), ``any``; ``--inplace`` (default true, as benchdnn's) writes into
-src0's memory where src0 has dst's dims; every option may list values separated by commas,
-each combination runs. Mode C checks against the numpy reference on integers and halves (ties
-for the comparisons); mode P prints times, GB/s of bytes read and written, the copy kernel's
-GB/s, and PyTorch's time with ``--compare=torch``.
+src0's memory where src0 has dst's desc; ``--sdt`` takes one data type for both sources or two
+joined by ``:``, ``--ddt`` one (``f32``, ``bf16``, ``f16``); every option may list values
+separated by commas, each combination runs. Mode C checks against the numpy reference on
+integers and halves (ties for the comparisons; exact in every type); mode P prints times,
+GB/s of bytes read and written, the copy kernel's GB/s, and PyTorch's time with ``--compare=torch``.
 
 The layout helpers here serve the sum and concat drivers too.
 """
@@ -68,10 +69,44 @@ def tags_for(text: str, n: int) -> list[str]:
     return parts
 
 
+DTS = ("f32", "bf16", "f16")
+
+
+def parse_dts(text: str, n: int, key: str) -> list:
+    """``--sdt``/``--ddt``/``--dt`` text -> ``n`` data types (one for all or ``n`` joined by
+    ``:``; empty means f32)."""
+    from ..memory.data_types import data_type
+
+    parts = [v.strip() or "f32" for v in (text or "f32").split(":")]
+    for v in parts:
+        if v not in DTS:
+            raise unimplemented(f"--{key}={text}: {v}; f32, bf16 and f16 are implemented")
+    if len(parts) == 1:
+        parts = parts * n
+    if len(parts) != n:
+        raise invalid_arguments(f"--{key}={text}: give one data type or {n} joined by ':'")
+    return [data_type[v] for v in parts]
+
+
+def eps(dt) -> float:
+    """Unit roundoff of ``dt`` (the relative error of one rounding)."""
+    from ..memory.data_types import data_type
+
+    return {data_type.bf16: 2.0 ** -8, data_type.f16: 2.0 ** -11}.get(dt, 2.0 ** -24)
+
+
+def torch_dtype(dt):
+    import torch
+
+    from ..memory.data_types import data_type
+
+    return {data_type.bf16: torch.bfloat16, data_type.f16: torch.float16}.get(dt, torch.float32)
+
+
 def check_dt(opts: dict, key: str, default: str = "f32") -> None:
     for v in opts.get(key, default).split(":"):
-        if v.strip() not in ("f32", ""):
-            raise unimplemented(f"--{key}={opts[key]}: only f32 is implemented")
+        if v.strip() not in DTS + ("",):
+            raise unimplemented(f"--{key}={opts[key]}: f32, bf16 and f16 are implemented")
 
 
 def flag(text: str, key: str) -> bool:
@@ -130,24 +165,25 @@ def parse_scales(text: str) -> dict[int, float]:
     return out
 
 
-def _torch_ms(alg, x0, x1, device, min_seconds) -> float | None:
+def _torch_ms(alg, x0, x1, device, min_seconds, dts=None) -> float | None:
     import torch
 
     name = alg.name[7:]
     fns = {"add": torch.add, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum,
            "div": torch.div, "sub": torch.sub, "ge": torch.ge, "gt": torch.gt, "le": torch.le,
            "lt": torch.lt, "eq": torch.eq, "ne": torch.ne}
-    a = torch.from_numpy(x0).to(device)
-    b = torch.from_numpy(x1).to(device)
+    t0, t1, td = (torch_dtype(d) for d in (dts or (None,) * 3))
+    a = torch.from_numpy(x0).to(device, t0)
+    b = torch.from_numpy(x1).to(device, t1)
     out = torch.empty(np.broadcast_shapes(x0.shape, x1.shape), device=device,
                       dtype=torch.bool if name in ("ge", "gt", "le", "lt", "eq", "ne")
-                      else torch.float32)
+                      else td)
     fn = fns[name]
     return torch_time_ms(lambda: fn(a, b, out=out), device, min_seconds)
 
 
 def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, compare,
-            min_seconds) -> int:
+            min_seconds, sdt="f32", ddt="f32") -> int:
     import pydnnl as dnnl
 
     from ..reference.binary import binary as ref_binary
@@ -156,7 +192,10 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     nd = len(d0)
     dd = [max(a, b) for a, b in zip(d0, d1)]
     problem = "x".join(map(str, d0)) + ":" + "x".join(map(str, d1))
-    desc = (f"--alg={alg.name[7:].upper()} --stag={':'.join(stags)} --dtag={dtag} "
+    t0, t1 = parse_dts(sdt, 2, "sdt")
+    (td,) = parse_dts(ddt, 1, "ddt")
+    desc = ((f"--sdt={sdt} " if sdt != "f32" else "") + (f"--ddt={ddt} " if ddt != "f32" else "")
+            + f"--alg={alg.name[7:].upper()} --stag={':'.join(stags)} --dtag={dtag} "
             f"--inplace={'true' if inplace else 'false'}"
             + (f" --attr-scales={scales}" if scales else "")
             + (f" --attr-post-ops={post_ops}" if post_ops else ""))
@@ -168,12 +207,12 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     po = parse_post_ops(post_ops, dd)
     attr.set_post_ops(po)
     try:
-        m0 = MD(d0, F32, tag_of(stags[0], nd))
-        m1 = MD(d1, F32, tag_of(stags[1], nd))
-        t0 = time.perf_counter()
-        pd = dnnl.binary.primitive_desc(eng, alg, m0, m1, MD(dd, F32, tag_of(dtag, nd)), attr)
+        m0 = MD(d0, t0, tag_of(stags[0], nd))
+        m1 = MD(d1, t1, tag_of(stags[1], nd))
+        start = time.perf_counter()
+        pd = dnnl.binary.primitive_desc(eng, alg, m0, m1, MD(dd, td, tag_of(dtag, nd)), attr)
         prim = dnnl.binary(pd)
-        create_ms = (time.perf_counter() - t0) * 1e3
+        create_ms = (time.perf_counter() - start) * 1e3
     except unimplemented as e:
         print(f"skip,unimplemented,binary,{desc},{problem},{e}", flush=True)
         return 0
@@ -198,7 +237,8 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
         s.wait()
         want = ref_binary(alg, x0, x1, svals.get(ARG_SRC_0, 1.0), svals.get(ARG_SRC_1, 1.0))
         want = apply_post_ops(want, po, prior=x0 if ip else prior, binary_srcs=po_srcs)
-        tol = TOLERANCE * (1 + 4 * po.len())
+        # integers and halves are exact in every type; one rounding to dst's type per result
+        tol = max(TOLERANCE, 2 * eps(td)) * (1 + 4 * po.len())
         line, fails = check_line("binary", desc, problem, rel_err(c.to_numpy(), want), tol)
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
@@ -208,7 +248,8 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
-        peer = ("torch", None if dev is None else _torch_ms(alg, x0, x1, dev, min_seconds))
+        peer = ("torch", None if dev is None else _torch_ms(alg, x0, x1, dev, min_seconds,
+                                                                (t0, t1, td)))
     nbytes = nbytes_of([pd.src_desc(0), pd.src_desc(1), pd.dst_desc()])
     copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("binary", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
@@ -233,9 +274,8 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     if len(d1) > len(d0):
         raise invalid_arguments(f"binary problem {problem!r}: src1 has more dims than src0")
     d1 = d1 + [1] * (len(d0) - len(d1))
-    for key in ("sdt", "ddt"):
-        for v in opts.get(key, "f32").split(","):
-            check_dt({key: v}, key)
+    sdts = opts.get("sdt", "f32").split(",")
+    ddts = opts.get("ddt", "f32").split(",")
     algs = [parse_alg(a) for a in opts.get("alg", "ADD").split(",")]
     stags = [tags_for(t, 2) for t in opts.get("stag", "abx").split(",")]
     dtags = opts.get("dtag", "any").split(",")
@@ -243,6 +283,8 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     scales = opts.get("attr-scales", "").split(",")
     post = opts.get("attr-post-ops", "").split(",")
     fails = 0
-    for alg, st, dt_, ip, sc, p in itertools.product(algs, stags, dtags, inplace, scales, post):
-        fails += run_one(eng, d0, d1, alg, st, dt_, ip, sc, p, mode, compare, min_seconds)
+    for sdt, ddt, alg, st, dt_, ip, sc, p in itertools.product(sdts, ddts, algs, stags, dtags,
+                                                               inplace, scales, post):
+        fails += run_one(eng, d0, d1, alg, st, dt_, ip, sc, p, mode, compare, min_seconds,
+                         sdt, ddt)
     return fails

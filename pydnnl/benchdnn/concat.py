@@ -3,7 +3,9 @@
 
 As in oneDNN's benchdnn: sources joined by ``:`` equal but along ``--axis`` (default 1);
 ``--stag`` one tag for all or one per source; ``--dtag=undef`` (the default) creates the
-primitive without a dst desc. Mode C checks bit-exactly against the numpy reference; mode P
+primitive without a dst desc; ``--sdt`` (one type for all sources, or one each, all equal)
+and ``--ddt`` (default: the sources' type; applies where ``--dtag`` gives a dst) take
+``f32``, ``bf16``, ``f16``. Mode C checks bit-exactly against the numpy reference; mode P
 prints times, GB/s of bytes read and written, the copy kernel's GB/s, and PyTorch's
 ``torch.cat`` time with ``--compare=torch``.
 """
@@ -14,40 +16,45 @@ import time
 
 from ..constants import ARG_DST, ARG_MULTIPLE_SRC
 from ..error import invalid_arguments, unimplemented
-from .binary import check_dt, data, nbytes_of, rel_err, tag_of, tags_for
+from .binary import data, nbytes_of, parse_dts, rel_err, tag_of, tags_for
 from .common import check_line, copy_gbs, parse_dims_list, perf_line, time_ms, torch_device
 
 _KNOWN = {"sdt", "ddt", "stag", "dtag", "axis"}
 
 
-def _torch_ms(xs, axis, device, min_seconds) -> float | None:
+def _torch_ms(xs, axis, device, min_seconds, dt=None) -> float | None:
     import torch
 
+    from .binary import torch_dtype
     from .common import torch_time_ms
 
-    ts = [torch.from_numpy(x).to(device) for x in xs]
+    ts = [torch.from_numpy(x).to(device, torch_dtype(dt)) for x in xs]
     out = torch.cat(ts, axis)
     return torch_time_ms(lambda: torch.cat(ts, axis, out=out), device, min_seconds)
 
 
-def run_one(eng, shapes, axis, stags, dtag, mode, compare, min_seconds) -> int:
+def run_one(eng, shapes, axis, stags, dtag, mode, compare, min_seconds, sdt="f32",
+            ddt="") -> int:
     import pydnnl as dnnl
 
     from ..reference.concat import concat as ref_concat
 
     nd = len(shapes[0])
     problem = ":".join("x".join(map(str, s)) for s in shapes)
-    desc = f"--stag={':'.join(stags)} --dtag={dtag} --axis={axis}"
-    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    sdts = parse_dts(sdt, len(shapes), "sdt")
+    (td,) = parse_dts(ddt or sdts[0].name, 1, "ddt")
+    desc = ((f"--sdt={sdt} " if sdt != "f32" else "") + (f"--ddt={ddt} " if ddt else "")
+            + f"--stag={':'.join(stags)} --dtag={dtag} --axis={axis}")
+    MD = dnnl.memory.desc
     try:
-        mds = [MD(s, F32, tag_of(t, nd)) for s, t in zip(shapes, stags)]
+        mds = [MD(s, t, tag_of(tg, nd)) for s, t, tg in zip(shapes, sdts, stags)]
         t0 = time.perf_counter()
         if dtag in ("undef", ""):
             pd = dnnl.concat.primitive_desc(eng, axis, mds)
         else:
             dims = list(shapes[0])
             dims[axis] = sum(s[axis] for s in shapes)
-            pd = dnnl.concat.primitive_desc(eng, MD(dims, F32, tag_of(dtag, nd)), axis, mds)
+            pd = dnnl.concat.primitive_desc(eng, MD(dims, td, tag_of(dtag, nd)), axis, mds)
         prim = dnnl.concat(pd)
         create_ms = (time.perf_counter() - t0) * 1e3
     except unimplemented as e:
@@ -57,7 +64,7 @@ def run_one(eng, shapes, axis, stags, dtag, mode, compare, min_seconds) -> int:
     xs = [data(sh, 1 + i) for i, sh in enumerate(shapes)]
     args = {ARG_MULTIPLE_SRC + i: dnnl.memory(pd.src_desc(i), eng, x) for i, x in enumerate(xs)}
     out = args[ARG_DST] = dnnl.memory(pd.dst_desc(), eng)
-    if mode == "C":
+    if mode == "C":  # integers and halves: exact in every type, so the copy must be exact
         prim.execute(s, args)
         s.wait()
         line, fails = check_line("concat", desc, problem,
@@ -70,7 +77,7 @@ def run_one(eng, shapes, axis, stags, dtag, mode, compare, min_seconds) -> int:
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
-        peer = ("torch", None if dev is None else _torch_ms(xs, axis, dev, min_seconds))
+        peer = ("torch", None if dev is None else _torch_ms(xs, axis, dev, min_seconds, sdts[0]))
     nbytes = nbytes_of([pd.src_desc(i) for i in range(len(xs))] + [pd.dst_desc()])
     copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("concat", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
@@ -88,10 +95,10 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     if compare not in (None, "torch"):
         raise invalid_arguments(f"--compare={compare}: the concat driver compares with torch")
     shapes = parse_dims_list(problem)
-    check_dt(opts, "sdt")
-    check_dt(opts, "ddt")
     fails = 0
-    for axis, stag, dtag in itertools.product(opts.get("axis", "1").split(","),
+    for sdt, ddt, axis, stag, dtag in itertools.product(opts.get("sdt", "f32").split(","),
+                                                        opts.get("ddt", "").split(","),
+                                                        opts.get("axis", "1").split(","),
                                               opts.get("stag", "abx").split(","),
                                               opts.get("dtag", "undef").split(",")):
         try:
@@ -99,5 +106,5 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         except ValueError:
             raise invalid_arguments(f"--axis={axis}: expected an integer") from None
         fails += run_one(eng, shapes, ax, tags_for(stag, len(shapes)), dtag, mode, compare,
-                         min_seconds)
+                         min_seconds, sdt, ddt)
     return fails

@@ -6,12 +6,13 @@ As in oneDNN's benchdnn, ``--alg`` takes the algorithm's name (``RELU``, ``TANH`
 ``GELU_TANH``, ``SWISH``, ``LOG``, ``CLIP``, ``CLIP_V2``, ``POW``, ``GELU_ERF``, ``ROUND``,
 ``MISH``, ``HARDSIGMOID``, ``HARDSWISH``, and ``RELU_DST``, ``TANH_DST``, ``ELU_DST``,
 ``SQRT_DST``, ``LOGISTIC_DST``, ``EXP_DST``, ``CLIP_V2_DST`` for the ``*_use_dst_for_bwd``
-variants; any case); ``--tag`` a oneDNN format tag or benchdnn's ``abx`` (plain), ``axb``
-(channels last), ``aBx8b`` / ``aBx16b`` (blocked channels); every option may list values
-separated by commas, each combination runs. Mode C checks against the numpy reference on data
-in benchdnn's ranges (integers and fractions of both signs, within the algorithm's domain);
-mode P prints times, GB/s of bytes read and written, the copy kernel's GB/s, and PyTorch's time
-with ``--compare=torch``.
+variants; any case); ``--dt`` is ``f32``, ``bf16`` or ``f16`` (every tensor); ``--tag`` a
+oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels last), ``aBx8b`` /
+``aBx16b`` (blocked channels); every option may list values separated by commas, each
+combination runs.
+Mode C checks against the numpy reference on data in benchdnn's ranges (integers and fractions
+of both signs, within the algorithm's domain); mode P prints times, GB/s of bytes read and
+written, the copy kernel's GB/s, and PyTorch's time with ``--compare=torch``.
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _rel_err(got, want) -> float:
     return float(np.nan_to_num(err, nan=np.inf).max()) if err.size else 0.0
 
 
-def _torch_ms(alg, alpha, beta, x, backward, device, min_seconds) -> float | None:
+def _torch_ms(alg, alpha, beta, x, backward, device, min_seconds, dt=None) -> float | None:
     """PyTorch's time for the same operation, None where torch has no counterpart."""
     import torch
     import torch.nn.functional as F
@@ -118,7 +119,9 @@ def _torch_ms(alg, alpha, beta, x, backward, device, min_seconds) -> float | Non
     fn = fns.get(base)
     if fn is None:
         return None
-    t = torch.from_numpy(x).to(device)
+    from .binary import torch_dtype
+
+    t = torch.from_numpy(x).to(device, torch_dtype(dt))
     if not backward:
         return time_ms(lambda: fn(t), min_seconds,
                        torch.cuda.synchronize if device == "cuda" else (lambda: None))[0]
@@ -130,18 +133,21 @@ def _torch_ms(alg, alpha, beta, x, backward, device, min_seconds) -> float | Non
 
 
 def run_one(eng, dims, alg, alpha, beta, prop, tag_text, inplace, mode, compare,
-            min_seconds) -> int:
+            min_seconds, dt_text="f32") -> int:
     import pydnnl as dnnl
 
-    dt = dnnl.memory.data_type
-    desc = (f"--dir={[k for k, v in _DIRS.items() if v == prop][0]} --alg={alg.name[8:]} "
+    from .binary import eps, parse_dts
+
+    (typ,) = parse_dts(dt_text, 1, "dt")
+    desc = ((f"--dt={dt_text} " if dt_text != "f32" else "")
+            + f"--dir={[k for k, v in _DIRS.items() if v == prop][0]} --alg={alg.name[8:]} "
             f"--alpha={alpha:g} --beta={beta:g} --tag={tag_text}"
             + (" --inplace=true" if inplace else ""))
     problem = "x".join(map(str, dims))
     layout = _tag(tag_text, len(dims))
     backward = prop == prop_kind.backward_data
     try:
-        md = dnnl.memory.desc(dims, dt.f32, layout)
+        md = dnnl.memory.desc(dims, typ, layout)
         t0 = time.perf_counter()
         fpd = dnnl.eltwise_forward.primitive_desc(
             eng, prop_kind.forward_training if backward else prop, alg, md, md, alpha, beta)
@@ -165,24 +171,30 @@ def run_one(eng, dims, alg, alpha, beta, prop, tag_text, inplace, mode, compare,
         dst = src if inplace else dnnl.memory(md, eng)
         args = {ARG_SRC: src, ARG_DST: dst}
         out = dst
-        nbytes = 2 * x.size * 4
+        nbytes = 2 * x.size * typ.itemsize
     else:
         uses_dst = alg.name.endswith("_use_dst_for_bwd")
         v = ref_fwd(alg, x, alpha, beta).astype(np.float32) if uses_dst else x
         data = dnnl.memory(md, eng, v)
+        v = data.to_numpy().astype(np.float64)  # as stored
         dd = _data(algorithm.eltwise_linear, dims, 2)
         ddm = dnnl.memory(md, eng, dd)
+        dd = ddm.to_numpy().astype(np.float64)
         dsm = ddm if inplace else dnnl.memory(md, eng)
         args = {ARG_DST if uses_dst else ARG_SRC: data, ARG_DIFF_DST: ddm, ARG_DIFF_SRC: dsm}
         out = dsm
-        nbytes = 3 * x.size * 4
+        nbytes = 3 * x.size * typ.itemsize
     if mode == "C":
+        xs = src.to_numpy().astype(np.float64)  # the inputs as stored in the type
         prim.execute(s, args)
         s.wait()
         want = (ref_bwd(alg, dd, v, alpha, beta) if backward
-                else ref_fwd(alg, x, alpha, beta))
+                else ref_fwd(alg, xs, alpha, beta))
+        if typ.name == "f16":  # beyond f16's largest finite value the rounding gives inf
+            want = np.where(np.abs(want) > 65504, np.copysign(np.inf, want), want)
+        # one rounding to the type on top of the f32 formula's error
         line, fails = check_line("eltwise", desc, problem, _rel_err(out.to_numpy(), want),
-                                 TOLERANCE)
+                                 TOLERANCE + 2 * eps(typ) * (typ.name != "f32"))
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -191,9 +203,10 @@ def run_one(eng, dims, alg, alpha, beta, prop, tag_text, inplace, mode, compare,
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
-        ms = None if dev is None else _torch_ms(alg, alpha, beta, x, backward, dev, min_seconds)
+        ms = None if dev is None else _torch_ms(alg, alpha, beta, x, backward, dev, min_seconds,
+                                                   typ)
         peer = ("torch", ms)
-    copy = copy_gbs(eng, x.size * 4, min_seconds=min(0.5, max(min_seconds, 0.05)))
+    copy = copy_gbs(eng, x.size * typ.itemsize, min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("eltwise", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
     return 0
@@ -213,9 +226,7 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     mb = int(opts.get("mb", "0") or 0)
     if mb:
         dims[0] = mb
-    for d in opts.get("dt", "f32").split(","):
-        if d.strip() != "f32":
-            raise unimplemented(f"--dt={d}: only f32 is implemented")
+    dts = [d.strip() for d in opts.get("dt", "f32").split(",")]
     algs = [parse_alg(a) for a in opts.get("alg", "RELU").split(",")]
     dirs = [parse_dir(d) for d in opts.get("dir", "FWD_D").split(",")]
     alphas = [float(a) for a in opts.get("alpha", "0").split(",")]
@@ -223,7 +234,8 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     tags = opts.get("tag", "abx").split(",")
     inplace = [_bool(v) for v in opts.get("inplace", "false").split(",")]
     fails = 0
-    for prop, alg, alpha, beta, t, ip in itertools.product(dirs, algs, alphas, betas, tags,
-                                                           inplace):
-        fails += run_one(eng, dims, alg, alpha, beta, prop, t, ip, mode, compare, min_seconds)
+    for d, prop, alg, alpha, beta, t, ip in itertools.product(dts, dirs, algs, alphas, betas,
+                                                              tags, inplace):
+        fails += run_one(eng, dims, alg, alpha, beta, prop, t, ip, mode, compare, min_seconds,
+                         d)
     return fails

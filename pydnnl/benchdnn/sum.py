@@ -5,7 +5,9 @@
 As in oneDNN's benchdnn the number of inputs is the number of ``--sdt`` (or ``--stag``)
 entries joined by ``:``; a single ``--scales`` value is used for every input, several must
 match the inputs. This driver also takes the sources' dims joined by ``:`` (all equal), which
-sets the number of inputs the same way. ``--dtag=undef`` (the default) creates the primitive
+sets the number of inputs the same way. ``--sdt`` (one type per input, or one for all) and
+``--ddt`` take ``f32``, ``bf16``, ``f16``; ``--ddt`` applies where ``--dtag`` gives a dst.
+``--dtag=undef`` (the default) creates the primitive
 without a dst desc, so it chooses the dst layout. Mode C checks against the numpy reference on
 integers and halves; mode P prints times, GB/s of bytes read and written, the copy kernel's
 GB/s, and PyTorch's time (a chain of ``add`` with ``alpha``) with ``--compare=torch``.
@@ -17,19 +19,20 @@ import time
 
 from ..constants import ARG_DST, ARG_MULTIPLE_SRC
 from ..error import invalid_arguments, unimplemented
-from .binary import check_dt, data, nbytes_of, rel_err, tag_of, tags_for
+from .binary import check_dt, data, eps, nbytes_of, parse_dts, rel_err, tag_of, tags_for
 from .common import check_line, copy_gbs, parse_dims_list, perf_line, time_ms, torch_device
 
 _KNOWN = {"sdt", "ddt", "stag", "dtag", "scales"}
 TOLERANCE = 1e-6
 
 
-def _torch_ms(xs, scales, device, min_seconds) -> float | None:
+def _torch_ms(xs, scales, device, min_seconds, dt=None) -> float | None:
     import torch
 
+    from .binary import torch_dtype
     from .common import torch_time_ms
 
-    ts = [torch.from_numpy(x).to(device) for x in xs]
+    ts = [torch.from_numpy(x).to(device, torch_dtype(dt)) for x in xs]
     out = torch.empty_like(ts[0])
 
     def fn():
@@ -40,23 +43,28 @@ def _torch_ms(xs, scales, device, min_seconds) -> float | None:
     return torch_time_ms(fn, device, min_seconds)
 
 
-def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds) -> int:
+def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds, sdt="",
+            ddt="f32") -> int:
     import pydnnl as dnnl
 
     from ..reference.sum import sum_ as ref_sum
 
     nd = len(dims)
     problem = ":".join(["x".join(map(str, dims))] * n)
-    desc = (f"--stag={':'.join(stags)} --dtag={dtag} --scales="
+    sdts = parse_dts(sdt, n, "sdt")
+    (td,) = parse_dts(ddt, 1, "ddt")
+    desc = ((f"--sdt={sdt} " if sdt and set(sdt.split(":")) != {"f32"} else "")
+            + (f"--ddt={ddt} " if ddt != "f32" else "")
+            + f"--stag={':'.join(stags)} --dtag={dtag} --scales="
             + ":".join(f"{s:g}" for s in scales))
-    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    MD = dnnl.memory.desc
     try:
-        mds = [MD(dims, F32, tag_of(t, nd)) for t in stags]
+        mds = [MD(dims, t, tag_of(tg, nd)) for t, tg in zip(sdts, stags)]
         t0 = time.perf_counter()
         if dtag in ("undef", ""):
             pd = dnnl.sum.primitive_desc(eng, scales, mds)
         else:
-            pd = dnnl.sum.primitive_desc(eng, MD(dims, F32, tag_of(dtag, nd)), scales, mds)
+            pd = dnnl.sum.primitive_desc(eng, MD(dims, td, tag_of(dtag, nd)), scales, mds)
         prim = dnnl.sum(pd)
         create_ms = (time.perf_counter() - t0) * 1e3
     except unimplemented as e:
@@ -70,7 +78,8 @@ def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds) -> in
         prim.execute(s, args)
         s.wait()
         line, fails = check_line("sum", desc, problem,
-                                 rel_err(out.to_numpy(), ref_sum(scales, xs)), TOLERANCE * n)
+                                 rel_err(out.to_numpy(), ref_sum(scales, xs)),
+                                 max(TOLERANCE * n, 2 * eps(pd.dst_desc().data_type)))
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -79,7 +88,8 @@ def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds) -> in
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
-        peer = ("torch", None if dev is None else _torch_ms(xs, scales, dev, min_seconds))
+        peer = ("torch", None if dev is None else _torch_ms(xs, scales, dev, min_seconds,
+                                                                 sdts[0]))
     nbytes = nbytes_of([pd.src_desc(i) for i in range(n)] + [pd.dst_desc()])
     copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("sum", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
@@ -99,10 +109,10 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     shapes = parse_dims_list(problem)
     if any(s != shapes[0] for s in shapes):
         raise invalid_arguments(f"sum problem {problem!r}: every source has the same dims")
-    check_dt(opts, "ddt")
     fails = 0
-    for sdt, stag, dtag, sc in itertools.product(
-            opts.get("sdt", "").split(","), opts.get("stag", "abx").split(","),
+    for sdt, ddt, stag, dtag, sc in itertools.product(
+            opts.get("sdt", "").split(","), opts.get("ddt", "f32").split(","),
+            opts.get("stag", "abx").split(","),
             opts.get("dtag", "undef").split(","), opts.get("scales", "").split(",")):
         counts = {len(shapes)} if len(shapes) > 1 else set()
         for text in (sdt, stag, sc):
@@ -118,5 +128,5 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         if len(scales) == 1:
             scales = scales * n
         fails += run_one(eng, shapes[0], n, tags_for(stag, n), dtag, scales, mode, compare,
-                         min_seconds)
+                         min_seconds, sdt, ddt)
     return fails

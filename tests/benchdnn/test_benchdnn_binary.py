@@ -37,7 +37,7 @@ def test_performance_line(capsys):
     (["--binary", "2x2"], "SRC0DIMS:SRC1DIMS"),
     (["--binary", "--stag=abx:abx:abx", "2x2:2x2"], "--stag"),
     (["--binary", "--nope=1", "2x2:2x2"], "unknown option"),
-    (["--binary", "--sdt=bf16:bf16", "2x2:2x2"], "only f32"),
+    (["--binary", "--sdt=s8:s8", "2x2:2x2"], "--sdt=s8:s8"),
 ])
 def test_bad_options(argv, match):
     with pytest.raises(SystemExit, match=match):
