@@ -56,8 +56,8 @@ def test_check_mode_mb_override_and_bad_options(capsys):
     rc = main(["--pool", "--mode=C", "--mb=3", "mb2ic4ih6kh2sh2"])
     out = capsys.readouterr().out
     assert rc == 0 and "mb3ic4ih6oh3kh2sh2" in out, out
-    with pytest.raises(SystemExit, match="only f32"):
-        main(["--pool", "--mode=C", "--dt=bf16", "mb2ic4ih6kh2"])
+    with pytest.raises(SystemExit, match="f32, bf16 and f16"):
+        main(["--pool", "--mode=C", "--dt=s8", "mb2ic4ih6kh2"])
     with pytest.raises(SystemExit, match="unknown option"):
         main(["--pool", "--mode=C", "--axis=1", "mb2ic4ih6kh2"])
 
