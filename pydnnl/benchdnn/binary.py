@@ -27,6 +27,7 @@ from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_ATTR_SCALES, ARG_DST, ARG
 from ..error import invalid_arguments, unimplemented
 from .common import (
     check_line,
+    check_options,
     copy_gbs,
     parse_dims_list,
     parse_post_ops,
@@ -261,12 +262,7 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` (``SRC0DIMS:SRC1DIMS``) for every combination of the options; returns
     the number of failed checks."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--binary: unknown option(s) {', '.join(sorted(unknown))}; "
-                                f"it takes {', '.join(sorted(_KNOWN))}")
-    if compare not in (None, "torch"):
-        raise invalid_arguments(f"--compare={compare}: the binary driver compares with torch")
+    check_options("binary", opts, _KNOWN, compare)
     dims = parse_dims_list(problem)
     if len(dims) != 2:
         raise invalid_arguments(f"binary problem {problem!r}: expected SRC0DIMS:SRC1DIMS")

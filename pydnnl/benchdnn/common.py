@@ -12,6 +12,31 @@ from ..error import invalid_arguments
 BATCH_CALLS = 10
 
 
+def check_options(driver: str, opts: dict, known, compare: str | None,
+                  peers: tuple = ("torch",)) -> None:
+    """Refuse options ``driver`` does not take and peers it cannot compare with."""
+    unknown = set(opts) - set(known)
+    if unknown:
+        raise invalid_arguments(f"--{driver}: unknown option(s) {', '.join(sorted(unknown))}; "
+                                f"it takes {', '.join(sorted(known))}")
+    if compare not in (None, *peers):
+        raise invalid_arguments(f"--compare={compare}: the {driver} driver compares with "
+                                f"{' or '.join(peers)}")
+
+
+def random_args(pd, eng, seed: int = 0) -> tuple[dict, dict]:
+    """``(values, memories)``: standard-normal f32 values for every argument of ``pd`` and
+    memories holding them in the primitive's layouts."""
+    import pydnnl as dnnl
+
+    rng = np.random.default_rng(seed)
+    values, args = {}, {}
+    for arg, spec in pd.arg_specs().items():
+        values[arg] = rng.standard_normal(spec.md.dims).astype(np.float32)
+        args[arg] = dnnl.memory(spec.md, eng, values[arg])
+    return values, args
+
+
 def parse_dims(text: str) -> list[int]:
     """``8x16x32x32`` -> ``[8, 16, 32, 32]``."""
     try:
@@ -55,6 +80,9 @@ _COPY_SRC = """__kernel void pydnnl_copy4(__global const float4 *restrict src,
 """
 
 
+_COPY_CACHE: dict = {}
+
+
 def copy_gbs(eng, nbytes: int, min_seconds: float = 0.5) -> float:
     """The device's copy bandwidth in GB/s (bytes read plus bytes written per second) from a
     float4 copy kernel over ``nbytes`` bytes (one float4 per work-item, work-groups of 256:
@@ -65,13 +93,17 @@ def copy_gbs(eng, nbytes: int, min_seconds: float = 0.5) -> float:
     from ..runtime.kernel import Kernel
 
     n4 = max(256, nbytes // 16 // 256 * 256)
+    key = (id(eng.context), n4)  # one measurement per device and size in a process
+    if key in _COPY_CACHE:
+        return _COPY_CACHE[key]
     src = KernelSource("pydnnl_copy4", _COPY_SRC, (n4,), (256,), ("src", "dst"))
     k = Kernel(eng.context, eng.device, src)
     md = dnnl.memory.desc([n4 * 4], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
     a, b = dnnl.memory(md, eng), dnnl.memory(md, eng)
     s = dnnl.stream(eng)
     tmin, _ = time_ms(lambda: k(s, a.buffer, b.buffer), min_seconds, s.wait)
-    return 2 * n4 * 16 / (tmin * 1e-3) / 1e9
+    _COPY_CACHE[key] = 2 * n4 * 16 / (tmin * 1e-3) / 1e9
+    return _COPY_CACHE[key]
 
 
 def torch_device(eng) -> str | None:

@@ -17,7 +17,15 @@ import time
 from ..constants import ARG_DST, ARG_MULTIPLE_SRC
 from ..error import invalid_arguments, unimplemented
 from .binary import data, nbytes_of, parse_dts, rel_err, tag_of, tags_for
-from .common import check_line, copy_gbs, parse_dims_list, perf_line, time_ms, torch_device
+from .common import (
+    check_line,
+    check_options,
+    copy_gbs,
+    parse_dims_list,
+    perf_line,
+    time_ms,
+    torch_device,
+)
 
 _KNOWN = {"sdt", "ddt", "stag", "dtag", "axis"}
 
@@ -88,12 +96,7 @@ def run_one(eng, shapes, axis, stags, dtag, mode, compare, min_seconds, sdt="f32
 def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` for every combination of the options; returns the failed checks."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--concat: unknown option(s) {', '.join(sorted(unknown))}; "
-                                f"it takes {', '.join(sorted(_KNOWN))}")
-    if compare not in (None, "torch"):
-        raise invalid_arguments(f"--compare={compare}: the concat driver compares with torch")
+    check_options("concat", opts, _KNOWN, compare)
     shapes = parse_dims_list(problem)
     fails = 0
     for sdt, ddt, axis, stag, dtag in itertools.product(opts.get("sdt", "f32").split(","),

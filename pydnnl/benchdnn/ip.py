@@ -20,6 +20,7 @@ from .common import (
     parse_post_ops,
     perf_line,
     post_op_operands,
+    random_args,
     time_ms,
     torch_device,
     torch_time_ms,
@@ -70,12 +71,7 @@ class IpBench:
             cls = dnnl.inner_product_backward_weights
         self.prim = cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
-        rng = np.random.default_rng(seed)
-        self.values, self.args = {}, {}
-        for arg, spec in self.pd.arg_specs().items():
-            v = rng.standard_normal(spec.md.dims).astype(np.float32)
-            self.values[arg] = v
-            self.args[arg] = dnnl.memory(spec.md, eng, v)
+        self.values, self.args = random_args(self.pd, eng, seed)
         self.stream = dnnl.stream(eng)
 
     def run(self) -> None:

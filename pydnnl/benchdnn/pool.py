@@ -39,7 +39,7 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
-from .common import check_line, copy_gbs, perf_line, time_ms, torch_device
+from .common import check_line, check_options, copy_gbs, perf_line, time_ms, torch_device
 
 _DIRS = {"FWD_D": prop_kind.forward_training, "FWD_I": prop_kind.forward_inference,
          "BWD_D": prop_kind.backward_data}
@@ -308,10 +308,7 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
 def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` for every combination of the listed options; returns the failures."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--pool: unknown option(s) {', '.join(sorted(unknown))}; it "
-                                f"takes {', '.join(sorted(_KNOWN))}")
+    check_options("pool", opts, _KNOWN, None)
     dts = []
     for key in ("dt", "cfg"):
         for v in _values(opts, key, ""):

@@ -19,6 +19,7 @@ from ..constants import ARG_DST, ARG_SRC, algorithm
 from ..error import invalid_arguments
 from .common import (
     check_line,
+    check_options,
     copy_gbs,
     parse_dims_list,
     perf_line,
@@ -118,14 +119,7 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` (``SRC_DIMS:DST_DIMS``) for every combination of the options; returns
     the number of failed checks."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--reduction: unknown option(s) "
-                                f"{', '.join(sorted(unknown))}; it takes "
-                                f"{', '.join(sorted(_KNOWN))}")
-    if compare not in (None, "torch"):
-        raise invalid_arguments(f"--compare={compare}: the reduction driver compares with "
-                                f"torch")
+    check_options("reduction", opts, _KNOWN, compare)
     check_dt(opts, ("sdt", "ddt"))
     dl = parse_dims_list(problem)
     if len(dl) != 2:

@@ -19,7 +19,15 @@ import numpy as np
 
 from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, prop_kind
 from ..error import invalid_arguments, unimplemented
-from .common import check_line, copy_gbs, parse_dims, perf_line, time_ms, torch_device
+from .common import (
+    check_line,
+    check_options,
+    copy_gbs,
+    parse_dims,
+    perf_line,
+    time_ms,
+    torch_device,
+)
 
 _DIRS = {"FWD_D": prop_kind.forward_training, "FWD_I": prop_kind.forward_inference,
          "BWD_D": prop_kind.backward_data}
@@ -181,12 +189,7 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` (``NxCx...``) for every combination of the options; returns the number
     of failed checks."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--softmax: unknown option(s) {', '.join(sorted(unknown))}; "
-                                f"it takes {', '.join(sorted(_KNOWN))}")
-    if compare not in (None, "torch"):
-        raise invalid_arguments(f"--compare={compare}: the softmax driver compares with torch")
+    check_options("softmax", opts, _KNOWN, compare)
     check_dt(opts)
     dims = parse_dims(problem)
     mb = int(opts.get("mb", "0") or 0)

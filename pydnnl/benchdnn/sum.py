@@ -20,7 +20,15 @@ import time
 from ..constants import ARG_DST, ARG_MULTIPLE_SRC
 from ..error import invalid_arguments, unimplemented
 from .binary import check_dt, data, eps, nbytes_of, parse_dts, rel_err, tag_of, tags_for
-from .common import check_line, copy_gbs, parse_dims_list, perf_line, time_ms, torch_device
+from .common import (
+    check_line,
+    check_options,
+    copy_gbs,
+    parse_dims_list,
+    perf_line,
+    time_ms,
+    torch_device,
+)
 
 _KNOWN = {"sdt", "ddt", "stag", "dtag", "scales"}
 TOLERANCE = 1e-6
@@ -100,12 +108,7 @@ def run_one(eng, dims, n, stags, dtag, scales, mode, compare, min_seconds, sdt="
 def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
         min_seconds: float) -> int:
     """Run ``problem`` for every combination of the options; returns the failed checks."""
-    unknown = set(opts) - _KNOWN
-    if unknown:
-        raise invalid_arguments(f"--sum: unknown option(s) {', '.join(sorted(unknown))}; it "
-                                f"takes {', '.join(sorted(_KNOWN))}")
-    if compare not in (None, "torch"):
-        raise invalid_arguments(f"--compare={compare}: the sum driver compares with torch")
+    check_options("sum", opts, _KNOWN, compare)
     shapes = parse_dims_list(problem)
     if any(s != shapes[0] for s in shapes):
         raise invalid_arguments(f"sum problem {problem!r}: every source has the same dims")
