@@ -579,37 +579,14 @@ def build_bn_apply(p: BnApply) -> KernelSource:
     if fast is not None:
         return fast
     dims = p.dims
-    C = dims[1]
     order = memory_order(p.x, dims)
     total = math.prod(dims)
     names = ["n", "c"] + [f"s{i}" for i in range(len(dims) - 2)]
     code = _decompose("i", [dims[d] for d in order], [names[d] for d in order])
     lin = " + ".join(f"{v} * {st}" for v, st in zip(names, _row_major_strides(dims)) if st)
-    helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
-    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
-    bwd = p.dy is not None
-    if bwd:
-        args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
-    if p.ws:
-        args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
-    args += ["__global const float *restrict coef", "const int k_off",
-             f"__global {_STORE_T[p.out_dt]} *restrict dst"]
-    x_val = f"{ld[p.x_dt]}(src[{offset_expr(p.x, names)}])"
-    if bwd:
-        dy = f"{ld[p.dy_dt]}(diff_dst[{offset_expr(p.dy, names)}])"
-        if p.ws:
-            dy = f"(ws[{lin}] ? {dy} : 0.0f)"
-        body = f"""
-    const float dy = {dy};
-    const float y = coef[k_off + {C} + c] * dy
-        + coef[k_off + {2 * C} + c] * ({x_val} - coef[k_off + c]) + coef[k_off + {3 * C} + c];"""
-    else:
-        body = f"""
-    float y = ({x_val} - coef[k_off + c]) * coef[k_off + {C} + c] + coef[k_off + {2 * C} + c];"""
-        if p.relu:
-            body += "\n    y = fmax(y, 0.0f);"
-        if p.ws:
-            body += f"\n    ws[{lin}] = y > 0.0f ? 1 : 0;"
+    helpers, st, args, body = _bn_apply_parts(
+        p, offset_expr(p.x, names), offset_expr(p.dy, names) if p.dy is not None else None,
+        lin)
     name = "pydnnl_bn_apply"
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
@@ -624,24 +601,12 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
     return KernelSource(name, src, (-(-total // p.wg) * p.wg,), (p.wg,), _arg_names(args))
 
 
-def _bn_apply_runs(p: BnApply) -> KernelSource | None:
-    """The elementwise pass over plain layouts: axis 0 along the innermost run (contiguous
-    vectors), axis 1 over the outer runs (offsets and the channel uniform per row)."""
-    lays = [p.x, p.out] + ([p.dy] if p.dy is not None else []) + (
-        [logical_layout(p.dims)] if p.ws else [])
-    groups = plain_groups(p.dims, lays, keep=1)
-    if groups is None:
-        return None
+def _bn_apply_parts(p: BnApply, x_at: str, dy_at: str | None, ws_at: str | None):
+    """What both elementwise-pass kernels share: ``(helpers, store helpers, arguments,
+    body computing y)`` from the offsets of src, diff_dst (backward) and the workspace."""
     C = p.dims[1]
-    inner, outer = groups[-1], groups[:-1]
-    S_in, O = inner[0], math.prod(g[0] for g in outer)
-    names = [("c" if g[1] else f"o{k}") for k, g in enumerate(outer)]
-    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
-    idx = names + ["c" if inner[1] else "i"]
-    allg = list(outer) + [inner]
-    bwd = p.dy is not None
-    wsi = 3 if bwd else 2
     helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
+    bwd = p.dy is not None
     args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
     if bwd:
         args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
@@ -649,11 +614,11 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
         args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
     args += ["__global const float *restrict coef", "const int k_off",
              f"__global {_STORE_T[p.out_dt]} *restrict dst"]
-    x_val = f"{ld[p.x_dt]}(src[{_group_offsets(allg, idx, 0, p.x[0])}])"
+    x_val = f"{ld[p.x_dt]}(src[{x_at}])"
     if bwd:
-        dy = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}])"
+        dy = f"{ld[p.dy_dt]}(diff_dst[{dy_at}])"
         if p.ws:
-            dy = f"(ws[{_group_offsets(allg, idx, wsi, 0)}] ? {dy} : 0.0f)"
+            dy = f"(ws[{ws_at}] ? {dy} : 0.0f)"
         body = f"""
     const float dy = {dy};
     const float y = coef[k_off + {C} + c] * dy
@@ -664,7 +629,29 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
         if p.relu:
             body += "\n    y = fmax(y, 0.0f);"
         if p.ws:
-            body += f"\n    ws[{_group_offsets(allg, idx, wsi, 0)}] = y > 0.0f ? 1 : 0;"
+            body += f"\n    ws[{ws_at}] = y > 0.0f ? 1 : 0;"
+    return helpers, st, args, body
+
+
+def _bn_apply_runs(p: BnApply) -> KernelSource | None:
+    """The elementwise pass over plain layouts: axis 0 along the innermost run (contiguous
+    vectors), axis 1 over the outer runs (offsets and the channel uniform per row)."""
+    lays = [p.x, p.out] + ([p.dy] if p.dy is not None else []) + (
+        [logical_layout(p.dims)] if p.ws else [])
+    groups = plain_groups(p.dims, lays, keep=1)
+    if groups is None:
+        return None
+    inner, outer = groups[-1], groups[:-1]
+    S_in, O = inner[0], math.prod(g[0] for g in outer)
+    names = [("c" if g[1] else f"o{k}") for k, g in enumerate(outer)]
+    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
+    idx = names + ["c" if inner[1] else "i"]
+    allg = list(outer) + [inner]
+    bwd = p.dy is not None
+    helpers, st, args, body = _bn_apply_parts(
+        p, _group_offsets(allg, idx, 0, p.x[0]),
+        _group_offsets(allg, idx, 2, p.dy[0]) if bwd else None,
+        _group_offsets(allg, idx, 3 if bwd else 2, 0) if p.ws else None)
     wg = max(1, min(p.wg, 1 << max(0, (S_in - 1).bit_length())))
     # rows per work-group: a short innermost run (nhwc's channels) takes several rows per
     # group, so that a group still holds ``p.wg`` work-items
