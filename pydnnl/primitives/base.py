@@ -165,6 +165,19 @@ class primitive_desc_base:
                         for a, s in self._args.items() if a < ARG_ATTR_SCALES)
 
 
+def check_in_place(kind: str, args: dict, inputs, output: int) -> None:
+    """An input sharing ``output``'s buffer must have its desc (in-place use); raises
+    invalid_arguments naming both arguments otherwise."""
+    out = args[output]
+    for a in inputs:
+        m = args[a]
+        if m.buffer is out.buffer and m.get_desc() != out.get_desc():
+            raise invalid_arguments(
+                f"{kind}.execute: {arg_name(a)} and {arg_name(output)} share one buffer with "
+                f"different descs ({m.get_desc()!r} vs {out.get_desc()!r}); in-place use needs "
+                f"the same desc")
+
+
 def _nested_pd(cls: type) -> type:
     """The nearest ``primitive_desc`` class of ``cls`` or its bases (primitive_desc_base for a
     primitive without one: the ``primitive_desc`` property below is no class)."""

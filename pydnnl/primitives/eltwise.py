@@ -17,7 +17,6 @@ from ..constants import (
     ARG_DST,
     ARG_SRC,
     algorithm,
-    arg_name,
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
@@ -28,7 +27,7 @@ from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import eltwise as H
 from ..runtime.plan import Plan, Ref
-from .base import ArgSpec, primitive, primitive_desc_base
+from .base import ArgSpec, check_in_place, primitive, primitive_desc_base
 from .signature import NUMBER, Signature, bind
 
 __all__ = ["eltwise_forward", "eltwise_backward"]
@@ -172,15 +171,7 @@ class _eltwise_primitive(primitive):
 
     def _execute(self, s, args) -> None:
         pd = self._pd
-        # the same memory for an input and the output is in-place use: the layouts must agree
-        out = args[pd._order[-1]]
-        for a in pd._order[:-1]:
-            m = args[a]
-            if m.buffer is out.buffer and m.get_desc() != out.get_desc():
-                raise invalid_arguments(
-                    f"{pd._kind}.execute: {arg_name(a)} and {arg_name(pd._order[-1])} share "
-                    f"one buffer with different descs ({m.get_desc()!r} vs "
-                    f"{out.get_desc()!r}); in-place use needs the same desc")
+        check_in_place(pd._kind, args, pd._order[:-1], pd._order[-1])
         self._plan.execute(s, args)
 
 

@@ -10,7 +10,7 @@ tensor is read and written through its own strides and inner blocks (plain, stri
 """
 from __future__ import annotations
 
-from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, arg_name, prop_kind
+from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, prop_kind
 from ..error import invalid_arguments, unimplemented
 from ..kernels import softmax as K
 from ..kernels.reduction import fold_dims, min_stride
@@ -19,7 +19,7 @@ from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import softmax as H
 from ..runtime.plan import Plan, Ref
-from .base import ArgSpec, primitive, primitive_desc_base
+from .base import ArgSpec, check_in_place, primitive, primitive_desc_base
 from .signature import Signature, bind
 
 __all__ = ["softmax_forward", "softmax_backward"]
@@ -153,14 +153,7 @@ class _softmax_primitive(primitive):
 
     def _execute(self, s, args) -> None:
         pd = self._pd
-        out = args[pd._order[-1]]
-        for a in pd._order[:-1]:  # in-place use needs one layout
-            m = args[a]
-            if m.buffer is out.buffer and m.get_desc() != out.get_desc():
-                raise invalid_arguments(
-                    f"{pd._kind}.execute: {arg_name(a)} and {arg_name(pd._order[-1])} share "
-                    f"one buffer with different descs ({m.get_desc()!r} vs "
-                    f"{out.get_desc()!r}); in-place use needs the same desc")
+        check_in_place(pd._kind, args, pd._order[:-1], pd._order[-1])
         self._plan.execute(s, args)
 
 
