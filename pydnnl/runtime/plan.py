@@ -64,7 +64,8 @@ class _Launch:
 
 
 def _epilogue_refs(kernel, given: dict) -> dict:
-    """``given`` plus the post-op operands a kernel reads, bound by convention."""
+    """``given`` plus the post-op operands a kernel reads (``po<i>_src1``), bound by
+    convention to their execute arguments ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``."""
     out = dict(given)
     for n in kernel.src.arg_names:
         m = _POST_OP_SRC1.fullmatch(n)
@@ -229,15 +230,11 @@ class Plan:
         """Add a launch of a compiled kernel: ``args`` in its order, or ``named`` by its
         argument names (numbers become the parameter's type); ``rows`` as in :class:`_Launch`."""
         if named:
+            named = _epilogue_refs(kernel, named)  # fused binary post-ops' operands
             args = []
             for n, typ in zip(kernel.src.arg_names, kernel.scalar_types):
                 if n not in named:
-                    m = _POST_OP_SRC1.fullmatch(n)
-                    if m is None:
-                        raise KeyError(f"{kernel.name}: kernel argument {n!r} not bound by the "
-                                       f"plan")
-                    # a fused binary post-op's operand: its execute argument, by convention
-                    named[n] = Ref(ARG_ATTR_MULTIPLE_POST_OP(int(m.group(1))) | ARG_SRC_1)
+                    raise KeyError(f"{kernel.name}: kernel argument {n!r} not bound by the plan")
                 v = named[n]
                 args.append(typ(v) if typ is not None and not isinstance(v, Ref) else v)
         self.steps.append(_Launch(kernel, args, rows))
@@ -306,8 +303,8 @@ class Plan:
         params = choose_params(self.engine, shape, static_b=False)
         k = gemm_kernel(self.engine, shape, params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
-        self.launch(k, **_epilogue_refs(k, {"bias": bias} if bias is not None else {}), a=a,
-                    b=b, c=c, a_off=a_off, b_off=b_off, c_off=c_off)
+        self.launch(k, **({"bias": bias} if bias is not None else {}), a=a, b=b, c=c,
+                    a_off=a_off, b_off=b_off, c_off=c_off)
 
     def gemm_split(self, shape: GemmShape, a, a_off, b, b_off, c, c_off, splits: int,
                    slot: str | None = None) -> None:
