@@ -63,6 +63,7 @@ class BinaryProblem:
     sizes: tuple[int, ...]
     wg: int = 256
     rows: bool = False
+    iters: int = 1  # elements per work-item (see grid)
     post_ops: tuple = ()  # a kernels.post_ops chain; binary operands over ``dims``
     scales: tuple[bool, bool] = (False, False)  # common scale of src0 / src1 (one float each)
     dts: tuple[int, int, int] = (3, 3, 3)  # data_type of src0, src1, dst (3: f32)
@@ -154,9 +155,11 @@ def _decompose(flat, dims) -> list:
     return out[::-1]
 
 
-def grid(dims, rows: bool, wg: int = 256):
+def grid(dims, rows: bool, wg: int = 256, iters: int = 1):
     """``(domain, inames, idx)``: the loopy domain over ``dims`` for the launch shape and the
-    index expression of every dim."""
+    index expression of every dim. ``iters``: elements per work-item along the fastest index
+    (``wg`` apart, so each step stays coalesced; unrolled by :func:`schedule`) in the flat and
+    long-row shapes."""
     from pymbolic import var
     from pymbolic.primitives import FloorDiv, Remainder
 
@@ -165,13 +168,18 @@ def grid(dims, rows: bool, wg: int = 256):
         inner = dims[-1]
         outer = n // inner
         if inner >= wg:  # long rows: work-group g covers part `g % gpr` of row `g // gpr`
-            gpr = -(-inner // wg)
-            g, lane = var("g"), var("l")
-            cond = f" and {wg} * (g mod {gpr}) + l < {inner}" if inner % wg else ""
-            domain = f"{{[g, l]: 0 <= g < {outer * gpr} and 0 <= l < {wg}{cond}}}"
+            iters = max(1, min(iters, inner // wg))
+            span = wg * iters
+            gpr = -(-inner // span)
+            g, lane, k = var("g"), var("l"), var("k")
+            cond = f" and {span} * (g mod {gpr}) + {wg} * k + l < {inner}" if inner % span else ""
+            domain = (f"{{[g, k, l]: 0 <= g < {outer * gpr} and 0 <= k < {iters} and "
+                      f"0 <= l < {wg}{cond}}}")
             o = FloorDiv(g, gpr) if gpr > 1 else g
-            j = wg * Remainder(g, gpr) + lane if gpr > 1 else lane
-            return domain, ("g", "l"), _decompose(o, dims[:-1]) + [j]
+            j = wg * k + lane
+            if gpr > 1:
+                j = span * Remainder(g, gpr) + j
+            return domain, ("g", "k", "l"), _decompose(o, dims[:-1]) + [j]
         per = max(1, wg // inner)  # short rows: `per` whole rows per work-group
         groups = -(-outer // per)
         cond = f" and {per} * g + r < {outer}" if outer % per else ""
@@ -182,9 +190,10 @@ def grid(dims, rows: bool, wg: int = 256):
     return f"{{[i]: 0 <= i < {n}}}", ("i",), _decompose(var("i"), dims)
 
 
-def schedule(knl, dims, rows: bool, wg: int):
-    """Tag the inames of :func:`grid` (built with the same ``rows`` and ``wg``): work-groups
-    on ``g.0`` only, the fastest index on ``l.0``."""
+def schedule(knl, dims, rows: bool, wg: int, iters: int = 1):
+    """Tag the inames of :func:`grid` (built with the same ``rows``, ``wg`` and ``iters``):
+    work-groups on ``g.0`` only, the fastest index on ``l.0``, a work-item's elements
+    unrolled (independent loads all in flight)."""
     import loopy as lp
 
     n = math.prod(dims)
@@ -192,8 +201,15 @@ def schedule(knl, dims, rows: bool, wg: int):
         tags = {"g": "g.0", "l": "l.0"}
         if dims[-1] < wg:
             tags["r"] = "l.1"
+        else:
+            tags["k"] = "unr"
         return lp.tag_inames(knl, tags)
-    return lp.split_iname(knl, "i", max(1, min(wg, n)), inner_tag="l.0", outer_tag="g.0")
+    wg = max(1, min(wg, n))
+    iters = max(1, min(iters, -(-n // wg)))
+    if iters == 1:
+        return lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_tag="g.0")
+    knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk")
+    return lp.split_iname(knl, "i_blk", iters, outer_tag="g.0", inner_tag="unr")
 
 
 def offset(layout: tuple, idx):
@@ -273,7 +289,7 @@ def build_binary(p: BinaryProblem):
     alg = algorithm(p.alg)
     if alg not in BINARY_ALGS:
         raise ValueError(f"binary kernel: {alg.name} is not a binary algorithm")
-    domain, inames, idx = grid(p.dims, p.rows, p.wg)
+    domain, inames, idx = grid(p.dims, p.rows, p.wg, p.iters)
     d0, d1, dd = p.dts
     a = load(d0, var("src0")[offset(p.layouts[0], idx)])
     b = load(d1, var("src1")[offset(p.layouts[1], idx)])
@@ -292,7 +308,7 @@ def build_binary(p: BinaryProblem):
     args += po.loopy_args(p.post_ops)
     knl = lp.make_kernel(domain, [insn], args, name=kernel_name(p), lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
-    knl = schedule(knl, p.dims, p.rows, p.wg)
+    knl = schedule(knl, p.dims, p.rows, p.wg, p.iters)
     helpers = {h[0]: h for h in po.helpers((("binary", int(alg), (), (), 0),))
                + po.helpers(tuple(p.post_ops))
                + type_helpers((d0, d1, dd) if po.reads_prior(p.post_ops) else (d0, d1), (dd,))}

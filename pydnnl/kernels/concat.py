@@ -42,6 +42,7 @@ class ConcatProblem:
     base: int = 0
     wg: int = 256
     rows: bool = False
+    iters: int = 1  # elements per work-item (see kernels.binary.grid)
     dts: tuple[int, int] = (F32, F32)
 
 
@@ -55,7 +56,7 @@ def build_concat(p: ConcatProblem):
 
     if len(p.layouts) != 2 or len(p.sizes) != 2:
         raise ValueError("concat kernel: one source and dst (two layouts and sizes)")
-    domain, inames, idx = grid(p.dims, p.rows, p.wg)
+    domain, inames, idx = grid(p.dims, p.rows, p.wg, p.iters)
     at = list(idx)
     if p.axis is not None and p.base:
         at[p.axis] = at[p.axis] + p.base
@@ -69,7 +70,7 @@ def build_concat(p: ConcatProblem):
             global_arg("dst", p.sizes[1], output=True, input=False, dt=ddt)]
     knl = lp.make_kernel(domain, [insn], args, name="pydnnl_concat", lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
-    knl = schedule(knl, p.dims, p.rows, p.wg)
+    knl = schedule(knl, p.dims, p.rows, p.wg, p.iters)
     if sdt != ddt:
         from .clhelpers import register_helpers
 

@@ -142,8 +142,9 @@ def build_flat(p: EltwiseFlat):
     knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk", inner_iname="i_l")
     iters = max(1, min(p.iters, -(-p.count // wg)))
     if iters > 1:
+        # unrolled: the work-item's loads are independent and all in flight at once
         knl = lp.split_iname(knl, "i_blk", iters, outer_tag="g.0", outer_iname="i_g",
-                             inner_iname="i_k")
+                             inner_iname="i_k", inner_tag="unr")
     else:
         knl = lp.tag_inames(knl, {"i_blk": "g.0"})
     return _finish(lp, knl, p)

@@ -17,13 +17,16 @@ this generator writes the classic SIMT blocking by hand:
   columns) past C's edge read a clamped valid row and are never stored, so the main loop has
   no bounds tests.
 
-Coverage (:func:`supports`): float32, plain B, no fused epilogue, ``k`` a multiple of ``bk``,
+Coverage (:func:`supports`): float32, plain B, ``k`` a multiple of ``bk``,
 the contiguous extent of a transposed A (``m``) or plain B (``n``) a multiple of 4; batches,
-run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``. Pure: returns a
+run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``, and the fused epilogue of
+:class:`~pydnnl.kernels.gemm.GemmProblem` (bias, post-ops) applied in registers before the
+store, written as C from the chain of :mod:`pydnnl.kernels.post_ops`. Pure: returns a
 :class:`~pydnnl.kernels.source.KernelSource`; nothing here touches a device.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +36,7 @@ from .source import KernelSource
 
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-1"
+GENERATOR_VERSION = "gemm_nv-2"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     if pr.dtype != np.dtype(np.float32) or pr.acc_dtype != np.dtype(np.float32):
         return False
-    if pr.panel_width is not None or pr.bias is not None or pr.post_ops:
+    if pr.panel_width is not None:
         return False
     if pr.k % tile.bk:
         return False
@@ -94,7 +97,22 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
     if (pr.trans_a and pr.m % 4) or (not pr.trans_b and pr.n % 4):
         return False
     # 32-bit indices inside one batch entry (the base pointers are 64-bit)
-    return max(pr.extent("a"), pr.extent("b"), pr.extent("c")) < 2 ** 31 - 1
+    epi = [pr.bias[2]] if pr.bias is not None else []
+    epi += [op[4] for op in pr.post_ops if op[0] == "binary"]
+    return max([pr.extent("a"), pr.extent("b"), pr.extent("c")] + epi) < 2 ** 31 - 1
+
+
+def _c_mapper():
+    """pymbolic -> OpenCL C, float constants as float literals (no double arithmetic)."""
+    from pymbolic.mapper.c_code import CCodeMapper
+
+    class _M(CCodeMapper):
+        def map_constant(self, x, enclosing_prec):
+            if isinstance(x, (float, np.floating)):
+                return _f(x)
+            return super().map_constant(x, enclosing_prec)
+
+    return _M()
 
 
 def _f(x: float) -> str:
@@ -243,10 +261,10 @@ class _Gen:
                         w(f"    if ({vec['c']} && col{h} < {pr.n}) {{")
                         w(f"      __global float4* cp = (__global float4*)(C + row * {pr.ldc}"
                           f" + col{h});")
-                        if pr.beta != 0.0:
+                        if self.reads_old:
                             w("      const float4 old = *cp;")
-                        parts = [self._with_beta(v, f"old.{comps[e]}") for e, v in
-                                 enumerate(vals)]
+                        parts = [self._final(v, f"old.{comps[e]}", f"col{h} + {e}")
+                                 for e, v in enumerate(vals)]
                         w(f"      *cp = (float4)({', '.join(parts)});")
                         w("    } else {")
                     else:
@@ -254,12 +272,55 @@ class _Gen:
                     for e in range(4):
                         w(f"      if (col{h} + {e} < {pr.n}) {{")
                         w(f"        __global float* cp = C + row * {pr.ldc} + col{h} + {e};")
-                        w(f"        *cp = {self._with_beta(vals[e], '*cp')};")
+                        w(f"        *cp = {self._final(vals[e], '*cp', f'col{h} + {e}')};")
                         w("      }")
                     w("    }")
                 w("  }")
                 w("}")
         return "\n".join("    " + x for x in L)
+
+    @property
+    def reads_old(self) -> bool:
+        """Whether the store reads C's previous content (beta or a sum post-op)."""
+        from .post_ops import reads_prior
+
+        return self.pr.beta != 0.0 or reads_prior(self.pr.post_ops)
+
+    def _final(self, v: str, old: str, col: str) -> str:
+        """The value stored at (``row``, ``col``): ``alpha*acc + beta*old``, then the bias
+        and the post-ops at the element's destination position."""
+        pr = self.pr
+        v = self._with_beta(v, old)
+        if pr.bias is None and not pr.post_ops:
+            return v
+        from pymbolic import var
+        from pymbolic.primitives import FloorDiv, Remainder
+
+        from . import post_ops as po
+        from .reorder import _offset_expr
+
+        row, c = var("row"), var("pd_col")
+        if pr.epi_fixed is not None:
+            pos = list(pr.epi_fixed)
+        else:  # the batch index over the destination's batch dims, last fastest
+            pos, inner = [], 1
+            for d in reversed(pr.epi_batch):
+                e = var("bt") if inner == 1 else FloorDiv(var("bt"), inner)
+                pos.append(Remainder(e, d) if d > 1 else 0)
+                inner *= d
+            pos.reverse()
+        pos += [c, row] if pr.epi_swap else [row, c]
+        value = var("pd_v")
+        if pr.bias is not None:
+            layout, dims, _ = pr.bias
+            value = value + var("bias")[_offset_expr(
+                layout, [0 if d == 1 else e for d, e in zip(dims, pos)])]
+        value = po.apply(value, pr.post_ops, var("pd_old"), at=pos)
+        text = _c_mapper()(value)
+        # one C expression: the names bound by substitution (each used in place)
+        for name, repl in (("pd_v", f"({v})"), ("pd_old", f"({old})"), ("pd_col", f"({col})")):
+            text = re.sub(rf"\b{name}\b", repl, text)
+        return text
 
     def _value(self, acc: str) -> str:
         a = self.pr.alpha
@@ -275,7 +336,8 @@ class _Gen:
         pr, t = self.pr, self.t
         rt = pr.runtime_offsets
         args = ["__global const float* restrict a", "__global const float* restrict b",
-                "__global float* c"]
+                "__global float* c"] + [f"__global const float* restrict {n}"
+                                        for n in _epilogue_names(pr)]
         if rt:
             args += ["long a_off", "long b_off", "long c_off"]
         bt = "(long)get_group_id(2)" if pr.batch > 1 else None
@@ -290,7 +352,9 @@ class _Gen:
 
         sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
         vec = _vector_ops(pr)
-        lines = [
+        from .post_ops import helpers
+
+        lines = [h[1] for h in helpers(pr.post_ops)] + [
             f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
             f"{name}({', '.join(args)})",
             "{",
@@ -306,6 +370,8 @@ class _Gen:
             "    __global const float* B = b + bo;",
             "    __global float* C = c + co;",
         ]
+        if pr.epi_fixed is None and pr.epi_batch and (pr.bias is not None or pr.post_ops):
+            lines.append(f"    const long bt = {bt or 0};")
         if self.aligned:  # the caller guarantees the offsets: no test at all (15% faster)
             lines.append(self.body({w: "1" if vec[w] else "0" for w in "abc"}))
         else:
@@ -315,6 +381,14 @@ class _Gen:
             lines.append(self.body({w: f"{w}vec" if vec[w] else "0" for w in "abc"}))
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:
+    """The epilogue's operand arguments (after ``a, b, c``): ``bias``, then ``po<i>_src1``."""
+    from .post_ops import arg_specs
+
+    return (("bias",) if pr.bias is not None else ()) + tuple(
+        n for n, _, _, _ in arg_specs(pr.post_ops))
 
 
 def aligned_offsets(pr: GemmProblem, a_off: int = 0, b_off: int = 0, c_off: int = 0) -> bool:
@@ -352,6 +426,7 @@ def build_gemm_nv(pr: GemmProblem, tile: NvTile, aligned: bool = False) -> Kerne
     lsize = (tile.threads, 1)
     if pr.batch > 1:
         gsize, lsize = gsize + (pr.batch,), lsize + (1,)
-    names = ("a", "b", "c") + (("a_off", "b_off", "c_off") if pr.runtime_offsets else ())
+    names = ("a", "b", "c") + _epilogue_names(pr) + (
+        ("a_off", "b_off", "c_off") if pr.runtime_offsets else ())
     opts = ("-cl-nv-maxrregcount=%d" % tile.maxrreg,) if tile.maxrreg else ()
     return KernelSource(name, g.source(name), gsize, lsize, names, opts)

@@ -30,6 +30,7 @@ class SumProblem:
     accumulate: bool = False
     wg: int = 256
     rows: bool = False
+    iters: int = 1  # elements per work-item (see kernels.binary.grid)
     dts: tuple[int, ...] = ()  # data_type per buffer (sources, dst); empty: every one f32
 
 
@@ -47,7 +48,7 @@ def build_sum(p: SumProblem):
     if n < 1 or len(p.layouts) != n + 1 or len(p.sizes) != n + 1:
         raise ValueError(f"sum kernel: {n} scales need {n + 1} layouts and sizes")
     dts = p.dts or (F32,) * (n + 1)
-    domain, inames, idx = grid(p.dims, p.rows, p.wg)
+    domain, inames, idx = grid(p.dims, p.rows, p.wg, p.iters)
     dst = var("dst")[offset(p.layouts[-1], idx)]
     value = None
     for k, s in enumerate(p.scales):
@@ -62,7 +63,7 @@ def build_sum(p: SumProblem):
     args.append(global_arg("dst", p.sizes[-1], output=True, input=p.accumulate, dt=dts[-1]))
     knl = lp.make_kernel(domain, [insn], args, name="pydnnl_sum", lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
-    knl = schedule(knl, p.dims, p.rows, p.wg)
+    knl = schedule(knl, p.dims, p.rows, p.wg, p.iters)
     helpers = type_helpers(dts if p.accumulate else dts[:-1], dts[-1:])
     if helpers:
         from .clhelpers import register_helpers

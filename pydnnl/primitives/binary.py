@@ -246,7 +246,7 @@ class binary(primitive):
                 alg=int(self._alg), dims=self._dims, layouts=self._layouts[:3],
                 sizes=tuple(self._args[a].md.nelems_physical()
                             for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)),
-                wg=wg, rows=rows, post_ops=tuple(chain),
+                wg=wg, rows=rows, iters=H.items(eng.info), post_ops=tuple(chain),
                 scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)),
                 dts=tuple(int(self._args[a].md.data_type)
                           for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)))

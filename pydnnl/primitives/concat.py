@@ -147,7 +147,7 @@ class concat(primitive):
                 out.append(K.ConcatProblem(
                     dims=tuple(dims), layouts=tuple(lays),
                     sizes=(md.nelems_physical(), dst.nelems_physical()), axis=cat_axis,
-                    base=base, wg=wg, rows=rows,
+                    base=base, wg=wg, rows=rows, iters=H.items(eng.info),
                     dts=(int(md.data_type), int(dst.data_type))))
                 start += md.dims[axis]
             return self._fuse_rows(eng, out)

@@ -33,7 +33,7 @@ from ..kernels.reductions import ColSum, build_colsum
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import GemmShape, choose_params, get_gemm
+from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
@@ -178,9 +178,7 @@ class _ip_pd_base(primitive_desc_base):
     def _panel_width(self, dims, N: int, OC: int) -> int | None:
         """Columns per panel of packed B the forward's tuned GEMM reads (None: plain B)."""
         K = math.prod(dims[1:])
-        params = choose_params(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC,
-                                                       ldc=OC), static_b=True)
-        return int(params["cols"]) if params["packed_b"] else None
+        return packed_panel(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC, ldc=OC))
 
     def _fast_weights(self, dims, N: int, OC: int) -> MemoryDesc:
         """The weights layout the forward GEMM reads fastest on this engine: its packed panels

@@ -17,7 +17,7 @@ from ..kernels.post_ops import reads_prior
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import GemmShape, choose_params
+from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
@@ -180,9 +180,7 @@ class matmul(primitive):
                 return None
             if not dst.is_any() and (dst.inner_blks or _matrix(dst, "dst")[0]):
                 return None
-            params = choose_params(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N,
-                                                           ldc=N), static_b=True)
-            return int(params["cols"]) if params["packed_b"] else None
+            return packed_panel(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N, ldc=N))
 
     def _create(self) -> None:
         pd = self._pd

@@ -187,7 +187,7 @@ class sum(primitive):
                     scales=tuple(self._scales[k] for k in ks), dims=self._dims,
                     layouts=tuple(self._layouts[k] for k in ks) + (self._layouts[-1],),
                     sizes=tuple(self._srcs[k].nelems_physical() for k in ks) + (dst_size,),
-                    accumulate=start > 0, wg=wg, rows=rows,
+                    accumulate=start > 0, wg=wg, rows=rows, iters=H.items(eng.info),
                     dts=tuple(int(self._srcs[k].data_type) for k in ks)
                     + (int(self._args[ARG_DST].md.data_type),)), ks))
             return out

@@ -107,6 +107,16 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
                   make_launch)
 
 
+def packed_panel(engine, shape: GemmShape) -> int | None:
+    """Columns per panel of the packed B that :func:`get_gemm` (``static_b=True``) reads for
+    ``shape`` on ``engine``, or None where it reads plain B (the hand-written NVIDIA kernel,
+    or tuned parameters without packing): the layout a weights ``any`` resolves to."""
+    if rules.nv_tile(engine.info, _problem(shape)) is not None:
+        return None
+    params = choose_params(engine, shape, static_b=True)
+    return int(params["cols"]) if params["packed_b"] else None
+
+
 def _build_nv(engine, prob, tile, aligned: bool = False):
     return get_kernel(engine, "gemm_nv", (gemm_nv.GENERATOR_VERSION, prob, tile, aligned),
                       lambda: gemm_nv.build_gemm_nv(prob, tile, aligned))

@@ -168,6 +168,29 @@ results["f16_concat_innermost_one_launch"] = typed_cat([x(3, 5, 32), x(3, 5, 16)
                                                        ["abc", "abc"], F16)
 results["bf16_concat_inside_block"] = typed_cat([x(2, 3, 4, 5), x(2, 9, 4, 5)], 1,
                                                 ["abcd", "acdb"], BF16, "aBcd8b")
+
+# the GPU launch shape (several elements per work-item, wg apart): flat with a partial group,
+# long rows of 700 (spans of 2 x 256 and a partial one), sum and eltwise flat
+from pydnnl.runtime.heuristics import binary as HB, eltwise as HE
+HB.items = lambda info: 3
+HE.flat_params = lambda info, count: (256, 3)
+a, b = x(2, 3, 7, 13), x(2, 3, 7, 13)
+impl, y = binary(A.binary_add, a, b, "abcd", "abcd", "abcd")
+results["items3_flat"] = impl.endswith("flat") and close(y, RB(A.binary_add, a, b))
+a, b = x(2, 3, 700), x(2, 3, 1)
+impl, y = binary(A.binary_mul, a, b, "abc", "abc", "abc")
+results["items3_long_rows"] = close(y, RB(A.binary_mul, a, b))
+xs = [x(2, 3, 7, 13) for _ in range(2)]
+impl, y = summ(xs, [1.0, -0.5], ["abcd"] * 2)
+results["items3_sum"] = close(y, RS([1.0, -0.5], xs))
+v = x(1155)
+md = MD([1155], F32, "a")
+pd = dnnl.eltwise_forward.primitive_desc(eng, dnnl.prop_kind.forward_inference,
+                                         A.eltwise_relu, md, md)
+out = dnnl.memory(md, eng)
+dnnl.eltwise_forward(pd).execute(s, {dnnl.ARG_SRC: dnnl.memory(md, eng, v), dnnl.ARG_DST: out})
+s.wait()
+results["items3_eltwise_flat"] = bool(np.array_equal(out.to_numpy(), np.maximum(v, 0)))
 print(json.dumps(results))
 """
 

@@ -135,6 +135,97 @@ def test_gemm_nv_aligned_and_unaligned_offsets(engine, stream):
         np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-4)
 
 
+def _dense(dims) -> tuple:
+    """A reorder-style layout of a dense row-major tensor of ``dims`` (broadcast dims 1)."""
+    per, stride = [], 1
+    for d in reversed(dims):
+        per.append((1, stride if d > 1 else 0, ()))
+        stride *= d
+    return (0, tuple(reversed(per)))
+
+
+# (m, n, k, batch, epi_swap, beta, chain): bias over the destination's last dim, then a chain
+EPI_CASES = [
+    (70, 68, 32, 1, False, 0.0, "relu"),
+    (64, 40, 16, 1, False, 0.0, "sum+binary_mul_row+tanh"),
+    (36, 44, 16, 2, False, 0.5, "binary_add_tensor+sum"),
+    (40, 36, 16, 3, True, 0.0, "binary_max_col+relu"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(EPI_CASES)))
+def test_gemm_nv_epilogue(engine, stream, case):
+    """Bias and post-ops fused into the store (float4 and scalar paths, batches with the
+    destination's batch dim, C holding the destination transposed) against numpy."""
+    from pydnnl.constants import algorithm as A
+
+    m, n, k, batch, swap, beta, chain = EPI_CASES[case]
+    rng = np.random.default_rng(10 + case)
+    dm, dn = (n, m) if swap else (m, n)  # the destination's matrix dims
+    dst_dims = ([batch] if batch > 1 else []) + [dm, dn]
+    bias = rng.standard_normal(dn).astype(np.float32)
+    bdims = [1] * (len(dst_dims) - 1) + [dn]
+    ops, operands, want_ops = [], {}, []
+    for part in chain.split("+"):
+        if part == "sum":
+            ops.append(("sum", 2.0, 0))
+            want_ops.append(("sum", None))
+        elif part in ("relu", "tanh"):
+            alg = A.eltwise_relu if part == "relu" else A.eltwise_tanh
+            ops.append(("eltwise", int(alg), 0.0, 0.0))
+            want_ops.append((part, None))
+        else:
+            _, name, where = part.split("_")
+            dims = list(dst_dims)
+            if where == "row":  # one value per destination row
+                dims[-1] = 1
+            elif where == "col":
+                dims[:-1] = [1] * (len(dims) - 1)
+            x = rng.standard_normal(dims).astype(np.float32)
+            alg = {"add": A.binary_add, "mul": A.binary_mul, "max": A.binary_max}[name]
+            operands[f"po{len(ops)}_src1"] = x
+            ops.append(("binary", int(alg), _dense(dims), tuple(dims), x.size))
+            want_ops.append((name, x.astype(np.float64)))
+    ldc = n + (3 if case % 2 else 0)
+    extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * ldc) if batch > 1 \
+        else {}
+    pr = GemmProblem(m=m, n=n, k=k, beta=beta, lda=k, ldb=n, ldc=ldc, **extra,
+                     bias=(_dense(bdims), tuple(bdims), dn), post_ops=tuple(ops),
+                     epi_batch=(batch,) if batch > 1 else (), epi_swap=swap)
+    a = rng.standard_normal(batch * m * k).astype(np.float32)
+    b = rng.standard_normal(batch * k * n).astype(np.float32)
+    c = rng.standard_normal(batch * m * ldc).astype(np.float32)
+    A64 = a.astype(np.float64).reshape(batch, m, k)
+    B64 = b.astype(np.float64).reshape(batch, k, n)
+    C64 = c.astype(np.float64).reshape(batch, m, ldc)[:, :, :n]
+    v = A64 @ B64 + beta * C64  # [batch, m, n]
+    v = np.swapaxes(v, 1, 2) if swap else v  # destination order
+    prior = np.swapaxes(C64, 1, 2) if swap else C64
+    v = v + bias
+    for name, x in want_ops:
+        if name == "sum":
+            v = 2.0 * prior + v
+        elif name == "relu":
+            v = np.maximum(v, 0)
+        elif name == "tanh":
+            v = np.tanh(v)
+        else:
+            x = x.reshape((batch if x.shape[0] == batch and batch > 1 else 1,) + x.shape[-2:])
+            v = {"add": np.add, "mul": np.multiply, "max": np.maximum}[name](v, x)
+    want = np.swapaxes(v, 1, 2) if swap else v
+    src = build_gemm_nv(pr, TILES["32x64x16/4x4"])
+    kern = Kernel(engine.context, engine.device, src)
+    bufs = {"a": _buf(engine, a), "b": _buf(engine, b), "c": _buf(engine, c),
+            "bias": _buf(engine, bias)}
+    bufs.update({nm: _buf(engine, x.reshape(-1)) for nm, x in operands.items()})
+    kern(stream, *[bufs[nm].buffer for nm in src.arg_names])
+    stream.wait()
+    got = bufs["c"].to_numpy().reshape(batch, m, ldc)
+    np.testing.assert_allclose(got[:, :, :n], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # the padding columns of C are never written
+    np.testing.assert_array_equal(got[:, :, n:], c.reshape(batch, m, ldc)[:, :, n:])
+
+
 def test_supports_rules():
     t = NvTile()
     assert supports(GemmProblem(m=5, n=8, k=16), t)
@@ -142,7 +233,8 @@ def test_supports_rules():
     assert not supports(GemmProblem(m=5, n=6, k=16), t)  # plain B, n % 4
     assert supports(GemmProblem(m=5, n=6, k=16, trans_b=True), t)
     assert not supports(GemmProblem(m=6, n=8, k=16, trans_a=True), t)  # transposed A, m % 4
-    assert not supports(GemmProblem(m=8, n=8, k=16, post_ops=(("eltwise", 1, 0.0, 0.0),)), t)
+    assert supports(GemmProblem(m=8, n=8, k=16, post_ops=(("eltwise", 1, 0.0, 0.0),)), t)
+    assert not supports(GemmProblem(m=8, n=8, k=16, b_layout="panel16"), t)  # packed B
     with pytest.raises(ValueError):
         NvTile(128, 128, 8, 8, 6).check()
 

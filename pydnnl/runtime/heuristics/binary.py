@@ -34,6 +34,18 @@ ROW_QUANTUM = 16
 MAX_INPUTS = 32
 
 
+# GPUs: a work-item streams ITEMS_GPU elements WG apart (unrolled, all loads in flight).
+# H100 through NVIDIA's OpenCL, relu over 64 MiB (2026-11, GB/s read plus written; the float4
+# copy kernel 2711): one element per work-item 1599-2220 for work-groups of 128-1024, two
+# 2473-2619, four 2677-2726, eight 2655-2691. CPUs keep one (see above).
+ITEMS_GPU = 4
+
+
+def items(info) -> int:
+    """Elements per work-item of the flat and long-row shapes."""
+    return ITEMS_GPU if info.is_gpu else 1
+
+
 def launch(info, dims) -> tuple[int, bool]:
     """(work-group size, rows shape) for an index space ``dims`` (collapsed)."""
     wg = min(WG, info.max_work_group_size)

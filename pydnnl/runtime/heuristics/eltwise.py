@@ -12,8 +12,11 @@ FLAT_ITERS = 1
 
 
 def flat_params(info, count: int) -> tuple[int, int]:
-    """(work-group size, elements per work-item) of the flat kernel over ``count`` elements."""
-    return min(FLAT_WG, info.max_work_group_size), FLAT_ITERS
+    """(work-group size, elements per work-item) of the flat kernel over ``count`` elements.
+    GPUs stream several elements per work-item (see heuristics.binary.ITEMS_GPU)."""
+    from .binary import items
+
+    return min(FLAT_WG, info.max_work_group_size), items(info) if info.is_gpu else FLAT_ITERS
 
 
 def strided_wg(info) -> int:

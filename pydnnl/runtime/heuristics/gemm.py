@@ -214,7 +214,7 @@ _NV_MIN_DIM = 256
 
 def nv_tile(info, prob: GemmProblem) -> NvTile | None:
     """The hand-written kernel's blocking for ``prob`` on the device, or None to keep the
-    loopy family (other devices, small m or n, epilogues and shapes it does not cover)."""
+    loopy family (other devices, small m or n, shapes it does not cover)."""
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
     if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
