@@ -265,6 +265,7 @@ def test_low_precision_data_accumulates_in_f32(engine, stream, dts):
     Y = dnnl.memory(fwd.dst_desc(), engine)
     dnnl.inner_product_forward(fwd).execute(stream, {dnnl.ARG_SRC: X, dnnl.ARG_WEIGHTS: W,
                                                      dnnl.ARG_BIAS: B, dnnl.ARG_DST: Y})
+    stream.wait()  # to_numpy reads on the engine's queue, not on the stream
     xs, ws, bs = stored(x, sdt), stored(w, wdt), stored(b, bdt)
     want = xs @ ws.T + bs
     got = Y.to_numpy().astype(np.float64)
@@ -277,6 +278,7 @@ def test_low_precision_data_accumulates_in_f32(engine, stream, dts):
     dnnl.inner_product_backward_data(bwd_d).execute(stream, {dnnl.ARG_DIFF_DST: DY,
                                                              dnnl.ARG_WEIGHTS: W,
                                                              dnnl.ARG_DIFF_SRC: DX})
+    stream.wait()
     dys = stored(dy, ddt)
     want = dys @ ws
     assert np.abs(DX.to_numpy() - want).max() <= tol(sdt) * np.abs(want).max()

@@ -87,6 +87,7 @@ def test_scratchpad_mode_user_requires_the_buffer(cpu_engine, mds):
         p.execute(s, base)
     assert np.all(base[dnnl.ARG_DST].to_numpy() == 9)
     p.execute(s, {**base, dnnl.ARG_SCRATCHPAD: dnnl.memory(pd.scratchpad_desc(), cpu_engine)})
+    s.wait()
     assert np.array_equal(base[dnnl.ARG_DST].to_numpy(), x)
     # library mode: the scratchpad is not an argument
     lib = toy(toy_pd(cpu_engine, src, bias, dst))
@@ -133,8 +134,10 @@ def test_execute_validation(cpu_engine, mds):
     assert np.all(out.to_numpy() == 9)
     # the optional bias may be left out or given
     p.execute(s, good)
+    s.wait()
     assert np.array_equal(out.to_numpy(), x)
     p.execute(s, {**good, dnnl.ARG_BIAS: dnnl.memory(bias, cpu_engine, b)})
+    s.wait()
     assert np.array_equal(out.to_numpy(), x + b)
 
 
