@@ -126,7 +126,7 @@ class _softmax_pd(primitive_desc_base):
         backward = self._prop == prop_kind.backward_data
         vec = 1
         if row:
-            wg = H.row_wg(info, C)
+            wg = H.softmax_row_wg(info, C)
         else:
             vec = next((v for v in H.softmax_strided_vecs(info)
                         if K.vec_ok(fdims, axis, flays, v)), 1)

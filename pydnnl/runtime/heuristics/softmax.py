@@ -36,6 +36,24 @@ def row_wg(info, length: int) -> int:
     return max(1, _pow2_at_most(min(cap, max(1, length))))
 
 
+# GPU softmax rows want about 8 values per work-item: fewer work-items per row means fewer
+# tree levels and barriers and more rows in flight. H100 through NVIDIA's OpenCL (2026-11,
+# forward, GB/s read plus written, copy 2700-2900): rows of 512: 2629 with 64 work-items,
+# 2444 with 128, 1291 with 256; rows of 1024: 1951 / 2428 / 2162 with 64 / 128 / 256; rows of
+# 4096: 1633 / 2212 / 2239 with 128 / 256 / 512; rows of 1000 (256 of them) 10-12 us whatever
+# the size.
+SOFTMAX_GPU_VALUES_PER_ITEM = 8
+
+
+def softmax_row_wg(info, length: int) -> int:
+    """Work-items per row of the softmax row kernel: :func:`row_wg` on CPUs; on GPUs a power
+    of two near ``length / 8``, from 32 (a warp) to 256."""
+    if not info.is_gpu:
+        return row_wg(info, length)
+    want = max(32, length // SOFTMAX_GPU_VALUES_PER_ITEM)
+    return max(1, _pow2_at_most(min(256, info.max_work_group_size, want)))
+
+
 def row_subgroup(info, wg: int) -> bool:
     """Whether a row's work-group (one sub-group of ``wg`` lanes) combines its partial results
     with sub-group reductions instead of a local-memory tree with barriers: CPU runtimes with
