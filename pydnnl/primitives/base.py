@@ -263,7 +263,8 @@ class primitive:
                         f"{kind}.execute: missing argument {pd._arg_label(a)} "
                         f"(expected {spec.md!r})")
                 continue
-            if m.get_desc() != spec.md:
+            md = m.get_desc()
+            if md is not spec.md and md != spec.md:
                 raise invalid_arguments(
                     f"{kind}.execute: argument {pd._arg_label(a)} has desc {m.get_desc()!r}, "
                     f"the primitive expects {spec.md!r}")
