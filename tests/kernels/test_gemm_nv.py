@@ -19,6 +19,7 @@ TILES = {
     "128x64x16/8x4": NvTile(128, 64, 16, 8, 4),
     "64x64x16/4x4": NvTile(64, 64, 16, 4, 4),
     "32x64x16/4x4": NvTile(32, 64, 16, 4, 4),
+    "64x32x16/4x4": NvTile(64, 32, 16, 4, 4),
 }
 
 
@@ -266,3 +267,30 @@ def test_runtime_selects_it_on_nvidia(engine, stream):
         np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-3)
     gs = g.global_size_for_rows(100)
     assert gs[1] * g.kernel.src.local_size[1] < g.kernel.src.global_size[1]
+
+
+def test_tile_rules_on_an_h100_like_device():
+    """The blocking picked per shape for a device with an H100's traits (the measured choices
+    documented in runtime.heuristics.gemm); other vendors never get the kernel."""
+    from types import SimpleNamespace
+
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    h100 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
+                           max_work_group_size=1024, local_mem_bytes=48 * 1024)
+
+    def pick(m, n, k, info=h100):
+        t = nv_tile(info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n))
+        return None if t is None else (t.bm, t.bn)
+
+    assert pick(4096, 4096, 4096) == (128, 128)
+    assert pick(1024, 1024, 1024) == (64, 128)
+    assert pick(1280, 2048, 512) == (64, 128)
+    assert pick(512, 512, 512) == (128, 64)
+    assert pick(64, 2048, 512) == (32, 64)
+    assert pick(2048, 64, 512) == (64, 32)
+    assert pick(64, 2048, 8192) is None  # long k: the loopy family splits it
+    assert pick(16, 4096, 512) is None
+    assert pick(64, 512, 512) is None
+    assert pick(1024, 1024, 1024, SimpleNamespace(**{**vars(h100), "vendor_family": "amd"})) \
+        is None

@@ -198,25 +198,57 @@ def splitk_reduce_wg(info) -> int:
 
 
 # The hand-written SGEMM (pydnnl.kernels.gemm_nv), measured on an H100 through NVIDIA's OpenCL
-# (2026-11, benchmarks/results/h100_gemm_nv.txt, aligned kernel): 128x128 blocks of 8x8 tiles
-# over 8-deep slices (125 registers: two blocks per SM) win once they fill about two per SM
-# (4096^3 2.93 ms, loopy 4.29; 2048^3 379 us, 128x64: 428); below that 64x128 blocks of 8x8
-# over 16-deep slices (128 work-items) where those fill two per SM (1280x2048x512 77 us,
-# loopy 110, 128x128: 96, 128x64 of 8x4: 85), else 128x64 blocks of 8x4 over 16-deep slices
-# (80 registers; 1024^3 64 us, loopy 85, 64x128: 68, 128x128: 101). Below 256 rows or columns
-# the loopy family's tuned small-M tiles stay faster (64x2048x512: 17 us, this kernel's best,
-# 32x32 blocks, 21 us).
+# (2026-11, aligned kernel, us; cuBLAS fp32 in brackets; benchmarks/results/h100_gemm_nv.txt):
+# 128x128 blocks of 8x8 tiles over 8-deep slices (125 registers: two blocks per SM) win once
+# they fill about two per SM (4096^3: 2862, 64x128: 2894, 128x64: 3276 [2670]); below that
+# 64x128 blocks of 8x8 over 16-deep slices (128 work-items) as long as they give nearly one
+# block per SM (1024^3: 57.8, 128x64 of 8x4: 64.4, 128x128: 101.7 [58]; 1280x2048x512: 72.9,
+# 64x64 of 8x4: 71.4, 128x64: 83.4 [71.5]), else 128x64 blocks of 8x4 over 16-deep slices (80
+# registers). GEMMs with fewer than 256 rows (or columns) but at least 1024 of the other and a
+# short k take 32x64 (64x32) blocks of 4x4 (64x2048x512: 15.8, 64x64: 22.2, the loopy family's
+# tuned small-M tiles 17-19.5 [14.7]); smaller ones, and long k (where the loopy family splits
+# k over the compute units), keep the loopy family.
 _NV_BIG = NvTile(128, 128, 8, 8, 8)
 _NV_WIDE = NvTile(64, 128, 16, 8, 8)
 _NV_MID = NvTile(128, 64, 16, 8, 4)
+_NV_THIN_M = NvTile(32, 64, 16, 4, 4)
+_NV_THIN_N = NvTile(64, 32, 16, 4, 4)
 _NV_MIN_DIM = 256
+_NV_THIN_MIN = (32, 1024)  # (the short side, the long side) of a thin GEMM
+_NV_THIN_MAX_K = 1024
 
 
 def nv_tile(info, prob: GemmProblem) -> NvTile | None:
     """The hand-written kernel's blocking for ``prob`` on the device, or None to keep the
-    loopy family (other devices, small m or n, shapes it does not cover)."""
+    loopy family (other devices, small or thin-with-long-k GEMMs, shapes it does not cover)."""
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
+    units = max(1, info.compute_units)
+
+    def blocks(t):
+        return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
+
+    def fits(t):
+        smem = 2 * t.bk * (t.bm + t.bn + 8) * 4
+        return supports(prob, t) and t.threads <= info.max_work_group_size \
+            and smem <= info.local_mem_bytes
+
+    if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
+        short, long_ = sorted((prob.m, prob.n))
+        if short < _NV_THIN_MIN[0] or long_ < _NV_THIN_MIN[1] or prob.k > _NV_THIN_MAX_K:
+            return None
+        t = _NV_THIN_M if prob.m <= prob.n else _NV_THIN_N
+        return t if fits(t) else None
+    order = [_NV_MID]
+    if blocks(_NV_WIDE) >= 0.9 * units:
+        order.insert(0, _NV_WIDE)
+    if blocks(_NV_BIG) >= 1.9 * units:
+        order.insert(0, _NV_BIG)
+    order += [t for t in (_NV_BIG, _NV_WIDE) if t not in order]  # k not a multiple of 16
+    for t in order:
+        if fits(t):
+            return t
+    return None
     if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
         return None
     units = max(1, info.compute_units)
