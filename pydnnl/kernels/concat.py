@@ -148,3 +148,81 @@ def build_concat_rows(p: ConcatRowsProblem):
 
         knl = register_helpers(knl, type_helpers((sdt,), (ddt,)))
     return knl
+
+
+@dataclass(frozen=True)
+class ConcatSpansProblem:
+    """Several sources copied in one launch where each is long rows (innermost extent
+    ``inners[k]`` of at least ``wg``) over the same ``outer`` dims: work-group ``g`` copies span
+    ``g`` of every source that has one (a span: ``wg * iters`` consecutive elements of one
+    row, ``iters`` per work-item ``wg`` apart), so one launch moves every source with all their
+    loads in flight (GPUs: one launch instead of one per source).
+
+    ``layouts``, ``sizes`` and ``dts`` as in :class:`ConcatRowsProblem`."""
+
+    outer: tuple[int, ...]
+    inners: tuple[int, ...]
+    layouts: tuple
+    sizes: tuple[int, ...]
+    wg: int = 256
+    iters: int = 1
+    dts: tuple[int, int] = (F32, F32)
+
+    def spans(self, k: int) -> int:
+        """Spans per row of source ``k``."""
+        return -(-self.inners[k] // (self.wg * self.iters))
+
+
+def build_concat_spans(p: ConcatSpansProblem):
+    """loopy TranslationUnit ``(src0, ..., src<n-1>, dst)`` (see :class:`ConcatSpansProblem`);
+    the launch has as many work-groups as the source with the most spans."""
+    import math
+
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    from .binary import _decompose
+
+    n = len(p.inners)
+    if n < 1 or len(p.layouts) != 2 * n or len(p.sizes) != n + 1:
+        raise ValueError(f"concat spans kernel: {n} sources need {2 * n} layouts, "
+                         f"{n + 1} sizes")
+    if min(p.inners) < p.wg:
+        raise ValueError(f"concat spans kernel: rows {p.inners} shorter than a work-group "
+                         f"({p.wg})")
+    outer = math.prod(p.outer)
+    span = p.wg * p.iters
+    sdt, ddt = p.dts
+    domains, insns, tags = [], [], {}
+    for k in range(n):
+        g, it, lane = f"g{k}", f"k{k}", f"l{k}"
+        gpr = p.spans(k)
+        cond = (f" and {span} * ({g} mod {gpr}) + {p.wg} * {it} + {lane} < {p.inners[k]}"
+                if p.inners[k] % span else "")
+        domains.append(f"{{[{g}, {it}, {lane}]: 0 <= {g} < {outer * gpr} and "
+                       f"0 <= {it} < {p.iters} and 0 <= {lane} < {p.wg}{cond}}}")
+        o = FloorDiv(var(g), gpr) if gpr > 1 else var(g)
+        j = p.wg * var(it) + var(lane)
+        if gpr > 1:
+            j = span * Remainder(var(g), gpr) + j
+        idx = (_decompose(o, p.outer) if p.outer else []) + [j]
+        value = var(f"src{k}")[offset(p.layouts[2 * k], idx)]
+        if sdt != ddt:
+            value = store(ddt, load(sdt, value))
+        insns.append(lp.Assignment(var("dst")[offset(p.layouts[2 * k + 1], idx)], value,
+                                   id=f"copy{k}", within_inames=frozenset([g, it, lane]),
+                                   no_sync_with=frozenset((f"copy{m}", "any")
+                                                          for m in range(n) if m != k)))
+        tags.update({g: "g.0", it: "unr", lane: "l.0"})
+    args = [global_arg(f"src{k}", p.sizes[k], dt=sdt) for k in range(n)]
+    args.append(global_arg("dst", p.sizes[-1], output=True, input=False, dt=ddt))
+    knl = lp.make_kernel(domains, insns, args, name="pydnnl_concat_spans",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget())
+    knl = lp.tag_inames(knl, tags)
+    if sdt != ddt:
+        from .clhelpers import register_helpers
+
+        knl = register_helpers(knl, type_helpers((sdt,), (ddt,)))
+    return knl
+

@@ -157,10 +157,19 @@ class concat(primitive):
             one-launch problems (chunks of ``max_inputs`` sources): work-groups own whole dst
             rows. Others stay as they are."""
             outer = probs[0].dims[:-1]
+            per = max(1, H.max_inputs(eng.info))
+            if len(probs) > 1 and H.concat_spans(eng.info) and all(
+                    (q.rows or len(q.dims) == 1) and q.axis is None and q.dims[-1] >= q.wg
+                    and q.dims[:-1] == outer for q in probs):
+                return [K.ConcatSpansProblem(
+                    outer=tuple(outer), inners=tuple(q.dims[-1] for q in chunk),
+                    layouts=tuple(lay for q in chunk for lay in q.layouts),
+                    sizes=tuple(q.sizes[0] for q in chunk) + (chunk[0].sizes[1],),
+                    wg=chunk[0].wg, iters=chunk[0].iters, dts=chunk[0].dts)
+                    for chunk in (probs[c:c + per] for c in range(0, len(probs), per))]
             if not all(q.rows and q.axis is None and len(q.dims) > 1 and q.dims[-1] < q.wg
                        and q.dims[:-1] == outer for q in probs):
                 return probs
-            per = max(1, H.max_inputs(eng.info))
             out = []
             for c in range(0, len(probs), per):
                 chunk = probs[c:c + per]
@@ -178,11 +187,13 @@ class concat(primitive):
         plan = self._plan = Plan(pd.get_engine(), "concat")
         k = 0
         for problem in pd._problems(pd.get_engine()):
-            if isinstance(problem, K.ConcatRowsProblem):
+            if isinstance(problem, (K.ConcatRowsProblem, K.ConcatSpansProblem)):
                 n = len(problem.inners)
                 named = {f"src{j}": Ref(ARG_MULTIPLE_SRC + k + j) for j in range(n)}
-                plan.kernel("concat_rows", problem, K.build_concat_rows, dst=Ref(ARG_DST),
-                            **named)
+                rows = isinstance(problem, K.ConcatRowsProblem)
+                plan.kernel("concat_rows" if rows else "concat_spans", problem,
+                            K.build_concat_rows if rows else K.build_concat_spans,
+                            dst=Ref(ARG_DST), **named)
                 k += n
             else:
                 plan.kernel("concat", problem, K.build_concat, src=Ref(ARG_MULTIPLE_SRC + k),

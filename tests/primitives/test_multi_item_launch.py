@@ -83,3 +83,32 @@ def test_eltwise_flat(engine, stream, n, monkeypatch):
     stream.wait()
     np.testing.assert_allclose(dst.to_numpy(), eltwise_forward(dnnl.algorithm.eltwise_tanh, x),
                                rtol=1e-5, atol=1e-6)
+
+
+# channel concats of NCHW tensors (long rows per image, one image: a flat copy), bf16 -> f32
+CONCAT = [([[2, 3, 20, 20], [2, 5, 20, 20]], "f32", "f32"),
+          ([[1, 3, 20, 20], [1, 2, 20, 20], [1, 4, 20, 20]], "f32", "f32"),
+          ([[2, 3, 11, 30], [2, 1, 11, 30]], "bf16", "f32")]
+
+
+@pytest.mark.parametrize("case", range(len(CONCAT)))
+def test_concat_in_one_launch(engine, stream, case, monkeypatch):
+    """The one-launch concat of long rows GPUs take (kernels.concat.ConcatSpansProblem)."""
+    monkeypatch.setattr(HB, "concat_spans", lambda info: True)
+    shapes, sdt, ddt = CONCAT[case]
+    rng = np.random.default_rng(case)
+    S, D = getattr(dnnl.memory.data_type, sdt), getattr(dnnl.memory.data_type, ddt)
+    mds = [dnnl.memory.desc(sh, S, "abcd") for sh in shapes]
+    mems = [dnnl.memory(md, engine, rng.standard_normal(md.get_dims()).astype(np.float32))
+            for md in mds]
+    dims = list(shapes[0])
+    dims[1] = sum(sh[1] for sh in shapes)
+    pd = dnnl.concat.primitive_desc(engine, dnnl.memory.desc(dims, D, "abcd"), 1,
+                                    [m.get_desc() for m in mems])
+    p = dnnl.concat(pd)
+    assert len(p._plan.steps) == 1  # one launch for every source
+    dst = dnnl.memory(pd.dst_desc(), engine)
+    p.execute(stream, {dnnl.ARG_MULTIPLE_SRC + i: m for i, m in enumerate(mems)}
+              | {dnnl.ARG_DST: dst})
+    stream.wait()
+    np.testing.assert_array_equal(dst.to_numpy(), ref_concat(1, [m.to_numpy() for m in mems]))
