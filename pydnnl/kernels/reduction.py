@@ -11,10 +11,15 @@ becomes 128 outputs of 1024 contiguous values.
 Kernels over ``O`` outputs, each a reduction of ``R`` values (the reduced dims, innermost in
 memory fastest), cut into ``splits`` chunks:
 
-- **row** (:attr:`ReductionProblem.variant` ``"row"``): one work-group of ``wg`` (a power
-  of two) per output and chunk; work-items stride over the chunk, neighbours reading
-  neighbouring values where the reduced dims are innermost in memory; a local-memory tree
-  combines the work-items' partial results.
+- **row** (:attr:`ReductionProblem.variant` ``"row"``): ``wg`` work-items (a power of two)
+  per output and chunk, ``rows`` outputs (neighbours) per work-group; a row's work-items
+  stride over the chunk, neighbours reading neighbouring values where the reduced dims are
+  innermost in memory; a local-memory tree within each row's work-items combines their
+  partial results.
+- **vrow** (``"vrow"``): one work-item per output and chunk where the innermost dim is
+  reduced and contiguous: each run of it read with ``vloadN`` (``vec`` values) into N
+  accumulators and a scalar tail, the outer reduced dims as a loop; chunks are whole runs, or
+  N-aligned pieces of a single run.
 - **strided** (``"strided"``): one work-item per output and chunk walking its values, the
   outputs' innermost dim fastest across work-items (coalesced where the kept dims are
   innermost in memory: reductions over outer dims).
@@ -172,6 +177,7 @@ class ReductionProblem:
     sdt: str = "f32"
     ddt: str = "f32"
     vec: int = 1
+    rows: int = 1                   # row kernel: outputs per work-group (``wg`` lanes each)
 
     @property
     def outputs(self) -> int:
@@ -224,6 +230,8 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     comb = combine.replace("{a}", "acc").replace("{b}", "({val})")
     stepv = "acc = " + comb.format(val=load) + ";"
     nd = len(p.dims)
+    if p.variant == "vrow" and p.stage != "final":
+        return _build_vrow(p, init, load, combine, finish)
     V = p.vec if p.variant == "strided" and p.stage != "final" else 1
     if V > 1 and not vec_ok(p.dims, p.reduced, (p.src, p.dst), V):
         raise ValueError(f"reduction kernel: vec={V} needs a contiguous innermost kept dim")
@@ -270,30 +278,47 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     r0 = "k * " + str(chunk) if S > 1 else "0"
     r1 = f"min({R}, (k + 1) * {chunk})" if S > 1 else str(R)
     if p.variant == "row":
-        L = p.wg
-        ids = ("const int o = get_group_id(0) / {S};\n    const int k = get_group_id(0) % {S};"
-               .format(S=S) if S > 1 else "const int o = get_group_id(0);")
+        # ``T`` lanes per output, ``G`` outputs per work-group (neighbouring outputs)
+        T, G = p.wg, p.rows
+        L = T * G
+        if G == 1:
+            ids = ("const int o = get_group_id(0) / {S};\n    const int k = get_group_id(0) % {S};"
+                   .format(S=S) if S > 1 else "const int o = get_group_id(0);")
+            ids = "const int lid = get_local_id(0);\n    const int l = lid;\n    " + ids
+            live, guard = "", ""
+        else:
+            ids = (f"const int lid = get_local_id(0);\n    const int l = lid % {T};\n"
+                   f"    const int og = get_group_id(0) * {G} + lid / {T};\n"
+                   f"    const bool live = og < {O * S};\n")
+            ids += (f"    const int o = og / {S};\n    const int k = og % {S};" if S > 1
+                    else "    const int o = og;")
+            live, guard = "live ? ", " && live"
+        r_end = f"{live}{r1}{' : 0' if live else ''}"
+        c = combine.replace("{a}", "red[lid]").replace("{b}", "red[lid + h]")
         body = f"""
     __local float red[{L}];
-    const int l = get_local_id(0);
     {ids}
     {kept_code}
     const int base = {base};
     float acc = {init};
-    const int r_end = {r1};
-    for (int r = {r0} + l; r < r_end; r += {L}) {{
+    const int r_end = {r_end};
+    for (int r = {r0} + l; r < r_end; r += {T}) {{
         {red_code}
         {step}
     }}
-    red[l] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);{tree(L, combine)}
-    if (l == 0) {{
-        acc = red[0];
+    red[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = {T} / 2; h > 0; h >>= 1) {{
+        if (l < h) red[lid] = {c};
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    if (l == 0{guard}) {{
+        acc = red[lid];
         {store}
     }}"""
         name = "pydnnl_reduction_row"
         src = pre + _kernel(name, args, body, L)
-        return KernelSource(name, src, (L * O * S,), (L,), (a_in, a_out))
+        return KernelSource(name, src, (L * (-(-(O * S) // G)),), (L,), (a_in, a_out))
     L = p.wg
     OV = O // V
     if S > 1:
@@ -320,6 +345,116 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     name = "pydnnl_reduction_strided"
     return KernelSource(name, pre + _kernel(name, args, body), (-(-(OV * S) // L) * L,), (L,),
                         (a_in, a_out))
+
+
+def vrow_ok(dims, reduced, src: tuple) -> bool:
+    """Whether the ``vrow`` kernel applies: the innermost folded dim is reduced and plain with
+    stride 1 in src (each output's values are runs of contiguous rows)."""
+    last = len(dims) - 1
+    return bool(dims) and reduced[last] and src[1][last] == (1, 1, ())
+
+
+def _vec_load(load: str, p: ReductionProblem, T: str) -> str:
+    """``load`` (an expression of ``v``) for a vector ``v`` of type ``T``."""
+    return load.replace(f", {f32(p.p)})", f", ({T}){f32(p.p)})") if "pow(" in load else load
+
+
+def _build_vrow(p: ReductionProblem, init: str, load: str, combine: str,
+                finish: str) -> KernelSource:
+    """One work-item per output (and chunk): its values, runs of ``n`` contiguous values (the
+    innermost dim) over the outer reduced dims, read with ``vloadN`` into N accumulators
+    combined once at the end (CPUs: no gathers across vectorized work-items)."""
+    nd = len(p.dims)
+    if not vrow_ok(p.dims, p.reduced, p.src):
+        raise ValueError("reduction kernel: vrow needs a reduced, contiguous innermost dim")
+    V = p.vec
+    T = f"float{V}"
+    kept = [d for d in range(nd) if not p.reduced[d]]
+    outer = [d for d in range(nd - 1) if p.reduced[d]]
+    n = p.dims[nd - 1]
+    O, S = p.outputs, p.splits
+    n_out = math.prod(p.dims[d] for d in outer)
+    names = {d: f"i{d}" for d in range(nd)}
+    kept_code = decompose("o", [p.dims[d] for d in kept], [names[d] for d in kept])
+    base = offset(p.src, {d: names[d] for d in kept})
+    outer_code = decompose("q", [p.dims[d] for d in outer], [names[d] for d in outer])
+    outer_off = offset(p.src, {d: names[d] for d in outer}, with_base=False)
+    vcomb = combine.replace("{a}", "av").replace("{b}", "({val})")
+    scomb = combine.replace("{a}", "acc").replace("{b}", "({val})")
+    hsum = []
+    w, cur = V, "av"
+    while w > 1:
+        w //= 2
+        nxt = f"h{w}"
+        ty = f"float{w}" if w > 1 else "float"
+        hsum.append(f"const {ty} {nxt} = " + combine.replace("{a}", f"{cur}.lo")
+                    .replace("{b}", f"{cur}.hi") + ";")
+        cur = nxt
+    hsum.append("acc = " + scomb.format(val=cur) + ";")
+    if p.stage == "partial":
+        store = st("part", "f32", f"{p.part_off} + k * {O} + o", "acc")
+        a_out, out_dt = "part", "f32"
+    else:
+        store = st("dst", p.ddt, offset(p.dst, {d: names[d] for d in kept}), finish)
+        a_out, out_dt = "dst", p.ddt
+    ids = (f"const int o = gid % {O};\n    const int k = gid / {O};" if S > 1
+           else "const int o = gid;")
+    # chunks: whole runs of the outer reduced dims, or (one run) pieces of it, N-aligned
+    if S == 1:
+        q0, q1, j0, j1 = "0", str(n_out), "0", str(n)
+    elif n_out > 1:
+        if S > n_out:
+            raise ValueError(f"reduction kernel: vrow splits {S} > outer runs {n_out}")
+        cq = -(-n_out // S)
+        q0, q1, j0, j1 = f"k * {cq}", f"min({n_out}, (k + 1) * {cq})", "0", str(n)
+    else:
+        per = -(-n // S)
+        cj = -(-per // V) * V
+        q0, q1, j0, j1 = "0", "1", f"k * {cj}", f"min({n}, (k + 1) * {cj})"
+    vload = ld("src", p.sdt, "rb + j", V)
+    sload = ld("src", p.sdt, "rb + j")
+    if j0 == "0" and j1 == str(n):
+        loops = f"""for (int j = 0; j < {n // V * V}; j += {V}) {{
+            const {T} v = {vload};
+            av = {vcomb.format(val=_vec_load(load, p, T))};
+        }}
+        for (int j = {n // V * V}; j < {n}; ++j) {{
+            const float v = {sload};
+            acc = {scomb.format(val=load)};
+        }}"""
+    else:
+        loops = f"""const int j1 = {j1};
+        int j = {j0};
+        for (; j + {V} <= j1; j += {V}) {{
+            const {T} v = {vload};
+            av = {vcomb.format(val=_vec_load(load, p, T))};
+        }}
+        for (; j < j1; ++j) {{
+            const float v = {sload};
+            acc = {scomb.format(val=load)};
+        }}"""
+    body = f"""
+    const int gid = get_global_id(0);
+    if (gid >= {O * S}) return;
+    {ids}
+    {kept_code}
+    const int base = {base};
+    {T} av = ({T})({init});
+    float acc = {init};
+    const int q_end = {q1};
+    for (int q = {q0}; q < q_end; ++q) {{
+        {outer_code}
+        const int rb = base + {outer_off};
+        {loops}
+    }}
+    {chr(10).join("    " + h for h in hsum).strip()}
+    {store}"""
+    name = "pydnnl_reduction_vrow"
+    args = f"{ptr_decl('src', p.sdt, True)}, {ptr_decl(a_out, out_dt, False)}"
+    pre = io_preamble((p.sdt, out_dt), V)
+    L = p.wg
+    return KernelSource(name, pre + _kernel(name, args, body), (-(-(O * S) // L) * L,), (L,),
+                        ("src", a_out))
 
 
 def _kernel(name: str, args: str, body: str, reqd: int | None = None) -> str:

@@ -14,7 +14,9 @@ through it. ``forward_inference`` and the averages keep none.
 
 Each plan is one kernel (``pydnnl/kernels/pooling.py``) that reads and writes every layout in
 place (plain, strided, blocked such as nChw16c); ``format_tag.any`` for dst follows src's
-layout, and for the backward descs the forward hint's.
+layout, and for the backward descs the forward hint's. Global pooling forward (one window over
+the whole source: the averages, and max without a workspace) runs as a reduction over the
+spatial dims (:func:`pydnnl.primitives.reduction.plan_stages`).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from ..memory.desc import MemoryDesc
 from ..runtime.heuristics.pooling import work_group_size
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
+from .reduction import plan_stages, stages_plan
 from .signature import BOOL, DIMS, Signature, bind
 
 __all__ = ["pooling_forward", "pooling_backward"]
@@ -276,10 +279,37 @@ class pooling_forward(primitive):
             if self._alg == algorithm.pooling_max and self._prop == prop_kind.forward_training:
                 self._args[ARG_WORKSPACE] = ArgSpec(self._ws_desc(dst), True)
             self._describe(src, dst)
-            self._finish_scratchpad(0)
+            self._red = self._global_reduction(src, dst)
+            scratch = 0
+            if self._red is not None:
+                stages, scratch, impl = self._red
+                self._impl = "ocl:pool:" + impl.removeprefix("ocl:")
+            self._finish_scratchpad(scratch * 4)
+
+        def _global_reduction(self, src: MemoryDesc, dst: MemoryDesc):
+            """Global pooling (one window covering the whole source, no padding inside it) of
+            the averages, or of max without a workspace, is a reduction over the spatial dims:
+            its stages (:func:`~pydnnl.primitives.reduction.plan_stages`), else None. (Its
+            contiguous rows, nchw's 7x7 = 49 values, are read with vector loads on CPUs and
+            packed several per work-group on GPUs, where the pooling kernel's lanes along a
+            width of 7 wasted most of each vector.)"""
+            p = self._p
+            if (any(tuple(m.padded_dims) != tuple(m.dims) for m in (src, dst))
+                    or tuple(p["kernel"]) != tuple(src.dims[2:])
+                    or any(v != 1 for v in dst.dims[2:])
+                    or any(p["padding_l"]) or any(p["dilation"])):
+                return None
+            if self._alg == algorithm.pooling_max and ARG_WORKSPACE in self._args:
+                return None
+            name = "max" if self._alg == algorithm.pooling_max else "mean"
+            return plan_stages(self.get_engine().info, name, 1.0, 0.0, src, dst)
 
     def _create(self) -> None:
         pd = self._pd
+        if pd._red is not None:
+            stages, scratch, _ = pd._red
+            self._plan = stages_plan(pd.get_engine(), pd._kind, stages, scratch)
+            return
         src, dst = pd._args[ARG_SRC].md, pd._args[ARG_DST].md
         ws = pd._args.get(ARG_WORKSPACE)
         prob = pd._problem(pd.get_engine(), "fwd", src, dst, ws.md if ws else None)

@@ -5,17 +5,23 @@ f16 or bf16 src and dst, float accumulation).
 ``dst`` has ``src``'s rank; each of its dims equals src's (kept) or is 1 (reduced; at least
 one dim must be reduced, as in oneDNN). The plan is one generated kernel
 (:mod:`pydnnl.kernels.reduction`) reading ``src`` and writing ``dst`` through their own
-strides and inner blocks: a work-group per output where the reduced values are innermost in
-memory, else a work-item per output; when there are too few outputs to fill the device, each
+strides and inner blocks. Where the reduced values are innermost and contiguous in memory: on
+CPUs a work-item per output with vector loads, on GPUs a few work-items per output and several
+outputs per work-group (``runtime/heuristics/reduction.py``); else a work-item per output (or
+a work-group where blocked); when there are too few outputs to fill the device, each
 reduction is cut into chunks whose partial results a second kernel combines (scratchpad).
+:func:`plan_stages` also serves global pooling.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ..constants import ARG_DST, ARG_SRC, algorithm
 from ..error import invalid_arguments
 from ..kernels import reduction as K
 from ..kernels.reorder import layout_of
 from ..memory.desc import MemoryDesc
+from ..runtime.heuristics import reduction as HR
 from ..runtime.heuristics import softmax as H
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
@@ -83,41 +89,9 @@ class reduction(primitive):
             self._plan_problem(src, dst)
 
         def _plan_problem(self, src: MemoryDesc, dst: MemoryDesc) -> None:
-            nd = len(src.dims)
-            reduced = tuple(dst.dims[d] != src.dims[d] for d in range(nd))
-            ignore = (frozenset(), frozenset(d for d in range(nd) if reduced[d]))
-            dims, lays, roles = K.fold_dims(src.dims, (layout_of(src), layout_of(dst)),
-                                            reduced, ignore)
-            base = K.ReductionProblem(alg=self._name, p=self._p, eps=self._eps, dims=dims,
-                                      reduced=roles, src=lays[0], dst=lays[1],
-                                      sdt=src.data_type.name, ddt=dst.data_type.name)
-            O, R = base.outputs, base.count
-            info = self.get_engine().info
-            red = [d for d in range(len(dims)) if roles[d]]
-            # row kernel: the innermost dim in src's memory is a reduced one with stride 1
-            inner = red and red[-1] == len(dims) - 1 and K.min_stride(lays[0], red[-1]) == 1
-            row = H.use_reduction_row_kernel(info, R, O, bool(inner))
-            vec = 1
-            if not row and (self._name not in _NORMS or self._p in (1.0, 2.0)):
-                vec = next((v for v in H.reduction_vecs(info)
-                            if K.vec_ok(dims, roles, lays, v)), 1)
-            wg = H.row_wg(info, R) if row else H.strided_wg(info, vec)
-            splits = H.reduction_splits(info, O // vec, R, wg if row else 1)
-            variant = "row" if row else "strided"
-            from dataclasses import replace
-
-            self._stages = []
-            scratch = 0
-            if splits == 1:
-                self._stages.append(replace(base, variant=variant, wg=wg, vec=vec))
-            else:
-                self._stages.append(replace(base, variant=variant, wg=wg, splits=splits,
-                                            stage="partial", part_off=0, vec=vec))
-                self._stages.append(replace(base, variant="strided", wg=H.strided_wg(info),
-                                            splits=splits, stage="final", part_off=0))
-                scratch = O * splits
+            self._stages, scratch, self._impl = plan_stages(
+                self.get_engine().info, self._name, self._p, self._eps, src, dst)
             self._scratch_elems = scratch
-            self._impl = f"ocl:reduction:{variant}" + (f":split{splits}" if splits > 1 else "")
             self._info = (f"alg:{alg_name(self._alg)} p:{self._p:g} eps:{self._eps:g} "
                           f"{'x'.join(map(str, src.dims))}:{'x'.join(map(str, dst.dims))}")
             self._finish_scratchpad(scratch * 4)
@@ -133,14 +107,67 @@ class reduction(primitive):
 
     def _create(self) -> None:
         pd = self._pd
-        plan = self._plan = Plan(pd.get_engine(), pd._kind, scratch_elems=pd._scratch_elems)
-        refs = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST), "part": SCRATCH}
-        for st in pd._stages:
-            plan.kernel("reduction", st, K.build_reduction,
-                        **{n: refs[n] for n in K.kernel_args(st)})
+        self._plan = stages_plan(pd.get_engine(), pd._kind, pd._stages, pd._scratch_elems)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
+
+
+def plan_stages(info, name: str, p: float, eps: float, src: MemoryDesc,
+                dst: MemoryDesc) -> tuple[list, int, str]:
+    """The kernels (:class:`~pydnnl.kernels.reduction.ReductionProblem` stages) of a reduction
+    ``name`` (``"sum"``, ``"mean"``, ...) from ``src`` to ``dst`` on the device ``info``: the
+    stages, the scratchpad floats they need and the implementation name. Shared with the
+    pooling primitive, whose global pooling is a reduction."""
+    nd = len(src.dims)
+    reduced = tuple(dst.dims[d] != src.dims[d] for d in range(nd))
+    ignore = (frozenset(), frozenset(d for d in range(nd) if reduced[d]))
+    dims, lays, roles = K.fold_dims(src.dims, (layout_of(src), layout_of(dst)), reduced, ignore)
+    base = K.ReductionProblem(alg=name, p=p, eps=eps, dims=dims, reduced=roles, src=lays[0],
+                              dst=lays[1], sdt=src.data_type.name, ddt=dst.data_type.name)
+    O, R = base.outputs, base.count
+    red = [d for d in range(len(dims)) if roles[d]]
+    # row kernels: the innermost dim in src's memory is a reduced one with stride 1
+    inner = red and red[-1] == len(dims) - 1 and K.min_stride(lays[0], red[-1]) == 1
+    vec, rows = 1, 1
+    if HR.use_vrow(info) and K.vrow_ok(dims, roles, lays[0]):
+        variant = "vrow"
+        vec = HR.vrow_vec(info)
+        wg, splits = HR.vrow_launch(info, O, R, R // dims[-1])
+    elif info.is_gpu and inner and HR.row_lanes(info, R) > 1:
+        variant = "row"
+        wg = HR.row_lanes(info, R)
+        rows = HR.rows_per_group(info, wg)
+        splits = H.reduction_splits(info, O, R, wg) if rows == 1 else 1
+    else:
+        row = H.use_reduction_row_kernel(info, R, O, bool(inner))
+        if not row and (name not in _NORMS or p in (1.0, 2.0)):
+            vec = next((v for v in H.reduction_vecs(info) if K.vec_ok(dims, roles, lays, v)), 1)
+        wg = H.row_wg(info, R) if row else H.strided_wg(info, vec)
+        splits = H.reduction_splits(info, O // vec, R, wg if row else 1)
+        variant = "row" if row else "strided"
+    stages = []
+    scratch = 0
+    if splits == 1:
+        stages.append(replace(base, variant=variant, wg=wg, vec=vec, rows=rows))
+    else:
+        stages.append(replace(base, variant=variant, wg=wg, splits=splits, stage="partial",
+                              part_off=0, vec=vec, rows=rows))
+        stages.append(replace(base, variant="strided", wg=H.strided_wg(info), splits=splits,
+                              stage="final", part_off=0))
+        scratch = O * splits
+    impl = f"ocl:reduction:{variant}" + (f":split{splits}" if splits > 1 else "")
+    return stages, scratch, impl
+
+
+def stages_plan(engine, name: str, stages: list, scratch: int) -> Plan:
+    """A plan running ``stages`` (from :func:`plan_stages`) from ``ARG_SRC`` to ``ARG_DST``,
+    partial results in the scratchpad."""
+    plan = Plan(engine, name, scratch_elems=scratch)
+    refs = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST), "part": SCRATCH}
+    for st in stages:
+        plan.kernel("reduction", st, K.build_reduction, **{n: refs[n] for n in K.kernel_args(st)})
+    return plan
 
 
 def alg_name(alg: algorithm) -> str:

@@ -1,6 +1,7 @@
 """Pooling kernels under the Oclgrind simulator: every kernel of the family (forward with and
 without a workspace, u8 and s32 workspaces, backward of each algorithm) on tiny shapes in
-plain, channels-last and blocked (padded channels) layouts, and bf16 storage: no
+plain, channels-last and blocked (padded channels) layouts, bf16 storage, and global pooling
+(run as a reduction): no
 out-of-bounds access, no use of uninitialized values, no data race, no API misuse, and results
 equal to the numpy reference.
 Kernels are built unoptimized under Oclgrind (see the test).
@@ -82,6 +83,11 @@ case("max_3d_s32_ws", [1, 1, 3, 9, 9], "abcde", "max", [2, 8, 8], [1, 1, 1], [0,
      [0, 1, 0], [0, 0, 1])
 case("avg_p_2d_nchw_bf16", [1, 2, 7, 9], "abcd", "avg_include_padding", [3, 3], [2, 2],
      [0, 0], [1, 1], [1, 1], typ=dnnl.memory.data_type.bf16)
+# global pooling: a reduction over the spatial dims (inference max, averages)
+case("global_avg_nchw", [2, 3, 5, 5], "abcd", "avg_exclude_padding", [5, 5], [1, 1], [0, 0],
+     [0, 0], [0, 0], dnnl.prop_kind.forward_inference)
+case("global_max_nhwc", [2, 5, 3, 4], "acdb", "max", [3, 4], [1, 1], [0, 0], [0, 0], [0, 0],
+     dnnl.prop_kind.forward_inference)
 print(json.dumps(results))
 """
 
@@ -94,4 +100,5 @@ def test_pooling_kernels_clean_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"max_2d_nchw": True, "max_2d_inference": True, "avg_p_1d_nwc": True,
                        "avg_np_2d_blocked": True, "max_3d_s32_ws": True,
-                       "avg_p_2d_nchw_bf16": True}
+                       "avg_p_2d_nchw_bf16": True, "global_avg_nchw": True,
+                       "global_max_nhwc": True}

@@ -441,3 +441,53 @@ def test_bf16_f16_match_reference_of_stored_inputs(engine, stream, kind, name, a
     stream.wait()
     _low_close(dsm.to_numpy().astype(np.float64),
                ref_bwd(gs, dims, alg, k, s, d, pl, pr, want_ws), kind)
+
+
+# global pooling (one window over the whole source): the averages and max inference run as a
+# reduction over the spatial dims; max training keeps the pooling kernel (its workspace)
+GLOBAL = {
+    "2d_nchw": ([2, 5, 7, 7], [0, 0], "abcd"),
+    "2d_nchw_pad_r": ([3, 4, 5, 6], [1, 2], "abcd"),
+    "2d_nhwc": ([2, 19, 7, 7], [0, 0], "acdb"),
+    "1d_ncw": ([3, 2, 37], [0], "abc"),
+    "3d_ncdhw": ([2, 3, 3, 4, 5], [0, 0, 0], "abcde"),
+    "2d_blocked8": ([2, 16, 3, 3], [0, 0], "aBcd8b"),
+}
+
+
+@pytest.mark.parametrize("alg,prop", [("avg_include_padding", infer),
+                                      ("avg_exclude_padding", train), ("max", infer),
+                                      ("max", train)], ids=["avg_p", "avg_np", "max", "max_ws"])
+@pytest.mark.parametrize("name", list(GLOBAL))
+def test_global_pooling_matches_reference(engine, stream, name, alg, prop):
+    dims, pr, src_tag = GLOBAL[name]
+    nsp = len(dims) - 2
+    geom = (dims[2:], [v + 1 for v in pr], [0] * nsp, [0] * nsp, pr)  # one window per dim
+    x = _untied(dims, len(name))
+    pd, got, ws = _forward(engine, stream, x, alg, geom, src_tag, prop=prop)
+    want, want_ws = ref_fwd(x, alg, *geom)
+    _close(got, want)
+    assert ("reduction" in pd.impl_info_str()) == (ws is None), pd.impl_info_str()
+    if ws is not None:
+        np.testing.assert_array_equal(ws.to_numpy(), want_ws)
+
+
+@pytest.mark.parametrize("typ", [dt.bf16, dt.f16], ids=lambda t: t.name)
+def test_global_pooling_low_precision(engine, stream, typ):
+    """bf16/f16 global average pooling as a reduction: float accumulation, one rounding of
+    the result (the reference runs over the stored inputs)."""
+    dims = [2, 6, 7, 7]
+    src_md = dnnl.memory.desc(dims, typ, tag.abcd)
+    dst_md = dnnl.memory.desc([2, 6, 1, 1], typ, tag.any)
+    pd = dnnl.pooling_forward.primitive_desc(engine, infer, ALG["avg_exclude_padding"], src_md,
+                                             dst_md, [1, 1], [7, 7], [0, 0], [0, 0], [0, 0])
+    assert "reduction" in pd.impl_info_str()
+    src = dnnl.memory(src_md, engine, _untied(dims, 3) / 16)
+    dst = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.pooling_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+    stream.wait()
+    x = src.to_numpy().astype(np.float64)
+    want, _ = ref_fwd(x, "avg_exclude_padding", [7, 7], [1, 1], [0, 0], [0, 0], [0, 0])
+    eps = 2.0 ** -8 if typ == dt.bf16 else 2.0 ** -11
+    got = dst.to_numpy().astype(np.float64)
+    assert np.all(np.abs(got - want) <= eps * np.abs(want) + 1e-6)

@@ -230,3 +230,56 @@ def test_low_precision(engine, stream, sdims, ddims, sdt, ddt):
         dnnl.reduction(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
         stream.wait()
         _close(dst.to_numpy(), ref(alg, x, ddims, 2.0, 0.0), rtol=EPS_T[ddt], atol=1e-4)
+
+
+def _run_as(engine, stream, info, alg, x, ddims, p=1.0):
+    """Run the stages :func:`plan_stages` picks for a device ``info`` on ``engine``."""
+    from pydnnl.primitives.reduction import plan_stages, stages_plan
+
+    tags = "abcd"[:x.ndim]
+    md, dmd = dnnl.memory.desc(x.shape, dt.f32, tags), dnnl.memory.desc(ddims, dt.f32, tags)
+    name = alg.name.removeprefix("reduction_")
+    stages, scratch, impl = plan_stages(info, name, p, 0.0, md, dmd)
+    plan = stages_plan(engine, "reduction", stages, scratch)
+    src, dst = dnnl.memory(md, engine, x), dnnl.memory(dmd, engine)
+    plan.execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+    stream.wait()
+    return impl, dst.to_numpy()
+
+
+def test_vrow_chunks_over_runs_and_within_a_run(engine, stream):
+    """Contiguous rows on CPUs (a work-item per output, vector loads with a scalar tail):
+    chunked over the outer reduced runs (5 runs of 4100) and within one run (24000 values)."""
+    from dataclasses import replace
+
+    cpu = replace(engine.info, type="cpu", compute_units=2)
+    for sdims, ddims, alg in (((5, 3, 4100), (1, 3, 1), A.reduction_sum),
+                              ((5, 3, 4100), (1, 3, 1), A.reduction_norm_lp_max),
+                              ((24000,), (1,), A.reduction_max)):
+        x = _x(alg, sdims, seed=6)
+        p = 2.5 if "norm" in alg.name else 1.0
+        impl, y = _run_as(engine, stream, cpu, alg, x, ddims, p)
+        assert impl.startswith("ocl:reduction:vrow:split"), impl
+        _close(y, ref(alg, x, ddims, p, 0.0))
+
+
+# the GPU's launch shapes (several contiguous rows per work-group, a row's lanes combined in a
+# local tree; one row per group and chunks for long rows) run on this device too
+GPU_SHAPES = [((70, 49), (70, 1), A.reduction_mean, "row"),       # 8 lanes x 32 rows, a tail
+              ((6, 768), (6, 1), A.reduction_norm_lp_sum, "row"),  # 128 lanes x 2 rows
+              ((3, 9000), (3, 1), A.reduction_max, "row:split"),   # 256 lanes, chunked
+              ((5, 6, 3), (5, 1, 3), A.reduction_sum, "strided"),
+              ((40, 9), (40, 1), A.reduction_min, "row")]          # 2 lanes x 128 rows
+
+
+@pytest.mark.parametrize("sdims,ddims,alg,impl", GPU_SHAPES,
+                         ids=["49", "768", "9000", "outer", "9"])
+def test_gpu_launch_shapes(engine, stream, sdims, ddims, alg, impl):
+    from dataclasses import replace
+
+    gpu = replace(engine.info, type="gpu", max_work_group_size=256)
+    x = _x(alg, sdims, seed=8)
+    p = 2.0 if "norm" in alg.name else 1.0
+    got_impl, y = _run_as(engine, stream, gpu, alg, x, ddims, p)
+    assert got_impl.startswith("ocl:reduction:" + impl), got_impl
+    _close(y, ref(alg, x, ddims, p, 0.0))
