@@ -154,6 +154,7 @@ class Gemm:
             # assumes so: the general kernel's per-access test costs 10-15%
             self._aligned = _build_nv(engine, prob, self.nv_tile, aligned=True)
             self._names = self.kernel.src.arg_names
+            self._static: dict = {}
             return
         self.params = choose_params(engine, shape, static_b)
         self.packed = bool(self.params["packed_b"])
@@ -187,6 +188,11 @@ class Gemm:
         ``(a, a_off, b, b_off, c, c_off[, part, part_off])``; ``extra`` names the epilogue's
         operands (``bias``, ``po<i>_src1``)."""
         if self.splits == 1:
+            a, a_off, b, b_off, c, c_off = fargs[:6]
+            k = self._static_nv(int(a_off), int(b_off), int(c_off))
+            if k is not None:
+                vals = {"a": a, "b": b, "c": c, **(extra or {})}
+                return [k.bound([vals[n] for n in k.src.arg_names])]
             return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
         red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off)}
@@ -223,6 +229,24 @@ class Gemm:
     def packer_args(kernel, b, b_off, bp, bp_off) -> tuple:
         vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off)}
         return tuple(vals[n] for n in kernel.src.arg_names)
+
+    def _static_nv(self, a_off: int, b_off: int, c_off: int):
+        """The hand-written kernel with these offsets compiled in, or None (other kernels, or
+        this GEMM already has MAX_STATIC_NV such copies: plans that walk many sub-matrices
+        keep the one run-time-offset kernel). Constant offsets let NVIDIA's compiler schedule
+        the loads better: H100, 1024^3 with 64x128 blocks 68.9 -> 57.8 us, 64x2048x512 with
+        32x64 blocks 20.9 -> 15.4 us (offsets in registers cost the same as int or long,
+        with or without restrict)."""
+        if self.nv_tile is None:
+            return None
+        key = (a_off, b_off, c_off)
+        k = self._static.get(key)
+        if k is None and len(self._static) < MAX_STATIC_NV:
+            prob = replace(_problem(self.shape), runtime_offsets=False, a_offset=a_off,
+                           b_offset=b_off, c_offset=c_off)
+            k = self._static[key] = _build_nv(self.engine, prob, self.nv_tile,
+                                              aligned=gemm_nv.aligned_offsets(prob))
+        return k
 
     def _kernel_for(self, a, a_off, b, b_off, c, c_off):
         """The kernel for a call with these offsets (:attr:`kernel` serves every call)."""
@@ -283,6 +307,8 @@ class Gemm:
 
 
 _cache: dict = {}
+# copies of the hand-written kernel with compiled-in offsets per GEMM (see Gemm._static_nv)
+MAX_STATIC_NV = 4
 
 
 def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False) -> Gemm:

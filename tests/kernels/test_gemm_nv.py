@@ -294,3 +294,43 @@ def test_tile_rules_on_an_h100_like_device():
     assert pick(64, 512, 512) is None
     assert pick(1024, 1024, 1024, SimpleNamespace(**{**vars(h100), "vendor_family": "amd"})) \
         is None
+
+
+def test_primitives_on_it_with_compiled_in_offsets(engine, stream, monkeypatch):
+    """matmul (bias, post-ops, a sub-matrix src at an offset) and inner product on the
+    hand-written kernel as the runtime launches it on NVIDIA GPUs (forced here on every
+    device): a copy with the plan's offsets compiled in, against numpy."""
+    from pydnnl.runtime import gemm as rg
+
+    tile = NvTile(32, 64, 16, 4, 4)
+    monkeypatch.setattr(rg.rules, "nv_tile",
+                        lambda info, prob: tile if supports(prob, tile) else None)
+    monkeypatch.setattr(rg, "_cache", {})
+    rng = np.random.default_rng(5)
+    M, K, N = 40, 48, 76
+    big = rng.standard_normal((M + 3) * K).astype(np.float32)  # src starts 3 rows in
+    w, bias = rng.standard_normal((K, N)).astype(np.float32), rng.standard_normal(N)
+    f32 = dnnl.memory.data_type.f32
+    whole = dnnl.memory.desc([M + 3, K], f32, "ab")
+    src_md = whole.submemory_desc([M, K], [3, 0])
+    ops = dnnl.post_ops()
+    ops.append_eltwise(dnnl.algorithm.eltwise_relu, 0.0, 0.0)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(ops)
+    pd = dnnl.matmul.primitive_desc(engine, src_md, dnnl.memory.desc([K, N], f32, "ab"),
+                                    dnnl.memory.desc([1, N], f32, "ab"),
+                                    dnnl.memory.desc([M, N], f32, "ab"), attr)
+    src = dnnl.memory(whole, engine, big.reshape(M + 3, K))
+    args = {dnnl.ARG_SRC: dnnl.memory(src_md, engine, src.get_data_handle()),
+            dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine, w),
+            dnnl.ARG_BIAS: dnnl.memory(dnnl.memory.desc([1, N], f32, "ab"), engine,
+                                         bias[None].astype(np.float32)),
+            dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
+    prim = dnnl.matmul(pd)
+    prim.execute(stream, args)
+    stream.wait()
+    A = big.reshape(M + 3, K)[3:].astype(np.float64)
+    want = np.maximum(A @ w + bias, 0)
+    np.testing.assert_allclose(args[dnnl.ARG_DST].to_numpy(), want, rtol=1e-5, atol=1e-5)
+    gemms = [g for g in rg._cache.values() if g.nv_tile is not None]
+    assert gemms and all(len(g._static) == 1 for g in gemms)  # the compiled-in copy ran
