@@ -185,7 +185,11 @@ class ResNet50:
         self._weights = []  # device memories of the weights and biases
         self._scratch_bytes = 0
         self.reorders = 0  # activation reorders in the network (input and output only)
+        biggest = max(int(np.prod(s)) for s in param_shapes(arch).values())
+        self._staging = dnnl.memory(MD([biggest * 4], dnnl.memory.data_type.u8, TAG.a), eng)
         self._build(params)
+        self.stream.wait()
+        del self._staging  # back to the library's buffer pool, before the activations
         self._allocate()
 
     # -- building -------------------------------------------------------------------------------
@@ -207,13 +211,15 @@ class ResNet50:
     def _upload(self, array: np.ndarray, desc, user_tag) -> dnnl.memory:
         """``array`` on the device in ``desc``'s layout: written as ``user_tag``, reordered
         once where ``desc`` differs."""
-        user = dnnl.memory(MD(list(array.shape), F32, user_tag), self.eng, array)
-        if user.get_desc() == desc:
-            mem = user
-        else:
+        user_md = MD(list(array.shape), F32, user_tag)
+        if user_md == desc:
+            mem = dnnl.memory(desc, self.eng, array)
+        else:  # the user's copy goes through one staging buffer shared by every tensor
+            self.stream.wait()  # the previous reorder has read the staging buffer
+            user = dnnl.memory(user_md, self.eng, self._staging.buffer)
+            user.write(array)
             mem = dnnl.memory(desc, self.eng)
             dnnl.reorder(user, mem).execute(self.stream, user, mem)
-            self.stream.wait()  # the user copy is dropped next
         self._weights.append(mem)
         return mem
 
@@ -353,7 +359,6 @@ class ResNet50:
                 dnnl.reorder.primitive_desc(self.eng, pd.dst_desc(), self.eng, self.out_desc)),
                 {dnnl.ARG_FROM: prob, dnnl.ARG_TO: Bind("dst", self.out_desc)})
             self.reorders += 1
-        self.stream.wait()
 
     # -- memory ---------------------------------------------------------------------------------
     def _allocate(self) -> None:

@@ -116,6 +116,9 @@ def test_activation_slots_never_hold_two_live_tensors(cpu_engine, reduced):
         for b, tb in ts[i + 1:]:
             if ta.slot == tb.slot:  # disjoint lifetimes: one is last read before the other
                 assert ta.last < tb.first or tb.last < ta.first, (a, b)
+    for name, prim, args in net._steps:  # no primitive keeps a scratchpad of its own
+        pd = prim.get_primitive_desc()
+        assert pd.scratchpad_desc().get_size() == 0 or dnnl.ARG_SCRATCHPAD in args, name
     m = net.memory_report()
     assert m["activation_slots"] < m["activations_unshared"]
     assert m["peak"] == (m["weights"] + m["activation_slots"] + m["scratchpad"]
