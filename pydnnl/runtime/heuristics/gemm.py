@@ -249,22 +249,3 @@ def nv_tile(info, prob: GemmProblem) -> NvTile | None:
         if fits(t):
             return t
     return None
-    if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
-        return None
-    units = max(1, info.compute_units)
-
-    def blocks(t):
-        return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
-
-    order = [_NV_MID]
-    if blocks(_NV_WIDE) >= 2 * units:
-        order.insert(0, _NV_WIDE)
-    if blocks(_NV_BIG) >= 1.9 * units:
-        order.insert(0, _NV_BIG)
-    order += [t for t in (_NV_BIG, _NV_WIDE) if t not in order]  # k not a multiple of 16
-    for t in order:
-        smem = 2 * t.bk * (t.bm + t.bn + 8) * 4
-        if supports(prob, t) and t.threads <= info.max_work_group_size \
-                and smem <= info.local_mem_bytes:
-            return t
-    return None
