@@ -1,0 +1,184 @@
+"""Shape operators as views of the producer's buffer (Reshape, Flatten, Squeeze, Unsqueeze,
+Identity) or ``reorder``s (Transpose), Concat (``concat``) and Constant (a host array,
+uploaded when a node reads it)."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from ... import concat
+from ...constants import ARG_DST, ARG_MULTIPLE_SRC
+from ..errors import invalid, unsupported
+from . import axis_of, op
+
+
+def _host_or_value(b, i: int, what: str):
+    """A host constant (shape arithmetic on int64 tensors stays on the host) or a device
+    value."""
+    name = b.node.input[i]
+    if name in b.consts:
+        return b.consts[name]
+    return b.value(i, what)
+
+
+def _reshape(b, x, shape):
+    if isinstance(x, np.ndarray):
+        return x.reshape(shape)
+    return x.view(shape)
+
+
+@op("Identity")
+def identity(b, node, a):
+    b.set(0, _host_or_value(b, 0, "input"))
+
+
+@op("Dropout")
+def dropout(b, node, a):
+    # inference, or training with ratio 0: the identity, every mask element kept
+    mode = b.const(2, "training_mode") if b.opset >= 12 else None
+    training = (mode is not None and bool(mode)) or (b.opset < 7 and a.get("is_test", 0) == 0)
+    if training:
+        ratio = b.const(1, "ratio") if b.opset >= 12 else np.array(a.get("ratio", 0.5))
+        if ratio is None or float(ratio) != 0.0:
+            raise unsupported(node, "training mode with a non-zero ratio (random masks)")
+    x = _host_or_value(b, 0, "data")
+    b.set(0, x)
+    b.set(1, np.ones(x.shape, bool))
+
+
+@op("Constant")
+def constant(b, node, a):
+    if "value" in a:
+        arr = numpy_helper.to_array(node.attribute[0].t)
+    elif "value_float" in a:
+        arr = np.array(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        arr = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        arr = np.array(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        arr = np.array(a["value_ints"], np.int64)
+    else:
+        raise unsupported(node, f"attribute {sorted(a)} (sparse or string constants)")
+    b.set(0, arr)
+
+
+@op("Reshape")
+def reshape(b, node, a):
+    x = _host_or_value(b, 0, "data")
+    shape = [int(v) for v in b.const(1, "shape").reshape(-1)]
+    allowzero = a.get("allowzero", 0)
+    src = tuple(x.shape)
+    out = []
+    for i, d in enumerate(shape):
+        if d == 0 and not allowzero:
+            if i >= len(src):
+                raise invalid(node, f"shape {shape}: 0 at position {i} copies a dim the input "
+                                    f"{list(src)} does not have")
+            out.append(src[i])
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise invalid(node, f"shape {shape} has more than one -1")
+    size = int(np.prod(src, dtype=np.int64))
+    if -1 in out:
+        rest = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        out[out.index(-1)] = size // rest if rest else 0
+    if int(np.prod(out, dtype=np.int64)) != size:
+        raise invalid(node, f"shape {shape} (-> {out}) does not hold the input's {size} "
+                            f"elements (shape {list(src)})")
+    b.set(0, _reshape(b, x, out))
+
+
+@op("Flatten")
+def flatten(b, node, a):
+    x = _host_or_value(b, 0, "input")
+    rank = len(x.shape)
+    axis = int(a.get("axis", 1))
+    if not -rank <= axis <= rank:
+        raise invalid(node, f"axis {axis} is out of range for a tensor of rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    b.set(0, _reshape(b, x, (outer, int(np.prod(x.shape[axis:], dtype=np.int64)))))
+
+
+def _axes(b, a, i: int) -> list[int] | None:
+    if b.opset >= 13:
+        v = b.const(i, "axes")
+        return None if v is None else [int(x) for x in v.reshape(-1)]
+    return a.get("axes")
+
+
+@op("Squeeze")
+def squeeze(b, node, a):
+    x = _host_or_value(b, 0, "data")
+    rank = len(x.shape)
+    axes = _axes(b, a, 1)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = {axis_of(b, ax, rank, "axes entry") for ax in axes}
+    for ax in axes:
+        if x.shape[ax] != 1:
+            raise invalid(node, f"axis {ax} has size {x.shape[ax]}, not 1 (input shape "
+                                f"{list(x.shape)})")
+    b.set(0, _reshape(b, x, [d for i, d in enumerate(x.shape) if i not in axes]))
+
+
+@op("Unsqueeze")
+def unsqueeze(b, node, a):
+    x = _host_or_value(b, 0, "data")
+    axes = _axes(b, a, 1)
+    if axes is None:
+        raise invalid(node, "axes are required")
+    rank = len(x.shape) + len(axes)
+    axes = sorted(axis_of(b, ax, rank, "axes entry") for ax in axes)
+    if len(set(axes)) != len(axes):
+        raise invalid(node, f"axes {axes} repeat an axis")
+    shape = list(x.shape)
+    for ax in axes:
+        shape.insert(ax, 1)
+    b.set(0, _reshape(b, x, shape))
+
+
+@op("Transpose")
+def transpose(b, node, a):
+    x = _host_or_value(b, 0, "data")
+    rank = len(x.shape)
+    perm = [int(p) for p in a.get("perm", list(range(rank))[::-1])]
+    if sorted(perm) != list(range(rank)):
+        raise invalid(node, f"perm {perm} is not a permutation of 0..{rank - 1}")
+    if isinstance(x, np.ndarray):
+        b.set(0, np.ascontiguousarray(x.transpose(perm)))
+        return
+    shape = tuple(x.shape[p] for p in perm)
+    if rank <= 1 or perm == list(range(rank)):
+        b.set(0, x)
+        return
+    # input axis perm[i] becomes output axis i: the input desc relabeled, then one reorder
+    inverse = [0] * rank
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    src = x.view(shape, x.md.permute_axes(inverse))
+    dst = b.alloc(shape)
+    b.copy(src, dst)
+    b.set(0, dst)
+
+
+@op("Concat")
+def concat_(b, node, a):
+    srcs = [b.value(i, f"inputs[{i}]") for i in range(len(node.input)) if b.has(i)]
+    rank = len(srcs[0].shape)
+    if "axis" not in a:
+        raise invalid(node, "attribute axis is required")
+    axis = axis_of(b, a["axis"], rank)
+    if len(srcs) == 1:
+        b.set(0, srcs[0])
+        return
+    shape = list(srcs[0].shape)
+    shape[axis] = sum(s.shape[axis] for s in srcs)
+    dst = b.alloc(shape)
+    pd = concat.primitive_desc(b.engine, dst.md, axis, [s.md for s in srcs])
+    args = {ARG_MULTIPLE_SRC + i: s.mem for i, s in enumerate(srcs)}
+    args[ARG_DST] = dst.mem
+    b.execute(concat(pd), args)
+    b.set(0, dst)
