@@ -32,11 +32,18 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
-from ..kernels.pooling import PoolProblem, build_pooling, iteration_axes, lanes_of
+from ..kernels.pooling import (
+    PoolProblem,
+    build_pooling,
+    interior_lanes,
+    iteration_axes,
+    lane_count,
+    lanes_of,
+)
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.heuristics.pooling import work_group_size
+from ..runtime.heuristics.pooling import split_interior, work_group_size
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .reduction import plan_stages, stages_plan
@@ -241,8 +248,20 @@ class _pool_pd_base(primitive_desc_base):
             ws_layout=None if ws is None else _five(layout_of(ws), nsp),
             axes=iteration_axes(out_layout, out_dims), wide=big > _INT32_MAX // 2,
             src_dt=src.data_type.name, dst_dt=dst.data_type.name)
+        return self._sized(engine, prob)
+
+    @staticmethod
+    def _sized(engine, prob: PoolProblem) -> PoolProblem:
         ln = lanes_of(prob)
-        return replace(prob, local=work_group_size(engine.info, ln.count, ln.rest))
+        return replace(prob, local=work_group_size(engine.info, lane_count(prob), ln.rest))
+
+    def _parts(self, engine, prob: PoolProblem) -> list[PoolProblem]:
+        """The kernels of ``prob``: one over every lane, or (where the device takes it) one
+        over the interior lanes with vector loads and one over the edge lanes."""
+        if split_interior(engine.info) and interior_lanes(prob) is not None:
+            return [self._sized(engine, replace(prob, part=part))
+                    for part in ("interior", "edges")]
+        return [prob]
 
 
 class pooling_forward(primitive):
@@ -284,6 +303,12 @@ class pooling_forward(primitive):
             if self._red is not None:
                 stages, scratch, impl = self._red
                 self._impl = "ocl:pool:" + impl.removeprefix("ocl:")
+            else:
+                ws = self._args.get(ARG_WORKSPACE)
+                eng = self.get_engine()
+                prob = self._problem(eng, "fwd", src, dst, ws.md if ws else None)
+                if len(self._parts(eng, prob)) > 1:
+                    self._impl = "ocl:pool:interior+edges"
             self._finish_scratchpad(scratch * 4)
 
         def _global_reduction(self, src: MemoryDesc, dst: MemoryDesc):
@@ -317,7 +342,8 @@ class pooling_forward(primitive):
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ws is not None:
             named["ws"] = Ref(ARG_WORKSPACE)
-        plan.kernel("pooling", prob, build_pooling, **named)
+        for part in pd._parts(pd.get_engine(), prob):
+            plan.kernel("pooling", part, build_pooling, **named)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
@@ -378,6 +404,11 @@ class pooling_backward(primitive):
                 self._args[ARG_WORKSPACE] = ArgSpec(ws, False)
             self._args[ARG_DIFF_SRC] = ArgSpec(diff_src, True)
             self._describe(diff_src, diff_dst)
+            ws = self._args.get(ARG_WORKSPACE)
+            eng = self.get_engine()
+            prob = self._problem(eng, "bwd", diff_src, diff_dst, ws.md if ws else None)
+            if len(self._parts(eng, prob)) > 1:
+                self._impl = "ocl:pool:interior+edges"
             self._finish_scratchpad(0)
 
     def _create(self) -> None:
@@ -389,7 +420,8 @@ class pooling_backward(primitive):
         named = {"diff_dst": Ref(ARG_DIFF_DST), "diff_src": Ref(ARG_DIFF_SRC)}
         if ws is not None:
             named["ws"] = Ref(ARG_WORKSPACE)
-        plan.kernel("pooling", prob, build_pooling, **named)
+        for part in pd._parts(pd.get_engine(), prob):
+            plan.kernel("pooling", part, build_pooling, **named)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

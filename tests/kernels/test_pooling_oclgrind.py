@@ -1,7 +1,7 @@
 """Pooling kernels under the Oclgrind simulator: every kernel of the family (forward with and
 without a workspace, u8 and s32 workspaces, backward of each algorithm) on tiny shapes in
-plain, channels-last and blocked (padded channels) layouts, bf16 storage, and global pooling
-(run as a reduction): no
+plain, channels-last and blocked (padded channels) layouts, bf16 storage, global pooling
+(run as a reduction), and the CPU's interior + edge kernels of a strided width: no
 out-of-bounds access, no use of uninitialized values, no data race, no API misuse, and results
 equal to the numpy reference.
 Kernels are built unoptimized under Oclgrind (see the test).
@@ -33,6 +33,7 @@ ALG = {"max": dnnl.algorithm.pooling_max,
        "avg_include_padding": dnnl.algorithm.pooling_avg_include_padding,
        "avg_exclude_padding": dnnl.algorithm.pooling_avg_exclude_padding}
 results = {}
+impls = {}
 
 def close(got, ref, tol=1e-5):
     return bool(np.abs(got - ref).max() <= tol * max(1.0, np.abs(ref).max()))
@@ -50,6 +51,7 @@ def case(key, dims, tag, alg, k, st, d, pl, pr, prop=dnnl.prop_kind.forward_trai
     ws = None
     if not fpd.workspace_desc().is_zero():
         ws = args[dnnl.ARG_WORKSPACE] = dnnl.memory(fpd.workspace_desc(), eng)
+    impls[key] = fpd.impl_info_str()
     dnnl.pooling_forward(fpd).execute(s, args)
     s.wait()
     want, want_ws = ref_fwd(x, alg, k, st, d, pl, pr)
@@ -88,6 +90,19 @@ case("global_avg_nchw", [2, 3, 5, 5], "abcd", "avg_exclude_padding", [5, 5], [1,
      [0, 0], [0, 0], dnnl.prop_kind.forward_inference)
 case("global_max_nhwc", [2, 5, 3, 4], "acdb", "max", [3, 4], [1, 1], [0, 0], [0, 0], [0, 0],
      dnnl.prop_kind.forward_inference)
+# the CPU's split of a strided width into interior lanes (vector loads forward, no bounds
+# checks backward) and edge lanes, forced on here (the simulator counts as a GPU)
+import pydnnl.primitives.pooling as PP
+PP.split_interior = lambda info: True
+case("interior_max_2d", [1, 2, 3, 38], "abcd", "max", [3, 3], [2, 2], [0, 0], [1, 1], [1, 1])
+case("interior_avg_np_1d_dil", [2, 1, 70], "abc", "avg_exclude_padding", [3], [3], [1], [2],
+     [1])
+case("interior_avg_p_bf16", [1, 1, 2, 36], "abcd", "avg_include_padding", [2, 3], [1, 2],
+     [0, 0], [0, 1], [1, 1], typ=dnnl.memory.data_type.bf16)
+results["interior_impls"] = all("interior+edges" in impls[k] for k in (
+    "interior_max_2d", "interior_avg_np_1d_dil", "interior_avg_p_bf16"))
+results["global_impls"] = all("reduction" in impls[k] for k in ("global_avg_nchw",
+                                                                "global_max_nhwc"))
 print(json.dumps(results))
 """
 
@@ -101,4 +116,6 @@ def test_pooling_kernels_clean_under_oclgrind():
     assert results == {"max_2d_nchw": True, "max_2d_inference": True, "avg_p_1d_nwc": True,
                        "avg_np_2d_blocked": True, "max_3d_s32_ws": True,
                        "avg_p_2d_nchw_bf16": True, "global_avg_nchw": True,
-                       "global_max_nhwc": True}
+                       "global_max_nhwc": True, "interior_max_2d": True,
+                       "interior_avg_np_1d_dil": True, "interior_avg_p_bf16": True,
+                       "interior_impls": True, "global_impls": True}

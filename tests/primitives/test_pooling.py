@@ -491,3 +491,61 @@ def test_global_pooling_low_precision(engine, stream, typ):
     eps = 2.0 ** -8 if typ == dt.bf16 else 2.0 ** -11
     got = dst.to_numpy().astype(np.float64)
     assert np.all(np.abs(got - want) <= eps * np.abs(want) + 1e-6)
+
+
+# CPUs: a strided width in plain layouts runs as an interior kernel (the lanes whose windows
+# lie inside: vector loads forward, no bounds checks backward) and an edge kernel
+INTERIOR = {
+    "2d_s2": ([2, 3, 5, 40], [3, 3], [2, 2], [0, 0], [1, 1], [1, 1], "abcd"),
+    "2d_s3_dil": ([1, 2, 4, 64], [2, 3], [1, 3], [0, 1], [0, 2], [0, 1], "abcd"),
+    "1d_s2_k4": ([2, 3, 45], [4], [2], [0], [1], [2], "abc"),
+    "3d_s2": ([1, 2, 3, 4, 38], [2, 2, 3], [1, 1, 2], [0, 0, 0], [0, 1, 1], [1, 0, 1],
+              "abcde"),
+}
+
+
+@pytest.mark.parametrize("alg", list(ALG))
+@pytest.mark.parametrize("name", list(INTERIOR))
+def test_interior_and_edge_kernels_match_reference(engine, stream, name, alg):
+    dims, k, s, d, pl, pr, src_tag = INTERIOR[name]
+    geom = (k, s, d, pl, pr)
+    x = _untied(dims, len(name) + 3)
+    fwd_pd, got, ws = _forward(engine, stream, x, alg, geom, src_tag)
+    want, want_ws = ref_fwd(x, alg, k, s, d, pl, pr)
+    _close(got, want)
+    if alg == "max":
+        np.testing.assert_array_equal(ws.to_numpy(), want_ws)
+    g = np.random.default_rng(9).standard_normal(want.shape).astype(np.float32)
+    bwd_pd, diff_src = _backward(engine, stream, fwd_pd, g, ws, alg, geom)
+    _close(diff_src, ref_bwd(g, dims, alg, k, s, d, pl, pr, want_ws))
+    for pd in (fwd_pd, bwd_pd):
+        assert ("interior+edges" in pd.impl_info_str()) == (not engine.info.is_gpu)
+
+
+@pytest.mark.parametrize("typ", [dt.bf16, dt.f16], ids=lambda t: t.name)
+def test_interior_kernels_low_precision(engine, stream, typ):
+    """bf16/f16 data through the interior forward's vector loads and the backward split."""
+    dims, k, s, d, pl, pr = [2, 3, 6, 40], [3, 3], [2, 2], [0, 0], [1, 1], [1, 1]
+    out = _dst_dims(dims, k, s, d, pl, pr)
+    sm, dm = dnnl.memory.desc(dims, typ, tag.abcd), dnnl.memory.desc(out, typ, tag.abcd)
+    fpd = dnnl.pooling_forward.primitive_desc(engine, train, ALG["max"], sm, dm, s, k, d, pl, pr)
+    src, dst = dnnl.memory(sm, engine, _untied(dims, 4) / 64), dnnl.memory(dm, engine)
+    ws = dnnl.memory(fpd.workspace_desc(), engine)
+    dnnl.pooling_forward(fpd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst,
+                                               dnnl.ARG_WORKSPACE: ws})
+    stream.wait()
+    x = src.to_numpy().astype(np.float32)
+    want, want_ws = ref_fwd(x, "max", k, s, d, pl, pr)
+    np.testing.assert_array_equal(dst.to_numpy().astype(np.float32), want)  # max: exact
+    np.testing.assert_array_equal(ws.to_numpy(), want_ws)
+    bpd = dnnl.pooling_backward.primitive_desc(engine, ALG["max"], sm, dm, s, k, d, pl, pr, fpd)
+    gm = dnnl.memory(dm, engine, np.random.default_rng(3).standard_normal(out))
+    out_m = dnnl.memory(sm, engine)
+    dnnl.pooling_backward(bpd).execute(stream, {dnnl.ARG_DIFF_DST: gm, dnnl.ARG_DIFF_SRC: out_m,
+                                                dnnl.ARG_WORKSPACE: ws})
+    stream.wait()
+    g = gm.to_numpy().astype(np.float64)
+    want_b = ref_bwd(g, dims, "max", k, s, d, pl, pr, want_ws)
+    eps = 2.0 ** -8 if typ == dt.bf16 else 2.0 ** -11
+    got_b = out_m.to_numpy().astype(np.float64)
+    assert np.all(np.abs(got_b - want_b) <= eps * np.abs(want_b) + 1e-6)
