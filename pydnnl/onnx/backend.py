@@ -61,7 +61,18 @@ class PydnnlBackendRep(BackendRep):
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise onnx_invalid(f"run: inputs {missing} were not given")
-        return {k: np.asarray(v) for k, v in feeds.items()}
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        for vi in self.model.graph.input:
+            if vi.name not in feeds or not vi.type.tensor_type.HasField("shape"):
+                continue
+            dims = [d.dim_value if d.HasField("dim_value") else None
+                    for d in vi.type.tensor_type.shape.dim]
+            got = feeds[vi.name].shape
+            if len(dims) != len(got) or any(d is not None and d != g for d, g in zip(dims, got)):
+                want = ["?" if d is None else d for d in dims]
+                raise onnx_invalid(f"graph input '{vi.name}': expected shape {want}, got "
+                                   f"{list(got)}")
+        return feeds
 
     def program(self, feeds: dict[str, np.ndarray]) -> Program:
         """The program for these inputs' shapes and parameter values (built if new)."""
@@ -88,7 +99,8 @@ class PydnnlBackendRep(BackendRep):
         """Outputs in graph order (a namedtuple also indexable by output name).
 
         ``timings``: a list that receives ``(node name, op_type, seconds)`` per node (the
-        stream is waited on after each node, so the times add up to the whole run)."""
+        stream is waited on after each node; seconds is None for views and constants, which
+        run nothing)."""
         feeds = self._feeds(inputs)
         outs = self.program(feeds).run(feeds, timings)
         return namedtupledict("Outputs", self.output_names)(*outs)
@@ -100,7 +112,10 @@ class PydnnlBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU",
                 **kwargs: Any) -> PydnnlBackendRep:
-        onnx.checker.check_model(model)
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            raise onnx_invalid(f"prepare: the model is not valid ONNX: {e}") from None
         return PydnnlBackendRep(model, device)
 
     @classmethod

@@ -24,11 +24,11 @@ class NeedsInputValues(Exception):
 
 @dataclass
 class Step:
-    """One node's work: ``fn(stream)`` enqueues its primitives."""
+    """One node's work: ``fn(stream)`` enqueues its primitives (None: a view, no work)."""
 
     name: str
     op_type: str
-    fn: Callable[[_stream], None]
+    fn: Callable[[_stream], None] | None
 
 
 def attributes(node) -> dict[str, Any]:
@@ -174,12 +174,12 @@ class Builder:
         self.node, self._fns = node, []
 
     def end(self) -> None:
-        fns = self._fns
+        fns, fn = self._fns, None
         if fns:
             def fn(s, fns=fns):
                 for f in fns:
                     f(s)
-            self.steps.append(Step(self.node.name or self.node.output[0], self.node.op_type, fn))
+        self.steps.append(Step(self.node.name or self.node.output[0], self.node.op_type, fn))
 
 
 @dataclass
@@ -204,7 +204,10 @@ class Program:
             v.mem.write(arr.reshape(v.md.get_dims()))
         s = self.stream
         for step in self.steps:
-            if timings is None:
+            if step.fn is None:
+                if timings is not None:
+                    timings.append((step.name, step.op_type, None))
+            elif timings is None:
                 step.fn(s)
             else:
                 t0 = time.perf_counter()
