@@ -264,3 +264,10 @@ def export_dnnl_aliases(namespace: dict) -> None:
     for k, v in list(globals().items()):
         if k.startswith("ARG_"):
             namespace["DNNL_" + k] = v
+
+
+# pydnnl extensions, no oneDNN counterpart: the optimizer-update primitives (sgd_update: state 0
+# is the momentum buffer; adam_update: states 0 and 1 are m and v, the step a 1-element f32 t)
+ARG_OPTIMIZER_STATE_0 = 769
+ARG_OPTIMIZER_STATE_1 = 770
+ARG_OPTIMIZER_STEP = 771

@@ -48,6 +48,7 @@ from . import (  # noqa: E402
     concat,
     eltwise,
     layer_normalization,
+    optimizer,
     pooling,
     reduction,
     softmax,
@@ -55,7 +56,7 @@ from . import (  # noqa: E402
 from . import sum as _sum_module  # noqa: E402  (the module; the name `sum` is the primitive)
 
 _FAMILIES = (eltwise, softmax, binary, _sum_module, concat, reduction, pooling,
-             batch_normalization, layer_normalization)
+             batch_normalization, layer_normalization, optimizer)
 for _m in _FAMILIES:
     globals().update({_n: getattr(_m, _n) for _n in _m.__all__})
     __all__ += list(_m.__all__)
