@@ -1,0 +1,139 @@
+"""Single ONNX nodes through :mod:`pydnnl.onnx` in forms the node tests leave out (src0
+broadcasts, batch-broadcast MatMul, Gemm with a computed C, constant weights reordered into
+the layout a convolution chose, legacy Softmax coercion, ...), against
+``onnx.reference.ReferenceEvaluator``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from pydnnl.onnx import PydnnlBackend
+
+F = TensorProto.FLOAT
+
+
+def _case(op, in_shapes, attrs=None, consts=None, opset=17, n_out=1):
+    """A one-node model: float inputs of ``in_shapes`` (None: an empty optional input), and
+    ``consts`` {input position: array} as initializers."""
+    consts = consts or {}
+    names, gin, inits = [], [], []
+    for k in range(len(in_shapes) + len(consts)):
+        if k in consts:
+            names.append(f"c{k}")
+            inits.append(numpy_helper.from_array(consts[k], f"c{k}"))
+        else:
+            shape = in_shapes[len([j for j in range(k) if j not in consts])]
+            if shape is None:
+                names.append("")
+                continue
+            names.append(f"i{k}")
+            gin.append(helper.make_tensor_value_info(f"i{k}", F, shape))
+    outs = [f"o{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, name="n0", **(attrs or {}))
+    graph = helper.make_graph([node], "g", gin, [helper.make_empty_tensor_value_info(o)
+                                                 for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    # the checker wants typed outputs: take them from shape inference
+    from onnx import shape_inference
+    inferred = shape_inference.infer_shapes(model)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+R = np.random.default_rng(0)
+
+
+def _u(*s):
+    return R.uniform(-1, 1, s).astype(np.float32)
+
+
+CASES = {
+    "sub_both_broadcast": _case("Sub", [[3, 1], [1, 4]]),
+    "add_rank_mismatch": _case("Add", [[4], [2, 3, 4]]),
+    "div_src0_broadcast": _case("Div", [[3, 1], [2, 3, 4]]),
+    "greater_bcast": _case("Greater", [[3, 1], [4]]),
+    "max_three": _case("Max", [[2, 3], [3], [1, 1]]),
+    "sum_bcast": _case("Sum", [[3, 4], [4], [1, 1]]),
+    "mean_same": _case("Mean", [[3, 4], [3, 4], [3, 4]]),
+    "matmul_batch_bcast": _case("MatMul", [[2, 1, 3, 4], [5, 4, 6]]),
+    "matmul_1d_left": _case("MatMul", [[4], [2, 4, 3]]),
+    "gemm_all": _case("Gemm", [[4, 3], [5, 4], [1, 5]],
+                      {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}),
+    "gemm_const_b": _case("Gemm", [[2, 3]], {"beta": 0.0}, consts={1: _u(3, 4), 2: _u(4)}),
+    "transpose_4d": _case("Transpose", [[2, 3, 4, 5]], {"perm": [2, 0, 3, 1]}),
+    "logsoftmax_axis0": _case("LogSoftmax", [[3, 4, 2]], {"axis": 0}),
+    "reduce_l2_axes_input": _case("ReduceL2", [[2, 3, 4]], {"keepdims": 0},
+                                  consts={1: np.array([0, -1], np.int64)}, opset=18),
+    "reduce_logsumexp": _case("ReduceLogSumExp", [[2, 3, 4]], {"axes": [1]}, opset=17),
+    "layernorm_axis1": _case("LayerNormalization", [[2, 3, 4, 2], [3, 4, 2], [3, 4, 2]],
+                             {"axis": 1}, n_out=3),
+    "concat_three": _case("Concat", [[2, 3, 4], [2, 1, 4], [2, 2, 4]], {"axis": -2}),
+    "clip_max_only": _case("Clip", [[3, 4], None], consts={2: np.array(0.25, np.float32)}),
+    "conv1d_same_lower_const_w": _case("Conv", [[2, 4, 9]],
+                                       {"auto_pad": "SAME_LOWER", "group": 2, "strides": [2]},
+                                       consts={1: _u(6, 2, 4), 2: _u(6)}),
+    "conv3d_dilated": _case("Conv", [[1, 2, 6, 7, 5]], {"dilations": [2, 1, 1],
+                                                         "pads": [1, 0, 1, 1, 0, 1]},
+                            consts={1: _u(3, 2, 2, 3, 3)}),
+    # group=1: onnx's reference ConvTranspose fails on groups here (the node tests cover them)
+    "convtranspose_const_w": _case("ConvTranspose", [[2, 4, 5, 4]],
+                                   {"strides": [2, 3], "output_padding": [1, 2],
+                                    "pads": [1, 0, 0, 1]},
+                                   consts={1: _u(4, 3, 3, 3), 2: _u(3)}),
+    "maxpool_ceil_dilated": _case("MaxPool", [[1, 2, 9, 8]],
+                                  {"kernel_shape": [3, 2], "strides": [2, 2],
+                                   "dilations": [2, 1], "ceil_mode": 1}),
+    "averagepool_same_upper": _case("AveragePool", [[1, 2, 7, 6]],
+                                    {"kernel_shape": [3, 3], "strides": [2, 2],
+                                     "auto_pad": "SAME_UPPER"}),
+    "batchnorm_3d": _case("BatchNormalization", [[2, 3, 4, 2, 2]], {"epsilon": 1e-3},
+                          consts={1: _u(3), 2: _u(3), 3: _u(3),
+                                  4: R.uniform(0.5, 1.5, 3).astype(np.float32)}),
+    "hardswish": _case("HardSwish", [[3, 4]]),
+    "pow_scalar": _case("Pow", [[3, 4]], consts={1: np.array(3.0, np.float32)}),
+    "squeeze_unsqueeze_flatten": None,
+}
+
+
+def _shape_chain():
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"], name="u"),
+             helper.make_node("Squeeze", ["u", "ax"], ["s"], name="s"),
+             helper.make_node("Flatten", ["s"], ["f"], name="f", axis=-1),
+             helper.make_node("Reshape", ["f", "shp"], ["r"], name="r"),
+             helper.make_node("Relu", ["r"], ["y"], name="relu")]
+    inits = [numpy_helper.from_array(np.array([0, 3], np.int64), "ax"),
+             numpy_helper.from_array(np.array([0, -1, 2], np.int64), "shp")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", F, [6, 2, 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+CASES["squeeze_unsqueeze_flatten"] = _shape_chain()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_node_matches_reference(name):
+    model = CASES[name]
+    rng = np.random.default_rng(1)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim])
+             .astype(np.float32) for vi in model.graph.input}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = PydnnlBackend.run_model(model, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_before_opset13_coerces_to_2d(op):
+    """Opset < 13: the input is seen as [prod(dims[:axis]), prod(dims[axis:])]. onnx's
+    reference evaluator applies the opset-13 rule to every opset, so the oracle is an opset-13
+    graph of that 2-D form."""
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    got, = PydnnlBackend.run_model(_case(op, [[2, 3, 4]], {"axis": 1}, opset=11), {"i0": x})
+    want, = ReferenceEvaluator(_case(op, [[2, 12]], {"axis": 1})).run(
+        None, {"i0": x.reshape(2, 12)})
+    np.testing.assert_allclose(got, want.reshape(2, 3, 4), rtol=1e-5, atol=1e-6)
