@@ -607,7 +607,9 @@ def main(argv=None) -> None:
     want /= want.sum(1, keepdims=True)
     err_l = np.abs(net.logits() - logits).max() / np.abs(logits).max()
     err_p = np.abs(probs - want).max() / np.abs(want).max()
-    print(f"torch {torch.__version__} ({type(model).__module__}): {_rate(a.mb, theirs)}; max "
+    which = ("torchvision" if type(model).__module__.startswith("torchvision")
+             else "torch.nn copy")
+    print(f"torch {torch.__version__} ({which}): {_rate(a.mb, theirs)}; max "
           f"error relative to the largest value: logits {err_l:.2e}, probabilities {err_p:.2e}")
 
 
