@@ -1,14 +1,27 @@
-"""Train a many-to-one LSTM classifier on scikit-learn's 8x8 digits with pydnnl's LSTM
-forward (forward_training) and backward primitives.
+"""Train a many-to-one LSTM classifier on scikit-learn's 8x8 digits, every training step on the
+device: pydnnl primitives from the input batch to the Adam update.
 
-Each image is a sequence of T = 8 rows of 8 pixels. The LSTM runs on the device; the dense
-head, softmax cross-entropy and the Adam optimizer are numpy. Only the last step's hidden state
-feeds the classifier, so the loss gradient enters the backward pass through diff_dst_layer at
-t = T - 1 with zeros at every other step (the pattern of the cuDNN many-to-one thread), or,
-with --via dst_iter, through diff_dst_iter (the same state: dst_iter = dst_layer[T - 1] for one
-left-to-right layer).
+Each image is a sequence of T = 8 rows of 8 pixels. One training step is:
+
+1. LSTM forward (``forward_training``); the last step's hidden state h_T feeds the head;
+2. inner-product head forward (10 logits), log-softmax (``softmax_forward``, ``softmax_log``);
+3. the NLL loss as a dot product (``matmul`` [1, B*10] x [B*10, 1]) of the log-probabilities
+   with the batch's target tensor ``-onehot / B``, added on the device to a loss accumulator
+   (a ``sum`` post-op) that the host reads every ``--log-every`` steps;
+4. log-softmax backward with ``diff_dst = -onehot / B`` (d loss / d log-probabilities): its
+   ``diff_src = diff_dst - exp(logp) * sum(diff_dst)`` is ``(softmax - onehot) / B``;
+5. inner-product backward weights and data, then LSTM backward: the head's gradient enters
+   through ``diff_dst_layer`` at t = T - 1 (zeros at every other step), or, with
+   ``--via dst_iter``, through ``diff_dst_iter`` (the same state for one left-to-right layer);
+6. the step counter advanced on the device (``eltwise_linear`` in place) and one fused
+   ``adam_update`` per parameter tensor.
+
+The host uploads each batch's inputs and targets and reads the loss; the weights, gradients
+and optimizer state never leave the device. Once per epoch the test set (uploaded once) runs
+through an inference LSTM and head sharing the weights, and its logits are read back.
 
 Run: python examples/train_digits_lstm.py [--device cpu|gpu] [--epochs 14] [--hidden 128]
+     [--log-every N] [--via dst_layer|dst_iter] [--compare-torch]
 """
 from __future__ import annotations
 
@@ -23,109 +36,293 @@ import pydnnl as dnnl
 
 dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 T, F, CLASSES = 8, 8, 10
+FWD_T, FWD_I = dnnl.prop_kind.forward_training, dnnl.prop_kind.forward_inference
+L2R = dnnl.rnn_direction.unidirectional_left2right
 
 
-class LSTMLayer:
-    """One left-to-right LSTM layer on a device: forward_training and backward primitives for a
-    batch of N sequences, weights in the layouts the primitives chose (``any``)."""
+def md(dims, t=tag.any):
+    return dnnl.memory.desc(dims, dt.f32, t)
 
-    def __init__(self, eng, s, N, H, via_iter: bool):
-        self.eng, self.s, self.N, self.H = eng, s, N, H
-        L = D = 1
-        G = 4
-        md = lambda dims, t=tag.any: dnnl.memory.desc(dims, dt.f32, t)  # noqa: E731
-        d = dnnl.rnn_direction.unidirectional_left2right
-        self.fwd_descs = dict(
-            src_layer_desc=md([T, N, F], tag.tnc), src_iter_desc=None, src_iter_c_desc=None,
-            weights_layer_desc=md([L, D, F, G, H]), weights_iter_desc=md([L, D, H, G, H]),
-            bias_desc=md([L, D, G, H], tag.ldgo), dst_layer_desc=md([T, N, H], tag.tnc),
-            dst_iter_desc=md([L, D, N, H], tag.ldnc) if via_iter else None,
-            dst_iter_c_desc=None)
-        self.fpd = dnnl.lstm_forward.primitive_desc(eng, dnnl.prop_kind.forward_training, d,
-                                                    **self.fwd_descs)
+
+class Transfers:
+    """Bytes the example moves between host and device."""
+
+    def __init__(self):
+        self.up = self.down = 0
+
+    def new(self, desc: dnnl.memory.desc, eng, array: np.ndarray) -> dnnl.memory:
+        """A memory holding ``array``."""
+        self.up += desc.get_size()
+        return dnnl.memory(desc, eng, array)
+
+    def write(self, mem: dnnl.memory, array: np.ndarray) -> None:
+        mem.write(array)
+        self.up += mem.get_desc().get_size()
+
+    def read(self, mem: dnnl.memory) -> np.ndarray:
+        self.down += mem.get_desc().get_size()
+        return mem.to_numpy()
+
+
+IO = Transfers()
+
+
+def lstm_descs(N: int, H: int, with_dst_iter: bool) -> dict:
+    return dict(src_layer_desc=md([T, N, F], tag.tnc), src_iter_desc=None, src_iter_c_desc=None,
+                weights_layer_desc=md([1, 1, F, 4, H]), weights_iter_desc=md([1, 1, H, 4, H]),
+                bias_desc=md([1, 1, 4, H], tag.ldgo), dst_layer_desc=md([T, N, H], tag.tnc),
+                dst_iter_desc=md([1, 1, N, H], tag.ldnc) if with_dst_iter else None,
+                dst_iter_c_desc=None)
+
+
+def last_step(layer_desc: dnnl.memory.desc) -> dnnl.memory.desc:
+    """[N, H] view of time step T - 1 of a tnc [T, N, H] desc."""
+    _, N, H = layer_desc.get_dims()
+    return layer_desc.submemory_desc([1, N, H], [T - 1, 0, 0]).reshape([N, H])
+
+
+def view(desc: dnnl.memory.desc, eng, mem: dnnl.memory) -> dnnl.memory:
+    """Another desc over ``mem``'s buffer (no copy)."""
+    return dnnl.memory(desc, eng, mem.get_data_handle())
+
+
+def bias_desc(pd, arg=dnnl.ARG_BIAS) -> dnnl.memory.desc:
+    return pd.query_md(dnnl.query.exec_arg_md, arg)
+
+
+class Head:
+    """Inner-product head forward for N rows reading h_T from ``h_desc``."""
+
+    def __init__(self, eng, N: int, H: int, h_desc, prop):
+        self.pd = dnnl.inner_product_forward.primitive_desc(
+            eng, prop, h_desc, md([CLASSES, H]), md([CLASSES], tag.a), md([N, CLASSES], tag.ab))
+        self.prim = dnnl.inner_product_forward(self.pd)
+
+
+class Model:
+    """The weights on the device, in the layouts the training primitives chose."""
+
+    def __init__(self, eng, fpd, head: Head, init: dict):
+        W = {"wl": fpd.weights_layer_desc(), "wi": fpd.weights_iter_desc(),
+             "b": fpd.bias_desc(), "wd": head.pd.weights_desc(), "bd": bias_desc(head.pd)}
+        self.mem = {k: IO.new(d, eng, init[k]) for k, d in W.items()}
+
+
+class Shared:
+    """Memories of ``model`` seen through other descs: the same memory where the descs agree,
+    else a copy refreshed by a device reorder (``refresh``)."""
+
+    def __init__(self, eng, model: Model, want: dict):
+        self.mem, self.copies = {}, []
+        for k, d in want.items():
+            src = model.mem[k]
+            if d == src.get_desc():
+                self.mem[k] = src
+            else:
+                dst = self.mem[k] = dnnl.memory(d, eng)
+                self.copies.append((dnnl.reorder(src, dst), src, dst))
+
+    def refresh(self, s) -> None:
+        for prim, src, dst in self.copies:
+            prim.execute(s, src, dst)
+
+
+class DeviceAdam:
+    """One ``adam_update`` per (parameter, gradient) pair, a step counter on the device."""
+
+    def __init__(self, eng, pairs: list[tuple[dnnl.memory, dnnl.memory]], lr: float):
+        self.eng, self.pairs, self.lr = eng, pairs, None
+        first = dnnl.adam_update.primitive_desc(eng, pairs[0][0].get_desc(), lr)
+        self.step = IO.new(first.step_desc(), eng, np.zeros(1, np.float32))
+        tick = dnnl.eltwise_forward.primitive_desc(eng, FWD_I, dnnl.algorithm.eltwise_linear,
+                                                   first.step_desc(), first.step_desc(), 1.0, 1.0)
+        self.tick = dnnl.eltwise_forward(tick)                        # t <- t + 1, in place
+        self.states = []
+        for p, g in pairs:
+            pd = dnnl.adam_update.primitive_desc(eng, p.get_desc(), lr,
+                                                 diff_src_desc=g.get_desc())
+            zeros = np.zeros(p.get_desc().get_dims(), np.float32)
+            self.states.append([IO.new(pd.state_desc(i), eng, zeros) for i in (0, 1)])
+        self.set_lr(lr)
+
+    def set_lr(self, lr: float) -> None:
+        """New primitives for a new learning rate (kernel arguments: nothing is compiled)."""
+        if lr == self.lr:
+            return
+        self.lr, self.prims = lr, []
+        for (p, g), (m, v) in zip(self.pairs, self.states):
+            pd = dnnl.adam_update.primitive_desc(self.eng, p.get_desc(), lr,
+                                                 diff_src_desc=g.get_desc())
+            self.prims.append((dnnl.adam_update(pd), {
+                dnnl.ARG_SRC: p, dnnl.ARG_DIFF_SRC: g, dnnl.ARG_OPTIMIZER_STATE_0: m,
+                dnnl.ARG_OPTIMIZER_STATE_1: v, dnnl.ARG_OPTIMIZER_STEP: self.step}))
+
+    def execute(self, s) -> None:
+        self.tick.execute(s, {dnnl.ARG_SRC: self.step, dnnl.ARG_DST: self.step})
+        for prim, args in self.prims:
+            prim.execute(s, args)
+
+
+class TrainStep:
+    """Every primitive and memory of one training step on a batch of B sequences."""
+
+    def __init__(self, eng, B: int, H: int, via_iter: bool, init: dict, lr: float):
+        mem = lambda d: dnnl.memory(d, eng)  # noqa: E731
+        self.B = B
+        descs = lstm_descs(B, H, via_iter)
+        self.fpd = dnnl.lstm_forward.primitive_desc(eng, FWD_T, L2R, **descs)
         diffs = {"diff_" + k: (md(v.get_dims()) if v is not None else None)
-                 for k, v in self.fwd_descs.items()}
-        diffs["diff_src_layer_desc"] = md([T, N, F], tag.tnc)
+                 for k, v in descs.items()}
+        diffs["diff_src_layer_desc"] = md([T, B, F], tag.tnc)
         # diff_weights_overwrite: each backward writes fresh gradients (no zeroing needed)
         self.bpd = dnnl.lstm_backward.primitive_desc(
-            eng, dnnl.prop_kind.backward, d, **self.fwd_descs, **diffs, hint_fwd_pd=self.fpd,
+            eng, dnnl.prop_kind.backward, L2R, **descs, **diffs, hint_fwd_pd=self.fpd,
             flags=dnnl.rnn_flags.diff_weights_overwrite)
-        self.fwd = dnnl.lstm_forward(self.fpd)
-        self.bwd = dnnl.lstm_backward(self.bpd)
-        mem = lambda desc: dnnl.memory(desc, eng)  # noqa: E731
-        p = self.fpd
-        self.src, self.wl, self.wi, self.b = (mem(p.src_layer_desc()), mem(p.weights_layer_desc()),
-                                              mem(p.weights_iter_desc()), mem(p.bias_desc()))
-        self.dst, self.ws = mem(p.dst_layer_desc()), mem(p.workspace_desc())
-        self.dst_iter = mem(p.dst_iter_desc()) if via_iter else None
-        q = self.bpd
-        self.diff_src = mem(q.diff_src_layer_desc())
-        self.diff_dst = mem(q.diff_dst_layer_desc())
-        self.diff_dst_iter = mem(q.diff_dst_iter_desc()) if via_iter else None
-        self.dwl, self.dwi, self.db = (mem(q.diff_weights_layer_desc()),
-                                       mem(q.diff_weights_iter_desc()), mem(q.diff_bias_desc()))
-        self.fargs = {dnnl.ARG_SRC_LAYER: self.src, dnnl.ARG_WEIGHTS_LAYER: self.wl,
-                      dnnl.ARG_WEIGHTS_ITER: self.wi, dnnl.ARG_BIAS: self.b,
-                      dnnl.ARG_DST_LAYER: self.dst, dnnl.ARG_WORKSPACE: self.ws}
+        f, b = self.fpd, self.bpd
+        self.x = mem(f.src_layer_desc())
+        self.dst, self.ws = mem(f.dst_layer_desc()), mem(f.workspace_desc())
+        self.diff_dst = IO.new(b.diff_dst_layer_desc(), eng,
+                               np.zeros((T, B, H), np.float32))  # only t = T-1 is written
         if via_iter:
-            self.fargs[dnnl.ARG_DST_ITER] = self.dst_iter
-        self.bargs = dict(self.fargs)
-        self.bargs.update({dnnl.ARG_DIFF_SRC_LAYER: self.diff_src,
-                           dnnl.ARG_DIFF_DST_LAYER: self.diff_dst,
-                           dnnl.ARG_DIFF_WEIGHTS_LAYER: self.dwl,
-                           dnnl.ARG_DIFF_WEIGHTS_ITER: self.dwi, dnnl.ARG_DIFF_BIAS: self.db})
-        if via_iter:
-            self.bargs[dnnl.ARG_DIFF_DST_ITER] = self.diff_dst_iter
-        self.via_iter = via_iter
-
-    def set_weights(self, wl, wi, b) -> None:
-        """Upload logical (ldigo / ldgo) numpy weights into the chosen layouts."""
-        self.wl.write(wl)
-        self.wi.write(wi)
-        self.b.write(b)
-
-    def forward(self, x_tnf: np.ndarray) -> np.ndarray:
-        """The last step's hidden state [N, H]."""
-        self.src.write(x_tnf)
-        self.fwd.execute(self.s, self.fargs)
-        self.s.wait()
-        return self.dst.to_numpy()[-1]
-
-    def backward(self, dh_last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Gradients (ldigo / ldgo) of the weights, given d loss / d h_T [N, H]."""
-        if self.via_iter:
-            self.diff_dst.write(np.zeros((T, self.N, self.H), np.float32))
-            self.diff_dst_iter.write(dh_last[None, None])
+            self.dst_iter, self.diff_dst_iter = mem(f.dst_iter_desc()), mem(b.diff_dst_iter_desc())
+            h_desc = md([B, H], tag.ab)                     # dst_iter [1, 1, B, H] as [B, H]
+            h, dh = view(h_desc, eng, self.dst_iter), view(h_desc, eng, self.diff_dst_iter)
         else:
-            dy = np.zeros((T, self.N, self.H), np.float32)
-            dy[-1] = dh_last                      # many-to-one: only the last step has a loss
-            self.diff_dst.write(dy)
-        self.bwd.execute(self.s, self.bargs)      # reads the forward's workspace
-        self.s.wait()
-        return self.dwl.to_numpy(), self.dwi.to_numpy(), self.db.to_numpy()
+            h_desc = last_step(f.dst_layer_desc())
+            h = view(h_desc, eng, self.dst)
+            dh = view(last_step(b.diff_dst_layer_desc()), eng, self.diff_dst)
+
+        self.head = Head(eng, B, H, h_desc, FWD_T)
+        self.model = Model(eng, f, self.head, init)
+        W = self.model.mem
+        logits_md = md([B, CLASSES], tag.ab)
+        smf = dnnl.softmax_forward.primitive_desc(eng, FWD_T, dnnl.algorithm.softmax_log,
+                                                  logits_md, logits_md, 1)
+        smb = dnnl.softmax_backward.primitive_desc(eng, dnnl.algorithm.softmax_log, logits_md,
+                                                   logits_md, logits_md, 1, smf)
+        ipd = self.head.pd
+        bwd_w = dnnl.inner_product_backward_weights.primitive_desc(
+            eng, h_desc, ipd.weights_desc(), bias_desc(ipd), ipd.dst_desc(), ipd)
+        bwd_d = dnnl.inner_product_backward_data.primitive_desc(
+            eng, h_desc, ipd.weights_desc(), ipd.dst_desc(), ipd)
+        self.logits, self.logp, self.dlogits = mem(logits_md), mem(logits_md), mem(logits_md)
+        self.target = mem(logits_md)                        # -onehot / B, uploaded per batch
+        self.loss = mem(md([1, 1], tag.ab))                 # summed over steps between reads
+
+        # loss = <target, logp>: overwritten at the first step after a read, then accumulated
+        flat = B * CLASSES
+        accumulate = dnnl.primitive_attr()
+        po = dnnl.post_ops()
+        po.append_sum(1.0)
+        accumulate.set_post_ops(po)
+        loss_args = (md([1, flat], tag.ab), md([flat, 1], tag.ab), md([1, 1], tag.ab))
+        self.loss_set = dnnl.matmul(dnnl.matmul.primitive_desc(eng, *loss_args))
+        self.loss_add = dnnl.matmul(dnnl.matmul.primitive_desc(eng, *loss_args,
+                                                               attr=accumulate))
+        self.loss_margs = {dnnl.ARG_SRC: view(loss_args[0], eng, self.target),
+                           dnnl.ARG_WEIGHTS: view(loss_args[1], eng, self.logp),
+                           dnnl.ARG_DST: self.loss}
+
+        self.dW = {"wl": mem(b.diff_weights_layer_desc()), "wi": mem(b.diff_weights_iter_desc()),
+                   "b": mem(b.diff_bias_desc()), "wd": mem(bwd_w.diff_weights_desc()),
+                   "bd": mem(bias_desc(bwd_w, dnnl.ARG_DIFF_BIAS))}
+        fargs = {dnnl.ARG_SRC_LAYER: self.x, dnnl.ARG_WEIGHTS_LAYER: W["wl"],
+                 dnnl.ARG_WEIGHTS_ITER: W["wi"], dnnl.ARG_BIAS: W["b"],
+                 dnnl.ARG_DST_LAYER: self.dst, dnnl.ARG_WORKSPACE: self.ws}
+        if via_iter:
+            fargs[dnnl.ARG_DST_ITER] = self.dst_iter
+        bargs = dict(fargs)
+        bargs.update({dnnl.ARG_DIFF_SRC_LAYER: mem(b.diff_src_layer_desc()),
+                      dnnl.ARG_DIFF_DST_LAYER: self.diff_dst,
+                      dnnl.ARG_DIFF_WEIGHTS_LAYER: self.dW["wl"],
+                      dnnl.ARG_DIFF_WEIGHTS_ITER: self.dW["wi"],
+                      dnnl.ARG_DIFF_BIAS: self.dW["b"]})
+        if via_iter:
+            bargs[dnnl.ARG_DIFF_DST_ITER] = self.diff_dst_iter
+        # the step up to the loss, then the backward pass (the loss matmul goes in between)
+        self.forward = [
+            (dnnl.lstm_forward(f), fargs),
+            (self.head.prim, {dnnl.ARG_SRC: h, dnnl.ARG_WEIGHTS: W["wd"], dnnl.ARG_BIAS: W["bd"],
+                              dnnl.ARG_DST: self.logits}),
+            (dnnl.softmax_forward(smf), {dnnl.ARG_SRC: self.logits, dnnl.ARG_DST: self.logp})]
+        self.backward = [
+            (dnnl.softmax_backward(smb), {dnnl.ARG_DST: self.logp, dnnl.ARG_DIFF_DST: self.target,
+                                          dnnl.ARG_DIFF_SRC: self.dlogits}),
+            (dnnl.inner_product_backward_weights(bwd_w), {
+                dnnl.ARG_SRC: h, dnnl.ARG_DIFF_DST: self.dlogits,
+                dnnl.ARG_DIFF_WEIGHTS: self.dW["wd"], dnnl.ARG_DIFF_BIAS: self.dW["bd"]}),
+            (dnnl.inner_product_backward_data(bwd_d), {
+                dnnl.ARG_WEIGHTS: W["wd"], dnnl.ARG_DIFF_DST: self.dlogits,
+                dnnl.ARG_DIFF_SRC: dh}),
+            (dnnl.lstm_backward(b), bargs)]      # reads the forward's workspace
+        self.adam = DeviceAdam(eng, [(W[k], self.dW[k]) for k in W], lr)
+
+    def execute(self, s, first_since_read: bool) -> None:
+        """Enqueue one step on the batch already in ``x`` and ``target``."""
+        for prim, args in self.forward:
+            prim.execute(s, args)
+        (self.loss_set if first_since_read else self.loss_add).execute(s, self.loss_margs)
+        for prim, args in self.backward:
+            prim.execute(s, args)
+        self.adam.execute(s)
 
 
-class Adam:
-    def __init__(self, params: list[np.ndarray], lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
-        self.p, self.lr, self.b1, self.b2, self.eps = params, lr, b1, b2, eps
-        self.m = [np.zeros_like(x) for x in params]
-        self.v = [np.zeros_like(x) for x in params]
-        self.t = 0
+class Evaluate:
+    """Test-set logits from an inference LSTM and head over the training weights."""
 
-    def step(self, grads: list[np.ndarray]) -> None:
-        self.t += 1
-        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
-        for p, g, m, v in zip(self.p, grads, self.m, self.v):
-            m *= self.b1
-            m += (1 - self.b1) * g
-            v *= self.b2
-            v += (1 - self.b2) * g * g
-            p -= (self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)).astype(p.dtype)
+    def __init__(self, eng, model: Model, X: np.ndarray, H: int):
+        N = len(X)
+        mem = lambda d: dnnl.memory(d, eng)  # noqa: E731
+        pd = dnnl.lstm_forward.primitive_desc(eng, FWD_I, L2R, **lstm_descs(N, H, False))
+        self.dst = mem(pd.dst_layer_desc())
+        head = Head(eng, N, H, last_step(pd.dst_layer_desc()), FWD_I)
+        self.w = Shared(eng, model, {"wl": pd.weights_layer_desc(), "wi": pd.weights_iter_desc(),
+                                     "b": pd.bias_desc(), "wd": head.pd.weights_desc(),
+                                     "bd": bias_desc(head.pd)})
+        x = IO.new(pd.src_layer_desc(), eng, np.ascontiguousarray(X.transpose(1, 0, 2)))
+        self.logits = mem(head.pd.dst_desc())
+        W = self.w.mem
+        self.steps = [
+            (dnnl.lstm_forward(pd), {dnnl.ARG_SRC_LAYER: x, dnnl.ARG_WEIGHTS_LAYER: W["wl"],
+                                     dnnl.ARG_WEIGHTS_ITER: W["wi"], dnnl.ARG_BIAS: W["b"],
+                                     dnnl.ARG_DST_LAYER: self.dst}),
+            (head.prim, {dnnl.ARG_SRC: view(last_step(pd.dst_layer_desc()), eng, self.dst),
+                         dnnl.ARG_WEIGHTS: W["wd"], dnnl.ARG_BIAS: W["bd"],
+                         dnnl.ARG_DST: self.logits})]
+
+    def __call__(self, s) -> np.ndarray:
+        self.w.refresh(s)
+        for prim, args in self.steps:
+            prim.execute(s, args)
+        s.wait()
+        return IO.read(self.logits)
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
+def torch_steps_per_s(Xtr, ytr, H: int, B: int, lr: float, steps: int, seed: int) -> float:
+    """The same model and optimizer in PyTorch on the CPU: training steps per second."""
+    import torch
+
+    torch.manual_seed(seed)
+    lstm, head = torch.nn.LSTM(F, H), torch.nn.Linear(H, CLASSES)
+    opt = torch.optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=lr)
+    rng = np.random.default_rng(seed)
+    X = torch.from_numpy(np.ascontiguousarray(Xtr.transpose(1, 0, 2)))
+    y = torch.from_numpy(ytr.astype(np.int64))
+
+    def step(idx):
+        opt.zero_grad()
+        out, _ = lstm(X[:, idx])
+        loss = torch.nn.functional.cross_entropy(head(out[-1]), y[idx])
+        loss.backward()
+        opt.step()
+
+    batches = [torch.from_numpy(rng.choice(len(Xtr), B, replace=False)) for _ in range(steps)]
+    for idx in batches[:5]:                                  # warm-up
+        step(idx)
+    t0 = time.perf_counter()
+    for idx in batches:
+        step(idx)
+    return steps / (time.perf_counter() - t0)
 
 
 def main() -> float:
@@ -138,6 +335,10 @@ def main() -> float:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--via", default="dst_layer", choices=["dst_layer", "dst_iter"],
                     help="where the loss gradient enters the LSTM backward pass")
+    ap.add_argument("--log-every", type=int, default=0, metavar="N",
+                    help="read the loss every N steps (default: once per epoch, at its end)")
+    ap.add_argument("--compare-torch", action="store_true",
+                    help="also time the same model and optimizer in PyTorch on the CPU")
     a = ap.parse_args()
     t_start = time.perf_counter()
 
@@ -152,53 +353,72 @@ def main() -> float:
           f"sequences of {T} steps x {F} features")
 
     H, B = a.hidden, a.batch
-    train = LSTMLayer(eng, s, B, H, via_iter=a.via == "dst_iter")
-    evals = {len(Xte): LSTMLayer(eng, s, len(Xte), H, via_iter=False)}
-
     rng = np.random.default_rng(a.seed)
     k = 1 / np.sqrt(H)
-    wl = rng.uniform(-k, k, (1, 1, F, 4, H)).astype(np.float32)    # ldigo, gates i, f, c~, o
-    wi = rng.uniform(-k, k, (1, 1, H, 4, H)).astype(np.float32)
-    b = np.zeros((1, 1, 4, H), np.float32)
-    b[0, 0, 1] = 1.0                                                 # forget-gate bias
-    wd = rng.uniform(-k, k, (H, CLASSES)).astype(np.float32)
-    bd = np.zeros(CLASSES, np.float32)
-    opt = Adam([wl, wi, b, wd, bd], lr=a.lr)
+    init = {"wl": rng.uniform(-k, k, (1, 1, F, 4, H)),           # ldigo, gates i, f, c~, o
+            "wi": rng.uniform(-k, k, (1, 1, H, 4, H)),
+            "b": np.zeros((1, 1, 4, H)),
+            "wd": rng.uniform(-k, k, (H, CLASSES)).T,            # inner product: [OC, IC]
+            "bd": np.zeros(CLASSES)}
+    init["b"][0, 0, 1] = 1.0                                     # forget-gate bias
+    init = {n: np.ascontiguousarray(v, np.float32) for n, v in init.items()}
 
-    def accuracy(Xs, ys) -> float:
-        layer = evals[len(Xs)]
-        layer.set_weights(wl, wi, b)
-        h = layer.forward(np.ascontiguousarray(Xs.transpose(1, 0, 2)))
-        return float(np.mean((h @ wd + bd).argmax(1) == ys))
+    train = TrainStep(eng, B, H, a.via == "dst_iter", init, a.lr)
+    evaluate = Evaluate(eng, train.model, Xte, H)
+    setup_bytes = IO.up
+    io = Transfers()                             # the training steps' transfers
 
-    test_accuracy = 0.0
+    def lr_at(epoch: int) -> float:
+        return a.lr * (0.7 ** max(0, epoch - 8))               # decay over the last epochs
+
+    test_accuracy, steps, train_time = 0.0, 0, 0.0
+    unread = 0                                                   # steps summed in train.loss
+    target = np.zeros((B, CLASSES), np.float32)
     for epoch in range(1, a.epochs + 1):
         t0 = time.perf_counter()
-        opt.lr = a.lr * (0.7 ** max(0, epoch - 8))          # decay over the last epochs
+        train.adam.set_lr(lr_at(epoch))
         order = rng.permutation(len(Xtr))
-        losses, correct, seen = [], 0, 0
-        for i in range(0, len(order) - B + 1, B):            # full batches only
+        epoch_loss, epoch_steps = 0.0, 0
+        for i in range(0, len(order) - B + 1, B):                # full batches only
             idx = order[i:i + B]
-            x = np.ascontiguousarray(Xtr[idx].transpose(1, 0, 2))   # [T, N, F]
-            y = ytr[idx]
-            train.set_weights(wl, wi, b)
-            h = train.forward(x)                                    # [N, H] = dst_layer[T-1]
-            p = softmax(h @ wd + bd)
-            losses.append(-np.mean(np.log(p[np.arange(B), y] + 1e-12)))
-            correct += int(np.sum(p.argmax(1) == y))
-            seen += B
-            dz = p
-            dz[np.arange(B), y] -= 1
-            dz /= B                                                 # d mean CE / d logits
-            gwd, gbd = h.T @ dz, dz.sum(0)
-            gwl, gwi, gb = train.backward(dz @ wd.T)
-            opt.step([gwl, gwi, gb, gwd, gbd])
-        test_accuracy = accuracy(Xte, yte)
-        print(f"epoch {epoch:2d}: loss {np.mean(losses):.4f}, train accuracy {correct / seen:.4f}, "
-              f"test accuracy {test_accuracy:.4f} ({time.perf_counter() - t0:.1f} s)")
+            s.wait()                   # the previous step is done with x and target
+            io.write(train.x, np.ascontiguousarray(Xtr[idx].transpose(1, 0, 2)))  # [T, B, F]
+            target[:] = 0
+            target[np.arange(B), ytr[idx]] = -1.0 / B            # d mean NLL / d log-probs
+            io.write(train.target, target)
+            train.execute(s, first_since_read=unread == 0)
+            unread += 1
+            steps += 1
+            epoch_steps += 1
+            last = i + 2 * B > len(order)
+            if (a.log_every and steps % a.log_every == 0) or last:
+                s.wait()
+                total = float(io.read(train.loss)[0, 0])
+                epoch_loss += total
+                if a.log_every:
+                    print(f"  step {steps}: mean loss {total / unread:.4f} over {unread} steps")
+                unread = 0
+        s.wait()
+        train_time += time.perf_counter() - t0
+        logits = evaluate(s)
+        test_accuracy = float(np.mean(logits.argmax(1) == yte))
+        print(f"epoch {epoch:2d}: loss {epoch_loss / epoch_steps:.4f}, test accuracy "
+              f"{test_accuracy:.4f} ({time.perf_counter() - t0:.1f} s)")
 
-    print(f"final test accuracy: {test_accuracy:.4f} "
-          f"(total {time.perf_counter() - t_start:.1f} s)")
+    print(f"final test accuracy: {test_accuracy:.4f} (total {time.perf_counter() - t_start:.1f} s)")
+    print(f"training: {steps / train_time:.1f} steps/s ({steps} steps, {train_time:.2f} s, "
+          f"test evaluation excluded)")
+    print(f"host<->device per training step: {io.up / steps:.0f} B up (inputs "
+          f"{T * B * F * 4} B + targets {B * CLASSES * 4} B), {io.down / steps:.2f} B down "
+          f"(the 4-byte loss, {io.down // 4} reads); once: {setup_bytes} B of weights, "
+          f"optimizer state and test inputs up; per epoch: {IO.down // a.epochs} B of test "
+          f"logits down")
+    if a.compare_torch:
+        try:
+            rate = torch_steps_per_s(Xtr, ytr, H, B, a.lr, 100, a.seed)
+            print(f"PyTorch CPU, same model and optimizer: {rate:.1f} steps/s")
+        except ImportError:
+            print("PyTorch is not installed: no comparison")
     assert test_accuracy >= 0.95, f"test accuracy {test_accuracy:.4f} < 0.95"
     return test_accuracy
 
