@@ -166,10 +166,15 @@ def transpose(b, node, a):
 
 @op("Concat")
 def concat_(b, node, a):
-    srcs = [b.value(i, f"inputs[{i}]") for i in range(len(node.input)) if b.has(i)]
-    rank = len(srcs[0].shape)
     if "axis" not in a:
         raise invalid(node, "attribute axis is required")
+    names = [n for n in node.input if n]
+    if names and all(n in b.consts for n in names):    # shape arithmetic on constants
+        arrs = [b.consts[n] for n in names]
+        b.set(0, np.concatenate(arrs, axis=axis_of(b, a["axis"], max(arrs[0].ndim, 1))))
+        return
+    srcs = [b.value(i, f"inputs[{i}]") for i in range(len(node.input)) if b.has(i)]
+    rank = len(srcs[0].shape)
     axis = axis_of(b, a["axis"], rank)
     if len(srcs) == 1:
         b.set(0, srcs[0])
