@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 from onnx import helper
-from onnx.backend.base import Backend, BackendRep, namedtupledict
+from onnx.backend.base import Backend, BackendRep
 
 from .. import engine, stream
 from .errors import onnx_invalid
@@ -22,6 +22,24 @@ def _engine(device: str) -> engine:
                            f"{device!r}")
     kind = engine.kind.cpu if kind_name == "CPU" else engine.kind.gpu
     return engine(kind, int(index) if index else 0)
+
+
+class Outputs(tuple):
+    """The outputs in graph order, also indexable by output name (ONNX output names need not
+    be Python identifiers, so this is no namedtuple)."""
+
+    def __new__(cls, names: list[str], values: list[np.ndarray]):
+        out = super().__new__(cls, values)
+        out._index = {n: i for i, n in enumerate(names)}
+        return out
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self._index:
+                raise onnx_invalid(f"outputs: no output named {key!r}; the model's outputs "
+                                   f"are {list(self._index)}")
+            key = self._index[key]
+        return super().__getitem__(key)
 
 
 class PydnnlBackendRep(BackendRep):
@@ -96,14 +114,14 @@ class PydnnlBackendRep(BackendRep):
         return prog
 
     def run(self, inputs: Any, timings: list | None = None, **kwargs: Any) -> tuple:
-        """Outputs in graph order (a namedtuple also indexable by output name).
+        """Outputs in graph order (a tuple also indexable by output name).
 
         ``timings``: a list that receives ``(node name, op_type, seconds)`` per node (the
         stream is waited on after each node; seconds is None for views and constants, which
         run nothing)."""
         feeds = self._feeds(inputs)
         outs = self.program(feeds).run(feeds, timings)
-        return namedtupledict("Outputs", self.output_names)(*outs)
+        return Outputs(self.output_names, outs)
 
 
 class PydnnlBackend(Backend):

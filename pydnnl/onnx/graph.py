@@ -147,8 +147,8 @@ class Builder:
         if i >= len(self.node.output) or not self.node.output[i]:
             return
         name = self.node.output[i]
-        if isinstance(v, np.ndarray):
-            self.consts[name] = v
+        if isinstance(v, (np.ndarray, np.generic)):
+            self.consts[name] = np.asarray(v)
         else:
             self.values[name] = v
 

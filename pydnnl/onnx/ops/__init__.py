@@ -26,4 +26,4 @@ def axis_of(b, axis: int, rank: int, what: str = "axis") -> int:
     return axis % rank if rank else 0
 
 
-from . import elementwise, linalg, nn, reduce, rnn, shape  # noqa: E402,F401
+from . import elementwise, host, linalg, nn, reduce, rnn, shape  # noqa: E402,F401

@@ -130,10 +130,26 @@ _COMPARE = {"Greater": A.binary_gt, "Less": A.binary_lt, "Equal": A.binary_eq,
             "GreaterOrEqual": A.binary_ge, "LessOrEqual": A.binary_le}
 
 
+_HOST = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Greater": np.greater,
+         "Less": np.less, "Equal": np.equal, "GreaterOrEqual": np.greater_equal,
+         "LessOrEqual": np.less_equal}
+
+
+def _host_div(x, y):
+    if np.issubdtype(x.dtype, np.integer):     # ONNX's integer division truncates
+        return (np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(y))).astype(x.dtype)
+    return x / y
+
+
 @op(*_BINARY, *_COMPARE)
 def arithmetic(b, node, a):
     if b.opset < 7 and a.get("broadcast") is not None:
         raise unsupported(node, "legacy broadcast/axis attributes (opset < 7)")
+    if all(n in b.consts for n in node.input):
+        # shape arithmetic on constants (exported models), evaluated once on the host
+        x, y = (b.consts[n] for n in node.input)
+        b.set(0, np.asarray(_HOST.get(node.op_type, _host_div)(x, y)))
+        return
     x, y = b.value(0, "A"), b.value(1, "B")
     if node.op_type in _BINARY:
         b.set(0, binary_op(b, _BINARY[node.op_type], x, y))

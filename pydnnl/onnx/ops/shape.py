@@ -1,6 +1,6 @@
 """Shape operators as views of the producer's buffer (Reshape, Flatten, Squeeze, Unsqueeze,
-Identity) or ``reorder``s (Transpose), Concat (``concat``) and Constant (a host array,
-uploaded when a node reads it)."""
+Identity) or ``reorder``s from strided views (Transpose, Slice, Gather with constant
+indices), Concat (``concat``) and Constant (a host array, uploaded when a node reads it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,9 @@ from onnx import numpy_helper
 
 from ... import concat
 from ...constants import ARG_DST, ARG_MULTIPLE_SRC
+from ...memory.desc import MemoryDesc
 from ..errors import invalid, unsupported
+from ..tensors import F32, plain_strides
 from . import axis_of, op
 
 
@@ -186,4 +188,74 @@ def concat_(b, node, a):
     args = {ARG_MULTIPLE_SRC + i: s.mem for i, s in enumerate(srcs)}
     args[ARG_DST] = dst.mem
     b.execute(concat(pd), args)
+    b.set(0, dst)
+
+
+def _strided(v, dims, strides, offset: int):
+    """A view of ``v``'s buffer with explicit element strides and offset."""
+    md = MemoryDesc([int(d) for d in dims] or [1], F32, tuple(int(s) for s in strides) or (1,))
+    md.offset0 = int(offset)
+    return v.view(dims, md)
+
+
+@op("Gather")
+def gather(b, node, a):
+    idx = b.const(1, "indices")
+    axis = int(a.get("axis", 0))
+    name = node.input[0]
+    if name in b.consts:
+        data = b.consts[name]
+        b.set(0, np.take(data, idx, axis=axis_of(b, axis, data.ndim)))
+        return
+    x = b.value(0, "data")
+    rank = len(x.shape)
+    axis = axis_of(b, axis, rank)
+    n = x.shape[axis]
+    flat = [int(i) + n if int(i) < 0 else int(i) for i in np.asarray(idx).reshape(-1)]
+    if any(not 0 <= i < n for i in flat):
+        raise invalid(node, f"indices {np.asarray(idx).tolist()} out of range for axis {axis} "
+                            f"of size {n}")
+    st = plain_strides(x.shape)
+    outer, inner = list(x.shape[:axis]), list(x.shape[axis + 1:])
+    out_shape = outer + list(np.shape(idx)) + inner
+    dst = b.alloc(out_shape)
+    dst_st = plain_strides(outer + [len(flat)] + inner)
+    # one reorder per index: data's slice into its place in dst
+    for k, i in enumerate(flat):
+        src = _strided(x, outer + inner, st[:axis] + st[axis + 1:], i * st[axis])
+        to = _strided(dst, outer + inner, dst_st[:axis] + dst_st[axis + 1:], k * dst_st[axis])
+        b.copy(src, to)
+    b.set(0, dst)
+
+
+@op("Slice")
+def slice_(b, node, a):
+    if b.opset >= 10:
+        starts, ends = b.const(1, "starts"), b.const(2, "ends")
+        axes, steps = b.const(3, "axes"), b.const(4, "steps")
+    else:
+        starts, ends = np.array(a["starts"]), np.array(a["ends"])
+        axes, steps = (np.array(a["axes"]) if "axes" in a else None), None
+    name = node.input[0]
+    x = b.consts[name] if name in b.consts else b.value(0, "data")
+    rank = len(x.shape)
+    axes = list(range(len(starts))) if axes is None else [int(v) for v in axes.reshape(-1)]
+    steps = [1] * len(axes) if steps is None else [int(v) for v in steps.reshape(-1)]
+    sl = [slice(None)] * rank
+    for ax, s0, e0, st in zip(axes, starts.reshape(-1), ends.reshape(-1), steps):
+        sl[axis_of(b, ax, rank, "axes entry")] = slice(int(s0), int(e0), st)
+    if isinstance(x, np.ndarray):
+        b.set(0, np.ascontiguousarray(x[tuple(sl)]))
+        return
+    if any(s.step is not None and s.step < 1 for s in sl):
+        raise unsupported(node, f"steps {steps}: negative steps on a computed tensor")
+    ranges = [range(d)[s] for d, s in zip(x.shape, sl)]
+    dims = [len(r) for r in ranges]
+    if min(dims, default=1) == 0:
+        raise unsupported(node, f"an empty slice (output shape {dims})")
+    st = plain_strides(x.shape)
+    src = _strided(x, dims, [s * r.step for s, r in zip(st, ranges)],
+                   sum(s * r.start for s, r in zip(st, ranges)))
+    dst = b.alloc(dims)
+    b.copy(src, dst)
     b.set(0, dst)
