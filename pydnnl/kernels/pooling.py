@@ -190,17 +190,26 @@ def lanes_of(p: PoolProblem) -> Lanes:
 def _decompose(p: PoolProblem, it: str, ln: Lanes) -> tuple[list[str], dict, list[str]]:
     """Statements naming the output's logical index: x0..x4 from the work-item's ids (the
     lane dim's ``x`` excludes its lane part when split); returns (lines, split map, names)."""
+    # bounds checks only where the range is rounded up to whole work-groups (a check the
+    # compiler cannot drop masks every SIMD lane of the kernel on a CPU runtime)
+    l0, l1 = p.local
+    count = lane_count(p)
+    check0 = not l0 or count % l0
+    check1 = not l1 or ln.rest % l1
     if p.part == "all":
-        lines = ["    const int l0 = get_global_id(0);", f"    if (l0 >= {ln.count}) return;"]
+        lines = ["    const int l0 = get_global_id(0);"]
+    elif p.part == "interior":
+        lo, hi = interior_lanes(p)
+        lines = [f"    const int l0 = get_global_id(0) + {lo};"]
     else:
         lo, hi = interior_lanes(p)
-        if p.part == "interior":
-            lines = [f"    const int l0 = get_global_id(0) + {lo};", f"    if (l0 >= {hi}) return;"]
-        else:
-            lines = ["    const int e0 = get_global_id(0);",
-                     f"    if (e0 >= {lo + ln.count - hi}) return;",
-                     f"    const int l0 = e0 < {lo} ? e0 : e0 + {hi - lo};"]
-    lines += [f"    {it} t = get_global_id(1);", f"    if (t >= {ln.rest}) return;"]
+        lines = ["    const int e0 = get_global_id(0);",
+                 f"    const int l0 = e0 < {lo} ? e0 : e0 + {hi - lo};"]
+    if check0:
+        lines.insert(1, f"    if (get_global_id(0) >= {count}) return;")
+    lines.append(f"    {it} t = get_global_id(1);")
+    if check1:
+        lines.append(f"    if (t >= {ln.rest}) return;")
     contrib: dict[int, list[str]] = {d: [] for d in range(5)}
     rest_axes = p.axes[1:]
     for i, (d, size, mult) in enumerate(rest_axes, start=1):
