@@ -228,12 +228,13 @@ class Program:
 def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | None) -> Program:
     """Create every node's primitives (raises :class:`NeedsInputValues` when a shape or a
     parameter needs input data that ``feeds`` does not carry)."""
+    from .fuse import fuse_gelu
     from .ops import HANDLERS
 
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     b = Builder(eng, strm, graph, opset, feeds)
-    for node in graph.node:
+    for node in fuse_gelu(graph):
         if node.domain not in ("", "ai.onnx"):
             raise unsupported(node, f"operator domain '{node.domain}' is not supported")
         handler = HANDLERS.get(node.op_type)

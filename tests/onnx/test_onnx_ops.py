@@ -137,3 +137,38 @@ def test_softmax_before_opset13_coerces_to_2d(op):
     want, = ReferenceEvaluator(_case(op, [[2, 12]], {"axis": 1})).run(
         None, {"i0": x.reshape(2, 12)})
     np.testing.assert_allclose(got, want.reshape(2, 3, 4), rtol=1e-5, atol=1e-6)
+
+
+def _gelu_subgraph(expose_erf: bool):
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+             helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="gelu_out")]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("sqrt2", 2 ** 0.5), ("one", 1.0), ("half", 0.5))]
+    outs = [helper.make_tensor_value_info("y", f, [3, 4])]
+    if expose_erf:
+        outs.append(helper.make_tensor_value_info("e", f, [3, 4]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [3, 4])], outs,
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_exact_gelu_subgraph_runs_as_one_primitive():
+    model = _gelu_subgraph(False)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    rep = PydnnlBackend.prepare(model)
+    got, = rep.run([x])
+    want, = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    times = []
+    rep.run([x], timings=times)
+    assert [(n, op) for n, op, _ in times] == [("gelu_out", "Gelu")]
+
+
+def test_gelu_subgraph_with_a_used_intermediate_is_not_fused():
+    from pydnnl.onnx import onnx_unsupported
+    with pytest.raises(onnx_unsupported, match="Erf node 'erf': operator not supported"):
+        PydnnlBackend.prepare(_gelu_subgraph(True))
