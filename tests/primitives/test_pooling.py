@@ -549,3 +549,25 @@ def test_interior_kernels_low_precision(engine, stream, typ):
     eps = 2.0 ** -8 if typ == dt.bf16 else 2.0 ** -11
     got_b = out_m.to_numpy().astype(np.float64)
     assert np.all(np.abs(got_b - want_b) <= eps * np.abs(want_b) + 1e-6)
+
+
+def test_launch_rules_closed_form():
+    """runtime/heuristics/pooling.py on made-up devices: CPUs take exactly the lanes (16..256)
+    and split strided widths into interior and edges; GPUs take power-of-two lanes and one
+    kernel."""
+    from pydnnl.engine import DeviceInfo
+    from pydnnl.runtime.heuristics.pooling import split_interior, work_group_size
+
+    def info(kind):
+        return DeviceInfo(name="made-up", vendor="v", platform="p", driver_version="1",
+                          device_version="OpenCL 3.0", type=kind, compute_units=8,
+                          global_mem_bytes=1 << 34, local_mem_bytes=1 << 16,
+                          max_work_group_size=1024, max_clock_mhz=0, fp16=True, fp64=True,
+                          preferred_float_vector_width=1)
+
+    cpu, gpu = info("cpu"), info("gpu")
+    assert work_group_size(cpu, 55, 229376) == (55, 4)
+    assert work_group_size(gpu, 55, 229376) == (64, 4)
+    assert work_group_size(cpu, 7, 65536) == work_group_size(gpu, 7, 65536) == (8, 32)
+    assert work_group_size(cpu, 3, 2) == (0, 0)
+    assert split_interior(cpu) and not split_interior(gpu)

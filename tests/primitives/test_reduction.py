@@ -283,3 +283,31 @@ def test_gpu_launch_shapes(engine, stream, sdims, ddims, alg, impl):
     got_impl, y = _run_as(engine, stream, gpu, alg, x, ddims, p)
     assert got_impl.startswith("ocl:reduction:" + impl), got_impl
     _close(y, ref(alg, x, ddims, p, 0.0))
+
+
+def _info(kind, cu, wg=1024):
+    from pydnnl.engine import DeviceInfo
+
+    return DeviceInfo(name="made-up", vendor="v", platform="p", driver_version="1",
+                      device_version="OpenCL 3.0", type=kind, compute_units=cu,
+                      global_mem_bytes=1 << 34, local_mem_bytes=1 << 16,
+                      max_work_group_size=wg, max_clock_mhz=0, fp16=True, fp64=True,
+                      preferred_float_vector_width=1)
+
+
+def test_contiguous_row_rules_closed_form():
+    """The launch rules of contiguous rows (runtime/heuristics/reduction.py) on made-up
+    devices: GPU lanes per row near a quarter of the row, rows filling 256-item groups;
+    CPU chunks only where outputs are too few for the compute units."""
+    from pydnnl.runtime.heuristics import reduction as HR
+
+    gpu = _info("gpu", 132)
+    assert [(HR.row_lanes(gpu, r), HR.rows_per_group(gpu, HR.row_lanes(gpu, r)))
+            for r in (5, 49, 768, 1024, 16384)] == [(1, 256), (8, 32), (128, 2), (256, 1),
+                                                     (256, 1)]
+    assert HR.row_lanes(_info("gpu", 8, wg=128), 16384) == 128
+    cpu = _info("cpu", 2)
+    assert HR.vrow_launch(cpu, 65536, 49, 1) == (64, 1)
+    assert HR.vrow_launch(cpu, 64, 262144, 16) == (16, 2)    # 128 work-items: 16 per group
+    assert HR.vrow_launch(cpu, 1, 24000, 1) == (1, 5)        # chunks of >= 4096 values
+    assert HR.vrow_launch(cpu, 6, 20500, 5) == (2, 5)        # at most one chunk per run
