@@ -163,6 +163,32 @@ class DeviceAdam:
             prim.execute(s, args)
 
 
+class EpochBatches:
+    """One epoch's shuffled inputs and targets, uploaded in one write each; batch j is a
+    sub-buffer of those uploads that the training step reads through ``use``."""
+
+    def __init__(self, eng, train: "TrainStep", steps: int):
+        align = max(eng.device.mem_base_addr_align // 8, 4)   # sub-buffer origins, bytes
+        self.train, self.steps = train, steps
+        self.descs = (train.x.get_desc(), train.target.get_desc())
+        self.pitch = [-(-d.get_size() // align) * align for d in self.descs]
+        self.mem = [dnnl.memory(md([steps * p // 4], tag.a), eng) for p in self.pitch]
+        self.batches = [[m.get_data_handle().get_sub_region(j * p, d.get_size())
+                         for m, p, d in zip(self.mem, self.pitch, self.descs)]
+                        for j in range(steps)]
+
+    def upload(self, io: Transfers, xs: np.ndarray, targets: np.ndarray) -> None:
+        """``xs`` [steps, T, B, F] and ``targets`` [steps, B, CLASSES]; the device must be done
+        with the previous epoch."""
+        for mem, pitch, a in zip(self.mem, self.pitch, (xs, targets)):
+            rows = np.zeros((self.steps, pitch // 4), np.float32)
+            rows[:, :a[0].size] = a.reshape(self.steps, -1)
+            io.write(mem, rows.reshape(-1))
+
+    def use(self, j: int) -> None:
+        self.train.use_batch(*self.batches[j])
+
+
 class TrainStep:
     """Every primitive and memory of one training step on a batch of B sequences."""
 
@@ -206,7 +232,7 @@ class TrainStep:
         bwd_d = dnnl.inner_product_backward_data.primitive_desc(
             eng, h_desc, ipd.weights_desc(), ipd.dst_desc(), ipd)
         self.logits, self.logp, self.dlogits = mem(logits_md), mem(logits_md), mem(logits_md)
-        self.target = mem(logits_md)                        # -onehot / B, uploaded per batch
+        self.target = mem(logits_md)                        # -onehot / B, per batch
         self.loss = mem(md([1, 1], tag.ab))                 # summed over steps between reads
 
         # loss = <target, logp>: overwritten at the first step after a read, then accumulated
@@ -257,6 +283,12 @@ class TrainStep:
             (dnnl.lstm_backward(b), bargs)]      # reads the forward's workspace
         self.adam = DeviceAdam(eng, [(W[k], self.dW[k]) for k in W], lr)
 
+    def use_batch(self, x_buffer, target_buffer) -> None:
+        """Read the batch from these buffers (``x`` and ``target`` descs) from now on."""
+        self.x.set_data_handle(x_buffer)
+        self.target.set_data_handle(target_buffer)
+        self.loss_margs[dnnl.ARG_SRC].set_data_handle(target_buffer)
+
     def execute(self, s, first_since_read: bool) -> None:
         """Enqueue one step on the batch already in ``x`` and ``target``."""
         for prim, args in self.forward:
@@ -298,10 +330,13 @@ class Evaluate:
         return IO.read(self.logits)
 
 
-def torch_steps_per_s(Xtr, ytr, H: int, B: int, lr: float, steps: int, seed: int) -> float:
-    """The same model and optimizer in PyTorch on the CPU: training steps per second."""
+def torch_steps_per_s(Xtr, ytr, H: int, B: int, lr: float, steps: int, seed: int,
+                      threads: int) -> float:
+    """The same model and optimizer in PyTorch on the CPU with ``threads`` threads: training
+    steps per second."""
     import torch
 
+    torch.set_num_threads(threads)
     torch.manual_seed(seed)
     lstm, head = torch.nn.LSTM(F, H), torch.nn.Linear(H, CLASSES)
     opt = torch.optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=lr)
@@ -371,27 +406,24 @@ def main() -> float:
     def lr_at(epoch: int) -> float:
         return a.lr * (0.7 ** max(0, epoch - 8))               # decay over the last epochs
 
+    per_epoch = len(Xtr) // B                                    # full batches only
+    batches = EpochBatches(eng, train, per_epoch)
     test_accuracy, steps, train_time = 0.0, 0, 0.0
     unread = 0                                                   # steps summed in train.loss
-    target = np.zeros((B, CLASSES), np.float32)
     for epoch in range(1, a.epochs + 1):
         t0 = time.perf_counter()
         train.adam.set_lr(lr_at(epoch))
-        order = rng.permutation(len(Xtr))
-        epoch_loss, epoch_steps = 0.0, 0
-        for i in range(0, len(order) - B + 1, B):                # full batches only
-            idx = order[i:i + B]
-            s.wait()                   # the previous step is done with x and target
-            io.write(train.x, np.ascontiguousarray(Xtr[idx].transpose(1, 0, 2)))  # [T, B, F]
-            target[:] = 0
-            target[np.arange(B), ytr[idx]] = -1.0 / B            # d mean NLL / d log-probs
-            io.write(train.target, target)
+        idx = rng.permutation(len(Xtr))[:per_epoch * B].reshape(per_epoch, B)
+        targets = np.zeros((per_epoch, B, CLASSES), np.float32)
+        targets[np.arange(per_epoch)[:, None], np.arange(B), ytr[idx]] = -1.0 / B  # dNLL/dlogp
+        batches.upload(io, Xtr[idx].transpose(0, 2, 1, 3), targets)  # [steps, T, B, F]
+        epoch_loss = 0.0
+        for j in range(per_epoch):
+            batches.use(j)
             train.execute(s, first_since_read=unread == 0)
             unread += 1
             steps += 1
-            epoch_steps += 1
-            last = i + 2 * B > len(order)
-            if (a.log_every and steps % a.log_every == 0) or last:
+            if (a.log_every and steps % a.log_every == 0) or j == per_epoch - 1:
                 s.wait()
                 total = float(io.read(train.loss)[0, 0])
                 epoch_loss += total
@@ -402,7 +434,7 @@ def main() -> float:
         train_time += time.perf_counter() - t0
         logits = evaluate(s)
         test_accuracy = float(np.mean(logits.argmax(1) == yte))
-        print(f"epoch {epoch:2d}: loss {epoch_loss / epoch_steps:.4f}, test accuracy "
+        print(f"epoch {epoch:2d}: loss {epoch_loss / per_epoch:.4f}, test accuracy "
               f"{test_accuracy:.4f} ({time.perf_counter() - t0:.1f} s)")
 
     print(f"final test accuracy: {test_accuracy:.4f} (total {time.perf_counter() - t_start:.1f} s)")
@@ -415,8 +447,13 @@ def main() -> float:
           f"logits down")
     if a.compare_torch:
         try:
-            rate = torch_steps_per_s(Xtr, ytr, H, B, a.lr, 100, a.seed)
-            print(f"PyTorch CPU, same model and optimizer: {rate:.1f} steps/s")
+            import torch
+
+            # OpenMP's threads spin: on a busy machine one thread can beat all of them
+            for n in sorted({1, torch.get_num_threads()}):
+                rate = torch_steps_per_s(Xtr, ytr, H, B, a.lr, 100, a.seed, n)
+                print(f"PyTorch CPU ({n} thread{'s' * (n > 1)}), same model and optimizer: "
+                      f"{rate:.1f} steps/s")
         except ImportError:
             print("PyTorch is not installed: no comparison")
     assert test_accuracy >= 0.95, f"test accuracy {test_accuracy:.4f} < 0.95"
