@@ -113,6 +113,22 @@ def test_adam_matches_reference(engine, stream, case, layout):
         _close(run.states[1].to_numpy(), v, rtol=1e-5, atol=1e-7)
 
 
+def test_rnn_weights_layouts(engine, stream):
+    """5-D LSTM-like weights: the forward's ldigo parameter, a backward's ldgoi gradient."""
+    dims = [2, 1, 3, 4, 5]
+    pd = dnnl.adam_update.primitive_desc(engine, _md(dims, "ldigo"), 0.05,
+                                         diff_src_desc=_md(dims, "ldgoi"))
+    assert pd.impl_info_str().endswith("strided")
+    p0 = _rand(19, dims)
+    run = _Run(engine, pd, dnnl.adam_update, p0)
+    want, m, v = p0, 0.0, 0.0
+    for t in (1, 2):
+        g = _rand(50 + t, dims)
+        got = run.step(stream, g, t)
+        want, m, v = ref.adam_update(want, g, m, v, t, 0.05)
+        _close(got, want)
+
+
 def test_adam_late_step_bias_correction(engine, stream):
     """At t = 5000 the corrections 1 - beta^t are near 1 (beta1) and 0.993 (beta2)."""
     pd = dnnl.adam_update.primitive_desc(engine, _md(DIMS, "ab"), 1e-3)
