@@ -1,7 +1,9 @@
-"""Graph rewrites before the build: subgraphs that exporters emit for one operation pydnnl has
-as one primitive. Today: exact GELU as the TorchScript exporter writes it before opset 20,
-``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)`` (any operand order), becomes one Gelu node
-(``eltwise_gelu_erf``); there is no erf primitive to run Erf alone."""
+"""Graph rewrites before the build. Exact GELU as the TorchScript exporter writes it before
+opset 20, ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)`` (either operand order per node),
+becomes one Gelu node (``eltwise_gelu_erf``; there is no erf primitive to run Erf alone).
+An activation whose input is a Conv, ConvTranspose, Gemm or MatMul output used nowhere else
+is fused into that primitive as an eltwise post-op (one pass over the tensor instead of
+two)."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,3 +72,27 @@ def fuse_gelu(graph) -> list:
     if not replace:
         return nodes
     return [replace.get(id(n), n) for n in nodes if id(n) not in drop]
+
+
+#: producers whose primitives take eltwise post-ops (fused into their stores)
+POST_OP_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def fusable_activations(nodes, graph_outputs: set[str], activation_ops) -> dict[int, object]:
+    """Activation nodes to fold into their producer as an eltwise post-op: {id(activation
+    node): producer node}. The producer's output must feed only that activation and not be a
+    graph output."""
+    producer = {n.output[0]: n for n in nodes if n.output}
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for i in n.input:
+            uses[i] = uses.get(i, 0) + 1
+    out = {}
+    for n in nodes:
+        if n.op_type not in activation_ops or not n.input:
+            continue
+        p = producer.get(n.input[0])
+        if (p is not None and p.op_type in POST_OP_PRODUCERS and uses[n.input[0]] == 1
+                and n.input[0] not in graph_outputs and len([o for o in p.output if o]) == 1):
+            out[id(n)] = p
+    return out

@@ -24,11 +24,13 @@ class NeedsInputValues(Exception):
 
 @dataclass
 class Step:
-    """One node's work: ``fn(stream)`` enqueues its primitives (None: a view, no work)."""
+    """One node's work: ``fn(stream)`` enqueues its primitives (None: no work of its own, a
+    view or an activation fused into its producer, as ``note`` says)."""
 
     name: str
     op_type: str
     fn: Callable[[_stream], None] | None
+    note: str = ""
 
 
 def attributes(node) -> dict[str, Any]:
@@ -73,6 +75,7 @@ class Builder:
         self.steps: list[Step] = []
         self.input_values: dict[str, Value] = {}
         self.node = None
+        self.post_ops: dict[int, list] = {}    # id(producer) -> eltwise (alg, alpha, beta)
         for name, vi in self.inputs.items():
             if vi.type.tensor_type.elem_type != FLOAT:
                 continue    # host-only (int64 shapes, axes, lengths) unless a node needs it
@@ -170,8 +173,13 @@ class Builder:
         prim.execute(self.stream, args)
         self.stream.wait()
 
+    def eltwise_post_ops(self) -> list:
+        """The activations fused into the current node: (algorithm, alpha, beta) each, to
+        append as eltwise post-ops after its own."""
+        return self.post_ops.get(id(self.node), [])
+
     def begin(self, node) -> None:
-        self.node, self._fns = node, []
+        self.node, self._fns, self._note = node, [], "view"
 
     def end(self) -> None:
         fns, fn = self._fns, None
@@ -179,7 +187,8 @@ class Builder:
             def fn(s, fns=fns):
                 for f in fns:
                     f(s)
-        self.steps.append(Step(self.node.name or self.node.output[0], self.node.op_type, fn))
+        self.steps.append(Step(self.node.name or self.node.output[0], self.node.op_type, fn,
+                               "" if fns else self._note))
 
 
 @dataclass
@@ -228,20 +237,36 @@ class Program:
 def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | None) -> Program:
     """Create every node's primitives (raises :class:`NeedsInputValues` when a shape or a
     parameter needs input data that ``feeds`` does not carry)."""
-    from .fuse import fuse_gelu
+    from .fuse import fusable_activations, fuse_gelu
     from .ops import HANDLERS
+    from .ops.elementwise import POST_OP_ACTIVATIONS, post_op_of
 
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     b = Builder(eng, strm, graph, opset, feeds)
-    for node in fuse_gelu(graph):
+    nodes = fuse_gelu(graph)
+    fused = {}
+    for act_id, producer in fusable_activations(
+            nodes, {o.name for o in graph.output}, POST_OP_ACTIVATIONS).items():
+        act = next(n for n in nodes if id(n) == act_id)
+        post = post_op_of(act, attributes(act))
+        if post is not None:
+            fused[act_id] = producer
+            b.post_ops.setdefault(id(producer), []).append(post)
+    for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             raise unsupported(node, f"operator domain '{node.domain}' is not supported")
         handler = HANDLERS.get(node.op_type)
         if handler is None:
             raise unsupported(node, "operator not supported by the pydnnl ONNX backend")
         b.begin(node)
-        handler(b, node, attributes(node))
+        if id(node) in fused:
+            # the producer's primitive applied it: its output is this node's output
+            producer = fused[id(node)]
+            b.set(0, b.values[producer.output[0]])
+            b._note = f"fused into {producer.name or producer.output[0]}"
+        else:
+            handler(b, node, attributes(node))
         b.end()
     outputs = []
     for vi in graph.output:

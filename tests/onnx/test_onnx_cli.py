@@ -32,10 +32,12 @@ def test_cli_prints_shapes_and_node_times(tmp_path):
     out = r.stdout
     assert "output probs: shape [2, 5] float32" in out, out
     assert "output m2: shape [2, 8] float32" in out, out
-    for node in model.graph.node:      # one line per node: name, op type, ms (or "view")
-        line = rf"^{node.name}\s+{node.op_type}\s+(\d+\.\d+|view)$"
+    for node in model.graph.node:      # one line per node: name, op type, ms (or why none)
+        line = rf"^{node.name}\s+{node.op_type}\s+(\d+\.\d+|view|fused into \w+)$"
         assert re.search(line, out, re.M), (node.name, out)
     assert re.search(r"^flatten\s+Flatten\s+view$", out, re.M), out
+    assert re.search(r"^relu1\s+Relu\s+fused into conv1$", out, re.M), out
+    assert re.search(r"^lrelu2\s+LeakyRelu\s+\d", out, re.M), out   # after a BatchNorm
     want = ReferenceEvaluator(model).run(None, {"x": x})
     for i, w in enumerate(want):
         np.testing.assert_allclose(np.load(tmp_path / f"out{i}.npy"), w, rtol=1e-4, atol=1e-5)

@@ -172,3 +172,59 @@ def test_gelu_subgraph_with_a_used_intermediate_is_not_fused():
     from pydnnl.onnx import onnx_unsupported
     with pytest.raises(onnx_unsupported, match="Erf node 'erf': operator not supported"):
         PydnnlBackend.prepare(_gelu_subgraph(True))
+
+
+def _producer_activation(producer, act, in_shapes, consts, attrs=None, act_attrs=None,
+                         expose=False, opset=17):
+    """``producer`` then ``act`` on its output (also a graph output with ``expose``)."""
+    f = TensorProto.FLOAT
+    names, gin, inits = [], [], []
+    for k, shape in enumerate(in_shapes):
+        names.append(f"i{k}")
+        gin.append(helper.make_tensor_value_info(f"i{k}", f, shape))
+    for k, arr in consts.items():
+        names.insert(k, f"c{k}")
+        inits.append(numpy_helper.from_array(arr, f"c{k}"))
+    nodes = [helper.make_node(producer, names, ["p"], name="prod", **(attrs or {})),
+             helper.make_node(act, ["p"], ["y"], name="act", **(act_attrs or {}))]
+    outs = ["y", "p"] if expose else ["y"]
+    graph = helper.make_graph(nodes, "g", gin, [helper.make_empty_tensor_value_info(o)
+                                                for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    from onnx import shape_inference
+    inferred = shape_inference.infer_shapes(model)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+FUSED = {
+    "gemm_relu": ("Gemm", "Relu", [[4, 3], [1, 5]], {1: _u(3, 5)}, {"alpha": 2.0}, None),
+    "matmul_sigmoid": ("MatMul", "Sigmoid", [[2, 3, 4]], {1: _u(4, 6)}, None, None),
+    "conv_leakyrelu": ("Conv", "LeakyRelu", [[1, 2, 6, 6]], {1: _u(4, 2, 3, 3), 2: _u(4)},
+                       {"pads": [1, 1, 1, 1]}, {"alpha": 0.2}),
+    "convtranspose_tanh": ("ConvTranspose", "Tanh", [[1, 2, 4, 4]], {1: _u(2, 3, 3, 3)},
+                           {"strides": [2, 2]}, None),
+    "conv_gelu_tanh": ("Conv", "Gelu", [[1, 2, 5, 5]], {1: _u(3, 2, 3, 3)}, None,
+                       {"approximate": "tanh"}),
+}
+
+
+@pytest.mark.parametrize("expose", [False, True], ids=["fused", "output_kept"])
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_activation_fused_into_producer(name, expose):
+    """An activation whose input feeds nothing else runs as the producer's eltwise post-op;
+    when the producer's output is also a graph output it runs on its own."""
+    producer, act, shapes, consts, attrs, act_attrs = FUSED[name]
+    model = _producer_activation(producer, act, shapes, consts, attrs, act_attrs, expose,
+                                 opset=20 if act == "Gelu" else 17)    # Gelu: opset 20
+    rng = np.random.default_rng(4)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim])
+             .astype(np.float32) for vi in model.graph.input}
+    rep = PydnnlBackend.prepare(model)
+    times = []
+    got = rep.run(feeds, timings=times)
+    for g, w in zip(got, ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    act_time = dict((n, t) for n, _, t in times)["act"]
+    assert (act_time is None) == (not expose)

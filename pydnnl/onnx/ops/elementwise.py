@@ -70,13 +70,28 @@ def activation(b, node, a):
     b.set(0, eltwise(b, b.value(0, "X"), alg, alpha, beta))
 
 
+_GELU = {"none": A.eltwise_gelu_erf, "tanh": A.eltwise_gelu_tanh}
+#: activations that can run as an eltwise post-op of their producer
+POST_OP_ACTIVATIONS = frozenset(_ACTIVATIONS) | {"Gelu"}
+
+
+def post_op_of(node, a) -> tuple | None:
+    """(algorithm, alpha, beta) of an activation node, None when it has no such form."""
+    if node.op_type == "Gelu":
+        alg = _GELU.get(a.get("approximate", "none"))
+        return None if alg is None else (alg, 0.0, 0.0)
+    if node.op_type in _ACTIVATIONS:
+        alg, alpha, beta = _ACTIVATIONS[node.op_type](a)
+        return alg, float(alpha), float(beta)
+    return None
+
+
 @op("Gelu")
 def gelu(b, node, a):
     approx = a.get("approximate", "none")
-    algs = {"none": A.eltwise_gelu_erf, "tanh": A.eltwise_gelu_tanh}
-    if approx not in algs:
+    if approx not in _GELU:
         raise unsupported(node, f"attribute approximate={approx!r}; expected 'none' or 'tanh'")
-    b.set(0, eltwise(b, b.value(0, "X"), algs[approx]))
+    b.set(0, eltwise(b, b.value(0, "X"), _GELU[approx]))
 
 
 @op("Selu")

@@ -10,6 +10,16 @@ from . import op
 from .elementwise import broadcast_shape, eltwise
 
 
+def with_post_ops(b, ops=None) -> primitive_attr:
+    """An attr with ``ops`` (or none) followed by the activations fused into this node."""
+    ops = post_ops() if ops is None else ops
+    for alg, alpha, beta in b.eltwise_post_ops():
+        ops.append_eltwise(alg, alpha, beta)
+    attr = primitive_attr()
+    attr.set_post_ops(ops)
+    return attr
+
+
 def _transposed(v):
     """A 2-D value seen transposed (a strided view; the matmul reads it in place)."""
     r, c = v.shape
@@ -44,9 +54,7 @@ def gemm(b, node, a):
         c = c.ranked(2)
         args[ARG_ATTR_MULTIPLE_POST_OP(len(ops)) | ARG_SRC_1] = c.mem
         ops.append_binary(algorithm.binary_add, c.md)
-    attr = primitive_attr()
-    attr.set_post_ops(ops)
-    pd = matmul.primitive_desc(b.engine, x.md, w.md, dst.md, attr=attr)
+    pd = matmul.primitive_desc(b.engine, x.md, w.md, dst.md, attr=with_post_ops(b, ops))
     b.execute(matmul(pd), args)
     b.set(0, dst)
 
@@ -71,7 +79,7 @@ def matmul_(b, node, a):
     out = list(batch) + [xs[-2], ws[-1]]
     xv, wv = x.view(xs), w.view(ws)
     dst = b.alloc(out)
-    pd = matmul.primitive_desc(b.engine, xv.md, wv.md, dst.md)
+    pd = matmul.primitive_desc(b.engine, xv.md, wv.md, dst.md, attr=with_post_ops(b))
     b.execute(matmul(pd), {ARG_SRC: xv.mem, ARG_WEIGHTS: wv.mem, ARG_DST: dst.mem})
     shape = out[:-2] + ([] if x1 else [out[-2]]) + ([] if w1 else [out[-1]])
     b.set(0, dst if shape == out else dst.view(shape))

@@ -38,6 +38,7 @@ from ..errors import invalid, unsupported
 from ..tensors import F32, plain_md
 from . import axis_of, op
 from .elementwise import eltwise
+from .linalg import with_post_ops
 
 INFER = prop_kind.forward_inference
 
@@ -111,7 +112,7 @@ def conv(b, node, a):
     descs = [x.md, wmd] + ([bias.md] if bias is not None else []) + [dst.md]
     pd = convolution_forward.primitive_desc(
         b.engine, INFER, algorithm.convolution_auto, *descs, strides,
-        [d - 1 for d in dil], pl, pr)
+        [d - 1 for d in dil], pl, pr, attr=with_post_ops(b))
     args = {ARG_SRC: x.mem, ARG_WEIGHTS: _weights(b, 1, pd.weights_desc(), given, "W"),
             ARG_DST: dst.mem}
     if bias is not None:
@@ -174,7 +175,8 @@ def conv_transpose(b, node, a):
     # oneDNN's output size has no output_padding term: it is a smaller end padding
     pd = deconvolution_forward.primitive_desc(
         b.engine, INFER, algorithm.deconvolution_direct, *descs, strides,
-        [d - 1 for d in dil], pl, [hi - o for hi, o in zip(pr, outpad)])
+        [d - 1 for d in dil], pl, [hi - o for hi, o in zip(pr, outpad)],
+        attr=with_post_ops(b))
     args = {ARG_SRC: x.mem, ARG_WEIGHTS: _weights(b, 1, pd.weights_desc(), given, "W"),
             ARG_DST: dst.mem}
     if bias is not None:
