@@ -16,9 +16,11 @@ Each image is a sequence of T = 8 rows of 8 pixels. One training step is:
 6. the step counter advanced on the device (``eltwise_linear`` in place) and one fused
    ``adam_update`` per parameter tensor.
 
-The host uploads each batch's inputs and targets and reads the loss; the weights, gradients
-and optimizer state never leave the device. Once per epoch the test set (uploaded once) runs
-through an inference LSTM and head sharing the weights, and its logits are read back.
+The host uploads each epoch's shuffled inputs and targets in one write each (a step reads its
+batch through sub-buffers, so steps are enqueued back to back) and reads the loss; the
+weights, gradients and optimizer state never leave the device. Once per epoch the test set
+(uploaded once) runs through an inference LSTM and head sharing the weights, and its logits
+are read back.
 
 Run: python examples/train_digits_lstm.py [--device cpu|gpu] [--epochs 14] [--hidden 128]
      [--log-every N] [--via dst_layer|dst_iter] [--compare-torch]
@@ -87,6 +89,7 @@ def view(desc: dnnl.memory.desc, eng, mem: dnnl.memory) -> dnnl.memory:
 
 
 def bias_desc(pd, arg=dnnl.ARG_BIAS) -> dnnl.memory.desc:
+    """The (diff) bias desc of an inner-product pd (it has no ``bias_desc()`` query)."""
     return pd.query_md(dnnl.query.exec_arg_md, arg)
 
 
@@ -178,8 +181,8 @@ class EpochBatches:
                         for j in range(steps)]
 
     def upload(self, io: Transfers, xs: np.ndarray, targets: np.ndarray) -> None:
-        """``xs`` [steps, T, B, F] and ``targets`` [steps, B, CLASSES]; the device must be done
-        with the previous epoch."""
+        """``xs`` [steps, T, B, F] and ``targets`` [steps, B, CLASSES] (``x`` and ``target`` are
+        dense row-major, tnc and ab); the device must be done with the previous epoch."""
         for mem, pitch, a in zip(self.mem, self.pitch, (xs, targets)):
             rows = np.zeros((self.steps, pitch // 4), np.float32)
             rows[:, :a[0].size] = a.reshape(self.steps, -1)
