@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(rep.input_names)} inputs {rep.input_names}")
             name, path = rep.input_names[i], item
         feeds[name] = np.load(path)
-    prog = rep.program(rep._feeds(feeds))   # primitives for these shapes, before timing
+    prog = rep.program(rep.inputs_dict(feeds))   # primitives for these shapes, before timing
     prepare_s = time.perf_counter() - t0
     outs = rep.run(feeds)                   # warm-up: first launches bind the kernels
     runs = []

@@ -65,7 +65,9 @@ class PydnnlBackendRep(BackendRep):
         except NeedsInputValues:
             pass
 
-    def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
+    def inputs_dict(self, inputs: Any) -> dict[str, np.ndarray]:
+        """``inputs`` (a list in graph order, one array, or a dict) as {name: array}, checked
+        against the declared shapes."""
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:
@@ -117,9 +119,9 @@ class PydnnlBackendRep(BackendRep):
         """Outputs in graph order (a tuple also indexable by output name).
 
         ``timings``: a list that receives ``(node name, op_type, seconds)`` per node (the
-        stream is waited on after each node; seconds is None for views and constants, which
-        run nothing)."""
-        feeds = self._feeds(inputs)
+        stream is waited on after each node; seconds is None for views, constants and fused
+        activations, which run nothing of their own)."""
+        feeds = self.inputs_dict(inputs)
         outs = self.program(feeds).run(feeds, timings)
         return Outputs(self.output_names, outs)
 
