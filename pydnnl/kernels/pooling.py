@@ -19,7 +19,10 @@ computed in f32, rounded once on store with oneDNN's rules (``clhelpers``).
 
 * forward: ``dst = max`` (``ws`` = the window index of the winner, ``(kd*KH + kh)*KW + kw``)
   or ``sum / denominator`` over the taps inside the source; straight-line taps, loads
-  clamped inside the source and the padding masked by selects.
+  clamped inside the source and the padding masked by selects; where the lanes run along
+  N or C (the window the same for a row's lanes), a window wholly inside the source takes
+  plain loads (a branch uniform across the lanes).
+* bounds checks of the range only where it is rounded up to whole work-groups.
 * backward, a gather with no atomics: ``diff_src[x] = sum`` over the windows ``o`` that
   cover ``x``, at most ``ceil(extent / stride)`` per dim, walked from the highest ``o = (x +
   pad_l) / stride`` down, of ``diff_dst[o]`` when ``ws[o] == k`` (max; the workspace read
