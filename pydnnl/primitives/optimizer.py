@@ -175,17 +175,21 @@ class _optimizer_primitive(primitive):
         self._plan.kernel(f"{pd._rule}_update", problem, K.build, **named)
 
     def _execute(self, s, args) -> None:
-        # the kernel reads and writes each element of every buffer once: a buffer passed under
-        # two arguments would be read after its other role wrote it
-        seen: dict = {}
+        # the kernel reads and writes each element of every buffer once: storage shared by two
+        # arguments would be read after its other role wrote it (disjoint views of one buffer,
+        # such as parameters packed in one arena, are fine)
+        spans: dict = {}
         for a in sorted(args):
-            b = args[a].buffer
-            if b in seen:
-                raise invalid_arguments(
-                    f"{self._pd._kind}.execute: {arg_name(seen[b])} and {arg_name(a)} share one "
-                    f"buffer; the parameter, its gradient, each state and the step need "
-                    f"memories of their own")
-            seen[b] = a
+            md = args[a].get_desc()
+            lo = md.offset0 * md.data_type.itemsize
+            hi = md.get_size()
+            for other, (olo, ohi) in spans.get(args[a].buffer, {}).items():
+                if lo < ohi and olo < hi:
+                    raise invalid_arguments(
+                        f"{self._pd._kind}.execute: {arg_name(other)} and {arg_name(a)} share "
+                        f"storage (bytes {max(lo, olo)} to {min(hi, ohi)} of one buffer); the "
+                        f"parameter, its gradient, each state and the step need their own")
+            spans.setdefault(args[a].buffer, {})[a] = (lo, hi)
         self._plan.execute(s, args)
 
 
