@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         outs = rep.run(feeds, timings=timings)
         runs.append((time.perf_counter() - t1, timings))
-    print(f"device: {rep.engine.info.name}; "
-          f"prepare {prepare_s * 1e3:.1f} ms")
+    print(f"device: {rep.engine.info.name}; prepare {prepare_s * 1e3:.1f} ms; tensors "
+          f"{prog.nbytes / 2**20:.2f} MiB")
     for name, arr in zip(rep.output_names, outs):
         print(f"output {name}: shape {list(np.shape(arr))} {np.asarray(arr).dtype}")
         if args.save:

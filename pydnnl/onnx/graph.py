@@ -76,6 +76,14 @@ class Builder:
         self.input_values: dict[str, Value] = {}
         self.node = None
         self.post_ops: dict[int, list] = {}    # id(producer) -> eltwise (alg, alpha, beta)
+        # buffer reuse: a node's output may take the buffer of a tensor no later node reads
+        self.last_use: dict[str, float] = {}   # tensor name -> index of its last reader
+        self._index = -1
+        self._freeable: set[int] = set()       # id of owner Values alloc() made for nodes
+        self._alive: dict[int, set[str]] = {}  # id(owner) -> names still to be read
+        self._owners: dict[int, Value] = {}
+        self._free: list[Value] = []
+        self.nbytes = 0                        # device bytes alloc() took fresh
         for name, vi in self.inputs.items():
             if vi.type.tensor_type.elem_type != FLOAT:
                 continue    # host-only (int64 shapes, axes, lengths) unless a node needs it
@@ -121,7 +129,7 @@ class Builder:
             if arr.dtype != np.float32:
                 raise unsupported(self.node, f"input {i} ('{name}') has data type {arr.dtype}; "
                                              f"the backend computes in float32 only")
-            v = self.alloc(arr.shape)
+            v = self.alloc(arr.shape, reuse=False)     # weights stay for every run
             v.mem.write(arr.reshape(v.md.get_dims()))
             self.values[name] = v
             return v
@@ -137,13 +145,29 @@ class Builder:
         return self.has(i) and self.node.input[i] in self.consts
 
     # -- outputs ---------------------------------------------------------------------------
-    def alloc(self, shape, elem_type: int = FLOAT) -> Value:
+    def alloc(self, shape, elem_type: int = FLOAT, reuse: bool = True) -> Value:
+        """A new plain tensor; for a node's result, on the buffer of a dead tensor when one
+        is large enough (the in-order stream runs the steps one after another)."""
         shape = tuple(int(d) for d in shape)
         if any(d <= 0 for d in shape):
             where = node_label(self.node) if self.node is not None else "graph input"
             raise onnx_unsupported(f"{where}: empty tensor of shape {list(shape)} (pydnnl "
                                    f"memories need at least one element)")
-        return Value(memory(plain_md(shape), self.engine), shape, elem_type)
+        md = plain_md(shape)
+        if not reuse or self.node is None:
+            self.nbytes += md.get_size()
+            return Value(memory(md, self.engine), shape, elem_type)
+        fits = [v for v in self._free if v.mem.get_desc().get_size() >= md.get_size()]
+        if fits:
+            owner = min(fits, key=lambda v: v.mem.get_desc().get_size())
+            self._free.remove(owner)
+            return Value(memory(md, self.engine, owner.mem.get_data_handle()), shape,
+                         elem_type, owner)
+        self.nbytes += md.get_size()
+        v = Value(memory(md, self.engine), shape, elem_type)
+        self._freeable.add(id(v))
+        self._owners[id(v)] = v
+        return v
 
     def set(self, i: int, v: "Value | np.ndarray") -> None:
         """Output ``i`` of the current node (a host array for constants)."""
@@ -154,6 +178,9 @@ class Builder:
             self.consts[name] = np.asarray(v)
         else:
             self.values[name] = v
+            owner = v.base or v
+            if id(owner) in self._freeable:
+                self._alive.setdefault(id(owner), set()).add(name)
 
     def wants(self, i: int) -> bool:
         """Whether the current node's output ``i`` is used."""
@@ -180,6 +207,22 @@ class Builder:
 
     def begin(self, node) -> None:
         self.node, self._fns, self._note = node, [], "view"
+        self._index += 1
+
+    def _release_dead(self) -> None:
+        """After the current node: tensors no later node reads give their buffers back."""
+        for name in list(self.node.input) + list(self.node.output):
+            if not name or self.last_use.get(name, -1) > self._index or name not in self.values:
+                continue
+            v = self.values[name]
+            owner = v.base or v
+            alive = self._alive.get(id(owner))
+            if alive is None:
+                continue
+            alive.discard(name)
+            if not alive:
+                del self._alive[id(owner)]
+                self._free.append(self._owners[id(owner)])
 
     def end(self) -> None:
         fns, fn = self._fns, None
@@ -189,6 +232,7 @@ class Builder:
                     f(s)
         self.steps.append(Step(self.node.name or self.node.output[0], self.node.op_type, fn,
                                "" if fns else self._note))
+        self._release_dead()
 
 
 @dataclass
@@ -200,6 +244,7 @@ class Program:
     inputs: dict[str, Value]
     outputs: list[tuple[str, Any, int]]     # name, Value or host array, ONNX element type
     params: set[str] = field(default_factory=set)
+    nbytes: int = 0     # device memory of its tensors (inputs, constants, results, temporaries)
 
     def run(self, feeds: dict[str, np.ndarray], timings: list | None = None) -> list[np.ndarray]:
         for name, v in self.inputs.items():
@@ -245,6 +290,11 @@ def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | Non
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     b = Builder(eng, strm, graph, opset, feeds)
     nodes = fuse_gelu(graph)
+    for k, node in enumerate(nodes):
+        for name in node.input:
+            b.last_use[name] = k
+    for o in graph.output:
+        b.last_use[o.name] = float("inf")
     fused = {}
     for act_id, producer in fusable_activations(
             nodes, {o.name for o in graph.output}, POST_OP_ACTIVATIONS).items():
@@ -277,4 +327,4 @@ def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | Non
             outputs.append((vi.name, b.consts[vi.name], et))
         else:
             raise onnx_invalid(f"graph output '{vi.name}' is produced by no node")
-    return Program(strm, b.steps, b.input_values, outputs, b.params)
+    return Program(strm, b.steps, b.input_values, outputs, b.params, b.nbytes)

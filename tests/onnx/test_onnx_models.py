@@ -104,3 +104,21 @@ def test_import_pydnnl_does_not_import_onnx():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
+
+
+def test_dead_tensors_give_their_buffers_to_later_nodes():
+    """x -> Relu -> Tanh -> Sigmoid -> Abs: each result but the output is read once, so two
+    buffers serve the four results (plus the input's own)."""
+    f = TensorProto.FLOAT
+    ops = ["Relu", "Tanh", "Sigmoid", "Abs"]
+    names = ["x", "a", "b", "c", "y"]
+    nodes = [helper.make_node(op, [names[k]], [names[k + 1]], name=op.lower())
+             for k, op in enumerate(ops)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", f, [64, 32])],
+                              [helper.make_tensor_value_info("y", f, [64, 32])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(6).standard_normal((64, 32)).astype(np.float32)
+    rep = PydnnlBackend.prepare(model)
+    np.testing.assert_allclose(rep.run([x])[0], ReferenceEvaluator(model).run(None, {"x": x})[0],
+                               rtol=1e-6, atol=1e-6)
+    assert rep.program({"x": x}).nbytes == 3 * x.nbytes
