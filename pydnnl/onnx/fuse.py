@@ -1,9 +1,9 @@
-"""Graph rewrites before the build. Exact GELU as the TorchScript exporter writes it before
-opset 20, ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)`` (either operand order per node),
-becomes one Gelu node (``eltwise_gelu_erf``; there is no erf primitive to run Erf alone).
-An activation whose input is a Conv, ConvTranspose, Gemm or MatMul output used nowhere else
-is fused into that primitive as an eltwise post-op (one pass over the tensor instead of
-two)."""
+"""Fusions. Before the build, exact GELU as the TorchScript exporter writes it before opset
+20, ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)`` (either operand order per node), becomes
+one Gelu node (``eltwise_gelu_erf``; there is no erf primitive to run Erf alone). While a
+Conv, ConvTranspose, Gemm or MatMul is built, the chain of activations and arithmetic nodes
+after it that its primitive can apply becomes its post-ops (:func:`plan_post_ops`): one pass
+over the tensor instead of one per node."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,25 +74,55 @@ def fuse_gelu(graph) -> list:
     return [replace.get(id(n), n) for n in nodes if id(n) not in drop]
 
 
-#: producers whose primitives take eltwise post-ops (fused into their stores)
+#: producers whose primitives take post-ops (fused into their stores)
 POST_OP_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+#: binary operators a post-op can apply: dst = dst op src1 (the producer's side first for
+#: the ones that do not commute)
+_BINARY = {"Add": ("binary_add", True), "Mul": ("binary_mul", True),
+           "Max": ("binary_max", True), "Min": ("binary_min", True),
+           "Sub": ("binary_sub", False), "Div": ("binary_div", False)}
 
 
-def fusable_activations(nodes, graph_outputs: set[str], activation_ops) -> dict[int, object]:
-    """Activation nodes to fold into their producer as an eltwise post-op: {id(activation
-    node): producer node}. The producer's output must feed only that activation and not be a
-    graph output."""
-    producer = {n.output[0]: n for n in nodes if n.output}
-    uses: dict[str, int] = {}
-    for n in nodes:
-        for i in n.input:
-            uses[i] = uses.get(i, 0) + 1
-    out = {}
-    for n in nodes:
-        if n.op_type not in activation_ops or not n.input:
-            continue
-        p = producer.get(n.input[0])
-        if (p is not None and p.op_type in POST_OP_PRODUCERS and uses[n.input[0]] == 1
-                and n.input[0] not in graph_outputs and len([o for o in p.output if o]) == 1):
-            out[id(n)] = p
-    return out
+def plan_post_ops(b, producer, dst_shape: tuple | None) -> list:
+    """The chain of nodes after ``producer`` that its primitive can apply as post-ops, marked
+    fused in ``b``: ``("eltwise", alg, alpha, beta)`` for an activation, ``("binary", alg,
+    Value)`` for an arithmetic node whose other operand exists already (computed earlier or
+    constant) and broadcasts into ``dst_shape`` (None: no binary post-ops). Each step's input
+    must feed only that node and not be a graph output."""
+    from .. import algorithm
+    from .graph import attributes
+    from .ops.elementwise import POST_OP_ACTIVATIONS, post_op_of
+
+    chain = []
+    outs = [o for o in producer.output if o]
+    if len(outs) != 1:
+        return chain
+    cur = outs[0]
+    while True:
+        users = b.users.get(cur, [])
+        if len(users) != 1 or cur in b.graph_outputs or len(users[0].output) != 1:
+            break
+        node = users[0]
+        if node.op_type in POST_OP_ACTIVATIONS and node.input[0] == cur:
+            entry = post_op_of(node, attributes(node))
+            if entry is None:
+                break
+            chain.append(("eltwise",) + entry)
+        elif node.op_type in _BINARY and len(node.input) == 2 and dst_shape is not None:
+            alg, commutes = _BINARY[node.op_type]
+            if node.input[0] == cur and node.input[1] != cur:
+                other = node.input[1]
+            elif node.input[1] == cur and commutes and node.input[0] != cur:
+                other = node.input[0]
+            else:
+                break
+            value = b.value_of(other)
+            if value is None or len(value.shape) > len(dst_shape) or any(
+                    d not in (1, t) for d, t in zip(value.shape[::-1], dst_shape[::-1])):
+                break
+            chain.append(("binary", getattr(algorithm, alg), value.ranked(len(dst_shape))))
+        else:
+            break
+        b.fused[id(node)] = producer
+        cur = node.output[0]
+    return chain

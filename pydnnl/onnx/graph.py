@@ -75,7 +75,9 @@ class Builder:
         self.steps: list[Step] = []
         self.input_values: dict[str, Value] = {}
         self.node = None
-        self.post_ops: dict[int, list] = {}    # id(producer) -> eltwise (alg, alpha, beta)
+        self.fused: dict[int, Any] = {}        # id(node) -> the producer applying it
+        self.users: dict[str, list] = {}       # tensor name -> nodes reading it
+        self.graph_outputs = {o.name for o in graph.output}
         # buffer reuse: a node's output may take the buffer of a tensor no later node reads
         self.last_use: dict[str, float] = {}   # tensor name -> index of its last reader
         self._index = -1
@@ -200,10 +202,17 @@ class Builder:
         prim.execute(self.stream, args)
         self.stream.wait()
 
-    def eltwise_post_ops(self) -> list:
-        """The activations fused into the current node: (algorithm, alpha, beta) each, to
-        append as eltwise post-ops after its own."""
-        return self.post_ops.get(id(self.node), [])
+    def value_of(self, name: str) -> Value | None:
+        """The device tensor ``name`` if it exists yet (a float constant is uploaded)."""
+        if name in self.values:
+            return self.values[name]
+        arr = self.consts.get(name)
+        if arr is None or arr.dtype != np.float32:
+            return None
+        v = self.alloc(arr.shape, reuse=False)
+        v.mem.write(arr.reshape(v.md.get_dims()))
+        self.values[name] = v
+        return v
 
     def begin(self, node) -> None:
         self.node, self._fns, self._note = node, [], "view"
@@ -282,9 +291,8 @@ class Program:
 def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | None) -> Program:
     """Create every node's primitives (raises :class:`NeedsInputValues` when a shape or a
     parameter needs input data that ``feeds`` does not carry)."""
-    from .fuse import fusable_activations, fuse_gelu
+    from .fuse import fuse_gelu
     from .ops import HANDLERS
-    from .ops.elementwise import POST_OP_ACTIVATIONS, post_op_of
 
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -293,16 +301,9 @@ def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | Non
     for k, node in enumerate(nodes):
         for name in node.input:
             b.last_use[name] = k
+            b.users.setdefault(name, []).append(node)
     for o in graph.output:
         b.last_use[o.name] = float("inf")
-    fused = {}
-    for act_id, producer in fusable_activations(
-            nodes, {o.name for o in graph.output}, POST_OP_ACTIVATIONS).items():
-        act = next(n for n in nodes if id(n) == act_id)
-        post = post_op_of(act, attributes(act))
-        if post is not None:
-            fused[act_id] = producer
-            b.post_ops.setdefault(id(producer), []).append(post)
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             raise unsupported(node, f"operator domain '{node.domain}' is not supported")
@@ -310,9 +311,9 @@ def build(eng: _engine, strm: _stream, model, feeds: dict[str, np.ndarray] | Non
         if handler is None:
             raise unsupported(node, "operator not supported by the pydnnl ONNX backend")
         b.begin(node)
-        if id(node) in fused:
+        if id(node) in b.fused:
             # the producer's primitive applied it: its output is this node's output
-            producer = fused[id(node)]
+            producer = b.fused[id(node)]
             b.set(0, b.values[producer.output[0]])
             b._note = f"fused into {producer.name or producer.output[0]}"
         else:

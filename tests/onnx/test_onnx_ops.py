@@ -228,3 +228,46 @@ def test_activation_fused_into_producer(name, expose):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     act_time = dict((n, t) for n, _, t in times)["act"]
     assert (act_time is None) == (not expose)
+
+
+def _residual(op: str, swap: bool, other_shape):
+    """conv(x) <op> other -> Relu, ``other`` an input of ``other_shape`` (swap: other first)."""
+    f = TensorProto.FLOAT
+    ins = ["o", "c"] if swap else ["c", "o"]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ins, ["s"], name="res"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, [2, 3, 5, 5]),
+                     helper.make_tensor_value_info("o", f, other_shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(_u(4, 3, 3, 3), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from onnx import shape_inference
+    out = shape_inference.infer_shapes(model).graph.output
+    del model.graph.output[:]
+    model.graph.output.extend(out)
+    return model
+
+
+@pytest.mark.parametrize("op,swap,other_shape,fused", [
+    ("Add", False, [2, 4, 5, 5], True),
+    ("Add", True, [2, 4, 5, 5], True),          # commutes: fused with the conv second
+    ("Mul", False, [1, 4, 1, 1], True),         # per-channel broadcast operand
+    ("Sub", False, [4, 1, 5], True),
+    ("Sub", True, [2, 4, 5, 5], False),         # other - conv: not dst op src1
+    ("Div", False, [3, 2, 4, 5, 5], False),     # the result is larger than the conv's dst
+])
+def test_binary_after_producer_fused_as_post_op(op, swap, other_shape, fused):
+    model = _residual(op, swap, other_shape)
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32),
+             "o": rng.uniform(0.5, 1.5, other_shape).astype(np.float32)}
+    rep = PydnnlBackend.prepare(model)
+    times = []
+    got, = rep.run(feeds, timings=times)
+    want, = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    notes = {s.name: s.note for s in rep.program(feeds).steps}
+    assert (notes["res"] == "fused into conv") == fused, notes
+    assert (notes["relu"] == "fused into conv") == fused, notes

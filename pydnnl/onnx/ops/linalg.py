@@ -10,11 +10,20 @@ from . import op
 from .elementwise import broadcast_shape, eltwise
 
 
-def with_post_ops(b, ops=None) -> primitive_attr:
-    """An attr with ``ops`` (or none) followed by the activations fused into this node."""
+def with_post_ops(b, args: dict, dst_shape, ops=None) -> primitive_attr:
+    """An attr with ``ops`` (or none) followed by the nodes after this one that its primitive
+    applies (``fuse.plan_post_ops``); binary operands go into ``args``. ``dst_shape``: the
+    node's output shape, None where the primitive's dst has another (no binary post-ops)."""
+    from ..fuse import plan_post_ops
+
     ops = post_ops() if ops is None else ops
-    for alg, alpha, beta in b.eltwise_post_ops():
-        ops.append_eltwise(alg, alpha, beta)
+    for entry in plan_post_ops(b, b.node, None if dst_shape is None else tuple(dst_shape)):
+        if entry[0] == "eltwise":
+            ops.append_eltwise(*entry[1:])
+        else:
+            _, alg, v = entry
+            args[ARG_ATTR_MULTIPLE_POST_OP(len(ops)) | ARG_SRC_1] = v.mem
+            ops.append_binary(alg, v.md)
     attr = primitive_attr()
     attr.set_post_ops(ops)
     return attr
@@ -54,7 +63,8 @@ def gemm(b, node, a):
         c = c.ranked(2)
         args[ARG_ATTR_MULTIPLE_POST_OP(len(ops)) | ARG_SRC_1] = c.mem
         ops.append_binary(algorithm.binary_add, c.md)
-    pd = matmul.primitive_desc(b.engine, x.md, w.md, dst.md, attr=with_post_ops(b, ops))
+    attr = with_post_ops(b, args, (m, n), ops)
+    pd = matmul.primitive_desc(b.engine, x.md, w.md, dst.md, attr=attr)
     b.execute(matmul(pd), args)
     b.set(0, dst)
 
@@ -79,7 +89,9 @@ def matmul_(b, node, a):
     out = list(batch) + [xs[-2], ws[-1]]
     xv, wv = x.view(xs), w.view(ws)
     dst = b.alloc(out)
-    pd = matmul.primitive_desc(b.engine, xv.md, wv.md, dst.md, attr=with_post_ops(b))
-    b.execute(matmul(pd), {ARG_SRC: xv.mem, ARG_WEIGHTS: wv.mem, ARG_DST: dst.mem})
     shape = out[:-2] + ([] if x1 else [out[-2]]) + ([] if w1 else [out[-1]])
+    args = {ARG_SRC: xv.mem, ARG_WEIGHTS: wv.mem, ARG_DST: dst.mem}
+    attr = with_post_ops(b, args, out if shape == out else None)
+    pd = matmul.primitive_desc(b.engine, xv.md, wv.md, dst.md, attr=attr)
+    b.execute(matmul(pd), args)
     b.set(0, dst if shape == out else dst.view(shape))

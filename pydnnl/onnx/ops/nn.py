@@ -110,11 +110,12 @@ def conv(b, node, a):
     dst = b.alloc([n, m] + out)
     bias = b.value(2, "B") if b.has(2) else None
     descs = [x.md, wmd] + ([bias.md] if bias is not None else []) + [dst.md]
+    args = {ARG_SRC: x.mem, ARG_DST: dst.mem}
+    attr = with_post_ops(b, args, dst.shape)
     pd = convolution_forward.primitive_desc(
         b.engine, INFER, algorithm.convolution_auto, *descs, strides,
-        [d - 1 for d in dil], pl, pr, attr=with_post_ops(b))
-    args = {ARG_SRC: x.mem, ARG_WEIGHTS: _weights(b, 1, pd.weights_desc(), given, "W"),
-            ARG_DST: dst.mem}
+        [d - 1 for d in dil], pl, pr, attr=attr)
+    args[ARG_WEIGHTS] = _weights(b, 1, pd.weights_desc(), given, "W")
     if bias is not None:
         args[ARG_BIAS] = bias.mem
     b.execute(convolution_forward(pd), args)
@@ -173,12 +174,12 @@ def conv_transpose(b, node, a):
     bias = b.value(2, "B") if b.has(2) else None
     descs = [x.md, wmd] + ([bias.md] if bias is not None else []) + [dst.md]
     # oneDNN's output size has no output_padding term: it is a smaller end padding
+    args = {ARG_SRC: x.mem, ARG_DST: dst.mem}
+    attr = with_post_ops(b, args, dst.shape)
     pd = deconvolution_forward.primitive_desc(
         b.engine, INFER, algorithm.deconvolution_direct, *descs, strides,
-        [d - 1 for d in dil], pl, [hi - o for hi, o in zip(pr, outpad)],
-        attr=with_post_ops(b))
-    args = {ARG_SRC: x.mem, ARG_WEIGHTS: _weights(b, 1, pd.weights_desc(), given, "W"),
-            ARG_DST: dst.mem}
+        [d - 1 for d in dil], pl, [hi - o for hi, o in zip(pr, outpad)], attr=attr)
+    args[ARG_WEIGHTS] = _weights(b, 1, pd.weights_desc(), given, "W")
     if bias is not None:
         args[ARG_BIAS] = bias.mem
     b.execute(deconvolution_forward(pd), args)
