@@ -43,9 +43,9 @@ class OptimizerUpdate:
     """One parameter tensor's update over logical ``dims``.
 
     ``layouts`` and ``sizes`` (storage elements) list the buffers of :func:`buffer_names` in
-    order; ``momentum`` (sgd) adds the velocity buffer, ``nesterov`` its look-ahead form,
-    ``decay`` the weight-decay term. ``wg``: work-items of a work-group along the dimension
-    :func:`local_dim` picks."""
+    order (adam's one-element ``step`` has a size, no layout); ``momentum`` (sgd) adds the
+    velocity buffer, ``nesterov`` its look-ahead form, ``decay`` the weight-decay term.
+    ``wg``: work-items of a work-group along the dimension :func:`local_dim` picks."""
 
     rule: str
     dims: tuple[int, ...]
