@@ -122,3 +122,12 @@ def test_dead_tensors_give_their_buffers_to_later_nodes():
     np.testing.assert_allclose(rep.run([x])[0], ReferenceEvaluator(model).run(None, {"x": x})[0],
                                rtol=1e-6, atol=1e-6)
     assert rep.program({"x": x}).nbytes == 3 * x.nbytes
+
+
+def test_supports_device():
+    assert PydnnlBackend.supports_device("CPU")
+    assert PydnnlBackend.supports_device("GPU") == (
+        pydnnl.engine.get_count(pydnnl.engine.kind.gpu) > 0)
+    assert not PydnnlBackend.supports_device("TPU")
+    with pytest.raises(onnx_invalid, match="device: expected 'CPU' or 'GPU'"):
+        PydnnlBackend.prepare(small_cnn(), device="TPU")
