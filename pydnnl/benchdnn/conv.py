@@ -58,10 +58,30 @@ class ConvOptions:
     dir: str = "FWD_B"
     alg: str = "auto"
     post_ops: str = ""  # benchdnn's --attr-post-ops (forward only)
+    stag: str = "any"  # benchdnn's --stag/--wtag/--dtag: any, abx (plain), axb (channels last)
+    wtag: str = "any"
+    dtag: str = "any"
 
     def to_str(self) -> str:
+        tags = "".join(f" --{k}={v}" for k, v in (("stag", self.stag), ("wtag", self.wtag),
+                                                   ("dtag", self.dtag)) if v != "any")
         return f"--dir={self.dir} --alg={self.alg}" + (
-            f" --attr-post-ops={self.post_ops}" if self.post_ops else "")
+            f" --attr-post-ops={self.post_ops}" if self.post_ops else "") + tags
+
+
+_PLAIN = {3: "ncw", 4: "nchw", 5: "ncdhw"}
+_LAST = {3: "nwc", 4: "nhwc", 5: "ndhwc"}
+
+
+def _tag(text: str, ndims: int, what: str):
+    """The format tag of benchdnn's ``any``/``abx``/``axb`` (or a oneDNN tag name)."""
+    tag = dnnl.memory.format_tag
+    name = {"any": "any", "abx": _PLAIN.get(ndims, ""), "axb": _LAST.get(ndims, "")}.get(
+        text, text)
+    if not name or not hasattr(tag, name):
+        raise invalid_arguments(f"--{what}: expected any, abx, axb or a format tag for "
+                                f"{ndims} dimensions, got {text!r}")
+    return getattr(tag, name)
 
 
 def _algorithm_and_solver(alg: str):
@@ -98,9 +118,11 @@ class ConvBench:
         self.direction, prop_name, self.with_bias = DIRS[o.dir]
         dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
         md = dnnl.memory.desc
-        src_md = md(p.src_dims(), dt.f32, tag.any)
-        wei_md = md(p.weights_dims(), dt.f32, tag.any)
-        dst_md = md(p.dst_dims(), dt.f32, tag.any)
+        nd = len(p.src_dims())
+        src_md = md(p.src_dims(), dt.f32, _tag(o.stag, nd, "stag"))
+        wei_md = md(p.weights_dims(), dt.f32,
+                    tag.any if o.wtag == "any" else _tag(o.wtag, len(p.weights_dims()), "wtag"))
+        dst_md = md(p.dst_dims(), dt.f32, _tag(o.dtag, nd, "dtag"))
         bias_md = md(p.bias_dims(), dt.f32, tag.any) if self.with_bias else None
         geo = (list(p.strides), list(p.dilates), list(p.padding_l), list(p.padding_r))
         alg, solver = _algorithm_and_solver(o.alg)
@@ -342,13 +364,15 @@ def torch_time(p: ConvProblem, o: ConvOptions, device: str = "cpu",
 # one problem
 # ---------------------------------------------------------------------------------------------
 def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
-        min_seconds: float) -> int:
+        min_seconds: float, raise_unimplemented: bool = False) -> int:
     """Benchmark (mode P) or check (mode C) one problem; prints one line, returns 1 on a
-    failed check, else 0."""
+    failed check, else 0. ``raise_unimplemented``: let ``unimplemented`` reach the caller."""
     desc = o.to_str()
     try:
         b = ConvBench(eng, p, o)
     except unimplemented as e:
+        if raise_unimplemented:
+            raise
         print(f"skip,unimplemented,{desc},{p.to_str()},{e}", flush=True)
         return 0
     if mode == "C":

@@ -20,6 +20,24 @@ ALGS = {"VANILLA_RNN": ("vanilla_rnn", "vanilla_rnn_forward"),
 DIRECTIONS = {"left2right": "unidirectional_left2right", "right2left": "unidirectional_right2left",
               "concat": "bidirectional_concat", "sum": "bidirectional_sum"}
 PROPS = {"FWD_I": "forward_inference", "FWD_D": "forward_training", "BWD_DW": "backward"}
+F32_EPS = 2.0 ** -23
+
+
+def tolerance(p: RnnProblem, o: RnnOptions) -> float:
+    """oneDNN benchdnn's f32 RNN threshold (its ``setup_cmp``): 4 * ceil(log2(accumulated
+    terms * T)) * eps, doubled for backward and for bidirectional sum. ``--mode=C`` applies it
+    to max |pydnnl - float64 reference| / max |reference| of each output, benchdnn's L-inf
+    norm check."""
+    g = get_cell(ALGS[o.alg][0]).n_gates
+    acc = 2 * g + 1  # two GEMMs and the bias per gate
+    if o.alg in ("VANILLA_GRU", "VANILLA_AUGRU"):
+        acc *= p.sic
+    if o.prop == "BWD_DW":
+        acc *= max(g * p.dhc, p.mb)
+    return (4 * (2 if o.prop == "BWD_DW" else 1) * (2 if o.direction == "sum" else 1)
+            * float(np.ceil(np.log2(acc * p.t))) * F32_EPS)
+
+
 ACTIVATIONS = {"RELU": "eltwise_relu", "TANH": "eltwise_tanh", "LOGISTIC": "eltwise_logistic"}
 
 
@@ -47,7 +65,9 @@ _FIELD = re.compile(r'(mb|sic|slc|dhc|dic|l|t|n)("[^"]*"|\d+)')
 def parse_problem(text: str) -> RnnProblem:
     """Parse benchdnn's descriptor; ``_`` is ignored, sic is required, others default."""
     s = text.strip()
-    body = s.replace("_", "")
+    # underscores separate fields; inside the quoted name they are kept
+    body = "".join(part if i % 2 else part.replace("_", "")
+                   for i, part in enumerate(re.split(r'("[^"]*")', s)))
     vals: dict[str, object] = {}
     pos = 0
     for m in _FIELD.finditer(body):
@@ -159,6 +179,8 @@ class RnnBench:
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
             scale = 1.0 / np.sqrt(max(spec.md.dims[-1], 1)) if len(spec.md.dims) == 5 else 1.0
+            if arg == dnnl.ARG_WEIGHTS_PROJECTION:  # sums dhc terms: keep outputs O(1)
+                scale = 1.0 / np.sqrt(max(spec.md.dims[2], 1))
             v = (rng.standard_normal(spec.md.dims) * scale).astype(np.float32)
             if arg == dnnl.ARG_AUGRU_ATTENTION:
                 v = rng.random(spec.md.dims).astype(np.float32)
@@ -225,6 +247,47 @@ class RnnBench:
             if len(times) >= 1000:
                 break
         return times
+
+    def _reference(self):
+        from ..reference.rnn import rnn_forward
+
+        v = self.values
+        att = v.get(dnnl.ARG_AUGRU_ATTENTION)
+        return rnn_forward(self.cell.name, v[dnnl.ARG_SRC_LAYER], v.get(dnnl.ARG_SRC_ITER),
+                           v.get(dnnl.ARG_SRC_ITER_C), v[dnnl.ARG_WEIGHTS_LAYER],
+                           v[dnnl.ARG_WEIGHTS_ITER], v[dnnl.ARG_BIAS],
+                           direction=DIRECTIONS[self.o.direction],
+                           activation=ACTIVATIONS[self.o.activation][8:].lower(),
+                           weights_peephole=v.get(dnnl.ARG_WEIGHTS_PEEPHOLE),
+                           weights_projection=v.get(dnnl.ARG_WEIGHTS_PROJECTION),
+                           attention=None if att is None else att[..., 0], dtype=np.float64,
+                           **({"seq_lengths": np.array(lengths_for(self.p, self.o))}
+                              if self.o.seq_lengths else {}))
+
+    def check_backward(self) -> float:
+        """Max relative difference of every forward output and every diff output of the
+        backward pass to the float64 reference (``rnn_backward``)."""
+        from ..reference.rnn import rnn_backward
+
+        err = self.check()
+        ref = self._reference()
+        g = {a: m.to_numpy() for a, m in self.bargs.items()}
+        rb = rnn_backward(self.cell.name, ref[3], g[dnnl.ARG_DIFF_DST_LAYER],
+                          g.get(dnnl.ARG_DIFF_DST_ITER), g.get(dnnl.ARG_DIFF_DST_ITER_C))
+        names = {"diff_src_layer": dnnl.ARG_DIFF_SRC_LAYER, "diff_src_iter": dnnl.ARG_DIFF_SRC_ITER,
+                 "diff_src_iter_c": dnnl.ARG_DIFF_SRC_ITER_C,
+                 "diff_weights_layer": dnnl.ARG_DIFF_WEIGHTS_LAYER,
+                 "diff_weights_iter": dnnl.ARG_DIFF_WEIGHTS_ITER, "diff_bias": dnnl.ARG_DIFF_BIAS,
+                 "diff_weights_peephole": dnnl.ARG_DIFF_WEIGHTS_PEEPHOLE,
+                 "diff_weights_projection": dnnl.ARG_DIFF_WEIGHTS_PROJECTION,
+                 "diff_attention": dnnl.ARG_DIFF_AUGRU_ATTENTION}
+        for key, arg in names.items():
+            r = rb.get(key)
+            if r is None or arg not in g:
+                continue
+            got = g[arg].reshape(r.shape) if key != "diff_attention" else g[arg][..., 0]
+            err = max(err, float(np.max(np.abs(got - r)) / max(np.max(np.abs(r)), 1e-30)))
+        return err
 
     def check(self) -> float:
         """Max relative difference of dst_layer (and dst_iter) to the numpy reference."""
