@@ -54,6 +54,8 @@ class DeviceInfo:
     max_work_item_sizes: tuple[int, ...] = (1024, 1024, 1024)
     global_mem_cache_bytes: int = 0  # last-level cache OpenCL reports (GPU L2, CPU L2/L3)
     global_mem_cacheline_bytes: int = 64
+    #: the largest single buffer the device allocates (CL_DEVICE_MAX_MEM_ALLOC_SIZE); 0: unknown
+    max_mem_alloc_bytes: int = 0
     extensions: tuple[str, ...] = ()
     #: the OpenCL compiler takes inline PTX (``asm volatile``): NVIDIA's driver
     inline_ptx: bool = False
@@ -140,6 +142,7 @@ def _device_info(platform, device) -> DeviceInfo:
         max_work_item_sizes=tuple(int(x) for x in device.max_work_item_sizes),
         global_mem_cache_bytes=int(device.global_mem_cache_size),
         global_mem_cacheline_bytes=int(device.global_mem_cacheline_size or 64),
+        max_mem_alloc_bytes=int(device.max_mem_alloc_size),
         extensions=ext, inline_ptx=runtime == "nvidia", runtime=runtime)
 
 

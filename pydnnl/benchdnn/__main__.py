@@ -33,6 +33,7 @@ from OpenCL profiling events, slowest first.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 USAGE = __doc__
@@ -59,9 +60,9 @@ def _expand(argv: list[str]) -> list[str]:
 CASE_OPTIONS = {
     "rnn": ("alg", "direction", "prop", "activation", "with-peephole", "with-projection",
             "seq-lengths", "skip-nonlinear", "trivial-strides", "cfg", "attr-fpmath", "flags",
-            "scaling", "tag", "l", "t", "mb", "match"),
+            "scaling", "tag", "l", "t", "mb"),
     "conv": ("dir", "alg", "attr-post-ops", "dt", "cfg", "stag", "wtag", "dtag", "mb",
-             "attr-scales", "attr-zero-points", "attr-fpmath", "match"),
+             "attr-scales", "attr-zero-points", "attr-fpmath"),
 }
 CASE_OPTIONS["deconv"] = CASE_OPTIONS["conv"]
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     op_opts: dict[str, str] = {}
     case_opts: dict[str, str] = {}
     summary = Summary()
+    match = ""
     for a in argv:
         key, _, val = a.partition("=")
         if a in ("--rnn", "--gemm", "--conv", "--deconv"):
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             engine_kind, eng = val, None
         elif key == "--min-seconds":
             min_seconds = float(val)
+        elif key == "--match" and driver not in OP_DRIVERS:
+            match = val  # a global setting, as in benchdnn: input files' --reset keeps it
         elif a == "--reset":
             # as in benchdnn, --reset restores the driver's options; --mode, --engine and
             # the like are global settings that stay
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             elif driver in CASE_OPTIONS:
                 from .cases import run_cases
 
-                run_cases(driver, eng, a, case_opts, mode, compare, min_seconds, summary)
+                if not match or re.search(match, a):
+                    run_cases(driver, eng, a, case_opts, mode, compare, min_seconds, summary)
             else:
                 failures += gemm_drv.run(eng, a, mode, compare, min_seconds)
     if summary.listed:

@@ -8,7 +8,6 @@ INVALID_ARGUMENTS with its message; a check gives PASSED or FAILED.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +20,7 @@ _F32_CFGS = ("", "f32", "f32:f32:f32")
 
 
 def _repro(driver: str, combo: dict[str, str], mode: str, problem: str) -> str:
-    opts = " ".join(f"--{k}={v}" for k, v in combo.items() if k != "match")
+    opts = " ".join(f"--{k}={v}" for k, v in combo.items())
     return f"--{driver} --mode={mode} {opts} {problem}".replace("  ", " ")
 
 
@@ -29,9 +28,6 @@ def run_cases(driver: str, eng, text: str, opts: dict[str, str], mode: str,
               compare: str | None, min_seconds: float, summary: S.Summary) -> None:
     """Run problem ``text`` under every combination of ``opts``, reporting into ``summary``."""
     for combo in expand(opts):
-        pat = combo.get("match", "")
-        if pat and not re.search(pat, text):
-            continue
         if driver == "rnn":
             _rnn_case(eng, text, combo, mode, compare, min_seconds, summary)
         else:
@@ -129,9 +125,9 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
         summary.report(S.INVALID_ARGUMENTS, str(e), repro)
         return
     if mode == "K":
-        desc = repro
+        desc = " ".join(f"--{k}={v}" for k, v in combo.items())
         for name, size, count, ms in b.kernel_profile():
-            print(f"kernel,{desc},{name},global={'x'.join(map(str, size or ()))},"
+            print(f"kernel,{desc},{p.to_str()},{name},global={'x'.join(map(str, size or ()))},"
                   f"launches={count},total_ms={ms:.4f},per_launch_us={ms / count * 1e3:.2f}",
                   flush=True)
         return

@@ -58,7 +58,7 @@ def test_sequence_lengths_option(capsys):
 
 
 def test_kernel_profile_mode_counts_one_cell_launch_per_step(capsys):
-    rc = main(["--rnn", "--mode=K", "--prop=BWD_DW", "l1t5mb3sic8"])
+    rc = main(["--rnn", "--mode=K", "--alg=VANILLA_LSTM", "--prop=BWD_DW", "l1t5mb3sic8"])
     out = capsys.readouterr().out
     assert rc == 0, out
     rows = {}

@@ -143,3 +143,36 @@ def test_missing_torch_is_reported(monkeypatch, capsys):
     assert "PyTorch is not installed" in out
     (line,) = _lines(out, "perf")
     assert "torch_min_ms" not in line
+
+
+def test_workspace_limit_is_the_smaller_of_max_allocation_and_half_the_memory(cpu_engine):
+    from dataclasses import replace
+
+    from pydnnl.runtime.heuristics.conv import workspace_limit
+
+    info = cpu_engine.info
+    assert workspace_limit(replace(info, global_mem_bytes=16 << 30, max_mem_alloc_bytes=4 << 30)) \
+        == 4 << 30
+    assert workspace_limit(replace(info, global_mem_bytes=16 << 30, max_mem_alloc_bytes=12 << 30)) \
+        == 8 << 30
+    assert workspace_limit(replace(info, global_mem_bytes=16 << 30, max_mem_alloc_bytes=0)) \
+        == 8 << 30
+
+
+def test_solvers_too_big_for_the_device_are_passed_over(cpu_engine, monkeypatch):
+    import pydnnl.primitives.conv.pd as conv_pd
+    from pydnnl.benchdnn.conv import ConvBench, ConvOptions
+    from pydnnl.benchdnn.conv_problem import parse_conv_problem
+    from pydnnl.error import out_of_memory
+
+    p = parse_conv_problem("mb2ic8ih12oc8oh12kh3ph1")
+    sizes = {"im2col_gemm": ConvBench(cpu_engine, p, ConvOptions(alg="im2col_gemm"))
+             .pd.workspace_bytes()}
+    assert sizes["im2col_gemm"] > 0
+    monkeypatch.setattr(conv_pd, "workspace_limit", lambda info: sizes["im2col_gemm"] - 1)
+    b = ConvBench(cpu_engine, p, ConvOptions(alg="auto"))
+    assert b.pd.workspace_bytes() < sizes["im2col_gemm"] and b.check() <= b.tolerance()
+    with pytest.raises(out_of_memory) as e:
+        ConvBench(cpu_engine, p, ConvOptions(alg="im2col_gemm"))
+    msg = str(e.value)
+    assert f"{sizes['im2col_gemm']} bytes" in msg and f"limit of {sizes['im2col_gemm'] - 1}" in msg

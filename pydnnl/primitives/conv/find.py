@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...constants import algorithm
-from ...error import error, unimplemented
+from ...error import error, out_of_memory, unimplemented
 from ...memory import memory
 from .solvers import solvers
 
@@ -66,7 +66,7 @@ def find(prim_cls, args: tuple, kw: dict, exhaustive: bool = False) -> list[Conv
     for name, s in solvers().items():
         try:
             pd = make(solver=name)
-        except unimplemented:
+        except (unimplemented, out_of_memory):  # too big for the device: not a candidate
             continue
         spaces = s.tuning_space(pd._problem_, eng) if exhaustive else [pd.get_solver_params()]
         mems = None

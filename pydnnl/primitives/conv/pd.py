@@ -22,11 +22,12 @@ from ...constants import (
     prop_kind,
 )
 from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
-from ...error import invalid_arguments, unimplemented
+from ...error import invalid_arguments, out_of_memory, unimplemented
 from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
 from ...kernels.post_ops import describe as describe_post_ops
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
+from ...runtime.heuristics.conv import WORKSPACE_MEMORY_SHARE, workspace_limit
 from ..base import ArgSpec, primitive, primitive_desc_base
 from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
@@ -260,7 +261,9 @@ class conv_pd_base(primitive_desc_base):
                 if hit is not None and hit.get("solver") in names:
                     order = [hit["solver"]] + [n for n in order if n != hit["solver"]]
                     db_params = {hit["solver"]: dict(hit.get("params") or {})}
-        reasons = []
+        reasons: list[str] = []
+        too_big: list[str] = []
+        limit = workspace_limit(self._engine.info)
         for name in order:
             s = get_solver(name)
             descs = self._resolve_layouts(s)
@@ -275,8 +278,19 @@ class conv_pd_base(primitive_desc_base):
                 params.update(db_params[name])
             if solver_params is not None and name == order[0]:
                 params.update(solver_params)
+            ws = s.workspace_bytes(problem, params)
+            if ws > limit:  # a valid problem must not fail at allocation: try the next solver
+                too_big.append(f"{name}: workspace {ws} bytes")
+                continue
             self._finish(s, params, descs, problem)
             return
+        if too_big:
+            raise out_of_memory(
+                f"{self._kind}: every applicable solver's workspace exceeds the device's limit "
+                f"of {limit} bytes (max allocation {self._engine.info.max_mem_alloc_bytes}, "
+                f"{WORKSPACE_MEMORY_SHARE:g} of {self._engine.info.global_mem_bytes} bytes of "
+                f"global memory): "
+                + "; ".join(too_big) + ("; " + "; ".join(reasons) if reasons else ""))
         raise unimplemented(f"{self._kind}: no solver for algorithm {self._alg.name} applies: "
                             + "; ".join(reasons))
 

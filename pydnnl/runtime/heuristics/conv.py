@@ -94,3 +94,18 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     else:
         order.append("fft")
     return order
+
+
+#: share of the device's global memory one convolution's workspace may take: the user's
+#: tensors, the framework's other buffers and the GEMM's packed copies need the rest
+WORKSPACE_MEMORY_SHARE = 0.5
+
+
+def workspace_limit(info) -> int:
+    """The most workspace bytes a solver may ask for on this device: the largest single
+    allocation (the workspace is one buffer) and at most ``WORKSPACE_MEMORY_SHARE`` of the
+    global memory, whichever is smaller (0 traits count as unknown)."""
+    caps = [int(info.global_mem_bytes * WORKSPACE_MEMORY_SHARE)] if info.global_mem_bytes else []
+    if getattr(info, "max_mem_alloc_bytes", 0):
+        caps.append(int(info.max_mem_alloc_bytes))
+    return min(caps) if caps else 1 << 62

@@ -1,0 +1,109 @@
+"""oneDNN's own benchdnn input files, unchanged, through ``python -m pydnnl.benchdnn``.
+
+The files under ``tests/benchdnn/inputs/`` are oneDNN's CI lists (see its README). Each runs
+in a child process (a crash of the OpenCL compiler must fail the test, not end the session)
+with ``--mode=C``; the summary line must say ``failed:0`` and every problem must have one of
+benchdnn's statuses. The conv list runs on a documented subset of its shapes (``--match``);
+docs/status.md gives the long run over every shape.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pydnnl.benchdnn import inputs, status
+from pydnnl.benchdnn.cases import rnn_invalid
+from pydnnl.benchdnn.rnn import RnnOptions, parse_problem
+
+INPUTS = Path(__file__).parent / "inputs"
+SUMMARY = re.compile(r"tests:(\d+) passed:(\d+) skipped:(\d+) mistrusted:(\d+) "
+                     r"unimplemented:(\d+) invalid_arguments:(\d+) failed:(\d+) listed:(\d+)")
+
+
+def _run(*argv: str) -> tuple[int, str, dict[str, int]]:
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, "-m", "pydnnl.benchdnn", *argv], capture_output=True,
+                          text=True, env=env, timeout=1200)
+    out = proc.stdout + proc.stderr
+    m = SUMMARY.search(out)
+    assert m, out[-3000:]
+    keys = ("tests", "passed", "skipped", "mistrusted", "unimplemented", "invalid_arguments",
+            "failed", "listed")
+    return proc.returncode, out, dict(zip(keys, map(int, m.groups())))
+
+
+# (driver, input file, --match subset or "") with the counts measured on the 2-core CPU
+CI_RUNS = [
+    ("rnn", "rnn/test_lstm_ci", ""),
+    ("rnn", "rnn/test_gru_ci", ""),
+    ("rnn", "rnn/test_augru_ci", ""),
+    ("rnn", "rnn/test_rnn_ci", ""),
+    ("conv", "conv/test_conv_ci", "conv_basic_2d:(1st|3x3|gemm|grouped|depthwise)_stride_tail"),
+    ("deconv", "deconv/test_deconv_ci", "deconv_ci_2d:1x1"),
+]
+
+
+@pytest.mark.parametrize("driver, path, match", CI_RUNS, ids=[r[1] for r in CI_RUNS])
+def test_onednn_ci_list_runs_unchanged(driver, path, match):
+    argv = [f"--{driver}", "--mode=C"] + ([f"--match={match}"] if match else [])
+    rc, out, n = _run(*argv, f"--batch={INPUTS / path}")
+    failed = [ln for ln in out.splitlines() if re.match(r"\d+:FAILED", ln)]
+    assert n["failed"] == 0 and rc == 0, "\n".join(failed[:20]) or out[-3000:]
+    statuses = re.findall(r"^\d+:([A-Z_]+)", out, re.M)
+    assert len(statuses) == n["tests"] == n["listed"] > 0
+    assert n["passed"] + n["skipped"] + n["unimplemented"] + n["invalid_arguments"] == n["tests"]
+    if driver != "deconv":
+        assert n["passed"] > 0
+    for ln in out.splitlines():  # a SKIPPED carries oneDNN's reason, an UNIMPLEMENTED ours
+        if re.match(r"\d+:(SKIPPED|UNIMPLEMENTED) ", ln):
+            assert re.match(r"\d+:[A-Z]+ \(.+\) __REPRO: ", ln), ln
+
+
+def test_value_lists_continuations_and_nested_batches(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "shapes").write_text('# shapes\nl1t2mb2_sic4_n"a_b"\n')
+    (sub / "list").write_text("--reset\n--alg=VANILLA_LSTM,LBR_GRU\n--direction=left2right, \\\n"
+                              "            concat\n--batch=shapes\n")
+    toks = inputs.file_tokens(sub / "list")
+    assert toks == ["--reset", "--alg=VANILLA_LSTM,LBR_GRU", "--direction=left2right,concat",
+                    'l1t2mb2_sic4_n"a_b"']
+    combos = inputs.expand({"alg": "VANILLA_LSTM,LBR_GRU", "post": ", sum:0.5"})
+    assert combos == [{"alg": "VANILLA_LSTM", "post": ""},
+                      {"alg": "VANILLA_LSTM", "post": "sum:0.5"},
+                      {"alg": "LBR_GRU", "post": ""}, {"alg": "LBR_GRU", "post": "sum:0.5"}]
+    rc, out, n = _run("--rnn", "--mode=C", f"--batch={sub / 'list'}")
+    assert rc == 0 and n["passed"] == 4 and n["tests"] == 4, out
+    assert 'n"a_b"' in out  # names keep their underscores
+
+
+def test_skip_rules_follow_onednn():
+    assert rnn_invalid(parse_problem("l1t1mb7_sic17_dhc34"), RnnOptions(alg="LBR_GRU")) \
+        == "GRU with sic != dic"
+    assert rnn_invalid(parse_problem("l1t1mb7_sic17_dhc34"), RnnOptions(alg="VANILLA_LSTM")) == ""
+    assert "AUGRU" in rnn_invalid(parse_problem("l8t3mb12_sic16"), RnnOptions(alg="LBR_AUGRU"))
+    assert "projection" in rnn_invalid(parse_problem("l1t1mb9_sic16_dic32"),
+                                       RnnOptions(alg="VANILLA_LSTM"))
+
+
+def test_summary_line(capsys):
+    s = status.Summary()
+    s.report(status.PASSED, "", "--rnn x")
+    s.report(status.SKIPPED, "Invalid case: why", "--rnn y")
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["0:PASSED __REPRO: --rnn x",
+                                "1:SKIPPED (Invalid case: why) __REPRO: --rnn y"]
+    assert s.line() == ("tests:2 passed:1 skipped:1 mistrusted:0 unimplemented:0 "
+                        "invalid_arguments:0 failed:0 listed:2")
+
+
+def test_bad_option_values_name_the_option():
+    with pytest.raises(SystemExit) as e:
+        from pydnnl.benchdnn.__main__ import main
+        main(["--rnn", "--with-peephole=maybe", "l1t1mb2sic4"])
+    assert "--with-peephole" in str(e.value.code) and "maybe" in str(e.value.code)
