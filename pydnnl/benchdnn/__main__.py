@@ -1,4 +1,4 @@
-"""``python -m pydnnl.benchdnn``: a benchmark and correctness driver modeled on oneDNN's benchdnn.
+r"""``python -m pydnnl.benchdnn``: a benchmark and correctness driver modeled on oneDNN's benchdnn.
 
     python -m pydnnl.benchdnn --rnn --alg=VANILLA_LSTM --prop=FWD_I l1t50mb64sic512
     python -m pydnnl.benchdnn --rnn --mode=C --direction=concat l2t5mb3sic16
@@ -9,11 +9,27 @@
     python -m pydnnl.benchdnn --conv --mode=C --alg=im2col_gemm g2mb2ic8ih9oc8oh9kh3ph1
     python -m pydnnl.benchdnn --conv --mb=1 --compare=torch --batch=benchmarks/conv/resnet50.txt
 
+oneDNN's own input files run unchanged (``--batch=FILE``, nested includes relative to the
+file, ``\`` continuations, comma-separated values run as their cross product, ``--reset``,
+``--match=REGEX``); the rnn, conv and deconv drivers print benchdnn's status line per problem
+(PASSED, FAILED, SKIPPED with oneDNN's reason, UNIMPLEMENTED with pydnnl's message) and its
+summary line, and exit non-zero only when something FAILED. ``--random=N --seed=S`` runs N
+seeded random problems of the driver under the options in effect.
+
+    python -m pydnnl.benchdnn --rnn --mode=C --batch=tests/benchdnn/inputs/rnn/test_lstm_ci
+    python -m pydnnl.benchdnn --conv --mode=C --dir=FWD_B,BWD_D,BWD_WB --seed=1 --random=100
+
 Options apply to the problems that follow them, as in benchdnn. Output: one ``perf`` line per
 problem (min and median ms, GFLOP/s, the peer's time and the ratio peer/pydnnl) or one
 ``check`` line in correctness mode.
 
---conv options: --dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB (default FWD_B),
+--rnn options: --alg, --direction, --prop, --activation, --with-peephole[=BOOL],
+--with-projection[=BOOL], --skip-nonlinear, --trivial-strides, --cfg, --tag, --flags,
+--scaling, --attr-fpmath, --seq-lengths, --l/--t/--mb (defaults as benchdnn: VANILLA_RNN,
+left2right, FWD_I, RELU).
+
+--conv/--deconv options: --dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB (default FWD_B),
+--stag/--wtag/--dtag=any|abx|axb, --dt, --attr-post-ops, --attr-scales, --attr-zero-points,
 --alg=direct|winograd|auto|<solver name> (default auto), --mb=N (overrides the problem's
 minibatch; 0 keeps it), --mode=P|C, --engine=cpu|gpu, --compare=torch, --min-seconds=S.
 Conv perf lines give GFLOP/s and the ratio from the minimum times (a shared machine
@@ -88,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     case_opts: dict[str, str] = {}
     summary = Summary()
     match = ""
+    seed = 0
     for a in argv:
         key, _, val = a.partition("=")
         if a in ("--rnn", "--gemm", "--conv", "--deconv"):
@@ -105,6 +122,16 @@ def main(argv: list[str] | None = None) -> int:
             engine_kind, eng = val, None
         elif key == "--min-seconds":
             min_seconds = float(val)
+        elif key == "--seed":
+            seed = int(val)
+        elif key == "--random" and driver in CASE_OPTIONS:
+            from .cases import run_cases
+            from .inputs import random_problems
+
+            if eng is None:
+                eng = dnnl.engine(getattr(dnnl.engine.kind, engine_kind), 0)
+            for text in random_problems(driver, int(val), seed):
+                run_cases(driver, eng, text, case_opts, mode, compare, min_seconds, summary)
         elif key == "--match" and driver not in OP_DRIVERS:
             match = val  # a global setting, as in benchdnn: input files' --reset keeps it
         elif a == "--reset":

@@ -107,3 +107,33 @@ def parse_bool(key: str, value: str) -> bool:
     if v in ("false", "0"):
         return False
     raise invalid_arguments(f"{key}: expected true or false, got {value!r}")
+
+
+def random_problems(driver: str, n: int, seed: int) -> list[str]:
+    """``n`` seeded random problem descriptors of ``driver`` (``--random=N --seed=S``): small
+    shapes that oneDNN's consistency rules accept, so each one runs (options give the
+    algorithms, directions and kinds to cross them with)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        r = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+        if driver == "rnn":
+            l, t, mb, sic = r(1, 2), r(1, 4), r(1, 4), r(1, 12)
+            slc = sic if l > 1 else r(1, 12)
+            out.append(f'l{l}t{t}mb{mb}sic{sic}slc{slc}dhc{sic}dic{sic}n"random:{seed}:{i}"')
+        elif driver in ("conv", "deconv"):
+            nd, g = r(1, 3), r(1, 2)
+            desc = f"g{g}mb{r(1, 3)}ic{g * r(1, 6)}oc{g * r(1, 6)}"
+            for d in "dhw"[3 - nd:]:
+                k, s, dil = r(1, 3), r(1, 2), r(0, 1)
+                ext = (k - 1) * (dil + 1) + 1
+                p = r(0, ext - 1)
+                size = r(ext, 9)
+                desc += f"_i{d}{size}k{d}{k}s{d}{s}d{d}{dil}p{d}{p}"
+            out.append(desc + f'_n"random:{seed}:{i}"')
+        else:
+            raise invalid_arguments(f"--random: expected the rnn, conv or deconv driver, "
+                                    f"got {driver}")
+    return out

@@ -107,3 +107,14 @@ def test_bad_option_values_name_the_option():
         from pydnnl.benchdnn.__main__ import main
         main(["--rnn", "--with-peephole=maybe", "l1t1mb2sic4"])
     assert "--with-peephole" in str(e.value.code) and "maybe" in str(e.value.code)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--conv", "--dir=FWD_B,BWD_D,BWD_WB", "--seed=3", "--random=12"],
+    ["--rnn", "--alg=VANILLA_LSTM,LBR_GRU,VANILLA_AUGRU", "--prop=FWD_D,BWD_DW", "--seed=3",
+     "--random=4"],
+])
+def test_seeded_random_sample(argv):
+    """A small sample of the documented long run (docs/status.md): every problem passes."""
+    rc, out, n = _run("--mode=C", *argv)
+    assert rc == 0 and n["failed"] == 0 and n["passed"] == n["tests"] > 0, out[-3000:]
