@@ -686,6 +686,9 @@ class LnRows:
     - xhat * mean(g * xhat))`` with ``g = dy * gamma`` (``g`` alone when ``global_stats``).
     Work-items combine their sums once per row: sub-group reductions when ``subgroup`` (the
     work-group is one sub-group: one SIMD vector on CPU runtimes), else a local-memory tree.
+    ``cache`` > 0 (at least ``ceil(C / wg)``): each work-item keeps its ``cache`` values of the
+    row (src, and diff_dst backward) in private registers, so global memory is read once per
+    element (a GPU whose caches would otherwise be asked for the row a second time).
     ``xdt``, ``dydt``, ``odt``: storage types of src, diff_dst and the output (``"f32"``,
     ``"f16"``, ``"bf16"``); statistics, scale and shift are f32."""
 
@@ -705,6 +708,7 @@ class LnRows:
     xdt: str = "f32"
     dydt: str = "f32"
     odt: str = "f32"
+    cache: int = 0
 
 
 def _ln_index(dims) -> tuple[str, list[str], list[str]]:
@@ -765,6 +769,15 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         args.append("__global const float *restrict shift")
     args.append(ptr_decl("dst", p.odt, False).replace("restrict ", ""))
     loop = f"for (int c = l; c < {C}; c += {L})"
+    N = p.cache
+    if N and N * L < C:
+        raise ValueError(f"LnRows cache {N} x wg {L} < C {C}")
+    if N:
+        # unrolled walk over the work-item's values; j is constant after unrolling, so the
+        # private arrays live in registers
+        loop = (f"#pragma unroll\n    for (int j = 0; j < {N}; ++j) "
+                f"if (l + j * {L} < {C}) {{ const int c = l + j * {L};")
+    end = " }" if N else ""
     local = ""
     if not bwd:
         if p.global_stats:
@@ -774,10 +787,13 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         else:
             local, red = _ln_sums(p, ["a0", "a1"])
             k_at = ld("src", p.xdt, offset_expr(p.x, lead + ["0"]))
+            pre, xk = "", f"{x_at} - k"
+            if N:
+                pre, xk = f"float xv[{N}];\n    ", f"(xv[j] = {x_at}) - k"
             stats = f"""
     const float k = {k_at};
     float a0 = 0.0f, a1 = 0.0f;
-    {loop} {{ const float d = {x_at} - k; a0 += d; a1 += d * d; }}{red}
+    {pre}{loop} {{ const float d = {xk}; a0 += d; a1 += d * d; }}{end}{red}
     const float dm = a0 / {C}.0f;
     const float m = k + dm;
     const float v = fmax(a1 / {C}.0f - dm * dm, 0.0f);
@@ -785,9 +801,11 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
             if p.write_stats:
                 stats += f"""
     if (l == 0) {{ {m_at} = m; {v_at} = v; }}"""
+        if N and not p.global_stats:
+            x_at = "xv[j]"
         body = f"""{stats}
     {loop}
-        {st("dst", p.odt, out_off, f"({x_at} - m) * is * {gamma} + {beta}")}"""
+        {st("dst", p.odt, out_off, f"({x_at} - m) * is * {gamma} + {beta}")}{end}"""
     else:
         dy_at = ld("diff_dst", p.dydt, offset_expr(p.dy, idx))
         head = f"""
@@ -796,10 +814,22 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         if p.global_stats:
             body = head + f"""
     {loop}
-        {st("dst", p.odt, out_off, f"is * {dy_at} * {gamma}")}"""
+        {st("dst", p.odt, out_off, f"is * {dy_at} * {gamma}")}{end}"""
         else:
             local, red = _ln_sums(p, ["a0", "a1"])
-            body = head + f"""
+            if N:
+                body = head + f"""
+    float a0 = 0.0f, a1 = 0.0f;
+    float gv[{N}], xv[{N}];
+    {loop}
+        gv[j] = {dy_at} * {gamma}; xv[j] = {x_at} - m;
+        a0 += gv[j]; a1 += gv[j] * xv[j];{end}{red}
+    const float mg = a0 / {C}.0f;
+    const float mgx = a1 * is / {C}.0f;
+    {loop}
+        {st("dst", p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{end}"""
+            else:
+                body = head + f"""
     float a0 = 0.0f, a1 = 0.0f;
     {loop} {{
         const float g = {dy_at} * {gamma};

@@ -152,6 +152,7 @@ class layer_normalization_forward(primitive):
             self._ss_args(C, backward=False, full=False)
             self.wg = rules.ln_row_wg(self._engine.info, C)
             self.subgroup = rules.ln_row_subgroup(self._engine.info, self.wg)
+            self.cache = rules.ln_row_cache(self._engine.info, C, self.wg)
             self._scratch_elems = 0
             self._impl = "ocl:lnorm:rows"
             self._info = (f"flags:{int(self._flags):#x} "
@@ -167,7 +168,7 @@ class layer_normalization_forward(primitive):
                    stat=stat, var=stat, eps=pd._eps,
                    scale=layout_of(_vec(src.dims[-1])) if pd.use_scale else None,
                    shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
-                   global_stats=pd.global_stats, write_stats=write, wg=pd.wg,
+                   global_stats=pd.global_stats, write_stats=write, wg=pd.wg, cache=pd.cache,
                    subgroup=pd.subgroup, xdt=src.data_type.name,
                    odt=pd._args[ARG_DST].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
@@ -238,6 +239,7 @@ class layer_normalization_backward(primitive):
             info = self._engine.info
             self.wg = rules.ln_row_wg(info, C)
             self.subgroup = rules.ln_row_subgroup(info, self.wg)
+            self.cache = rules.ln_row_cache(info, C, self.wg)
             self.ss = full and (self.use_scale or self.use_shift)
             self.ss_wg, self.groups, self.col_loop = rules.ln_ss_params(info, C, rows)
             self.small_wg = rules.small_wg(info, C)
@@ -277,7 +279,7 @@ class layer_normalization_backward(primitive):
         p = LnRows(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), stat=stat,
                    var=stat, eps=pd._eps, dy=dy,
                    scale=layout_of(_vec(C)) if pd.use_scale else None,
-                   global_stats=pd.global_stats, wg=pd.wg, subgroup=pd.subgroup,
+                   global_stats=pd.global_stats, wg=pd.wg, subgroup=pd.subgroup, cache=pd.cache,
                    xdt=src.data_type.name, dydt=pd._args[ARG_DIFF_DST].md.data_type.name,
                    odt=pd._args[ARG_DIFF_SRC].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "diff_dst": Ref(ARG_DIFF_DST), "mean": Ref(ARG_MEAN),

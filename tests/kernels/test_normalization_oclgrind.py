@@ -3,7 +3,8 @@ access, no uninitialized read, no data race, no API misuse, and right results. E
 of the family runs on tiny shapes: the bnorm reduction (runs path and channel-lanes path,
 forward and backward with the ReLU workspace), finalize (computed, given, backward) and the
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
-and the scale/shift gradient kernels."""
+(reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
+kernels."""
 from __future__ import annotations
 
 import pathlib
@@ -118,6 +119,11 @@ def lnorm(name, dims, t, flags):
 
 lnorm("ln_rows", [3, 2, 37], "abc", both)
 lnorm("ln_transposed_global", [4, 5], "ba", both | F.use_global_stats)
+# the register-cached rows (the GPU path), forced
+from pydnnl.runtime.heuristics import normalization as rules
+rules.ln_row_cache = lambda info, C, wg: -(-C // wg)
+lnorm("ln_rows_cached", [3, 2, 37], "abc", both)
+lnorm("ln_rows_cached_global", [3, 5], "ab", both | F.use_global_stats)
 print(json.dumps(results))
 """
 
@@ -128,4 +134,5 @@ def test_normalization_kernels_clean_under_oclgrind():
     # Oclgrind's uninitialized-value plugin cannot follow (as for the conv kernels)
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"bn_nchw_relu": True, "bn_nhwc": True, "bn_blocked_global": True,
-                       "ln_rows": True, "ln_transposed_global": True}
+                       "ln_rows": True, "ln_transposed_global": True,
+                       "ln_rows_cached": True, "ln_rows_cached_global": True}

@@ -310,3 +310,32 @@ def test_low_precision(engine, stream, dims, sdt, ddt):
     _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx, EPS_T[sdt])
     _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dg, 1e-4)
     _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), db, 1e-4)
+
+
+@pytest.mark.parametrize("flags", [F.use_scale | F.use_shift, F.use_global_stats | F.use_scale,
+                                   F.none])
+def test_register_cached_rows_match_reference(engine, stream, monkeypatch, flags):
+    """The GPU path (each work-item keeps its values of the row in registers), forced on the
+    CPU device; a row length not a multiple of the work-group."""
+    from pydnnl.runtime.heuristics import normalization as rules
+    monkeypatch.setattr(rules, "ln_row_cache", lambda info, C, wg: -(-C // wg))
+    dims = [3, 2, 37]
+    d = _data(dims, 11)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    g = bool(flags & F.use_global_stats)
+    sc = d["scale"] if flags & F.use_scale else None
+    sh = d["shift"] if flags & F.use_shift else None
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
+    assert pd.cache == -(-37 // pd.wg)
+    y, m, v = R.layer_norm_forward(d["x"], EPS, d["mean"] if g else None,
+                                   d["var"] if g else None, sc, sh)
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+    mean, var = a[dnnl.ARG_MEAN].to_numpy(), a[dnnl.ARG_VARIANCE].to_numpy()
+    dx, dsc, dsh = R.layer_norm_backward(d["x"], d["dy"], mean, var, EPS, sc, g)
+    bpd, b = _backward(engine, stream, d, md, PK.backward, flags, pd, a)
+    assert bpd.cache == pd.cache
+    _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx)
+    if flags & F.use_scale:
+        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc)
+    if flags & F.use_shift:
+        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)

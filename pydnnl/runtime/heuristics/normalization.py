@@ -97,6 +97,19 @@ def ln_row_subgroup(info, wg: int) -> bool:
             and "cl_intel_required_subgroup_size" in info.extensions)
 
 
+LN_CACHE_MAX = 16
+
+
+def ln_row_cache(info, C: int, wg: int) -> int:
+    """Values of a row each work-item of the layer normalization row kernels keeps in
+    registers (0: none, the row is read twice). GPUs: ``ceil(C / wg)`` up to 16 (rows up to
+    4096 at 256 work-items), so src (and diff_dst backward) is read from memory once
+    instead of relying on L1/L2 for the second pass. CPUs: none, the row of one SIMD vector
+    stays in the core's caches (not measured to pay there)."""
+    n = -(-C // max(1, wg))
+    return n if info.is_gpu and n <= LN_CACHE_MAX else 0
+
+
 LN_SS_ROWS_CPU = 64
 
 
