@@ -145,6 +145,8 @@ class BnReduce:
     groups: int = 1
     x_dt: str = "f32"         # storage of src: f32, bf16, f16 (arithmetic in f32)
     dy_dt: str = "f32"        # storage of diff_dst
+    tree: bool = False        # "r" runs kernel: sum the lanes in local memory, one partial
+                              # per group (GPUs: the finish then adds groups, not groups * wg)
 
 
 def _bn_sizes(dims) -> tuple[int, int, int, list[int]]:
@@ -251,8 +253,8 @@ UNROLL = 4  # independent partial sums per work-item in the runs reduction
 def bn_reduce_partials(p: BnReduce) -> int:
     """How many partial rows (of ``2 * C`` floats) the reduction kernel of ``p`` writes:
     one per chunk, or one per chunk and lane for the runs kernel (no local reduction)."""
-    return p.groups * p.wg if p.lanes == "r" and _bn_reduce_lays(p)[1] is not None \
-        else p.groups
+    return p.groups * p.wg if p.lanes == "r" and not p.tree \
+        and _bn_reduce_lays(p)[1] is not None else p.groups
 
 
 def _bn_reduce_lays(p: BnReduce):
@@ -307,6 +309,19 @@ def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
     full = S_in // (L * U)
     unrolled = body.replace("a0 +=", "a0[u] +=").replace("a1 +=", "a1[u] +=")
     name = "pydnnl_bn_reduce"
+    if p.tree:
+        store = f"""
+    __local float l0[{L}], l1[{L}];
+    l0[l] = s0; l1[l] = s1;
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, ["l0", "l1"])}
+    if (l == 0) {{
+        part[p_off + (g * {C} + c) * 2] = l0[0];
+        part[p_off + (g * {C} + c) * 2 + 1] = l1[0];
+    }}"""
+    else:
+        store = f"""
+    part[p_off + ((g * {L} + l) * {C} + c) * 2] = s0;
+    part[p_off + ((g * {L} + l) * {C} + c) * 2 + 1] = s1;"""
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
 {name}({", ".join(args)})
@@ -331,9 +346,7 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
         }}
     }}
     float s0 = 0.0f, s1 = 0.0f;
-    for (int u = 0; u < {U}; ++u) {{ s0 += a0[u]; s1 += a1[u]; }}
-    part[p_off + ((g * {L} + l) * {C} + c) * 2] = s0;
-    part[p_off + ((g * {L} + l) * {C} + c) * 2 + 1] = s1;
+    for (int u = 0; u < {U}; ++u) {{ s0 += a0[u]; s1 += a1[u]; }}{store}
 }}
 """
     return KernelSource(name, src, (L * p.groups, C), (L, 1), _arg_names(args))

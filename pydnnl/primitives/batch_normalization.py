@@ -217,6 +217,7 @@ class _bn_pd(primitive_desc_base):
                       for d in range(len(dims)) if d != 1 and dims[d] > 1)
         info = self._engine.info
         self.lanes, self.red_wg, self.groups = rules.bn_reduce_params(info, C, R, c_inner)
+        self.tree = rules.bn_reduce_tree(info, self.lanes)
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
 
@@ -284,7 +285,7 @@ class batch_normalization_forward(primitive):
             self._reduce_params(src)
             self._plan_reduce(None if self.global_stats else BnReduce(
                 dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups, x_dt=src.data_type.name))
+                groups=self.groups, x_dt=src.data_type.name, tree=self.tree))
             self._impl = f"ocl:bnorm:{'global' if self.global_stats else self.lanes}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
@@ -402,7 +403,8 @@ class batch_normalization_backward(primitive):
             self._plan_reduce(BnReduce(
                 dims=tuple(src.dims), x=layout_of(src), dy=layout_of(ddst),
                 mean=layout_of(_stat_md(C)), ws=self.relu, lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name)
+                groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name,
+                tree=self.tree)
                 if self.reduce else None)
             self._impl = f"ocl:bnorm:{self.lanes if self.reduce else 'global'}"
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"

@@ -1,6 +1,7 @@
 """Batch and layer normalization kernels under the Oclgrind simulator: no out-of-bounds
 access, no uninitialized read, no data race, no API misuse, and right results. Every kernel
-of the family runs on tiny shapes: the bnorm reduction (runs path and channel-lanes path,
+of the family runs on tiny shapes: the bnorm reduction (runs path, with one partial per lane
+and with the lanes summed in local memory, and channel-lanes path,
 forward and backward with the ReLU workspace), finalize (computed, given, backward) and the
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
@@ -124,6 +125,9 @@ from pydnnl.runtime.heuristics import normalization as rules
 rules.ln_row_cache = lambda info, C, wg: -(-C // wg)
 lnorm("ln_rows_cached", [3, 2, 37], "abc", both)
 lnorm("ln_rows_cached_global", [3, 5], "ab", both | F.use_global_stats)
+# the bnorm runs reduction summing its lanes in local memory (the GPU path), forced
+rules.bn_reduce_tree = lambda info, lanes: lanes == "r"
+bnorm("bn_nchw_relu_tree", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
 print(json.dumps(results))
 """
 
@@ -135,4 +139,5 @@ def test_normalization_kernels_clean_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"bn_nchw_relu": True, "bn_nhwc": True, "bn_blocked_global": True,
                        "ln_rows": True, "ln_transposed_global": True,
-                       "ln_rows_cached": True, "ln_rows_cached_global": True}
+                       "ln_rows_cached": True, "ln_rows_cached_global": True,
+                       "bn_nchw_relu_tree": True}

@@ -376,3 +376,18 @@ def test_bf16_f16_match_reference_of_stored_inputs(engine, stream, kind, dims, t
     _low_close(b[dnnl.ARG_DIFF_SRC].to_numpy().astype(np.float64), dx, kind)
     if dnnl.ARG_DIFF_SCALE in b:
         _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc, 1e-4)
+
+
+@pytest.mark.parametrize("layout", ["ncw", "nchw"])
+@pytest.mark.parametrize("flags", [F.use_scale | F.use_shift | F.fuse_norm_relu, F.none])
+def test_local_tree_reduction_matches_reference(engine, stream, monkeypatch, layout, flags):
+    """The GPU choice of the channel reduction (lanes summed in local memory, one partial per
+    work-group), forced on the CPU device."""
+    from pydnnl.runtime.heuristics import normalization as rules
+    monkeypatch.setattr(rules, "bn_reduce_tree", lambda info, lanes: lanes == "r")
+    dims, t = LAYOUTS[layout]
+    md = dnnl.memory.desc(dims, dt.f32, t)
+    pd = dnnl.batch_normalization_forward.primitive_desc(engine, PK.forward_training, md, md,
+                                                         EPS, flags)
+    assert pd.tree and pd.lanes == "r"
+    test_forward_training_and_backward_match_reference(engine, stream, layout, flags)

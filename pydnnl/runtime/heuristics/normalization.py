@@ -70,6 +70,15 @@ def bn_reduce_params(info, C: int, R: int, c_innermost: bool) -> tuple[str, int,
     return "r", wg, groups
 
 
+def bn_reduce_tree(info, lanes: str) -> bool:
+    """Whether the ``r``-lanes reduction sums its lanes in local memory (one partial per
+    work-group) instead of writing one partial per lane: GPUs, whose finish kernel (one
+    work-item per channel) would otherwise add ``groups * 256`` partials one after the other
+    (thousands of dependent loads per channel for a few dozen channels). CPUs keep one
+    partial per lane (a group is one SIMD vector; no barrier)."""
+    return info.is_gpu and lanes == "r"
+
+
 def apply_wg(info) -> int:
     """Work-group size of the elementwise pass (one element per work-item)."""
     return min(APPLY_WG, _pow2_at_most(max(1, info.max_work_group_size)))
