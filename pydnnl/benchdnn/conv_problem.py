@@ -36,6 +36,7 @@ import numpy as np
 
 from ..conv_shapes import ConvGeometry, kernel_extent
 from ..error import invalid_arguments
+from .inputs import _split, _strip_comment
 
 __all__ = ["ConvProblem", "parse_conv_problem", "read_batch", "parse_batch_text"]
 
@@ -288,34 +289,6 @@ def parse_conv_problem(desc: str) -> ConvProblem:
 # ---------------------------------------------------------------------------------------------
 # batch files
 # ---------------------------------------------------------------------------------------------
-def _strip_comment(line: str) -> str:
-    quoted = False
-    for i, ch in enumerate(line):
-        if ch == '"':
-            quoted = not quoted
-        elif ch == "#" and not quoted:
-            return line[:i]
-    return line
-
-
-def _tokens(line: str) -> list[str]:
-    """Whitespace-separated tokens; double-quoted parts may contain spaces and stay quoted."""
-    out, cur, quoted = [], "", False
-    for ch in line:
-        if ch == '"':
-            quoted = not quoted
-            cur += ch
-        elif ch.isspace() and not quoted:
-            if cur:
-                out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        out.append(cur)
-    return out
-
-
 def _option_key(tok: str) -> str:
     return tok.split("=", 1)[0]
 
@@ -325,7 +298,7 @@ def _iter_batch(text: str, base_dir: str | None, options: dict[str, str], source
     if depth > 16:
         raise invalid_arguments(f"read_batch: --batch nesting deeper than 16 at {source}")
     for lineno, raw in enumerate(text.splitlines(), 1):
-        for tok in _tokens(_strip_comment(raw)):
+        for tok in _split(_strip_comment(raw)):
             if tok.startswith("-"):
                 key = _option_key(tok)
                 if key == "--reset":
