@@ -22,6 +22,8 @@ BLOCKS = [(p, i, code) for p in DOCS for i, code in enumerate(_python_blocks(p))
 @pytest.mark.parametrize("path,index,code", BLOCKS,
                          ids=[f"{p.relative_to(ROOT)}#{i}" for p, i, _ in BLOCKS])
 def test_doc_snippet_runs(path, index, code):
+    if re.search(r"^\s*(import torch|from pydnnl.torch|from torch)", code, re.M):
+        pytest.importorskip("torch", reason="the snippet uses PyTorch, an optional extra")
     exec(compile(code, f"{path.name}#{index}", "exec"), {"__name__": "__doc_snippet__"})
 
 
