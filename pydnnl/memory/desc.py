@@ -12,6 +12,7 @@ contributes independently, which makes every layout cheap to express in a kernel
 from __future__ import annotations
 
 import enum
+import math
 from typing import Sequence
 
 import numpy as np
@@ -21,6 +22,8 @@ from .data_types import as_data_type, data_type
 from .format_tags import FormatTag, as_format_tag, format_tag, parse_tag
 
 MAX_NDIMS = 12
+# dims, strides and byte offsets are int64 in oneDNN (dnnl_dim_t) and in the kernels' offsets
+INT64_MAX = 2**63 - 1
 
 
 class format_kind(enum.IntEnum):
@@ -59,9 +62,15 @@ class MemoryDesc:
     def __init__(self, dims=None, data_type=None, format_tag_or_strides=None,
                  allow_empty: bool = False):
         if dims is None:
+            if data_type is not None or format_tag_or_strides is not None:
+                raise invalid_arguments(
+                    "memory.desc: dims: expected a sequence of non-negative ints, got None "
+                    f"(with data_type={data_type!r}, format_tag_or_strides="
+                    f"{format_tag_or_strides!r}); memory.desc() with no arguments is the zero "
+                    "desc")
             self._init_zero()
             return
-        dims = _dims_tuple(dims)
+        dims = _dims_tuple(dims, "memory.desc: dims")
         if data_type is None or format_tag_or_strides is None:
             raise invalid_arguments(
                 "memory.desc: expected (dims, data_type, format_tag_or_strides), got "
@@ -77,13 +86,18 @@ class MemoryDesc:
                 raise invalid_arguments(
                     f"memory.desc: dims[{i}] must be positive, got {v} in dims {list(dims)}"
                     + ("" if v < 0 else " (pass allow_empty=True for an empty tensor)"))
+            if v > INT64_MAX:
+                raise invalid_arguments(
+                    f"memory.desc: dims[{i}] must be at most {INT64_MAX} (int64), got {v} in "
+                    f"dims {list(dims)}")
         self.dims = dims
         self.data_type = dt
         self.offset0 = 0
         if isinstance(format_tag_or_strides, (FormatTag, str)):
             self._init_tag(as_format_tag(format_tag_or_strides))
         else:
-            self._init_strides(_dims_tuple(format_tag_or_strides, "strides"))
+            self._init_strides(_dims_tuple(format_tag_or_strides, "memory.desc: strides"))
+        self._check_size()
 
     # -- construction --------------------------------------------------------------------------
     def _init_zero(self) -> None:
@@ -145,6 +159,22 @@ class MemoryDesc:
                     f"memory.desc: strides {list(strides)} make elements of dims "
                     f"{list(self.dims)} overlap")
             extent = s * v
+
+    def _check_size(self) -> None:
+        """Reject descs whose element count or byte size does not fit an int64 offset."""
+        itemsize = self.data_type.itemsize
+        # exact integer arithmetic: numpy's int64 products would wrap around silently
+        nbytes = math.prod(self.dims) * itemsize
+        if self.format_kind == format_kind.blocked and all(v > 0 for v in self.dims):
+            blk = self.block_sizes()
+            extent = sum((p // b - 1) * s for p, b, s in zip(self.padded_dims, blk, self.strides))
+            inner = math.prod(self.inner_blks)
+            nbytes = max(nbytes, (self.offset0 + extent + inner) * itemsize)
+        if nbytes > INT64_MAX or max(self.strides, default=0) > INT64_MAX:
+            layout = ("" if self.tag is not None else f" with strides {list(self.strides)}")
+            raise invalid_arguments(
+                f"memory.desc: dims {list(self.dims)}{layout} of {self.data_type.name} need "
+                f"{nbytes} bytes; expected at most {INT64_MAX} (an int64 byte offset)")
 
     @classmethod
     def _make(cls, dims, dt, strides, inner_blks, inner_idxs, padded_dims, offset0, tag):

@@ -332,3 +332,42 @@ def test_bad_strides_and_types():
         md_([2, 3], dt.f32)
     with pytest.raises(dnnl.invalid_arguments, match="describes no layout"):
         md_([2, 3], dt.f32, tag.undef)
+
+
+@pytest.mark.parametrize("args", [(None, dt.f32, tag.a), (None, dt.f32), (None, None, tag.a)])
+def test_none_dims_with_other_arguments_raise(args):
+    with pytest.raises(dnnl.invalid_arguments, match=r"dims.*None"):
+        md_(*args)
+
+
+@pytest.mark.parametrize("dims", [[2.0, 3], ["2", 3], [2, None], [True, 3], 5, "ab",
+                                  [np.float32(2)], [2, -1]])
+def test_dims_must_be_non_negative_ints(dims):
+    with pytest.raises(dnnl.invalid_arguments, match="dims"):
+        md_(dims, dt.f32, tag.any)
+
+
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("dims,fmt", [
+    ([2**62, 8], tag.ab),                 # 2**65 elements
+    ([2**62, 8], tag.any),                # no layout yet, the elements alone overflow
+    ([2**61], tag.a),                     # 2**61 f32 elements = 2**63 bytes: one past int64
+    ([2**31, 2**31, 2], tag.abc),
+    ([1, 2**59 + 1], "Ab16a"),            # padding the blocked dim overflows
+    ([3], [2**62]),                       # a stride whose span overflows
+    ([1], [2**64]),                       # a stride that is not an int64
+    ([0, 2**64], tag.ab),                 # an empty tensor still needs int64 dims
+])
+def test_dims_whose_byte_size_overflows_int64_raise(dims, fmt):
+    with pytest.raises(dnnl.invalid_arguments, match=r"int64") as ei:
+        md_(dims, dt.f32, fmt, allow_empty=True)
+    assert str(dims[-1]) in str(ei.value)  # the message names the dims
+
+
+def test_largest_int64_byte_size_is_accepted():
+    # closed form: 2**61 - 1 f32 elements take 2**63 - 4 bytes, the last multiple of 4 that fits
+    m = md_([2**61 - 1], dt.f32, tag.a)
+    assert m.get_size() == 4 * (2**61 - 1) <= INT64_MAX
+    assert md_([2**62 - 1], dt.u8, tag.a).get_size() == 2**62 - 1
