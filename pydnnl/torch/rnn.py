@@ -133,13 +133,12 @@ class _RNNBase(torch.nn.Module):
         return [ws[i:i + per] for i in range(0, len(ws), per)]
 
     def extra_repr(self) -> str:
+        """As ``torch.nn``'s (which leaves out ``nonlinearity``)."""
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size:
             s += f", proj_size={self.proj_size}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"
-        if self.mode == "RNN_RELU":
-            s += ", nonlinearity='relu'"
         for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0),
                               ("bidirectional", False)):
             if getattr(self, name) != default:
