@@ -13,3 +13,25 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
         "pydnnl.torch needs PyTorch: pip install \"pydnnl[torch]\"") from e
 
 from ._bridge import default_engine, set_default_engine  # noqa: E402,F401
+from .activation import (  # noqa: E402,F401
+    ELU,
+    GELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    Mish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose2d  # noqa: E402,F401
+from .convert import convert  # noqa: E402,F401
+from .linear import Linear  # noqa: E402,F401
+from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm  # noqa: E402,F401
+from .pool import AvgPool2d, MaxPool2d  # noqa: E402,F401
