@@ -191,7 +191,7 @@ def test_command_line(mode):
     assert ("utterances/s" if mode == "infer" else "training steps/s") in out.stdout
 
 
-@pytest.mark.parametrize("cell,optimizer", [("gru", "sgd"), ("lstm", "adam")])
+@pytest.mark.parametrize("cell,optimizer", [("gru", "sgd"), ("lstm", "sgd"), ("lstm", "adam")])
 def test_against_torch(engine, stream, batch, cell, optimizer):
     torch = pytest.importorskip("torch")
     x, lengths, labels = batch
@@ -220,7 +220,11 @@ def test_against_torch(engine, stream, batch, cell, optimizer):
         loss = (m(torch.from_numpy(x), olens) * target).sum()
         loss.backward()
         opt.step()
-        assert net.loss(stream) == pytest.approx(loss.item(), rel=1e-5)
+        assert net.loss(stream) == pytest.approx(loss.item(), rel=RTOL)
+    if optimizer == "adam":
+        # Adam moves each weight by about lr * g / |g|: where a gradient is near zero (inputs
+        # the clip zeroes) its last bits decide the step, so only the losses compare
+        return
     theirs = ex.from_torch_state_dict(CFG, cell, {k: v.detach().numpy()
                                                   for k, v in m.state_dict().items()})
     ours = net.weights()
