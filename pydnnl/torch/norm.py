@@ -137,21 +137,24 @@ class _BatchNorm(F.PydnnlModule):
         affine = self.weight is not None
         F.check_param(f"{cls}: weight", self.weight, (C,))
         F.check_param(f"{cls}: bias", self.bias, (C,))
+        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        per_channel = input.numel() // C
+        if batch_stats and per_channel == 1:
+            raise invalid_arguments(
+                f"{cls}: input: expected more than 1 value per channel for batch statistics, "
+                f"got shape {tuple(input.shape)}")
+        if input.numel() == 0:
+            return F.empty_result(tuple(input.shape), input, self.weight, self.bias)
+        if not batch_stats:
+            F.check_param(f"{cls}: running_mean", self.running_mean, (C,))
+            F.check_param(f"{cls}: running_var", self.running_var, (C,))
         # PyTorch's rules (torch.nn.modules.batchnorm._BatchNorm.forward)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked)
-        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         update = batch_stats and self.training and self.running_mean is not None
-        per_channel = input.numel() // max(C, 1)
-        if self.training and per_channel <= 1:
-            raise invalid_arguments(
-                f"{cls}: input: expected more than 1 value per channel when training, got "
-                f"shape {tuple(input.shape)}")
-        if input.numel() == 0:
-            return F.empty_result(tuple(input.shape), input, self.weight, self.bias)
         x = input
         flags = _FL.none
         if affine:
@@ -166,8 +169,6 @@ class _BatchNorm(F.PydnnlModule):
         stats = {}
         mean = var = None
         if not batch_stats:
-            F.check_param(f"{cls}: running_mean", self.running_mean, (C,))
-            F.check_param(f"{cls}: running_var", self.running_var, (C,))
             # copies: a later training step updates the buffers in place
             mean, var = self.running_mean.detach().clone(), self.running_var.detach().clone()
         y = _NormFn.apply(p, stats, x, self.weight, self.bias, mean, var)
