@@ -1,0 +1,86 @@
+"""pydnnl.torch.convert on a small CNN: the converted model matches the torch model's forward
+and backward (float64 reference), in training and in eval."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pydnnl as dnnl  # noqa: E402
+import pydnnl.torch as pt  # noqa: E402
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def eng():
+    return dnnl.engine(dnnl.engine.kind.cpu, 0)
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    assert a.shape == b.shape
+    err, scale = (a - b).abs().max().item(), b.abs().max().item()
+    return err if scale == 0 else err / scale
+
+
+def cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        # no conv bias: batch normalization cancels it (its gradient is 0 up to roundoff)
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10),
+        torch.nn.LogSoftmax(dim=1))
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_converted_cnn_matches_torch(eng, train):
+    model = cnn().train(train)
+    ref = copy.deepcopy(model).double()
+    params = list(model.parameters())
+    assert pt.convert(model, engine=eng) is model
+    kinds = [type(m) for m in model]
+    assert kinds == [pt.Conv2d, pt.BatchNorm2d, pt.ReLU, pt.MaxPool2d, torch.nn.Flatten,
+                     pt.Linear, pt.LogSoftmax]
+    assert list(model.parameters()) == params  # the same Parameter objects: optimizers hold
+    assert all(m.engine is eng for m in model if isinstance(m, pt.Linear))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(2):  # a second step sees the updated running statistics
+        x = torch.randn(4, 3, 8, 8, generator=gen)
+        target = torch.randint(0, 10, (4,), generator=gen)
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        xr = x.double().requires_grad_()
+        x.requires_grad_()
+        y, yr = model(x), ref(xr)
+        assert rel(y, yr) < TOL
+        torch.nn.functional.nll_loss(y, target).backward()
+        torch.nn.functional.nll_loss(yr, target).backward()
+        assert rel(x.grad, xr.grad) < TOL
+        for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            assert rel(p.grad, q.grad) < TOL, name
+        for (name, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+            assert rel(b, c) < TOL if b.dtype.is_floating_point else torch.equal(b, c), name
+
+
+def test_convert_leaves_unsupported_modules(eng):
+    model = torch.nn.Sequential(torch.nn.MaxPool2d(2, return_indices=True),
+                                torch.nn.AvgPool2d(2, divisor_override=3),
+                                torch.nn.Linear(2, 2).double(), torch.nn.ConvTranspose1d(1, 1, 1))
+    pt.convert(model, engine=eng)
+    assert [type(m) for m in model] == [torch.nn.MaxPool2d, torch.nn.AvgPool2d,
+                                        torch.nn.Linear, torch.nn.ConvTranspose1d]
+
+
+def test_convert_a_single_module_and_nested_ones(eng):
+    lin = pt.convert(torch.nn.Linear(3, 2), engine=eng)
+    assert type(lin) is pt.Linear
+    outer = torch.nn.Module()
+    outer.inner = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Sequential(torch.nn.GELU()))
+    pt.convert(outer, engine=eng)
+    assert type(outer.inner[0]) is pt.Tanh and type(outer.inner[1][0]) is pt.GELU
+
+
+def test_convert_rejects_a_non_module():
+    with pytest.raises(dnnl.invalid_arguments, match="torch.nn.Module.*list"):
+        pt.convert([torch.nn.ReLU()])
