@@ -209,6 +209,8 @@ def cache_clear() -> None:
 # ------------------------------------------------------------------------------------------------
 def _gate_blocks(w: torch.Tensor, order, H: int) -> list[torch.Tensor]:
     """``w``'s gate blocks (rows, or elements of a bias) in oneDNN's gate order."""
+    if list(order) == list(range(len(order))):  # LSTM, vanilla: PyTorch's order as it is
+        return [w]
     return [w[g * H:(g + 1) * H] for g in order]
 
 
@@ -429,8 +431,8 @@ def backward(plan: Plan, saved: Saved, dy: torch.Tensor, dhn: torch.Tensor, dcn)
     for base, t in reads:
         B.to_torch(base, t, s)
     named = {}
-    for layers, grads in wgrads.items():
-        named.update(untranslate_grads(cfg, layers, grads))
+    for g in plan.groups:
+        named.update(untranslate_grads(cfg, g.layers, wgrads[g.layers]))
     dh0 = torch.cat(dh0_parts).reshape(L * D, N, R) if dh0_parts else None
     dc0 = torch.cat(dc0_parts).reshape(L * D, N, H) if dc0_parts else None
     return dx, dh0, dc0, named
@@ -439,7 +441,7 @@ def backward(plan: Plan, saved: Saved, dy: torch.Tensor, dhn: torch.Tensor, dcn)
 def _physical_shape(md: MemoryDesc) -> list[int]:
     """The row-major shape of a desc in the ldgoi / ldoi / ldgo layouts used here."""
     dims = md.get_dims()
-    if len(dims) == 5:  # [L, D, I, G, O] stored ldgoi
+    if len(dims) == 5 and md == _md(dims, "ldgoi"):  # [L, D, I, G, O] stored ldgoi
         return [dims[0], dims[1], dims[3], dims[4], dims[2]]
     if len(dims) == 4 and md == _md(dims, "ldoi"):  # [L, D, I, O] stored ldoi
         return [dims[0], dims[1], dims[3], dims[2]]

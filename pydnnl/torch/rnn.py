@@ -15,6 +15,7 @@ import numbers
 import warnings
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.nn.utils.rnn import PackedSequence
 
 from ..error import invalid_arguments, unimplemented
@@ -38,18 +39,27 @@ class _RNNFunction(torch.autograd.Function):
         params = dict(zip(names, weights))
         y, hn, cn, saved = P.forward(plan, x, h0, c0, params, offset)
         ctx.plan, ctx.names, ctx.saved = plan, names, saved
-        ctx.shapes = (x.shape, h0 is not None, c0 is not None)
+        # gradients go back to where (and in the type) each input came from
+        ctx.places = [(t.device, t.dtype) if t is not None else None
+                      for t in (x, h0, c0, *weights)]
         if cn is None:
             return y, hn
         return y, hn, cn
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy, dhn, dcn=None):
-        if ctx.saved is None:  # pragma: no cover - guarded by the module
-            raise RuntimeError("pydnnl.torch RNN: backward through a forward without saved state")
-        saved, ctx.saved = ctx.saved, None  # a backward consumes the workspace (oneDNN's rule)
+        if ctx.saved is None:
+            raise unimplemented(
+                "pydnnl.torch RNN: a second backward through one forward call (retain_graph=True)"
+                " is not supported: the backward primitive consumes the forward's workspace; "
+                "run the forward again")
+        saved, ctx.saved = ctx.saved, None
         dx, dh0, dc0, named = P.backward(ctx.plan, saved, dy, dhn, dcn)
-        return (None, None, None, dx, dh0, dc0) + tuple(named[n] for n in ctx.names)
+        grads = [dx, dh0, dc0] + [named[n] for n in ctx.names]
+        grads = [g.to(*place) if g is not None and place is not None else None
+                 for g, place in zip(grads, ctx.places)]
+        return (None, None, None, *grads)
 
 
 def _int_arg(value, name: str, minimum: int) -> int:
@@ -118,6 +128,15 @@ class _RNNBase(torch.nn.Module):
                     self._flat_weights_names.append(name + sfx)
         self.reset_parameters()
 
+    @property
+    def _flat_weights(self) -> list[torch.nn.Parameter]:
+        """The parameters in ``_flat_weights_names`` order (layer, direction, then ih, hh,
+        bias ih, bias hh, hr), as ``torch.nn``'s modules keep them."""
+        return [getattr(self, n) for n in self._flat_weights_names]
+
+    def flatten_parameters(self) -> None:
+        """A no-op, for code written for cuDNN: the weights are translated at every call."""
+
     def reset_parameters(self) -> None:
         """PyTorch's initialization: every parameter uniform in +-1/sqrt(hidden_size)."""
         bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
@@ -159,9 +178,9 @@ class _RNNBase(torch.nn.Module):
         if tuple(t.shape) != want:
             raise invalid_arguments(f"{kind}: {name} must have shape {list(want)}, got "
                                     f"{list(t.shape)}")
-        if not t.is_floating_point():
-            raise invalid_arguments(f"{kind}: {name} must be a floating-point tensor, got "
-                                    f"{t.dtype}")
+        if t.dtype != torch.float32:
+            raise invalid_arguments(f"{kind}: {name} must be torch.float32 (the parameters' "
+                                    f"dtype), got {t.dtype}")
 
     def forward(self, input, hx=None):
         """``(output, h_n)``; LSTM: ``(output, (h_n, c_n))``. As ``torch.nn``'s forward."""
@@ -197,9 +216,9 @@ class _RNNBase(torch.nn.Module):
             if batched and self.batch_first:
                 x = x.transpose(0, 1)
             T, N = x.shape[0], x.shape[1]
-        if not x.is_floating_point():
-            raise invalid_arguments(f"{kind}: input must be a floating-point tensor, got "
-                                    f"{x.dtype}")
+        if x.dtype != torch.float32:
+            raise invalid_arguments(f"{kind}: input must be torch.float32 (the parameters' "
+                                    f"dtype), got {x.dtype}")
         if x.shape[-1] != self.input_size:
             raise invalid_arguments(f"{kind}: input.size(-1) must be equal to input_size "
                                     f"({self.input_size}), got {x.shape[-1]}")
@@ -225,7 +244,11 @@ class _RNNBase(torch.nn.Module):
                 h0 = h0.index_select(1, sorted_idx)
                 c0 = c0.index_select(1, sorted_idx) if c0 is not None else None
 
-        weights = [getattr(self, n) for n in self._flat_weights_names]
+        weights = self._flat_weights
+        for n, w in zip(self._flat_weights_names, weights):
+            if w.dtype != torch.float32:
+                raise unimplemented(f"{kind}: parameters must be torch.float32 (pydnnl computes "
+                                    f"in f32), got {w.dtype} for {n}")
         tensors = [x, h0, c0] + weights
         needs_grad = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in tensors)
@@ -234,16 +257,14 @@ class _RNNBase(torch.nn.Module):
                          c0 is not None, needs_grad or drop > 0, drop)
         plan = P.plan_for(prob)
         offset = draw_dropout_offset() if drop else None
-        dev = x.device
-        x32 = x.to(torch.float32)
         if needs_grad:
-            outs = _RNNFunction.apply(plan, tuple(self._flat_weights_names), offset, x32,
+            outs = _RNNFunction.apply(plan, tuple(self._flat_weights_names), offset, x,
                                       h0, c0, *weights)
         else:
             params = dict(zip(self._flat_weights_names, weights))
-            y, hn, cn, _ = P.forward(plan, x32, h0, c0, params, offset)
+            y, hn, cn, _ = P.forward(plan, x, h0, c0, params, offset)
             outs = (y, hn) if cn is None else (y, hn, cn)
-        outs = [B.to_device(o, x) if o.device != dev else o for o in outs]
+        outs = [B.to_device(o, x) for o in outs]
         y, hn = outs[0], outs[1]
         cn = outs[2] if lstm else None
 

@@ -8,10 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
+
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.reference.philox import dropout_keep  # noqa: E402
 from pydnnl.torch import rnn as prnn  # noqa: E402
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
 
 RTOL = 1e-5
 T, N = 5, 3
@@ -317,9 +318,26 @@ def test_unsupported_dtype_raises(eng):
      r"c_0 must have shape \[2, 3, 4\], got \[1, 3, 4\]"),
     (lambda m: m(torch.randn(T, 3), (torch.zeros(2, N, 2), torch.zeros(2, N, 4))),
      r"h_0 must have shape \[2, 2\], got \[2, 3, 2\]"),
-    (lambda m: m(torch.zeros(T, N, 3, dtype=torch.int64)), r"floating-point.*torch.int64"),
+    (lambda m: m(torch.zeros(T, N, 3, dtype=torch.int64)), r"input.*float32.*torch.int64"),
+    (lambda m: m(torch.zeros(T, N, 3, dtype=torch.float64)), r"input.*float32.*torch.float64"),
+    (lambda m: m(torch.randn(T, N, 3), (torch.zeros(2, N, 2, dtype=torch.float64),
+                                        torch.zeros(2, N, 4))), r"h_0.*float32.*float64"),
 ])
 def test_bad_forward_arguments_raise(eng, call, match):
     m = prnn.LSTM(3, 4, num_layers=2, proj_size=2, engine=eng)
     with pytest.raises(dnnl.invalid_arguments, match=match):
         call(m)
+
+
+def test_double_parameters_are_unimplemented(eng):
+    m = prnn.GRU(3, 4, engine=eng).double()
+    with pytest.raises(dnnl.unimplemented, match=r"float32.*torch.float64 for weight_ih_l0"):
+        m(torch.randn(T, N, 3))
+
+
+def test_a_second_backward_through_one_forward_raises(eng):
+    m = prnn.RNN(3, 4, engine=eng)
+    y, h = m(torch.randn(T, N, 3))
+    y.sum().backward(retain_graph=True)
+    with pytest.raises(dnnl.unimplemented, match=r"second backward.*forward again"):
+        y.sum().backward()
