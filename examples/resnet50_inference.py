@@ -546,6 +546,10 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", action="store_true", help="print the chosen implementations")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    ap.add_argument("--fpmath", default="strict", choices=["strict", "tf32"],
+                    help="pydnnl's fpmath mode (tf32: tensor cores where the device has them)")
+    ap.add_argument("--torch-tf32", action="store_true",
+                    help="let the CUDA peer use TF32 tensor cores (PyTorch's cuDNN default)")
     a = ap.parse_args(argv)
 
     if a.weights:
@@ -557,6 +561,7 @@ def main(argv=None) -> None:
         print(f"weights: seeded numpy (seed {a.seed})")
 
     eng = dnnl.engine(getattr(dnnl.engine.kind, a.engine), a.device)
+    dnnl.set_default_fpmath_mode(a.fpmath)  # every primitive below starts with this mode
     print(f"device: {eng.info.name} [{eng.info.platform}]")
     t0 = time.perf_counter()
     net = ResNet50(eng, arch, params, a.mb, a.image)
@@ -589,10 +594,11 @@ def main(argv=None) -> None:
     ours, theirs = [], []
     sync = lambda: None  # noqa: E731
     if model is not None and a.engine == "gpu" and torch.cuda.is_available():
-        # the GPU peer: cuDNN with its autotuner, TF32 off (fp32 as pydnnl computes)
+        # the GPU peer: cuDNN with its autotuner, TF32 off (fp32 as pydnnl computes) unless
+        # --torch-tf32 asks for the bar PyTorch users see by default
         torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = a.torch_tf32
+        torch.backends.cudnn.allow_tf32 = a.torch_tf32
         model = model.cuda()
         sync = torch.cuda.synchronize
     if model is not None:

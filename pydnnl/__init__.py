@@ -16,6 +16,7 @@ from .attr import post_ops, primitive_attr  # noqa: E402
 from .constants import *  # noqa: E402,F401,F403
 from .constants import (  # noqa: E402
     algorithm,
+    fpmath_mode,
     normalization_flags,
     prop_kind,
     query,
@@ -24,6 +25,7 @@ from .constants import (  # noqa: E402
     scratchpad_mode,
 )
 from .engine import DeviceInfo, engine  # noqa: E402
+from .runtime.fpmath import get_default_fpmath_mode, set_default_fpmath_mode  # noqa: E402
 from .error import error, invalid_arguments, out_of_memory, runtime_error, unimplemented  # noqa: E402
 from .memory import memory  # noqa: E402
 from .memory.data_types import data_type  # noqa: E402

@@ -117,6 +117,10 @@ class primitive_attr:
         self._rnn_data_qparams: tuple[float, float] | None = None
         self._rnn_weights_qparams: tuple[int, tuple[float, ...]] | None = None
         self._rnn_weights_projection_qparams: tuple[int, tuple[float, ...]] | None = None
+        from .runtime.fpmath import get_default_fpmath_mode
+
+        self._fpmath = get_default_fpmath_mode()
+        self._fpmath_apply_to_int = False
 
     def set_scratchpad_mode(self, mode: scratchpad_mode) -> None:
         try:
@@ -127,6 +131,23 @@ class primitive_attr:
 
     def get_scratchpad_mode(self) -> scratchpad_mode:
         return self._scratchpad_mode
+
+    def set_fpmath_mode(self, mode, apply_to_int: bool = False) -> None:
+        """oneDNN's ``fpmath_mode``: ``tf32`` (or ``any``) lets f32 GEMMs, convolutions and RNN
+        cells run on TF32 tensor cores where the device has them (NVIDIA: inline-PTX
+        ``mma.sync``); elsewhere, and for ``bf16``/``f16``, the primitive computes in f32."""
+        from .runtime.fpmath import parse
+
+        self._fpmath = parse(mode, "primitive_attr.set_fpmath_mode")
+        self._fpmath_apply_to_int = bool(apply_to_int)
+
+    def get_fpmath_mode(self):
+        """The mode (oneDNN's C++ ``get_fpmath_mode`` returns it; ``apply_to_int`` is
+        :meth:`get_fpmath_apply_to_int`)."""
+        return self._fpmath
+
+    def get_fpmath_apply_to_int(self) -> bool:
+        return self._fpmath_apply_to_int
 
     def set_scales_mask(self, arg: int, mask: int) -> None:
         """Scales for ``arg``: mask 0 is one scale, bit d set means one scale per index of dim d."""
@@ -180,12 +201,13 @@ class primitive_attr:
         return (not self._scales and not self._zero_points and not len(self._post_ops)
                 and self._rnn_data_qparams is None and self._rnn_weights_qparams is None
                 and self._scratchpad_mode == scratchpad_mode.library)
+        # (the fpmath mode only permits: every primitive honours any mode)
 
     def key(self) -> tuple:
         return (int(self._scratchpad_mode), tuple(sorted(self._scales.items())),
                 tuple(sorted(self._zero_points.items())), self._post_ops.key(),
                 self._rnn_data_qparams, self._rnn_weights_qparams,
-                self._rnn_weights_projection_qparams)
+                self._rnn_weights_projection_qparams, int(self._fpmath))
 
 
 def _check_mask(mask, what: str) -> int:

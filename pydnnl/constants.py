@@ -118,6 +118,19 @@ class normalization_flags(enum.IntFlag):
     fuse_norm_add_relu = 0x10
 
 
+class fpmath_mode(enum.IntEnum):
+    """Floating-point math a primitive may use in place of f32 (``dnnl_fpmath_mode_t``):
+    ``strict`` computes in f32; ``tf32`` (and ``any``) let f32 products run on TF32 tensor
+    cores where the device has them; ``bf16``/``f16`` allow those types (pydnnl has no such
+    path yet and computes them as ``strict``)."""
+
+    strict = 0
+    bf16 = 1
+    f16 = 2
+    any = 3
+    tf32 = 4
+
+
 class scratchpad_mode(enum.IntEnum):
     """Who owns the scratchpad (``dnnl_scratchpad_mode_t``)."""
 

@@ -17,6 +17,14 @@ this generator writes the classic SIMT blocking by hand:
   columns) past C's edge read a clamped valid row and are never stored, so the main loop has
   no bounds tests.
 
+With ``NvTile.mma`` the product runs on the tensor cores instead: TF32 ``mma.sync.aligned.m16n8k8``
+through inline PTX (the driver's OpenCL compiler takes ``asm``), each warp a ``wm x wn`` tile of
+16x8 accumulators; the tiles are rounded to TF32 (``cvt.rna``) once, when they are stored into
+shared memory, whose rows are padded by 8 so that the fragment reads hit 32 distinct banks.
+(Permuting each warp tile's columns so that a lane reads its fragments as float4s measured
+10-50% slower on the H100: the permuted stores conflict.)
+Callers pick it only where the user's ``fpmath_mode`` allows TF32.
+
 Coverage (:func:`supports`): float32, plain B, ``k`` a multiple of ``bk``,
 the contiguous extent of a transposed A (``m``) or plain B (``n``) a multiple of 4; batches,
 run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``, and the fused epilogue of
@@ -36,13 +44,16 @@ from .source import KernelSource
 
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-2"
+GENERATOR_VERSION = "gemm_nv-3"
 
 
 @dataclass(frozen=True)
 class NvTile:
     """Blocking of one kernel: C block ``bm x bn``, k slice ``bk``, register tile ``tm x tn``
-    (multiples of 4); ``maxrreg`` caps registers per work-item (NVIDIA compiler option)."""
+    (multiples of 4); ``maxrreg`` caps registers per work-item (NVIDIA compiler option).
+
+    ``mma="tf32"``: tensor-core kernel, one warp per ``wm x wn`` tile of C (``tm``/``tn`` unused).
+    """
 
     bm: int = 128
     bn: int = 128
@@ -50,12 +61,25 @@ class NvTile:
     tm: int = 8
     tn: int = 8
     maxrreg: int | None = None
+    mma: str | None = None
+    wm: int = 64
+    wn: int = 32
 
     @property
     def threads(self) -> int:
+        if self.mma:
+            return (self.bm // self.wm) * (self.bn // self.wn) * 32
         return (self.bm // self.tm) * (self.bn // self.tn)
 
     def check(self) -> None:
+        if self.mma is not None:
+            if self.mma != "tf32":
+                raise ValueError(f"NvTile: mma must be None or 'tf32', got {self.mma!r}")
+            if self.wm % 16 or self.wn % 8 or self.bk % 8 or self.bm % self.wm \
+                    or self.bn % self.wn:
+                raise ValueError(f"NvTile: warp tile {self.wm}x{self.wn} (multiples of 16x8) "
+                                 f"must divide the block {self.bm}x{self.bn}; bk {self.bk} a "
+                                 "multiple of 8")
         for name in ("bm", "bn", "bk", "tm", "tn"):
             v = getattr(self, name)
             if v < 4 or v % 4:
@@ -124,8 +148,9 @@ class _Gen:
         self.pr, self.t, self.aligned = pr, t, aligned
         self.nt = t.threads
         self.wx = t.bn // t.tn  # work-items along n
-        self.pa = 4  # row padding of the shared tiles (keeps float4 alignment, spreads banks)
-        self.pb = 4
+        # row padding of the shared tiles (keeps float4 alignment, spreads banks); the mma
+        # fragments read rows k..k+3 at columns g..g+7: a pad of 8 puts them in 32 banks
+        self.pa = self.pb = 8 if t.mma else 4
 
     # {{{ global -> registers -> shared
 
@@ -194,15 +219,24 @@ class _Gen:
                     w(f"r{name}[{i}] = {v} ? *(__global const float4*)({p}) : vload4(0, {p});")
                 w(f"{name}p{i} += {step};")
 
+        cvt = "pd_tf32" if t.mma else ""
+
         def sstore(name, buf):
             arr, pad, span = ("As", self.pa, t.bm) if name == "a" else ("Bs", self.pb, t.bn)
             row = span + pad
             for i, (_, _, (r, c, transposed)) in enumerate(la if name == "a" else lb):
                 if transposed:  # the float4 runs along k: four k rows, one column
                     for q, comp in enumerate("xyzw"):
-                        w(f"{arr}[{buf} + ({r} + {q}) * {row} + {c}] = r{name}[{i}].{comp};")
+                        w(f"{arr}[{buf} + ({r} + {q}) * {row} + {c}] = "
+                          f"{cvt}(r{name}[{i}].{comp});")
                 else:
-                    w(f"*(__local float4*)&{arr}[{buf} + {r} * {row} + {c}] = r{name}[{i}];")
+                    w(f"*(__local float4*)&{arr}[{buf} + {r} * {row} + {c}] = "
+                      f"{cvt}4(r{name}[{i}]);" if cvt else
+                      f"*(__local float4*)&{arr}[{buf} + {r} * {row} + {c}] = r{name}[{i}];")
+
+        if t.mma:
+            self._mma_body(w, gload, sstore)
+            return "\n".join("    " + x for x in L)
 
         ga, gb = t.tm // 4, t.tn // 4
         sa, sb = t.bm // ga, t.bn // gb  # distance between a work-item's 4-row pieces
@@ -279,6 +313,79 @@ class _Gen:
                 w("}")
         return "\n".join("    " + x for x in L)
 
+    def _mma_body(self, w, gload, sstore) -> None:
+        """The tensor-core main loop and store: warp ``wid`` owns rows ``wm0..wm0+wm`` and
+        columns ``wn0..wn0+wn`` of the block as ``(wm/16) x (wn/8)`` m16n8 accumulators;
+        lane ``g = lane/4, q = lane%4`` holds rows g, g+8 and columns 2q, 2q+1 of each."""
+        pr, t = self.pr, self.t
+        mt, nt_ = t.wm // 16, t.wn // 8
+        ra, rb = t.bm + self.pa, t.bn + self.pb
+        sza, szb = t.bk * ra, t.bk * rb
+        wx = t.bn // t.wn
+        w("const int lane = tid & 31, wid = tid >> 5;")
+        w("const int g = lane >> 2, q = lane & 3;")
+        w(f"const int wm0 = (wid / {wx}) * {t.wm}, wn0 = (wid % {wx}) * {t.wn};")
+        w(f"float acc[{mt}][{nt_}][4];")
+        w("#pragma unroll")
+        w(f"for (int i = 0; i < {mt}; ++i)")
+        w("#pragma unroll")
+        w(f"  for (int j = 0; j < {nt_}; ++j)")
+        w("    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
+        gload("a")
+        gload("b")
+        sstore("a", "0")
+        sstore("b", "0")
+        w("barrier(CLK_LOCAL_MEM_FENCE);")
+        nk = pr.k // t.bk
+        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
+        w("  const int cur = kt & 1;")
+        w(f"  if (kt + 1 < {nk}) {{")
+        gload("a")
+        gload("b")
+        w("  }")
+        w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
+        w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
+        w("#pragma unroll")
+        w(f"  for (int kk = 0; kk < {t.bk}; kk += 8) {{")
+        for i in range(mt):
+            for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
+                w(f"    const uint a{i}_{r} = as_uint(as[(kk + {dk}) * {ra} + {16 * i + dm}]);")
+        for j in range(nt_):
+            for r, dk in enumerate((0, 4)):
+                w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
+        for i in range(mt):
+            for j in range(nt_):
+                c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
+                w('    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "')
+                w('        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+                  '{%10, %11, %12, %13};"')
+                w(f'        : "=f"({c[0]}), "=f"({c[1]}), "=f"({c[2]}), "=f"({c[3]})')
+                w(f'        : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
+                  f'"r"(b{j}_0), "r"(b{j}_1),')
+                w(f'          "f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]}));')
+        w("  }")
+        w(f"  if (kt + 1 < {nk}) {{")
+        sstore("a", f"(cur ^ 1) * {sza}")
+        sstore("b", f"(cur ^ 1) * {szb}")
+        w("  }")
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w("}")
+        for i in range(mt):
+            for h in range(2):
+                w("{")
+                w(f"  const int row = m0 + wm0 + {16 * i + 8 * h} + g;")
+                w(f"  if (row < {pr.m}) {{")
+                for j in range(nt_):
+                    w(f"    const int col{j} = n0 + wn0 + {8 * j} + 2 * q;")
+                    for e in range(2):
+                        v = self._value(f"acc[{i}][{j}][{2 * h + e}]")
+                        w(f"    if (col{j} + {e} < {pr.n}) {{")
+                        w(f"      __global float* cp = C + row * {pr.ldc} + col{j} + {e};")
+                        w(f"      *cp = {self._final(v, '*cp', f'col{j} + {e}')};")
+                        w("    }")
+                w("  }")
+                w("}")
+
     @property
     def reads_old(self) -> bool:
         """Whether the store reads C's previous content (beta or a sum post-op)."""
@@ -354,7 +461,8 @@ class _Gen:
         vec = _vector_ops(pr)
         from .post_ops import helpers
 
-        lines = [h[1] for h in helpers(pr.post_ops)] + [
+        cvt = [_TF32_HELPERS] if t.mma else []
+        lines = cvt + [h[1] for h in helpers(pr.post_ops)] + [
             f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
             f"{name}({', '.join(args)})",
             "{",
@@ -381,6 +489,20 @@ class _Gen:
             lines.append(self.body({w: f"{w}vec" if vec[w] else "0" for w in "abc"}))
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+# round to TF32 (nearest, ties away) once per element, as the tensor cores read it
+_TF32_HELPERS = """inline float pd_tf32(float x)
+{
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return as_float(r);
+}
+inline float4 pd_tf324(float4 v)
+{
+    return (float4)(pd_tf32(v.x), pd_tf32(v.y), pd_tf32(v.z), pd_tf32(v.w));
+}
+"""
 
 
 def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:

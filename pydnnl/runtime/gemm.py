@@ -43,6 +43,10 @@ class GemmShape:
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
     epi_swap: bool = False
+    #: what the product may compute in: "strict" (f32) or "tf32" (the fpmath mode allows TF32
+    #: tensor cores; kernels without them compute in f32 all the same); None: the mode in
+    #: force where the launcher is made (see :mod:`pydnnl.runtime.fpmath`)
+    math: str | None = None
 
     @property
     def has_epilogue(self) -> bool:
@@ -52,7 +56,7 @@ class GemmShape:
         """The same GEMM without its epilogue (tuning keys: the epilogue costs next to
         nothing against the product, so plain and fused GEMMs share tuned parameters)."""
         return replace(self, bias=None, post_ops=(), epi_batch=(), epi_fixed=None,
-                       epi_swap=False)
+                       epi_swap=False, math=None)
 
 
 def _problem(shape: GemmShape, panel: int | None = None, **batch) -> fam.GemmProblem:
@@ -107,11 +111,21 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
                   make_launch)
 
 
+def resolved(shape: GemmShape) -> GemmShape:
+    """``shape`` with its math decided: the fpmath mode in force where it is left open."""
+    if shape.math is not None:
+        return shape
+    from .fpmath import gemm_math
+
+    return replace(shape, math=gemm_math())
+
+
 def packed_panel(engine, shape: GemmShape) -> int | None:
     """Columns per panel of the packed B that :func:`get_gemm` (``static_b=True``) reads for
     ``shape`` on ``engine``, or None where it reads plain B (the hand-written NVIDIA kernel,
     or tuned parameters without packing): the layout a weights ``any`` resolves to."""
-    if rules.nv_tile(engine.info, _problem(shape)) is not None:
+    shape = resolved(shape)
+    if rules.nv_tile(engine.info, _problem(shape), shape.math) is not None:
         return None
     params = choose_params(engine, shape, static_b=True)
     return int(params["cols"]) if params["packed_b"] else None
@@ -143,7 +157,7 @@ class Gemm:
         self.engine = engine
         self.shape = shape
         # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
-        self.nv_tile = rules.nv_tile(engine.info, _problem(shape))
+        self.nv_tile = rules.nv_tile(engine.info, _problem(shape), shape.math)
         if self.nv_tile is not None:
             self.params = None
             self.packed, self.panel, self.packed_size = False, None, 0
@@ -314,6 +328,7 @@ MAX_STATIC_NV = 4
 def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False) -> Gemm:
     """The GEMM launcher for ``shape``; ``static_b`` allows a kernel that reads packed B,
     ``split`` one that cuts k into slices (the caller then provides the partial buffer)."""
+    shape = resolved(shape)
     key = (id(engine.context), shape, static_b, split)
     g = _cache.get(key)
     if g is None:
@@ -326,9 +341,10 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
     # (an epilogue in ``shape`` goes into the kernel; ``params`` were tuned without it)
     """The kernel of ``batch`` GEMMs of ``shape`` (operand ``t`` at ``off + t * stride``),
     plain B, run-time offsets, with ``params``."""
+    shape = resolved(shape)
     prob = _problem(shape, batch=batch, stride_a=stride_a, stride_b=stride_b,
                     stride_c=stride_c) if batch > 1 else _problem(shape)
-    tile = rules.nv_tile(engine.info, prob)
+    tile = rules.nv_tile(engine.info, prob, shape.math)
     return _build(engine, prob, params) if tile is None else _build_nv(engine, prob, tile)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SCRATCHPAD, ARG_SRC_1
 from ..engine import _cl
 from ..kernels.reorder import ReorderProblem, build_reorder
+from . import fpmath
 from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
 from .kernel_cache import get_kernel
 
@@ -191,6 +192,8 @@ class Plan:
         self._scratch_mem = None
         self._bound: list | None = None
         self._lock = threading.Lock()
+        # what the plan's GEMMs may compute in, from the fpmath mode in force at creation
+        self.math = fpmath.gemm_math()
 
     # -- scratchpad --------------------------------------------------------------------------------
     def alloc(self, nelems: int, slot: str | None = None) -> int:
@@ -247,13 +250,16 @@ class Plan:
             return
         self.launch(self.get(family, problem, build), **named)
 
+    def _math(self, shape: GemmShape) -> GemmShape:
+        return shape if shape.math is not None else replace(shape, math=self.math)
+
     def gemm_launcher(self, shape: GemmShape, static_b: bool = False,
                       split: bool = False) -> Gemm:
         """The tuned GEMM launcher for ``shape`` (see :func:`~pydnnl.runtime.gemm.get_gemm`).
         Launchers that split k share one region for their partial products: ``splitk_off``,
         allocated here unless the caller placed it (as large as the largest split's
         ``part_elems``)."""
-        g = get_gemm(self.engine, shape, static_b=static_b, split=split)
+        g = get_gemm(self.engine, self._math(shape), static_b=static_b, split=split)
         if g.splits > 1 and self.splitk_off is None:
             self.splitk_off = self.alloc(g.part_elems, slot="splitk")
         return g
@@ -268,7 +274,7 @@ class Plan:
             self.steps.append(_Dry("gemm"))
             return
         if isinstance(g, GemmShape):
-            g = get_gemm(self.engine, g, static_b=packed)
+            g = get_gemm(self.engine, self._math(g), static_b=packed)
         self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows,
                                     {"bias": bias} if bias is not None else None))
 
@@ -285,7 +291,7 @@ class Plan:
             self.steps.append(_Dry("pack_b"))
             return SCRATCH, self.alloc(count * size, slot), size, True
         if g is None:
-            g = get_gemm(self.engine, shape, static_b=True)
+            g = get_gemm(self.engine, self._math(shape), static_b=True)
         if not g.packed:
             return b, int(b_off), int(stride), False
         off = self.alloc(count * g.packed_size, slot)
@@ -301,7 +307,7 @@ class Plan:
             self.steps.append(_Dry("gemm"))
             return
         params = choose_params(self.engine, shape, static_b=False)
-        k = gemm_kernel(self.engine, shape, params, batch=batch, stride_a=stride_a,
+        k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
         self.launch(k, **({"bias": bias} if bias is not None else {}), a=a, b=b, c=c,
                     a_off=a_off, b_off=b_off, c_off=c_off)

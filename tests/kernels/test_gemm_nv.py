@@ -304,7 +304,8 @@ def test_primitives_on_it_with_compiled_in_offsets(engine, stream, monkeypatch):
 
     tile = NvTile(32, 64, 16, 4, 4)
     monkeypatch.setattr(rg.rules, "nv_tile",
-                        lambda info, prob: tile if supports(prob, tile) else None)
+                        lambda info, prob, math="strict": tile if supports(prob, tile)
+                        else None)
     monkeypatch.setattr(rg, "_cache", {})
     rng = np.random.default_rng(5)
     M, K, N = 40, 48, 76

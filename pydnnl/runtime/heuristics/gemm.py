@@ -218,12 +218,40 @@ _NV_THIN_MIN = (32, 1024)  # (the short side, the long side) of a thin GEMM
 _NV_THIN_MAX_K = 1024
 
 
-def nv_tile(info, prob: GemmProblem) -> NvTile | None:
+# TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars),
+# measured on the H100 (2026-11, us; the SIMT kernel / cuBLAS TF32 in brackets): 64x128 blocks
+# of 32x32 warp tiles (1024^3: 37 [100 / 18]; 1280x2048x512: 48 [95 / 23]; 6272x128x1152: 40
+# [113 / 18]; 392x512x4608: 129 [430 / 21]); once 128x128 blocks of 64x32 warp tiles give two
+# per SM they win (4096^3: 1255 against 1502 [2950 / 343]). With a short k (64) the SIMT
+# kernel stays ahead (25088x256x64: 28 against 33): k below 128 keeps it.
+_TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)
+_TC_MID = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
+_TC_MIN_K = 128
+
+
+def _tensor_cores(info) -> bool:
+    """TF32 mma.sync: inline PTX and compute capability 8.0 or later."""
+    arch = str(getattr(info, "arch", ""))
+    return bool(info.inline_ptx) and arch.startswith("sm_") and arch[3:].isdigit() \
+        and int(arch[3:]) >= 80
+
+
+def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     """The hand-written kernel's blocking for ``prob`` on the device, or None to keep the
-    loopy family (other devices, small or thin-with-long-k GEMMs, shapes it does not cover)."""
+    loopy family (other devices, small or thin-with-long-k GEMMs, shapes it does not cover).
+    ``math="tf32"`` (the user's fpmath mode allows it) picks a tensor-core tile where the
+    device has them and the shape suits one."""
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
     units = max(1, info.compute_units)
+    if math == "tf32" and _tensor_cores(info) and prob.k >= _TC_MIN_K \
+            and min(prob.m, prob.n) >= 32:
+        for t in ((_TC_BIG, _TC_MID) if -(-prob.m // 128) * -(-prob.n // 128) * prob.batch
+                  >= 1.9 * units else (_TC_MID,)):
+            smem = 2 * t.bk * (t.bm + t.bn + 16) * 4
+            if supports(prob, t) and t.threads <= info.max_work_group_size \
+                    and smem <= info.local_mem_bytes:
+                return t
 
     def blocks(t):
         return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch

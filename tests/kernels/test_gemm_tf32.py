@@ -1,0 +1,132 @@
+"""TF32 tensor-core GEMM (``NvTile.mma``): tile rules from device traits and the fpmath mode,
+the generated source, and on an NVIDIA GPU the products against float64 with the error each
+mode is documented to have (strict: f32 rounding; tf32: 10-bit mantissa inputs)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels.gemm import GemmProblem
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, supports
+from pydnnl.runtime.heuristics.gemm import nv_tile
+
+H100 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
+                       max_work_group_size=1024, local_mem_bytes=48 * 1024, inline_ptx=True,
+                       arch="sm_90")
+TC = [NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32),
+      NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)]
+# the documented bounds, relative to the largest |C|: TF32 keeps 10 mantissa bits of each input
+TF32_BOUND, STRICT_BOUND = 2e-3, 1e-5
+
+
+def _pick(m, n, k, math="tf32", info=H100):
+    t = nv_tile(info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), math)
+    return None if t is None else (t.bm, t.bn, t.mma)
+
+
+def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
+    assert _pick(1024, 1024, 1024) == (64, 128, "tf32")
+    assert _pick(4096, 4096, 4096) == (128, 128, "tf32")
+    assert _pick(1024, 1024, 1024, "strict") == (64, 128, None)
+    assert _pick(25088, 256, 64) == (128, 128, None)  # short k: the SIMT kernel is faster
+    for other in ({"arch": "sm_75"}, {"inline_ptx": False}, {"arch": "unknown"}):
+        assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100), **other}))[2] \
+            is None
+    assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100),
+                                                            "vendor_family": "amd"})) is None
+
+
+def test_tile_checks_name_the_bad_field():
+    with pytest.raises(ValueError, match="mma"):
+        NvTile(64, 128, 16, 8, 8, mma="bf16").check()
+    with pytest.raises(ValueError, match="warp tile 24x32"):
+        NvTile(64, 128, 16, 8, 8, mma="tf32", wm=24, wn=32).check()
+
+
+def test_source_rounds_once_and_uses_mma():
+    pr = GemmProblem(m=100, n=72, k=64, lda=64, ldb=72, ldc=72, runtime_offsets=True)
+    assert supports(pr, TC[0])
+    src = build_gemm_nv(pr, TC[0]).source
+    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * 4
+    assert "cvt.rna.tf32.f32" in src
+
+
+def test_fpmath_mode_reaches_the_plans_gemms():
+    from pydnnl.runtime import fpmath
+    from pydnnl.runtime.gemm import GemmShape, resolved
+
+    shape = GemmShape(m=8, n=8, k=8, lda=8, ldb=8, ldc=8)
+    assert resolved(shape).math == "strict"
+    with fpmath.scope(dnnl.fpmath_mode.tf32):
+        assert resolved(shape).math == "tf32"
+        with fpmath.scope("any"):
+            assert resolved(shape).math == "tf32"
+        with fpmath.scope("bf16"):  # no bf16 path: f32
+            assert resolved(shape).math == "strict"
+    assert resolved(shape).math == "strict"
+
+
+def _nvidia(engine):
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("TF32 tensor cores run on NVIDIA GPUs (inline PTX mma.sync) only")
+
+
+def _rel(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("tile", range(len(TC)))
+def test_tf32_kernel_against_float64(engine, stream, ta, tb, tile):
+    _nvidia(engine)
+    from pydnnl.runtime.kernel import Kernel
+
+    m, n, k = 200, 136, 128
+    rng = np.random.default_rng(tile)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    pr = GemmProblem(m=m, n=n, k=k, trans_a=ta, trans_b=tb, lda=m if ta else k,
+                     ldb=k if tb else n, ldc=n, beta=1.0, runtime_offsets=True)
+    src = build_gemm_nv(pr, TC[tile])
+    C0 = rng.standard_normal((m, n)).astype(np.float32)
+    mem = {w: dnnl.memory(dnnl.memory.desc([v.size], dnnl.memory.data_type.f32, "a"), engine,
+                          v.ravel())
+           for w, v in (("a", (A.T if ta else A).copy()), ("b", (B.T if tb else B).copy()),
+                        ("c", C0))}
+    args = {**{w: m_.buffer for w, m_ in mem.items()}, "a_off": np.int64(0),
+            "b_off": np.int64(0), "c_off": np.int64(0)}
+    Kernel(engine.context, engine.device, src)(stream, *[args[a] for a in src.arg_names])
+    stream.wait()
+    want = A.astype(np.float64) @ B.astype(np.float64) + C0
+    err = _rel(mem["c"].to_numpy().reshape(m, n), want)
+    assert 1e-6 < err < TF32_BOUND  # rounded like TF32, not like f32
+
+
+def test_matmul_error_per_fpmath_mode(engine, stream):
+    """The same matmul in strict and tf32 modes: strict within f32 rounding, tf32 within the
+    documented TF32 bound and visibly coarser (the tensor cores ran)."""
+    _nvidia(engine)
+    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    m, n, k = 512, 512, 512
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    errs = {}
+    for mode in (dnnl.fpmath_mode.strict, dnnl.fpmath_mode.tf32):
+        attr = dnnl.primitive_attr()
+        attr.set_fpmath_mode(mode)
+        pd = dnnl.matmul.primitive_desc(engine, MD([m, k], F32, "ab"), MD([k, n], F32, "ab"),
+                                        MD([m, n], F32, "ab"), attr=attr)
+        dst = dnnl.memory(pd.dst_desc(), engine)
+        dnnl.matmul(pd).execute(stream, {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), engine, a),
+                                         dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(),
+                                                                       engine, b),
+                                         dnnl.ARG_DST: dst})
+        stream.wait()
+        errs[mode] = _rel(dst.to_numpy(), want)
+    assert errs[dnnl.fpmath_mode.strict] < STRICT_BOUND
+    assert 10 * STRICT_BOUND < errs[dnnl.fpmath_mode.tf32] < TF32_BOUND
