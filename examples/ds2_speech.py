@@ -210,8 +210,9 @@ class DS2:
 
     def __init__(self, eng, cfg: Config, cell: str, mb: int, frames: int, lengths, params: dict,
                  train: bool = False, optimizer: str = "sgd", lr: float = 1e-3,
-                 momentum: float = 0.9):
+                 momentum: float = 0.9, find: bool = False):
         self.eng, self.cfg, self.cell, self.train = eng, cfg, cell, train
+        self.find, self.solvers = find, []
         self.N, self.T = mb, frames
         self.T2 = T2 = int(cfg.out_frames(frames))
         self.lengths = np.asarray(lengths, np.int64)
@@ -225,14 +226,15 @@ class DS2:
 
         # --- convolutions: conv2 writes [N, C, F2, T2] with tnc strides ([T2, N, C * F2])
         x_md = md([N, 1, cfg.freq, frames], tag.nchw)
-        c1 = dnnl.convolution_forward.primitive_desc(
-            eng, prop, dnnl.algorithm.convolution_auto, x_md, md(W["conv1.w"].shape),
-            md([C], tag.x), md([N, C, *self._conv1_out()]), list(cfg.s1), list(cfg.p1),
-            list(cfg.p1), clip_attr())
+        c1 = self._conv(dnnl.convolution_forward, eng, prop, src_desc=x_md,
+                        weights_desc=md(W["conv1.w"].shape), bias_desc=md([C], tag.x),
+                        dst_desc=md([N, C, *self._conv1_out()]), strides=list(cfg.s1),
+                        padding_l=list(cfg.p1), padding_r=list(cfg.p1), attr=clip_attr())
         y2_md = md([N, C, F2, T2], [C * F2, F2, 1, N * C * F2])
-        c2 = dnnl.convolution_forward.primitive_desc(
-            eng, prop, dnnl.algorithm.convolution_auto, c1.dst_desc(), md(W["conv2.w"].shape),
-            md([C], tag.x), y2_md, list(cfg.s2), list(cfg.p2), list(cfg.p2), clip_attr())
+        c2 = self._conv(dnnl.convolution_forward, eng, prop, src_desc=c1.dst_desc(),
+                        weights_desc=md(W["conv2.w"].shape), bias_desc=md([C], tag.x),
+                        dst_desc=y2_md, strides=list(cfg.s2), padding_l=list(cfg.p2),
+                        padding_r=list(cfg.p2), attr=clip_attr())
         self.x, self.y1, self.y2 = mem(c1.src_desc()), mem(c1.dst_desc()), mem(c2.dst_desc())
         for name, pd in (("conv1", c1), ("conv2", c2)):
             self.W[name + ".w"] = dnnl.memory(pd.weights_desc(), eng, W[name + ".w"])
@@ -295,6 +297,15 @@ class DS2:
         self.setup_bytes = sum(m.get_desc().get_size() for m in self.W.values())
         if train:
             self._build_training(ip, smf, h_md, z_md, optimizer, lr, momentum)
+
+    def _conv(self, cls, *head, **kw):
+        """``cls.primitive_desc(*head, convolution_auto, **kw)``; with ``find``, MIOpen-style
+        Find runs first and stores the fastest solver, which ``convolution_auto`` then takes."""
+        if self.find:
+            cls.find(*head, **kw)
+        pd = cls.primitive_desc(*head, dnnl.algorithm.convolution_auto, **kw)
+        self.solvers.append((cls.__name__, pd.impl_info_str()))
+        return pd
 
     def _conv1_out(self) -> tuple[int, int]:
         cfg = self.cfg
@@ -384,19 +395,19 @@ class DS2:
         for name, pd, src, dy in (("conv2", c2, self.y1, dy2), ("conv1", c1, self.x, dy1)):
             geo = dict(strides=pd.get_strides(), padding_l=pd.get_padding_l(),
                        padding_r=pd.get_padding_r(), hint_fwd_pd=pd)
-            bw = dnnl.convolution_backward_weights.primitive_desc(
-                eng, dnnl.algorithm.convolution_auto, src_desc=pd.src_desc(),
-                diff_weights_desc=md(pd.weights_desc().get_dims()), diff_bias_desc=md(
-                    [cfg.filters], tag.x), diff_dst_desc=pd.dst_desc(), **geo)
+            bw = self._conv(dnnl.convolution_backward_weights, eng, src_desc=pd.src_desc(),
+                            diff_weights_desc=md(pd.weights_desc().get_dims()),
+                            diff_bias_desc=md([cfg.filters], tag.x),
+                            diff_dst_desc=pd.dst_desc(), **geo)
             self.dW[name + ".w"] = mem(bw.diff_weights_desc())
             self.dW[name + ".b"] = mem(bw.diff_bias_desc())
             conv_bwd.append((dnnl.convolution_backward_weights(bw), {
                 dnnl.ARG_SRC: src, dnnl.ARG_DIFF_DST: dy, dnnl.ARG_DIFF_WEIGHTS: self.dW[
                     name + ".w"], dnnl.ARG_DIFF_BIAS: self.dW[name + ".b"]}))
             if name == "conv2":                # conv1's input gradient is not needed
-                bd = dnnl.convolution_backward_data.primitive_desc(
-                    eng, dnnl.algorithm.convolution_auto, diff_src_desc=c1.dst_desc(),
-                    weights_desc=pd.weights_desc(), diff_dst_desc=pd.dst_desc(), **geo)
+                bd = self._conv(dnnl.convolution_backward_data, eng,
+                                diff_src_desc=c1.dst_desc(), weights_desc=pd.weights_desc(),
+                                diff_dst_desc=pd.dst_desc(), **geo)
                 conv_bwd += [(dnnl.convolution_backward_data(bd), {
                     dnnl.ARG_DIFF_DST: dy, dnnl.ARG_WEIGHTS: self.W["conv2.w"],
                     dnnl.ARG_DIFF_SRC: dy1}), clip1]
@@ -424,8 +435,8 @@ class DS2:
             prim.execute(s, args)
 
     def infer(self, s) -> np.ndarray:
-        """Log-probabilities ``[T', N, 29]`` of the uploaded batch (garbage-free zeros are not
-        promised at padded frames: there the RNN output is 0 and the row is softmax(fc.b))."""
+        """Log-probabilities ``[T', N, 29]`` of the uploaded batch (at padded frames the RNN
+        output is 0, so those rows are log_softmax(fc.b))."""
         self.enqueue_forward(s)
         s.wait()
         return self.io.read(self.logp).reshape(self.T2, self.N, -1)
@@ -438,6 +449,35 @@ class DS2:
         for prim, args in self.bwd:
             prim.execute(s, args)
         self.optimizer.execute(s)
+
+    def profile(self, s, reps: int = 3) -> list[tuple[str, float]]:
+        """Median milliseconds of each primitive of a pass (a training step's when training),
+        each followed by a wait; the optimizer updates are summed into one entry."""
+        seq = list(self.fwd)
+        if self.train:
+            seq += [(self.loss_set, self.loss_args)] + self.bwd
+            if self.optimizer.tick is not None:
+                seq.append(self.optimizer.tick)
+            seq += self.optimizer.steps
+        times = np.zeros((reps, len(seq)))
+        for r in range(reps):
+            for i, (prim, args) in enumerate(seq):
+                t0 = time.perf_counter()
+                prim.execute(s, args)
+                s.wait()
+                times[r, i] = (time.perf_counter() - t0) * 1e3
+        out, seen = {}, {}
+        n_fwd = len(self.fwd)
+        for i, (prim, _) in enumerate(seq):
+            name = type(prim).__name__
+            if name in ("sgd_update", "adam_update") or (i == n_fwd + len(self.bwd) + 1
+                                                         and name == "eltwise_forward"):
+                label = "optimizer updates"
+            else:
+                seen[name] = seen.get(name, 0) + 1
+                label = f"{name} #{seen[name]}"
+            out[label] = out.get(label, 0.0) + float(np.median(times[:, i]))
+        return list(out.items())
 
     def loss(self, s) -> float:
         s.wait()
@@ -620,97 +660,152 @@ def max_rel(a: np.ndarray, b: np.ndarray) -> float:
 # ---------------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------------
-def run_infer(a, cfg, eng, s, params, x, lengths) -> None:
-    net = DS2(eng, cfg, a.cell, a.mb, a.frames, lengths, params)
-    valid = np.arange(net.T2)[:, None] < net.out_lengths[None, :]
-    net.set_batch(x)
-    net.infer(s)                                              # warm-up
-    io0 = (net.io.up, net.io.down)
+def timed(fn, steps: int) -> float:
+    """Seconds per call of ``fn`` over ``steps`` calls."""
     t0 = time.perf_counter()
-    for _ in range(a.steps):
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - t0) / steps
+
+
+def torch_timings(device: str, fn, steps: int):
+    """``[(label, seconds per call)]`` of ``fn`` in PyTorch: on the CPU with one thread and
+    with its default thread count (OpenMP's threads spin: on a busy machine one thread can
+    beat all of them), on CUDA synchronized after each call."""
+    import torch
+
+    if device == "gpu":
+        def call():
+            fn()
+            torch.cuda.synchronize()
+        return [("PyTorch CUDA", timed(call, steps))]
+    out, default = [], torch.get_num_threads()
+    for n in sorted({1, default}):
+        torch.set_num_threads(n)
+        out.append((f"PyTorch CPU ({n} thread{'s' * (n > 1)})", timed(fn, steps)))
+    torch.set_num_threads(default)
+    return out
+
+
+def print_profile(a, net: DS2, s) -> None:
+    if a.profile:
+        rows = net.profile(s)
+        total = sum(ms for _, ms in rows)
+        print("convolution solvers: " + ", ".join(f"{n} {i}" for n, i in net.solvers))
+        print(f"per primitive (ms, a wait after each; sum {total:.1f}):")
+        for label, ms in rows:
+            print(f"  {label:36s} {ms:8.2f}")
+
+
+def run_infer(a, cfg, eng, s, params, x, lengths) -> None:
+    net = DS2(eng, cfg, a.cell, a.mb, a.frames, lengths, params, find=a.find)
+    valid = np.arange(net.T2)[:, None] < net.out_lengths[None, :]
+    out = {}
+
+    def batch():                      # upload, forward, read the log-probabilities
         net.set_batch(x)
-        logp = net.infer(s)
-    dt_ = time.perf_counter() - t0
+        out["logp"] = net.infer(s)
+
+    batch()                                                   # warm-up
+    io0 = (net.io.up, net.io.down)
+    sec = timed(batch, a.steps)
     up, down = ((v - w) / a.steps for v, w in zip((net.io.up, net.io.down), io0))
-    print(f"pydnnl: {a.mb * a.steps / dt_:.1f} utterances/s ({a.steps} batches of {a.mb}, "
-          f"{dt_ / a.steps * 1e3:.1f} ms/batch)")
+    print(f"pydnnl: {a.mb / sec:.1f} utterances/s ({a.steps} batches of {a.mb}, "
+          f"{sec * 1e3:.1f} ms/batch)")
     print(f"host<->device per batch: {up:.0f} B up (spectrograms), {down:.0f} B down "
           f"(log-probabilities [{net.T2}, {a.mb}, {cfg.classes}]); once: "
           f"{net.setup_bytes} B of weights up")
-    if a.compare_torch:
-        try:
-            import torch
-        except ImportError:
-            print("PyTorch is not installed: no comparison")
-            return
-        dev = torch_device(a.device)
-        m = torch_model(cfg, a.cell, params, fold=False).to(dev)
-        olens = torch.from_numpy(net.out_lengths)
+    print_profile(a, net, s)
+    if not a.compare_torch:
+        return
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed: no comparison")
+        return
+    dev = torch_device(a.device)
+    m = torch_model(cfg, a.cell, params, fold=False).to(dev)
+    olens = torch.from_numpy(net.out_lengths)
 
-        def run():
-            with torch.no_grad():
-                out = m(torch.from_numpy(x).to(dev), olens)
-            return out.cpu().numpy()
+    def run():
+        with torch.no_grad():
+            out["ref"] = m(torch.from_numpy(x).to(dev), olens).cpu().numpy()
 
-        ref = run()                                           # warm-up
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            ref = run()
-        tt = time.perf_counter() - t0
-        print(f"PyTorch {dev.type.upper()}: {a.mb * a.steps / tt:.1f} utterances/s "
-              f"({tt / a.steps * 1e3:.1f} ms/batch); pydnnl/PyTorch {tt / dt_:.2f}x")
-        print(f"max relative error of the log-probabilities at valid frames: "
-              f"{max_rel(logp[valid], ref[valid]):.2e}")
+    run()                                                     # warm-up
+    for label, tsec in torch_timings(a.device, run, a.steps):
+        print(f"{label}: {a.mb / tsec:.1f} utterances/s ({tsec * 1e3:.1f} ms/batch); "
+              f"pydnnl/PyTorch {tsec / sec:.2f}x")
+    print(f"max relative error of the log-probabilities at valid frames: "
+          f"{max_rel(out['logp'][valid], out['ref'][valid]):.2e}")
 
 
 def run_train(a, cfg, eng, s, params, x, lengths, labels) -> None:
     net = DS2(eng, cfg, a.cell, a.mb, a.frames, lengths, params, train=True,
-              optimizer=a.optimizer, lr=a.lr, momentum=a.momentum)
-    net.set_batch(x, labels)
-    setup = net.io.up
+              optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, find=a.find)
     losses = []
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
+
+    def step():                       # upload the batch, train, read the loss
+        net.set_batch(x, labels)
         net.step(s)
-        losses.append(net.loss(s))        # the host reads the loss every step
-    dt_ = time.perf_counter() - t0
+        losses.append(net.loss(s))
+
+    step()                                                    # warm-up: step 1 is not timed
+    io0 = (net.io.up, net.io.down)
+    sec = timed(step, a.steps - 1) if a.steps > 1 else float("nan")
     print("pydnnl losses: " + " ".join(f"{v:.4f}" for v in losses))
-    print(f"pydnnl: {a.steps / dt_:.2f} training steps/s ({dt_ / a.steps * 1e3:.1f} ms/step, "
-          f"the first step included)")
-    print(f"host<->device per step: 0 B up (the batch, {setup} B of spectrograms and targets, "
-          f"was uploaded once), {net.io.down / a.steps:.0f} B down (the loss); once: "
-          f"{net.setup_bytes} B of weights and optimizer state up")
-    if a.compare_torch:
-        try:
-            import torch
-        except ImportError:
-            print("PyTorch is not installed: no comparison")
-            return
-        dev = torch_device(a.device)
+    up, down = ((v - w) / max(1, a.steps - 1) for v, w in zip((net.io.up, net.io.down), io0))
+    print(f"pydnnl: {1 / sec:.2f} training steps/s ({sec * 1e3:.1f} ms/step over steps 2 to "
+          f"{a.steps})")
+    print(f"host<->device per step: {up:.0f} B up (spectrograms and targets), {down:.0f} B down "
+          f"(the loss); once: {net.setup_bytes} B of weights and optimizer state up")
+    print_profile(a, net, s)
+    if not a.compare_torch:
+        return
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed: no comparison")
+        return
+    dev = torch_device(a.device)
+    target = torch.from_numpy(net.targets(labels).reshape(net.T2, a.mb, -1))
+    olens = torch.from_numpy(net.out_lengths)
+
+    def train_torch():
+        """A fresh model trained for the same steps: (losses, s/step after the first, model)."""
         m = torch_model(cfg, a.cell, params, fold=True).to(dev).train()
         opt = (torch.optim.Adam(m.parameters(), lr=a.lr) if a.optimizer == "adam" else
                torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum,
                                nesterov=a.momentum > 0))
-        xt = torch.from_numpy(x).to(dev)
-        target = torch.from_numpy(net.targets(labels).reshape(net.T2, a.mb, -1)).to(dev)
-        olens = torch.from_numpy(net.out_lengths)
         tl = []
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
+
+        def tstep():
             opt.zero_grad()
-            loss = (m(xt, olens) * target).sum()
+            loss = (m(torch.from_numpy(x).to(dev), olens) * target.to(dev)).sum()
             loss.backward()
             opt.step()
-            tl.append(loss.item())
-        tt = time.perf_counter() - t0
-        print("PyTorch losses: " + " ".join(f"{v:.4f}" for v in tl))
-        print(f"PyTorch {dev.type.upper()}: {a.steps / tt:.2f} training steps/s "
-              f"({tt / a.steps * 1e3:.1f} ms/step); pydnnl/PyTorch {tt / dt_:.2f}x")
-        sd = {k: v.detach().cpu().numpy() for k, v in m.state_dict().items()}
-        theirs, ours = from_torch_state_dict(cfg, a.cell, sd), net.weights()
-        err = max(max_rel(ours[k], theirs[k]) for k in ours)
-        print(f"max relative error: losses {max_rel(losses, np.array(tl)):.2e}, weights after "
-              f"{a.steps} steps {err:.2e}")
+            tl.append(loss.item())          # synchronizes, as reading our loss does
+
+        tstep()
+        return tl, timed(tstep, a.steps - 1) if a.steps > 1 else float("nan"), m
+
+    if a.device == "gpu":
+        runs = [("PyTorch CUDA", train_torch())]
+    else:
+        runs, default = [], torch.get_num_threads()
+        for n in sorted({1, default}):
+            torch.set_num_threads(n)
+            runs.append((f"PyTorch CPU ({n} thread{'s' * (n > 1)})", train_torch()))
+        torch.set_num_threads(default)
+    tl, _, m = runs[-1][1]
+    print("PyTorch losses: " + " ".join(f"{v:.4f}" for v in tl))
+    for label, (_, tsec, _) in runs:
+        print(f"{label}: {1 / tsec:.2f} training steps/s ({tsec * 1e3:.1f} ms/step); "
+              f"pydnnl/PyTorch {tsec / sec:.2f}x")
+    sd = {k: v.detach().cpu().numpy() for k, v in m.state_dict().items()}
+    theirs, ours = from_torch_state_dict(cfg, a.cell, sd), net.weights()
+    err = max(max_rel(ours[k], theirs[k]) for k in ours)
+    print(f"max relative error: losses {max_rel(losses, np.array(tl)):.2e}, weights after "
+          f"{a.steps} steps {err:.2e}")
 
 
 def main(argv=None) -> None:
@@ -727,6 +822,10 @@ def main(argv=None) -> None:
                     help="learning rate (default: 0.05 for SGD, 1e-3 for Adam)")
     ap.add_argument("--momentum", type=float, default=0.9, help="SGD's (Nesterov) momentum")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--find", action="store_true",
+                    help="time every convolution solver first (stored in the perf database)")
+    ap.add_argument("--profile", action="store_true",
+                    help="print each primitive's time (a wait after each; not the timed runs)")
     ap.add_argument("--compare-torch", action="store_true",
                     help="run the same model with the same weights in PyTorch too")
     a = ap.parse_args(argv)
