@@ -39,6 +39,9 @@ class _RNNFunction(torch.autograd.Function):
         params = dict(zip(names, weights))
         y, hn, cn, saved = P.forward(plan, x, h0, c0, params, offset)
         ctx.plan, ctx.names, ctx.saved = plan, names, saved
+        # on a CPU engine the primitives read these tensors' storage in place: saving them
+        # lets PyTorch's version counters catch an in-place change before backward
+        ctx.save_for_backward(x, h0, c0)
         # gradients go back to where (and in the type) each input came from
         ctx.places = [(t.device, t.dtype) if t is not None else None
                       for t in (x, h0, c0, *weights)]
@@ -54,6 +57,7 @@ class _RNNFunction(torch.autograd.Function):
                 "pydnnl.torch RNN: a second backward through one forward call (retain_graph=True)"
                 " is not supported: the backward primitive consumes the forward's workspace; "
                 "run the forward again")
+        ctx.saved_tensors  # noqa: B018 - raises if x, h_0 or c_0 changed in place
         saved, ctx.saved = ctx.saved, None
         dx, dh0, dc0, named = P.backward(ctx.plan, saved, dy, dhn, dcn)
         grads = [dx, dh0, dc0] + [named[n] for n in ctx.names]
@@ -127,6 +131,27 @@ class _RNNBase(torch.nn.Module):
                     setattr(self, name + sfx, torch.nn.Parameter(torch.empty(shape, **kw)))
                     self._flat_weights_names.append(name + sfx)
         self.reset_parameters()
+
+    @classmethod
+    def from_torch(cls, module: torch.nn.Module, engine=None) -> "_RNNBase":
+        """A module of this class with ``module``'s configuration and (float32) weights: the
+        counterpart of a ``torch.nn.LSTM`` / ``GRU`` / ``RNN``, in training or eval mode as it."""
+        want = getattr(torch.nn, cls.__name__)
+        if type(module) is not want:
+            raise invalid_arguments(f"{cls.__name__}.from_torch: expected a torch.nn."
+                                    f"{cls.__name__}, got {type(module).__name__}")
+        kw = dict(num_layers=module.num_layers, bias=module.bias, batch_first=module.batch_first,
+                  dropout=module.dropout, bidirectional=module.bidirectional, engine=engine)
+        if cls is LSTM:
+            kw["proj_size"] = module.proj_size
+        if cls is RNN:
+            kw["nonlinearity"] = module.nonlinearity
+        with warnings.catch_warnings():  # torch warned about dropout with one layer already
+            warnings.simplefilter("ignore")
+            ours = cls(module.input_size, module.hidden_size, **kw)
+        ours.load_state_dict({k: v.detach().to("cpu", torch.float32)
+                              for k, v in module.state_dict().items()})
+        return ours.train(module.training)
 
     @property
     def _flat_weights(self) -> list[torch.nn.Parameter]:

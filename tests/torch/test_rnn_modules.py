@@ -341,3 +341,29 @@ def test_a_second_backward_through_one_forward_raises(eng):
     y.sum().backward(retain_graph=True)
     with pytest.raises(dnnl.unimplemented, match=r"second backward.*forward again"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("ref", [
+    lambda: torch.nn.LSTM(3, 4, num_layers=2, proj_size=2, batch_first=True),
+    lambda: torch.nn.RNN(3, 4, nonlinearity="relu", bias=False).eval(),
+])
+def test_from_torch_copies_configuration_and_weights(eng, ref):
+    torch.manual_seed(4)
+    ref = ref()
+    ours = getattr(prnn, type(ref).__name__).from_torch(ref, engine=eng)
+    assert ours.extra_repr() == ref.extra_repr() and ours.training == ref.training
+    x = torch.randn(N, T, 3) if ref.batch_first else torch.randn(T, N, 3)
+    with torch.no_grad():
+        assert rel_err(ours(x)[0], ref(x)[0]) <= RTOL
+    with pytest.raises(dnnl.invalid_arguments, match=r"torch.nn.GRU, got LSTM"):
+        prnn.GRU.from_torch(ref if isinstance(ref, torch.nn.LSTM) else torch.nn.LSTM(3, 4))
+
+
+def test_an_input_changed_in_place_before_backward_is_caught(eng):
+    m = prnn.LSTM(3, 4, engine=eng)
+    x = torch.randn(T, N, 3, requires_grad=True)
+    x2 = x * 1.0
+    y, _ = m(x2)
+    x2.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
