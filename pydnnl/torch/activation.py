@@ -10,6 +10,7 @@ import math
 import warnings
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import (
     ARG_DIFF_DST,
@@ -67,6 +68,7 @@ class _EltwiseFn(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, (v,) = ctx.p, ctx.saved_tensors
         eng = p.eng
@@ -302,6 +304,7 @@ class _SoftmaxFn(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, (y,) = ctx.p, ctx.saved_tensors
         eng = p.eng

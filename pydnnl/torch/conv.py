@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as TF
+from torch.autograd.function import once_differentiable
 
 from .. import (
     ARG_BIAS,
@@ -86,6 +87,7 @@ class _ConvFn(torch.autograd.Function):
         return F.result(dst, x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, view, (x, weight, bias) = ctx.p, ctx.view, ctx.saved_tensors
         eng = p.eng

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import (
     ARG_BIAS,
@@ -64,6 +65,7 @@ class _LinearFn(torch.autograd.Function):
         return F.result(dst, x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, (x, weight, bias) = ctx.p, ctx.saved_tensors
         eng = p.eng

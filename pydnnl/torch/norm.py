@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import (
     ARG_DIFF_DST,
@@ -95,6 +96,7 @@ class _NormFn(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, (x, scale, mean, var) = ctx.p, ctx.saved_tensors
         eng = p.eng

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as TF
+from torch.autograd.function import once_differentiable
 
 from .. import (
     ARG_DIFF_DST,
@@ -57,6 +58,7 @@ class _PoolFn(torch.autograd.Function):
         return F.result(dst, x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         p, eng = ctx.p, ctx.p.eng
         out = F.output(p.src.get_dims(), eng)

@@ -309,3 +309,43 @@ def test_deepcopy_keeps_engine_and_drops_primitives(eng):
     c = copy.deepcopy(m)
     assert c.engine is m.engine and not c._pydnnl.prims
     assert torch.equal(c(inputs(2, 3)), m(inputs(2, 3)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda e: (pt.Conv2d(3, 4, 3, engine=e), torch.nn.Conv2d(3, 4, 3)),
+    lambda e: (pt.Linear(5, 3, engine=e), torch.nn.Linear(5, 3)),
+    lambda e: (pt.BatchNorm2d(3, engine=e), torch.nn.BatchNorm2d(3)),
+    lambda e: (pt.LayerNorm(5, engine=e), torch.nn.LayerNorm(5)),
+], ids=["conv", "linear", "batchnorm", "layernorm"])
+@pytest.mark.parametrize("frozen", ["params", "input"])
+def test_only_the_needed_gradients(eng, make, frozen):
+    """Frozen parameters get no gradient (the data gradient is still right); an input that
+    needs none gets none (the parameters' still are)."""
+    ours, ref = make(eng)
+    ref = ref.double()
+    ref.load_state_dict(ours.state_dict())
+    x = inputs(2, 3, 5, 5)
+    xr = x.double()
+    if frozen == "params":
+        for m in (ours, ref):
+            m.requires_grad_(False)
+        x.requires_grad_()
+        xr.requires_grad_()
+    g = torch.randn(ref(xr).shape, generator=torch.Generator().manual_seed(3))
+    ours(x).backward(g)
+    ref(xr).backward(g.double())
+    if frozen == "params":
+        assert all(p.grad is None for p in ours.parameters())
+        assert rel(x.grad, xr.grad) < TOL
+    else:
+        assert x.grad is None
+        for p, q in zip(ours.parameters(), ref.parameters()):
+            assert rel(p.grad, q.grad) < TOL
+
+
+def test_double_backward_is_refused(eng):
+    x = inputs(2, 3).requires_grad_()
+    y = pt.Tanh(engine=eng)(x)
+    (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)  # dy depends on x
+    with pytest.raises(RuntimeError, match="once_differentiable|double backward"):
+        g.sum().backward()
