@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import verbose
 from ..attr import primitive_attr
 from ..constants import (
@@ -15,10 +17,12 @@ from ..constants import (
     query,
     scratchpad_mode,
 )
+from ..engine import _cl
 from ..engine import engine as _engine
 from ..error import invalid_arguments
 from ..memory import memory
 from ..memory.desc import MemoryDesc
+from ..runtime import fpmath
 from ..stream import stream as _stream
 
 
@@ -37,6 +41,8 @@ _QUERY_ARGS = {
     query.diff_src_md: (129, 130, 131, 132), query.diff_dst_md: (145, 146, 147),
     query.diff_weights_md: (161, 162, 163, 164, 169),
 }
+# convolution, deconvolution, inner product and matmul: weights_md(1) is the bias, as in oneDNN
+WEIGHTS_BIAS_FAMILIES = {query.weights_md: (33, 41), query.diff_weights_md: (161, 169)}
 
 
 class primitive_desc_base:
@@ -47,6 +53,12 @@ class primitive_desc_base:
     """
 
     _kind = "primitive"
+    #: ``(input, output)`` argument pairs that may share storage (oneDNN's in-place use).
+    #: ``None`` leaves overlap checks to the primitive; a set makes execute reject every other
+    #: argument whose bytes overlap an output's, since the kernels read inputs while writing.
+    _IN_PLACE: frozenset[tuple[int, int]] | None = None
+    #: this primitive's own numbering of a query family (replacing ``_QUERY_ARGS``' entry)
+    _QUERY_FAMILIES: dict = {}
 
     def _init_base(self, eng: _engine, attr: primitive_attr | None) -> None:
         if not isinstance(eng, _engine):
@@ -97,6 +109,10 @@ class primitive_desc_base:
     def get_engine(self) -> _engine:
         return self._engine
 
+    def _gemm_math(self) -> str:
+        """What this primitive's GEMMs may compute in (its attribute's fpmath mode)."""
+        return fpmath.gemm_math(self._attr.get_fpmath_mode())
+
     def get_primitive_attr(self) -> primitive_attr:
         return self._attr
 
@@ -113,11 +129,15 @@ class primitive_desc_base:
             return self.workspace_desc()
         if what == query.scratchpad_md:
             return self.scratchpad_desc()
-        family = _QUERY_ARGS.get(what)
+        family = self._query_family(what)
         if family is None or index >= len(family):
             return MemoryDesc()
         spec = self._args.get(family[index])
         return spec.md if spec else MemoryDesc()
+
+    def _query_family(self, what: query) -> tuple[int, ...] | None:
+        """The argument numbers that ``query_md(what, index)`` walks, index 0 first."""
+        return self._QUERY_FAMILIES.get(what) or _QUERY_ARGS.get(what)
 
     def src_desc(self, index: int = 0) -> MemoryDesc:
         return self.query_md(query.src_md, index)
@@ -178,6 +198,76 @@ def check_in_place(kind: str, args: dict, inputs, output: int) -> None:
                 f"the same desc")
 
 
+class bias_queries:
+    """``bias_desc()`` and ``diff_bias_desc()`` of the primitives whose weights_md(1) and
+    diff_weights_md(1) are the bias (oneDNN's convolution, inner product and matmul pds);
+    zero descs where the primitive has no such argument."""
+
+    _QUERY_FAMILIES = WEIGHTS_BIAS_FAMILIES
+
+    def bias_desc(self) -> MemoryDesc:
+        return self.query_md(query.weights_md, 1)
+
+    def diff_bias_desc(self) -> MemoryDesc:
+        return self.query_md(query.diff_weights_md, 1)
+
+
+def _storage_span(m: memory) -> tuple[int, int, int]:
+    """(root ``cl_mem`` handle, first byte, end byte) that the elements of ``m`` can touch;
+    a sub-buffer is placed inside the buffer it was cut from."""
+    cl = _cl()
+    buf, md = m.buffer, m.get_desc()
+    base = 0
+    try:
+        parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+    except cl.Error:  # some runtimes forget a released parent although a sub-buffer lives on
+        parent = None
+    if parent is not None:
+        base, buf = buf.get_info(cl.mem_info.OFFSET), parent
+    size = md.data_type.itemsize
+    return buf.int_ptr, base + md.offset0 * size, base + md.nelems_physical() * size
+
+
+def _elements_overlap(a: memory, b: memory, span_a, span_b) -> bool:
+    """Whether ``a`` and ``b`` share an element's bytes (their spans being known to intersect).
+    Dense layouts fill their span; layouts with gaps (strides, views) may interleave, so
+    those compare the exact byte sets."""
+    ma, mb = a.get_desc(), b.get_desc()
+    if (ma.is_dense() and mb.is_dense()) or ma.nelems() == 0 or mb.nelems() == 0:
+        return ma.nelems() > 0 and mb.nelems() > 0
+
+    def byte_set(md, span):
+        size = md.data_type.itemsize
+        base = span[1] - md.offset0 * size  # the byte of storage element 0
+        return (base + md.element_offsets().ravel()[:, None] * size + np.arange(size)).ravel()
+
+    return bool(np.intersect1d(byte_set(ma, span_a), byte_set(mb, span_b)).size)
+
+
+def check_no_alias(pd: primitive_desc_base, args: dict) -> None:
+    """Raise invalid_arguments naming both arguments when an output's storage overlaps another
+    argument's, unless the pair is one of ``pd._IN_PLACE``."""
+    allowed = pd._IN_PLACE or frozenset()
+    outputs = [a for a, sp in pd._args.items() if sp.output and a in args]
+    if not outputs:
+        return
+    spans = {a: _storage_span(m) for a, m in args.items()}
+    for o in outputs:
+        so = spans[o]
+        for a, sa in spans.items():
+            if a == o or (a, o) in allowed or (a in outputs and a > o):  # each pair once
+                continue
+            if sa[0] != so[0] or sa[1] >= so[2] or so[1] >= sa[2]:
+                continue
+            if not _elements_overlap(args[a], args[o], sa, so):
+                continue
+            same = "are the same memory" if args[a] is args[o] else "overlap in one buffer"
+            raise invalid_arguments(
+                f"{pd._kind}.execute: {pd._arg_label(a)} and {pd._arg_label(o)} {same} (bytes "
+                f"[{sa[1]}, {sa[2]}) and [{so[1]}, {so[2]})); expected separate storage: "
+                f"{pd._arg_label(o)} is written while {pd._arg_label(a)} is in use")
+
+
 def _nested_pd(cls: type) -> type:
     """The nearest ``primitive_desc`` class of ``cls`` or its bases (primitive_desc_base for a
     primitive without one: the ``primitive_desc`` property below is no class)."""
@@ -202,7 +292,9 @@ class primitive:
                                     f"{type(pd).__qualname__}")
         self._pd = pd
         t0 = time.perf_counter()
-        self._create()
+        # the plans built here give their GEMMs the math the attribute's fpmath mode allows
+        with fpmath.scope(pd._attr.get_fpmath_mode()):
+            self._create()
         if verbose.enabled():
             verbose.line("create", pd._kind, pd._impl, pd._verbose_mds(), pd._info,
                          (time.perf_counter() - t0) * 1e3)
@@ -272,3 +364,5 @@ class primitive:
                 raise invalid_arguments(
                     f"{kind}.execute: argument {pd._arg_label(a)} lives on {m.get_engine()!r}, the "
                     f"primitive expects it on {pd._arg_engine(a)!r}")
+        if pd._IN_PLACE is not None:
+            check_no_alias(pd, args)

@@ -35,7 +35,7 @@ from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
-from .base import ArgSpec, primitive, primitive_desc_base
+from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
@@ -99,9 +99,12 @@ def _flat(off: int, md: MemoryDesc) -> tuple:
     return (off, tuple((1, s, ()) for s in _plain(md).strides))
 
 
-class _ip_pd_base(primitive_desc_base):
+class _ip_pd_base(bias_queries, primitive_desc_base):
     """Validation shared by the three descriptors: ``descs`` maps argument numbers to descs
     (None for an absent bias)."""
+
+    # every output element reads a whole row of src/weights: nothing may run in place
+    _IN_PLACE: frozenset = frozenset()
 
     def _setup(self, descs: dict, hint=None) -> None:
         kind = self._kind
@@ -178,7 +181,8 @@ class _ip_pd_base(primitive_desc_base):
     def _panel_width(self, dims, N: int, OC: int) -> int | None:
         """Columns per panel of packed B the forward's tuned GEMM reads (None: plain B)."""
         K = math.prod(dims[1:])
-        return packed_panel(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC, ldc=OC))
+        return packed_panel(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC, ldc=OC,
+                                                      math=self._gemm_math()))
 
     def _fast_weights(self, dims, N: int, OC: int) -> MemoryDesc:
         """The weights layout the forward GEMM reads fastest on this engine: its packed panels

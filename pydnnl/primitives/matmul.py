@@ -19,7 +19,7 @@ from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
-from .base import ArgSpec, primitive, primitive_desc_base
+from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
@@ -86,11 +86,13 @@ def _batch_stride(md: MemoryDesc, batch: tuple[int, ...]) -> int | None:
 class matmul(primitive):
     """``dst = src @ weights (+ bias)`` (oneDNN's matmul, f32)."""
 
-    class primitive_desc(primitive_desc_base):
+    class primitive_desc(bias_queries, primitive_desc_base):
         """``matmul.primitive_desc(engine, src_desc, weights_desc, dst_desc, attr=None)`` or
         ``(engine, src_desc, weights_desc, bias_desc, dst_desc, attr=None)``."""
 
         _kind = "matmul"
+        # every output element reads a whole row and column: nothing may run in place
+        _IN_PLACE: frozenset = frozenset()
         signature = Signature(
             "matmul.primitive_desc", head=("engine",),
             forms=(("src_desc", "weights_desc", "dst_desc"),
@@ -180,7 +182,8 @@ class matmul(primitive):
                 return None
             if not dst.is_any() and (dst.inner_blks or _matrix(dst, "dst")[0]):
                 return None
-            return packed_panel(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N, ldc=N))
+            return packed_panel(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N, ldc=N,
+                                                          math=self._gemm_math()))
 
     def _create(self) -> None:
         pd = self._pd

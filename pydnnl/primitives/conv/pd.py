@@ -28,7 +28,7 @@ from ...kernels.post_ops import describe as describe_post_ops
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ...runtime.heuristics.conv import WORKSPACE_MEMORY_SHARE, workspace_limit
-from ..base import ArgSpec, primitive, primitive_desc_base
+from ..base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
 from .find import FIND_FAMILY, ConvFindResult, find
@@ -74,12 +74,14 @@ def _signature(kind: str, direction: str) -> Signature:
         defaults={"allow_empty": False, "_use_db": True})
 
 
-class conv_pd_base(primitive_desc_base):
+class conv_pd_base(bias_queries, primitive_desc_base):
     """Shared parsing, validation, layout negotiation, solver choice and queries."""
 
     _op = "convolution"       # or "deconvolution"
     _dir = "fwd"              # "fwd", "bwd_d" or "bwd_w"
     _kind = "convolution_forward"
+    # a window of src (or diff_dst) feeds many outputs: no output may overlap another argument
+    _IN_PLACE: frozenset = frozenset()
 
     _fwd_pd_class: type | None = None
     signature: Signature
@@ -407,14 +409,6 @@ class conv_pd_base(primitive_desc_base):
         return None if hit is None else hit[0]
 
     # -- queries -------------------------------------------------------------------------------
-    def bias_desc(self) -> MemoryDesc:
-        spec = self._args.get(ARG_BIAS)
-        return spec.md if spec else MemoryDesc()
-
-    def diff_bias_desc(self) -> MemoryDesc:
-        spec = self._args.get(ARG_DIFF_BIAS)
-        return spec.md if spec else MemoryDesc()
-
     def get_algorithm_kind(self) -> algorithm:
         return self._alg
 

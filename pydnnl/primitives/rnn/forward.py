@@ -76,6 +76,8 @@ class rnn_forward_pd_base(primitive_desc_base):
 
     _kind = "rnn_forward"
     _ARG_LABELS = RNN_ARG_LABELS
+    # the plans read src/iter states and diff_dst across time steps while writing the outputs
+    _IN_PLACE: frozenset = frozenset()
     _cell = ""
     signature: Signature
 
@@ -138,6 +140,14 @@ class rnn_forward_pd_base(primitive_desc_base):
         return self.shape.ext
 
     # -- queries: <name>() for every forward desc name, set below ------------------------------
+    def _query_family(self, what):
+        """oneDNN's rnn_pd numbering: weights_md (and diff_weights_md) count the peephole and
+        projection only when present, so the bias follows the last weights the cell has."""
+        fam = super()._query_family(what)
+        if fam is not None and len(fam) == 5:
+            return fam[:2] + tuple(a for a in fam[2:4] if a in self._args) + fam[4:]
+        return fam
+
     def _q(self, name: str) -> MemoryDesc:
         return self._descs.get(name, MemoryDesc())
 
