@@ -123,14 +123,14 @@ def memory_of(t: torch.Tensor, eng):
     return B.to_memory(t, eng)
 
 
-def view_memory(base: torch.Tensor, view: torch.Tensor, eng):
-    """A memory of ``view`` (a permuted view of ``base``) over ``base``'s row-major storage.
+def view_memory(base: torch.Tensor, view_of, eng):
+    """A memory of ``view_of(base)`` (a permuted view) over ``base``'s row-major storage.
 
-    ``base`` goes to the engine as it lies (shared or copied, always row-major); the view's
-    strides then describe the same buffer, so nothing is rearranged.
+    ``base`` goes to the engine row-major (shared or copied); the view's strides then
+    describe the same buffer, so nothing is rearranged.
     """
     base = base.contiguous()
-    view = base.as_strided(view.shape, view.stride())
+    view = view_of(base)
     m0 = B.to_memory(base, eng)
     m = _memory(desc(view.shape, view.stride()), eng, m0.buffer)
     m._base_memory = m0  # the buffer (and the tensor it may share) lives as long as m

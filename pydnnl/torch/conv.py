@@ -78,7 +78,7 @@ class _ConvFn(torch.autograd.Function):
         eng = p.eng
         dst = F.output(p.dst.get_dims(), eng)
         args = {ARG_SRC: F.memory_of(x, eng),
-                ARG_WEIGHTS: F.view_memory(weight, view(weight), eng), ARG_DST: dst[0]}
+                ARG_WEIGHTS: F.view_memory(weight, view, eng), ARG_DST: dst[0]}
         if bias is not None:
             args[ARG_BIAS] = F.memory_of(bias, eng)
         F.execute(eng, p.fwd, args)
@@ -96,7 +96,7 @@ class _ConvFn(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             out = F.output(x.shape, eng)
             F.execute(eng, p.bwd_data(), {
-                ARG_DIFF_DST: dym, ARG_WEIGHTS: F.view_memory(weight, view(weight), eng),
+                ARG_DIFF_DST: dym, ARG_WEIGHTS: F.view_memory(weight, view, eng),
                 ARG_DIFF_SRC: out[0]})
             dx = F.result(out, x)
         if ctx.needs_input_grad[3] or (bias is not None and ctx.needs_input_grad[4]):

@@ -349,3 +349,22 @@ def test_double_backward_is_refused(eng):
     (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)  # dy depends on x
     with pytest.raises(RuntimeError, match="once_differentiable|double backward"):
         g.sum().backward()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "deconv"])
+def test_non_contiguous_weights(eng, transposed):
+    # a weight replaced by a permuted (non-contiguous) tensor is read by its values
+    cls = "ConvTranspose2d" if transposed else "Conv2d"
+    ours = getattr(pt, cls)(4, 6, 3, groups=2, engine=eng)
+    w = torch.randn(tuple(reversed(ours.weight.shape)),
+                    generator=torch.Generator().manual_seed(4)).permute(3, 2, 1, 0)
+    assert w.shape == ours.weight.shape and not w.is_contiguous()
+    ours.weight = torch.nn.Parameter(w)
+    x = inputs(1, 4, 5, 5)
+    ref = getattr(torch.nn, cls)(4, 6, 3, groups=2).double()
+    ref.load_state_dict(ours.state_dict())
+    y, yr = ours(x), ref(x.double())
+    assert rel(y, yr) < TOL
+    y.backward(torch.ones_like(y))
+    yr.backward(torch.ones_like(yr))
+    assert rel(ours.weight.grad, ref.weight.grad) < TOL
