@@ -108,6 +108,11 @@ CASES = [
     ("RNN", dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True,
                  nonlinearity="relu", bias=False), "unsorted", True),
     ("RNN", dict(input_size=3, hidden_size=4, nonlinearity="relu"), "unbatched", True),
+    # three layers: layer 0 alone, then a group of two
+    ("GRU", dict(input_size=3, hidden_size=4, num_layers=3, bidirectional=True), "unsorted",
+     True),
+    ("LSTM", dict(input_size=3, hidden_size=4, num_layers=3, bidirectional=True, proj_size=2),
+     "padded", True),
 ]
 
 
@@ -288,6 +293,47 @@ def test_training_dropout_matches_a_reference_with_the_same_masks(eng, kind, kw,
         again = ours(x)[0]
         other = ours(x)[0]
     assert torch.equal(again, y.detach()) and not torch.equal(other, again)
+
+
+def test_training_dropout_on_packed_sequences_matches_a_finite_difference(eng):
+    """Masks follow the primitives' sorted order there; the gradient is checked along a random
+    direction of the input and every parameter, the masks replayed by reseeding."""
+    torch.manual_seed(6)
+    m = prnn.GRU(3, 4, num_layers=2, bidirectional=True, dropout=0.3, engine=eng).train()
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(T, N, 3, generator=gen)
+    lengths = [3, 5, 2]
+    wy = torch.randn(T, N, 8, generator=gen)
+    wh = torch.randn(4, N, 4, generator=gen)
+    leaves = [x] + list(m.parameters())
+    dirs = [torch.randn(t.shape, generator=gen) for t in leaves]
+
+    def loss(shift):
+        with torch.no_grad():
+            for t, v in zip(leaves, dirs):
+                t.add_(v, alpha=shift)
+        torch.manual_seed(8)  # the same dropout masks every call
+        out, h = m(pack_padded_sequence(x, lengths, enforce_sorted=False))
+        y, _ = pad_packed_sequence(out, total_length=T)
+        value = (y * wy).sum() + (h * wh).sum()
+        with torch.no_grad():
+            for t, v in zip(leaves, dirs):
+                t.sub_(v, alpha=shift)
+        return value
+
+    x.requires_grad_()
+    loss(0.0).backward()
+    analytic = sum(float((t.grad * v).sum()) for t, v in zip(leaves, dirs))
+    eps = 5e-3
+    with torch.no_grad():
+        numeric = (float(loss(eps)) - float(loss(-eps))) / (2 * eps)
+    # central difference: O(eps^2) truncation and float32 rounding / eps
+    assert abs(analytic - numeric) <= 5e-4 * abs(analytic), (analytic, numeric)
+    with torch.no_grad():  # and the masks really drop: eval differs
+        torch.manual_seed(8)
+        train_out = m(pack_padded_sequence(x, lengths, enforce_sorted=False))[0].data
+        eval_out = m.eval()(pack_padded_sequence(x, lengths, enforce_sorted=False))[0].data
+    assert not torch.allclose(train_out, eval_out)
 
 
 @pytest.mark.parametrize("make,match", [
