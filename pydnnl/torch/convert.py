@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from ..error import invalid_arguments
 from . import _bridge as B
+from ._function import PydnnlModule
 from .activation import (
     ELU,
     GELU,
@@ -62,10 +64,10 @@ def convert(model: torch.nn.Module, engine=None) -> torch.nn.Module:
     the exact ``torch.nn`` classes of ``MODULES`` with float32 parameters; instances with
     options pydnnl does not implement (``MaxPool2d(return_indices=True)``,
     ``AvgPool2d(divisor_override=...)``) and subclasses stay as they are. ``engine``: a
-    pydnnl engine, ``"cpu"``/``"gpu"``, or None for the default engine.
+    pydnnl engine, ``"cpu"``/``"gpu"``, or None for the default engine; ``pydnnl.torch``
+    modules already in ``model`` move to ``engine`` when it is given.
     """
     if not isinstance(model, torch.nn.Module):
-        from ..error import invalid_arguments
         raise invalid_arguments(
             f"convert: model: expected a torch.nn.Module, got {type(model).__name__}")
     eng = B.resolve_engine(engine)
@@ -75,4 +77,6 @@ def convert(model: torch.nn.Module, engine=None) -> torch.nn.Module:
             # our classes add no state to torch's but the engine and the primitive cache
             m.__class__ = ours
             m._pydnnl_init(eng)
+        elif isinstance(m, PydnnlModule) and engine is not None:
+            m.engine = eng
     return model

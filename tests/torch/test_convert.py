@@ -84,3 +84,12 @@ def test_convert_a_single_module_and_nested_ones(eng):
 def test_convert_rejects_a_non_module():
     with pytest.raises(dnnl.invalid_arguments, match="torch.nn.Module.*list"):
         pt.convert([torch.nn.ReLU()])
+
+
+def test_convert_moves_pydnnl_modules_to_the_given_engine(eng):
+    model = torch.nn.Sequential(pt.Linear(3, 2), torch.nn.ReLU())
+    with torch.no_grad():
+        model(torch.randn(2, 3))
+    pt.convert(model, engine=eng)
+    assert model[0].engine is eng and not model[0]._pydnnl.prims  # primitives made again
+    assert model[1].engine is eng
