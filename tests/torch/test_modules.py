@@ -368,3 +368,13 @@ def test_non_contiguous_weights(eng, transposed):
     y.backward(torch.ones_like(y))
     yr.backward(torch.ones_like(yr))
     assert rel(ours.weight.grad, ref.weight.grad) < TOL
+
+
+def test_pickle_round_trip_runs_on_the_default_engine(eng):
+    import pickle
+    m = pt.Conv2d(2, 3, 3, engine=eng)
+    x = inputs(1, 2, 5, 5)
+    with torch.no_grad():
+        y = m(x)
+        c = pickle.loads(pickle.dumps(m))
+        assert c.engine is pt.default_engine() and torch.equal(c(x), y)
