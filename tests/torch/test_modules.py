@@ -378,3 +378,11 @@ def test_pickle_round_trip_runs_on_the_default_engine(eng):
         y = m(x)
         c = pickle.loads(pickle.dumps(m))
         assert c.engine is pt.default_engine() and torch.equal(c(x), y)
+
+
+@pytest.mark.parametrize("cls", ["Conv2d", "BatchNorm2d", "MaxPool2d"])
+def test_channels_last_inputs(eng, cls):
+    # not row-major: the values are copied to the engine, the results come back row-major
+    x = inputs(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    args = {"Conv2d": (4, 4, 3), "BatchNorm2d": (4,), "MaxPool2d": (2,)}[cls]
+    compare(getattr(pt, cls)(*args, engine=eng), getattr(torch.nn, cls)(*args), x)
