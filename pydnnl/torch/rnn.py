@@ -10,6 +10,7 @@ and out, ``(output, h_n)`` or ``(output, (h_n, c_n))``. The computation runs in
 """
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import warnings
@@ -131,6 +132,18 @@ class _RNNBase(torch.nn.Module):
                     setattr(self, name + sfx, torch.nn.Parameter(torch.empty(shape, **kw)))
                     self._flat_weights_names.append(name + sfx)
         self.reset_parameters()
+
+    def __deepcopy__(self, memo):
+        # an engine is a device handle, not data: a copy of the module runs on the same one
+        memo.setdefault(id(self.engine), self.engine)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__dict__, memo))
+        return new
+
+    def __reduce_ex__(self, protocol):
+        raise unimplemented(f"{type(self).__name__}: a module holding a pydnnl engine cannot be "
+                            f"pickled; save its state_dict() (the same as torch.nn's) instead")
 
     @classmethod
     def from_torch(cls, module: torch.nn.Module, engine=None) -> "_RNNBase":

@@ -413,3 +413,18 @@ def test_an_input_changed_in_place_before_backward_is_caught(eng):
     x2.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def test_deepcopy_shares_the_engine_and_pickling_names_the_state_dict(eng):
+    import copy
+    import io
+
+    m = prnn.LSTM(3, 4, engine=eng)
+    c = copy.deepcopy(m)
+    assert c.engine is eng and c.weight_ih_l0 is not m.weight_ih_l0
+    assert torch.equal(c.weight_ih_l0, m.weight_ih_l0)
+    x = torch.randn(T, N, 3)
+    with torch.no_grad():
+        assert torch.equal(c(x)[0], m(x)[0])
+    with pytest.raises(dnnl.unimplemented, match=r"state_dict"):
+        torch.save(m, io.BytesIO())
