@@ -139,6 +139,7 @@ def test_inference_matches_reference(engine, stream, batch, cell):
     assert (tape["y1"] == 0).any() and (tape["y1"] > 0).any()
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_training_step_gradients_and_update(engine, stream, batch, cell):
     x, lengths, labels = batch
@@ -191,6 +192,7 @@ def test_command_line(mode):
     assert ("utterances/s" if mode == "infer" else "training steps/s") in out.stdout
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("cell,optimizer", [("gru", "sgd"), ("lstm", "sgd"), ("lstm", "adam")])
 def test_against_torch(engine, stream, batch, cell, optimizer):
     torch = pytest.importorskip("torch")
