@@ -166,7 +166,8 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
     if compare not in (None, "torch"):
         raise SystemExit(f"--compare: the conv driver compares with torch only, got {compare}")
     try:
-        p = parse_conv_problem(text).with_mb(int(combo.get("mb", "") or 0))
+        p = parse_conv_problem(text, deconv=driver == "deconv").with_mb(
+            int(combo.get("mb", "") or 0))
         o = C.ConvOptions(dir=C.parse_dir(combo.get("dir", "") or "FWD_B"),
                           alg=C.parse_alg(combo.get("alg", "") or "auto"),
                           post_ops=combo.get("attr-post-ops", ""),
@@ -183,8 +184,6 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
     for k in ("attr-scales", "attr-zero-points"):
         if combo.get(k, ""):
             missing.append(f"--{k}={combo[k]}: pydnnl convolutions take no {k[5:]}")
-    if driver == "deconv":
-        missing.append("--deconv: the benchmark's deconvolution check is not written yet")
     if o.post_ops:
         from .common import parse_post_ops
 

@@ -4,7 +4,8 @@ Problems use benchdnn's descriptor syntax (:mod:`.conv_problem`, e.g.
 ``mb1ic64ih56oc64oh56kh3ph1``); every tensor is created with ``format_tag.any``, as benchdnn
 does by default, so the timed primitive runs in the layouts its solver chose (reorders from
 user layouts are not timed). The backward directions build the forward descriptor first and
-pass it as the hint, as a training framework would.
+pass it as the hint, as a training framework would. A deconvolution problem (``--deconv``)
+runs the deconvolution primitives and is checked against the deconvolution reference.
 """
 from __future__ import annotations
 
@@ -84,21 +85,25 @@ def _tag(text: str, ndims: int, what: str):
     return getattr(tag, name)
 
 
-def _algorithm_and_solver(alg: str):
+def _algorithm_and_solver(alg: str, deconv: bool = False):
     """(oneDNN algorithm, pinned solver name or None) of a normalized ``--alg`` value."""
     A = dnnl.algorithm
+    op = "deconvolution" if deconv else "convolution"
     if alg == "direct":
-        return A.convolution_direct, None
+        return getattr(A, f"{op}_direct"), None
     if alg == "winograd":
-        return A.convolution_winograd, None
+        return getattr(A, f"{op}_winograd"), None
     if alg == "auto":
         return A.convolution_auto, None
     fam = solvers()[alg].family
-    return (A.convolution_winograd if fam == "winograd" else A.convolution_auto), alg
+    return (getattr(A, f"{op}_winograd") if fam == "winograd" else A.convolution_auto), alg
 
 
 def _reduction_length(p: ConvProblem, direction: str) -> int:
     """Terms summed per output element, which float32 rounding grows with."""
+    if p.deconvolution:  # the sums of the convolution whose backward data it is
+        swap = {"fwd": "bwd_d", "bwd_d": "fwd", "bwd_w": "bwd_w"}
+        return _reduction_length(p.as_convolution(), swap[direction])
     k = int(np.prod(p.kernel))
     if direction == "fwd":
         return p.ic // p.g * k
@@ -125,7 +130,10 @@ class ConvBench:
         dst_md = md(p.dst_dims(), dt.f32, _tag(o.dtag, nd, "dtag"))
         bias_md = md(p.bias_dims(), dt.f32, tag.any) if self.with_bias else None
         geo = (list(p.strides), list(p.dilates), list(p.padding_l), list(p.padding_r))
-        alg, solver = _algorithm_and_solver(o.alg)
+        alg, solver = _algorithm_and_solver(o.alg, p.deconvolution)
+        op = "deconvolution" if p.deconvolution else "convolution"
+        fwd_cls, bwd_d_cls, bwd_w_cls = (getattr(dnnl, f"{op}_{d}") for d in
+                                         ("forward", "backward_data", "backward_weights"))
         pin = {} if solver is None else {"solver": solver}
         prop = getattr(dnnl.prop_kind, prop_name)
         self.post_ops = parse_post_ops(o.post_ops, p.dst_dims())
@@ -133,19 +141,19 @@ class ConvBench:
         attr.set_post_ops(self.post_ops)
         t0 = time.perf_counter()
         if self.direction == "fwd":
-            self.pd = dnnl.convolution_forward.primitive_desc(
+            self.pd = fwd_cls.primitive_desc(
                 eng, prop, alg, src_md, wei_md, bias_md, dst_md, *geo, attr, **pin)
-            self.prim = dnnl.convolution_forward(self.pd)
+            self.prim = fwd_cls(self.pd)
         else:
-            hint = self._hint(eng, prop, src_md, wei_md, dst_md, geo, solver)
+            hint = self._hint(fwd_cls, eng, prop, src_md, wei_md, dst_md, geo, solver)
             if self.direction == "bwd_d":
-                self.pd = dnnl.convolution_backward_data.primitive_desc(
+                self.pd = bwd_d_cls.primitive_desc(
                     eng, alg, src_md, wei_md, dst_md, *geo, hint, **pin)
-                self.prim = dnnl.convolution_backward_data(self.pd)
+                self.prim = bwd_d_cls(self.pd)
             else:
-                self.pd = dnnl.convolution_backward_weights.primitive_desc(
+                self.pd = bwd_w_cls.primitive_desc(
                     eng, alg, src_md, wei_md, bias_md, dst_md, *geo, hint, **pin)
-                self.prim = dnnl.convolution_backward_weights(self.pd)
+                self.prim = bwd_w_cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         rng = np.random.default_rng(seed)
         self.values: dict[int, np.ndarray] = {}
@@ -160,19 +168,18 @@ class ConvBench:
         self.stream = dnnl.stream(eng)
 
     @staticmethod
-    def _hint(eng, prop, src_md, wei_md, dst_md, geo, solver):
+    def _hint(fwd_cls, eng, prop, src_md, wei_md, dst_md, geo, solver):
         """The forward descriptor backward passes take as hint (its layouts are reused):
         the same pinned solver where it does forward too, else the automatic choice."""
         A = dnnl.algorithm
         if solver is not None and solvers()[solver].family != "winograd":
             try:
-                return dnnl.convolution_forward.primitive_desc(
-                    eng, prop, A.convolution_auto, src_md, wei_md, None, dst_md, *geo,
-                    solver=solver)
+                return fwd_cls.primitive_desc(eng, prop, A.convolution_auto, src_md, wei_md,
+                                              None, dst_md, *geo, solver=solver)
             except unimplemented:
                 pass
-        return dnnl.convolution_forward.primitive_desc(eng, prop, A.convolution_auto, src_md,
-                                                       wei_md, None, dst_md, *geo)
+        return fwd_cls.primitive_desc(eng, prop, A.convolution_auto, src_md, wei_md, None,
+                                      dst_md, *geo)
 
     @property
     def solver(self) -> str:
@@ -210,16 +217,19 @@ class ConvBench:
 
     def check(self) -> float:
         """Max error of every output relative to its magnitude, against the float64 numpy
-        reference (:mod:`pydnnl.reference.conv`)."""
+        reference (:mod:`pydnnl.reference.conv`; its deconv_* functions for a deconvolution)."""
         from ..reference import conv as R
 
         self.run()
         self.stream.wait()
         p, v = self.p, self.values
         geo = (p.strides, p.dilates, p.padding_l, p.padding_r)
+        op = "deconv" if p.deconvolution else "conv"
+        forward, backward_data, backward_weights = (
+            getattr(R, f"{op}_{d}") for d in ("forward", "backward_data", "backward_weights"))
         if self.direction == "fwd":
-            ref = {dnnl.ARG_DST: R.conv_forward(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
-                                                v.get(dnnl.ARG_BIAS), *geo, dtype=np.float64)}
+            ref = {dnnl.ARG_DST: forward(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
+                                         v.get(dnnl.ARG_BIAS), *geo, dtype=np.float64)}
             if len(self.post_ops):  # dst held the prior content sum entries read
                 from ..primitives.post_ops import binary_arg
                 from ..reference.post_ops import apply_post_ops
@@ -228,13 +238,12 @@ class ConvBench:
                 ref[dnnl.ARG_DST] = apply_post_ops(ref[dnnl.ARG_DST], self.post_ops,
                                                    v[dnnl.ARG_DST], ops)
         elif self.direction == "bwd_d":
-            ref = {dnnl.ARG_DIFF_SRC: R.conv_backward_data(
+            ref = {dnnl.ARG_DIFF_SRC: backward_data(
                 v[dnnl.ARG_DIFF_DST], v[dnnl.ARG_WEIGHTS], p.src_dims(), *geo,
                 dtype=np.float64)}
         else:
-            dw, db = R.conv_backward_weights(v[dnnl.ARG_SRC], v[dnnl.ARG_DIFF_DST],
-                                             p.weights_dims(), *geo, with_bias=self.with_bias,
-                                             dtype=np.float64)
+            dw, db = backward_weights(v[dnnl.ARG_SRC], v[dnnl.ARG_DIFF_DST], p.weights_dims(),
+                                      *geo, with_bias=self.with_bias, dtype=np.float64)
             ref = {dnnl.ARG_DIFF_WEIGHTS: dw}
             if self.with_bias:
                 ref[dnnl.ARG_DIFF_BIAS] = db
@@ -282,6 +291,8 @@ def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
     Forward: ``torch.nn.functional.conv1d/2d/3d``; backward:
     ``torch.ops.aten.convolution_backward`` asking for the wanted gradients only (no autograd
     graph)."""
+    if p.deconvolution:
+        return None  # the peer comparison covers convolutions only
     try:
         import torch
         import torch.nn.functional as F
@@ -392,6 +403,7 @@ def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
         peer = torch_time(p, o, device=dev, min_seconds=min_seconds)
         if peer is None:
             why = ("torch is not installed" if not torch_available() else
+                   "deconvolution" if p.deconvolution else
                    "no CUDA device for torch" if dev == "cuda" else "not comparable")
             line += f",torch=n/a ({why})"
         else:

@@ -24,6 +24,12 @@ Descriptor syntax (``tests/benchdnn/doc/driver_conv.md``, ``knobs_desc.md``)::
 The number of operations (:meth:`ConvProblem.flops`) is benchdnn's: ``2 * mb * oc * ic / g``
 times the number of (output point, kernel tap) pairs that land inside the input, so padding
 taps do not count.
+
+Deconvolution problems (``--deconv``, ``parse_conv_problem(desc, deconv=True)``) use the same
+syntax with benchdnn's deconv rules: the sizes relate as in the transposed convolution,
+``o = (i-1)*s + ((k-1)*(d+1)+1) - 2p``, a missing padding is
+``p = ((i-1)*s - o + ((k-1)*(d+1)+1)) / 2`` and ``p_r = (i-1)*s - o + ((k-1)*(d+1)+1) - p``;
+the operation count is that of the convolution whose backward data the deconvolution is.
 """
 from __future__ import annotations
 
@@ -117,10 +123,12 @@ class ConvProblem(ConvGeometry):
 
     # --- work -------------------------------------------------------------------------------
     def flops(self) -> float:
-        """benchdnn's operation count: 2 * mb * oc * ic/g * (output, tap) pairs inside the input."""
+        """benchdnn's operation count: 2 * mb * oc * ic/g * (output, tap) pairs inside the input
+        (a deconvolution counts its equivalent convolution's pairs)."""
         taps = 1
-        for i, o, k, s, p, d in zip(self.src_spatial, self.dst_spatial, self.kernel,
-                                    self.strides, self.padding_l, self.dilates):
+        c = self.as_convolution()
+        for i, o, k, s, p, d in zip(c.src_spatial, c.dst_spatial, c.kernel, c.strides,
+                                    c.padding_l, c.dilates):
             pos = np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * (d + 1)
             taps *= int(np.count_nonzero((pos >= 0) & (pos < i)))
         return float(2 * self.mb * self.oc * (self.ic // self.g) * taps)
@@ -174,9 +182,10 @@ def _strip_quotes(name: str) -> str:
     return name
 
 
-def parse_conv_problem(desc: str) -> ConvProblem:
-    """Parse a benchdnn convolution descriptor into a :class:`ConvProblem` (benchdnn's
-    ``str2desc``). Raises :class:`pydnnl.error.invalid_arguments` naming the bad entry."""
+def parse_conv_problem(desc: str, deconv: bool = False) -> ConvProblem:
+    """Parse a benchdnn convolution (``deconv``: deconvolution) descriptor into a
+    :class:`ConvProblem` (benchdnn's ``str2desc`` of that driver). Raises
+    :class:`pydnnl.error.invalid_arguments` naming the bad entry."""
     if not isinstance(desc, str):
         raise invalid_arguments(f"conv problem: expected a descriptor string, got {desc!r}")
     text = desc.strip()
@@ -238,14 +247,16 @@ def parse_conv_problem(desc: str) -> ConvProblem:
         if not v[o_]:
             if v[p_] < 0:
                 v[p_] = 0
-            v[o_] = _c_div(v[i_] - ext + 2 * v[p_], v[s_]) + 1
+            v[o_] = ((v[i_] - 1) * v[s_] + ext - 2 * v[p_] if deconv else
+                     _c_div(v[i_] - ext + 2 * v[p_], v[s_]) + 1)
             if v[o_] <= 0:
                 raise invalid_arguments(
                     f"conv problem {desc!r}: `{o_}` was not specified and the other dims give "
                     f"{v[o_]} <= 0 ({i_}={v[i_]}, kernel extent {ext}, {p_}={v[p_]}, "
                     f"{s_}={v[s_]})")
         elif v[p_] < 0:
-            v[p_] = _c_div((v[o_] - 1) * v[s_] - v[i_] + ext, 2)
+            v[p_] = (_c_div((v[i_] - 1) * v[s_] - v[o_] + ext, 2) if deconv else
+                     _c_div((v[o_] - 1) * v[s_] - v[i_] + ext, 2))
 
     # rank and square/cubic completion (benchdnn's sanitize_desc)
     no = {ax: v[f"o{ax}"] == 0 for ax in "dhw"}
@@ -279,11 +290,13 @@ def parse_conv_problem(desc: str) -> ConvProblem:
     def dims(what: str) -> tuple[int, ...]:
         return tuple(v[f"{what}{ax}"] for ax in "dhw")[3 - nsp:]
 
-    pad_r = tuple((o - 1) * s - i + kernel_extent(k, d) - p for i, o, k, s, p, d in
-                  zip(*(dims(w) for w in "iokspd")))
+    # the side whose size the stride divides: the input of a convolution, the output of a
+    # deconvolution (the input of the convolution it transposes)
+    pad_r = tuple(((i - 1) * s - o if deconv else (o - 1) * s - i) + kernel_extent(k, d) - p
+                  for i, o, k, s, p, d in zip(*(dims(w) for w in "iokspd")))
     return ConvProblem(v["mb"], v["g"], v["ic"], v["oc"], dims("i"), dims("o"), dims("k"),
-                       dims("s"), dims("d"), dims("p"), pad_r, grouped_weights=has_groups,
-                       name=name)
+                       dims("s"), dims("d"), dims("p"), pad_r, deconvolution=deconv,
+                       grouped_weights=has_groups, name=name)
 
 
 # ---------------------------------------------------------------------------------------------

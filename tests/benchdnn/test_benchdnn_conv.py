@@ -176,3 +176,70 @@ def test_solvers_too_big_for_the_device_are_passed_over(cpu_engine, monkeypatch)
         ConvBench(cpu_engine, p, ConvOptions(alg="im2col_gemm"))
     msg = str(e.value)
     assert f"{sizes['im2col_gemm']} bytes" in msg and f"limit of {sizes['im2col_gemm'] - 1}" in msg
+
+
+# --- deconvolution (--deconv) ---------------------------------------------------------------
+@pytest.mark.parametrize("desc, src, dst, pl, pr", [
+    # o given, p given: p_r = (i-1)*s - o + ((k-1)*(d+1)+1) - p = 7 - 5 + 3 - 3
+    ('g1oc17ic16_ow5iw8kw3pw3_n"deconv_ci_1d:oc_tail_gemm"', (2, 16, 8), (2, 17, 5), (3,), (2,)),
+    # o deduced: (i-1)*s + ((k-1)*(d+1)+1) - 2p = 4*2 + 3 - 2
+    ("mb2ic4ih5oc6kh3sh2ph1", (2, 4, 5, 5), (2, 6, 9, 9), (1, 1), (1, 1)),
+    # p deduced: ((i-1)*s - o + ext) / 2 = (8 - 10 + 3) / 2 = 0, then p_r = 1
+    ("mb1ic4ih5oc6oh10kh3sh2", (1, 4, 5, 5), (1, 6, 10, 10), (0, 0), (1, 1)),
+    # dilation: ext = (3-1)*(1+1)+1 = 5, o = 4 + 5 - 2 = 7
+    ("mb1ic2iw5oc3kw3dw1pw1", (1, 2, 5), (1, 3, 7), (1,), (1,)),
+])
+def test_deconv_problem_follows_benchdnns_deconv_rules(desc, src, dst, pl, pr):
+    p = parse_conv_problem(desc, deconv=True)
+    assert p.deconvolution and p.src_dims() == src and p.dst_dims() == dst
+    assert p.padding_l == pl and p.padding_r == pr
+    x = np.zeros(src)
+    w = np.zeros(p.weights_dims())  # [G, OC/G, IC/G, k...] or [OC, IC, k...]
+    assert R.deconv_forward(x, w, None, p.strides, p.dilates, p.padding_l,
+                            p.padding_r).shape == dst
+    assert parse_conv_problem(p.to_str(), deconv=True) == p
+    assert p.flops() == p.as_convolution().flops()  # benchdnn counts the transposed conv
+
+
+def _deconv_1d_closed_form(x, w, b, s, d, pl, out_w):
+    """dst[n, oc, i*s - pl + k*(d+1)] += src[n, ic, i] * w[oc, ic, k] (+ bias), by loops."""
+    n_, ic_, iw = x.shape
+    oc_, _, kw = w.shape
+    y = np.zeros((n_, oc_, out_w)) + (0 if b is None else b[None, :, None])
+    for n in range(n_):
+        for oc in range(oc_):
+            for ic in range(ic_):
+                for i in range(iw):
+                    for k in range(kw):
+                        o = i * s - pl + k * (d + 1)
+                        if 0 <= o < out_w:
+                            y[n, oc, o] += x[n, ic, i] * w[oc, ic, k]
+    return y
+
+
+def test_deconv_forward_output_matches_a_closed_form(cpu_engine):
+    p = parse_conv_problem("mb2ic3iw4oc5kw3sw2pw1", deconv=True)
+    b = conv_drv.ConvBench(cpu_engine, p, conv_drv.ConvOptions(dir="FWD_B"))
+    assert b.check() <= b.tolerance()
+    v = b.values
+    want = _deconv_1d_closed_form(v[dnnl.ARG_SRC].astype(np.float64),
+                                  v[dnnl.ARG_WEIGHTS].astype(np.float64),
+                                  v[dnnl.ARG_BIAS].astype(np.float64), 2, 0, 1, p.dst_dims()[2])
+    got = b.args[dnnl.ARG_DST].to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_deconv_correctness_mode_every_direction(capsys):
+    rc = main(["--deconv", "--mode=C",
+               "--dir=FWD_B", "--attr-post-ops=linear:2:1", "g2mb2ic4ih5oc6kh3sh2ph1",
+               "--attr-post-ops=", "--dir=FWD_D", "--stag=axb", "--dtag=axb", "mb1ic3iw6oc4kw3pw1",
+               "--stag=any", "--dtag=any",
+               "--dir=BWD_D", "g2mb2ic4ih5oc6kh3sh2ph1",
+               "--dir=BWD_WB", "g2mb2ic4ih5oc6kh3sh2ph1",
+               "--dir=BWD_W", "mb1ic3id3oc2kd2dd1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    checks = _lines(out, "check")
+    assert len(checks) == 5 and all(",passed," in ln for ln in checks), out
+    assert "tests:5 passed:5" in out
+    assert "g2ic4ih5oc6oh9kh3sh2ph1" in checks[0]  # benchdnn's deconv output size
