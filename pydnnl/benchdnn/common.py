@@ -106,6 +106,32 @@ def copy_gbs(eng, nbytes: int, min_seconds: float = 0.5) -> float:
     return _COPY_CACHE[key]
 
 
+# --attr-fpmath: tf32 rounds each input to 10 mantissa bits, so a K-long dot product is off by
+# about 2^-11 * sqrt(K) of its scale; benchdnn likewise relaxes its threshold for tf32
+TF32_RTOL = 2e-3
+
+
+def fpmath_attr(opts: dict, attr):
+    """Apply ``--attr-fpmath=MODE[:true]`` to ``attr``; returns whether TF32 is allowed."""
+    import pydnnl as dnnl
+
+    text = str(opts.get("attr-fpmath", "")).strip()
+    if not text:
+        return False
+    mode, _, to_int = text.partition(":")
+    attr.set_fpmath_mode(mode, to_int.lower() == "true")
+    return attr.get_fpmath_mode() in (dnnl.fpmath_mode.tf32, dnnl.fpmath_mode.any)
+
+
+def torch_tf32(device: str | None, allow: bool) -> None:
+    """The CUDA peer computes as pydnnl may: TF32 where the fpmath mode allows it."""
+    if device == "cuda":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = bool(allow)
+        torch.backends.cudnn.allow_tf32 = bool(allow)
+
+
 def torch_device(eng) -> str | None:
     """``"cuda"`` or ``"cpu"`` for PyTorch comparisons on ``eng``'s kind, or None when torch
     (or its CUDA, for a GPU engine) is not available."""

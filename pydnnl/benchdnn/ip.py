@@ -16,13 +16,16 @@ import pydnnl as dnnl
 
 from ..error import invalid_arguments
 from .common import (
+    TF32_RTOL,
     check_line,
+    fpmath_attr,
     parse_post_ops,
     perf_line,
     post_op_operands,
     random_args,
     time_ms,
     torch_device,
+    torch_tf32,
     torch_time_ms,
 )
 
@@ -55,6 +58,7 @@ class IpBench:
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), [mb, oc])
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
+        self.tf32 = fpmath_attr(opts, attr)
         prop = (dnnl.prop_kind.forward_inference if d == "FWD_I"
                 else dnnl.prop_kind.forward_training)
         t0 = time.perf_counter()
@@ -63,11 +67,12 @@ class IpBench:
         if d.startswith("FWD"):
             self.pd, cls = fwd, dnnl.inner_product_forward
         elif d == "BWD_D":
-            self.pd = dnnl.inner_product_backward_data.primitive_desc(eng, src, wei, dst, fwd)
+            self.pd = dnnl.inner_product_backward_data.primitive_desc(eng, src, wei, dst, fwd,
+                                                                      attr)
             cls = dnnl.inner_product_backward_data
         else:
             self.pd = dnnl.inner_product_backward_weights.primitive_desc(eng, src, wei, bias,
-                                                                         dst, fwd)
+                                                                         dst, fwd, attr)
             cls = dnnl.inner_product_backward_weights
         self.prim = cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
@@ -129,10 +134,10 @@ def _peer(b: IpBench, compare, eng, min_seconds):
             return "torch", None
         import torch
 
-        if dev == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = False
+        torch_tf32(dev, b.tf32)
         tx, tw = torch.tensor(x, device=dev), torch.tensor(w, device=dev)
-        return "torch", torch_time_ms(lambda: torch.nn.functional.linear(tx, tw), dev,
+        tb = torch.zeros(oc, device=dev) if b.dir == "FWD_B" else None  # the same bias work
+        return "torch", torch_time_ms(lambda: torch.nn.functional.linear(tx, tw, tb), dev,
                                       min_seconds)
     return None
 
@@ -141,7 +146,8 @@ def run(eng, problem: str, opts: dict, mode: str, compare, min_seconds: float) -
     b = IpBench(eng, problem, opts)
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
-        line, failed = check_line("ip", desc, problem, b.check(), 1e-5 * max(
+        line, failed = check_line("ip", desc, problem, b.check(), (
+            TF32_RTOL if b.tf32 else 1e-5) * max(
             1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024)))
         print(line, flush=True)
         return failed

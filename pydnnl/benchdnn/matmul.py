@@ -15,7 +15,9 @@ import pydnnl as dnnl
 
 from ..error import invalid_arguments
 from .common import (
+    TF32_RTOL,
     check_line,
+    fpmath_attr,
     parse_dims_list,
     parse_post_ops,
     perf_line,
@@ -23,6 +25,7 @@ from .common import (
     random_args,
     time_ms,
     torch_device,
+    torch_tf32,
     torch_time_ms,
 )
 
@@ -62,6 +65,7 @@ class MatmulBench:
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), dd, oc_dim=nd - 1)
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
+        self.tf32 = fpmath_attr(opts, attr)
         t0 = time.perf_counter()
         self.pd = dnnl.matmul.primitive_desc(eng, *descs, attr)
         self.prim = dnnl.matmul(self.pd)
@@ -106,8 +110,7 @@ def _peer(b: MatmulBench, compare: str | None, eng, min_seconds: float):
             return "torch", None
         import torch
 
-        if dev == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = False
+        torch_tf32(dev, b.tf32)
         x = torch.tensor(b.values[dnnl.ARG_SRC], device=dev)
         w = torch.tensor(b.values[dnnl.ARG_WEIGHTS], device=dev)
         out = torch.empty(dd, device=dev)
@@ -120,8 +123,8 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
     b = MatmulBench(eng, problem, opts)
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
-        line, failed = check_line("matmul", desc, problem, b.check(), 1e-5 * max(
-            1.0, np.sqrt(b.dims[0][-1] / 1024)))
+        line, failed = check_line("matmul", desc, problem, b.check(), (
+            TF32_RTOL if b.tf32 else 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024)))
         print(line, flush=True)
         return failed
     tmin, tmed = time_ms(b.run, min_seconds, b.stream.wait)
