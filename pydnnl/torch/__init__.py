@@ -35,3 +35,4 @@ from .convert import convert  # noqa: E402,F401
 from .linear import Linear  # noqa: E402,F401
 from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm  # noqa: E402,F401
 from .pool import AvgPool2d, MaxPool2d  # noqa: E402,F401
+from .rnn import GRU, LSTM, RNN  # noqa: E402,F401

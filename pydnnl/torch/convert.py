@@ -27,6 +27,7 @@ from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose2d
 from .linear import Linear
 from .norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm
 from .pool import AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN
 
 _nn = torch.nn
 # exact torch.nn classes only: a user's subclass may compute something else in forward
@@ -40,6 +41,18 @@ MODULES = {
     _nn.Hardsigmoid: Hardsigmoid, _nn.Softplus: Softplus, _nn.ReLU6: ReLU6,
     _nn.Hardtanh: Hardtanh, _nn.Softmax: Softmax, _nn.LogSoftmax: LogSoftmax,
 }
+
+
+# recurrent layers are modules of their own (not a class swap): convert replaces them in their
+# parent, handing the new module the torch module's Parameter objects
+RNN_MODULES = {_nn.LSTM: LSTM, _nn.GRU: GRU, _nn.RNN: RNN}
+
+
+def _rnn_counterpart(m: torch.nn.Module, eng) -> torch.nn.Module:
+    ours = RNN_MODULES[type(m)].from_torch(m, eng)
+    for name, p in m.named_parameters(recurse=False):
+        setattr(ours, name, p)  # the same tensors: optimizers made before keep working
+    return ours
 
 
 def _supported(m: torch.nn.Module) -> bool:
@@ -61,7 +74,9 @@ def convert(model: torch.nn.Module, engine=None) -> torch.nn.Module:
 
     The modules keep their identity, parameters, buffers, hooks and training mode (only their
     class changes), so optimizers created before still hold the right parameters. Supported:
-    the exact ``torch.nn`` classes of ``MODULES`` with float32 parameters; instances with
+    the exact ``torch.nn`` classes of ``MODULES`` with float32 parameters, and ``LSTM``,
+    ``GRU``, ``RNN`` (replaced in their parent by a ``pydnnl.torch`` module holding the same
+    Parameter objects; ``model`` itself may not be one); instances with
     options pydnnl does not implement (``MaxPool2d(return_indices=True)``,
     ``AvgPool2d(divisor_override=...)``) and subclasses stay as they are. ``engine``: a
     pydnnl engine, ``"cpu"``/``"gpu"``, or None for the default engine; ``pydnnl.torch``
@@ -71,6 +86,14 @@ def convert(model: torch.nn.Module, engine=None) -> torch.nn.Module:
         raise invalid_arguments(
             f"convert: model: expected a torch.nn.Module, got {type(model).__name__}")
     eng = B.resolve_engine(engine)
+    if type(model) in RNN_MODULES:
+        raise invalid_arguments(
+            f"convert: model is a torch.nn.{type(model).__name__}, which cannot change class in "
+            f"place; use pydnnl.torch.{type(model).__name__}.from_torch(model)")
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) in RNN_MODULES and _supported(child):
+                setattr(parent, name, _rnn_counterpart(child, eng))
     for m in model.modules():
         ours = MODULES.get(type(m))
         if ours is not None and _supported(m):

@@ -93,3 +93,42 @@ def test_convert_moves_pydnnl_modules_to_the_given_engine(eng):
     pt.convert(model, engine=eng)
     assert model[0].engine is eng and not model[0]._pydnnl.prims  # primitives made again
     assert model[1].engine is eng
+
+
+class _Tagger(torch.nn.Module):
+    """An LSTM tagger: embedding-free LSTM, then a per-step Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.rnn = torch.nn.LSTM(5, 6, num_layers=2, bidirectional=True)
+        self.head = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def test_convert_replaces_recurrent_layers_sharing_their_parameters(eng):
+    ref = _Tagger().double()
+    model = _Tagger()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params_before = [id(p) for p in model.parameters()]
+    assert pt.convert(model, eng) is model
+    assert isinstance(model.rnn, pt.LSTM) and isinstance(model.head, pt.Linear)
+    assert [id(p) for p in model.parameters()] == params_before  # the optimizer still holds them
+    x = torch.randn(4, 2, 5)
+    for _ in range(2):  # an SGD step on each: the updated weights are the ones used next
+        for m, inp in ((model, x), (ref, x.double())):
+            m.zero_grad()
+            m(inp).square().sum().backward()
+        assert rel(model(x), ref(x.double())) < TOL
+        opt.step()
+        with torch.no_grad():
+            for p in ref.parameters():
+                p -= 0.1 * p.grad
+    assert rel(model(x), ref(x.double())) < TOL
+
+
+def test_convert_refuses_a_bare_recurrent_module(eng):
+    with pytest.raises(dnnl.invalid_arguments, match="LSTM.from_torch"):
+        pt.convert(torch.nn.LSTM(3, 4), eng)
