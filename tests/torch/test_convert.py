@@ -12,11 +12,6 @@ import pydnnl.torch as pt  # noqa: E402
 TOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def eng():
-    return dnnl.engine(dnnl.engine.kind.cpu, 0)
-
-
 def rel(a, b):
     a, b = a.detach().double(), b.detach().double()
     assert a.shape == b.shape

@@ -10,11 +10,6 @@ import pydnnl.torch as pt  # noqa: E402
 INV, UNIMPL = dnnl.invalid_arguments, dnnl.unimplemented
 
 
-@pytest.fixture(scope="module")
-def eng():
-    return dnnl.engine(dnnl.engine.kind.cpu, 0)
-
-
 CONSTRUCTORS = [
     (lambda e: pt.Conv2d(4, 6, 3, groups=4, engine=e), INV,
      r"out_channels=6 must both be divisible by groups=4"),

@@ -18,11 +18,6 @@ RTOL = 1e-5
 T, N = 5, 3
 
 
-@pytest.fixture(scope="module")
-def eng():
-    return dnnl.engine(dnnl.engine.kind.cpu, 0)
-
-
 def rel_err(a, b) -> float:
     a, b = a.detach().double(), b.detach().double()
     assert a.shape == b.shape, (a.shape, b.shape)
