@@ -127,7 +127,7 @@ def tag_grid(knl, ranges: dict, wg: int):
     """Tags of a :func:`grid` launch."""
     import loopy as lp
 
-    knl = split_fast(knl, "a0", ranges["a0"], wg)
+    knl = split_fast(knl, "a0", ranges["a0"], wg, peel=True)
     return lp.tag_inames(knl, {"a1": "g.1", "a2": "g.2"})
 
 
@@ -300,12 +300,22 @@ def finish(knl, post_ops: tuple = ()):
     return register_helpers(knl, helpers) if helpers else knl
 
 
-def split_fast(knl, iname: str, size: int, wg: int, outer_axis: int = 0):
-    """Spread ``iname`` over work-groups of ``wg`` work-items (axis 0) and groups."""
+def split_fast(knl, iname: str, size: int, wg: int, outer_axis: int = 0, peel: bool = False):
+    """Spread ``iname`` over work-groups of ``wg`` work-items (axis 0) and groups.
+
+    ``peel``: when ``size`` is no multiple of ``wg``, the last (partial) work-group gets code
+    of its own, guarded by the local id alone. Intel's CPU OpenCL compiler drops the guard
+    ``size-1 - wg*gid(0) - lid(0) >= 0`` of a loop-free kernel with a constant ``size``: every
+    work-item of the partial group stored, past the end of the tensor (a 1-D ncw convolution
+    epilogue applied its post-op twice and overwrote host memory). The copy and epilogue
+    kernels, which have no loop, ask for it.
+    """
     import loopy as lp
 
     wg = max(1, min(wg, size))
-    return lp.split_iname(knl, iname, wg, inner_tag="l.0", outer_tag=f"g.{outer_axis}")
+    slabs = (0, 1) if peel and size % wg else (0, 0)
+    return lp.split_iname(knl, iname, wg, inner_tag="l.0", outer_tag=f"g.{outer_axis}",
+                          slabs=slabs)
 
 
 def prod(xs) -> int:

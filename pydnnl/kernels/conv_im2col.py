@@ -162,7 +162,7 @@ def build_im2col(p: Im2ColProblem):
     knl = _make_kernel(domain(ranges), insns, args + temps, "pydnnl_conv_im2col",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
     if p.ic_block:
-        knl = split_fast(knl, "a0", ranges["a0"], p.wg)
+        knl = split_fast(knl, "a0", ranges["a0"], p.wg, peel=True)
         outer = ["g", *[f"k{i}" for i in range(nsp)]]
         knl = lp.tag_inames(knl, {"icb": "g.1"})
         knl = lp.join_inames(knl, outer, "a2") if len(outer) > 1 else \
@@ -381,7 +381,7 @@ def build_splitk_reduce(p: SplitKReduceProblem):
     knl = _make_kernel("{[i, j, t]: 0 <= i < %d and 0 <= j < %d and 0 <= t < %d}"
                        % (p.m, p.n, p.splits), [insn], args, "pydnnl_conv_splitk_reduce",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
-    knl = split_fast(knl, "j", p.n, p.wg)
+    knl = split_fast(knl, "j", p.n, p.wg, peel=True)
     return finish(lp.tag_inames(knl, {"i": "g.1"}))
 
 
