@@ -668,12 +668,21 @@ def max_rel(a: np.ndarray, b: np.ndarray) -> float:
 # ---------------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------------
-def timed(fn, steps: int) -> float:
-    """Seconds per call of ``fn`` over ``steps`` calls."""
-    t0 = time.perf_counter()
-    for _ in range(steps):
+def timed(fn, steps: int) -> tuple[float, float]:
+    """(median, best) seconds of ``steps`` calls of ``fn``: the median resists the other jobs
+    of a shared machine, the best shows an undisturbed call."""
+    times = []
+    for _ in range(max(1, steps)):
+        t0 = time.perf_counter()
         fn()
-    return (time.perf_counter() - t0) / steps
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), min(times)
+
+
+def rate(per_call: int, t: tuple[float, float], unit: str) -> str:
+    """``per_call / seconds`` as 'median (best) unit/s, ms per call'."""
+    return (f"{per_call / t[0]:.2f} (best {per_call / t[1]:.2f}) {unit}/s, median "
+            f"{t[0] * 1e3:.1f} ms")
 
 
 def torch_timings(device: str, fn, steps: int):
@@ -717,8 +726,7 @@ def run_infer(a, cfg, eng, s, params, x, lengths) -> None:
     io0 = (net.io.up, net.io.down)
     sec = timed(batch, a.steps)
     up, down = ((v - w) / a.steps for v, w in zip((net.io.up, net.io.down), io0))
-    print(f"pydnnl: {a.mb / sec:.1f} utterances/s ({a.steps} batches of {a.mb}, "
-          f"{sec * 1e3:.1f} ms/batch)")
+    print(f"pydnnl: {rate(a.mb, sec, 'utterances')} per batch of {a.mb} ({a.steps} batches)")
     print(f"host<->device per batch: {up:.0f} B up (spectrograms), {down:.0f} B down "
           f"(log-probabilities [{net.T2}, {a.mb}, {cfg.classes}]); once: "
           f"{net.setup_bytes} B of weights up")
@@ -745,8 +753,8 @@ def compare_infer(a, cfg, params, net, sec, x, logp) -> None:
 
     run()                                                     # warm-up
     for label, tsec in torch_timings(a.device, run, a.steps):
-        print(f"{label}: {a.mb / tsec:.1f} utterances/s ({tsec * 1e3:.1f} ms/batch); "
-              f"pydnnl/PyTorch {tsec / sec:.2f}x")
+        print(f"{label}: {rate(a.mb, tsec, 'utterances')}; pydnnl/PyTorch (medians) "
+              f"{tsec[0] / sec[0]:.2f}x")
     valid = np.arange(net.T2)[:, None] < net.out_lengths[None, :]
     print(f"max relative error of the log-probabilities at valid frames: "
           f"{max_rel(logp[valid], out['ref'][valid]):.2e}")
@@ -764,11 +772,10 @@ def run_train(a, cfg, eng, s, params, x, lengths, labels) -> None:
 
     step()                                                    # warm-up: step 1 is not timed
     io0 = (net.io.up, net.io.down)
-    sec = timed(step, a.steps - 1) if a.steps > 1 else float("nan")
+    sec = timed(step, a.steps - 1) if a.steps > 1 else (float("nan"),) * 2
     print("pydnnl losses: " + " ".join(f"{v:.4f}" for v in losses))
     up, down = ((v - w) / max(1, a.steps - 1) for v, w in zip((net.io.up, net.io.down), io0))
-    print(f"pydnnl: {1 / sec:.2f} training steps/s ({sec * 1e3:.1f} ms/step over steps 2 to "
-          f"{a.steps})")
+    print(f"pydnnl: {rate(1, sec, 'training steps')} (steps 2 to {a.steps})")
     print(f"host<->device per step: {up:.0f} B up (spectrograms and targets), {down:.0f} B down "
           f"(the loss); once: {net.setup_bytes} B of weights and optimizer state up")
     if a.compare_torch:
@@ -803,7 +810,7 @@ def compare_train(a, cfg, params, net, sec, x, labels, losses) -> None:
             tl.append(loss.item())          # synchronizes, as reading our loss does
 
         tstep()
-        return tl, timed(tstep, a.steps - 1) if a.steps > 1 else float("nan"), m
+        return tl, timed(tstep, a.steps - 1) if a.steps > 1 else (float("nan"),) * 2, m
 
     if a.device == "gpu":
         runs = [("PyTorch CUDA", train_torch())]
@@ -816,8 +823,8 @@ def compare_train(a, cfg, params, net, sec, x, labels, losses) -> None:
     tl, _, m = runs[-1][1]
     print("PyTorch losses: " + " ".join(f"{v:.4f}" for v in tl))
     for label, (_, tsec, _) in runs:
-        print(f"{label}: {1 / tsec:.2f} training steps/s ({tsec * 1e3:.1f} ms/step); "
-              f"pydnnl/PyTorch {tsec / sec:.2f}x")
+        print(f"{label}: {rate(1, tsec, 'training steps')}; pydnnl/PyTorch (medians) "
+              f"{tsec[0] / sec[0]:.2f}x")
     sd = {k: v.detach().cpu().numpy() for k, v in m.state_dict().items()}
     theirs, ours = from_torch_state_dict(cfg, a.cell, sd), net.weights()
     err = max(max_rel(ours[k], theirs[k]) for k in ours)
