@@ -14,4 +14,9 @@ import pydnnl as dnnl  # noqa: E402
 @pytest.fixture(scope="module")
 def eng():
     kind = os.environ.get("PYDNNL_TORCH_TEST_ENGINE", "cpu")
-    return dnnl.engine(dnnl.engine.kind[kind], 0)
+    e = dnnl.engine(dnnl.engine.kind[kind], 0)
+    if kind != "cpu":  # modules made without engine= too
+        import pydnnl.torch as pt
+
+        pt.set_default_engine(e)
+    return e
