@@ -241,46 +241,32 @@ class _Gen:
         ga, gb = t.tm // 4, t.tn // 4
         sa, sb = t.bm // ga, t.bn // gb  # distance between a work-item's 4-row pieces
         sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
+        comps = "xyzw"
         w("float acc[%d][%d];" % (t.tm, t.tn))
         w("#pragma unroll")
         w(f"for (int i = 0; i < {t.tm}; ++i)")
         w("#pragma unroll")
         w(f"  for (int j = 0; j < {t.tn}; ++j) acc[i][j] = 0.0f;")
-        gload("a")
-        gload("b")
-        sstore("a", "0")
-        sstore("b", "0")
-        w("barrier(CLK_LOCAL_MEM_FENCE);")
-        nk = pr.k // t.bk
-        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
-        w("  const int cur = kt & 1;")
-        w(f"  if (kt + 1 < {nk}) {{")
-        gload("a")
-        gload("b")
-        w("  }")
-        w(f"  __local const float* as = As + cur * {sza} + ty * 4;")
-        w(f"  __local const float* bs = Bs + cur * {szb} + tx * 4;")
-        w("#pragma unroll")
-        w(f"  for (int kk = 0; kk < {t.bk}; ++kk) {{")
-        for g in range(ga):
-            w(f"    const float4 fa{g} = *(__local const float4*)(as + kk * {t.bm + self.pa}"
-              f" + {g * sa});")
-        for h in range(gb):
-            w(f"    const float4 fb{h} = *(__local const float4*)(bs + kk * {t.bn + self.pb}"
-              f" + {h * sb});")
-        comps = "xyzw"
-        for i in range(t.tm):
-            for j in range(t.tn):
-                av = f"fa{i // 4}.{comps[i % 4]}"
-                bv = f"fb{j // 4}.{comps[j % 4]}"
-                w(f"    acc[{i}][{j}] = fma({av}, {bv}, acc[{i}][{j}]);")
-        w("  }")
-        w(f"  if (kt + 1 < {nk}) {{")
-        sstore("a", f"(cur ^ 1) * {sza}")
-        sstore("b", f"(cur ^ 1) * {szb}")
-        w("  }")
-        w("  barrier(CLK_LOCAL_MEM_FENCE);")
-        w("}")
+
+        def slice_():
+            w(f"  __local const float* as = As + cur * {sza} + ty * 4;")
+            w(f"  __local const float* bs = Bs + cur * {szb} + tx * 4;")
+            w("#pragma unroll")
+            w(f"  for (int kk = 0; kk < {t.bk}; ++kk) {{")
+            for g in range(ga):
+                w(f"    const float4 fa{g} = *(__local const float4*)(as + kk * {t.bm + self.pa}"
+                  f" + {g * sa});")
+            for h in range(gb):
+                w(f"    const float4 fb{h} = *(__local const float4*)(bs + kk * {t.bn + self.pb}"
+                  f" + {h * sb});")
+            for i in range(t.tm):
+                for j in range(t.tn):
+                    av = f"fa{i // 4}.{comps[i % 4]}"
+                    bv = f"fb{j // 4}.{comps[j % 4]}"
+                    w(f"    acc[{i}][{j}] = fma({av}, {bv}, acc[{i}][{j}]);")
+            w("  }")
+
+        self._pipeline(w, gload, sstore, sza, szb, slice_)
         # C: rows m0 + g*sa + ty*4 + q, columns n0 + h*sb + tx*4 + (0..3)
         breg = {}
         if self.bias_per_column():
@@ -319,6 +305,30 @@ class _Gen:
                 w("}")
         return "\n".join("    " + x for x in L)
 
+    def _pipeline(self, w, gload, sstore, sza: int, szb: int, slice_) -> None:
+        """The k loop: slice 0 staged into shared memory, then per slice the next one loaded
+        from global memory into registers while ``slice_()`` multiplies the current one
+        (``cur``), stored into the other buffer, one barrier per slice."""
+        gload("a")
+        gload("b")
+        sstore("a", "0")
+        sstore("b", "0")
+        w("barrier(CLK_LOCAL_MEM_FENCE);")
+        nk = self.pr.k // self.t.bk
+        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
+        w("  const int cur = kt & 1;")
+        w(f"  if (kt + 1 < {nk}) {{")
+        gload("a")
+        gload("b")
+        w("  }")
+        slice_()
+        w(f"  if (kt + 1 < {nk}) {{")
+        sstore("a", f"(cur ^ 1) * {sza}")
+        sstore("b", f"(cur ^ 1) * {szb}")
+        w("  }")
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w("}")
+
     def _mma_body(self, w, gload, sstore) -> None:
         """The tensor-core main loop and store: warp ``wid`` owns rows ``wm0..wm0+wm`` and
         columns ``wn0..wn0+wn`` of the block as ``(wm/16) x (wn/8)`` m16n8 accumulators;
@@ -337,45 +347,33 @@ class _Gen:
         w("#pragma unroll")
         w(f"  for (int j = 0; j < {nt_}; ++j)")
         w("    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
-        gload("a")
-        gload("b")
-        sstore("a", "0")
-        sstore("b", "0")
-        w("barrier(CLK_LOCAL_MEM_FENCE);")
-        nk = pr.k // t.bk
-        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
-        w("  const int cur = kt & 1;")
-        w(f"  if (kt + 1 < {nk}) {{")
-        gload("a")
-        gload("b")
-        w("  }")
-        w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
-        w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
-        w("#pragma unroll")
-        w(f"  for (int kk = 0; kk < {t.bk}; kk += 8) {{")
-        for i in range(mt):
-            for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
-                w(f"    const uint a{i}_{r} = as_uint(as[(kk + {dk}) * {ra} + {16 * i + dm}]);")
-        for j in range(nt_):
-            for r, dk in enumerate((0, 4)):
-                w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
-        for i in range(mt):
+
+        def slice_():
+            w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
+            w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
+            w("#pragma unroll")
+            w(f"  for (int kk = 0; kk < {t.bk}; kk += 8) {{")
+            for i in range(mt):
+                for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
+                    w(f"    const uint a{i}_{r} = "
+                      f"as_uint(as[(kk + {dk}) * {ra} + {16 * i + dm}]);")
             for j in range(nt_):
-                c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
-                w('    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "')
-                w('        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
-                  '{%10, %11, %12, %13};"')
-                w(f'        : "=f"({c[0]}), "=f"({c[1]}), "=f"({c[2]}), "=f"({c[3]})')
-                w(f'        : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
-                  f'"r"(b{j}_0), "r"(b{j}_1),')
-                w(f'          "f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]}));')
-        w("  }")
-        w(f"  if (kt + 1 < {nk}) {{")
-        sstore("a", f"(cur ^ 1) * {sza}")
-        sstore("b", f"(cur ^ 1) * {szb}")
-        w("  }")
-        w("  barrier(CLK_LOCAL_MEM_FENCE);")
-        w("}")
+                for r, dk in enumerate((0, 4)):
+                    w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
+            for i in range(mt):
+                for j in range(nt_):
+                    c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
+                    w('    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "')
+                    w('        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+                      '{%10, %11, %12, %13};"')
+                    w(f'        : "=f"({c[0]}), "=f"({c[1]}), "=f"({c[2]}), "=f"({c[3]})')
+                    w(f'        : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
+                      f'"r"(b{j}_0), "r"(b{j}_1),')
+                    w(f'          "f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]}));')
+            w("  }")
+
+        self._pipeline(w, gload, sstore, sza, szb, slice_)
+
         def colx(j, e):
             return f"(n0 + wn0 + {8 * j} + 2 * q + {e})"
 
