@@ -42,9 +42,10 @@ import numpy as np
 from .gemm import GemmProblem
 from .source import KernelSource
 
-__all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "GENERATOR_VERSION"]
+__all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes",
+           "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-5"
+GENERATOR_VERSION = "gemm_nv-6"
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,13 @@ class _Gen:
         # row padding of the shared tiles (keeps float4 alignment, spreads banks); the mma
         # fragments read rows k..k+3 at columns g..g+7: a pad of 8 puts them in 32 banks
         self.pa = self.pb = 8 if t.mma else 4
+        # tensor cores with a plain A (rows along k): A stays m-major in shared memory, rows
+        # padded to bk + 4 (float4 stores as loaded; a fragment's 32 reads in 32 banks)
+        # instead of transposed into k rows (4 scalar stores per float4, 4-way conflicts)
+        self.a_mmajor = bool(t.mma) and _a_kcontig(pr)
+        self.rak = t.bk + 4
+        self.sza = t.bm * self.rak if self.a_mmajor else t.bk * (t.bm + self.pa)
+        self.szb = t.bk * (t.bn + self.pb)
 
     # {{{ global -> registers -> shared
 
@@ -225,7 +233,10 @@ class _Gen:
             arr, pad, span = ("As", self.pa, t.bm) if name == "a" else ("Bs", self.pb, t.bn)
             row = span + pad
             for i, (_, _, (r, c, transposed)) in enumerate(la if name == "a" else lb):
-                if transposed:  # the float4 runs along k: four k rows, one column
+                if name == "a" and self.a_mmajor:  # (k column r, m row c): as loaded
+                    w(f"*(__local float4*)&As[{buf} + {c} * {self.rak} + {r}] = "
+                      f"{cvt}4(r{name}[{i}]);")
+                elif transposed:  # the float4 runs along k: four k rows, one column
                     for q, comp in enumerate("xyzw"):
                         w(f"{arr}[{buf} + ({r} + {q}) * {row} + {c}] = "
                           f"{cvt}(r{name}[{i}].{comp});")
@@ -240,7 +251,7 @@ class _Gen:
 
         ga, gb = t.tm // 4, t.tn // 4
         sa, sb = t.bm // ga, t.bn // gb  # distance between a work-item's 4-row pieces
-        sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
+        sza, szb = self.sza, self.szb
         comps = "xyzw"
         w("float acc[%d][%d];" % (t.tm, t.tn))
         w("#pragma unroll")
@@ -336,7 +347,7 @@ class _Gen:
         pr, t = self.pr, self.t
         mt, nt_ = t.wm // 16, t.wn // 8
         ra, rb = t.bm + self.pa, t.bn + self.pb
-        sza, szb = t.bk * ra, t.bk * rb
+        sza, szb = self.sza, self.szb
         wx = t.bn // t.wn
         w("const int lane = tid & 31, wid = tid >> 5;")
         w("const int g = lane >> 2, q = lane & 3;")
@@ -349,14 +360,19 @@ class _Gen:
         w("    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
 
         def slice_():
-            w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
+            if self.a_mmajor:
+                w(f"  __local const float* as = As + cur * {sza} + (wm0 + g) * {self.rak}"
+                  " + q;")
+            else:
+                w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
             w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
             w("#pragma unroll")
             w(f"  for (int kk = 0; kk < {t.bk}; kk += 8) {{")
             for i in range(mt):
                 for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
-                    w(f"    const uint a{i}_{r} = "
-                      f"as_uint(as[(kk + {dk}) * {ra} + {16 * i + dm}]);")
+                    at = (f"{16 * i + dm} * {self.rak} + kk + {dk}" if self.a_mmajor
+                          else f"(kk + {dk}) * {ra} + {16 * i + dm}")
+                    w(f"    const uint a{i}_{r} = as_uint(as[{at}]);")
             for j in range(nt_):
                 for r, dk in enumerate((0, 4)):
                     w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
@@ -509,7 +525,7 @@ class _Gen:
                 parts.append(f"{bt} * {stride}")
             return " + ".join(parts) or "0"
 
-        sza, szb = t.bk * (t.bm + self.pa), t.bk * (t.bn + self.pb)
+        sza, szb = self.sza, self.szb
         vec = _vector_ops(pr)
         from .post_ops import helpers
 
@@ -555,6 +571,14 @@ inline float4 pd_tf324(float4 v)
     return (float4)(pd_tf32(v.x), pd_tf32(v.y), pd_tf32(v.z), pd_tf32(v.w));
 }
 """
+
+
+def smem_bytes(tile: NvTile) -> int:
+    """Shared memory of a kernel with ``tile`` (double-buffered A and B; the larger of the two
+    A layouts, so that the bound holds for every problem)."""
+    pad = 8 if tile.mma else 4
+    a = max(tile.bk * (tile.bm + pad), tile.bm * (tile.bk + 4) if tile.mma else 0)
+    return 2 * (a + tile.bk * (tile.bn + pad)) * 4
 
 
 def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from ...kernels.gemm import (
     normalize_params,
     params_fit,
 )
-from ...kernels.gemm_nv import NvTile, supports
+from ...kernels.gemm_nv import NvTile, smem_bytes, supports
 
 
 def _limits(info) -> tuple[bool, int, tuple, int, int]:
@@ -218,12 +218,14 @@ _NV_THIN_MIN = (32, 1024)  # (the short side, the long side) of a thin GEMM
 _NV_THIN_MAX_K = 1024
 
 
-# TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars),
-# measured on the H100 (2026-11, us; the SIMT kernel / cuBLAS TF32 in brackets): 64x128 blocks
-# of 32x32 warp tiles (1024^3: 37 [100 / 18]; 1280x2048x512: 48 [95 / 23]; 6272x128x1152: 40
-# [113 / 18]; 392x512x4608: 129 [430 / 21]); once 128x128 blocks of 64x32 warp tiles give two
-# per SM they win (4096^3: 1255 against 1502 [2950 / 343]). With a short k (64) the SIMT
-# kernel stays ahead (25088x256x64: 28 against 33): k below 128 keeps it.
+# TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars, a
+# plain A kept m-major in shared memory), measured on the H100 (2026-11, us; the SIMT kernel /
+# cuBLAS TF32 in brackets): 64x128 blocks of 32x32 warp tiles (1024^3: 37 [100 / 18];
+# 1280x2048x512: 44 [96 / 23]; 6272x128x1152: 42 [123 / 18]; 392x512x4608: 135 [433 / 21]);
+# once 128x128 blocks of 64x32 warp tiles give two per SM they win (4096^3: 1153 against 1416
+# [2950 / 343]). 32-deep slices gain 5-12% on long k but need 53 KB of local memory, more than
+# the 48 KB the driver reports. With a short k (64) the SIMT kernel stays ahead
+# (25088x256x64: 28 against 33): k below 128 keeps it.
 _TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)
 _TC_MID = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
 _TC_MIN_K = 128
@@ -248,18 +250,16 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
             and min(prob.m, prob.n) >= 32:
         for t in ((_TC_BIG, _TC_MID) if -(-prob.m // 128) * -(-prob.n // 128) * prob.batch
                   >= 1.9 * units else (_TC_MID,)):
-            smem = 2 * t.bk * (t.bm + t.bn + 16) * 4
             if supports(prob, t) and t.threads <= info.max_work_group_size \
-                    and smem <= info.local_mem_bytes:
+                    and smem_bytes(t) <= info.local_mem_bytes:
                 return t
 
     def blocks(t):
         return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
 
     def fits(t):
-        smem = 2 * t.bk * (t.bm + t.bn + 8) * 4
         return supports(prob, t) and t.threads <= info.max_work_group_size \
-            and smem <= info.local_mem_bytes
+            and smem_bytes(t) <= info.local_mem_bytes
 
     if prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM:
         short, long_ = sorted((prob.m, prob.n))
