@@ -86,7 +86,8 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
                                                   combo.get("with-peephole", "false")),
                          with_projection=parse_bool("--with-projection",
                                                     combo.get("with-projection", "false")),
-                         seq_lengths=combo.get("seq-lengths") or None)
+                         seq_lengths=combo.get("seq-lengths") or None,
+                         fpmath=combo.get("attr-fpmath", "") or "")
         trivial = parse_bool("--trivial-strides", combo.get("trivial-strides", "true"))
         skip_nl = parse_bool("--skip-nonlinear", combo.get("skip-nonlinear", "false"))
     except invalid_arguments as e:
@@ -173,7 +174,8 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
                           post_ops=combo.get("attr-post-ops", ""),
                           stag=combo.get("stag", "") or "any",
                           wtag=combo.get("wtag", "") or "any",
-                          dtag=combo.get("dtag", "") or "any")
+                          dtag=combo.get("dtag", "") or "any",
+                          fpmath=combo.get("attr-fpmath", "") or "")
     except invalid_arguments as e:
         raise SystemExit(f"--{driver}: {e}") from None
     repro = _repro(driver, combo, mode, p.to_str())

@@ -19,7 +19,7 @@ import pydnnl as dnnl
 from ..constants import arg_name
 from ..error import invalid_arguments, runtime_error, unimplemented
 from ..primitives.conv.solvers import solvers
-from .common import parse_post_ops, post_op_operands
+from .common import TF32_RTOL, fpmath_attr, parse_post_ops, post_op_operands, torch_tf32
 from .conv_problem import ConvProblem
 
 # benchdnn's --dir values: (direction, forward prop_kind, with bias)
@@ -62,12 +62,19 @@ class ConvOptions:
     stag: str = "any"  # benchdnn's --stag/--wtag/--dtag: any, abx (plain), axb (channels last)
     wtag: str = "any"
     dtag: str = "any"
+    fpmath: str = ""  # benchdnn's --attr-fpmath (strict, tf32, bf16, f16, any)
+
+    @property
+    def tf32(self) -> bool:
+        """Whether the fpmath mode lets the convolution's products run on TF32."""
+        return self.fpmath.partition(":")[0].strip().lower() in ("tf32", "any")
 
     def to_str(self) -> str:
         tags = "".join(f" --{k}={v}" for k, v in (("stag", self.stag), ("wtag", self.wtag),
                                                    ("dtag", self.dtag)) if v != "any")
         return f"--dir={self.dir} --alg={self.alg}" + (
-            f" --attr-post-ops={self.post_ops}" if self.post_ops else "") + tags
+            f" --attr-post-ops={self.post_ops}" if self.post_ops else "") + tags + (
+            f" --attr-fpmath={self.fpmath}" if self.fpmath else "")
 
 
 _PLAIN = {3: "ncw", 4: "nchw", 5: "ncdhw"}
@@ -139,6 +146,8 @@ class ConvBench:
         self.post_ops = parse_post_ops(o.post_ops, p.dst_dims())
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
+        fpmath_attr({"attr-fpmath": o.fpmath}, attr)
+        self.attr = attr
         t0 = time.perf_counter()
         if self.direction == "fwd":
             self.pd = fwd_cls.primitive_desc(
@@ -213,6 +222,8 @@ class ConvBench:
         2e-5 for FFT, whose transforms round more), growing with the square root of the summed
         terms past 1024 (float32 rounding of long sums)."""
         base = {"winograd_f2x3": 3e-5, "fft": 2e-5}.get(self.pd.get_solver(), 1e-5)
+        if self.o.tf32 and self.eng.info.is_gpu and self.eng.info.inline_ptx:
+            base = TF32_RTOL  # products on TF32 tensor cores (10-bit mantissa inputs)
         return base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
 
     def check(self) -> float:
@@ -301,8 +312,7 @@ def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
     if device == "cuda":
         if not torch.cuda.is_available():
             return None
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+        torch_tf32("cuda", o.tf32)  # TF32 only where --attr-fpmath allows it for pydnnl too
         # cuDNN times its algorithms per shape first (its find, as ours), FFT ones included
         torch.backends.cudnn.benchmark = True
     direction, _, with_bias = DIRS[o.dir]

@@ -10,6 +10,7 @@ import numpy as np
 import pydnnl as dnnl
 
 from ..cells import get_cell
+from .common import fpmath_attr, torch_tf32
 
 ALGS = {"VANILLA_RNN": ("vanilla_rnn", "vanilla_rnn_forward"),
         "VANILLA_LSTM": ("vanilla_lstm", "lstm_forward"),
@@ -21,13 +22,15 @@ DIRECTIONS = {"left2right": "unidirectional_left2right", "right2left": "unidirec
               "concat": "bidirectional_concat", "sum": "bidirectional_sum"}
 PROPS = {"FWD_I": "forward_inference", "FWD_D": "forward_training", "BWD_DW": "backward"}
 F32_EPS = 2.0 ** -23
+TF32_EPS = 2.0 ** -10  # the spacing of TF32 (10 mantissa bits) at 1, as F32_EPS is of f32
 
 
 def tolerance(p: RnnProblem, o: RnnOptions) -> float:
     """oneDNN benchdnn's f32 RNN threshold (its ``setup_cmp``): 4 * ceil(log2(accumulated
     terms * T)) * eps, doubled for backward and for bidirectional sum. ``--mode=C`` applies it
     to max |pydnnl - float64 reference| / max |reference| of each output, benchdnn's L-inf
-    norm check."""
+    norm check. With ``--attr-fpmath=tf32`` (or any) the same formula with TF32's epsilon.
+    """
     g = get_cell(ALGS[o.alg][0]).n_gates
     acc = 2 * g + 1  # two GEMMs and the bias per gate
     if o.alg in ("VANILLA_GRU", "VANILLA_AUGRU"):
@@ -35,7 +38,7 @@ def tolerance(p: RnnProblem, o: RnnOptions) -> float:
     if o.prop == "BWD_DW":
         acc *= max(g * p.dhc, p.mb)
     return (4 * (2 if o.prop == "BWD_DW" else 1) * (2 if o.direction == "sum" else 1)
-            * float(np.ceil(np.log2(acc * p.t))) * F32_EPS)
+            * float(np.ceil(np.log2(acc * p.t))) * (TF32_EPS if o.tf32 else F32_EPS))
 
 
 ACTIVATIONS = {"RELU": "eltwise_relu", "TANH": "eltwise_tanh", "LOGISTIC": "eltwise_logistic"}
@@ -101,6 +104,12 @@ class RnnOptions:
     with_peephole: bool = False
     with_projection: bool = False
     seq_lengths: str | None = None  # "spread" (evenly over [1, T]) or "3:5:1:..."
+    fpmath: str = ""  # benchdnn's --attr-fpmath
+
+    @property
+    def tf32(self) -> bool:
+        """Whether the fpmath mode lets the cell GEMMs run on TF32."""
+        return self.fpmath.partition(":")[0].strip().lower() in ("tf32", "any")
 
 
 def lengths_for(p: RnnProblem, o: RnnOptions) -> tuple[int, ...] | None:
@@ -157,7 +166,10 @@ class RnnBench:
         t0 = time.perf_counter()
         lens = lengths_for(p, o)
         ext = dnnl.rnn_extensions(seq_lengths=lens) if lens else None
-        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs, extensions=ext)
+        attr = dnnl.primitive_attr()
+        fpmath_attr({"attr-fpmath": o.fpmath}, attr)
+        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs, attr=attr,
+                                     extensions=ext)
         self.prim = cls(self.pd)
         self.bwd = None
         if backward:
@@ -167,7 +179,7 @@ class RnnBench:
                 bdescs["diff_" + k] = dnnl.memory.desc(md.get_dims(), dnnl.memory.data_type.f32,
                                                        dnnl.memory.format_tag.any)
             self.bpd = bcls.primitive_desc(eng, dnnl.prop_kind.backward, *act, direction,
-                                           **bdescs, hint_fwd_pd=self.pd,
+                                           **bdescs, hint_fwd_pd=self.pd, attr=attr,
                                            flags=dnnl.rnn_flags.diff_weights_overwrite)
             self.bwd = bcls(self.bpd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
@@ -346,6 +358,8 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
     if p.l > 1 and bidir:
         return None  # torch stacks bidirectional layers differently from oneDNN
     m = m.to(device)
+    # cuDNN's RNNs use TF32 by default (allow_tf32): only where --attr-fpmath lets pydnnl too
+    torch_tf32("cuda" if device.startswith("cuda") else device, o.tf32)
     x = torch.randn(p.t, p.mb, p.slc, device=device)
     lens = lengths_for(p, o)
     training = o.prop != "FWD_I"
