@@ -32,6 +32,10 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
     assert _pick(4096, 4096, 4096) == (128, 128, "tf32")
     assert _pick(1024, 1024, 1024, "strict") == (64, 128, None)
     assert _pick(25088, 256, 64) == (128, 128, None)  # short k: the SIMT kernel is faster
+    # an RNN's per-step products (m = the batch) keep the SIMT thin tile or the loopy family
+    assert _pick(64, 2048, 512) == (32, 64, None)
+    assert _pick(64, 512, 2048) is None
+    assert _pick(25088, 64, 576) == (64, 128, "tf32")  # thin but tall: blocks enough
     for other in ({"arch": "sm_75"}, {"inline_ptx": False}, {"arch": "unknown"}):
         assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100), **other}))[2] \
             is None

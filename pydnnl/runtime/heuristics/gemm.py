@@ -229,9 +229,10 @@ _NV_THIN_MAX_K = 1024
 _TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)
 _TC_MID = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
 _TC_MIN_K = 128
-# thin GEMMs (an RNN's per-step products: m = the batch) keep the SIMT thin tiles or the
-# loopy family's split k: 64x128 blocks leave most SMs idle there (H100 LSTM 512 training with
-# every GEMM on them: 4.8 -> 6.7 ms; 64x2048x512 alone: 22 us against 15.4)
+# thin GEMMs that give fewer 64x128 blocks than half the SMs (an RNN's per-step products:
+# m = the batch) keep the SIMT thin tiles or the loopy family's split k (H100 LSTM 512
+# training with every GEMM on tensor cores: 4.8 -> 6.7 ms; 64x2048x512 alone: 22 us against
+# 15.4); tall ones (a convolution's 25088x64x576) have blocks enough
 _TC_MIN_SIDE = 128
 
 
@@ -250,16 +251,17 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
     units = max(1, info.compute_units)
-    if math == "tf32" and _tensor_cores(info) and prob.k >= _TC_MIN_K \
-            and min(prob.m, prob.n) >= _TC_MIN_SIDE:
-        for t in ((_TC_BIG, _TC_MID) if -(-prob.m // 128) * -(-prob.n // 128) * prob.batch
-                  >= 1.9 * units else (_TC_MID,)):
-            if supports(prob, t) and t.threads <= info.max_work_group_size \
-                    and smem_bytes(t) <= info.local_mem_bytes:
-                return t
 
     def blocks(t):
         return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
+
+    if math == "tf32" and _tensor_cores(info) and prob.k >= _TC_MIN_K \
+            and min(prob.m, prob.n) >= 32 and (min(prob.m, prob.n) >= _TC_MIN_SIDE
+                                               or blocks(_TC_MID) >= 0.5 * units):
+        for t in (_TC_BIG, _TC_MID) if blocks(_TC_BIG) >= 1.9 * units else (_TC_MID,):
+            if supports(prob, t) and t.threads <= info.max_work_group_size \
+                    and smem_bytes(t) <= info.local_mem_bytes:
+                return t
 
     def fits(t):
         return supports(prob, t) and t.threads <= info.max_work_group_size \
