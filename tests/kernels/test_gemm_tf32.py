@@ -17,7 +17,8 @@ H100 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
                        max_work_group_size=1024, local_mem_bytes=48 * 1024, inline_ptx=True,
                        arch="sm_90")
 TC = [NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32),
-      NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)]
+      NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=64),
+      NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32)]
 # the documented bounds, relative to the largest |C|: TF32 keeps 10 mantissa bits of each input
 TF32_BOUND, STRICT_BOUND = 2e-3, 1e-5
 
@@ -36,6 +37,7 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
     assert _pick(64, 2048, 512) == (32, 64, None)
     assert _pick(64, 512, 2048) is None
     assert _pick(25088, 64, 576) == (64, 128, "tf32")  # thin but tall: blocks enough
+    assert _pick(1568, 256, 2304) == (64, 64, "tf32")  # few blocks: smaller ones
     for other in ({"arch": "sm_75"}, {"inline_ptx": False}, {"arch": "unknown"}):
         assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100), **other}))[2] \
             is None

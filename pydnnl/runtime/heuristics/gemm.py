@@ -220,14 +220,17 @@ _NV_THIN_MAX_K = 1024
 
 # TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars, a
 # plain A kept m-major in shared memory), measured on the H100 (2026-11, us; the SIMT kernel /
-# cuBLAS TF32 in brackets): 64x128 blocks of 32x32 warp tiles (1024^3: 37 [100 / 18];
-# 1280x2048x512: 44 [96 / 23]; 6272x128x1152: 42 [123 / 18]; 392x512x4608: 135 [433 / 21]);
-# once 128x128 blocks of 64x32 warp tiles give two per SM they win (4096^3: 1153 against 1416
-# [2950 / 343]). 32-deep slices gain 5-12% on long k but need 53 KB of local memory, more than
-# the 48 KB the driver reports. With a short k (64) the SIMT kernel stays ahead
-# (25088x256x64: 28 against 33): k below 128 keeps it.
-_TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=32)
+# cuBLAS TF32 in brackets): 64x128 blocks of 32x32 warp tiles (1024^3: 38 [100 / 18];
+# 1280x2048x512: 46 [96 / 23]; 6272x128x1152: 42 [123 / 18]); once 128x128 blocks of 64x64
+# warp tiles (four warps) give two per SM they win (4096^3: 1013 against 1405 [2950 / 343]);
+# where 64x128 blocks would leave half the SMs idle, 64x64 ones of 32x32 warp tiles
+# (1568x256x2304: 58 against 70; 392x512x4608: 105 against 134; 3136x64x576: 21 against 23).
+# 32-deep slices gain 5-12% on long k but need 53 KB of local memory, more than the 48 KB the
+# driver reports. With a short k (64) the SIMT kernel stays ahead (25088x256x64: 28 against
+# 33): k below 128 keeps it.
+_TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=64)
 _TC_MID = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
+_TC_SMALL = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32)
 _TC_MIN_K = 128
 # thin GEMMs that give fewer 64x128 blocks than half the SMs (an RNN's per-step products:
 # m = the batch) keep the SIMT thin tiles or the loopy family's split k (H100 LSTM 512
@@ -258,7 +261,13 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     if math == "tf32" and _tensor_cores(info) and prob.k >= _TC_MIN_K \
             and min(prob.m, prob.n) >= 32 and (min(prob.m, prob.n) >= _TC_MIN_SIDE
                                                or blocks(_TC_MID) >= 0.5 * units):
-        for t in (_TC_BIG, _TC_MID) if blocks(_TC_BIG) >= 1.9 * units else (_TC_MID,):
+        if blocks(_TC_BIG) >= 1.9 * units:
+            order = (_TC_BIG, _TC_MID)
+        elif blocks(_TC_MID) >= 0.5 * units:
+            order = (_TC_MID,)
+        else:
+            order = (_TC_SMALL, _TC_MID)
+        for t in order:
             if supports(prob, t) and t.threads <= info.max_work_group_size \
                     and smem_bytes(t) <= info.local_mem_bytes:
                 return t
