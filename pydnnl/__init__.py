@@ -25,7 +25,6 @@ from .constants import (  # noqa: E402
     scratchpad_mode,
 )
 from .engine import DeviceInfo, engine  # noqa: E402
-from .runtime.fpmath import get_default_fpmath_mode, set_default_fpmath_mode  # noqa: E402
 from .error import error, invalid_arguments, out_of_memory, runtime_error, unimplemented  # noqa: E402
 from .memory import memory  # noqa: E402
 from .memory.data_types import data_type  # noqa: E402
@@ -61,6 +60,7 @@ from .primitives import (  # noqa: E402  # noqa: E402
     vanilla_rnn_forward,
 )
 from .primitives.rnn.extensions import rnn_extensions  # noqa: E402
+from .runtime.fpmath import get_default_fpmath_mode, set_default_fpmath_mode  # noqa: E402
 from .stream import stream  # noqa: E402
 
 _constants.export_dnnl_aliases(globals())
