@@ -7,7 +7,9 @@ once the stream has finished (a no-op copy where the runtime really shares the p
 """
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -21,6 +23,7 @@ from ..error import invalid_arguments
 F32 = _memory.data_type.f32
 _state = threading.local()
 _streams: dict = {}
+_writes_through: dict = {}
 
 
 def default_engine() -> _engine:
@@ -73,6 +76,17 @@ def plain_tag(ndims: int) -> str:
     return "abcdefghijkl"[:ndims]
 
 
+@functools.lru_cache(maxsize=4096)
+def _plain_desc(shape: tuple[int, ...]) -> _memory.desc:
+    return _memory.desc(list(shape), F32, plain_tag(len(shape)))
+
+
+def plain_desc(shape) -> _memory.desc:
+    """The row-major f32 desc of ``shape``, made once per shape: building and comparing descs
+    costs more than the small primitives they feed. Descs are never changed in place."""
+    return _plain_desc(tuple(int(d) for d in shape))
+
+
 def to_memory(t: torch.Tensor, eng: _engine, desc=None):
     """A pydnnl memory holding ``t`` (float32, row-major unless ``desc`` says otherwise).
 
@@ -80,23 +94,23 @@ def to_memory(t: torch.Tensor, eng: _engine, desc=None):
     are copied. ``desc`` must describe ``t``'s shape; a non-plain desc always copies (the
     values are laid out into it).
     """
-    t = t.detach()
+    td = t.detach()
+    shape = tuple(td.shape)
+    plain = _plain_desc(shape)
     if desc is None:
-        desc = _memory.desc(list(t.shape), F32, plain_tag(t.dim()))
-    if tuple(desc.get_dims()) != tuple(t.shape):
+        desc = plain
+    elif desc is not plain and tuple(desc.get_dims()) != shape:
         raise invalid_arguments(
-            f"to_memory: tensor of shape {tuple(t.shape)} for a desc of dims "
+            f"to_memory: tensor of shape {shape} for a desc of dims "
             f"{tuple(desc.get_dims())}")
-    if _shareable(t, eng) and desc.is_dense() and desc == _memory.desc(
-            list(t.shape), F32, plain_tag(t.dim())):
-        host = t.numpy()
+    if _shareable(td, eng) and (desc is plain or desc == plain):
         cl = _cl()
         buf = cl.Buffer(eng.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
-                        hostbuf=host)
+                        hostbuf=td.numpy())
         m = _memory(desc, eng, buf)
-        m._torch_host = t  # keep the storage alive as long as the memory
+        m._torch_host = td  # keep the storage alive as long as the memory
         return m
-    return _memory(desc, eng, t.to("cpu", torch.float32).numpy())
+    return _memory(desc, eng, td.to("cpu", torch.float32).numpy())
 
 
 def empty_memory(shape, eng: _engine, desc=None):
@@ -105,12 +119,14 @@ def empty_memory(shape, eng: _engine, desc=None):
     Returns ``(memory, tensor)``; call :func:`to_torch` on the pair once the work is enqueued.
     """
     shape = tuple(int(d) for d in shape)
+    plain = plain_desc(shape)
     if desc is None:
-        desc = _memory.desc(list(shape), F32, plain_tag(len(shape)))
+        desc = plain
     t = torch.empty(shape, dtype=torch.float32)
-    if is_cpu(eng) and t.numel() and desc == _memory.desc(list(shape), F32,
-                                                          plain_tag(len(shape))):
-        return to_memory(t, eng, desc), t
+    if is_cpu(eng) and t.numel() and (desc is plain or desc == plain):
+        m = to_memory(t, eng, desc)
+        m._torch_host = t  # to_torch recognises its result tensor by identity
+        return m, t
     return _memory(desc, eng), t
 
 
@@ -121,20 +137,48 @@ def to_torch(m, t: torch.Tensor | None = None, stream=None) -> torch.Tensor:
     made current and returned; otherwise the values are copied into a new tensor.
     """
     eng = m.get_engine()
-    (stream or stream_of(eng)).wait()
+    s = stream or stream_of(eng)
     host = getattr(m, "_torch_host", None)
     if host is not None and (t is None or host is t):
-        cl = _cl()
-        view, _ = cl.enqueue_map_buffer(eng.default_queue, m.buffer, cl.map_flags.READ, 0,
-                                        (host.numel(),), np.float32, is_blocking=True)
-        view.base.release(eng.default_queue)
-        eng.default_queue.finish()
+        s.wait()
+        if not _kernels_write_through(eng):
+            # the runtime keeps a device copy: a map brings the values into the pages
+            cl = _cl()
+            view, _ = cl.enqueue_map_buffer(s.queue, m.buffer, cl.map_flags.READ, 0,
+                                            (host.numel(),), np.float32, is_blocking=True)
+            view.base.release(s.queue)
+            s.wait()
         return host
+    s.wait()
     values = torch.from_numpy(np.ascontiguousarray(m.to_numpy(), dtype=np.float32))
     if t is None:
         return values
     t.copy_(values.reshape(t.shape))
     return t
+
+
+def _kernels_write_through(eng: _engine) -> bool:
+    """Whether kernels on ``eng`` write ``USE_HOST_PTR`` buffers straight into the host pages
+    (as CPU runtimes do), so that finishing the stream is enough and the map (the dearest
+    step of a small call) can be skipped. Found once per engine by a kernel write that the
+    host must see without a map."""
+    ok = _writes_through.get(eng)
+    if ok is None:
+        cl = _cl()
+        host = np.zeros(64, np.float32)
+        buf = cl.Buffer(eng.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
+                        hostbuf=host)
+        prg = cl.Program(eng.context, "__kernel void probe(__global float *a) "
+                                      "{ a[get_global_id(0)] = 1.0f + get_global_id(0); }")
+        q = stream_of(eng).queue
+        with warnings.catch_warnings():  # the compiler's chatter about a one-line kernel
+            warnings.simplefilter("ignore")
+            prg = prg.build()
+        prg.probe(q, host.shape, None, buf)
+        q.finish()
+        ok = _writes_through[eng] = bool(
+            (host == np.arange(1, 65, dtype=np.float32)).all())
+    return ok
 
 
 def to_device(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -47,3 +47,33 @@ def test_engine_choices():
     assert B.resolve_engine(None) is B.default_engine()
     with pytest.raises(dnnl.invalid_arguments, match="'tpu'"):
         B.resolve_engine("tpu")
+
+
+@pytest.mark.parametrize("writes_through", [True, False])
+def test_results_hold_their_values_with_or_without_the_map(eng, monkeypatch, writes_through):
+    # False: the path of runtimes that keep a device copy of host-pointer buffers
+    monkeypatch.setitem(B._writes_through, eng, writes_through)
+    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    dst, out = B.empty_memory((5, 7), eng)
+    pd = dnnl.eltwise_forward.primitive_desc(
+        eng, dnnl.prop_kind.forward_inference, dnnl.algorithm.eltwise_linear,
+        dst.get_desc(), dst.get_desc(), 2.0, 1.0)
+    dnnl.eltwise_forward(pd).execute(B.stream_of(eng), {dnnl.ARG_SRC: B.to_memory(x, eng),
+                                                        dnnl.ARG_DST: dst})
+    assert B.to_torch(dst, out) is out
+    np.testing.assert_allclose(out.numpy(), 2 * x.double().numpy() + 1, rtol=1e-6)
+
+
+def test_an_input_changed_in_place_between_calls_is_seen():
+    from pydnnl.torch import Linear
+    m = Linear(6, 3)
+    ref = torch.nn.Linear(6, 3).double()
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(2))
+    for _ in range(3):
+        y = m(x)
+        torch.testing.assert_close(y.double(), ref(x.double()), rtol=1e-5, atol=1e-5)
+        x.mul_(-2).add_(1)
+        with torch.no_grad():
+            m.weight.add_(0.5)
+            ref.weight.add_(0.5)
