@@ -130,17 +130,20 @@ def empty_memory(shape, eng: _engine, desc=None):
     return _memory(desc, eng), t
 
 
-def to_torch(m, t: torch.Tensor | None = None, stream=None) -> torch.Tensor:
+def to_torch(m, t: torch.Tensor | None = None, stream=None,
+             finished: bool = False) -> torch.Tensor:
     """The values of ``m`` as a float32 CPU tensor, after ``stream`` (or the engine's) finishes.
 
     ``t`` is the tensor from :func:`empty_memory` (shared with ``m`` where it could be): it is
     made current and returned; otherwise the values are copied into a new tensor.
+    ``finished``: the caller has just waited for the stream (reading several results).
     """
     eng = m.get_engine()
     s = stream or stream_of(eng)
     host = getattr(m, "_torch_host", None)
     if host is not None and (t is None or host is t):
-        s.wait()
+        if not finished:
+            s.wait()
         if not _kernels_write_through(eng):
             # the runtime keeps a device copy: a map brings the values into the pages
             cl = _cl()
@@ -149,7 +152,8 @@ def to_torch(m, t: torch.Tensor | None = None, stream=None) -> torch.Tensor:
             view.base.release(s.queue)
             s.wait()
         return host
-    s.wait()
+    if not finished:
+        s.wait()
     values = torch.from_numpy(np.ascontiguousarray(m.to_numpy(), dtype=np.float32))
     if t is None:
         return values

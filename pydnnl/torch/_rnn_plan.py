@@ -16,6 +16,7 @@ the weight gradients in the same layouts.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -99,7 +100,27 @@ class Problem:
 
 
 def _md(dims, tag) -> MemoryDesc:
+    return _md_cached(tuple(int(d) for d in dims), tag)
+
+
+@functools.lru_cache(maxsize=1024)
+def _md_cached(dims: tuple[int, ...], tag: str) -> MemoryDesc:
     return MemoryDesc(list(dims), _F32, tag)
+
+
+_same: dict = {}
+
+
+def _same_layout(md: MemoryDesc, plain: MemoryDesc) -> bool:
+    """``md == plain``, remembered per pair: the descs live in plans and in the bridge's cache,
+    and comparing them on every call costs more than a small step's kernels."""
+    key = (id(md), id(plain))
+    hit = _same.get(key)
+    if hit is None or hit[0] is not md or hit[1] is not plain:
+        if len(_same) > 4096:
+            _same.clear()
+        hit = _same[key] = (md, plain, md is plain or md == plain)  # holds both: ids stay valid
+    return hit[2]
 
 
 class _Group:
@@ -280,14 +301,14 @@ def _memory(t: torch.Tensor, eng, md: MemoryDesc, keep: list) -> memory:
     t = t.detach().to(torch.float32).contiguous()
     base = B.to_memory(t, eng)
     keep.append(base)
-    return memory(md, eng, base.get_data_handle()) if md != base.get_desc() else base
+    return base if _same_layout(md, base.get_desc()) else memory(md, eng, base.get_data_handle())
 
 
 def _output(shape, eng, md: MemoryDesc, keep: list):
     """(memory of ``md``, tensor read back from it, plain memory that owns the buffer)."""
     base, t = B.empty_memory(shape, eng)
     keep.append(base)
-    m = memory(md, eng, base.get_data_handle()) if md != base.get_desc() else base
+    m = base if _same_layout(md, base.get_desc()) else memory(md, eng, base.get_data_handle())
     return m, t, base
 
 
@@ -357,7 +378,7 @@ def forward(plan: Plan, x: torch.Tensor, h0, c0, params: dict, dropout_offset: i
             src = m
     s.wait()
     for base, t in reads:
-        B.to_torch(base, t, s)
+        B.to_torch(base, t, s, finished=True)
     hn = torch.cat(hn_parts).reshape(L * D, N, R)
     cn = torch.cat(cn_parts).reshape(L * D, N, H) if lstm else None
     saved = Saved(saved_args, keep) if prob.training else None
@@ -429,7 +450,7 @@ def backward(plan: Plan, saved: Saved, dy: torch.Tensor, dhn: torch.Tensor, dcn)
             wgrads[g.layers] = grads
     s.wait()
     for base, t in reads:
-        B.to_torch(base, t, s)
+        B.to_torch(base, t, s, finished=True)
     named = {}
     for g in plan.groups:
         named.update(untranslate_grads(cfg, g.layers, wgrads[g.layers]))
