@@ -118,6 +118,16 @@ def tuple_of(name: str, v, n: int, minimum: int) -> tuple[int, ...]:
     return t
 
 
+def output_sizes(cls: str, input, sizes) -> tuple[int, ...]:
+    """The spatial output ``sizes`` (of dims 2, 3, ...) as a tuple; each must be positive."""
+    for i, o in enumerate(sizes):
+        if o <= 0:
+            raise invalid_arguments(
+                f"{cls}: input: output size {o} of spatial dim {2 + i} is not positive "
+                f"for input shape {tuple(input.shape)}")
+    return tuple(sizes)
+
+
 def memory_of(t: torch.Tensor, eng):
     """A memory holding ``t`` row-major (shared with a CPU tensor on a CPU engine)."""
     return B.to_memory(t, eng)

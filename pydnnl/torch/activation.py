@@ -6,6 +6,7 @@ new tensor (the input is left as it was).
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -39,14 +40,12 @@ class _EltwisePrims:
         self.fwd_pd = eltwise_forward.primitive_desc(eng, prop, alg, self.md, self.md, alpha,
                                                      beta)
         self.fwd = eltwise_forward(self.fwd_pd)
-        self._bwd = None
 
+    @functools.cached_property
     def bwd(self):
-        if self._bwd is None:
-            pd = eltwise_backward.primitive_desc(self.eng, self.alg, self.md, self.md, self.md,
-                                                 self.alpha, self.beta, self.fwd_pd)
-            self._bwd = eltwise_backward(pd)
-        return self._bwd
+        pd = eltwise_backward.primitive_desc(self.eng, self.alg, self.md, self.md, self.md,
+                                             self.alpha, self.beta, self.fwd_pd)
+        return eltwise_backward(pd)
 
 
 class _EltwiseFn(torch.autograd.Function):
@@ -74,9 +73,9 @@ class _EltwiseFn(torch.autograd.Function):
         eng = p.eng
         out = F.output(v.shape, eng)
         arg = ARG_DST if p.alg in _USE_DST else ARG_SRC
-        F.execute(eng, p.bwd(), {arg: F.memory_of(v, eng),
-                                 ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
-                                 ARG_DIFF_SRC: out[0]})
+        F.execute(eng, p.bwd, {arg: F.memory_of(v, eng),
+                               ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
+                               ARG_DIFF_SRC: out[0]})
         dx = F.result(out, dy)
         if ctx.mask is not None:
             dx = torch.where(ctx.mask, dy, dx)
@@ -84,7 +83,13 @@ class _EltwiseFn(torch.autograd.Function):
 
 
 class _Eltwise(F.PydnnlModule):
-    """Forward of the activation modules: ``_alg()`` gives ``(algorithm, alpha, beta)``."""
+    """Forward of the activation modules: ``_alg()`` gives ``(algorithm, alpha, beta)``,
+    the class's ``_fixed`` unless the module's arguments choose them."""
+
+    _fixed: tuple = ()
+
+    def _alg(self):
+        return self._fixed
 
     def _above(self):
         return None
@@ -107,14 +112,17 @@ def _init(self, engine, cls, *args, **kw):
     self._pydnnl_init(engine)
 
 
-class ReLU(_Eltwise, torch.nn.ReLU):
-    """``torch.nn.ReLU`` (eltwise_relu). Extra keyword: ``engine=``."""
+class _Inplace(_Eltwise):
+    """The activations whose only argument is ``inplace`` (accepted, ignored)."""
 
     def __init__(self, inplace: bool = False, *, engine=None):
-        _init(self, engine, ReLU, inplace)
+        _init(self, engine, _Inplace, inplace)
 
-    def _alg(self):
-        return _A.eltwise_relu, 0.0, 0.0
+
+class ReLU(_Inplace, torch.nn.ReLU):
+    """``torch.nn.ReLU`` (eltwise_relu). Extra keyword: ``engine=``."""
+
+    _fixed = (_A.eltwise_relu, 0.0, 0.0)
 
 
 class LeakyReLU(_Eltwise, torch.nn.LeakyReLU):
@@ -144,8 +152,7 @@ class Tanh(_Eltwise, torch.nn.Tanh):
     def __init__(self, *, engine=None):
         _init(self, engine, Tanh)
 
-    def _alg(self):
-        return _A.eltwise_tanh_use_dst_for_bwd, 0.0, 0.0
+    _fixed = (_A.eltwise_tanh_use_dst_for_bwd, 0.0, 0.0)
 
 
 class Sigmoid(_Eltwise, torch.nn.Sigmoid):
@@ -154,8 +161,7 @@ class Sigmoid(_Eltwise, torch.nn.Sigmoid):
     def __init__(self, *, engine=None):
         _init(self, engine, Sigmoid)
 
-    def _alg(self):
-        return _A.eltwise_logistic_use_dst_for_bwd, 0.0, 0.0
+    _fixed = (_A.eltwise_logistic_use_dst_for_bwd, 0.0, 0.0)
 
 
 class GELU(_Eltwise, torch.nn.GELU):
@@ -178,46 +184,30 @@ def _check_gelu(approximate):
             f"GELU: approximate: expected 'none' or 'tanh', got {approximate!r}")
 
 
-class SiLU(_Eltwise, torch.nn.SiLU):
+class SiLU(_Inplace, torch.nn.SiLU):
     """``torch.nn.SiLU`` (eltwise_swish, alpha 1). Extra keyword: ``engine=``."""
 
-    def __init__(self, inplace: bool = False, *, engine=None):
-        _init(self, engine, SiLU, inplace)
-
-    def _alg(self):
-        return _A.eltwise_swish, 1.0, 0.0
+    _fixed = (_A.eltwise_swish, 1.0, 0.0)
 
 
-class Mish(_Eltwise, torch.nn.Mish):
+class Mish(_Inplace, torch.nn.Mish):
     """``torch.nn.Mish`` (eltwise_mish). Extra keyword: ``engine=``."""
 
-    def __init__(self, inplace: bool = False, *, engine=None):
-        _init(self, engine, Mish, inplace)
-
-    def _alg(self):
-        return _A.eltwise_mish, 0.0, 0.0
+    _fixed = (_A.eltwise_mish, 0.0, 0.0)
 
 
-class Hardswish(_Eltwise, torch.nn.Hardswish):
+class Hardswish(_Inplace, torch.nn.Hardswish):
     """``torch.nn.Hardswish`` (eltwise_hardswish, alpha 1/6, beta 1/2). Extra keyword:
     ``engine=``."""
 
-    def __init__(self, inplace: bool = False, *, engine=None):
-        _init(self, engine, Hardswish, inplace)
-
-    def _alg(self):
-        return _A.eltwise_hardswish, 1.0 / 6.0, 0.5
+    _fixed = (_A.eltwise_hardswish, 1.0 / 6.0, 0.5)
 
 
-class Hardsigmoid(_Eltwise, torch.nn.Hardsigmoid):
+class Hardsigmoid(_Inplace, torch.nn.Hardsigmoid):
     """``torch.nn.Hardsigmoid`` (eltwise_hardsigmoid, alpha 1/6, beta 1/2). Extra keyword:
     ``engine=``."""
 
-    def __init__(self, inplace: bool = False, *, engine=None):
-        _init(self, engine, Hardsigmoid, inplace)
-
-    def _alg(self):
-        return _A.eltwise_hardsigmoid, 1.0 / 6.0, 0.5
+    _fixed = (_A.eltwise_hardsigmoid, 1.0 / 6.0, 0.5)
 
 
 class Softplus(_Eltwise, torch.nn.Softplus):
@@ -282,14 +272,12 @@ class _SoftmaxPrims:
         prop = prop_kind.forward_training if training else prop_kind.forward_inference
         self.fwd_pd = softmax_forward.primitive_desc(eng, prop, alg, self.md, self.md, 1)
         self.fwd = softmax_forward(self.fwd_pd)
-        self._bwd = None
 
+    @functools.cached_property
     def bwd(self):
-        if self._bwd is None:
-            pd = softmax_backward.primitive_desc(self.eng, self.alg, self.md, self.md, self.md,
-                                                 1, self.fwd_pd)
-            self._bwd = softmax_backward(pd)
-        return self._bwd
+        pd = softmax_backward.primitive_desc(self.eng, self.alg, self.md, self.md, self.md,
+                                             1, self.fwd_pd)
+        return softmax_backward(pd)
 
 
 class _SoftmaxFn(torch.autograd.Function):
@@ -309,9 +297,9 @@ class _SoftmaxFn(torch.autograd.Function):
         p, (y,) = ctx.p, ctx.saved_tensors
         eng = p.eng
         out = F.output(y.shape, eng)
-        F.execute(eng, p.bwd(), {ARG_DST: F.memory_of(y, eng),
-                                 ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
-                                 ARG_DIFF_SRC: out[0]})
+        F.execute(eng, p.bwd, {ARG_DST: F.memory_of(y, eng),
+                               ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
+                               ARG_DIFF_SRC: out[0]})
         return None, F.result(out, dy)
 
 

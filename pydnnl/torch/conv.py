@@ -2,6 +2,8 @@
 deconvolution primitives."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as TF
 from torch.autograd.function import once_differentiable
@@ -48,28 +50,25 @@ class _ConvPrims:
             eng, prop, algorithm.convolution_auto, src_desc=self.src, weights_desc=self.wei,
             bias_desc=self.bias, dst_desc=self.dst, **self.geom)
         self.fwd = fwd(self.fwd_pd)
-        self._bd = self._bw = None
 
+    @functools.cached_property
     def bwd_data(self):
-        if self._bd is None:
-            cls = deconvolution_backward_data if self.deconv else convolution_backward_data
-            pd = cls.primitive_desc(self.eng, algorithm.convolution_auto,
-                                    diff_src_desc=self.src, weights_desc=self.wei,
-                                    diff_dst_desc=self.dst, hint_fwd_pd=self.fwd_pd,
-                                    **self.geom)
-            self._bd = cls(pd)
-        return self._bd
+        cls = deconvolution_backward_data if self.deconv else convolution_backward_data
+        pd = cls.primitive_desc(self.eng, algorithm.convolution_auto,
+                                diff_src_desc=self.src, weights_desc=self.wei,
+                                diff_dst_desc=self.dst, hint_fwd_pd=self.fwd_pd,
+                                **self.geom)
+        return cls(pd)
 
+    @functools.cached_property
     def bwd_weights(self):
-        if self._bw is None:
-            cls = (deconvolution_backward_weights if self.deconv
-                   else convolution_backward_weights)
-            pd = cls.primitive_desc(self.eng, algorithm.convolution_auto, src_desc=self.src,
-                                    diff_weights_desc=self.wei, diff_bias_desc=self.bias,
-                                    diff_dst_desc=self.dst, hint_fwd_pd=self.fwd_pd,
-                                    **self.geom)
-            self._bw = cls(pd)
-        return self._bw
+        cls = (deconvolution_backward_weights if self.deconv
+               else convolution_backward_weights)
+        pd = cls.primitive_desc(self.eng, algorithm.convolution_auto, src_desc=self.src,
+                                diff_weights_desc=self.wei, diff_bias_desc=self.bias,
+                                diff_dst_desc=self.dst, hint_fwd_pd=self.fwd_pd,
+                                **self.geom)
+        return cls(pd)
 
 
 class _ConvFn(torch.autograd.Function):
@@ -95,7 +94,7 @@ class _ConvFn(torch.autograd.Function):
         dx = dw = db = None
         if ctx.needs_input_grad[2]:
             out = F.output(x.shape, eng)
-            F.execute(eng, p.bwd_data(), {
+            F.execute(eng, p.bwd_data, {
                 ARG_DIFF_DST: dym, ARG_WEIGHTS: F.view_memory(weight, view, eng),
                 ARG_DIFF_SRC: out[0]})
             dx = F.result(out, x)
@@ -105,7 +104,7 @@ class _ConvFn(torch.autograd.Function):
             if bias is not None:
                 bout = F.output(bias.shape, eng)
                 args[ARG_DIFF_BIAS] = bout[0]
-            F.execute(eng, p.bwd_weights(), args)
+            F.execute(eng, p.bwd_weights, args)
             dw = F.result(wout, weight)
             if bias is not None:
                 db = F.result(bout, bias)
@@ -148,9 +147,18 @@ def _check_common(cls: str, nd: int, in_channels, out_channels, kernel_size, str
 
 
 class _ConvNd(F.PydnnlModule):
-    """Forward of the convolution modules (``_nd`` spatial dims)."""
+    """Constructor and forward of the convolution modules (``_nd`` spatial dims)."""
 
     _nd = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None, *, engine=None):
+        _check_common(F.who(self), self._nd, in_channels, out_channels, kernel_size, stride,
+                      padding, dilation, groups, padding_mode, False)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
+        self._pydnnl_init(engine)
 
     def _geometry(self):
         """``(padding_l, padding_r)`` of the convolution, before any explicit padding."""
@@ -249,15 +257,6 @@ class Conv1d(_ConvNd, torch.nn.Conv1d):
 
     _nd = 1
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
-                 dtype=None, *, engine=None):
-        _check_common("Conv1d", 1, in_channels, out_channels, kernel_size, stride, padding,
-                      dilation, groups, padding_mode, False)
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, padding_mode, device, dtype)
-        self._pydnnl_init(engine)
-
 
 class Conv2d(_ConvNd, torch.nn.Conv2d):
     """``torch.nn.Conv2d`` on pydnnl's convolution; non-zero ``padding_mode`` pads with
@@ -265,30 +264,12 @@ class Conv2d(_ConvNd, torch.nn.Conv2d):
 
     _nd = 2
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
-                 dtype=None, *, engine=None):
-        _check_common("Conv2d", 2, in_channels, out_channels, kernel_size, stride, padding,
-                      dilation, groups, padding_mode, False)
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, padding_mode, device, dtype)
-        self._pydnnl_init(engine)
-
 
 class Conv3d(_ConvNd, torch.nn.Conv3d):
     """``torch.nn.Conv3d`` on pydnnl's convolution; non-zero ``padding_mode`` pads with
     ``torch.nn.functional.pad`` first. Extra keyword: ``engine=``."""
 
     _nd = 3
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
-                 dtype=None, *, engine=None):
-        _check_common("Conv3d", 3, in_channels, out_channels, kernel_size, stride, padding,
-                      dilation, groups, padding_mode, False)
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias, padding_mode, device, dtype)
-        self._pydnnl_init(engine)
 
 
 class ConvTranspose2d(F.PydnnlModule, torch.nn.ConvTranspose2d):
@@ -355,16 +336,9 @@ class ConvTranspose2d(F.PydnnlModule, torch.nn.ConvTranspose2d):
         op = self._out_padding(x, output_size)
         pl = tuple(self.padding)
         pr = tuple(pl[i] - op[i] for i in range(2))  # output_padding: a smaller padding_r
-        out = []
-        for i in range(2):
-            o = ((x.shape[2 + i] - 1) * self.stride[i] - pl[i] - pr[i]
-                 + self.dilation[i] * (self.kernel_size[i] - 1) + 1)
-            if o <= 0:
-                raise invalid_arguments(
-                    f"{cls}: input: output size {o} of spatial dim {2 + i} is not positive "
-                    f"for input shape {tuple(input.shape)}")
-            out.append(o)
-        out = tuple(out)
+        out = F.output_sizes(cls, input, [
+            (x.shape[2 + i] - 1) * self.stride[i] - pl[i] - pr[i]
+            + self.dilation[i] * (self.kernel_size[i] - 1) + 1 for i in range(2)])
         lead = () if input.dim() == 3 else (input.shape[0],)
         if x.numel() == 0:
             return F.empty_result((x.shape[0], self.out_channels) + out, x, self.weight,

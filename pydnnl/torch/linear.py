@@ -1,6 +1,8 @@
 """``Linear`` on pydnnl's inner product primitives."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -33,21 +35,18 @@ class _IPPrims:
         self.fwd_pd = inner_product_forward.primitive_desc(eng, prop, self.src, self.wei,
                                                            self.bias, self.dst)
         self.fwd = inner_product_forward(self.fwd_pd)
-        self._bwd_data = self._bwd_weights = None
 
+    @functools.cached_property
     def bwd_data(self):
-        if self._bwd_data is None:
-            pd = inner_product_backward_data.primitive_desc(self.eng, self.src, self.wei,
-                                                            self.dst, self.fwd_pd)
-            self._bwd_data = inner_product_backward_data(pd)
-        return self._bwd_data
+        pd = inner_product_backward_data.primitive_desc(self.eng, self.src, self.wei,
+                                                        self.dst, self.fwd_pd)
+        return inner_product_backward_data(pd)
 
+    @functools.cached_property
     def bwd_weights(self):
-        if self._bwd_weights is None:
-            pd = inner_product_backward_weights.primitive_desc(
-                self.eng, self.src, self.wei, self.bias, self.dst, self.fwd_pd)
-            self._bwd_weights = inner_product_backward_weights(pd)
-        return self._bwd_weights
+        pd = inner_product_backward_weights.primitive_desc(
+            self.eng, self.src, self.wei, self.bias, self.dst, self.fwd_pd)
+        return inner_product_backward_weights(pd)
 
 
 class _LinearFn(torch.autograd.Function):
@@ -74,9 +73,9 @@ class _LinearFn(torch.autograd.Function):
         dx = dw = db = None
         if ctx.needs_input_grad[1]:
             out = F.output(x.shape, eng)
-            F.execute(eng, p.bwd_data(), {ARG_DIFF_DST: dym,
-                                          ARG_WEIGHTS: F.memory_of(weight, eng),
-                                          ARG_DIFF_SRC: out[0]})
+            F.execute(eng, p.bwd_data, {ARG_DIFF_DST: dym,
+                                        ARG_WEIGHTS: F.memory_of(weight, eng),
+                                        ARG_DIFF_SRC: out[0]})
             dx = F.result(out, x)
         if ctx.needs_input_grad[2] or (bias is not None and ctx.needs_input_grad[3]):
             wout = F.output(weight.shape, eng)
@@ -84,7 +83,7 @@ class _LinearFn(torch.autograd.Function):
             if bias is not None:
                 bout = F.output(bias.shape, eng)
                 args[ARG_DIFF_BIAS] = bout[0]
-            F.execute(eng, p.bwd_weights(), args)
+            F.execute(eng, p.bwd_weights, args)
             dw = F.result(wout, weight)
             if bias is not None:
                 db = F.result(bout, bias)

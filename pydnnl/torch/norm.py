@@ -124,9 +124,16 @@ class _NormFn(torch.autograd.Function):
 
 
 class _BatchNorm(F.PydnnlModule):
-    """Forward of the batch normalization modules, with PyTorch's running-stat rules."""
+    """Constructor and forward of the batch normalization modules, with PyTorch's
+    running-stat rules."""
 
     _dims: tuple[int, ...] = (4,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None, *, engine=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype)
+        self._pydnnl_init(engine)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         cls = F.who(self)
@@ -191,12 +198,6 @@ class BatchNorm1d(_BatchNorm, torch.nn.BatchNorm1d):
 
     _dims = (2, 3)
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None, *, engine=None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
-                         dtype)
-        self._pydnnl_init(engine)
-
 
 class BatchNorm2d(_BatchNorm, torch.nn.BatchNorm2d):
     """``torch.nn.BatchNorm2d`` on pydnnl's batch normalization: batch statistics computed
@@ -205,24 +206,12 @@ class BatchNorm2d(_BatchNorm, torch.nn.BatchNorm2d):
 
     _dims = (4,)
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None, *, engine=None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
-                         dtype)
-        self._pydnnl_init(engine)
-
 
 class BatchNorm3d(_BatchNorm, torch.nn.BatchNorm3d):
     """``torch.nn.BatchNorm3d`` on pydnnl's batch normalization. Extra keyword:
     ``engine=``."""
 
     _dims = (5,)
-
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None, *, engine=None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
-                         dtype)
-        self._pydnnl_init(engine)
 
 
 class LayerNorm(F.PydnnlModule, torch.nn.LayerNorm):

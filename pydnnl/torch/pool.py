@@ -1,6 +1,8 @@
 """``MaxPool2d`` and ``AvgPool2d`` on pydnnl's pooling primitives."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as TF
 from torch.autograd.function import once_differentiable
@@ -33,14 +35,12 @@ class _PoolPrims:
         self.fwd_pd = pooling_forward.primitive_desc(eng, prop, alg, self.src, self.dst,
                                                      **self.geom)
         self.fwd = pooling_forward(self.fwd_pd)
-        self._bwd = None
 
+    @functools.cached_property
     def bwd(self):
-        if self._bwd is None:
-            pd = pooling_backward.primitive_desc(self.eng, self.alg, self.src, self.dst,
-                                                 hint_fwd_pd=self.fwd_pd, **self.geom)
-            self._bwd = pooling_backward(pd)
-        return self._bwd
+        pd = pooling_backward.primitive_desc(self.eng, self.alg, self.src, self.dst,
+                                             hint_fwd_pd=self.fwd_pd, **self.geom)
+        return pooling_backward(pd)
 
 
 class _PoolFn(torch.autograd.Function):
@@ -65,7 +65,7 @@ class _PoolFn(torch.autograd.Function):
         args = {ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng), ARG_DIFF_SRC: out[0]}
         if ctx.ws is not None:
             args[ARG_WORKSPACE] = ctx.ws
-        F.execute(eng, p.bwd(), args)
+        F.execute(eng, p.bwd, args)
         return None, F.result(out, dy)
 
 
@@ -98,14 +98,8 @@ class _Pool2d(F.PydnnlModule):
         cls = F.who(self)
         F.check_input(f"{cls}: input", input, (3, 4))
         x = input.unsqueeze(0) if input.dim() == 3 else input
-        out = []
-        for i in range(2):
-            o = _out_size(x.shape[2 + i], k[i], s[i], p[i], d[i], self.ceil_mode)
-            if o <= 0:
-                raise invalid_arguments(
-                    f"{cls}: input: output size {o} of spatial dim {2 + i} is not positive "
-                    f"for input shape {tuple(input.shape)}")
-            out.append(o)
+        out = F.output_sizes(cls, input, [
+            _out_size(x.shape[2 + i], k[i], s[i], p[i], d[i], self.ceil_mode) for i in range(2)])
         pl = list(p)
         pr = [(out[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 - x.shape[2 + i] - p[i]
               for i in range(2)]

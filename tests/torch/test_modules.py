@@ -67,6 +67,17 @@ def test_linear(eng, bias, shape):
 
 # -- convolutions ----------------------------------------------------------------------------
 
+def kw_id(kw):
+    return ",".join(f"{k}={v}" for k, v in kw.items()) or "default"
+
+
+def kernel_and_rest(kw):
+    """``(kernel_size, the other arguments)`` of a case, seeding the module's init."""
+    torch.manual_seed(0)
+    kw = dict(kw)
+    return kw.pop("kernel_size", 3), kw
+
+
 CONV2D = [
     dict(),
     dict(stride=2, padding=1, groups=2),
@@ -80,12 +91,9 @@ CONV2D = [
 ]
 
 
-@pytest.mark.parametrize("kw", CONV2D, ids=lambda kw: ",".join(f"{k}={v}" for k, v in
-                                                              kw.items()) or "default")
+@pytest.mark.parametrize("kw", CONV2D, ids=kw_id)
 def test_conv2d(eng, kw):
-    kw = dict(kw)
-    k = kw.pop("kernel_size", 3)
-    torch.manual_seed(0)
+    k, kw = kernel_and_rest(kw)
     compare(pt.Conv2d(4, 8, k, engine=eng, **kw), torch.nn.Conv2d(4, 8, k, **kw),
             inputs(2, 4, 7, 6))
 
@@ -120,12 +128,9 @@ DECONV = [
 ]
 
 
-@pytest.mark.parametrize("kw", DECONV, ids=lambda kw: ",".join(f"{k}={v}" for k, v in
-                                                              kw.items()) or "default")
+@pytest.mark.parametrize("kw", DECONV, ids=kw_id)
 def test_conv_transpose2d(eng, kw):
-    kw = dict(kw)
-    k = kw.pop("kernel_size", 3)
-    torch.manual_seed(0)
+    k, kw = kernel_and_rest(kw)
     compare(pt.ConvTranspose2d(4, 6, k, engine=eng, **kw),
             torch.nn.ConvTranspose2d(4, 6, k, **kw), inputs(2, 4, 4, 5))
 
