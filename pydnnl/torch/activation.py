@@ -48,16 +48,30 @@ class _EltwisePrims:
         return eltwise_backward(pd)
 
 
+def _run_forward(p, x):
+    """``p.fwd`` (an eltwise or softmax) on ``x``: the result tensor."""
+    dst = F.output(x.shape, p.eng)
+    F.execute(p.eng, p.fwd, {ARG_SRC: F.memory_of(x, p.eng), ARG_DST: dst[0]})
+    return F.result(dst, x)
+
+
+def _run_backward(p, arg, v, dy):
+    """``p.bwd`` from ``dy`` and the saved forward tensor ``v`` (argument ``arg``)."""
+    eng = p.eng
+    out = F.output(v.shape, eng)
+    F.execute(eng, p.bwd, {arg: F.memory_of(v, eng),
+                           ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
+                           ARG_DIFF_SRC: out[0]})
+    return F.result(out, dy)
+
+
 class _EltwiseFn(torch.autograd.Function):
     """``y = f(x)`` on a flat tensor. ``above``: Softplus's threshold, ``(beta, threshold)``:
     where ``beta * x > threshold`` PyTorch returns ``x`` itself (and passes the gradient)."""
 
     @staticmethod
     def forward(ctx, p: _EltwisePrims, above, x):
-        eng = p.eng
-        dst = F.output(x.shape, eng)
-        F.execute(eng, p.fwd, {ARG_SRC: F.memory_of(x, eng), ARG_DST: dst[0]})
-        y = F.result(dst, x)
+        y = _run_forward(p, x)
         mask = None
         if above is not None:
             mask = x * above[0] > above[1]
@@ -70,13 +84,7 @@ class _EltwiseFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         p, (v,) = ctx.p, ctx.saved_tensors
-        eng = p.eng
-        out = F.output(v.shape, eng)
-        arg = ARG_DST if p.alg in _USE_DST else ARG_SRC
-        F.execute(eng, p.bwd, {arg: F.memory_of(v, eng),
-                               ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
-                               ARG_DIFF_SRC: out[0]})
-        dx = F.result(out, dy)
+        dx = _run_backward(p, ARG_DST if p.alg in _USE_DST else ARG_SRC, v, dy)
         if ctx.mask is not None:
             dx = torch.where(ctx.mask, dy, dx)
         return None, None, dx
@@ -283,10 +291,7 @@ class _SoftmaxPrims:
 class _SoftmaxFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, p: _SoftmaxPrims, x):
-        eng = p.eng
-        dst = F.output(x.shape, eng)
-        F.execute(eng, p.fwd, {ARG_SRC: F.memory_of(x, eng), ARG_DST: dst[0]})
-        y = F.result(dst, x)
+        y = _run_forward(p, x)
         ctx.p = p
         ctx.save_for_backward(y)
         return y
@@ -295,12 +300,7 @@ class _SoftmaxFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         p, (y,) = ctx.p, ctx.saved_tensors
-        eng = p.eng
-        out = F.output(y.shape, eng)
-        F.execute(eng, p.bwd, {ARG_DST: F.memory_of(y, eng),
-                               ARG_DIFF_DST: F.memory_of(dy.contiguous(), eng),
-                               ARG_DIFF_SRC: out[0]})
-        return None, F.result(out, dy)
+        return None, _run_backward(p, ARG_DST, y, dy)
 
 
 class _Softmax(F.PydnnlModule):
