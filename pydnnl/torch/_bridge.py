@@ -2,8 +2,10 @@
 
 A CPU engine shares host memory with PyTorch where OpenCL can use it in place
 (``CL_MEM_USE_HOST_PTR`` over the tensor's storage); a GPU engine takes one copy each way.
-Results written into shared host memory are made visible to the host by mapping the buffer
-once the stream has finished (a no-op copy where the runtime really shares the pages).
+Results written into shared host memory are visible once the stream has finished where the
+runtime's kernels write the host pages themselves (checked once per engine); elsewhere the
+buffer is mapped to bring them in. A buffer is made per call (about a microsecond), so a
+tensor changed in place between calls is always read as it is then.
 """
 from __future__ import annotations
 
@@ -169,7 +171,8 @@ def _kernels_write_through(eng: _engine) -> bool:
     ok = _writes_through.get(eng)
     if ok is None:
         cl = _cl()
-        host = np.zeros(64, np.float32)
+        # allocated as results are: a runtime may treat host pointers by their alignment
+        host = torch.zeros(64).numpy()
         buf = cl.Buffer(eng.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
                         hostbuf=host)
         prg = cl.Program(eng.context, "__kernel void probe(__global float *a) "
@@ -180,8 +183,7 @@ def _kernels_write_through(eng: _engine) -> bool:
             prg = prg.build()
         prg.probe(q, host.shape, None, buf)
         q.finish()
-        ok = _writes_through[eng] = bool(
-            (host == np.arange(1, 65, dtype=np.float32)).all())
+        ok = _writes_through[eng] = bool((host == np.arange(1, 65)).all())
     return ok
 
 
