@@ -977,3 +977,229 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 }}
 """
     return KernelSource(name, src, (-(-C // p.wg) * p.wg,), (p.wg,), _arg_names(args))
+
+
+# -- batch normalization, one work-group per channel -------------------------------------------
+
+
+@dataclass(frozen=True)
+class BnFused:
+    """Batch normalization with statistics in one kernel: one work-group of ``wg`` lanes per
+    channel reads the channel's values once for its sums, combines them, then normalizes the
+    same values again, which are still in the core's caches (a channel of a few hundred KiB
+    up to a few MiB), so memory sees one read and one write per element.
+
+    Forward (``dy`` None): shifted sums of ``x - K`` and its square (``K = x[0, c, 0...]``),
+    mean and variance written when ``write_stats``, ``dst = (x - m) * a + b`` (then ReLU and
+    the workspace mask). Backward: sums of ``dy`` and ``dy * (x - mean)`` (dy masked by the
+    workspace), diff_scale/diff_shift where given, ``diff_src = a * dy + b * (x - m) + d``
+    (``b = d = 0`` with ``global_stats``). Plain layouts whose channel's values lie in
+    contiguous runs (``nchw``): lanes along a run, each run summed on its own before being
+    added to the channel's total (shorter sums, smaller rounding error).
+    """
+
+    dims: tuple[int, ...]
+    x: tuple
+    out: tuple
+    stat: tuple
+    eps: float
+    dy: tuple | None = None
+    scale: tuple | None = None
+    shift: tuple | None = None
+    relu: bool = False
+    ws: bool = False
+    write_stats: bool = False
+    global_stats: bool = False
+    diff_scale: tuple | None = None
+    diff_shift: tuple | None = None
+    wg: int = 16
+    subgroup: bool = False
+    x_dt: str = "f32"
+    dy_dt: str = "f32"
+    out_dt: str = "f32"
+
+
+def _bn_fused_groups(dims, lays: list):
+    """(plain groups, channel group, inner run, outer runs) when every layout is plain and
+    the innermost reduction run is contiguous in all of them, else None."""
+    groups = plain_groups(dims, lays, keep=1)
+    if groups is None:
+        return None
+    red = [g for g in groups if not g[1]]
+    if not red or any(s != 1 for s in red[-1][2]) or red[-1] is not groups[-1]:
+        return None
+    cg = next(g for g in groups if g[1])
+    return groups, cg, red[-1], red[:-1]
+
+
+def bn_fused_run(dims, lays: list) -> int:
+    """The contiguous run length the fused kernel's lanes walk over ``lays`` (0: the kernel
+    does not apply: a blocked layout, or channels innermost in memory)."""
+    g = _bn_fused_groups(dims, lays)
+    return g[2][0] if g else 0
+
+
+def _lane_sums(L: int, subgroup: bool, names: list[str]) -> tuple[str, str]:
+    """(local declarations, statements) making each of ``names`` the sum over the group."""
+    if subgroup:
+        return "", "".join(f"\n    {n} = sub_group_reduce_add({n});" for n in names)
+    arrays = [f"l{k}" for k in range(len(names))]
+    local = "__local float " + ", ".join(f"{a}[{L}]" for a in arrays) + ";"
+    stores = " ".join(f"{a}[l] = {n};" for a, n in zip(arrays, names))
+    loads = " ".join(f"{n} = {a}[0];" for a, n in zip(arrays, names))
+    return local, f"""
+    {stores}
+    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, arrays)}
+    {loads}"""
+
+
+def build_bn_fused(p: BnFused) -> KernelSource:
+    bwd = p.dy is not None
+    lays = [p.x, p.out] + ([p.dy] if bwd else []) + ([logical_layout(p.dims)] if p.ws else [])
+    found = _bn_fused_groups(p.dims, lays)
+    if found is None:
+        raise ValueError("BnFused: layouts without a contiguous run per channel")
+    _groups, cg, inner, outer = found
+    C, L, U = p.dims[1], p.wg, UNROLL
+    R = math.prod(p.dims) // C
+    S_in = inner[0]
+    O = math.prod(g[0] for g in outer)
+    names = [f"o{k}" for k in range(len(outer))]
+    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
+    allg = list(outer) + [inner, cg]
+    idx = names + ["i", "c"]
+    x_at = _group_offsets(allg, idx, 0, p.x[0])
+    out_at = _group_offsets(allg, idx, 1, p.out[0])
+    helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
+    x_val = f"{ld[p.x_dt]}(src[{x_at}])"
+    args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
+    gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
+    beta = f"shift[{offset_expr(p.shift, ['c'])}]" if p.shift is not None else "0.0f"
+    m_at, v_at = f"mean[{offset_expr(p.stat, ['c'])}]", f"variance[{offset_expr(p.stat, ['c'])}]"
+    if bwd:
+        args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
+        args += ["__global const float *restrict mean", "__global const float *restrict variance"]
+        if p.scale is not None:
+            args.append("__global const float *restrict scale")
+        if p.ws:
+            args.append("__global const uchar *restrict ws")
+        if p.diff_scale is not None:
+            args.append("__global float *restrict diff_scale")
+        if p.diff_shift is not None:
+            args.append("__global float *restrict diff_shift")
+        dy = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}])"
+        if p.ws:
+            # the load unconditional, then a select: Intel's CPU compiler drops the store of
+            # one lane (diff_src left unwritten) when the load sits under the mask's condition
+            dy = f"select(0.0f, {dy}, (int)ws[{_group_offsets(allg, idx, 3, 0)}])"
+        head = f"""
+    const float k = {m_at};"""
+        acc = f"""
+                const float x = {x_val} - k;
+                const float dy = {dy};
+                a0[u] += dy; a1[u] += dy * x;"""
+        stats = f"""
+    const float m = k;
+    const float is = rsqrt({v_at} + {_f(p.eps)});
+    const float a = {gamma} * is;"""
+        outs = ""
+        if p.diff_scale is not None:
+            outs += f" diff_scale[{offset_expr(p.diff_scale, ['c'])}] = t1 * is;"
+        if p.diff_shift is not None:
+            outs += f" diff_shift[{offset_expr(p.diff_shift, ['c'])}] = t0;"
+        if outs:
+            stats += f"\n    if (l == 0) {{{outs} }}"
+        if p.global_stats:
+            stats += "\n    const float b = 0.0f, d = 0.0f;"
+        else:
+            stats += f"""
+    const float b = -a * is * (t1 * is) / {R}.0f;
+    const float d = -a * t0 / {R}.0f;"""
+        apply = f"""
+            const float dy = {dy};
+            const float y = a * dy + b * ({x_val} - m) + d;"""
+    else:
+        if p.write_stats:
+            args += ["__global float *restrict mean", "__global float *restrict variance"]
+        if p.scale is not None:
+            args.append("__global const float *restrict scale")
+        if p.shift is not None:
+            args.append("__global const float *restrict shift")
+        if p.ws:
+            args.append("__global uchar *restrict ws")
+        zero = _group_offsets(allg, ["0"] * len(names) + ["0", "c"], 0, p.x[0])
+        head = f"""
+    const float k = {ld[p.x_dt]}(src[{zero}]);"""
+        acc = f"""
+                const float x = {x_val} - k;
+                a0[u] += x; a1[u] += x * x;"""
+        stats = f"""
+    const float ms = t0 / {R}.0f;
+    const float v = fmax(t1 / {R}.0f - ms * ms, 0.0f);
+    const float m = k + ms;
+    const float a = {gamma} * rsqrt(v + {_f(p.eps)});
+    const float b = {beta};"""
+        if p.write_stats:
+            stats += f"\n    if (l == 0) {{ {m_at} = m; {v_at} = v; }}"
+        apply = f"""
+            float y = ({x_val} - m) * a + b;"""
+        if p.relu:
+            apply += "\n            y = fmax(y, 0.0f);"
+        if p.ws:
+            apply += f"\n            ws[{_group_offsets(allg, idx, 2, 0)}] = y > 0.0f ? 1 : 0;"
+    args.append(f"__global {_STORE_T[p.out_dt]} *restrict dst")
+    local, red = _lane_sums(L, p.subgroup, ["t0", "t1"])
+    full = S_in // (L * U)
+    # loops with trip counts uniform across the lanes (``j``, then the lane's offset): a
+    # loop bound that depends on the lane (``i = l; i < S; i += L``) is run with masked
+    # loads and stores on a CPU runtime (measured 5x slower stores on the EPYC)
+    tail = ""
+    if S_in % L:
+        tail = f"""
+        {{
+            const int i = {S_in // L * L} + l;
+            if (i < {S_in}) {{{apply}
+            dst[{out_at}] = {st[p.out_dt]}(y);
+            }}
+        }}"""
+    attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
+    if p.subgroup:
+        attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
+    name = "pydnnl_bn_fused"
+    src = helpers + f"""
+__kernel void {attr}
+{name}({", ".join(args)})
+{{
+    {local}
+    const int l = get_local_id(0);
+    const int c = get_group_id(1);{head}
+    float t0 = 0.0f, t1 = 0.0f;
+    for (int o = 0; o < {O}; ++o) {{
+        {dec}
+        float a0[{U}], a1[{U}];
+        for (int u = 0; u < {U}; ++u) {{ a0[u] = 0.0f; a1[u] = 0.0f; }}
+        for (int j = 0; j < {full}; ++j) {{
+            #pragma unroll
+            for (int u = 0; u < {U}; ++u) {{
+                const int i = (j * {U} + u) * {L} + l;{acc}
+            }}
+        }}
+        for (int j = {full * U}; j < {S_in // L}; ++j) {{
+            const int i = j * {L} + l, u = 0;{acc}
+        }}
+        if ({S_in % L} && {S_in // L * L} + l < {S_in}) {{
+            const int i = {S_in // L * L} + l, u = 0;{acc}
+        }}
+        t0 += {" + ".join(f"a0[{u}]" for u in range(U))};
+        t1 += {" + ".join(f"a1[{u}]" for u in range(U))};
+    }}{red}{stats}
+    for (int o = 0; o < {O}; ++o) {{
+        {dec}
+        for (int j = 0; j < {S_in // L}; ++j) {{
+            const int i = j * {L} + l;{apply}
+            dst[{out_at}] = {st[p.out_dt]}(y);
+        }}{tail}
+    }}
+}}
+"""
+    return KernelSource(name, src, (L, C), (L, 1), _arg_names(args))

@@ -42,11 +42,15 @@ from ..error import invalid_arguments, unimplemented
 from ..kernels.normalization import (
     BnApply,
     BnFinalize,
+    BnFused,
     BnReduce,
+    bn_fused_run,
     bn_reduce_partials,
     build_bn_apply,
     build_bn_finalize,
+    build_bn_fused,
     build_bn_reduce,
+    logical_layout,
     min_stride,
 )
 from ..kernels.reorder import layout_of
@@ -221,6 +225,21 @@ class _bn_pd(primitive_desc_base):
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
 
+    def _fuse(self, dims, lays: list, mds: list) -> bool:
+        """Whether the statistics and the elementwise pass run as one kernel per channel
+        (``BnFused``, ``rules.bn_fused``); sets its work-group shape."""
+        C = dims[1]
+        R = math.prod(dims) // C
+        run = bn_fused_run(tuple(dims), lays)
+        per_channel = R * sum(md.data_type.itemsize for md in mds)
+        use, self.fused_wg, self.fused_sub = rules.bn_fused(self._engine.info, C, per_channel,
+                                                            run)
+        self.fused = use
+        if use:
+            self.red, self.partials = None, 0
+            self._scratch(C, False)
+        return use
+
     def _plan_reduce(self, red: BnReduce | None) -> None:
         """Keep the reduction problem and size the scratchpad: its partial sums (when
         reducing) and four coefficients per channel."""
@@ -283,10 +302,15 @@ class batch_normalization_forward(primitive):
                 n = math.prod(src.get_padded_dims())
                 self._args[ARG_WORKSPACE] = ArgSpec(MemoryDesc([n], data_type.u8, "a"), True)
             self._reduce_params(src)
-            self._plan_reduce(None if self.global_stats else BnReduce(
-                dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups, x_dt=src.data_type.name, tree=self.tree))
-            self._impl = f"ocl:bnorm:{'global' if self.global_stats else self.lanes}"
+            lays = [layout_of(src), layout_of(dst)] + (
+                [logical_layout(src.dims)] if self.write_ws else [])
+            if self.global_stats or not self._fuse(src.dims, lays, [src]):
+                self.fused = False
+                self._plan_reduce(None if self.global_stats else BnReduce(
+                    dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
+                    groups=self.groups, x_dt=src.data_type.name, tree=self.tree))
+            self._impl = ("ocl:bnorm:fused" if self.fused else
+                          f"ocl:bnorm:{'global' if self.global_stats else self.lanes}")
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
 
@@ -304,6 +328,19 @@ class batch_normalization_forward(primitive):
             ss["shift"] = Ref(ARG_SHIFT)
         sc = layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None
         sh = layout_of(pd._args[ARG_SHIFT].md) if pd.use_shift else None
+        dst = pd._args[ARG_DST].md
+        if pd.fused:
+            write = ARG_MEAN in pd._args
+            fused = BnFused(dims=dims, x=x, out=layout_of(dst), stat=stat, eps=pd._eps,
+                            scale=sc, shift=sh, relu=pd.relu, ws=pd.write_ws,
+                            write_stats=write, wg=pd.fused_wg, subgroup=pd.fused_sub,
+                            x_dt=src.data_type.name, out_dt=dst.data_type.name)
+            extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
+            if write:
+                extra.update(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE))
+            plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC), dst=Ref(ARG_DST),
+                        **ss, **extra)
+            return
         if pd.global_stats:
             fin = BnFinalize(C=C, R=1, mode="fwd_given", eps=pd._eps, stat=stat, scale=sc,
                              shift=sh, wg=pd.small_wg)
@@ -322,7 +359,6 @@ class batch_normalization_forward(primitive):
                         mean=Ref(ARG_MEAN) if write else SCRATCH,
                         variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
                         p_off=pd.p_off, k_off=pd.k_off, **ss)
-        dst = pd._args[ARG_DST].md
         app = BnApply(dims=dims, x=x, out=layout_of(dst), relu=pd.relu, ws=pd.write_ws,
                       wg=pd.apply_wg, x_dt=src.data_type.name, out_dt=dst.data_type.name)
         extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
@@ -400,13 +436,18 @@ class batch_normalization_backward(primitive):
                 self._args[ARG_WORKSPACE] = ArgSpec(ws, False)
             self.reduce = not self.global_stats or (full and (self.use_scale or self.use_shift))
             self._reduce_params(src)
-            self._plan_reduce(BnReduce(
+            lays = [layout_of(src), layout_of(dsrc), layout_of(ddst)] + (
+                [logical_layout(src.dims)] if self.relu else [])
+            if self.global_stats or not self._fuse(src.dims, lays, [src, ddst]):
+                self.fused = False
+                self._plan_reduce(BnReduce(
                 dims=tuple(src.dims), x=layout_of(src), dy=layout_of(ddst),
                 mean=layout_of(_stat_md(C)), ws=self.relu, lanes=self.lanes, wg=self.red_wg,
-                groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name,
-                tree=self.tree)
-                if self.reduce else None)
-            self._impl = f"ocl:bnorm:{self.lanes if self.reduce else 'global'}"
+                    groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name,
+                    tree=self.tree)
+                    if self.reduce else None)
+            self._impl = ("ocl:bnorm:fused" if self.fused else
+                          f"ocl:bnorm:{self.lanes if self.reduce else 'global'}")
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
                           f"sp{'x'.join(map(str, src.dims[2:])) or '1'}")
 
@@ -419,6 +460,9 @@ class batch_normalization_backward(primitive):
         dy = layout_of(pd._args[ARG_DIFF_DST].md)
         stat = layout_of(_stat_md(C))
         ws = {"ws": Ref(ARG_WORKSPACE)} if pd.relu else {}
+        if pd.fused:
+            self._create_fused(plan, dims, x, dy, stat, ws)
+            return
         if pd.reduce:
             plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
@@ -447,6 +491,29 @@ class batch_normalization_backward(primitive):
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), coef=SCRATCH, k_off=pd.k_off,
                     dst=Ref(ARG_DIFF_SRC), **ws)
+
+    def _create_fused(self, plan, dims, x, dy, stat, ws) -> None:
+        pd = self._pd
+        outs = {}
+        dsc = dsh = None
+        if ARG_DIFF_SCALE in pd._args:
+            dsc = layout_of(pd._args[ARG_DIFF_SCALE].md)
+            outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
+        if ARG_DIFF_SHIFT in pd._args:
+            dsh = layout_of(pd._args[ARG_DIFF_SHIFT].md)
+            outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
+        if pd.use_scale:
+            outs["scale"] = Ref(ARG_SCALE)
+        dsrc = pd._args[ARG_DIFF_SRC].md
+        fused = BnFused(dims=dims, x=x, out=layout_of(dsrc), stat=stat, eps=pd._eps, dy=dy,
+                        scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
+                        ws=pd.relu, diff_scale=dsc, diff_shift=dsh, wg=pd.fused_wg,
+                        subgroup=pd.fused_sub, x_dt=pd._args[ARG_SRC].md.data_type.name,
+                        dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name,
+                        out_dt=dsrc.data_type.name)
+        plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC),
+                    diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE),
+                    dst=Ref(ARG_DIFF_SRC), **outs, **ws)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

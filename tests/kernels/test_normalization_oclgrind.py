@@ -5,7 +5,7 @@ and with the lanes summed in local memory, and channel-lanes path,
 forward and backward with the ReLU workspace), finalize (computed, given, backward) and the
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
-kernels."""
+kernels; the one-kernel-per-channel batch normalization (forward and backward)."""
 from __future__ import annotations
 
 import pathlib
@@ -128,6 +128,11 @@ lnorm("ln_rows_cached_global", [3, 5], "ab", both | F.use_global_stats)
 # the bnorm runs reduction summing its lanes in local memory (the GPU path), forced
 rules.bn_reduce_tree = lambda info, lanes: lanes == "r"
 bnorm("bn_nchw_relu_tree", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
+# the one-kernel-per-channel bnorm (the CPU path), forced: 4 lanes over runs of 21 (an
+# unrolled block, a plain step and a masked tail), local-memory and plain sums
+rules.bn_fused = lambda info, C, nbytes, run: (True, 4, False)
+bnorm("bn_fused_relu", [2, 3, 3, 7], "abcd", both | F.fuse_norm_relu)
+bnorm("bn_fused_plain", [3, 2, 16], "abc", both)
 print(json.dumps(results))
 """
 
@@ -140,4 +145,5 @@ def test_normalization_kernels_clean_under_oclgrind():
     assert results == {"bn_nchw_relu": True, "bn_nhwc": True, "bn_blocked_global": True,
                        "ln_rows": True, "ln_transposed_global": True,
                        "ln_rows_cached": True, "ln_rows_cached_global": True,
-                       "bn_nchw_relu_tree": True}
+                       "bn_nchw_relu_tree": True, "bn_fused_relu": True,
+                       "bn_fused_plain": True}

@@ -391,3 +391,91 @@ def test_local_tree_reduction_matches_reference(engine, stream, monkeypatch, lay
                                                          EPS, flags)
     assert pd.tree and pd.lanes == "r"
     test_forward_training_and_backward_match_reference(engine, stream, layout, flags)
+
+
+def test_fused_rule_closed_form():
+    """runtime/heuristics/normalization.py ``bn_fused`` on made-up devices: CPUs run a channel
+    per work-group (one SIMD vector, sub-group sums where Intel's extension is there) when
+    every core gets a channel, the channel fits a few times the cache, and its run fills a
+    vector; GPUs never."""
+    from pydnnl.engine import DeviceInfo
+    from pydnnl.runtime.heuristics.normalization import bn_fused
+
+    def info(kind, ext=()):
+        return DeviceInfo(name="made-up", vendor="v", platform="p", driver_version="1",
+                          device_version="OpenCL 3.0", type=kind, compute_units=2,
+                          global_mem_bytes=1 << 34, local_mem_bytes=1 << 16,
+                          max_work_group_size=1024, max_clock_mhz=0, fp16=True, fp64=True,
+                          preferred_float_vector_width=1, simd_width=16,
+                          global_mem_cache_bytes=1 << 20, extensions=ext)
+
+    cpu = info("cpu", ("cl_intel_required_subgroup_size",))
+    assert bn_fused(cpu, 64, 1 << 20, 16384) == (True, 16, True)
+    assert bn_fused(info("cpu"), 64, 1 << 20, 16384) == (True, 16, False)
+    assert not bn_fused(cpu, 64, 8 << 20, 16384)[0]      # a channel far beyond the cache
+    assert not bn_fused(cpu, 1, 1 << 20, 16384)[0]       # one core idle
+    assert not bn_fused(cpu, 64, 1 << 20, 8)[0]          # runs shorter than a vector
+    assert not bn_fused(cpu, 64, 1 << 20, 0)[0]          # channels innermost or blocked
+    assert not bn_fused(info("gpu"), 64, 1 << 20, 16384)[0]
+
+
+@pytest.mark.parametrize("flags", [0, 0x6, 0xE])
+def test_fused_channel_kernel_matches_reference(flags):
+    """The one-kernel-per-channel path (CPU, nchw) on runs with an unrolled part, a plain step
+    and a tail (lanes of 16 over 7 x 9 = 63 values), forward training and backward."""
+    import pydnnl as dnnl
+    from pydnnl.reference import normalization as R
+
+    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+    if eng.info.is_gpu:
+        pytest.skip("the fused path is the CPU's")
+    s = dnnl.stream(eng)
+    rng = np.random.default_rng(5)
+    dims, C, eps = [3, 4, 7, 9], 4, 1e-3
+    x = (rng.standard_normal(dims) + 3.0).astype(np.float32)
+    dy = rng.standard_normal(dims).astype(np.float32)
+    sc, sh = rng.uniform(0.5, 1.5, C).astype(np.float32), rng.standard_normal(C).astype(np.float32)
+    md = dnnl.memory.desc(dims, dnnl.memory.data_type.f32, "abcd")
+    pd = dnnl.batch_normalization_forward.primitive_desc(
+        eng, dnnl.prop_kind.forward_training, md, md, eps, flags)
+    if "fused" not in pd.impl_info_str():
+        pytest.skip("this device's rule keeps the reduction kernels")
+    m = lambda d, v=None: dnnl.memory(d, eng, v) if v is not None else dnnl.memory(d, eng)  # noqa: E731
+    a = {dnnl.ARG_SRC: m(md, x), dnnl.ARG_DST: m(md), dnnl.ARG_MEAN: m(pd.mean_desc()),
+         dnnl.ARG_VARIANCE: m(pd.variance_desc())}
+    if flags & 0x2:
+        a[dnnl.ARG_SCALE] = m(pd.weights_desc(), sc)
+    if flags & 0x4:
+        a[dnnl.ARG_SHIFT] = m(pd.weights_desc(), sh)
+    relu = bool(flags & 0x8)
+    if relu:
+        a[dnnl.ARG_WORKSPACE] = m(pd.workspace_desc())
+    dnnl.batch_normalization_forward(pd).execute(s, a)
+    s.wait()
+    y, mean, var = R.batch_norm_forward(x.astype(np.float64), eps, None, None,
+                                        sc if flags & 0x2 else None,
+                                        sh if flags & 0x4 else None, relu)
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+    _close(a[dnnl.ARG_MEAN].to_numpy(), mean)
+    _close(a[dnnl.ARG_VARIANCE].to_numpy(), var)
+    bpd = dnnl.batch_normalization_backward.primitive_desc(
+        eng, dnnl.prop_kind.backward, md, md, md, eps, flags, pd)
+    assert "fused" in bpd.impl_info_str()
+    b = {k: v for k, v in a.items() if k != dnnl.ARG_DST}
+    b[dnnl.ARG_DIFF_DST], b[dnnl.ARG_DIFF_SRC] = m(md, dy), m(md)
+    if flags & 0x2:
+        b[dnnl.ARG_DIFF_SCALE] = m(bpd.diff_weights_desc())
+    if flags & 0x4:
+        b[dnnl.ARG_DIFF_SHIFT] = m(bpd.diff_weights_desc())
+    dnnl.batch_normalization_backward(bpd).execute(s, b)
+    s.wait()
+    dx, dsc, dsh = R.batch_norm_backward(x.astype(np.float64), dy.astype(np.float64),
+                                         a[dnnl.ARG_MEAN].to_numpy().astype(np.float64),
+                                         a[dnnl.ARG_VARIANCE].to_numpy().astype(np.float64),
+                                         eps, sc if flags & 0x2 else None, False,
+                                         y > 0 if relu else None)
+    _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx)
+    if flags & 0x2:
+        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc)
+    if flags & 0x4:
+        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)

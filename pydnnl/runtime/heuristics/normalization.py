@@ -138,3 +138,26 @@ def ln_ss_params(info, C: int, rows: int) -> tuple[int, int, bool]:
     cgroups = -(-C // wg)
     want = max(1, -(-target_groups(info) // cgroups))
     return wg, max(1, min(want, rows // 16 or 1)), False
+
+
+BN_FUSED_CACHE_MULT = 4
+
+
+def bn_fused(info, C: int, channel_bytes: int, run: int) -> tuple[bool, int, bool]:
+    """(use, work-group size, sub-group sums) of the one-kernel batch normalization with
+    statistics (``BnFused``: a work-group per channel reads the channel for its sums, then
+    again from cache to normalize it). CPUs only, where each core walks whole channels: at
+    least one channel per compute unit, the channel's bytes read (src, and diff_dst
+    backward) within ``BN_FUSED_CACHE_MULT`` times the cache OpenCL reports (a core's L2;
+    the second read then comes from L2 or the shared L3 rather than memory), and a
+    contiguous run per channel of at least one SIMD vector (``nchw``). GPUs keep the
+    reduction over many work-groups (a few dozen channels would idle most of the device)."""
+    if info.is_gpu or run < 1:
+        return False, 0, False
+    cu = max(1, info.compute_units or 1)
+    cache = info.global_mem_cache_bytes or (1 << 20)
+    simd = max(1, info.simd_width or 16)
+    wg = min(simd, _pow2_at_most(max(1, info.max_work_group_size)))
+    use = C >= cu and run >= wg and channel_bytes <= BN_FUSED_CACHE_MULT * cache
+    sub = wg == info.simd_width and "cl_intel_required_subgroup_size" in info.extensions
+    return use, wg, sub
