@@ -22,7 +22,7 @@ from ...constants import (
     prop_kind,
 )
 from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
-from ...error import invalid_arguments, out_of_memory, unimplemented
+from ...error import error, invalid_arguments, out_of_memory, runtime_error, unimplemented
 from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
 from ...kernels.post_ops import describe as describe_post_ops
 from ...memory.data_types import data_type
@@ -72,6 +72,17 @@ def _signature(kind: str, direction: str) -> Signature:
                  "dilation": "dilates", "dilations": "dilates"},
         kinds={**{n: DIMS for n in _DIMS}, "allow_empty": BOOL},
         defaults={"allow_empty": False, "_use_db": True})
+
+
+def _workspace(s: Solver, problem: ConvProblem, params: dict) -> int:
+    """Solver ``s``'s scratchpad bytes for ``problem`` (its plan, built dry); a solver that
+    cannot lay out its plan raises :class:`unimplemented`, which ``auto`` and ``find`` skip."""
+    try:
+        return s.workspace_bytes(problem, params)
+    except error:
+        raise
+    except ValueError as e:
+        raise unimplemented(f"{s.name}: cannot plan the problem ({e})") from e
 
 
 class conv_pd_base(bias_queries, primitive_desc_base):
@@ -280,11 +291,15 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                 params.update(db_params[name])
             if solver_params is not None and name == order[0]:
                 params.update(solver_params)
-            ws = s.workspace_bytes(problem, params)
+            try:
+                ws = _workspace(s, problem, params)
+            except unimplemented as e:  # the solver cannot plan it: try the next one
+                reasons.append(str(e))
+                continue
             if ws > limit:  # a valid problem must not fail at allocation: try the next solver
                 too_big.append(f"{name}: workspace {ws} bytes")
                 continue
-            self._finish(s, params, descs, problem)
+            self._finish(s, params, descs, problem, ws)
             return
         if too_big:
             raise out_of_memory(
@@ -363,7 +378,8 @@ class conv_pd_base(bias_queries, primitive_desc_base):
             bias_n=bias.nelems_physical() if bias is not None else 0,
             bias_of="src" if deconv else "dst", post_ops=self._post_ops)
 
-    def _finish(self, s: Solver, params: dict, descs: dict, problem: ConvProblem) -> None:
+    def _finish(self, s: Solver, params: dict, descs: dict, problem: ConvProblem,
+                ws: int) -> None:
         self._solver = s
         self._params = params
         self._problem_ = problem
@@ -381,7 +397,7 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                     "wei": "wei", "bias": "bias"}[lg]
             self._roles[arg] = role
         self._args.update(self._post_op_args)  # binary post-ops' operands, bound by number
-        self._finish_scratchpad(s.workspace_bytes(problem, params))
+        self._finish_scratchpad(ws)
         self._impl = f"loopy:{s.name}"
         self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
                       f"{problem.describe()}") + (
@@ -443,7 +459,13 @@ class conv_primitive_base(primitive):
 
     def _create(self) -> None:
         pd = self._pd
-        self._plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
+        try:
+            self._plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
+        except error:
+            raise
+        except ValueError as e:  # a plan the dry run accepted must not fail as a bare error
+            raise runtime_error(f"{pd._kind}: solver {pd._solver.name} failed to build its "
+                                f"plan: {e}") from e
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args, self._pd._roles)

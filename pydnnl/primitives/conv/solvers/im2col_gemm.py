@@ -39,7 +39,7 @@ from ....kernels.conv_im2col import (
 )
 from ....kernels.reorder import ReorderProblem
 from ....runtime.gemm import GemmShape
-from ....runtime.plan import SCRATCH, Plan
+from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
 from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
@@ -137,36 +137,71 @@ def _splits(k: int, cap: int) -> int:
     return largest_divisor_at_most(k, max(1, min(cap, k // _SPLIT_MIN_K)))
 
 
+def _pack_runs(calls: list, split_k: int) -> tuple[list, list, list]:
+    """How a chunk's GEMMs read their activation B: ``(split, runs, rest)``: the calls split
+    along k (see :func:`_emit`), the packing runs ``(slot, shape, b, start, count, stride,
+    call indices)`` (one evenly spaced run of one shape's B matrices each) and the indices
+    of the other calls."""
+    split, rest = [], []
+    for i, c in enumerate(calls):
+        s = 1 if (split_k <= 1 or c[7]) else _splits(c[0].k, split_k)
+        (split if s > 1 else rest).append((i, s))
+    by_shape: dict = {}
+    for i, _ in rest:
+        if not calls[i][7]:
+            by_shape.setdefault((calls[i][0], calls[i][3].key), []).append(i)
+    runs = []
+    for (shape, key), idx in by_shape.items():
+        prog = _progressions([calls[i][4] for i in idx])
+        if len(prog) > _PACK_GROUPS:
+            continue
+        for r, (first, count, start, stride) in enumerate(prog):
+            runs.append((f"act_b{r}:{key}:{shape}", shape, calls[idx[first]][3], start, count,
+                         stride, idx[first:first + count]))
+    return split, runs, [i for i, _ in rest]
+
+
+def _packed_elems(plan: Plan, shape: GemmShape) -> int:
+    """Scratch elements :meth:`Plan.pack_b` takes per packed B of ``shape``."""
+    if plan.dry:
+        return shape.k * (shape.n + MAX_PANEL - 1)
+    g = plan.gemm_launcher(shape, static_b=True)
+    return g.packed_size if g.packed else 0
+
+
+def _reserve_packs(plan: Plan, chunks: list, split_k: int) -> None:
+    """Size every packing slot for the most matrices any chunk packs into it. Chunks differ:
+    backward weights' first GEMM of each group overwrites (beta 0) and the rest accumulate,
+    so the first chunk packs fewer matrices of the accumulating shape than the others."""
+    most: dict = {}
+    for calls in chunks:
+        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k)[1]:
+            if slot in most:
+                most[slot][1] = max(most[slot][1], count)
+            else:
+                most[slot] = [count, count, shape]
+    for slot, (first, top, shape) in most.items():
+        if top > first:  # the first chunk would size the slot too small
+            plan.alloc(top * _packed_elems(plan, shape), slot)
+
+
 def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
     """Add a chunk's GEMMs. Weights were packed once per execution; an activation B is
     packed here, one launch per evenly spaced run of its matrices, into a scratch region all
     chunks reuse (every operand of the register-tile kernel is then read contiguously, and a
     transposed B no longer costs a cache line per element). ``split_k``: GEMMs with an
     activation B are split along k into at most this many slices (GPUs, backward weights)."""
-    if split_k > 1:
-        rest = []
-        for c in calls:
-            s = 1 if c[7] else _splits(c[0].k, split_k)
-            if s > 1:
-                plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")
-            else:
-                rest.append(c)
-        calls = rest
-    by_shape: dict = {}
-    for i, c in enumerate(calls):
-        if not c[7]:
-            by_shape.setdefault((c[0], c[3].key), []).append(i)
+    split, runs, rest = _pack_runs(calls, split_k)
+    for i, s in split:
+        c = calls[i]
+        plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")
     placed: dict[int, tuple] = {}
-    for (shape, _), idx in by_shape.items():
-        runs = _progressions([calls[i][4] for i in idx])
-        if len(runs) > _PACK_GROUPS:
-            continue
-        for r, (first, count, start, stride) in enumerate(runs):
-            ref, off0, step, packed = plan.pack_b(shape, calls[idx[first]][3], start, count,
-                                                  stride, slot=f"act_b{r}:{shape}")
-            for j in range(count):
-                placed[idx[first + j]] = (ref, off0 + j * step, packed)
-    for i, (shape, a, a_off, b, b_off, c, c_off, is_w) in enumerate(calls):
+    for slot, shape, b, start, count, stride, idx in runs:
+        ref, off0, step, packed = plan.pack_b(shape, b, start, count, stride, slot=slot)
+        for j, i in enumerate(idx):
+            placed[i] = (ref, off0 + j * step, packed)
+    for i in rest:
+        shape, a, a_off, b, b_off, c, c_off, is_w = calls[i]
         if is_w:
             plan.gemm(shape, a, a_off, b, b_off, c, c_off, packed=True)
         elif i in placed:
@@ -290,14 +325,10 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         return ref, off0 + g * step
 
     first = [True] * G
-    for c0 in range(0, p.mb, nb):
-        if S is None and p.kind in ("fwd", "bwd_w"):
-            ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
-                               kernel=p.kernel, strides=p.strides, dilates=p.dilates,
-                               padding_l=p.padding_l, src=p.src, src_n=p.src_n,
-                               col_n=-1, order=col_order, per_item=pi, ic_block=ic_block)
-            plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
-                        col_off=col_off)
+
+    def chunk_calls(c0: int) -> list:
+        """The GEMMs of the chunk from image ``c0`` (in order: the first of each group
+        overwrites its backward-weights result)."""
         calls = []  # (shape, a, a_off, b, b_off, c, c_off, b is the weights)
         for g in range(G):
             for n, cnt in image_groups(c0):
@@ -352,7 +383,21 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                                               trans_b=True, beta=beta)
                             calls.append((shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
                                           False))
-        _emit(plan, calls, int(params.get("split_k", 1)))
+        return calls
+
+    starts = range(0, p.mb, nb)
+    chunks = [chunk_calls(c0) for c0 in starts]
+    split_k = int(params.get("split_k", 1))
+    _reserve_packs(plan, chunks, split_k)
+    for c0, calls in zip(starts, chunks):
+        if S is None and p.kind in ("fwd", "bwd_w"):
+            ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
+                               kernel=p.kernel, strides=p.strides, dilates=p.dilates,
+                               padding_l=p.padding_l, src=p.src, src_n=p.src_n,
+                               col_n=-1, order=col_order, per_item=pi, ic_block=ic_block)
+            plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
+                        col_off=col_off)
+        _emit(plan, calls, split_k)
         if p.kind == "bwd_d" and S is None:
             cp = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
