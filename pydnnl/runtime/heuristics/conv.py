@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from ...conv_shapes import ConvGeometry
 
+#: taps (per stride phase for backward data) from which a CPU prefers implicit GEMM to
+#: im2col + GEMM for layers with few output channels (see :func:`solver_order`)
+LARGE_KERNEL_TAPS = 25
+
 
 def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list[str]:
     """Solver names, most promising first, from the problem's shape alone.
@@ -49,6 +53,22 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
         rows *= v
     implicit_first = (info.is_cpu and not small and k > 1 and stride1
                       and kind in ("fwd", "bwd_d") and rows >= 512)
+    # large kernels with few output channels (any stride, every direction): the patch matrix
+    # is k times the input and each of its elements feeds at most 64 output channels, so
+    # im2col + GEMM streams a column buffer far past the caches for little arithmetic, while
+    # implicit GEMM re-reads a cached input. Backward data counts the taps per stride phase
+    # (its implicit form runs one GEMM per phase). 2-core EPYC, DeepSpeech2 at mb8, medians:
+    # conv1 (1 -> 32, 41x11, stride 2x2) forward 32 against 104-145 ms, backward weights 77
+    # against 116-168; conv2 (32 -> 32, 21x11, stride 2x1) forward 117 against 271-324,
+    # backward data 126 against 249-369, backward weights 239 against 313-324; ResNet-50
+    # conv1 (3 -> 64, 7x7, stride 2) at mb1 forward 2.3 against 8.1 ms (minima), backward
+    # weights 2.3 against 5.6, but backward data (12 taps per phase) 9.6 against 6.9
+    phases = 1
+    for v in geom.strides:
+        phases *= v
+    taps = k // phases if kind == "bwd_d" else k
+    if info.is_cpu and not small and ocg <= 64 and taps >= LARGE_KERNEL_TAPS:
+        implicit_first = True
     if implicit_first:
         order.insert(order.index("im2col_gemm"), "implicit_gemm")
     else:
