@@ -703,7 +703,12 @@ class LnRows:
     row (src, and diff_dst backward) in private registers, so global memory is read once per
     element (a GPU whose caches would otherwise be asked for the row a second time).
     ``xdt``, ``dydt``, ``odt``: storage types of src, diff_dst and the output (``"f32"``,
-    ``"f16"``, ``"bf16"``); statistics, scale and shift are f32."""
+    ``"f16"``, ``"bf16"``); statistics, scale and shift are f32. ``ss_rows`` > 0 (backward
+    with computed statistics, no ``cache``): a work-group walks ``ss_rows`` consecutive rows
+    and adds each column's ``dy * xhat`` and ``dy`` into its own partial rows
+    ``part[p_off + g * 2C + {0, C} + c]`` (planar: a lane's vector of columns is contiguous;
+    :class:`LnScaleShiftFinalize` with ``planar``), so diff_scale/diff_shift need no second
+    read of src and diff_dst."""
 
     dims: tuple[int, ...]
     x: tuple
@@ -722,6 +727,7 @@ class LnRows:
     dydt: str = "f32"
     odt: str = "f32"
     cache: int = 0
+    ss_rows: int = 0  # backward: rows per work-group that also sum diff_scale/diff_shift
 
 
 def _ln_index(dims) -> tuple[str, list[str], list[str]]:
@@ -842,6 +848,12 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     {loop}
         {st("dst", p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{end}"""
             else:
+                acc = ""
+                if p.ss_rows:
+                    # each lane adds into its own columns of the group's partial row (no
+                    # other lane touches them: no barrier), which stays in L1
+                    acc = f"""
+        part[pb + c] += dyv * xh; part[pb + {C} + c] += dyv;"""
                 body = head + f"""
     float a0 = 0.0f, a1 = 0.0f;
     {loop} {{
@@ -851,25 +863,43 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     const float mg = a0 / {C}.0f;
     const float mgx = a1 * is / {C}.0f;
     {loop} {{
-        const float g = {dy_at} * {gamma};
+        const float dyv = {dy_at};
+        const float g = dyv * {gamma};
         const float xh = ({x_at} - m) * is;
-        {st("dst", p.odt, out_off, "is * (g - mg - xh * mgx)")}
+        {st("dst", p.odt, out_off, "is * (g - mg - xh * mgx)")}{acc}
     }}"""
     name = "pydnnl_ln_bwd" if bwd else "pydnnl_ln_fwd"
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
     if p.subgroup:
         attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
+    ss = p.ss_rows and bwd and not p.global_stats and not N
+    if ss:
+        # the local-memory tree's sums are read by every lane before the next row writes them
+        barrier = "\n    barrier(CLK_LOCAL_MEM_FENCE);"
+        args += ["__global float *restrict part", "const int p_off"]
+        groups = -(-rows // p.ss_rows)
+        walk = f"""
+    const int grp = get_group_id(1);
+    const int pb = p_off + grp * {2 * C};
+    for (int c = l; c < {C}; c += {L}) {{ part[pb + c] = 0.0f; part[pb + {C} + c] = 0.0f; }}
+    const int r_end = min({rows}, (grp + 1) * {p.ss_rows});
+    for (int row = grp * {p.ss_rows}; row < r_end; ++row) {{
+    {code}{body}{"" if p.subgroup else barrier}
+    }}"""
+    else:
+        groups = rows
+        walk = f"""
+    const int row = get_group_id(1);
+    {code}{body}"""
     src = f"""{io_preamble((p.xdt, p.dydt, p.odt))}
 __kernel void {attr}
 {name}({", ".join(args)})
 {{
     {local}
-    const int l = get_local_id(0);
-    const int row = get_group_id(1);
-    {code}{body}
+    const int l = get_local_id(0);{walk}
 }}
 """
-    return KernelSource(name, src, (L, rows), (L, 1), _arg_names(args))
+    return KernelSource(name, src, (L, groups), (L, 1), _arg_names(args))
 
 
 @dataclass(frozen=True)
@@ -950,6 +980,7 @@ class LnScaleShiftFinalize:
     diff_scale: tuple | None
     diff_shift: tuple | None
     wg: int = 64
+    planar: bool = False  # partials at p_off + g * 2C + {0, C} + c (LnRows.ss_rows)
 
 
 def build_ln_ss_finalize(p: LnScaleShiftFinalize) -> KernelSource:
@@ -962,6 +993,8 @@ def build_ln_ss_finalize(p: LnScaleShiftFinalize) -> KernelSource:
     if p.diff_shift is not None:
         args.append("__global float *restrict diff_shift")
         out += f"\n    diff_shift[{offset_expr(p.diff_shift, ['c'])}] = s1;"
+    i0, i1 = ((f"g * {2 * C} + c", f"g * {2 * C} + {C} + c") if p.planar
+              else (f"(g * {C} + c) * 2", f"(g * {C} + c) * 2 + 1"))
     name = "pydnnl_ln_ss_finalize"
     src = f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
@@ -971,8 +1004,8 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
     if (c >= {C}) return;
     float s0 = 0.0f, s1 = 0.0f;
     for (int g = 0; g < {p.groups}; ++g) {{
-        s0 += part[p_off + (g * {C} + c) * 2];
-        s1 += part[p_off + (g * {C} + c) * 2 + 1];
+        s0 += part[p_off + {i0}];
+        s1 += part[p_off + {i1}];
     }}{out}
 }}
 """

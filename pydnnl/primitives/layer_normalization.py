@@ -242,6 +242,11 @@ class layer_normalization_backward(primitive):
             self.cache = rules.ln_row_cache(info, C, self.wg)
             self.ss = full and (self.use_scale or self.use_shift)
             self.ss_wg, self.groups, self.col_loop = rules.ln_ss_params(info, C, rows)
+            self.fused_ss = (self.ss and not self.global_stats
+                             and rules.ln_bwd_fused_ss(info, self.cache))
+            self.ss_rows = -(-rows // self.groups) if self.fused_ss else 0
+            if self.fused_ss:
+                self.groups = -(-rows // self.ss_rows)
             self.small_wg = rules.small_wg(info, C)
             self._scratch_elems = self.groups * C * 2 if self.ss else 0
             self._finish_scratchpad(self._scratch_elems * 4)
@@ -256,7 +261,7 @@ class layer_normalization_backward(primitive):
         dims, C = tuple(src.dims), src.dims[-1]
         x, dy = layout_of(src), layout_of(pd._args[ARG_DIFF_DST].md)
         stat = layout_of(pd._stat_md)
-        if pd.ss:
+        if pd.ss and not pd.fused_ss:
             red = LnScaleShiftReduce(dims=dims, x=x, dy=dy, stat=stat, var=stat, eps=pd._eps,
                                      groups=pd.groups, wg=pd.ss_wg, col_loop=pd.col_loop,
                                      xdt=src.data_type.name,
@@ -276,16 +281,38 @@ class layer_normalization_backward(primitive):
                 outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
             plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0,
                         **outs)
+        self._rows(plan, dims, C, x, dy, stat, src)
+        if pd.fused_ss:
+            self._finalize(plan, C)
+
+    def _finalize(self, plan, C: int) -> None:
+        pd = self._pd
+        fin = LnScaleShiftFinalize(
+            C=C, groups=pd.groups, planar=True,
+            diff_scale=layout_of(_vec(C)) if ARG_DIFF_SCALE in pd._args else None,
+            diff_shift=layout_of(_vec(C)) if ARG_DIFF_SHIFT in pd._args else None,
+            wg=pd.small_wg)
+        outs = {}
+        if ARG_DIFF_SCALE in pd._args:
+            outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
+        if ARG_DIFF_SHIFT in pd._args:
+            outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
+        plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0, **outs)
+
+    def _rows(self, plan, dims, C, x, dy, stat, src) -> None:
+        pd = self._pd
         p = LnRows(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), stat=stat,
                    var=stat, eps=pd._eps, dy=dy,
                    scale=layout_of(_vec(C)) if pd.use_scale else None,
                    global_stats=pd.global_stats, wg=pd.wg, subgroup=pd.subgroup, cache=pd.cache,
                    xdt=src.data_type.name, dydt=pd._args[ARG_DIFF_DST].md.data_type.name,
-                   odt=pd._args[ARG_DIFF_SRC].md.data_type.name)
+                   odt=pd._args[ARG_DIFF_SRC].md.data_type.name, ss_rows=pd.ss_rows)
         named = {"src": Ref(ARG_SRC), "diff_dst": Ref(ARG_DIFF_DST), "mean": Ref(ARG_MEAN),
                  "variance": Ref(ARG_VARIANCE), "dst": Ref(ARG_DIFF_SRC)}
         if pd.use_scale:
             named["scale"] = Ref(ARG_SCALE)
+        if pd.fused_ss:
+            named.update(part=SCRATCH, p_off=0)
         plan.kernel("ln_bwd", p, build_ln_bwd, **named)
 
     def _execute(self, s, args) -> None:

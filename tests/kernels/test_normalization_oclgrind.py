@@ -5,7 +5,8 @@ and with the lanes summed in local memory, and channel-lanes path,
 forward and backward with the ReLU workspace), finalize (computed, given, backward) and the
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
-kernels; the one-kernel-per-channel batch normalization (forward and backward)."""
+kernels; the one-kernel-per-channel batch normalization (forward and backward); the lnorm
+backward rows summing diff_scale/diff_shift as they go."""
 from __future__ import annotations
 
 import pathlib
@@ -133,6 +134,13 @@ bnorm("bn_nchw_relu_tree", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
 rules.bn_fused = lambda info, C, nbytes, run: (True, 4, False)
 bnorm("bn_fused_relu", [2, 3, 3, 7], "abcd", both | F.fuse_norm_relu)
 bnorm("bn_fused_plain", [3, 2, 16], "abc", both)
+# the lnorm backward row kernel summing diff_scale/diff_shift over chunks of rows (the CPU
+# path), forced: 3 chunks of 4 rows (the last one short), the local-memory tree per row
+rules.ln_row_cache = lambda info, C, wg: 0
+rules.ln_bwd_fused_ss = lambda info, cache: True
+rules.ln_row_subgroup = lambda info, wg: False
+rules.ln_ss_params = lambda info, C, rows: (16, 3, True)
+lnorm("ln_rows_fused_ss", [5, 2, 37], "abc", both)
 print(json.dumps(results))
 """
 
@@ -146,4 +154,4 @@ def test_normalization_kernels_clean_under_oclgrind():
                        "ln_rows": True, "ln_transposed_global": True,
                        "ln_rows_cached": True, "ln_rows_cached_global": True,
                        "bn_nchw_relu_tree": True, "bn_fused_relu": True,
-                       "bn_fused_plain": True}
+                       "bn_fused_plain": True, "ln_rows_fused_ss": True}

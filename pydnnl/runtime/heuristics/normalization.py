@@ -161,3 +161,12 @@ def bn_fused(info, C: int, channel_bytes: int, run: int) -> tuple[bool, int, boo
     use = C >= cu and run >= wg and channel_bytes <= BN_FUSED_CACHE_MULT * cache
     sub = wg == info.simd_width and "cl_intel_required_subgroup_size" in info.extensions
     return use, wg, sub
+
+
+def ln_bwd_fused_ss(info, cache: int) -> bool:
+    """Whether the layer normalization backward row kernel also sums diff_scale/diff_shift
+    (``LnRows.ss_rows``: a work-group walks a chunk of rows, adding into its own partial row
+    in L1) instead of a second kernel reading src and diff_dst again. CPUs (rows of one
+    SIMD vector, no register cache): 5 tensor passes become 3; measured in the lnorm
+    BWD_DW 32x512x1024 benchmark (see the commit)."""
+    return not info.is_gpu and not cache
