@@ -339,3 +339,22 @@ def test_register_cached_rows_match_reference(engine, stream, monkeypatch, flags
         _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc)
     if flags & F.use_shift:
         _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)
+
+
+def test_fused_scale_shift_rule_closed_form():
+    """runtime/heuristics/normalization.py ``ln_bwd_fused_ss``: CPU rows without a register
+    cache sum diff_scale/diff_shift in the row kernel; GPUs and cached rows keep the column
+    kernel."""
+    from pydnnl.engine import DeviceInfo
+    from pydnnl.runtime.heuristics.normalization import ln_bwd_fused_ss
+
+    def info(kind):
+        return DeviceInfo(name="made-up", vendor="v", platform="p", driver_version="1",
+                          device_version="OpenCL 3.0", type=kind, compute_units=2,
+                          global_mem_bytes=1 << 34, local_mem_bytes=1 << 16,
+                          max_work_group_size=1024, max_clock_mhz=0, fp16=True, fp64=True,
+                          preferred_float_vector_width=1)
+
+    assert ln_bwd_fused_ss(info("cpu"), 0)
+    assert not ln_bwd_fused_ss(info("cpu"), 4)
+    assert not ln_bwd_fused_ss(info("gpu"), 0)

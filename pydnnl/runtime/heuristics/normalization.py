@@ -151,7 +151,11 @@ def bn_fused(info, C: int, channel_bytes: int, run: int) -> tuple[bool, int, boo
     backward) within ``BN_FUSED_CACHE_MULT`` times the cache OpenCL reports (a core's L2;
     the second read then comes from L2 or the shared L3 rather than memory), and a
     contiguous run per channel of at least one SIMD vector (``nchw``). GPUs keep the
-    reduction over many work-groups (a few dozen channels would idle most of the device)."""
+    reduction over many work-groups (a few dozen channels would idle most of the device).
+    Measured on Intel's CPU runtime (2-core EPYC, same process, 3 runs each): nchw
+    16x64x128x128 training forward 14-15 ms -> 7.2-9.2 ms, backward 22-24 ms -> 15.2-15.7 ms;
+    32x256x56x56 (runs of 12.5 KiB) within noise of the reduction kernels (fwd 19-22 ->
+    15-22 ms, bwd 26-37 -> 28-31 ms)."""
     if info.is_gpu or run < 1:
         return False, 0, False
     cu = max(1, info.compute_units or 1)
@@ -167,6 +171,7 @@ def ln_bwd_fused_ss(info, cache: int) -> bool:
     """Whether the layer normalization backward row kernel also sums diff_scale/diff_shift
     (``LnRows.ss_rows``: a work-group walks a chunk of rows, adding into its own partial row
     in L1) instead of a second kernel reading src and diff_dst again. CPUs (rows of one
-    SIMD vector, no register cache): 5 tensor passes become 3; measured in the lnorm
-    BWD_DW 32x512x1024 benchmark (see the commit)."""
+    SIMD vector, no register cache): 5 tensor passes become 3. Measured on Intel's CPU
+    runtime (2-core EPYC, loaded machine, same process, minimum of 3 runs each): BWD_DW
+    32x512x1024 49-61 ms -> 29-31 ms, 16x512x768 17-21 ms -> 8-10 ms."""
     return not info.is_gpu and not cache
