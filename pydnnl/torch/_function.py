@@ -107,6 +107,21 @@ def grad_needed(*tensors) -> bool:
         t is not None and t.requires_grad for t in tensors)
 
 
+class _NoGraph:
+    """The ``ctx`` of a forward run outside autograd: what it saves is dropped."""
+
+    def save_for_backward(self, *tensors) -> None:
+        pass
+
+
+def apply(fn, grad: bool, *args):
+    """``fn.apply(*args)`` when a gradient is needed; otherwise ``fn``'s forward alone, since
+    autograd's bookkeeping costs as much as a small primitive and nothing would use it."""
+    if grad:
+        return fn.apply(*args)
+    return fn.forward(_NoGraph(), *args)
+
+
 def tuple_of(name: str, v, n: int, minimum: int) -> tuple[int, ...]:
     """``v`` (an int or a sequence of ``n`` ints, each ``>= minimum``) as an ``n``-tuple."""
     t = (v,) * n if isinstance(v, int) else tuple(v) if isinstance(v, (tuple, list)) else None

@@ -112,7 +112,7 @@ class _Eltwise(F.PydnnlModule):
         n = x.shape[0]
         p = self._prims((n, training, int(alg), alpha, beta), lambda eng: _EltwisePrims(
             eng, alg, alpha, beta, n, training))
-        return _EltwiseFn.apply(p, self._above(), x).reshape(input.shape)
+        return F.apply(_EltwiseFn, training, p, self._above(), x).reshape(input.shape)
 
 
 def _init(self, engine, cls, *args, **kw):
@@ -330,7 +330,7 @@ class _Softmax(F.PydnnlModule):
         training = F.grad_needed(input)
         p = self._prims((folded, training), lambda eng: _SoftmaxPrims(eng, self._alg, folded,
                                                                       training))
-        return _SoftmaxFn.apply(p, x).reshape(input.shape)
+        return F.apply(_SoftmaxFn, training, p, x).reshape(input.shape)
 
 
 class Softmax(_Softmax, torch.nn.Softmax):

@@ -206,7 +206,7 @@ class _ConvNd(F.PydnnlModule):
         p = self._prims(key, lambda eng: _ConvPrims(
             eng, False, tuple(x.shape), wdims, None, has_bias, dst, self.stride,
             tuple(v - 1 for v in self.dilation), pl, pr, training))
-        y = _ConvFn.apply(p, view, x, self.weight, self.bias)
+        y = F.apply(_ConvFn, training, p, view, x, self.weight, self.bias)
         return y.reshape(self._unbatch(input, out))
 
     def _unbatch(self, input, out):
@@ -355,5 +355,5 @@ class ConvTranspose2d(F.PydnnlModule, torch.nn.ConvTranspose2d):
         p = self._prims(key, lambda eng: _ConvPrims(
             eng, True, tuple(x.shape), tuple(v.shape), tuple(v.stride()), has_bias, dst,
             self.stride, tuple(d - 1 for d in self.dilation), pl, pr, training))
-        y = _ConvFn.apply(p, view, x, self.weight, self.bias)
+        y = F.apply(_ConvFn, training, p, view, x, self.weight, self.bias)
         return y.reshape(lead + (self.out_channels,) + out)

@@ -120,5 +120,5 @@ class Linear(F.PydnnlModule, torch.nn.Linear):
         n, has_bias = x.shape[0], self.bias is not None
         p = self._prims((n, training, has_bias), lambda eng: _IPPrims(
             eng, n, self.in_features, self.out_features, has_bias, training))
-        y = _LinearFn.apply(p, x, self.weight, self.bias)
+        y = F.apply(_LinearFn, training, p, x, self.weight, self.bias)
         return y.reshape(lead + (self.out_features,))

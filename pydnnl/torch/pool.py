@@ -115,7 +115,7 @@ class _Pool2d(F.PydnnlModule):
             key = (tuple(x.shape), training, int(alg), tuple(pl), tuple(pr))
             prm = self._prims(key, lambda eng: _PoolPrims(
                 eng, alg, tuple(x.shape), dst, s, k, [v - 1 for v in d], pl, pr, training))
-            y = _PoolFn.apply(prm, x)
+            y = F.apply(_PoolFn, training, prm, x)
         return y.squeeze(0) if input.dim() == 3 else y
 
 
