@@ -6,8 +6,9 @@ from __future__ import annotations
 from ...conv_shapes import ConvGeometry
 
 #: taps (per stride phase for backward data) from which a CPU prefers implicit GEMM to
-#: im2col + GEMM for layers with few output channels (see :func:`solver_order`)
-LARGE_KERNEL_TAPS = 25
+#: im2col + GEMM for layers with few output channels, per direction (see
+#: :func:`solver_order`)
+LARGE_KERNEL_TAPS = {"fwd": 25, "bwd_d": 25, "bwd_w": 100}
 
 
 def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list[str]:
@@ -26,8 +27,9 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
     for those with at least 128 channels each side and last otherwise (its transforms cost about
     what it saves on narrower layers); backward weights with Winograd first on maps of at least
-    28x28 points; FFT first where its products save enough multiplies; ``find`` measures every
-    applicable solver.
+    28x28 points; FFT first where its products save enough multiplies; on CPUs implicit GEMM
+    ahead of im2col + GEMM for large kernels with few output channels (any stride: the patch
+    matrix would be many times the input); ``find`` measures every applicable solver.
     ``fft_saving``: how many times fewer multiplies the FFT's products need
     (:func:`~pydnnl.primitives.conv.solvers.fft.saving`).
     """
@@ -57,17 +59,20 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     # is k times the input and each of its elements feeds at most 64 output channels, so
     # im2col + GEMM streams a column buffer far past the caches for little arithmetic, while
     # implicit GEMM re-reads a cached input. Backward data counts the taps per stride phase
-    # (its implicit form runs one GEMM per phase). 2-core EPYC, DeepSpeech2 at mb8, medians:
-    # conv1 (1 -> 32, 41x11, stride 2x2) forward 32 against 104-145 ms, backward weights 77
-    # against 116-168; conv2 (32 -> 32, 21x11, stride 2x1) forward 117 against 271-324,
-    # backward data 126 against 249-369, backward weights 239 against 313-324; ResNet-50
-    # conv1 (3 -> 64, 7x7, stride 2) at mb1 forward 2.3 against 8.1 ms (minima), backward
-    # weights 2.3 against 5.6, but backward data (12 taps per phase) 9.6 against 6.9
+    # (its implicit form runs one GEMM per phase). 2-core EPYC (shared, loaded), minimum
+    # times of three runs, DeepSpeech2 at mb8: conv1 (1 -> 32, 41x11, stride 2x2) forward
+    # 20-29 against 135-174 ms, backward data 136-179 against 212-288, backward weights
+    # 25-178 against 200-215; conv2 (32 -> 32, 21x11, stride 2x1) forward 108-152 against
+    # 331-364, backward data 133-148 against 411-460, backward weights 301-333 against
+    # 356-417. ResNet-50 conv1 (3 -> 64, 7x7, stride 2) at mb1: forward 1.8-1.9 against
+    # 3.0-7.4 ms; backward weights a tie (3.3-3.5 against 2.8-3.6: long reductions over the
+    # points keep im2col's GEMM busy, hence the higher bar), backward data with 12 taps per
+    # phase 9.6 against 6.9
     phases = 1
     for v in geom.strides:
         phases *= v
     taps = k // phases if kind == "bwd_d" else k
-    if info.is_cpu and not small and ocg <= 64 and taps >= LARGE_KERNEL_TAPS:
+    if info.is_cpu and not small and ocg <= 64 and taps >= LARGE_KERNEL_TAPS[kind]:
         implicit_first = True
     if implicit_first:
         order.insert(order.index("im2col_gemm"), "implicit_gemm")
