@@ -18,9 +18,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from test_conv_helpers import F32, MD, Case, assert_close, run_op  # noqa: E402
 
 import pydnnl as dnnl  # noqa: E402
+from pydnnl.conv_shapes import validate_conv  # noqa: E402
 from pydnnl.error import error, unimplemented  # noqa: E402
 from pydnnl.primitives.conv import convolution_backward_weights  # noqa: E402
-from pydnnl.primitives.conv.solvers import get_solver  # noqa: E402
+from pydnnl.primitives.conv.solvers import get_solver, heuristic_order  # noqa: E402
 
 DIRS = ["fwd", "bwd_d", "bwd_w"]
 
@@ -103,8 +104,13 @@ def failing_plan(monkeypatch):
 
 
 def test_auto_skips_a_solver_that_cannot_plan(engine, failing_plan):
-    pd = convolution_backward_weights.primitive_desc(
-        engine, dnnl.algorithm.convolution_auto, *_ds2_bwd_w_args())
+    # a strided 1x1 layer, which the heuristic gives to im2col + GEMM first
+    args = (MD([2, 32, 14, 14], F32, "any"), MD([32, 32, 1, 1], F32, "any"), MD([32], F32, "a"),
+            MD([2, 32, 7, 7], F32, "any"), [2, 2], [0, 0], [0, 0])
+    geom = validate_conv([2, 32, 14, 14], [32, 32, 1, 1], [2, 2], [0, 0], [0, 0], [0, 0])
+    assert heuristic_order("bwd_w", geom, engine)[0] == "im2col_gemm"
+    pd = convolution_backward_weights.primitive_desc(engine, dnnl.algorithm.convolution_auto,
+                                                     *args, _use_db=False)
     assert pd.impl_info_str() != "loopy:im2col_gemm"
 
 
