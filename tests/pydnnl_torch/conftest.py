@@ -1,4 +1,7 @@
-"""pydnnl.torch tests: PyTorch is optional, so the whole directory skips without it.
+"""pydnnl.torch tests: PyTorch is optional, so each module skips without it (its first line).
+
+(The directory is not named ``torch``: pytest puts ``tests/`` on ``sys.path``, where a
+``torch`` folder would import as an empty namespace package wherever PyTorch is absent.)
 
 The modules run on the CPU engine; ``PYDNNL_TORCH_TEST_ENGINE=gpu`` runs them on a GPU
 engine instead (the tensors stay PyTorch CPU tensors: each call takes one copy each way)."""
@@ -6,9 +9,7 @@ import os
 
 import pytest
 
-pytest.importorskip("torch", reason="pydnnl.torch needs PyTorch (pip install 'pydnnl[torch]')")
-
-import pydnnl as dnnl  # noqa: E402
+import pydnnl as dnnl
 
 
 @pytest.fixture(scope="module")
