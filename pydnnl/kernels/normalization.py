@@ -746,17 +746,7 @@ def build_ln_bwd(p: LnRows) -> KernelSource:
 
 def _ln_sums(p: LnRows, names: list[str]) -> tuple[str, str]:
     """(local declarations, statements) making each of ``names`` its row-wide sum."""
-    L = p.wg
-    if p.subgroup:
-        return "", "".join(f"\n    {n} = sub_group_reduce_add({n});" for n in names)
-    arrays = [f"l{k}" for k in range(len(names))]
-    local = "__local float " + ", ".join(f"{a}[{L}]" for a in arrays) + ";"
-    stores = " ".join(f"{a}[l] = {n};" for a, n in zip(arrays, names))
-    loads = " ".join(f"{n} = {a}[0];" for a, n in zip(arrays, names))
-    return local, f"""
-    {stores}
-    barrier(CLK_LOCAL_MEM_FENCE);{_tree(L, arrays)}
-    {loads}"""
+    return _lane_sums(p.wg, p.subgroup, names)
 
 
 def _build_ln_rows(p: LnRows) -> KernelSource:

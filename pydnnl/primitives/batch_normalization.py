@@ -467,16 +467,7 @@ class batch_normalization_backward(primitive):
             plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
                         p_off=pd.p_off, **ws)
-        outs = {}
-        dsc = dsh = None
-        if ARG_DIFF_SCALE in pd._args:
-            dsc = layout_of(pd._args[ARG_DIFF_SCALE].md)
-            outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
-        if ARG_DIFF_SHIFT in pd._args:
-            dsh = layout_of(pd._args[ARG_DIFF_SHIFT].md)
-            outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
-        if pd.use_scale:
-            outs["scale"] = Ref(ARG_SCALE)
+        outs, dsc, dsh = _bwd_outputs(pd)
         fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="bwd", eps=pd._eps, stat=stat,
                          scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
                          groups=pd.partials, diff_scale=dsc, diff_shift=dsh,
@@ -494,16 +485,7 @@ class batch_normalization_backward(primitive):
 
     def _create_fused(self, plan, dims, x, dy, stat, ws) -> None:
         pd = self._pd
-        outs = {}
-        dsc = dsh = None
-        if ARG_DIFF_SCALE in pd._args:
-            dsc = layout_of(pd._args[ARG_DIFF_SCALE].md)
-            outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
-        if ARG_DIFF_SHIFT in pd._args:
-            dsh = layout_of(pd._args[ARG_DIFF_SHIFT].md)
-            outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
-        if pd.use_scale:
-            outs["scale"] = Ref(ARG_SCALE)
+        outs, dsc, dsh = _bwd_outputs(pd)
         dsrc = pd._args[ARG_DIFF_SRC].md
         fused = BnFused(dims=dims, x=x, out=layout_of(dsrc), stat=stat, eps=pd._eps, dy=dy,
                         scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
@@ -517,3 +499,17 @@ class batch_normalization_backward(primitive):
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
+
+
+def _bwd_outputs(pd) -> tuple[dict, object, object]:
+    """The backward kernels' scale/diff_scale/diff_shift bindings and the diff layouts."""
+    outs, dsc, dsh = {}, None, None
+    if ARG_DIFF_SCALE in pd._args:
+        dsc = layout_of(pd._args[ARG_DIFF_SCALE].md)
+        outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
+    if ARG_DIFF_SHIFT in pd._args:
+        dsh = layout_of(pd._args[ARG_DIFF_SHIFT].md)
+        outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
+    if pd.use_scale:
+        outs["scale"] = Ref(ARG_SCALE)
+    return outs, dsc, dsh
