@@ -185,7 +185,7 @@ class _Group:
         return self.bwd
 
 
-class Plan:
+class RnnPrimitives:
     """The primitives of one problem, and its forward and backward passes."""
 
     def __init__(self, prob: Problem):
@@ -195,18 +195,18 @@ class Plan:
         self.groups = [_Group(prob, g, i, i == len(groups) - 1) for i, g in enumerate(groups)]
 
 
-_cache: "OrderedDict[Problem, Plan]" = OrderedDict()
+_cache: "OrderedDict[Problem, RnnPrimitives]" = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def plan_for(prob: Problem) -> Plan:
+def plan_for(prob: Problem) -> RnnPrimitives:
     """The cached plan of ``prob`` (built at the first call of a problem)."""
     with _cache_lock:
         plan = _cache.get(prob)
         if plan is not None:
             _cache.move_to_end(prob)
             return plan
-    plan = Plan(prob)  # outside the lock: creating primitives compiles kernels
+    plan = RnnPrimitives(prob)  # outside the lock: creating primitives compiles kernels
     with _cache_lock:
         plan = _cache.setdefault(prob, plan)
         while len(_cache) > _CACHE_CAPACITY:
@@ -320,7 +320,7 @@ class Saved:
     keep: list  # memories owning buffers the argument maps view
 
 
-def forward(plan: Plan, x: torch.Tensor, h0, c0, params: dict, dropout_offset: int | None):
+def forward(plan: RnnPrimitives, x: torch.Tensor, h0, c0, params: dict, dropout_offset: int | None):
     """One forward pass: ``(y, h_n, c_n or None, Saved or None)``; tensors are float32 CPU.
 
     ``x`` [T, N, C] or packed [rows, C]; ``h0`` [L*D, N, R], ``c0`` [L*D, N, H] or None.
@@ -385,7 +385,7 @@ def forward(plan: Plan, x: torch.Tensor, h0, c0, params: dict, dropout_offset: i
     return y, hn, cn, saved
 
 
-def backward(plan: Plan, saved: Saved, dy: torch.Tensor, dhn: torch.Tensor, dcn):
+def backward(plan: RnnPrimitives, saved: Saved, dy: torch.Tensor, dhn: torch.Tensor, dcn):
     """Gradients of one forward pass: ``(dx, dh0 or None, dc0 or None, {param name: grad})``.
 
     ``dy`` has the shape of the forward's y, ``dhn``/``dcn`` of h_n/c_n.
