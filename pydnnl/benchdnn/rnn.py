@@ -307,22 +307,9 @@ class RnnBench:
 
     def check(self) -> float:
         """Max relative difference of dst_layer (and dst_iter) to the numpy reference."""
-        from ..reference.rnn import rnn_forward
-
         self.run()
         self.stream.wait()
-        v = self.values
-        att = v.get(dnnl.ARG_AUGRU_ATTENTION)
-        ref = rnn_forward(self.cell.name, v[dnnl.ARG_SRC_LAYER], v.get(dnnl.ARG_SRC_ITER),
-                          v.get(dnnl.ARG_SRC_ITER_C), v[dnnl.ARG_WEIGHTS_LAYER],
-                          v[dnnl.ARG_WEIGHTS_ITER], v[dnnl.ARG_BIAS],
-                          direction=DIRECTIONS[self.o.direction],
-                          activation=ACTIVATIONS[self.o.activation][8:].lower(),
-                          weights_peephole=v.get(dnnl.ARG_WEIGHTS_PEEPHOLE),
-                          weights_projection=v.get(dnnl.ARG_WEIGHTS_PROJECTION),
-                          attention=None if att is None else att[..., 0], dtype=np.float64,
-                          **({"seq_lengths": np.array(lengths_for(self.p, self.o))}
-                             if self.o.seq_lengths else {}))
+        ref = self._reference()
         err = 0.0
         for arg, r in ((dnnl.ARG_DST_LAYER, ref[0]), (dnnl.ARG_DST_ITER, ref[1]),
                        (dnnl.ARG_DST_ITER_C, ref[2])):
