@@ -269,26 +269,17 @@ class layer_normalization_backward(primitive):
             plan.kernel("ln_ss_reduce", red, build_ln_ss_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN),
                         variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0)
-            fin = LnScaleShiftFinalize(
-                C=C, groups=pd.groups,
-                diff_scale=layout_of(_vec(C)) if ARG_DIFF_SCALE in pd._args else None,
-                diff_shift=layout_of(_vec(C)) if ARG_DIFF_SHIFT in pd._args else None,
-                wg=pd.small_wg)
-            outs = {}
-            if ARG_DIFF_SCALE in pd._args:
-                outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
-            if ARG_DIFF_SHIFT in pd._args:
-                outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
-            plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0,
-                        **outs)
+            self._finalize(plan, C, planar=False)
         self._rows(plan, dims, C, x, dy, stat, src)
         if pd.fused_ss:
-            self._finalize(plan, C)
+            self._finalize(plan, C, planar=True)
 
-    def _finalize(self, plan, C: int) -> None:
+    def _finalize(self, plan, C: int, planar: bool) -> None:
+        """diff_scale/diff_shift summed from the partial rows (``planar``: the row kernel's
+        per-lane layout, else the reduce kernel's)."""
         pd = self._pd
         fin = LnScaleShiftFinalize(
-            C=C, groups=pd.groups, planar=True,
+            C=C, groups=pd.groups, planar=planar,
             diff_scale=layout_of(_vec(C)) if ARG_DIFF_SCALE in pd._args else None,
             diff_shift=layout_of(_vec(C)) if ARG_DIFF_SHIFT in pd._args else None,
             wg=pd.small_wg)
