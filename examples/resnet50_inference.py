@@ -462,7 +462,7 @@ def torch_model(arch: dict, params: dict):
         try:
             import torchvision
             model = torchvision.models.resnet50(weights=None, num_classes=arch["classes"])
-        except ImportError:
+        except (ImportError, RuntimeError):  # absent, or built for another torch
             model = None
     if model is None:
         class Bottleneck(nn.Module):

@@ -18,11 +18,11 @@ def _limits(info) -> tuple[bool, int, tuple, int, int]:
     """(gpu, max work-group size, max work-item sizes, local memory bytes, CPU SIMD width)."""
     if info is None:
         return False, 1024, (1024, 1024, 1024), 32768, 8
-    # CPUs: the runtime's *preferred* float width. Intel's runtime prefers 1 on AVX-512
-    # machines (native 16) and so gets 8-wide tiles: the 16-wide ones are unmeasured there.
-    pref = int(info.preferred_float_vector_width or 1)
+    # CPUs: the native float width (Intel's runtime *prefers* 1 on AVX-512 machines, whose
+    # 8-wide tiles then ran 130-240 GFLOP/s where 16-wide ones run 300-350)
+    simd = int(info.simd_width or 1) if info.is_cpu else 8
     return (info.is_gpu, info.max_work_group_size, tuple(info.max_work_item_sizes),
-            info.local_mem_bytes, 16 if pref >= 16 else 8)
+            info.local_mem_bytes, 16 if simd >= 16 else 8)
 
 
 def _vector_registers(simd: int) -> int:
@@ -31,15 +31,40 @@ def _vector_registers(simd: int) -> int:
 
 
 def cpu_tiles(simd: int) -> list[tuple[int, int]]:
-    """(rows, cols) register tiles for a CPU, best first: every tile keeps its accumulators,
-    one row of B vectors and one broadcast A value inside the vector register file."""
+    """(rows, cols) register tiles for a CPU, best first: every tile keeps its accumulators
+    and one row of B vectors inside the vector register file, plus one register for the
+    broadcast A value where the ISA cannot broadcast from memory inside the FMA (AVX2;
+    AVX-512's embedded broadcast can)."""
     w = 16 if simd >= 16 else 8 if simd >= 8 else 4
     cand = [(4, 3 * w), (6, 2 * w), (4, 2 * w), (2, 4 * w), (8, w), (3, 3 * w), (2, 2 * w),
             (1, 4 * w), (1, 2 * w), (1, w)]
     if w == 16:
-        cand = [(6, 4 * w), (8, 3 * w), (6, 2 * w), (4, 4 * w)] + cand
+        cand = [(8, 3 * w), (7, 4 * w), (6, 4 * w), (6, 2 * w), (4, 4 * w)] + cand
     regs = _vector_registers(simd)
-    return [(r, c) for r, c in cand if r * (c // w) + c // w + 1 <= regs]
+    bcast = 0 if w >= 16 else 1
+    return [(r, c) for r, c in cand if r * (c // w) + c // w + bcast <= regs]
+
+
+# AVX-512 tiles (2-core Xeon, Sapphire Rapids class, Intel's CPU runtime, 2026-11, GFLOP/s;
+# numpy/OpenBLAS in brackets): 8x48 wins where B outgrows the cache and is wide (1024^3: 351
+# against 286 for 7x64 [339]; 64x2048x512: 305/221 [285]; 3200x2048x512: 335/278 [389];
+# 128x4096x1024: 357/268 [312]), 7x64 elsewhere (ResNet-50's GEMMs at mb 1: 3136x64x256:
+# 269/227 [271]; 196x256x1024: 355/300 [275]; 196x1024x256: 317/292 [303]; 12544x64x147:
+# 281/202 [284]). With a long k, consecutive work-groups should share a B panel (m_inner):
+# 2048^3 344 against 222 [385], 512x2048x3200 323/235 [361]; at k <= 1024 it lost 0-10%.
+_AVX512_WIDE_TILE = (8, 48)
+_AVX512_TILE = (7, 64)
+
+
+def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
+    """16-wide CPUs: the register tile and the work order for ``prob`` (rules above)."""
+    cache = max(int(info.global_mem_cache_bytes or 0), 1 << 20)
+    item = prob.dtype.itemsize
+    wide = prob.k * prob.n * item > cache and prob.n > 256
+    rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_TILE
+    m_inner = prob.k * cols * item > cache // 8 and prob.m > 8 * rows
+    cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner)
+    return cand if is_valid(prob, normalize_params(cand), info) else default
 
 
 def default_params(info=None) -> dict:
@@ -47,7 +72,8 @@ def default_params(info=None) -> dict:
 
     CPUs: a 4x24 register tile in float8 vectors (12 accumulators + 3 B vectors + 1 broadcast
     = AVX2's 16 vector registers), one work-item per work-group, B pre-packed in 24-column
-    panels; 6x64 in float16 vectors where the runtime prefers 16-wide float SIMD (unmeasured).
+    panels; 8x48 in float16 vectors on 16-wide (AVX-512) CPUs, refined per shape by
+    :func:`shape_default`.
     GPUs: 16x16 work-items, 4x4 register tiles (8x4 on NVIDIA) over 16-deep local-memory tiles.
     """
     gpu, max_wg, _, _, simd = _limits(info)
@@ -146,6 +172,9 @@ _NVIDIA_LARGE = {"rows": 8, "cols": 4, "wg": (32, 8), "k_tile": 32}
 
 def shape_default(info, prob: GemmProblem, default: dict) -> dict:
     """The device default, refined by the problem's shape where measurements say so."""
+    if info is not None and info.is_cpu and not default.get("local_prefetch") \
+            and _limits(info)[4] >= 16 and prob.dtype.itemsize == 4:
+        return _cpu_shape_default(info, prob, default)
     if info is None or not info.is_gpu or info.vendor_family != "nvidia" \
             or not default.get("local_prefetch"):
         return default
