@@ -49,16 +49,18 @@ _VECS = (1, 2, 4, 8, 16)
 
 
 def _simd(engine) -> int:
-    """Float SIMD width the CPU tiles are sized for (AVX-512: 16, else 8)."""
+    """Float SIMD width the CPU tiles are sized for (AVX-512: 16, else 8): the native width
+    (Intel's runtime *prefers* 1 on AVX-512 machines)."""
     if engine is None:
         return 8
-    return 16 if int(getattr(engine.info, "preferred_float_vector_width", 1) or 1) >= 16 else 8
+    return 16 if int(engine.info.simd_width or 1) >= 16 else 8
 
 
 def _cpu_tile(ncols: int, simd: int) -> tuple[int, int, int]:
     """(rows, cols, vec) of a CPU register tile for ``ncols`` columns: accumulators, one row
-    of column vectors and a broadcast value within the vector registers (16, or 32 with
-    16-wide SIMD), the least padding of the columns, then the largest tile."""
+    of column vectors within the vector registers (16, or 32 with 16-wide SIMD), plus one for
+    the broadcast value where the FMA cannot broadcast from memory (AVX2; AVX-512 can), the
+    least padding of the columns, then the largest tile."""
     w = simd
     if ncols < w:
         w = next(v for v in _VECS if v >= ncols)
@@ -66,7 +68,7 @@ def _cpu_tile(ncols: int, simd: int) -> tuple[int, int, int]:
     best = None
     for nv in (3, 2, 1, 4):
         cols = nv * w
-        rows = min(8, (regs - nv - 1) // nv)
+        rows = min(8, (regs - nv - (0 if simd >= 16 else 1)) // nv)
         waste = -(-ncols // cols) * cols - ncols
         key = (waste, -rows * cols)
         if best is None or key < best[0]:
