@@ -61,6 +61,15 @@ OP_DRIVERS = {"matmul": "matmul", "ip": "ip", "eltwise": "eltwise", "softmax": "
               "pool": "pool", "bnorm": "bnorm", "lnorm": "lnorm"}
 
 
+def _isa_line(info) -> str:
+    """The instruction set and vector width the kernels are sized for (figures depend on it)."""
+    if info.is_gpu:
+        return (f"arch {info.arch}, {info.compute_units} compute units, "
+                f"SIMD {info.simd_width}")
+    return (f"isa {info.arch}, {info.simd_width}-wide float vectors, "
+            f"{info.compute_units} cores, {info.global_mem_cache_bytes >> 10} KiB cache")
+
+
 def _expand(argv: list[str]) -> list[str]:
     """Replace ``--batch=FILE`` by the file's tokens (see :mod:`.inputs`)."""
     from ..error import invalid_arguments
@@ -149,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("give --rnn, --gemm, --conv or --deconv before the problems")
             if eng is None:
                 eng = dnnl.engine(getattr(dnnl.engine.kind, engine_kind), 0)
-                print(f"# engine: {eng.info.name} [{eng.info.platform}]", flush=True)
+                print(f"# engine: {eng.info.name} [{eng.info.platform}]; {_isa_line(eng.info)}",
+                      flush=True)
             if driver in OP_DRIVERS:
                 failures += _run_op(driver, eng, a, op_opts, mode, compare, min_seconds)
             elif driver in CASE_OPTIONS:

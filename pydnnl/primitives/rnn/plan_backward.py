@@ -257,7 +257,8 @@ class BackwardPlanBuilder(PlanBuilder):
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
                                             two_dh=not s.projection, clip=clip_key(s),
-                                            dhp_assign=first == ("elementwise", k))
+                                            dhp_assign=first == ("elementwise", k),
+                                            wg=rnn_rules.cell_wg(self.engine.info, DHC))
             kern = self.plan.get("rnn_elementwise_bwd", bp, build_elementwise_bwd)
             gates = st.recurrent_gemm.gates
             g0 = spec.gate_names.index(gates[0])

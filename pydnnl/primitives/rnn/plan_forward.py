@@ -174,7 +174,8 @@ class ForwardPlanBuilder(PlanBuilder):
                             ld_src=s.SIC if st.recurrent_gemm.source == "h_prev" else DHC)
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
-                                    clip=clip_key(s), **fuse)
+                                    clip=clip_key(s), wg=rnn_rules.cell_wg(eng.info, DHC),
+                                    **fuse)
             kern = self.plan.get("rnn_elementwise", ep, build_elementwise)
             self.stage_kernels.append((st, kern, self.gemm.get(f"iter{k}"), f"iter{k}"))
 
