@@ -52,8 +52,11 @@ def cpu_tiles(simd: int) -> list[tuple[int, int]]:
 # 269/227 [271]; 196x256x1024: 355/300 [275]; 196x1024x256: 317/292 [303]; 12544x64x147:
 # 281/202 [284]). With a long k, consecutive work-groups should share a B panel (m_inner):
 # 2048^3 344 against 222 [385], 512x2048x3200 323/235 [361]; at k <= 1024 it lost 0-10%.
+# At most 16 columns (an RNN's input-gradient GEMM over 8 features, a classifier head) 16x16
+# tiles waste nothing: 512x8x512 99 against 40 for 7x64 [108], 512x10x512 111/45.
 _AVX512_WIDE_TILE = (8, 48)
 _AVX512_TILE = (7, 64)
+_AVX512_NARROW_TILE = (16, 16)
 
 
 def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
@@ -62,6 +65,8 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     item = prob.dtype.itemsize
     wide = prob.k * prob.n * item > cache and prob.n > 256
     rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_TILE
+    if prob.n <= _AVX512_NARROW_TILE[1]:
+        rows, cols = _AVX512_NARROW_TILE
     m_inner = prob.k * cols * item > cache // 8 and prob.m > 8 * rows
     cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner)
     return cand if is_valid(prob, normalize_params(cand), info) else default
