@@ -177,10 +177,11 @@ def scratch_regions(pd) -> Regions:
         for reg in ("ddi", "ddic", "dsi", "dsic"):
             if reg in r:
                 r.add(reg + "s", r.sizes[reg])
-    if rnn_rules.weight_gradient_copies(pd.get_engine().info):
+    rows = s.T * s.N
+    if rnn_rules.weight_gradient_copies(pd.get_engine().info, rows,
+                                        max(s.G * s.DHC, s.DIC)):
         # A^T and packed B of the weight-gradient GEMMs (see BackwardPlanBuilder._wgrad_gemm): k is
         # at most T*N rows; panels pad n by less than 64 columns
-        rows = s.T * s.N
         r.add("wga", rows * max(s.SLC, s.layer_in, s.SIC, s.DIC, s.DHC))
         r.add("wgb", rows * (max(s.G * s.DHC, s.DIC) + 64))
     reserve_no_bias(r, s)
@@ -314,9 +315,9 @@ class BackwardPlanBuilder(PlanBuilder):
 
     def _wgrad_gemm(self, shape: GemmShape, a_ref, a_off, b_ref, b_off, c_ref, c_off):
         """``C += A^T B`` of a weight gradient (A: [k rows, m], B: [k, n], both activations).
-        Where the device rule says so (CPUs) A is first copied transposed and B into the
-        GEMM's panels (scratch ``wga``/``wgb``)."""
-        if not rnn_rules.weight_gradient_copies(self.engine.info):
+        Where the device rule says so (CPUs, a B larger than the cache) A is first copied
+        transposed and B into the GEMM's panels (scratch ``wga``/``wgb``)."""
+        if not rnn_rules.weight_gradient_copies(self.engine.info, shape.k, shape.n):
             self.plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off)
             return
         sc, scr = self.pd.scratch, SCRATCH
@@ -516,13 +517,21 @@ class BackwardPlanBuilder(PlanBuilder):
                                        trans_a=True, beta=1.0),
                        ws, self.ws_off["h0"] + ld * N * s.SIC, scr,
                        sc["dgh"] + t0 * N * GD + g0 * DHC, dwi_ref, dwi_off + g0 * DHC)
-        # bias: column sums of the gate gradients, per bias gate
+        # bias: column sums of the gate gradients; bias gates whose gate gradients lie side
+        # by side in one buffer go in one launch (LSTM: the four gates at once)
         db_ref, db_off = self.dw.get("diff_bias_desc", (None, 0))
+        runs: list[list] = []  # [first bias gate, source offset, gates, source region]
         for b, bg in enumerate(self.spec.bias_gates if db_ref is not None else ()):
-            src = sc["dgx"] if bg.target == "gx" else sc["dgh"]
-            self.plan.kernel("colsum", ColSum(rows=T * N, width=DHC, ld=GD), build_colsum,
-                             out=db_ref, src=scr, o_off=db_off + (ld * s.Gb + b) * DHC,
-                             i_off=src + self.spec.gate_names.index(bg.gate) * DHC)
+            region = "dgx" if bg.target == "gx" else "dgh"
+            src = sc[region] + self.spec.gate_names.index(bg.gate) * DHC
+            if runs and region == runs[-1][3] and src == runs[-1][1] + runs[-1][2] * DHC:
+                runs[-1][2] += 1
+            else:
+                runs.append([b, src, 1, region])
+        for b, src, count, _ in runs:
+            self.plan.kernel("colsum", ColSum(rows=T * N, width=count * DHC, ld=GD),
+                             build_colsum, out=db_ref, src=scr,
+                             o_off=db_off + (ld * s.Gb + b) * DHC, i_off=src)
         if s.peephole:
             dp_ref, dp_off = self.dw["diff_weights_peephole_desc"]
             self.plan.kernel("colsum", ColSum(rows=T * N, width=3 * DHC, ld=3 * DHC),

@@ -412,3 +412,35 @@ def test_backward_pd_queries(engine):
     assert bpd.diff_src_desc(0) == bpd.diff_src_layer_desc()
     assert bpd.diff_weights_desc(0) == bpd.diff_weights_layer_desc()
     assert bpd.diff_dst_desc(0) == bpd.diff_dst_layer_desc()
+
+
+# --------------------------------------------------------------------------------------------
+# 6. the CPU weight-gradient path through transposed and packed scratch copies
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg,direction", [("lstm", "bidirectional_concat"),
+                                           ("lstm_peephole_projection", "unidirectional_left2right"),
+                                           ("lbr_gru", "unidirectional_right2left")])
+def test_weight_gradient_copies_match_reference(engine, stream, monkeypatch, cfg, direction):
+    """CPUs copy A transposed and B packed before the weight-gradient GEMMs once B outgrows
+    the cache (``heuristics.rnn.weight_gradient_copies``); the tiny problems here never do, so
+    the rule is forced on and the gradients still match the reference."""
+    from pydnnl.runtime.heuristics import rnn as rnn_rules
+
+    if not engine.info.is_cpu:
+        pytest.skip("the copies are a CPU path")
+    calls = []
+
+    def always(info, k, n, itemsize=4):
+        calls.append((k, n))
+        return info.is_cpu
+
+    monkeypatch.setattr(rnn_rules, "weight_gradient_copies", always)
+    p = problem(cfg, direction, 2)
+    fpd = fwd_pd(engine, p)
+    fargs = run_forward(engine, stream, p, fpd)
+    bpd = bwd_pd(engine, p, fpd)
+    got = gradients(run_backward(engine, stream, p, bpd, fargs))
+    assert calls, "the backward plan never asked the copies rule"
+    ref = ref_gradients(p)
+    for name, g in got.items():
+        assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {direction} copies {name}")
