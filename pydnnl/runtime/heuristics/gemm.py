@@ -39,10 +39,11 @@ def cpu_tiles(simd: int) -> list[tuple[int, int]]:
     cand = [(4, 3 * w), (6, 2 * w), (4, 2 * w), (2, 4 * w), (8, w), (3, 3 * w), (2, 2 * w),
             (1, 4 * w), (1, 2 * w), (1, w)]
     if w == 16:
-        cand = [(8, 3 * w), (7, 4 * w), (6, 4 * w), (6, 2 * w), (4, 4 * w)] + cand
+        cand = [(8, 3 * w), (7, 4 * w), (8, 2 * w), (6, 4 * w), (16, w), (6, 2 * w),
+                (4, 4 * w)] + cand
     regs = _vector_registers(simd)
     bcast = 0 if w >= 16 else 1
-    return [(r, c) for r, c in cand if r * (c // w) + c // w + bcast <= regs]
+    return [(r, c) for r, c in dict.fromkeys(cand) if r * (c // w) + c // w + bcast <= regs]
 
 
 # AVX-512 tiles (2-core Xeon, Sapphire Rapids class, Intel's CPU runtime, 2026-11, GFLOP/s;
