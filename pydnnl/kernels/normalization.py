@@ -692,9 +692,9 @@ __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
 class LnRows:
     """One work-group of ``wg`` (a power of two) per row of a layer normalization.
 
-    Forward (``dy`` None): ``global_stats`` reads mean/variance, else computes them in one
-    read of the row (sums of ``x - K`` and its square with ``K`` the row's first value: no
-    cancellation of raw sums) and writes them when ``write_stats``; ``dst = (x - mean) *
+    Forward (``dy`` None): ``global_stats`` reads mean/variance, else computes them in two
+    passes over the row (the mean, then the sum of ``(x - mean)^2``) and writes them when
+    ``write_stats``; ``dst = (x - mean) *
     rsqrt(var + eps) * gamma + beta``. Backward: ``diff_src = rsqrt(var + eps) * (g - mean(g)
     - xhat * mean(g * xhat))`` with ``g = dy * gamma`` (``g`` alone when ``global_stats``).
     Work-items combine their sums once per row: sub-group reductions when ``subgroup`` (the
@@ -794,18 +794,22 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     const float m = {m_at};
     const float is = rsqrt({v_at} + {_f(p.eps)});"""
         else:
-            local, red = _ln_sums(p, ["a0", "a1"])
-            k_at = ld("src", p.xdt, offset_expr(p.x, lead + ["0"]))
-            pre, xk = "", f"{x_at} - k"
+            # two passes: the mean, then the centred sum of squares (a shifted one-pass sum
+            # lost up to ten ulps of the output where the row's first value lies far from
+            # its mean); the second pass reads registers (``cache``) or the row from cache
+            local, red0 = _ln_sums(p, ["a0"])
+            _, red1 = _ln_sums(p, ["a1"])
+            if not p.subgroup:  # every lane has read the first sum before it is overwritten
+                red1 = "\n    barrier(CLK_LOCAL_MEM_FENCE);" + red1
+            pre, x_first, x_again = "", x_at, x_at
             if N:
-                pre, xk = f"float xv[{N}];\n    ", f"(xv[j] = {x_at}) - k"
+                pre, x_first, x_again = f"float xv[{N}];\n    ", f"(xv[j] = {x_at})", "xv[j]"
             stats = f"""
-    const float k = {k_at};
     float a0 = 0.0f, a1 = 0.0f;
-    {pre}{loop} {{ const float d = {xk}; a0 += d; a1 += d * d; }}{end}{red}
-    const float dm = a0 / {C}.0f;
-    const float m = k + dm;
-    const float v = fmax(a1 / {C}.0f - dm * dm, 0.0f);
+    {pre}{loop} {{ a0 += {x_first}; }}{end}{red0}
+    const float m = a0 / {C}.0f;
+    {loop} {{ const float d = {x_again} - m; a1 += d * d; }}{end}{red1}
+    const float v = a1 / {C}.0f;
     const float is = rsqrt(v + {_f(p.eps)});"""
             if p.write_stats:
                 stats += f"""
