@@ -39,6 +39,10 @@ class ElementwiseProblem:
     fused_k: int = 0
     ld_src: int = 0  # row stride of the GEMM source (h_prev or rh)
     ld_u: int = 0  # row stride of the weights u (G * DHC)
+    # store the activated gates (training: the workspace keeps them for backward); inference
+    # drops them in the last stage, where no later stage reads them (LSTM 512, N 64: 512 KB
+    # of writes a step)
+    store_gates: bool = True
 
 
 def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
@@ -177,8 +181,11 @@ def build_elementwise(p: ElementwiseProblem):
         prev = frozenset([iid])
         mapping[a.name] = var(tname)
     stores = []
+    last = p.stage == len(spec.forward_stages(p.peephole, p.clip is not None)) - 1
     for a in stage.assignments:
         if a.name in gates:
+            if last and not p.store_gates:
+                continue
             target = gate_slot(a.name)
         elif a.name == "c":
             target = var("c")[off("c_off") + n * DHC + j]
