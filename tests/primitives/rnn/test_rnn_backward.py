@@ -417,9 +417,12 @@ def test_backward_pd_queries(engine):
 # --------------------------------------------------------------------------------------------
 # 6. the CPU weight-gradient path through transposed and packed scratch copies
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cfg,direction", [("lstm", "bidirectional_concat"),
-                                           ("lstm_peephole_projection", "unidirectional_left2right"),
-                                           ("lbr_gru", "unidirectional_right2left")])
+COPIES_CASES = [("lstm", "bidirectional_concat"),
+                ("lstm_peephole_projection", "unidirectional_left2right"),
+                ("lbr_gru", "unidirectional_right2left")]
+
+
+@pytest.mark.parametrize("cfg,direction", COPIES_CASES)
 def test_weight_gradient_copies_match_reference(engine, stream, monkeypatch, cfg, direction):
     """CPUs copy A transposed and B packed before the weight-gradient GEMMs once B outgrows
     the cache (``heuristics.rnn.weight_gradient_copies``); the tiny problems here never do, so
