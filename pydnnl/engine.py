@@ -68,6 +68,17 @@ class DeviceInfo:
         return (f"{self.platform}|{self.name}|{self.driver_version}|{self.compute_units}cu")
 
     @property
+    def core_cache_bytes(self) -> int:
+        """The cache one compute unit works from, for blocking rules. CPUs: the runtime's
+        report kept within 1-4 MiB (Intel's runtime reports a core's L2, 2 MiB on a Xeon;
+        PoCL the whole shared last-level cache, 480 MB on the same 2-core machine); GPUs: the
+        reported L2 (1 MiB when unknown)."""
+        reported = int(self.global_mem_cache_bytes or 0)
+        if self.is_gpu:
+            return reported or (1 << 20)
+        return min(max(reported, 1 << 20), 4 << 20)
+
+    @property
     def is_gpu(self) -> bool:
         return self.type == "gpu"
 

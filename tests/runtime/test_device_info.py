@@ -29,3 +29,18 @@ def test_listed_devices_have_consistent_traits():
                     else "sse" if info.simd_width >= 4 else "unknown")
             assert info.arch == want
         assert all(isinstance(e, str) for e in info.extensions)
+
+
+def test_core_cache_bytes_keeps_cpu_reports_within_a_core():
+    from dataclasses import replace
+
+    info = dnnl.engine.list_devices()[0]
+    cpu = replace(info, type="cpu")
+    mib = 1 << 20
+    # Intel's runtime: a core's L2; PoCL: a whole shared last-level cache; unknown
+    for reported, want in ((2 * mib, 2 * mib), (480 * mib, 4 * mib), (0, mib),
+                           (256 << 10, mib)):
+        assert replace(cpu, global_mem_cache_bytes=reported).core_cache_bytes == want
+    gpu = replace(info, type="gpu")
+    assert replace(gpu, global_mem_cache_bytes=50 * mib).core_cache_bytes == 50 * mib
+    assert replace(gpu, global_mem_cache_bytes=0).core_cache_bytes == mib

@@ -71,7 +71,7 @@ def _tiles(prob: GemmProblem, tile: tuple[int, int]) -> int:
 
 def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     """16-wide CPUs: the register tile and the work order for ``prob`` (rules above)."""
-    cache = max(int(info.global_mem_cache_bytes or 0), 1 << 20)
+    cache = info.core_cache_bytes
     item = prob.dtype.itemsize
     wide = prob.k * prob.n * item > cache and prob.n > 256
     rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_TILE

@@ -36,5 +36,5 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
     128 x 512 x 448 and two smaller ones: 250 us of copies for 80 us of GEMM time; the
     training step 2.49 -> 2.22-2.36 ms without them). GPUs' local-memory tiles read them as
     they lie."""
-    cache = max(int(info.global_mem_cache_bytes or 0), 1 << 20)
+    cache = info.core_cache_bytes
     return info.is_cpu and k * n * itemsize > cache
