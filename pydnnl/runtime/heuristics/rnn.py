@@ -30,7 +30,8 @@ def cell_wg(info, dhc: int) -> int:
 def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
     """Whether the weight-gradient GEMMs (B: ``k`` rows, time steps x batch, of ``n``
     columns) read A transposed and B packed into scratch copies: CPUs, once B outgrows the
-    last-level cache, whose register-tile kernel then streams both contiguously (Intel's
+    cache a core works from (``DeviceInfo.core_cache_bytes``), whose register-tile kernel
+    then streams both contiguously (Intel's
     runtime, 512 x 2048 x 3200: 149 ms reading them as they lie, 42 ms with both copies
     included). Below it the copies cost more than they save (AVX-512 Xeon, the digits LSTM's
     128 x 512 x 448 and two smaller ones: 250 us of copies for 80 us of GEMM time; the
