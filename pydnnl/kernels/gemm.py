@@ -96,8 +96,9 @@ def panel_width(layout: str) -> int | None:
 
 # {{{ problem
 
+# fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
-                      "epi_swap": False}
+                      "epi_swap": False, "runtime_m": None}
 
 
 @dataclass(frozen=True, repr=False)
@@ -149,6 +150,14 @@ class GemmProblem:
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
     epi_swap: bool = False
+    #: the kernel takes ``m`` (int64) after the offsets: one program serves every number of
+    #: rows (``m`` above is then a sample size; see :func:`cache_key`). ``"any"``: rows of the
+    #: last tile past ``m`` read a clamped row; ``"tall"``: the caller guarantees ``m >= rows``
+    #: (the tile height) and the last tile moves up to end at row ``m``, storing only its own
+    #: rows, so every A row is addressed from one base (the per-row clamps cost 5% on
+    #: AVX-512). Register-tile pipeline, one batch entry, A not transposed, no epilogue,
+    #: run-time offsets.
+    runtime_m: str | None = None
 
     def __post_init__(self):
         def setf(name, value):
@@ -206,6 +215,13 @@ class GemmProblem:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"GemmProblem: {name} must be a non-negative int, got {v!r}")
             setf(name, int(v))
+        if self.runtime_m not in (None, "any", "tall"):
+            raise ValueError(f"GemmProblem: runtime_m must be None, 'any' or 'tall', got "
+                             f"{self.runtime_m!r}")
+        if self.runtime_m and (self.batch > 1 or self.trans_a or not self.runtime_offsets
+                               or self.bias is not None or self.post_ops):
+            raise ValueError("GemmProblem: runtime_m needs batch == 1, A not transposed, "
+                             "runtime_offsets and no epilogue")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -324,7 +340,10 @@ def params_fit(problem: GemmProblem, params: dict) -> bool:
 
 
 def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
-    """Everything the generated kernel depends on (for kernel caches and perf databases)."""
+    """Everything the generated kernel depends on (for kernel caches and perf databases);
+    a problem with ``runtime_m`` is keyed without its sample ``m``."""
+    if problem.runtime_m:
+        problem = replace(problem, m=1, stride_a=None, stride_c=None)
     return (GENERATOR_VERSION, problem, tuple(sorted(normalize_params(params).items())))
 
 
@@ -347,6 +366,12 @@ def _lt(a, b):
     import pymbolic.primitives as prim
 
     return prim.Comparison(a, "<", b)
+
+
+def _ge(a, b):
+    import pymbolic.primitives as prim
+
+    return prim.Comparison(a, ">=", b)
 
 
 def _clamp_hi(expr, limit):
@@ -389,11 +414,21 @@ class _Layout:
     mp: int  # padded M (rows computed)
     np_: int  # padded N (columns computed)
 
+    @property
+    def m(self):
+        """Rows of C: the constant, or the kernel's ``m`` argument."""
+        return _var("m") if self.pr.runtime_m else self.pr.m
+
+    @property
+    def ragged_m(self) -> bool:
+        """Whether rows past ``m`` are computed (and so clamped on reads, never stored)."""
+        return self.pr.runtime_m or self.mp > self.pr.m
+
     def a(self, i, kk, clamped: bool = False):
         """A's element (i, kk); ``clamped``: ``i`` is already a valid row."""
         pr = self.pr
-        if self.mp > pr.m and not clamped:
-            i = _clamp_hi(i, pr.m)
+        if self.ragged_m and not clamped:
+            i = _clamp_hi(i, self.m)
         base = _off(pr, "a") + self.bt * pr.stride_a
         idx = base + (kk * pr.lda + i if pr.trans_a else i * pr.lda + kk)
         return _cast(pr.acc_dtype, _sub("a", idx), pr.dtype)
@@ -421,8 +456,9 @@ class _Layout:
         pr = self.pr
         return _off(pr, "c") + self.bt * pr.stride_c + i * pr.ldc + j
 
-    def store(self, i, j, acc_expr):
-        """(assignee, value, predicates) of the C update for element (i, j)."""
+    def store(self, i, j, acc_expr, row_pred=None):
+        """(assignee, value, predicates) of the C update for element (i, j); ``row_pred``
+        replaces the ``i < m`` guard of ragged rows (``False``: no row guard)."""
         pr = self.pr
         acc_t = pr.acc_dtype.type
         value = acc_expr if pr.alpha == 1.0 else acc_t(pr.alpha) * acc_expr
@@ -430,8 +466,11 @@ class _Layout:
             old = _cast(pr.acc_dtype, _sub("c", self.c_index(i, j)), pr.dtype)
             value = value + (old if pr.beta == 1.0 else acc_t(pr.beta) * old)
         preds = []
-        if self.mp > pr.m:
-            preds.append(_lt(i, pr.m))
+        if row_pred is not None:
+            if row_pred is not False:
+                preds.append(row_pred)
+        elif self.ragged_m:
+            preds.append(_lt(i, self.m))
         if self.np_ > pr.n:
             preds.append(_lt(j, pr.n))
         if pr.bias is not None or pr.post_ops:
@@ -465,12 +504,12 @@ class _Layout:
         return po.apply(value, pr.post_ops, prior, at=pos)
 
 
-def _store_insns(lay: _Layout, i, j, acc_expr, within, deps):
+def _store_insns(lay: _Layout, i, j, acc_expr, within, deps, row_pred=None):
     """Instructions (and temporaries) writing ``alpha*acc + beta*C`` to C[i, j]."""
     import loopy as lp
 
     pr = lay.pr
-    assignee, value, preds = lay.store(i, j, acc_expr)
+    assignee, value, preds = lay.store(i, j, acc_expr, row_pred)
     if pr.dtype == pr.acc_dtype:
         return [lp.Assignment(assignee, value, id="store", predicates=preds,
                               depends_on=frozenset(deps), within_inames=frozenset(within))], []
@@ -517,7 +556,7 @@ def _core_args(pr: GemmProblem, reads_c: bool):
             lp.GlobalArg("c", pr.dtype, shape=None, is_input=reads_c, is_output=True),
             lp.ValueArg("a_off", np.int64), lp.ValueArg("b_off", np.int64),
             lp.ValueArg("c_off", np.int64),
-        ]
+        ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else [])
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
@@ -535,7 +574,8 @@ def _finish(knl, post_ops: tuple = ()):
                          enforce_variable_access_ordered="no_check")
     ep = knl.default_entrypoint
     knl = knl.with_kernel(ep.copy(silenced_warnings=list(ep.silenced_warnings) + [
-        "v1_scheduler_fallback", "vectorize_failed", "unused_inames"]))
+        "v1_scheduler_fallback", "vectorize_failed", "unused_inames",
+        "write_race(store)"]))
     helpers = po.helpers(post_ops)
     return register_helpers(knl, helpers) if helpers else knl
 
@@ -588,6 +628,7 @@ def _build_register(pr: GemmProblem, p: dict):
     V = _var
     bt = V("bt") if batched else 0
     lay = _Layout(pr, bt, mp, np_)
+    m = lay.m
     packed = pr.panel_width is not None
 
     # plain, non-transposed B with a ragged N: columns past n read into the next row of B,
@@ -604,10 +645,14 @@ def _build_register(pr: GemmProblem, p: dict):
     # private row indices (a clamp inside the loop cost 25-35% on AVX-512: 49x2048x512 ran
     # 189 GFLOP/s in 8-row tiles, which clamp, against 281 in 7-row ones, which do not;
     # 260 in 8-row tiles with the clamp hoisted)
-    ragged_m = mp > pr.m
+    # "tall" runtime m (m >= rm): the last tile starts at m - rm instead, every row is valid
+    tall = pr.runtime_m == "tall"
+    ragged_m = lay.ragged_m and not tall
     if ragged_m:
         small["ia"] = rm
-    bounds = [f"0 <= io < {mt}", f"0 <= jo < {nt}"] + ([f"0 <= bt < {pr.batch}"] if batched else [])
+    # with a runtime m the row tiles are those that start before m
+    io_bound = f"0 <= io and {rm} * io <= m - 1" if pr.runtime_m else f"0 <= io < {mt}"
+    bounds = [io_bound, f"0 <= jo < {nt}"] + ([f"0 <= bt < {pr.batch}"] if batched else [])
     bounds += [f"0 <= {n} < {s}" for n, s in small.items()]
     inames = outer + list(small)
     if k_main > 0:
@@ -635,12 +680,20 @@ def _build_register(pr: GemmProblem, p: dict):
     insns = [lp.Assignment(acc("iz", "jz", "vz"), 0, id="zero",
                            within_inames=base | {"iz", "jz", "vz"})]
     if ragged_m:
-        insns.append(lp.Assignment(_sub("arow", V("ia")), _clamp_hi(row(V("ia")), pr.m),
+        insns.append(lp.Assignment(_sub("arow", V("ia")), _clamp_hi(row(V("ia")), m),
                                    id="arow", within_inames=base | {"ia"}))
+    if tall:
+        import pymbolic.primitives as prim
+
+        insns.append(lp.Assignment(V("r0"), prim.If(
+            prim.Comparison(row(0) + rm, "<=", m), row(0), m - rm), id="arow",
+            within_inames=base))
 
     def a_of(ii, kk):
         if ragged_m:
             return lay.a(_sub("arow", V(ii)), V(kk), clamped=True)
+        if tall:
+            return lay.a(V("r0") + V(ii), V(kk), clamped=True)
         return lay.a(row(V(ii)), V(kk))
 
     fma_ids = []
@@ -657,13 +710,19 @@ def _build_register(pr: GemmProblem, p: dict):
         insns.append(lp.Assignment(
             acc(ii, jj, jv), acc(ii, jj, jv) + a_of(ii, kk) * _sub("bv", V(jj), V(jv)),
             id="fma" + sfx, depends_on=frozenset(["ldb" + sfx, "zero"]
-                                                 + (["arow"] if ragged_m else [])),
+                                                 + (["arow"] if ragged_m or tall else [])),
             within_inames=base | {kk, ii, jj, jv}))
         last = "fma" + sfx
         fma_ids.append(last)
-    st_insns, st_temps = _store_insns(lay, row(V("is")), col(V("js"), V("vs")),
+    # a moved last tile recomputes rows of the tile before it, bit for bit (same loads, same
+    # order): with beta == 0 it stores them again, the same values, unguarded; a per-row
+    # guard splits the vector stores into scalar ones (5% on AVX-512 at 64x2048x512). With
+    # beta != 0 (C read) it stores only its own rows.
+    st_row = V("r0") + V("is") if tall else row(V("is"))
+    guard = (_ge(st_row, row(0)) if pr.beta != 0.0 else False) if tall else None
+    st_insns, st_temps = _store_insns(lay, st_row, col(V("js"), V("vs")),
                                       acc("is", "js", "vs"), base | {"is", "js", "vs"},
-                                      fma_ids or ["zero"])
+                                      fma_ids or ["zero"], guard)
     insns += st_insns
 
     temps = st_temps + [lp.TemporaryVariable("acc", pr.acc_dtype, shape=(rm, nv, vw),
@@ -672,6 +731,9 @@ def _build_register(pr: GemmProblem, p: dict):
                                   address_space=lp.AddressSpace.PRIVATE)]
     if ragged_m:
         temps.append(lp.TemporaryVariable("arow", np.int64, shape=(rm,),
+                                          address_space=lp.AddressSpace.PRIVATE))
+    if tall:
+        temps.append(lp.TemporaryVariable("r0", np.int64, shape=(),
                                           address_space=lp.AddressSpace.PRIVATE))
     knl = lp.make_kernel(domain, insns, _args(pr) + temps, target=lp.OpenCLTarget(),
                          name="gemm", lang_version=(2018, 2), index_dtype=np.int64)
@@ -694,7 +756,7 @@ def _build_register(pr: GemmProblem, p: dict):
         knl = lp.prioritize_loops(knl, "kp,ip,jp,vp")
         knl = lp.prioritize_loops(knl, "kp,jbp,vbp")
     grid_io = "io"
-    ml = min(p["m_loop"], mt)
+    ml = p["m_loop"] if pr.runtime_m else min(p["m_loop"], mt)
     if ml > 1:
         knl = lp.split_iname(knl, "io", ml)
         grid_io = "io_outer"

@@ -1,9 +1,12 @@
 """Generated kernels as text: OpenCL source plus the launch sizes and argument names a
-runtime needs. Kernel generators return a loopy ``TranslationUnit`` with every size fixed, or a
-:class:`KernelSource` for hand-written OpenCL C; :func:`source_from_loopy` turns the first into
-the second. Pure: nothing here touches a device."""
+runtime needs. Kernel generators return a loopy ``TranslationUnit`` or a :class:`KernelSource`
+for hand-written OpenCL C; :func:`source_from_loopy` turns the first into the second. Sizes are
+fixed, or runtime scalar arguments of the kernel (``m``, ``rows``, ...): the launch grid is then
+kept as integer expressions over those arguments and evaluated per launch
+(:func:`launch_size`). Pure: nothing here touches a device."""
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -15,32 +18,81 @@ from ..error import runtime_error
 
 @dataclass(frozen=True)
 class KernelSource:
-    """Generated OpenCL source plus what is needed to launch it."""
+    """Generated OpenCL source plus what is needed to launch it.
+
+    ``grid``, when set, holds the global size per axis as integer expressions over the
+    kernel's runtime size arguments (``global_size`` is then None): one program serves every
+    value of those sizes, and :func:`launch_size` evaluates the grid per launch.
+    """
 
     name: str
     source: str
-    global_size: tuple[int, ...]
+    global_size: tuple[int, ...] | None
     local_size: tuple[int, ...] | None
     arg_names: tuple[str, ...]
     build_options: tuple[str, ...] = ()
+    grid: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
         return json.dumps({"name": self.name, "source": self.source,
-                           "global_size": list(self.global_size),
+                           "global_size": None if self.global_size is None
+                           else list(self.global_size),
                            "local_size": None if self.local_size is None else list(self.local_size),
                            "arg_names": list(self.arg_names),
-                           "build_options": list(self.build_options)})
+                           "build_options": list(self.build_options),
+                           "grid": None if self.grid is None else list(self.grid)})
 
     @classmethod
     def from_json(cls, text: str) -> "KernelSource":
         d = json.loads(text)
-        return cls(d["name"], d["source"], tuple(d["global_size"]),
+        grid = d.get("grid")
+        return cls(d["name"], d["source"],
+                   None if d["global_size"] is None else tuple(d["global_size"]),
                    None if d["local_size"] is None else tuple(d["local_size"]),
-                   tuple(d["arg_names"]), tuple(d.get("build_options", ())))
+                   tuple(d["arg_names"]), tuple(d.get("build_options", ())),
+                   None if grid is None else tuple(grid))
+
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+           ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+           ast.Mod: lambda a, b: a % b}
+
+
+def eval_size(expr: str, values: dict) -> int:
+    """The integer value of a grid expression (``+ - * // %``, ``min``, ``max``, integer
+    constants and the names in ``values``); anything else raises."""
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in values:
+                raise runtime_error(f"grid expression {expr!r}: no value for size {node.id!r}")
+            return int(values[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("min", "max") and not node.keywords):
+            return (min if node.func.id == "min" else max)(ev(a) for a in node.args)
+        raise runtime_error(f"grid expression {expr!r}: unsupported {ast.dump(node)[:60]}")
+    return ev(ast.parse(expr, mode="eval"))
+
+
+def launch_size(src: KernelSource, args) -> tuple[int, ...]:
+    """The global size of one launch of ``src`` with ``args`` (in the kernel's argument
+    order, or a mapping by argument name): fixed, or its grid evaluated over the sizes."""
+    if src.grid is None:
+        return src.global_size
+    values = args if isinstance(args, dict) else dict(zip(src.arg_names, args))
+    return tuple(max(eval_size(e, values), 1) for e in src.grid)
 
 
 def source_from_loopy(tu) -> KernelSource:
-    """Generate OpenCL source and launch sizes from a loopy TranslationUnit with fixed sizes."""
+    """Generate OpenCL source and launch sizes from a loopy TranslationUnit. A launch size
+    that depends on a size parameter (a ``ValueArg`` of the kernel) is kept as an expression."""
     import loopy as lp
 
     code = lp.generate_code_v2(tu).device_code()
@@ -49,18 +101,25 @@ def source_from_loopy(tu) -> KernelSource:
     knl = pre.default_entrypoint
     gsize, lsize = knl.get_grid_size_upper_bounds_as_exprs(pre.callables_table)
 
-    def _ints(t):
+    params = {a.name for a in knl.args if isinstance(a, lp.ValueArg)}
+
+    def _sizes(t, allow_expr):
         out = []
         for v in t:
             try:
                 out.append(int(v))
             except TypeError:
-                raise runtime_error(
-                    f"kernel {knl.name}: launch size {v} is not a constant; generators must fix "
-                    f"every size parameter") from None
+                from pymbolic.mapper.dependency import DependencyMapper
+
+                deps = {d.name for d in DependencyMapper()(v)}
+                if not allow_expr or not deps <= params:
+                    raise runtime_error(
+                        f"kernel {knl.name}: launch size {v} depends on {sorted(deps - params)}, "
+                        f"which are not size arguments of the kernel") from None
+                out.append(str(v))
         return tuple(out)
 
-    g, l = _ints(gsize), _ints(lsize)
+    g, l = _sizes(gsize, True), _sizes(lsize, False)
     if not g and not l:
         g, l = (1,), (1,)
     if not l:
@@ -69,8 +128,14 @@ def source_from_loopy(tu) -> KernelSource:
         l = l + (1,)
     while len(g) < len(l):
         g = g + (1,)
-    global_size = tuple(gi * li for gi, li in zip(g, l))
-    return KernelSource(knl.name, code, global_size, l, _signature_args(code, knl.name))
+    if all(isinstance(gi, int) for gi in g):
+        global_size, grid = tuple(gi * li for gi, li in zip(g, l)), None
+    else:
+        global_size = None
+        grid = tuple(str(gi * li) if isinstance(gi, int) else f"({gi}) * {li}"
+                     for gi, li in zip(g, l))
+    return KernelSource(knl.name, code, global_size, l, _signature_args(code, knl.name),
+                        grid=grid)
 
 
 def _signature_params(code: str, name: str) -> list[str]:

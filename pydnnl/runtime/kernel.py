@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from ..engine import _cl
 from ..error import runtime_error
-from ..kernels.source import KernelSource, scalar_types
+from ..kernels.source import KernelSource, launch_size, scalar_types
 
 
 class Kernel:
-    """A built OpenCL kernel with fixed launch sizes: ``kernel(stream, buf_a, buf_b, ...)``."""
+    """A built OpenCL kernel: ``kernel(stream, buf_a, buf_b, ...)``. Its launch size is fixed,
+    or computed from the runtime size arguments of each call (see ``KernelSource.grid``)."""
 
     def __init__(self, context, device, src: KernelSource):
         import warnings
@@ -36,9 +37,10 @@ class Kernel:
         """Enqueue on ``stream`` (a ``pydnnl.stream``); args in the kernel's argument order."""
         cl = _cl()
         self.kernel.set_args(*args)
-        evt = cl.enqueue_nd_range_kernel(stream.queue, self.kernel, self.src.global_size,
+        gsize = launch_size(self.src, args)
+        evt = cl.enqueue_nd_range_kernel(stream.queue, self.kernel, gsize,
                                          self.src.local_size, wait_for=wait_for)
-        stream.record(self.name, evt, self.src.global_size)
+        stream.record(self.name, evt, gsize)
         return evt
 
     def bound(self, args) -> "BoundKernel":
@@ -52,7 +54,8 @@ class BoundKernel:
     ``args`` holds values (set now) and placeholders (objects with a ``key``) resolved per
     launch through a mapping; an argument is set again only when the buffer behind its
     placeholder changed. This keeps a launch at one enqueue: pyopencl's ``set_args`` costs
-    tens of microseconds, which adds up over thousands of RNN steps.
+    tens of microseconds, which adds up over thousands of RNN steps. Runtime size arguments
+    are values, never placeholders: the launch grid is computed from them once, here.
     """
 
     def __init__(self, kernel: Kernel, args):
@@ -67,7 +70,13 @@ class BoundKernel:
             else:
                 self.k.set_arg(i, a)
         self.current = [None] * len(args)
-        self.gsize, self.lsize = kernel.src.global_size, kernel.src.local_size
+        if kernel.src.grid is not None:
+            by_name = dict(zip(kernel.src.arg_names, args))
+            self.gsize = launch_size(kernel.src, {n: v for n, v in by_name.items()
+                                                  if not hasattr(v, "key")})
+        else:
+            self.gsize = kernel.src.global_size
+        self.lsize = kernel.src.local_size
 
     def launch(self, stream, bufs, wait_for=None):
         cl = _cl()

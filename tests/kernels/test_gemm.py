@@ -260,6 +260,65 @@ def test_search_space_is_pruned():
     assert all(p["cols"] == 16 and p["packed_b"] for p in H.search_space(packed, None))
 
 
+@pytest.mark.parametrize("variant, beta, params", [
+    ("tall", 0.0, {"rows": 3, "cols": 8, "vec": 4}),
+    ("tall", 0.5, {"rows": 3, "cols": 8, "vec": 4, "packed_b": False, "m_loop": 2}),
+    ("any", 1.0, {"rows": 4, "cols": 8, "vec": 8, "k_unroll": 2}),
+])
+def test_runtime_m_kernel_serves_every_m(dev, variant, beta, params):
+    """One program with ``m`` as an argument computes every m of its class (``tall``:
+    m >= rows, the last tile moved up) like the float64 reference, rows past m untouched."""
+    import pyopencl as cl
+
+    from pydnnl.kernels.source import launch_size
+
+    eng, s = dev
+    params = G.normalize_params(params)
+    n, k, lda, ldc = 19, 9, 11, 21
+    m_max = 14
+    proto = G.GemmProblem(m_max, n, k, lda=lda, ldc=ldc, beta=beta, runtime_offsets=True,
+                          runtime_m=variant)
+    kpr = G.pack_b(proto, params).problem if params["packed_b"] else proto
+    built = []
+    kern = get_kernel(eng, "gemm", G.cache_key(kpr, params),
+                      lambda: built.append(1) or G.build_gemm(kpr, params))
+    assert kern.src.grid is not None and "m" in kern.src.arg_names
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(2 + m_max * lda).astype(np.float32)
+    b = rng.standard_normal(k * n).astype(np.float32)
+    bdev = G.pack_b(proto, params).pack(b) if params["packed_b"] else b
+    mf = cl.mem_flags
+    A = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    B = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
+    for m in ([3, 4, 7, 12, 14] if variant == "tall" else [1, 2, 3, 5, 14]):
+        c = rng.standard_normal(1 + m_max * ldc).astype(np.float32)
+        C = cl.Buffer(eng.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+        vals = {"a": A, "b": B, "c": C, "a_off": np.int64(2), "b_off": np.int64(0),
+                "c_off": np.int64(1), "m": np.int64(m)}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty_like(c)
+        cl.enqueue_copy(s.queue, out, C)
+        s.queue.finish()
+        pr = G.GemmProblem(m, n, k, lda=lda, ldc=ldc, beta=beta, a_offset=2, c_offset=1)
+        np.testing.assert_allclose(out, reference(pr, a, b, c), rtol=1e-5, atol=1e-5)
+        assert launch_size(kern.src, vals)[1] == -(-m // params["rows"]) if \
+            params["m_loop"] == 1 else True
+    assert len(built) <= 1  # one program (none when the disk cache had it)
+
+
+def test_runtime_m_problem_rules():
+    with pytest.raises(ValueError, match="runtime_m"):
+        G.GemmProblem(4, 5, 6, runtime_m="tall")  # needs runtime offsets
+    with pytest.raises(ValueError, match="runtime_m"):
+        G.GemmProblem(4, 5, 6, runtime_m="yes", runtime_offsets=True)
+    a = G.GemmProblem(4, 5, 6, runtime_m="any", runtime_offsets=True)
+    b = G.GemmProblem(40, 5, 6, runtime_m="any", runtime_offsets=True)
+    assert G.cache_key(a, None) == G.cache_key(b, None)
+    assert G.cache_key(G.GemmProblem(4, 5, 6), None) != G.cache_key(G.GemmProblem(40, 5, 6),
+                                                                    None)
+    assert "runtime_m" not in repr(G.GemmProblem(4, 5, 6))
+
+
 def test_kernel_signature_and_fixed_sizes():
     import loopy as lp
 
@@ -305,6 +364,38 @@ cases = {
                  {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
                   "wg": (2, 2), "k_tile": 2}),
 }
+from pydnnl.kernels.source import launch_size
+rt_cases = {
+    "tall_beta0": (G.GemmProblem(7, 11, 4, runtime_offsets=True, runtime_m="tall"),
+                   {"rows": 3, "cols": 8, "vec": 4}),
+    "tall_beta1": (G.GemmProblem(7, 11, 4, beta=1.0, runtime_offsets=True, runtime_m="tall"),
+                   {"rows": 3, "cols": 8, "vec": 4, "packed_b": False}),
+    "any": (G.GemmProblem(2, 11, 4, beta=0.5, runtime_offsets=True, runtime_m="any"),
+            {"rows": 3, "cols": 8, "vec": 4}),
+}
+for name, (pr, params) in rt_cases.items():
+    params = G.normalize_params(params)
+    a = rng.standard_normal(pr.size("a")).astype(np.float32)
+    b = rng.standard_normal(pr.size("b")).astype(np.float32)
+    c = rng.standard_normal(pr.size("c")).astype(np.float32)
+    kpr, bdev = pr, b
+    if params["packed_b"]:
+        pk = G.pack_b(pr, params)
+        kpr, bdev = pk.problem, pk.pack(b)
+    src = source_from_loopy(G.build_gemm(kpr, params))
+    knl = getattr(cl.Program(ctx, src.source).build(), src.name)
+    A = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
+    C = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+    vals = {"a": A, "b": B, "c": C, "a_off": np.int64(0), "b_off": np.int64(0),
+            "c_off": np.int64(0), "m": np.int64(pr.m)}
+    knl(q, launch_size(src, vals), src.local_size, *[vals[n] for n in src.arg_names])
+    out = np.empty_like(c)
+    cl.enqueue_copy(q, out, C)
+    q.finish()
+    ref = pr.beta * c.reshape(pr.m, pr.n).astype(np.float64) + \
+        a.reshape(pr.m, pr.k).astype(np.float64) @ b.reshape(pr.k, pr.n)
+    results[name] = bool(np.allclose(out.reshape(pr.m, pr.n), ref, rtol=1e-5, atol=1e-5))
 for name, (pr, params) in cases.items():
     params = G.normalize_params(params)
     a = rng.standard_normal(pr.size("a")).astype(np.float32)
@@ -342,6 +433,7 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_gemm_kernels_clean_under_oclgrind():
     results = run_probe(PROBE)
-    assert results == {"plain": True, "packed_trans": True, "local": True, "local_k1": True}
+    assert results == {"plain": True, "packed_trans": True, "local": True, "local_k1": True,
+                       "tall_beta0": True, "tall_beta1": True, "any": True}
 
 # }}}
