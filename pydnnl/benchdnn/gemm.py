@@ -60,7 +60,8 @@ def run(eng, text: str, mode: str, compare: str | None, min_seconds: float) -> i
     b_buf = mb.buffer
     if g.packed:
         packed = dnnl.memory(dnnl.memory.desc([g.packed_size], dt.f32, tag.a), eng)
-        g.packer(0, 1, k * n, 0)(s, mb.buffer, packed.buffer)
+        pk = g.packer(1, k * n)
+        pk(s, *g.packer_args(pk, mb.buffer, 0, packed.buffer, 0))
         b_buf = packed.buffer
     create_ms = (time.perf_counter() - t0) * 1e3
 

@@ -49,6 +49,24 @@ class ReorderProblem:
                    dst_nelems=dst_nelems)
 
 
+def contiguous_copy(p: ReorderProblem) -> tuple[int, int, int] | None:
+    """``(src_offset, dst_offset, count)`` in elements when ``p`` copies one contiguous range
+    to another unchanged (same data type, no scales, no accumulation, both layouts dense
+    row-major over the same dims): a buffer copy then does it without a kernel. Else None."""
+    if (p.src_dt != p.dst_dt or p.beta != 0.0 or p.src_scale_mask is not None
+            or p.dst_scale_mask is not None or p.src_zp_mask is not None
+            or p.dst_zp_mask is not None):
+        return None
+    count = 1
+    for d in range(len(p.dims) - 1, -1, -1):
+        for layout in (p.src_layout, p.dst_layout):
+            blk, stride, inner = layout[1][d]
+            if p.dims[d] > 1 and (blk != 1 or inner or stride != count):
+                return None
+        count *= p.dims[d]
+    return p.src_layout[0], p.dst_layout[0], count
+
+
 def layout_of(md: MemoryDesc) -> tuple:
     """Hashable description of ``md``'s offset function: (offset0, per-dim terms)."""
     blk = md.block_sizes()

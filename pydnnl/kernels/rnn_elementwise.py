@@ -3,8 +3,9 @@
 The formulas come from the cell spec (:mod:`pydnnl.cells`): every input variable of the
 stage's assignments is mapped to a buffer access, every assignment becomes a private
 temporary, and the values the step must keep (activated gates, ``c``, ``h``, ``rh``) are
-stored. Buffers are flat and addressed with run-time element offsets, so one kernel serves
-every time step, layer and direction of a primitive.
+stored. Buffers are flat and addressed with run-time element offsets, and the batch is the
+``batch`` argument (it only sizes the grid), so one kernel serves every time step, layer,
+direction and batch size.
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import numpy as np
 
 from ..cells import get_cell
 
-# Run-time offset arguments, in this order after the buffers.
+# Run-time offset arguments, in this order after the buffers, then the batch size.
 OFFSET_ARGS = ("gx_off", "bias_off", "h_prev_off", "c_prev_off", "c_off", "h_off", "peep_off",
                "att_off", "gates_off", "gh_off", "rh_off", "src_off", "u_off")
+SIZE_ARGS = ("batch",)
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,6 @@ class ElementwiseProblem:
     peephole: bool
     activation: str  # "relu", "tanh", "logistic" (vanilla RNN only)
     alpha: float
-    n: int  # batch
     dhc: int
     ld_h_prev: int  # row stride of h_prev (SIC-wide state rows)
     ld_h: int  # row stride of the h written (DHC for the pre-projection buffer, else DIC)
@@ -84,7 +85,7 @@ def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
 
 def build_elementwise(p: ElementwiseProblem):
     """loopy TranslationUnit of one stage; args: buffers (see :func:`stage_buffers`), then
-    the int32 offsets of :data:`OFFSET_ARGS`."""
+    the int32 offsets of :data:`OFFSET_ARGS` and the int32 ``batch``."""
     import loopy as lp
     from pymbolic import var
     from pymbolic.mapper.substitutor import substitute
@@ -95,7 +96,7 @@ def build_elementwise(p: ElementwiseProblem):
     gates = spec.gate_names
     gemm_gates = stage.recurrent_gemm.gates
     n, j = var("n"), var("j")
-    N, DHC = p.n, p.dhc
+    DHC = p.dhc
     before = set(_known_before(spec, p))
 
     def off(name):
@@ -212,9 +213,9 @@ def build_elementwise(p: ElementwiseProblem):
         out = b in ("gates", "c", "h", "rh")
         args.append(lp.GlobalArg(b, np.float32, shape=None, is_output=out,
                                  is_input=not out or b == "gates"))
-    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS]
-    dom = (f"{{[n, j, k]: 0 <= n < {N} and 0 <= j < {DHC} and 0 <= k < {p.fused_k}}}"
-           if p.fused_k else f"{{[n, j]: 0 <= n < {N} and 0 <= j < {DHC}}}")
+    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS + SIZE_ARGS]
+    dom = (f"{{[n, j, k]: 0 <= n < batch and 0 <= j < {DHC} and 0 <= k < {p.fused_k}}}"
+           if p.fused_k else f"{{[n, j]: 0 <= n < batch and 0 <= j < {DHC}}}")
     knl = lp.make_kernel(dom, insns + stores,
                          args + temps, name=f"rnn_{spec.name}_s{p.stage}",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),

@@ -38,7 +38,6 @@ class BackwardElementwiseProblem:
     peephole: bool
     activation: str
     alpha: float
-    n: int
     dhc: int
     ld_h_prev: int  # row stride of h_prev and of its gradient (SIC)
     ld_dh: int  # row stride of the h gradient buffers (DIC, or DHC for LSTMP's dht)
@@ -316,8 +315,9 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
     args = [lp.GlobalArg(b, np.float32, shape=None, is_output=w, is_input=(not w) or b == "carry"
                           or (b == "dhp" and not p.dhp_assign))
             for b, w in bufs.items()]
-    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS]
-    knl = lp.make_kernel(f"{{[n, j]: 0 <= n < {p.n} and 0 <= j < {DHC}}}", insns, args + temps,
+    # the batch only sizes the grid: one kernel serves every batch size
+    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS + ("batch",)]
+    knl = lp.make_kernel(f"{{[n, j]: 0 <= n < batch and 0 <= j < {DHC}}}", insns, args + temps,
                          name=f"rnn_bwd_{spec.name}_s{p.stage}", lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget(), seq_dependencies=False)
     wg = min(p.wg, DHC)

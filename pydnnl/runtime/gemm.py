@@ -228,20 +228,19 @@ class Gemm:
         return [self.kernel.bound(self.ordered(a, a_off, b, b_off, part, part_off)),
                 self.reduce.bound([red[nm] for nm in self.reduce.src.arg_names])]
 
-    def packer(self, b_offset: int, count: int, stride: int, dst_offset: int):
-        """Kernel ``pack_b(b, bp)``: ``count`` B matrices of this GEMM's shape, the first at
-        ``b_offset`` of ``b`` and then every ``stride`` elements, into consecutive panels
-        from ``dst_offset`` of ``bp`` (``packed_size`` elements apart)."""
-
+    def packer(self, count: int, stride: int):
+        """Kernel packing ``count`` B matrices of this GEMM's shape, the first at ``b_off``
+        of ``b`` and then every ``stride`` elements, into consecutive panels from ``bp_off``
+        of ``bp`` (``packed_size`` elements apart); both offsets are given per launch, in the
+        order of :meth:`packer_args`. Packing never reads m, and the offsets are arguments:
+        one program serves every batch and scratchpad placement."""
         sh = self.shape
-        # packing B never reads m: one kernel serves every m
         src = fam.GemmProblem(m=1, n=sh.n, k=sh.k, trans_b=sh.trans_b, ldb=sh.ldb,
-                              b_offset=b_offset, batch=count, stride_b=stride)
+                              batch=count, stride_b=stride, runtime_offsets=True)
         pk = fam.pack_b(src, self.params)
         assert pk.problem.stride_b in (None, self.packed_size) or count == 1
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
-                                                      dst_offset),
-                          lambda: pk.build(dst_offset))
+                                                      "runtime"), lambda: pk.build())
 
     def activation_packer(self):
         """Kernel packing one B of this GEMM's shape into its panels, both places given per

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SCRATCHPAD, ARG_SRC_1
 from ..engine import _cl
-from ..kernels.reorder import ReorderProblem, build_reorder
+from ..kernels.reorder import ReorderProblem, build_reorder, contiguous_copy
 from . import fpmath
 from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
 from .kernel_cache import get_kernel
@@ -114,6 +114,28 @@ class _Fill:
         evt = _cl().enqueue_fill_buffer(stream.queue, bufs[self.ref.key],
                                         np.float32(0) if word else np.uint8(0),
                                         self.offset, self.nbytes, wait_for=wait_for)
+        stream.record(self.name, evt)
+        return evt
+
+
+class _Copy:
+    """``nbytes`` bytes from ``src_offset`` of one buffer to ``dst_offset`` of another (a
+    reorder between equal dense layouts: no kernel, any size)."""
+
+    __slots__ = ("src", "dst", "src_offset", "dst_offset", "nbytes")
+    name = "copy"
+
+    def __init__(self, src: Ref, dst: Ref, src_offset: int, dst_offset: int, nbytes: int):
+        self.src, self.dst = src, dst
+        self.src_offset, self.dst_offset, self.nbytes = src_offset, dst_offset, nbytes
+
+    def bind(self, plan):
+        return [self]
+
+    def launch(self, stream, bufs, wait_for=None):
+        evt = _cl().enqueue_copy(stream.queue, bufs[self.dst.key], bufs[self.src.key],
+                                 byte_count=self.nbytes, src_offset=self.src_offset,
+                                 dst_offset=self.dst_offset, wait_for=wait_for)
         stream.record(self.name, evt)
         return evt
 
@@ -295,7 +317,8 @@ class Plan:
         if not g.packed:
             return b, int(b_off), int(stride), False
         off = self.alloc(count * g.packed_size, slot)
-        self.launch(g.packer(int(b_off), count, int(stride), off), (b, SCRATCH))
+        pk = g.packer(count, int(stride))
+        self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off))
         return SCRATCH, off, g.packed_size, True
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
@@ -330,9 +353,17 @@ class Plan:
                     part_off=part, c_off=c_off)
 
     def reorder(self, problem: ReorderProblem, src, dst) -> None:
-        """Add a reorder (layout and data type conversion) from ``src`` to ``dst``."""
+        """Add a reorder (layout and data type conversion) from ``src`` to ``dst``; one
+        between equal dense layouts is a buffer copy (no kernel to generate for its sizes)."""
         if self.dry:
             self.steps.append(_Dry("reorder"))
+            return
+        copy = contiguous_copy(problem)
+        if (copy is not None and isinstance(src, Ref) and isinstance(dst, Ref)
+                and (src.key != dst.key or copy[0] + copy[2] <= copy[1]
+                     or copy[1] + copy[2] <= copy[0])):
+            size = problem.src_dt.itemsize
+            self.steps.append(_Copy(src, dst, copy[0] * size, copy[1] * size, copy[2] * size))
             return
         self.launch(self.get("reorder", problem, build_reorder), (src, dst))
 

@@ -254,7 +254,7 @@ class BackwardPlanBuilder(PlanBuilder):
         first = first_dhp_writer(spec, s.peephole)
         self.stage_kernels = []
         for k, st in enumerate(stages):
-            bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N,
+            bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha,
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
                                             two_dh=not s.projection, clip=clip_key(s),
@@ -442,7 +442,7 @@ class BackwardPlanBuilder(PlanBuilder):
                 "dhp_off": dh_nxt, "datt_off": (sc["datt"] + t * N * DHC) if "datt" in sc else 0,
                 "dpeep_off": (sc["dpeep"] + t * N * 3 * DHC) if "dpeep" in sc else 0,
                 "rh_off": (sc["rh"] + t * N * DHC) if "rh" in sc else 0,
-                "carry_off": sc["carry"] if "carry" in sc else 0,
+                "carry_off": sc["carry"] if "carry" in sc else 0, "batch": N,
             }
             for k_st, (st, kern, _bufs, to_src, g0, _ng) in reversed(
                     list(enumerate(self.stage_kernels))):

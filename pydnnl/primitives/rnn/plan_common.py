@@ -112,7 +112,8 @@ class PlanBuilder:
         if not gemm.packed:
             return ref, base + col_off, stride
         off = self.pd.scratch["pk_" + role]
-        self.plan.launch(gemm.packer(base + col_off, count, stride, off), (ref, SCRATCH))
+        pk = gemm.packer(count, stride)
+        self.plan.launch(pk, gemm.packer_args(pk, ref, base + col_off, SCRATCH, off))
         return SCRATCH, off, gemm.packed_size
 
     def execute(self, stream, args) -> None:

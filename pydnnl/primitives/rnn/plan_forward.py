@@ -172,7 +172,7 @@ class ForwardPlanBuilder(PlanBuilder):
                 self.wsrc[f"iter{k}"] = (ref, base + g0 * DHC, s.SIC * GD)
                 fuse = dict(fused_k=s.SIC, ld_u=GD,
                             ld_src=s.SIC if st.recurrent_gemm.source == "h_prev" else DHC)
-            ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, N, DHC,
+            ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
                                     clip=clip_key(s), wg=rnn_rules.cell_wg(eng.info, DHC),
                                     store_gates=pd.training, **fuse)
@@ -341,6 +341,7 @@ class ForwardPlanBuilder(PlanBuilder):
                     "att_off": (att[1] + t * N) if att else 0, "gates_off": gates_off,
                     "gh_off": gh_off, "rh_off": sc["rh"] if "rh" in sc else 0,
                     "src": src_ref, "src_off": src_off, "u": u_ref, "u_off": u_off,
+                    "batch": N,
                 }
                 self.plan.launch(kern, rows=self.rows_at(t), **vals)
             if s.projection:
