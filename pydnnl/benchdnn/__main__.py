@@ -43,6 +43,12 @@ Primitive drivers (``--matmul``, ``--ip``, ``--eltwise``, ``--softmax``, ``--bin
 syntax for that driver; each driver's options (``--alg=``, ``--dir=``, ``--axis=``, ...) are
 collected until ``--reset`` or the next driver flag. See each module's docstring.
 
+--rnn --mode=CREATE: what creating the primitives costs a new process: per problem, a fresh
+Python process sharing the kernel cache (``PYDNNL_CACHE_DIR``) creates them after this one
+did, and a ``create`` line gives its creation, import and engine times in ms (an empty cache
+directory measures a first-ever creation; this process fills it first, so run a problem with
+another T or N to see what a new size costs).
+
 --rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
 the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),
 from OpenCL profiling events, slowest first.

@@ -150,38 +150,79 @@ def _descs(p: RnnProblem, o: RnnOptions):
     return cell, d
 
 
+def create(eng, p: RnnProblem, o: RnnOptions):
+    """The primitive descriptors and primitives of one problem: ``(cell, pd, prim, bpd,
+    bwd)``, the backward pair None unless ``--prop=BWD_DW``."""
+    cell, descs = _descs(p, o)
+    cls = getattr(dnnl, ALGS[o.alg][1])
+    backward = o.prop == "BWD_DW"
+    prop = (dnnl.prop_kind.forward_training if backward
+            else getattr(dnnl.prop_kind, PROPS[o.prop]))
+    direction = getattr(dnnl.rnn_direction, DIRECTIONS[o.direction])
+    act = ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
+           if cell.name == "vanilla_rnn" else ())
+    lens = lengths_for(p, o)
+    ext = dnnl.rnn_extensions(seq_lengths=lens) if lens else None
+    attr = dnnl.primitive_attr()
+    fpmath_attr({"attr-fpmath": o.fpmath}, attr)
+    pd = cls.primitive_desc(eng, prop, *act, direction, **descs, attr=attr, extensions=ext)
+    prim = cls(pd)
+    bpd = bwd = None
+    if backward:
+        bcls = getattr(dnnl, ALGS[o.alg][1].replace("_forward", "_backward"))
+        bdescs = dict(descs)
+        for k, md in descs.items():
+            bdescs["diff_" + k] = dnnl.memory.desc(md.get_dims(), dnnl.memory.data_type.f32,
+                                                   dnnl.memory.format_tag.any)
+        bpd = bcls.primitive_desc(eng, dnnl.prop_kind.backward, *act, direction, **bdescs,
+                                  hint_fwd_pd=pd, attr=attr,
+                                  flags=dnnl.rnn_flags.diff_weights_overwrite)
+        bwd = bcls(bpd)
+    return cell, pd, prim, bpd, bwd
+
+
+# run in a fresh interpreter by --mode=CREATE: the costs a new process pays, in ms
+_CREATE_SNIPPET = """
+import json, sys, time
+t0 = time.perf_counter()
+import pydnnl as dnnl
+from pydnnl.benchdnn import rnn as R
+t1 = time.perf_counter()
+a = json.loads(sys.argv[1])
+eng = dnnl.engine(getattr(dnnl.engine.kind, a["engine"]), 0)
+t2 = time.perf_counter()
+R.create(eng, R.parse_problem(a["problem"]), R.RnnOptions(**a["options"]))
+t3 = time.perf_counter()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "engine_ms": (t2 - t1) * 1e3,
+                  "create_ms": (t3 - t2) * 1e3}))
+"""
+
+
+def create_in_fresh_process(eng, p: RnnProblem, o: RnnOptions) -> dict:
+    """Import, engine and creation times (ms) of the problem in a new Python process that
+    shares this one's kernel cache (``PYDNNL_CACHE_DIR``): what a new server process pays."""
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+
+    kind = "gpu" if eng.info.is_gpu else "cpu"
+    arg = json.dumps({"engine": kind, "problem": p.to_str(),
+                      "options": dataclasses.asdict(o)})
+    out = subprocess.run([sys.executable, "-c", _CREATE_SNIPPET, arg], capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"--mode=CREATE: the creating process failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class RnnBench:
     """Creates the primitive and its memories for one problem; times or checks it."""
 
     def __init__(self, eng, p: RnnProblem, o: RnnOptions, seed: int = 0):
         self.eng, self.p, self.o = eng, p, o
-        self.cell, descs = _descs(p, o)
-        cls = getattr(dnnl, ALGS[o.alg][1])
-        backward = o.prop == "BWD_DW"
-        prop = (dnnl.prop_kind.forward_training if backward
-                else getattr(dnnl.prop_kind, PROPS[o.prop]))
-        direction = getattr(dnnl.rnn_direction, DIRECTIONS[o.direction])
-        act = ((getattr(dnnl.algorithm, ACTIVATIONS[o.activation]),)
-               if self.cell.name == "vanilla_rnn" else ())
         t0 = time.perf_counter()
-        lens = lengths_for(p, o)
-        ext = dnnl.rnn_extensions(seq_lengths=lens) if lens else None
-        attr = dnnl.primitive_attr()
-        fpmath_attr({"attr-fpmath": o.fpmath}, attr)
-        self.pd = cls.primitive_desc(eng, prop, *act, direction, **descs, attr=attr,
-                                     extensions=ext)
-        self.prim = cls(self.pd)
-        self.bwd = None
-        if backward:
-            bcls = getattr(dnnl, ALGS[o.alg][1].replace("_forward", "_backward"))
-            bdescs = dict(descs)
-            for k, md in descs.items():
-                bdescs["diff_" + k] = dnnl.memory.desc(md.get_dims(), dnnl.memory.data_type.f32,
-                                                       dnnl.memory.format_tag.any)
-            self.bpd = bcls.primitive_desc(eng, dnnl.prop_kind.backward, *act, direction,
-                                           **bdescs, hint_fwd_pd=self.pd, attr=attr,
-                                           flags=dnnl.rnn_flags.diff_weights_overwrite)
-            self.bwd = bcls(self.bpd)
+        self.cell, self.pd, self.prim, self.bpd, self.bwd = create(eng, p, o)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         rng = np.random.default_rng(seed)
         self.values = {}

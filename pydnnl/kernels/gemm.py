@@ -98,7 +98,7 @@ def panel_width(layout: str) -> int | None:
 
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
-                      "epi_swap": False, "runtime_m": None}
+                      "epi_swap": False, "runtime_m": None, "runtime_k": False}
 
 
 @dataclass(frozen=True, repr=False)
@@ -158,6 +158,11 @@ class GemmProblem:
     #: AVX-512). Register-tile pipeline, one batch entry, A not transposed, no epilogue,
     #: run-time offsets.
     runtime_m: str | None = None
+    #: the kernel takes ``ksize`` (int64, the reduction length) after the offsets (and m):
+    #: one program serves every k (``k`` above is a sample). Register-tile pipeline, one
+    #: batch entry, no epilogue, run-time offsets; plain B whose ragged columns need at most
+    #: one clamped k step.
+    runtime_k: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -222,6 +227,11 @@ class GemmProblem:
                                or self.bias is not None or self.post_ops):
             raise ValueError("GemmProblem: runtime_m needs batch == 1, A not transposed, "
                              "runtime_offsets and no epilogue")
+        setf("runtime_k", bool(self.runtime_k))
+        if self.runtime_k and (self.batch > 1 or not self.runtime_offsets
+                               or self.bias is not None or self.post_ops):
+            raise ValueError("GemmProblem: runtime_k needs batch == 1, runtime_offsets and no "
+                             "epilogue")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -344,6 +354,8 @@ def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
     a problem with ``runtime_m`` is keyed without its sample ``m``."""
     if problem.runtime_m:
         problem = replace(problem, m=1, stride_a=None, stride_c=None)
+    if problem.runtime_k:
+        problem = replace(problem, k=1, stride_a=None, stride_b=None)
     return (GENERATOR_VERSION, problem, tuple(sorted(normalize_params(params).items())))
 
 
@@ -420,6 +432,11 @@ class _Layout:
         return _var("m") if self.pr.runtime_m else self.pr.m
 
     @property
+    def k(self):
+        """The reduction length: the constant, or the kernel's ``ksize`` argument."""
+        return _var("ksize") if self.pr.runtime_k else self.pr.k
+
+    @property
     def ragged_m(self) -> bool:
         """Whether rows past ``m`` are computed (and so clamped on reads, never stored)."""
         return self.pr.runtime_m or self.mp > self.pr.m
@@ -449,7 +466,7 @@ class _Layout:
     def b_panel(self, kk, panel, within):
         pr = self.pr
         w = pr.panel_width
-        idx = _off(pr, "b") + self.bt * pr.stride_b + panel * (pr.k * w) + kk * w + within
+        idx = _off(pr, "b") + self.bt * pr.stride_b + panel * (self.k * w) + kk * w + within
         return _cast(pr.acc_dtype, _sub("b", idx), pr.dtype)
 
     def c_index(self, i, j):
@@ -556,7 +573,8 @@ def _core_args(pr: GemmProblem, reads_c: bool):
             lp.GlobalArg("c", pr.dtype, shape=None, is_input=reads_c, is_output=True),
             lp.ValueArg("a_off", np.int64), lp.ValueArg("b_off", np.int64),
             lp.ValueArg("c_off", np.int64),
-        ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else [])
+        ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else []) + (
+            [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else [])
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
@@ -635,8 +653,16 @@ def _build_register(pr: GemmProblem, p: dict):
     # which is only safe while that stays inside B; the last n_peel k steps clamp instead.
     n_peel = 0
     if not packed and not pr.trans_b and np_ > pr.n:
-        n_peel = min(pr.k, -(-(np_ - pr.n) // pr.ldb))
-    k_main = pr.k - n_peel
+        n_peel = -(-(np_ - pr.n) // pr.ldb)
+        if pr.runtime_k and n_peel > 1:
+            raise ValueError(f"build_gemm: runtime_k with {n_peel} clamped k steps (plain B "
+                             f"{pr.n} columns wide in {nr}-column tiles); at most 1")
+        n_peel = n_peel if pr.runtime_k else min(pr.k, n_peel)
+    rk = pr.runtime_k
+    # k steps of the main loop: a constant, or "ksize - n_peel" (a domain bound)
+    k_main = f"ksize - {n_peel}" if rk else pr.k - n_peel
+    k_end = "ksize" if rk else pr.k
+    has_main = rk or k_main > 0
 
     outer = ["io", "jo"] + (["bt"] if batched else [])
     small = {"ii": rm, "jj": nv, "jv": vw, "iz": rm, "jz": nv, "vz": vw, "jb": nv, "vb": vw,
@@ -655,14 +681,20 @@ def _build_register(pr: GemmProblem, p: dict):
     bounds = [io_bound, f"0 <= jo < {nt}"] + ([f"0 <= bt < {pr.batch}"] if batched else [])
     bounds += [f"0 <= {n} < {s}" for n, s in small.items()]
     inames = outer + list(small)
-    if k_main > 0:
+    k_domains = []
+    if has_main and rk:
+        # its own domain: an empty main loop (k <= n_peel) must not empty the whole kernel
+        k_domains.append(f"{{[k]: 0 <= k < {k_main}}}")
+    elif has_main:
         inames.append("k")
         bounds.append(f"0 <= k < {k_main}")
     if n_peel:
         inames += ["kp", "jbp", "vbp", "ip", "jp", "vp"]
-        bounds += [f"{k_main} <= kp < {pr.k}", f"0 <= jbp < {nv}", f"0 <= vbp < {vw}",
+        bounds += [f"{k_main} <= kp < {k_end}", f"0 <= jbp < {nv}", f"0 <= vbp < {vw}",
                    f"0 <= ip < {rm}", f"0 <= jp < {nv}", f"0 <= vp < {vw}"]
     domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
+    if k_domains:
+        domain = [domain] + k_domains
 
     def row(ii):
         return V("io") * rm + ii
@@ -699,7 +731,7 @@ def _build_register(pr: GemmProblem, p: dict):
     fma_ids = []
     last = "zero"
     steps = []
-    if k_main > 0:
+    if has_main:
         steps.append(("k", "jb", "vb", "ii", "jj", "jv", False, ""))
     if n_peel:
         steps.append(("kp", "jbp", "vbp", "ip", "jp", "vp", True, "_peel"))
@@ -749,7 +781,7 @@ def _build_register(pr: GemmProblem, p: dict):
     if n_peel:
         tags.update({"jbp": u, "vbp": "unr", "ip": u, "jp": u, "vp": vec})
     knl = lp.tag_inames(knl, tags)
-    if k_main > 0:
+    if has_main:
         knl = lp.prioritize_loops(knl, "k,ii,jj,jv")
         knl = lp.prioritize_loops(knl, "k,jb,vb")
     if n_peel:
@@ -760,10 +792,12 @@ def _build_register(pr: GemmProblem, p: dict):
     if ml > 1:
         knl = lp.split_iname(knl, "io", ml)
         grid_io = "io_outer"
-        for kname in (["k"] if k_main > 0 else []) + (["kp"] if n_peel else []):
+        for kname in (["k"] if has_main else []) + (["kp"] if n_peel else []):
             knl = lp.prioritize_loops(knl, f"io_inner,{kname}")
     ku = p["k_unroll"]
-    if k_main > 0 and ku > 1 and k_main >= ku:
+    if rk and ku > 1:  # a run-time k: the remainder slab always
+        knl = lp.split_iname(knl, "k", ku, inner_tag=_UNROLL, slabs=(0, 1))
+    elif not rk and k_main > 0 and ku > 1 and k_main >= ku:
         knl = lp.split_iname(knl, "k", ku, inner_tag=_UNROLL,
                              slabs=(0, 1) if k_main % ku else (0, 0))
     ax_n, ax_m = (1, 0) if p["m_inner"] else (0, 1)

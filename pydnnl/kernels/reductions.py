@@ -9,9 +9,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ColSum:
-    """``out[o_off + j] (+)= sum_{r < rows} src[i_off + r * ld + j]`` for ``j < width``."""
+    """``out[o_off + j] (+)= sum_{r < nrows} src[i_off + r * ld + j]`` for ``j < width``;
+    ``nrows`` is a kernel argument (int32): one kernel serves every T and batch."""
 
-    rows: int
     width: int
     ld: int
     accumulate: bool = True
@@ -63,8 +63,9 @@ def build_colsum(p: ColSum):
     red = Reduction("sum", ("r",), var("src")[var("i_off") + r * p.ld + j])
     tgt = var("out")[var("o_off") + j]
     insn = lp.Assignment(tgt, (tgt + red) if p.accumulate else red, within_inames=frozenset(["j"]))
-    knl = lp.make_kernel(f"{{[j, r]: 0 <= j < {p.width} and 0 <= r < {p.rows}}}", [insn],
-                         _args(lp, ["out"], ["src"], ["o_off", "i_off"]), name="pydnnl_colsum",
+    knl = lp.make_kernel(f"{{[j, r]: 0 <= j < {p.width} and 0 <= r < nrows}}", [insn],
+                         _args(lp, ["out"], ["src"], ["o_off", "i_off", "nrows"]),
+                         name="pydnnl_colsum",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())
     return lp.split_iname(knl, "j", min(p.wg, p.width), inner_tag="l.0", outer_tag="g.0")
 

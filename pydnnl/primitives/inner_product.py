@@ -391,9 +391,10 @@ class inner_product_backward_weights(_ip_base):
         bias = pd._args.get(ARG_DIFF_BIAS)
         if bias is not None:
             off = pd._staged.get(ARG_DIFF_BIAS)  # bf16/f16: summed in f32, then converted
-            plan.kernel("colsum", ColSum(rows=N, width=OC, ld=lda, accumulate=False),
+            plan.kernel("colsum", ColSum(width=OC, ld=lda, accumulate=False),
                         build_colsum, out=Ref(ARG_DIFF_BIAS) if off is None else SCRATCH,
-                        src=a_ref, o_off=bias.md.offset0 if off is None else off, i_off=a_off)
+                        src=a_ref, o_off=bias.md.offset0 if off is None else off, i_off=a_off,
+                        nrows=N)
             if off is not None:
                 b = bias.md
                 plan.reorder(ReorderProblem(tuple(b.dims), data_type.f32, b.data_type,

@@ -61,7 +61,7 @@ class GemmShape:
 
 
 def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None = None,
-             **batch) -> fam.GemmProblem:
+             runtime_k: bool = False, **batch) -> fam.GemmProblem:
     return fam.GemmProblem(m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
                        trans_b=shape.trans_b if panel is None else False, alpha=shape.alpha,
                        beta=shape.beta, lda=shape.lda, ldb=shape.ldb if panel is None else None,
@@ -69,7 +69,7 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        b_layout="plain" if panel is None else fam.panel_layout(panel),
                        bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
-                       runtime_m=runtime_m, **batch)
+                       runtime_m=runtime_m, runtime_k=runtime_k, **batch)
 
 
 def runtime_m(shape: GemmShape, params: dict, batch: int = 1) -> str | None:
@@ -81,6 +81,18 @@ def runtime_m(shape: GemmShape, params: dict, batch: int = 1) -> str | None:
     if params["local_prefetch"] or shape.trans_a or shape.has_epilogue or batch != 1:
         return None
     return "tall" if shape.m >= params["rows"] else "any"
+
+
+def runtime_k(shape: GemmShape, params: dict, batch: int = 1) -> bool:
+    """Whether the kernel for ``shape`` takes its reduction length at run time (weight
+    gradients, whose k is T*N or the batch): register-tile pipeline, no epilogue, one batch
+    entry, and plain B whose ragged columns cost at most one clamped k step."""
+    if params["local_prefetch"] or shape.has_epilogue or batch != 1:
+        return False
+    cols = params["cols"]
+    np_ = -(-shape.n // cols) * cols
+    plain_ragged = not params["packed_b"] and not shape.trans_b and np_ > shape.n
+    return not plain_ragged or np_ - shape.n <= shape.ldb
 
 
 def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
@@ -113,12 +125,13 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
         from ..memory.pool import BufferPool
 
         pr = _problem(shape, params["cols"] if params["packed_b"] else None,
-                      runtime_m(shape, params))
+                      runtime_m(shape, params), runtime_k(shape, params))
         kern = _build(engine, pr, params)
         pool = BufferPool.of(engine)
         bufs = [pool.take(max(pr.size(w), 1) * 4) for w in "abc"]
         vals = {"a": bufs[0], "b": bufs[1], "c": bufs[2], "a_off": np.int64(0),
-                "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(shape.m)}
+                "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(shape.m),
+                "ksize": np.int64(shape.k)}
         args = [vals[n] for n in kern.src.arg_names]
         return lambda s: kern(s, *args)
 
@@ -196,7 +209,8 @@ class Gemm:
         if self.splits > 1:
             self._build_split()
         else:
-            prob = _problem(shape, self.panel, runtime_m(shape, self.params))
+            prob = _problem(shape, self.panel, runtime_m(shape, self.params),
+                            runtime_k(shape, self.params))
             self.packed_size = prob.extent("b") if self.packed else 0
             self.kernel = _build(engine, prob, self.params)
         self._names = self.kernel.src.arg_names
@@ -287,7 +301,8 @@ class Gemm:
     def ordered(self, a, a_off, b, b_off, c, c_off, extra: dict | None = None) -> list:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
-                "c_off": np.int64(c_off), "m": np.int64(self.shape.m), **(extra or {})}
+                "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
+                "ksize": np.int64(self.shape.k), **(extra or {})}
         return [vals[n] for n in self._names]
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,

@@ -306,6 +306,48 @@ def test_runtime_m_kernel_serves_every_m(dev, variant, beta, params):
     assert len(built) <= 1  # one program (none when the disk cache had it)
 
 
+@pytest.mark.parametrize("trans_a, params", [
+    (True, {"rows": 3, "cols": 8, "vec": 4, "packed_b": False, "k_unroll": 4}),
+    (False, {"rows": 2, "cols": 8, "vec": 8, "k_unroll": 2}),
+])
+def test_runtime_k_kernel_serves_every_k(dev, trans_a, params):
+    """One program with the reduction length ``ksize`` as an argument (weight gradients:
+    k = T * N) computes every k like the float64 reference, accumulating into C."""
+    import pyopencl as cl
+
+    eng, s = dev
+    params = G.normalize_params(params)
+    m, n, k_max = 7, 13, 23
+    lda = m + 1 if trans_a else k_max
+    proto = G.GemmProblem(m, n, k_max, trans_a=trans_a, lda=lda, ldb=n + 2, beta=1.0,
+                          runtime_offsets=True, runtime_k=True)
+    pk = G.pack_b(proto, params) if params["packed_b"] else None
+    kpr = pk.problem if pk else proto
+    built = []
+    kern = get_kernel(eng, "gemm", G.cache_key(kpr, params),
+                      lambda: built.append(1) or G.build_gemm(kpr, params))
+    assert "ksize" in kern.src.arg_names
+    rng = np.random.default_rng(5)
+    mf = cl.mem_flags
+    for k in (1, 2, 5, 9, 23):
+        pr = G.GemmProblem(m, n, k, trans_a=trans_a, lda=lda, ldb=n + 2, beta=1.0)
+        a = rng.standard_normal(pr.size("a")).astype(np.float32)
+        b = rng.standard_normal(pr.size("b")).astype(np.float32)
+        c = rng.standard_normal(pr.size("c")).astype(np.float32)
+        bdev = G.pack_b(pr, params).pack(b) if pk else b
+        A = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        B = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
+        C = cl.Buffer(eng.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+        vals = {"a": A, "b": B, "c": C, "a_off": np.int64(0), "b_off": np.int64(0),
+                "c_off": np.int64(0), "ksize": np.int64(k)}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty_like(c)
+        cl.enqueue_copy(s.queue, out, C)
+        s.queue.finish()
+        np.testing.assert_allclose(out, reference(pr, a, b, c), rtol=1e-5, atol=1e-5)
+    assert len(built) <= 1
+
+
 def test_runtime_m_problem_rules():
     with pytest.raises(ValueError, match="runtime_m"):
         G.GemmProblem(4, 5, 6, runtime_m="tall")  # needs runtime offsets

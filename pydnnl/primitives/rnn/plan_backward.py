@@ -529,14 +529,14 @@ class BackwardPlanBuilder(PlanBuilder):
             else:
                 runs.append([b, src, 1, region])
         for b, src, count, _ in runs:
-            self.plan.kernel("colsum", ColSum(rows=T * N, width=count * DHC, ld=GD),
+            self.plan.kernel("colsum", ColSum(width=count * DHC, ld=GD),
                              build_colsum, out=db_ref, src=scr,
-                             o_off=db_off + (ld * s.Gb + b) * DHC, i_off=src)
+                             o_off=db_off + (ld * s.Gb + b) * DHC, i_off=src, nrows=T * N)
         if s.peephole:
             dp_ref, dp_off = self.dw["diff_weights_peephole_desc"]
-            self.plan.kernel("colsum", ColSum(rows=T * N, width=3 * DHC, ld=3 * DHC),
+            self.plan.kernel("colsum", ColSum(width=3 * DHC, ld=3 * DHC),
                              build_colsum, out=dp_ref, src=scr, o_off=dp_off + ld * 3 * DHC,
-                             i_off=sc["dpeep"])
+                             i_off=sc["dpeep"], nrows=T * N)
         if s.projection:
             dr_ref, dr_off = self.dw["diff_weights_projection_desc"]
             self._wgrad_gemm(GemmShape(m=DHC, n=s.DIC, k=T * N, lda=DHC, ldb=s.DIC, ldc=s.DIC,
