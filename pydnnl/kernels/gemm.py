@@ -159,9 +159,10 @@ class GemmProblem:
     #: run-time offsets.
     runtime_m: str | None = None
     #: the kernel takes ``ksize`` (int64, the reduction length) after the offsets (and m):
-    #: one program serves every k (``k`` above is a sample). Register-tile pipeline, one
-    #: batch entry, no epilogue, run-time offsets; plain B whose ragged columns need at most
-    #: one clamped k step.
+    #: one program serves every k (``k`` above is a sample). A dense A (not transposed,
+    #: ``lda == k``) then has ``ksize`` as its leading dimension too. Register-tile pipeline,
+    #: one batch entry, no epilogue, run-time offsets; plain B whose ragged columns need at
+    #: most one clamped k step. Packing (:func:`pack_b`) supports it for B not transposed.
     runtime_k: bool = False
 
     def __post_init__(self):
@@ -355,7 +356,9 @@ def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
     if problem.runtime_m:
         problem = replace(problem, m=1, stride_a=None, stride_c=None)
     if problem.runtime_k:
-        problem = replace(problem, k=1, stride_a=None, stride_b=None)
+        # lda == k stays so (A's leading dimension follows k); another lda is kept
+        lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda
+        problem = replace(problem, k=1, lda=lda, stride_a=None, stride_b=None)
     return (GENERATOR_VERSION, problem, tuple(sorted(normalize_params(params).items())))
 
 
@@ -437,6 +440,14 @@ class _Layout:
         return _var("ksize") if self.pr.runtime_k else self.pr.k
 
     @property
+    def lda(self):
+        """A's leading dimension: ``ksize`` for a dense A under a run-time k."""
+        pr = self.pr
+        if pr.runtime_k and not pr.trans_a and pr.lda == pr.k:
+            return _var("ksize")
+        return pr.lda
+
+    @property
     def ragged_m(self) -> bool:
         """Whether rows past ``m`` are computed (and so clamped on reads, never stored)."""
         return self.pr.runtime_m or self.mp > self.pr.m
@@ -447,7 +458,7 @@ class _Layout:
         if self.ragged_m and not clamped:
             i = _clamp_hi(i, self.m)
         base = _off(pr, "a") + self.bt * pr.stride_a
-        idx = base + (kk * pr.lda + i if pr.trans_a else i * pr.lda + kk)
+        idx = base + (kk * pr.lda + i if pr.trans_a else i * self.lda + kk)
         return _cast(pr.acc_dtype, _sub("a", idx), pr.dtype)
 
     def b_plain(self, kk, j, clamp: bool):
@@ -971,9 +982,12 @@ class BPacking:
         V = _var
         bt = V("bt") if batched else 0
         lay = _Layout(src, bt, src.m, npan * w)
+        rk = src.runtime_k
+        if rk and (src.trans_b or batched):
+            raise ValueError("pack_b: a run-time k packs one B, not transposed")
         inames = ["p", "kk", "r"] + (["bt"] if batched else [])
-        bounds = [f"0 <= p < {npan}", f"0 <= kk < {src.k}", f"0 <= r < {w}"] + (
-            [f"0 <= bt < {self.count}"] if batched else [])
+        bounds = [f"0 <= p < {npan}", f"0 <= kk < {'ksize' if rk else src.k}",
+                  f"0 <= r < {w}"] + ([f"0 <= bt < {self.count}"] if batched else [])
         domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
         j = V("p") * w + V("r")
         value = lay.b_plain(V("kk"), j, False)
@@ -982,13 +996,14 @@ class BPacking:
         value = _cast(src.dtype, value, src.acc_dtype)
         rt = src.runtime_offsets
         base = V("bp_off") if rt else dst_offset
-        idx = base + bt * dst.stride_b + V("p") * (src.k * w) + V("kk") * w + V("r")
+        idx = base + bt * dst.stride_b + V("p") * (lay.k * w) + V("kk") * w + V("r")
         insn = lp.Assignment(_sub("bp", idx), value, id="pack",
                              within_inames=frozenset(inames))
         if rt:
             args = [lp.GlobalArg("b", src.dtype, shape=None, is_input=True, is_output=False),
                     lp.GlobalArg("bp", src.dtype, shape=None, is_input=False, is_output=True),
-                    lp.ValueArg("b_off", np.int64), lp.ValueArg("bp_off", np.int64)]
+                    lp.ValueArg("b_off", np.int64), lp.ValueArg("bp_off", np.int64)] + (
+                [lp.ValueArg("ksize", np.int64)] if rk else [])
         else:
             args = [lp.GlobalArg("b", src.dtype, shape=(src.size("b"),), is_input=True,
                                  is_output=False),

@@ -38,9 +38,9 @@ class Add2:
 
 @dataclass(frozen=True)
 class Transpose:
-    """``out[o_off + c * rows + r] = src[i_off + r * ld + c]`` for ``r < rows, c < cols``."""
+    """``out[o_off + c * nrows + r] = src[i_off + r * ld + c]`` for ``r < nrows, c < cols``;
+    ``nrows`` is a kernel argument (int32): one kernel serves every T and batch."""
 
-    rows: int
     cols: int
     ld: int
     wg: int = 16
@@ -103,11 +103,11 @@ def build_transpose(p: Transpose):
     from pymbolic import var
 
     r, c = var("r"), var("c")
-    insn = lp.Assignment(var("out")[var("o_off") + c * p.rows + r],
+    insn = lp.Assignment(var("out")[var("o_off") + c * var("nrows") + r],
                          var("src")[var("i_off") + r * p.ld + c],
                          within_inames=frozenset(["r", "c"]))
-    knl = lp.make_kernel(f"{{[r, c]: 0 <= r < {p.rows} and 0 <= c < {p.cols}}}", [insn],
-                         _args(lp, ["out"], ["src"], ["o_off", "i_off"]),
+    knl = lp.make_kernel(f"{{[r, c]: 0 <= r < nrows and 0 <= c < {p.cols}}}", [insn],
+                         _args(lp, ["out"], ["src"], ["o_off", "i_off", "nrows"]),
                          name="pydnnl_transpose", lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
     knl = lp.split_iname(knl, "c", min(p.wg, p.cols), inner_tag="l.0", outer_tag="g.0")

@@ -262,15 +262,17 @@ class Gemm:
         For B that changes every execution (activations), with one kernel for every
         offset."""
         sh = self.shape
-        src = fam.GemmProblem(m=1, n=sh.n, k=sh.k, trans_b=sh.trans_b, ldb=sh.ldb,
-                              runtime_offsets=True)
+        rk = not sh.trans_b  # B's rows are k: one kernel for every k (T*N in weight gradients)
+        src = fam.GemmProblem(m=1, n=sh.n, k=1 if rk else sh.k, trans_b=sh.trans_b,
+                              ldb=sh.ldb, runtime_offsets=True, runtime_k=rk)
         pk = fam.pack_b(src, self.params)
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
                                                       "runtime"), lambda: pk.build())
 
-    @staticmethod
-    def packer_args(kernel, b, b_off, bp, bp_off) -> tuple:
-        vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off)}
+    def packer_args(self, kernel, b, b_off, bp, bp_off) -> tuple:
+        """A packer's arguments, in its order: buffers, offsets and (a run-time k) k."""
+        vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off),
+                "ksize": np.int64(self.shape.k)}
         return tuple(vals[n] for n in kernel.src.arg_names)
 
     def _static_nv(self, a_off: int, b_off: int, c_off: int):

@@ -16,19 +16,32 @@ class Kernel:
     """A built OpenCL kernel: ``kernel(stream, buf_a, buf_b, ...)``. Its launch size is fixed,
     or computed from the runtime size arguments of each call (see ``KernelSource.grid``)."""
 
-    def __init__(self, context, device, src: KernelSource):
+    def __init__(self, context, device, src: KernelSource, binary_path=None):
+        """``binary_path``: where the program binary for this device is kept (see
+        :mod:`pydnnl.runtime.kernel_cache`): read instead of compiling when it is there,
+        written after a compilation when it is not. None compiles (pyopencl may cache)."""
         import warnings
 
         cl = _cl()
         self.src = src
-        try:
-            with warnings.catch_warnings():
-                # drivers print informational build logs; pyopencl turns them into warnings
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                self.program = cl.Program(context, src.source).build(
-                    options=list(src.build_options), devices=[device])
-        except cl.Error as e:
-            raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
+        self.program = _from_binary(context, device, src, binary_path) if binary_path else None
+        #: "binary" (read from the kernel cache) or "source" (compiled here)
+        self.built_from = "source" if self.program is None else "binary"
+        if self.program is None:
+            try:
+                with warnings.catch_warnings():
+                    # drivers print informational build logs; pyopencl turns them into warnings
+                    warnings.simplefilter("ignore", cl.CompilerWarning)
+                    prg = cl.Program(context, src.source)
+                    if binary_path is not None:  # our cache keeps the binary: not pyopencl's
+                        self.program = prg.build(options=list(src.build_options),
+                                                 devices=[device], cache_dir=False)
+                        _store_binary(self.program, binary_path)
+                    else:
+                        self.program = prg.build(options=list(src.build_options),
+                                                 devices=[device])
+            except cl.Error as e:
+                raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
         self.kernel = getattr(self.program, src.name)
         self.name = src.name
         self.scalar_types = scalar_types(src)  # numpy type per scalar argument, else None
@@ -46,6 +59,40 @@ class Kernel:
     def bound(self, args) -> "BoundKernel":
         """A private copy of the kernel with ``args`` set once; see :class:`BoundKernel`."""
         return BoundKernel(self, args)
+
+
+def _from_binary(context, device, src: KernelSource, path):
+    """The program built from the binary at ``path``, or None (absent, unreadable, or
+    refused by the driver: the caller compiles the source again)."""
+    cl = _cl()
+    try:
+        binary = path.read_bytes()
+    except OSError:
+        return None
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            prg = cl.Program(context, [device], [binary])
+            return prg.build(options=list(src.build_options), devices=[device])
+    except (cl.Error, RuntimeError, ValueError):
+        return None
+
+
+def _store_binary(program, path) -> None:
+    import os
+
+    cl = _cl()
+    try:
+        binary = program.get_info(cl.program_info.BINARIES)[0]
+        if not binary:
+            return
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(bytes(binary))
+        tmp.replace(path)
+    except (OSError, cl.Error):
+        pass  # a read-only cache or a driver without binaries only costs time
 
 
 class BoundKernel:

@@ -1,9 +1,13 @@
 """Generated kernels compiled for an engine, cached in memory and on disk.
 
-A kernel generator returns a loopy ``TranslationUnit`` whose sizes are all fixed. Code
-generation runs once per (family, problem, parameters): the OpenCL source and launch sizes are
-stored in a per-user cache folder, so a second process neither imports loopy nor regenerates;
-the OpenCL build itself is cached by pyopencl per device and source.
+A kernel generator returns a loopy ``TranslationUnit`` (its sizes fixed, or runtime size
+arguments). Code generation runs once per (family, problem, parameters): the OpenCL source and
+launch sizes are stored in a per-user cache folder, so a second process neither imports loopy
+nor regenerates. Next to each source, one program binary per device and driver
+(``<family>-<hash>.<device hash>.bin``) spares a second process the OpenCL compilation too,
+also where pyopencl keeps no binaries (it leaves NVIDIA's builds to the driver).
+``PYDNNL_NO_KERNEL_CACHE=1`` turns both off; ``PYOPENCL_NO_CACHE=1`` turns off the binaries
+(kernel checkers want source builds).
 """
 from __future__ import annotations
 
@@ -58,6 +62,18 @@ def _key_hash_fast(family: str, key) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def _binary_path(engine, source_path: Path, src: KernelSource) -> Path | None:
+    """Where the program binary of ``src`` for ``engine``'s device and driver lives, or
+    None where binaries are not cached."""
+    if (os.environ.get("PYDNNL_NO_KERNEL_CACHE") == "1"
+            or os.environ.get("PYOPENCL_NO_CACHE", "").lower() in ("1", "true", "yes")):
+        return None
+    info = engine.info
+    dev = hashlib.sha256(repr((info.signature, info.device_version, src.build_options))
+                         .encode()).hexdigest()[:12]
+    return source_path.with_name(f"{source_path.stem}.{dev}.bin")
+
+
 def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
     """The kernel for ``(family, key)`` on ``engine``, generating it with ``build()`` on a miss.
 
@@ -87,7 +103,7 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
             tmp.replace(path)
         except OSError:
             pass  # a read-only cache only costs time
-    k = Kernel(engine.context, engine.device, src)
+    k = Kernel(engine.context, engine.device, src, _binary_path(engine, path, src))
     with _lock:
         _mem_cache[mkey] = k
     return k

@@ -306,19 +306,21 @@ def test_runtime_m_kernel_serves_every_m(dev, variant, beta, params):
     assert len(built) <= 1  # one program (none when the disk cache had it)
 
 
-@pytest.mark.parametrize("trans_a, params", [
-    (True, {"rows": 3, "cols": 8, "vec": 4, "packed_b": False, "k_unroll": 4}),
-    (False, {"rows": 2, "cols": 8, "vec": 8, "k_unroll": 2}),
+@pytest.mark.parametrize("trans_a, dense_a, params", [
+    (True, False, {"rows": 3, "cols": 8, "vec": 4, "packed_b": False, "k_unroll": 4}),
+    (False, False, {"rows": 2, "cols": 8, "vec": 8, "k_unroll": 2}),
+    (False, True, {"rows": 2, "cols": 8, "vec": 8, "packed_b": False}),
 ])
-def test_runtime_k_kernel_serves_every_k(dev, trans_a, params):
+def test_runtime_k_kernel_serves_every_k(dev, trans_a, dense_a, params):
     """One program with the reduction length ``ksize`` as an argument (weight gradients:
-    k = T * N) computes every k like the float64 reference, accumulating into C."""
+    k = T * N) computes every k like the float64 reference, accumulating into C; a dense A
+    (``lda == k``) follows k."""
     import pyopencl as cl
 
     eng, s = dev
     params = G.normalize_params(params)
     m, n, k_max = 7, 13, 23
-    lda = m + 1 if trans_a else k_max
+    lda = m + 1 if trans_a else k_max + (0 if dense_a else 2)
     proto = G.GemmProblem(m, n, k_max, trans_a=trans_a, lda=lda, ldb=n + 2, beta=1.0,
                           runtime_offsets=True, runtime_k=True)
     pk = G.pack_b(proto, params) if params["packed_b"] else None
@@ -330,7 +332,8 @@ def test_runtime_k_kernel_serves_every_k(dev, trans_a, params):
     rng = np.random.default_rng(5)
     mf = cl.mem_flags
     for k in (1, 2, 5, 9, 23):
-        pr = G.GemmProblem(m, n, k, trans_a=trans_a, lda=lda, ldb=n + 2, beta=1.0)
+        pr = G.GemmProblem(m, n, k, trans_a=trans_a, lda=k if dense_a else lda, ldb=n + 2,
+                           beta=1.0)
         a = rng.standard_normal(pr.size("a")).astype(np.float32)
         b = rng.standard_normal(pr.size("b")).astype(np.float32)
         c = rng.standard_normal(pr.size("c")).astype(np.float32)
@@ -346,6 +349,32 @@ def test_runtime_k_kernel_serves_every_k(dev, trans_a, params):
         s.queue.finish()
         np.testing.assert_allclose(out, reference(pr, a, b, c), rtol=1e-5, atol=1e-5)
     assert len(built) <= 1
+
+
+def test_runtime_k_packing(dev):
+    """The packing kernel of a run-time k packs B of any k like the host packer."""
+    import pyopencl as cl
+
+    eng, s = dev
+    params = G.normalize_params({"rows": 2, "cols": 8, "vec": 8})
+    proto = G.GemmProblem(1, 13, 1, ldb=15, runtime_offsets=True, runtime_k=True)
+    pk = G.pack_b(proto, params)
+    kern = get_kernel(eng, "gemm_pack", (G.GENERATOR_VERSION, proto, 8, "test"), pk.build)
+    mf = cl.mem_flags
+    rng = np.random.default_rng(2)
+    for k in (1, 4, 11):
+        pr = G.GemmProblem(1, 13, k, ldb=15)
+        b = rng.standard_normal(3 + pr.size("b")).astype(np.float32)
+        want = G.pack_b(pr, params).pack(b[3:])
+        B = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+        BP = cl.Buffer(eng.context, mf.READ_WRITE, size=(want.size + 2) * 4)
+        vals = {"b": B, "bp": BP, "b_off": np.int64(3), "bp_off": np.int64(2),
+                "ksize": np.int64(k)}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty(want.size + 2, np.float32)
+        cl.enqueue_copy(s.queue, out, BP)
+        s.queue.finish()
+        np.testing.assert_array_equal(out[2:], want)
 
 
 def test_runtime_m_problem_rules():

@@ -32,7 +32,9 @@ raw = dst.read_raw()
 p = np.zeros((2, 32, 3, 5), np.float32)
 p[:, :19] = 0.5 * x
 expected = p.reshape(2, 2, 16, 3, 5).transpose(0, 1, 3, 4, 2).ravel()
+from pydnnl.runtime import kernel_cache
 print(json.dumps({"create_s": t_create, "loopy_before": loopy_before,
+                  "built_from": sorted({k.built_from for k in kernel_cache._mem_cache.values()}),
                   "loopy_after": "loopy" in sys.modules,
                   "correct": bool(np.array_equal(raw, expected))}))
 """
@@ -56,12 +58,16 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
     assert not first["loopy_before"]  # importing pydnnl alone does not pull in loopy
     assert first["loopy_after"]  # the first process generated the kernel
     files = sorted(p.name for p in cache.iterdir())
-    assert len(files) == 1 and files[0].startswith("reorder-") and files[0].endswith(".json")
+    # the generated source, and the program binary for this device and driver
+    assert len(files) == 2 and all(f.startswith("reorder-") for f in files)
+    assert files[0].endswith(".bin") and files[1].endswith(".json")
+    assert first["built_from"] == ["source"]
 
     second = _run(cache)
     assert second["correct"]
     assert not second["loopy_after"], (
         "the second process imported loopy: the kernel was regenerated")
+    assert second["built_from"] == ["binary"], "the second process compiled the source"
     assert sorted(p.name for p in cache.iterdir()) == files
 
     record_property("reorder_create_s_first_process", round(first["create_s"], 4))
@@ -69,7 +75,12 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
     print(f"\nreorder creation: first process {first['create_s'] * 1e3:.1f} ms, "
           f"second process {second['create_s'] * 1e3:.1f} ms")
 
+    # a damaged binary is compiled again from the source, not trusted
+    (cache / files[0]).write_bytes(b"not a program")
+    again = _run(cache)
+    assert again["correct"] and again["built_from"] == ["source"] and not again["loopy_after"]
+
     # a damaged cache entry is regenerated, not trusted
-    (cache / files[0]).write_text("{not json")
+    (cache / files[1]).write_text("{not json")
     third = _run(cache)
     assert third["correct"] and third["loopy_after"]

@@ -322,12 +322,12 @@ class BackwardPlanBuilder(PlanBuilder):
             return
         sc, scr = self.pd.scratch, SCRATCH
         m, k = shape.m, shape.k
-        self.plan.kernel("transpose", Transpose(rows=k, cols=m, ld=shape.lda), build_transpose,
-                         out=scr, src=a_ref, o_off=sc["wga"], i_off=a_off)
+        self.plan.kernel("transpose", Transpose(cols=m, ld=shape.lda), build_transpose,
+                         out=scr, src=a_ref, o_off=sc["wga"], i_off=a_off, nrows=k)
         g = get_gemm(self.engine, replace(shape, trans_a=False, lda=k), static_b=True)
         if g.packed:
-            self.plan.launch(g.activation_packer(), b=b_ref, bp=scr, b_off=b_off,
-                             bp_off=sc["wgb"])
+            pk = g.activation_packer()
+            self.plan.launch(pk, g.packer_args(pk, b_ref, b_off, scr, sc["wgb"]))
             b_ref, b_off = scr, sc["wgb"]
         self.plan.gemm(g, scr, sc["wga"], b_ref, b_off, c_ref, c_off)
 

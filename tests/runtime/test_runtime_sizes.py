@@ -1,0 +1,88 @@
+"""Kernels with sizes as arguments: a new sequence length or batch reuses the programs of
+the first creation (no kernel the first did not already get), and the results stay right."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.benchdnn import rnn as R
+from pydnnl.kernels.source import KernelSource, eval_size, launch_size
+from pydnnl.runtime import kernel_cache
+
+
+@pytest.fixture()
+def requested(monkeypatch):
+    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
+    seen = []
+    orig = kernel_cache.get_kernel
+
+    def spy(engine, family, key, build):
+        seen.append((family, repr(key)))
+        return orig(engine, family, key, build)
+
+    import pydnnl.runtime.gemm as gemm_mod
+    import pydnnl.runtime.plan as plan_mod
+
+    for mod in (kernel_cache, gemm_mod, plan_mod):
+        monkeypatch.setattr(mod, "get_kernel", spy)
+    return seen
+
+
+@pytest.mark.parametrize("alg, prop", [("VANILLA_LSTM", "FWD_I"), ("LBR_GRU", "BWD_DW"),
+                                       ("VANILLA_LSTM", "BWD_DW")])
+def test_new_sequence_length_and_batch_need_no_new_kernel(engine, stream, requested, alg,
+                                                          prop):
+    if engine.info.is_gpu:
+        pytest.skip("GPU GEMMs (local tiles) still bake their row counts")
+    o = R.RnnOptions(alg=alg, prop=prop)
+    # first T*N and N, then other ones in the same tile classes (m >= 8 and m < 8 rows)
+    R.create(engine, R.parse_problem("l1t4mb3sic24"), o)
+    first = set(requested)
+    requested.clear()
+    b = R.RnnBench(engine, R.parse_problem("l1t6mb2sic24"), o)
+    assert set(requested) <= first, sorted(set(requested) - first)
+    err = b.check() if b.bwd is None else b.check_backward()
+    assert err <= R.tolerance(b.p, o)
+
+
+def test_grid_expressions():
+    src = KernelSource("k", "", None, (4, 1), ("a", "m"), grid=("((7 + m) // 8) * 4", "3"))
+    assert launch_size(src, [None, 17]) == (12, 3)
+    assert launch_size(src, {"m": 1}) == (4, 3)
+    assert eval_size("max(m - 2, 1) % 5", {"m": 9}) == 2
+    with pytest.raises(dnnl.error, match="no value for size 'n'"):
+        eval_size("n + 1", {"m": 1})
+    with pytest.raises(dnnl.error, match="unsupported"):
+        eval_size("__import__('os')", {})
+    # a grid survives the disk cache's JSON
+    assert KernelSource.from_json(src.to_json()) == src
+
+
+def test_dense_reorder_is_a_copy(engine, stream):
+    """A plan's reorder between equal dense layouts (an RNN's dst_layer out of its state
+    buffer) is a buffer copy step, with the offsets of both sides."""
+    from pydnnl.kernels.reorder import ReorderProblem, contiguous_copy
+    from pydnnl.runtime.plan import Plan, Ref
+
+    f32, tag = dnnl.memory.data_type.f32, dnnl.memory.format_tag
+    md = dnnl.memory.desc([3, 4, 5], f32, tag.abc)
+    assert contiguous_copy(ReorderProblem.between(md, md)) == (0, 0, 60)
+    t = dnnl.memory.desc([3, 4, 5], f32, tag.acb)
+    assert contiguous_copy(ReorderProblem.between(md, t)) is None
+    lay = ((1, 20, ()), (1, 5, ()), (1, 1, ()))
+    prob = ReorderProblem.f32((3, 4, 5), (7, lay), 67, (2, lay), 62)
+    assert contiguous_copy(prob) == (7, 2, 60)
+    plan = Plan(engine, "copy test")
+    plan.reorder(prob, Ref("x"), Ref("y"))
+    assert [st.name for st in plan.steps] == ["copy"]
+    x = np.arange(67, dtype=np.float32)
+    flat = dnnl.memory.desc([67], f32, tag.a)
+    src = dnnl.memory(flat, engine, x)
+    dst = dnnl.memory(dnnl.memory.desc([62], f32, tag.a), engine,
+                      np.full(62, -1.0, np.float32))
+    plan.run(stream, {"x": src.buffer, "y": dst.buffer})
+    stream.wait()
+    out = dst.to_numpy()
+    np.testing.assert_array_equal(out[2:], x[7:])
+    np.testing.assert_array_equal(out[:2], [-1.0, -1.0])
