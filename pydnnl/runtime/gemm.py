@@ -76,9 +76,12 @@ def runtime_m(shape: GemmShape, params: dict, batch: int = 1) -> str | None:
     """How the kernel for ``shape`` takes its row count at run time (one program for every m
     of its tile class; see ``GemmProblem.runtime_m``): ``"tall"`` where m fills a tile,
     ``"any"`` below, None where m stays baked (local-tile pipeline, transposed A, an
-    epilogue, a batch). Measured on the AVX-512 Xeon with packed B: "tall" kernels run within
-    1-2% of baked ones, "any" kernels (per-row clamps) 4-6% below."""
-    if params["local_prefetch"] or shape.trans_a or shape.has_epilogue or batch != 1:
+    epilogue, a batch, and m == 1: one class of its own). Measured on the AVX-512 Xeon with
+    packed B: "tall" kernels run within 1-2% of baked ones, "any" kernels (per-row clamps)
+    4-6% below; at m == 1 the baked kernel's rows all read row 0, which the compiler merges
+    (1x2048x512: 0.94-0.96 of it as "any")."""
+    if (params["local_prefetch"] or shape.trans_a or shape.has_epilogue or batch != 1
+            or shape.m == 1):
         return None
     return "tall" if shape.m >= params["rows"] else "any"
 
