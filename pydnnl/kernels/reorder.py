@@ -7,7 +7,7 @@ plain, strided and blocked layouts share one generator. With attributes the valu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +31,10 @@ class ReorderProblem:
     src_zp_mask: int | None = None
     dst_zp_mask: int | None = None
     beta: float = 0.0  # dst = convert(value) + beta * dst (accumulate; f32 only)
+    #: the kernel takes ``src_off``, ``dst_off`` (added to the layouts' offsets) and ``d0``
+    #: (dims[0]) as int64 arguments: one program for every placement and outer size (see
+    #: :func:`runtime_form`)
+    runtime: bool = False
 
     @classmethod
     def between(cls, src: MemoryDesc, dst: MemoryDesc, beta: float = 0.0) -> "ReorderProblem":
@@ -67,6 +71,22 @@ def contiguous_copy(p: ReorderProblem) -> tuple[int, int, int] | None:
     return p.src_layout[0], p.dst_layout[0], count
 
 
+def runtime_form(p: ReorderProblem) -> ReorderProblem | None:
+    """The problem's kernel-cache form with run-time offsets and outer size (offsets 0,
+    dims[0] 1), or None where dim 0 is blocked on either side or scales or zero points
+    apply (their operands are sized by the dims)."""
+    if (p.runtime or not p.dims or p.src_scale_mask is not None
+            or p.dst_scale_mask is not None or p.src_zp_mask is not None
+            or p.dst_zp_mask is not None):
+        return None
+    for layout in (p.src_layout, p.dst_layout):
+        blk, _stride, inner = layout[1][0]
+        if blk != 1 or inner:
+            return None
+    return replace(p, dims=(1,) + tuple(p.dims[1:]), src_layout=(0, p.src_layout[1]),
+                   dst_layout=(0, p.dst_layout[1]), src_nelems=0, dst_nelems=0, runtime=True)
+
+
 def layout_of(md: MemoryDesc) -> tuple:
     """Hashable description of ``md``'s offset function: (offset0, per-dim terms)."""
     blk = md.block_sizes()
@@ -100,11 +120,11 @@ def _masked_index(mask: int, dims, idx):
     return expr, n
 
 
-def _pick_local_dim(p: ReorderProblem) -> int:
+def _pick_local_dim(p: ReorderProblem, dims) -> int:
     """The dim with the smallest dst stride: consecutive work-items write consecutive elements."""
-    best, best_stride = len(p.dims) - 1, None
+    best, best_stride = len(dims) - 1, None
     for d, (_blk, stride, inner) in enumerate(p.dst_layout[1]):
-        if p.dims[d] == 1:
+        if dims[d] == 1:
             continue
         s = min([t[2] for t in inner] + [stride]) if inner else stride
         if best_stride is None or s < best_stride:
@@ -124,17 +144,23 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
     nd = len(p.dims)
     names = [f"i{d}" for d in range(nd)]
     idx = [var(n) for n in names]
+    # a run-time outer size: decisions take it as large, the domain takes the argument
+    dims = ((1 << 20,) + tuple(p.dims[1:])) if p.runtime else tuple(p.dims)
+    bounds = ["d0" if p.runtime and d == 0 else v for d, v in enumerate(p.dims)]
     domain = "{[" + ",".join(names) + "]: " + " and ".join(
-        f"0 <= {n} < {v}" for n, v in zip(names, p.dims)) + "}"
-    src_size, dst_size = p.src_nelems, p.dst_nelems
+        f"0 <= {n} < {v}" for n, v in zip(names, bounds)) + "}"
+    src_size, dst_size = (None, None) if p.runtime else ((p.src_nelems,), (p.dst_nelems,))
 
     same = (p.src_dt == p.dst_dt and p.src_scale_mask is None and p.dst_scale_mask is None
             and p.src_zp_mask is None and p.dst_zp_mask is None)
     if p.beta != 0.0 and not (p.src_dt == p.dst_dt == data_type.f32):
         raise ValueError("reorder with beta (accumulate) needs f32 src and dst")
-    args = [lp.GlobalArg("src", _np_storage(p.src_dt), shape=(src_size,)),
-            lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True)]
-    src_val = var("src")[_offset_expr(p.src_layout, idx)]
+    args = [lp.GlobalArg("src", _np_storage(p.src_dt), shape=src_size),
+            lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=dst_size, is_output=True)]
+    src_off = _offset_expr(p.src_layout, idx)
+    if p.runtime:
+        src_off = src_off + var("src_off")
+    src_val = var("src")[src_off]
     helpers = []
     if same:
         value = src_val
@@ -162,24 +188,28 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
                 value = value + term
         value = var(st[0])(value)
     dst_off = _offset_expr(p.dst_layout, idx)
+    if p.runtime:
+        dst_off = dst_off + var("dst_off")
     if p.beta != 0.0:
         value = value + (var("dst")[dst_off] if p.beta == 1.0
                          else np.float32(p.beta) * var("dst")[dst_off])
-        args[1] = lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=(dst_size,), is_output=True,
+        args[1] = lp.GlobalArg("dst", _np_storage(p.dst_dt), shape=dst_size, is_output=True,
                                is_input=True)
+    if p.runtime:
+        args += [lp.ValueArg(n, np.int64) for n in ("src_off", "dst_off", "d0")]
     insn = lp.Assignment(var("dst")[dst_off], value, within_inames=frozenset(names))
     knl = lp.make_kernel(domain, [insn], args, name="pydnnl_reorder",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())
-    ld_dim = _pick_local_dim(p)
-    others = sorted((d for d in range(nd) if d != ld_dim), key=lambda d: -p.dims[d])
+    ld_dim = _pick_local_dim(p, dims)
+    others = sorted((d for d in range(nd) if d != ld_dim), key=lambda d: -dims[d])
     tags = {}
     inner = names[ld_dim]
-    if p.dims[ld_dim] >= wg:
+    if dims[ld_dim] >= wg:
         knl = lp.split_iname(knl, inner, wg, inner_tag="l.0", outer_tag="g.0")
     else:
         tags[inner] = "l.0"
     for k, d in enumerate(others[:2]):
-        tags[names[d]] = f"g.{k + 1}" if p.dims[ld_dim] >= wg else f"g.{k}"
+        tags[names[d]] = f"g.{k + 1}" if dims[ld_dim] >= wg else f"g.{k}"
     knl = lp.tag_inames(knl, tags)
     if helpers:
         knl = register_helpers(knl, helpers)

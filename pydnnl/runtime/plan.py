@@ -17,7 +17,7 @@ import numpy as np
 
 from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SCRATCHPAD, ARG_SRC_1
 from ..engine import _cl
-from ..kernels.reorder import ReorderProblem, build_reorder, contiguous_copy
+from ..kernels.reorder import ReorderProblem, build_reorder, contiguous_copy, runtime_form
 from . import fpmath
 from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
 from .kernel_cache import get_kernel
@@ -364,6 +364,12 @@ class Plan:
                      or copy[1] + copy[2] <= copy[0])):
             size = problem.src_dt.itemsize
             self.steps.append(_Copy(src, dst, copy[0] * size, copy[1] * size, copy[2] * size))
+            return
+        rt = runtime_form(problem)
+        if rt is not None:  # offsets and the outer size as arguments: shared across shapes
+            self.launch(self.get("reorder", rt, build_reorder), src=src, dst=dst,
+                        src_off=problem.src_layout[0], dst_off=problem.dst_layout[0],
+                        d0=problem.dims[0])
             return
         self.launch(self.get("reorder", problem, build_reorder), (src, dst))
 

@@ -47,10 +47,9 @@ def test_gather_rows_and_index_table(engine, stream):
     idx1, idx2 = np.array([4, -1, 0, 2]), np.array([1, 3, 3, 0])
     plan = Plan(engine, "gather")
     for i, idx in enumerate((idx1, idx2)):
-        k = plan.get("rowgather", RowGather(rows=4, width=3, src_ld=3, dst_ld=3),
-                     build_row_gather)
+        k = plan.get("rowgather", RowGather(width=3, src_ld=3, dst_ld=3), build_row_gather)
         plan.launch(k, rows=None if i == 0 else 2, dst=Ref("dst"), src=Ref("src"), idx=INDEX,
-                    d_off=12 * i, s_off=0, i_off=plan.index(idx))
+                    d_off=12 * i, s_off=0, i_off=plan.index(idx), nrows=4)
     s, d = _mem(engine, src), _mem(engine, np.full(24, 7.0, np.float32))
     plan.execute(stream, {"src": s, "dst": d})
     stream.wait()

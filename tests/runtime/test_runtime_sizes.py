@@ -86,3 +86,33 @@ def test_dense_reorder_is_a_copy(engine, stream):
     out = dst.to_numpy()
     np.testing.assert_array_equal(out[2:], x[7:])
     np.testing.assert_array_equal(out[:2], [-1.0, -1.0])
+
+
+def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
+    """A plan's reorder whose outer dimension and offsets are arguments: one program moves
+    [T, N, C] (tnc, at an offset) into rows padded to 8 channels at another offset, for two
+    values of T."""
+    from pydnnl.kernels.reorder import ReorderProblem, runtime_form
+    from pydnnl.runtime.plan import Plan, Ref
+
+    f32, tag = dnnl.memory.data_type.f32, dnnl.memory.format_tag
+    N, C = 3, 5
+    for T in (4, 7):
+        src_lay = (6, ((1, N * C, ()), (1, C, ()), (1, 1, ())))  # tnc from element 6
+        dst_lay = (2, ((1, N * 8, ()), (1, 8, ()), (1, 1, ())))  # rows of 8 from element 2
+        prob = ReorderProblem.f32((T, N, C), src_lay, 6 + T * N * C, dst_lay, 2 + T * N * 8)
+        assert runtime_form(prob) is not None
+        plan = Plan(engine, "runtime reorder")
+        plan.reorder(prob, Ref("x"), Ref("y"))
+        x = np.arange(6 + T * N * C, dtype=np.float32)
+        src = dnnl.memory(dnnl.memory.desc([x.size], f32, tag.a), engine, x)
+        dst = dnnl.memory(dnnl.memory.desc([2 + T * N * 8], f32, tag.a), engine,
+                          np.full(2 + T * N * 8, -1.0, np.float32))
+        plan.run(stream, {"x": src.buffer, "y": dst.buffer})
+        stream.wait()
+        out = dst.to_numpy()
+        rows = out[2:].reshape(T, N, 8)
+        np.testing.assert_array_equal(rows[:, :, :C], x[6:].reshape(T, N, C))
+        np.testing.assert_array_equal(rows[:, :, C:], -1.0)  # the padding is not written
+        np.testing.assert_array_equal(out[:2], [-1.0, -1.0])
+    assert len({key for fam, key in requested if fam == "reorder"}) == 1

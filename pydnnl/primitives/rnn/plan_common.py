@@ -42,10 +42,10 @@ class PlanBuilder:
         """dst rows <- src rows through an index table (-1: zeros), uploaded at creation."""
         index = np.asarray(index, np.int32)
         i_off = self.plan.index(index)
-        self.plan.kernel("rowgather", RowGather(rows=index.size, width=width, src_ld=src_ld,
-                                                dst_ld=dst_ld, accumulate=accumulate),
+        self.plan.kernel("rowgather", RowGather(width=width, src_ld=src_ld, dst_ld=dst_ld,
+                                                accumulate=accumulate),
                          build_row_gather, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
-                         s_off=src_off, i_off=i_off)
+                         s_off=src_off, i_off=i_off, nrows=index.size)
 
     def rows_at(self, t: int) -> int | None:
         """Rows still running at step t (None: all, or no sequence lengths)."""
@@ -55,17 +55,17 @@ class PlanBuilder:
 
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
-        """Copy ``rows`` (<= N) contiguous rows of ``width`` elements: one kernel per width,
-        compiled for N rows and launched for ``rows`` (row counts vary step by step)."""
+        """Copy ``rows`` (<= N) contiguous rows of ``width`` elements: one kernel per width
+        (the row count is its argument)."""
         if rows <= 0:
             return
         N = self.s.N
         if getattr(self, "_iota_off", None) is None:
             self._iota_off = self.plan.index(np.arange(N, dtype=np.int32))
-        k = self.plan.get("rowgather", RowGather(rows=N, width=width, src_ld=width,
-                                                 dst_ld=width), build_row_gather)
-        self.plan.launch(k, rows=rows, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
-                         s_off=src_off, i_off=self._iota_off)
+        k = self.plan.get("rowgather", RowGather(width=width, src_ld=width, dst_ld=width),
+                          build_row_gather)
+        self.plan.launch(k, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
+                         s_off=src_off, i_off=self._iota_off, nrows=rows)
 
     def stage_inputs(self, inputs: dict, direct: tuple) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
