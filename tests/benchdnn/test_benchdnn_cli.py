@@ -71,3 +71,19 @@ def test_kernel_profile_mode_counts_one_cell_launch_per_step(capsys):
     bwd = [n for (k, _), (n, _) in rows.items() if k == "rnn_bwd_vanilla_lstm_s0"]
     assert fwd == [5] and bwd == [5], out  # T = 5 steps, one cell kernel each way
     assert all(ms >= 0 for _, ms in rows.values())
+
+
+def test_create_mode_times_a_fresh_process(capsys):
+    """--mode=CREATE: one ``create`` line per problem whose times come from a second Python
+    process that created the same primitives (and parsed the same problem string)."""
+    rc = main(["--rnn", "--mode=CREATE", "--alg=VANILLA_LSTM", "--prop=BWD_DW", "l1t3mb2sic4",
+               "l1t5mb3sic4"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = [ln for ln in out.splitlines() if ln.startswith("create,")]
+    assert len(lines) == 2 and "l1t3mb2sic4" in lines[0] and "l1t5mb3sic4" in lines[1]
+    for ln in lines:
+        fields = dict(f.split("=", 1) for f in ln.split(",")[2:])
+        assert float(fields["fresh_process_create_ms"]) > 0
+        assert float(fields["create_ms"]) > 0 and float(fields["import_ms"]) > 0
+    assert "passed:2" in out
