@@ -120,30 +120,22 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     if missing:
         summary.report(S.UNIMPLEMENTED, "; ".join(missing), repro)
         return
+    t0 = time.perf_counter()
+    try:  # --mode=CREATE: in this process first, so that errors get their status line
+        b = R.create(eng, p, o) if mode == "CREATE" else R.RnnBench(eng, p, o)
+    except unimplemented as e:
+        summary.report(S.UNIMPLEMENTED, str(e), repro)
+        return
+    except invalid_arguments as e:
+        summary.report(S.INVALID_ARGUMENTS, str(e), repro)
+        return
     if mode == "CREATE":
-        t0 = time.perf_counter()
-        try:  # in this process first: errors get their status line
-            R.create(eng, p, o)
-        except unimplemented as e:
-            summary.report(S.UNIMPLEMENTED, str(e), repro)
-            return
-        except invalid_arguments as e:
-            summary.report(S.INVALID_ARGUMENTS, str(e), repro)
-            return
         here_ms = (time.perf_counter() - t0) * 1e3
         t = R.create_in_fresh_process(eng, p, o)
         print(f"create,{repro},create_ms={here_ms:.1f},"
               f"fresh_process_create_ms={t['create_ms']:.1f},"
               f"import_ms={t['import_ms']:.0f},engine_ms={t['engine_ms']:.0f}", flush=True)
         summary.report(S.PASSED, "", repro)
-        return
-    try:
-        b = R.RnnBench(eng, p, o)
-    except unimplemented as e:
-        summary.report(S.UNIMPLEMENTED, str(e), repro)
-        return
-    except invalid_arguments as e:
-        summary.report(S.INVALID_ARGUMENTS, str(e), repro)
         return
     if mode == "K":
         desc = " ".join(f"--{k}={v}" for k, v in combo.items())
