@@ -295,6 +295,8 @@ def finish(knl, post_ops: tuple = ()):
 
     exprs = [insn.expression for insn in knl.default_entrypoint.instructions]
     helpers = postop_helpers(post_ops) + clamp_helpers_used(exprs)
+    if any(f"{RT_CLAMP}(" in str(e) for e in exprs):
+        helpers.append(rt_clamp_helper())
     if any(h[0].startswith("pd_clamp_idx") for h in helpers):
         knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     return register_helpers(knl, helpers) if helpers else knl
@@ -320,3 +322,177 @@ def split_fast(knl, iname: str, size: int, wg: int, outer_axis: int = 0, peel: b
 
 def prod(xs) -> int:
     return int(np.prod(xs)) if len(xs) else 1
+
+
+# -- sizes at run time (see pydnnl/kernels/sizevars.py) -----------------------------------------
+
+RT_CLAMP = "pd_clamp_rt"
+# what a run-time extent counts as when a launch structure is chosen (never its value: the
+# structure, and so the program, must be the same for every value)
+NOMINAL_EXTENT = 16
+
+
+def rt_clamp_helper() -> tuple:
+    """The C helper clamping an index into ``[0, hi]`` with ``hi`` a run-time value."""
+    t = "long" if INDEX_DTYPE == np.int64 else "int"
+    code = (f"static inline {t} {RT_CLAMP}({t} x, {t} hi) {{ x = x > hi ? hi : x; "
+            f"return x < 0 ? 0 : x; }}")
+    return RT_CLAMP, code, (INDEX_DTYPE, INDEX_DTYPE), INDEX_DTYPE
+
+
+def clamp_into(e, n):
+    """``e`` clamped into ``[0, n - 1]``; ``n`` an int or a size expression."""
+    from pymbolic import var
+
+    from .sizevars import is_var
+
+    if not is_var(n):
+        return var(clamp_helper(int(n) - 1)[0])(e)
+    return var(RT_CLAMP)(e, n - 1)
+
+
+def product_name(names) -> str:
+    """The size variable carrying the product of the size variables ``names``."""
+    return "_x_".join(sorted(names))
+
+
+def product_values(values: dict) -> dict:
+    """``values`` (size name -> int) plus the product of every subset of two or more of them,
+    named by :func:`product_name`: the flattened extents :func:`grid_rt` may ask for."""
+    from itertools import combinations
+
+    out = dict(values)
+    names = sorted(values)
+    for r in range(2, len(names) + 1):
+        for sub in combinations(names, r):
+            out[product_name(sub)] = prod([int(values[n]) for n in sub])
+    return out
+
+
+def _extent(sizes: list):
+    """The product of ``sizes`` (ints and size variables): an int, or a constant times one size
+    variable (the product of the variables, see :func:`product_name`), affine for isl."""
+    from pymbolic import var
+
+    from .sizevars import is_var
+
+    const = prod([v for v in sizes if not is_var(v)])
+    names = [v.name for v in sizes if is_var(v)]
+    if not names:
+        return const
+    v = var(names[0]) if len(names) == 1 else var(product_name(names))
+    return v if const == 1 else const * v
+
+
+def grid_rt(sizes, per_item: int = 1, wg: int = 64):
+    """:func:`grid` for extents that may be size variables (each a single
+    :func:`~pydnnl.kernels.sizevars.size_var`): one launch structure whatever their values.
+
+    Axis 0 runs along the last dim (with the dims before it while it is a constant under
+    :data:`MIN_LANES`; with the run-time dims before it when it is one); loops inside each
+    work-item cover constant dims before it up to ``per_item`` elements; then, while a
+    work-item has fewer, the next run-time dim is split into a loop of that many and its outer
+    part (work-group axis 1); axis 2 runs over the other dims flattened (decomposed once per
+    work-item). Flattened run-time dims take their product as a size variable
+    (:func:`product_name`; bind :func:`product_values`). Returns ``(ranges, exprs, tag)``:
+    the iname extents (ints or expressions), the index expression of every dim, and the
+    function that splits and tags the inames of the kernel made over them.
+    """
+    from pymbolic import var
+
+    from .sizevars import is_var
+
+    sizes = list(sizes) or [1]
+    n = len(sizes)
+    nl = 1
+    if is_var(sizes[-1]):
+        while nl < n and is_var(sizes[n - nl - 1]):
+            nl += 1
+    else:
+        while nl < n and not is_var(sizes[n - nl - 1]) and prod(sizes[n - nl:]) < MIN_LANES:
+            nl += 1
+    lane = sizes[n - nl:]
+    rest = list(range(n - nl))
+    loops, work = [], 1
+    while len(rest) > 1 and not is_var(sizes[rest[-1]]) \
+            and work * sizes[rest[-1]] <= max(per_item, 1):
+        work *= sizes[rest[-1]]
+        loops.insert(0, rest.pop())
+    split = 0
+    if rest and is_var(sizes[rest[-1]]) and work * 2 <= per_item:
+        split = per_item // work  # a loop of this many along the run-time dim
+    ranges = {"a0": _extent(lane)}
+    exprs: list = [None] * n
+    if nl == 1:
+        exprs[n - 1] = var("a0")
+    else:
+        for d, e in zip(range(n - nl, n), decompose(var("a0"), lane)):
+            exprs[d] = e
+    names = [f"s{i}" for i in range(len(loops))]
+    for d, nm in zip(loops, names):
+        ranges[nm] = sizes[d]
+        exprs[d] = var(nm)
+    if rest:
+        d1 = rest.pop()
+        ranges["a1"] = sizes[d1]
+        exprs[d1] = var("a1")
+    else:
+        ranges["a1"] = 1
+    ranges["a2"] = _extent([sizes[d] for d in rest])
+    for d, e in zip(rest, decompose(var("a2"), [sizes[d] for d in rest]) if rest else []):
+        exprs[d] = e
+
+    def tag(knl):
+        import loopy as lp
+
+        if is_var(ranges["a0"]):  # the guard of the partial work-group stays (a run-time size)
+            knl = lp.split_iname(knl, "a0", wg, inner_tag="l.0", outer_tag="g.0")
+        else:
+            knl = split_fast(knl, "a0", ranges["a0"], wg, peel=True)
+        if split > 1:
+            knl = lp.split_iname(knl, "a1", split, outer_iname="a1_out", inner_iname="a1_in",
+                                 outer_tag="g.1")
+            return lp.tag_inames(knl, {"a2": "g.2"})
+        return lp.tag_inames(knl, {"a1": "g.1", "a2": "g.2"})
+
+    return ranges, exprs, tag
+
+
+def domain_rt(ranges: dict) -> str:
+    """:func:`domain` with extents that may be affine size expressions."""
+    return "{[" + ", ".join(ranges) + "]: " + " and ".join(
+        f"0 <= {k} < {v}" for k, v in ranges.items()) + "}"
+
+
+def rt_value_args(*objs, known=()) -> list:
+    """loopy integer arguments for the size variables of ``objs`` not in ``known``."""
+    import loopy as lp
+
+    from .sizevars import SIZE_DTYPE, free_vars
+
+    names = sorted(set().union(*[set(free_vars(o)) for o in objs]) - set(known))
+    return [lp.ValueArg(nm, SIZE_DTYPE) for nm in names]
+
+
+def sym_plain_layout(layout: tuple, name: str, keep_unit: bool = True):
+    """A plain layout with its strides (and a non-zero offset) as size variables
+    ``<name>_d<i>`` / ``<name>_off0``: ``(layout, values)``, or None for a blocked layout. A
+    unit stride stays baked (contiguous vector accesses need it at compile time)."""
+    from .sizevars import size_var
+
+    strides = plain_strides(layout)
+    if strides is None:
+        return None
+    off0 = layout[0]
+    values = {}
+    if off0:
+        values[f"{name}_off0"] = int(off0)
+        off0 = size_var(f"{name}_off0")
+    per = []
+    for d, st in enumerate(strides):
+        if st == 1 and keep_unit:
+            per.append((1, 1, ()))
+        else:
+            values[f"{name}_d{d}"] = int(st)
+            per.append((1, size_var(f"{name}_d{d}"), ()))
+    return (off0, tuple(per)), values

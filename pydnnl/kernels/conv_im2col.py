@@ -15,28 +15,36 @@ offsets into the scratchpad) let one kernel serve every chunk of a plan.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .conv_common import (
     INDEX_DTYPE,
+    _extent,
     apply_postops,
-    bounds_condition,
+    clamp_into,
     clamped_positions,
     decompose,
     domain,
+    domain_rt,
     finish,
     grid,
+    grid_rt,
     guarded_load,
     make_args,
     offset,
     output_positions,
+    plain_strides,
     postop_arg_specs,
     prod,
+    product_values,
+    rt_value_args,
     split_fast,
+    sym_plain_layout,
     tag_grid,
 )
+from .sizevars import ceil_range, free_vars, symbolize
 
 
 def _storage_order(layout: tuple, sizes=None) -> list[int]:
@@ -87,6 +95,9 @@ class Im2ColProblem:
     # channels of one point (one cache line read), neighbouring work-items neighbouring points
     # (contiguous stores); the plain order read one float per cache line, 5-10x slower
     ic_block: int = 0
+    # run-time form (:func:`im2col_runtime`): per spatial dim, whether positions may fall
+    # left of / right of the source (None: derived from the sizes, which are ints then)
+    guards: tuple | None = None
 
 
 def _im2col_indices(p: Im2ColProblem):
@@ -98,22 +109,26 @@ def _im2col_indices(p: Im2ColProblem):
     if not p.ic_block:
         order = _units_first(p.order, sizes)  # same storage; the innermost dim has extent
         ordered = [sizes[d] for d in order]
-        ranges, parts = grid(ordered, p.per_item)
+        if _is_runtime(p):
+            ranges, parts, tag = grid_rt(ordered, p.per_item, p.wg)
+        else:
+            ranges, parts = grid(ordered, p.per_item)
+            tag = None
         logical = [None] * len(sizes)
         for d, e in zip(order, parts[len(parts) - len(ordered):]):
             logical[d] = e
         flat = 0
         for e, n in zip(parts[len(parts) - len(ordered):], ordered):
             flat = flat * n + e
-        return ranges, logical, flat
+        return ranges, logical, flat, tag
     # work-items run along the output points of the chunk (images and spatial dims
     # flattened: the column's innermost run), each copying the ``ic_block`` channels of its
     # point in a loop; work-groups over channel blocks (axis 1) and (group, tap) (axis 2)
     from .conv_common import decompose
 
     B = p.ic_block
-    P = prod(p.dst_sp)
-    ranges = {"a0": p.nb * P, "ici": B, "icb": p.icg // B, "g": p.groups,
+    npts = _extent([p.nb, *p.dst_sp]) if _is_runtime(p) else p.nb * prod(p.dst_sp)
+    ranges = {"a0": npts, "ici": B, "icb": p.icg // B, "g": p.groups,
               **{f"k{i}": v for i, v in enumerate(p.kernel)}}
     n_o = decompose(var("a0"), [p.nb, *p.dst_sp])
     logical = [n_o[0], var("g"), var("icb") * B + var("ici"),
@@ -124,23 +139,45 @@ def _im2col_indices(p: Im2ColProblem):
         strides[d] = st
         st *= sizes[d]
     flat = sum(e * s_ for e, s_ in zip(logical, strides))
-    return ranges, logical, flat
+    return ranges, logical, flat, None
+
+
+def _is_runtime(p) -> bool:
+    return bool(free_vars((p.nb, p.dst_sp, p.src_sp)))
+
+
+def _im2col_guards(p: Im2ColProblem) -> tuple:
+    """Per spatial dim: (positions may be < 0, positions may be >= the source size)."""
+    if p.guards is not None:
+        return p.guards
+    out = []
+    for i in range(len(p.kernel)):
+        hi = ((p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i]
+              + (p.kernel[i] - 1) * (p.dilates[i] + 1))
+        out.append((p.padding_l[i] > 0, hi >= p.src_sp[i]))
+    return tuple(out)
 
 
 def build_im2col(p: Im2ColProblem):
     import loopy as lp
     from pymbolic import var
-    from pymbolic.primitives import If
+    from pymbolic.primitives import Comparison, If, LogicalAnd
 
     nsp = len(p.kernel)
-    ranges, logical, flat = _im2col_indices(p)
+    ranges, logical, flat, tag = _im2col_indices(p)
     n, g, ic = logical[:3]
     k = logical[3:3 + nsp]
     o = logical[3 + nsp:]
     pos = [o[i] * p.strides[i] - p.padding_l[i] + k[i] * (p.dilates[i] + 1) for i in range(nsp)]
-    lo_hi = [(-p.padding_l[i], (p.dst_sp[i] - 1) * p.strides[i] - p.padding_l[i]
-              + (p.kernel[i] - 1) * (p.dilates[i] + 1)) for i in range(nsp)]
-    cond = bounds_condition(pos, lo_hi, p.src_sp)
+    conds, clamped = [], []
+    for e, (lo, hi), n_ in zip(pos, _im2col_guards(p), p.src_sp):
+        if lo:
+            conds.append(Comparison(e, ">=", 0))
+        if hi:
+            conds.append(Comparison(e, "<", n_))
+        # a valid address whatever the condition (see clamped_positions)
+        clamped.append(clamp_into(e, n_) if lo or hi else e)
+    cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
     at = [var("n0") + n, g * p.icg + ic]
     dst_at = var("col")[var("col_off") + flat]
     inames = frozenset(ranges)
@@ -151,7 +188,7 @@ def build_im2col(p: Im2ColProblem):
     else:
         # an unconditional load from the clamped (always valid) position, then a select: the
         # compilers keep a vector load and blend instead of masking every lane
-        safe = var("src")[offset(p.src, [*at, *clamped_positions(pos, lo_hi, p.src_sp)])]
+        safe = var("src")[offset(p.src, [*at, *clamped])]
         insns = [lp.Assignment(var("v"), safe, within_inames=inames, id="load"),
                  lp.Assignment(dst_at, If(cond, var("v"), np.float32(0)), within_inames=inames,
                                id="store", depends_on=frozenset(["load"]))]
@@ -159,17 +196,49 @@ def build_im2col(p: Im2ColProblem):
                                       address_space=lp.AddressSpace.PRIVATE)]
     args = make_args([("src", -1, False, True), ("col", -1, True, False),
                       ("n0", None), ("col_off", None)])
-    knl = _make_kernel(domain(ranges), insns, args + temps, "pydnnl_conv_im2col",
+    args += rt_value_args(p, ranges, known=("n0", "col_off"))
+    knl = _make_kernel(domain_rt(ranges), insns, args + temps, "pydnnl_conv_im2col",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
     if p.ic_block:
-        knl = split_fast(knl, "a0", ranges["a0"], p.wg, peel=True)
+        if _is_runtime(p):  # the guard of the partial work-group stays (a run-time size)
+            knl = lp.split_iname(knl, "a0", p.wg, inner_tag="l.0", outer_tag="g.0")
+        else:
+            knl = split_fast(knl, "a0", ranges["a0"], p.wg, peel=True)
         outer = ["g", *[f"k{i}" for i in range(nsp)]]
         knl = lp.tag_inames(knl, {"icb": "g.1"})
         knl = lp.join_inames(knl, outer, "a2") if len(outer) > 1 else \
             lp.rename_iname(knl, outer[0], "a2")
         knl = lp.tag_inames(knl, {"a2": "g.2"})
         return finish(knl)
-    return finish(tag_grid(knl, ranges, p.wg))
+    return finish(tag(knl) if tag is not None else tag_grid(knl, ranges, p.wg))
+
+
+def im2col_runtime(p: Im2ColProblem) -> tuple[Im2ColProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)``, the problem's minibatch chunk
+    ``nb``, spatial sizes ``src_sp`` / ``dst_sp`` and source strides (but unit ones) replaced
+    by size variables, ``values`` the ints to bind at launch, next to ``src``, ``col``, ``n0``
+    and ``col_off``::
+
+        ip, sizes = im2col_runtime(Im2ColProblem(...))   # the problem with ints, as before
+        plan.kernel("conv_im2col", ip, build_im2col, src=..., col=..., n0=0, col_off=off,
+                    **sizes)
+
+    One program then serves every minibatch and spatial size of the (groups, channels,
+    kernel, strides, dilations, left pads, which sides need bounds tests, column order,
+    source layout class) class. Blocked sources keep their sizes: ``(p, {})``.
+    """
+    nsp = len(p.kernel)
+    lay = sym_plain_layout(p.src, "src")
+    if lay is None:
+        return p, {}
+    src, strides = lay
+    values = {"nb": p.nb, **{f"is{i}": v for i, v in enumerate(p.src_sp)},
+              **{f"os{i}": v for i, v in enumerate(p.dst_sp)}}
+    sym, _ = symbolize(values)
+    q = replace(p, nb=sym["nb"], src_sp=tuple(sym[f"is{i}"] for i in range(nsp)),
+                dst_sp=tuple(sym[f"os{i}"] for i in range(nsp)), src=src, src_n=-1, col_n=-1,
+                guards=_im2col_guards(p))
+    return q, {**product_values(values), **strides}
 
 
 @dataclass(frozen=True)
@@ -272,6 +341,9 @@ class EpilogueProblem:
     sum_done: bool = False
     wg: int = 64
     per_item: int = 1
+    # the dims of dst from the outermost to the innermost in storage (run-time form, whose
+    # strides are variables; None: from the strides)
+    order: tuple | None = None
 
 
 def build_epilogue(p: EpilogueProblem):
@@ -279,8 +351,13 @@ def build_epilogue(p: EpilogueProblem):
     from pymbolic import var
 
     sizes = [p.nb, p.channels, *p.sp]
-    order = _storage_order(p.dst, sizes)
-    ranges, parts = grid([sizes[d] for d in order], p.per_item)
+    runtime = bool(free_vars((p.nb, p.sp)))
+    if runtime:
+        order = list(p.order)
+        ranges, parts, tag = grid_rt([sizes[d] for d in order], p.per_item, p.wg)
+    else:
+        order = _storage_order(p.dst, sizes)
+        ranges, parts = grid([sizes[d] for d in order], p.per_item)
     idx = [None] * len(sizes)
     for d, e in zip(order, parts[len(parts) - len(order):]):
         idx[d] = e
@@ -303,10 +380,49 @@ def build_epilogue(p: EpilogueProblem):
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
     specs += postop_arg_specs(p.post_ops) + [("n0", None), ("acc_off", None)]
-    knl = _make_kernel(domain(ranges), [insn], make_args(specs), "pydnnl_conv_epilogue",
+    args = make_args(specs) + rt_value_args(p, ranges, known=("n0", "acc_off"))
+    knl = _make_kernel(domain_rt(ranges), [insn], args, "pydnnl_conv_epilogue",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
-    knl = tag_grid(knl, ranges, p.wg)
+    knl = tag(knl) if runtime else tag_grid(knl, ranges, p.wg)
     return finish(knl, p.post_ops)
+
+
+def _points_layout(layout: tuple, sp: tuple):
+    """The plain layout of ``[N, C, sp...]`` seen as ``[N, C, points]`` when its spatial dims
+    fold into one (each stride the next one times its size), else None."""
+    st = plain_strides(layout)
+    if st is None:
+        return None
+    sps = st[2:]
+    if any(sps[d] != sps[d + 1] * sp[d + 1] for d in range(len(sp) - 1)):
+        return None
+    return layout[0], ((1, st[0], ()), (1, st[1], ()), (1, sps[-1] if sps else 0, ()))
+
+
+def epilogue_runtime(p: EpilogueProblem) -> tuple[EpilogueProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)`` (bind ``values`` at launch):
+    dst (and acc) seen as ``[nb, channels, points]`` with the chunk size ``nb``, the point
+    count ``pts`` and the strides (but unit ones) as size variables; work-items run along
+    the innermost dim of dst (channels for channels-last). ``(p, {})`` where that does not
+    apply: blocked or non-folding layouts, binary post-ops (their operands' layouts bake
+    sizes)."""
+    if any(op[0] == "binary" for op in p.post_ops):
+        return p, {}
+    dst = _points_layout(p.dst, p.sp)
+    acc = None if p.acc is None else _points_layout(p.acc, p.sp)
+    if dst is None or (p.acc is not None and acc is None):
+        return p, {}
+    strides = plain_strides(dst)
+    order = tuple(sorted(range(3), key=lambda d: (-strides[d], d)))
+    dst, values = sym_plain_layout(dst, "dst")
+    if acc is not None:
+        acc, acc_values = sym_plain_layout(acc, "acc")
+        values.update(acc_values)
+    sizes = {"nb": p.nb, "pts": prod(p.sp)}
+    sym, _ = symbolize(sizes)
+    q = replace(p, nb=sym["nb"], sp=(sym["pts"],), dst=dst, dst_n=-1, acc=acc, acc_n=-1,
+                order=order)
+    return q, {**product_values(sizes), **values}
 
 
 @dataclass(frozen=True)
@@ -330,6 +446,8 @@ def build_bias_grad(p: BiasGradProblem):
     from pymbolic import var
     from pymbolic.primitives import Comparison
 
+    if free_vars((p.mb, p.sp)):
+        return _build_bias_grad_rt(p)
     NP = p.mb * prod(p.sp)
     L = max(1, min(p.wg, NP))
     J = -(-NP // L)
@@ -349,6 +467,47 @@ def build_bias_grad(p: BiasGradProblem):
     # preprocessed here: the launch size must count the local reduction iname, which only
     # the preprocessed kernel shows (compiler.source_from_loopy reads sizes off the kernel)
     return lp.preprocess_program(finish(knl))
+
+
+def _build_bias_grad_rt(p: BiasGradProblem):
+    """The run-time-size bias gradient (see :func:`bias_grad_runtime`): per channel, a loop
+    over images and one over blocks of ``wg`` points, the points of a block on the lanes."""
+    import loopy as lp
+    from loopy.symbolic import Reduction
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, If
+
+    (P,) = p.sp
+    L = p.wg
+    j = var("jo") * L + var("jl")
+    # the address stays inside t whatever the compiler speculates (see guarded_load)
+    val = If(Comparison(j, "<", P),
+             var("t")[offset(p.t, [var("nn"), var("c"), clamp_into(j, P)])], np.float32(0))
+    insn = lp.Assignment(var("bias")[offset(p.bias, [var("c")])],
+                         Reduction("sum", ("jl",), Reduction("sum", ("nn", "jo"), val)),
+                         within_inames=frozenset(["c"]), id="bias_sum")
+    args = make_args([("t", -1, False, True), ("bias", p.bias_n, True, False)])
+    args += rt_value_args(p)
+    dom = (f"{{[c, nn, jo, jl]: 0 <= c < {p.channels} and 0 <= nn < {p.mb} and "
+           f"{ceil_range('jo', P, L)} and 0 <= jl < {L}}}")
+    knl = _make_kernel(dom, [insn], args, "pydnnl_conv_bias_grad",
+                       silenced=("v1_scheduler_fallback", "write_race(bias_sum)"))
+    knl = lp.tag_inames(knl, {"c": "g.0", "jl": "l.0"})
+    return lp.preprocess_program(finish(knl))
+
+
+def bias_grad_runtime(p: BiasGradProblem) -> tuple[BiasGradProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)``: t seen as ``[mb, channels,
+    points]`` with ``mb``, the point count ``pts`` and t's strides (but unit ones) as size
+    variables. ``(p, {})`` for blocked or non-folding layouts."""
+    t = _points_layout(p.t, p.sp)
+    if t is None:
+        return p, {}
+    t, values = sym_plain_layout(t, "t")
+    sizes = {"mb": p.mb, "pts": prod(p.sp)}
+    sym, _ = symbolize(sizes)
+    q = replace(p, mb=sym["mb"], sp=(sym["pts"],), t=t, t_n=-1)
+    return q, {**sizes, **values}
 
 
 @dataclass(frozen=True)
@@ -385,6 +544,7 @@ def build_splitk_reduce(p: SplitKReduceProblem):
     return finish(lp.tag_inames(knl, {"i": "g.1"}))
 
 
-__all__ = ["Im2ColProblem", "build_im2col", "Col2ImProblem", "build_col2im",
-           "EpilogueProblem", "build_epilogue", "BiasGradProblem", "build_bias_grad",
+__all__ = ["Im2ColProblem", "build_im2col", "im2col_runtime", "Col2ImProblem", "build_col2im",
+           "EpilogueProblem", "build_epilogue", "epilogue_runtime", "BiasGradProblem",
+           "build_bias_grad", "bias_grad_runtime",
            "SplitKReduceProblem", "build_splitk_reduce"]

@@ -17,7 +17,14 @@ from dataclasses import replace
 
 from ....conv_shapes import ConvProblem
 from ....kernels.conv_direct import DirectParams, build_direct, largest_divisor_at_most
-from ....kernels.conv_im2col import BiasGradProblem, Im2ColProblem, build_bias_grad, build_im2col
+from ....kernels.conv_im2col import (
+    BiasGradProblem,
+    Im2ColProblem,
+    bias_grad_runtime,
+    build_bias_grad,
+    build_im2col,
+    im2col_runtime,
+)
 from ....runtime.plan import SCRATCH, Plan
 from ..problem import dense_layout, with_offset
 from ..roles import BIAS, DST, SRC, WEI
@@ -95,8 +102,9 @@ def _pad_copy(plan: Plan, p, which: str, lo: list, hi: list):
                        padding_l=tuple(left), src=p.src if which == "src" else p.dst,
                        src_n=p.src_n if which == "src" else p.dst_n, col_n=-1,
                        order=tuple(order), per_item=per_item(plan.engine))
+    ip, sizes = im2col_runtime(ip)
     plan.kernel("conv_im2col", ip, build_im2col, src=SRC if which == "src" else DST,
-                col=SCRATCH, n0=0, col_off=off)
+                col=SCRATCH, n0=0, col_off=off, **sizes)
     lay = with_offset(dense_layout([p.mb, ch, *psp], list(range(2 + nsp))), off)
     return lay, psp, left, off + size
 
@@ -133,4 +141,5 @@ def add_bias_grad(plan: Plan, p: ConvProblem) -> None:
         t, t_n, ch, sp, ref = p.src, p.src_n, p.ic, p.src_sp, SRC
     bp = BiasGradProblem(mb=p.mb, channels=ch, sp=sp, t=t, t_n=t_n, bias=p.bias,
                          bias_n=p.bias_n, wg=64)
-    plan.kernel("conv_bias_grad", bp, build_bias_grad, t=ref, bias=BIAS)
+    bp, sizes = bias_grad_runtime(bp)
+    plan.kernel("conv_bias_grad", bp, build_bias_grad, t=ref, bias=BIAS, **sizes)

@@ -36,6 +36,8 @@ from ....kernels.conv_im2col import (
     build_col2im,
     build_epilogue,
     build_im2col,
+    epilogue_runtime,
+    im2col_runtime,
 )
 from ....kernels.reorder import ReorderProblem
 from ....runtime.gemm import GemmShape
@@ -395,8 +397,9 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
                                padding_l=p.padding_l, src=p.src, src_n=p.src_n,
                                col_n=-1, order=col_order, per_item=pi, ic_block=ic_block)
+            ip, sizes = im2col_runtime(ip)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
-                        col_off=col_off)
+                        col_off=col_off, **sizes)
         _emit(plan, calls, split_k)
         if p.kind == "bwd_d" and S is None:
             cp = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
@@ -410,20 +413,25 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             ep = EpilogueProblem(nb=nb, channels=p.oc, sp=p.dst_sp, dst=p.dst, dst_n=p.dst_n,
                                  acc=(0, acc_lay[1]), acc_n=-1, bias=p.bias, bias_n=p.bias_n,
                                  post_ops=ops, per_item=pi)
+            ep, sizes = epilogue_runtime(ep)
             plan.kernel("conv_epilogue", ep, build_epilogue, dst=DST, acc=SCRATCH, bias=BIAS,
-                        n0=c0, acc_off=acc_off)
+                        n0=c0, acc_off=acc_off, **sizes)
 
     # -- in-place epilogue (bias, post-ops) ------------------------------------------------------
     if p.kind == "fwd" and not staged_acc and (p.bias is not None or len(ops) > len(sums)):
         ep = EpilogueProblem(nb=p.mb, channels=p.oc, sp=p.dst_sp, dst=p.dst, dst_n=p.dst_n,
                              acc=None, acc_n=0, bias=p.bias, bias_n=p.bias_n, post_ops=ops,
                              sum_done=sum_done, per_item=pi)
-        plan.kernel("conv_epilogue", ep, build_epilogue, dst=DST, bias=BIAS, n0=0, acc_off=0)
+        ep, sizes = epilogue_runtime(ep)
+        plan.kernel("conv_epilogue", ep, build_epilogue, dst=DST, bias=BIAS, n0=0, acc_off=0,
+                    **sizes)
     if p.kind == "bwd_d" and S is not None and (p.bias is not None or ops):
         ep = EpilogueProblem(nb=p.mb, channels=p.ic, sp=p.src_sp, dst=p.src, dst_n=p.src_n,
                              acc=None, acc_n=0, bias=p.bias, bias_n=p.bias_n, post_ops=ops,
                              per_item=pi)
-        plan.kernel("conv_epilogue", ep, build_epilogue, dst=SRC, bias=BIAS, n0=0, acc_off=0)
+        ep, sizes = epilogue_runtime(ep)
+        plan.kernel("conv_epilogue", ep, build_epilogue, dst=SRC, bias=BIAS, n0=0, acc_off=0,
+                    **sizes)
     if p.kind == "bwd_w":
         if staged_W:
             plan.reorder(ReorderProblem.f32([G, OCg, ICg, *p.kernel], w_lay,
