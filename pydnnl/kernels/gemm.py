@@ -66,7 +66,8 @@ import numpy as np
 
 __all__ = [
     "GemmProblem", "BPacking", "build_gemm", "pack_b", "params_fit",
-    "normalize_params", "local_mem_bytes", "cache_key", "flops", "panel_layout",
+    "normalize_params", "local_mem_bytes", "cache_key", "key_problem", "fits_int32", "flops",
+    "panel_layout",
     "panel_width", "DEFAULT_CPU_PARAMS", "DEFAULT_GPU_PARAMS", "GENERATOR_VERSION",
 ]
 
@@ -155,14 +156,16 @@ class GemmProblem:
     #: last tile past ``m`` read a clamped row; ``"tall"``: the caller guarantees ``m >= rows``
     #: (the tile height) and the last tile moves up to end at row ``m``, storing only its own
     #: rows, so every A row is addressed from one base (the per-row clamps cost 5% on
-    #: AVX-512). Register-tile pipeline, one batch entry, A not transposed, no epilogue,
-    #: run-time offsets.
+    #: AVX-512; register-tile pipeline only). One batch entry, A not transposed, no epilogue.
+    #: Both loopy pipelines (the local-tile one: ``"any"``) and the hand-written NVIDIA kernel
+    #: (:mod:`pydnnl.kernels.gemm_nv`) take it.
     runtime_m: str | None = None
     #: the kernel takes ``ksize`` (int64, the reduction length) after the offsets (and m):
     #: one program serves every k (``k`` above is a sample). A dense A (not transposed,
-    #: ``lda == k``) then has ``ksize`` as its leading dimension too. Register-tile pipeline,
-    #: one batch entry, no epilogue, run-time offsets; plain B whose ragged columns need at
-    #: most one clamped k step. Packing (:func:`pack_b`) supports it for B not transposed.
+    #: ``lda == k``) then has ``ksize`` as its leading dimension too. One batch entry, no
+    #: epilogue; register tiles: plain B whose ragged columns need at most one clamped k step
+    #: (packing, :func:`pack_b`, supports it for B not transposed); local tiles: any k (the
+    #: last k tile zero-filled); the NVIDIA kernel: k a multiple of its k slice.
     runtime_k: bool = False
 
     def __post_init__(self):
@@ -224,15 +227,15 @@ class GemmProblem:
         if self.runtime_m not in (None, "any", "tall"):
             raise ValueError(f"GemmProblem: runtime_m must be None, 'any' or 'tall', got "
                              f"{self.runtime_m!r}")
-        if self.runtime_m and (self.batch > 1 or self.trans_a or not self.runtime_offsets
+        # (fixed offsets with a runtime size: the hand-written NVIDIA kernel's copies with
+        # compiled-in offsets; the loopy pipelines take sizes with run-time offsets only)
+        if self.runtime_m and (self.batch > 1 or self.trans_a
                                or self.bias is not None or self.post_ops):
-            raise ValueError("GemmProblem: runtime_m needs batch == 1, A not transposed, "
-                             "runtime_offsets and no epilogue")
+            raise ValueError("GemmProblem: runtime_m needs batch == 1, A not transposed "
+                             "and no epilogue")
         setf("runtime_k", bool(self.runtime_k))
-        if self.runtime_k and (self.batch > 1 or not self.runtime_offsets
-                               or self.bias is not None or self.post_ops):
-            raise ValueError("GemmProblem: runtime_k needs batch == 1, runtime_offsets and no "
-                             "epilogue")
+        if self.runtime_k and (self.batch > 1 or self.bias is not None or self.post_ops):
+            raise ValueError("GemmProblem: runtime_k needs batch == 1 and no epilogue")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -335,8 +338,13 @@ def local_mem_bytes(problem: GemmProblem, params: dict) -> int:
     if not p["local_prefetch"]:
         return 0
     wn, wm = p["wg"]
-    return min(p["k_tile"], problem.k) * (wm * p["rows"] + wn * p["cols"]) * \
+    return _k_tile(problem, p) * (wm * p["rows"] + wn * p["cols"]) * \
         problem.acc_dtype.itemsize
+
+
+def _k_tile(problem: GemmProblem, p: dict) -> int:
+    """k extent of one local-memory stage: ``k_tile``, or k where shorter (a fixed k)."""
+    return p["k_tile"] if problem.runtime_k else min(p["k_tile"], problem.k)
 
 
 def params_fit(problem: GemmProblem, params: dict) -> bool:
@@ -350,16 +358,29 @@ def params_fit(problem: GemmProblem, params: dict) -> bool:
     return pw is None or (p["packed_b"] and pw == p["cols"])
 
 
-def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
-    """Everything the generated kernel depends on (for kernel caches and perf databases);
-    a problem with ``runtime_m`` is keyed without its sample ``m``."""
+def key_problem(problem: GemmProblem) -> GemmProblem:
+    """``problem`` as kernel caches know it: a run-time ``m`` or ``k`` replaced by 1 (and
+    what follows from it), so that every sample size shares one key."""
     if problem.runtime_m:
         problem = replace(problem, m=1, stride_a=None, stride_c=None)
     if problem.runtime_k:
         # lda == k stays so (A's leading dimension follows k); another lda is kept
         lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda
         problem = replace(problem, k=1, lda=lda, stride_a=None, stride_b=None)
-    return (GENERATOR_VERSION, problem, tuple(sorted(normalize_params(params).items())))
+    return problem
+
+
+def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
+    """Everything the generated kernel depends on (for kernel caches and perf databases);
+    a problem with ``runtime_m`` (``runtime_k``) is keyed without its sample ``m`` (``k``)."""
+    return (GENERATOR_VERSION, key_problem(problem),
+            tuple(sorted(normalize_params(params).items())))
+
+
+def fits_int32(problem: GemmProblem) -> bool:
+    """Whether every buffer ``problem`` addresses fits 32-bit indices (GPU kernels with a
+    run-time size index in int32: the launcher takes them only for problems that fit)."""
+    return max(problem.size("a"), problem.size("b"), problem.size("c")) < 2 ** 31 - 1
 
 
 def flops(problem: GemmProblem) -> int:
@@ -558,9 +579,10 @@ def _store_insns(lay: _Layout, i, j, acc_expr, within, deps, row_pred=None):
 
 def _gpu_index_dtype(pr: GemmProblem):
     """int32 indices where every buffer fits (cheaper on GPUs), else int64. CPU kernels always
-    use int64: with int32 Intel's and PoCL's compilers lose the vector loads of B (3x slower)."""
-    fits = max(pr.size("a"), pr.size("b"), pr.size("c")) < 2 ** 31 - 1
-    return np.int32 if fits else np.int64
+    use int64: with int32 Intel's and PoCL's compilers lose the vector loads of B (3x slower).
+    A run-time size decides by the problem its cache key names (so that every sample size
+    generates the same code): int32, which callers check with :func:`fits_int32`."""
+    return np.int32 if fits_int32(key_problem(pr)) else np.int64
 
 
 def _args(pr: GemmProblem):
@@ -578,6 +600,7 @@ def _core_args(pr: GemmProblem, reads_c: bool):
     import loopy as lp
 
     if pr.runtime_offsets:  # sizes unknown at build time: the caller guarantees them
+        # (build_gemm checks that run-time sizes come with run-time offsets)
         return [
             lp.GlobalArg("a", pr.dtype, shape=None, is_input=True, is_output=False),
             lp.GlobalArg("b", pr.dtype, shape=None, is_input=True, is_output=False),
@@ -637,7 +660,12 @@ def build_gemm(problem: GemmProblem, params: dict | None = None):
     if pw is not None and pw != p["cols"]:
         raise ValueError(f"build_gemm: problem.b_layout {pr.b_layout!r} needs params['cols'] == "
                          f"{pw}, got {p['cols']}")
+    if (pr.runtime_m or pr.runtime_k) and not pr.runtime_offsets:
+        raise ValueError("build_gemm: runtime_m and runtime_k need runtime_offsets")
     if p["local_prefetch"]:
+        if pr.runtime_m == "tall":
+            raise ValueError("build_gemm: the local-tile pipeline takes runtime_m='any' "
+                             "(rows clamped), not 'tall'")
         return _build_local(pr, p)
     return _build_register(pr, p)
 
@@ -829,20 +857,25 @@ def _build_local(pr: GemmProblem, p: dict):
 
     rm, nr = p["rows"], p["cols"]
     wn, wm = p["wg"]
-    kt = min(p["k_tile"], pr.k)
+    kt = _k_tile(pr, p)
     tm, tn = wm * rm, wn * nr  # work-group tile
     mt, nt = -(-pr.m // tm), -(-pr.n // tn)
     batched = pr.batch > 1
     V = _var
     bt = V("bt") if batched else 0
-    # rows/columns past the edges read clamped (valid) elements and are never stored
+    # rows/columns past the edges read clamped (valid) elements and are never stored (a
+    # run-time m: the row tiles that start before m, every A row read clamped)
     lay = _Layout(pr, bt, mt * tm, nt * tn)
     kot = -(-pr.k // kt)
+    rk = pr.runtime_k
+    gi_bound = f"0 <= gi and {tm} * gi <= m - 1" if pr.runtime_m else f"0 <= gi < {mt}"
+    # a run-time k: the k tiles that start before ksize, the last one zero-filled past it
+    ko_bound = f"0 <= ko and {kt} * ko <= ksize - 1" if rk else f"0 <= ko < {kot}"
 
     outer = ["gi", "gj"] + (["bt"] if batched else [])
-    bounds = [f"0 <= gi < {mt}", f"0 <= gj < {nt}", f"0 <= li < {wm}", f"0 <= lj < {wn}",
+    bounds = [gi_bound, f"0 <= gj < {nt}", f"0 <= li < {wm}", f"0 <= lj < {wn}",
               f"0 <= ii < {rm}", f"0 <= jj < {nr}", f"0 <= iz < {rm}", f"0 <= jz < {nr}",
-              f"0 <= is < {rm}", f"0 <= js < {nr}", f"0 <= ko < {kot}", f"0 <= ki < {kt}"]
+              f"0 <= is < {rm}", f"0 <= js < {nr}", ko_bound, f"0 <= ki < {kt}"]
     if batched:
         bounds.append(f"0 <= bt < {pr.batch}")
     inames = outer + ["li", "lj", "ii", "jj", "iz", "jz", "is", "js", "ko", "ki"]
@@ -856,10 +889,10 @@ def _build_local(pr: GemmProblem, p: dict):
 
     # the last k tile is zero-filled past k: every loop keeps a uniform trip count
     a_val, b_val = lay.a(V("ri"), V("rk")), lay.b_plain(V("rk"), V("rj"), True)
-    if pr.k % kt:
+    if rk or pr.k % kt:
         zero = pr.acc_dtype.type(0)
-        a_val = prim.If(_lt(V("rk"), pr.k), a_val, zero)
-        b_val = prim.If(_lt(V("rk"), pr.k), b_val, zero)
+        a_val = prim.If(_lt(V("rk"), lay.k), a_val, zero)
+        b_val = prim.If(_lt(V("rk"), lay.k), b_val, zero)
     rules = [
         lp.SubstitutionRule("a_tile", ("ri", "rk"), a_val),
         lp.SubstitutionRule("b_tile", ("rk", "rj"), b_val),
@@ -883,6 +916,11 @@ def _build_local(pr: GemmProblem, p: dict):
                                   address_space=lp.AddressSpace.PRIVATE)]
     knl = lp.make_kernel(domain, insns, _args(pr) + temps, target=lp.OpenCLTarget(),
                          name="gemm", lang_version=(2018, 2), index_dtype=_gpu_index_dtype(pr))
+    # run-time sizes are at least 1: no test of them around the whole kernel (which holds
+    # the barriers; PoCL 3.0 stored rows past m from such a kernel)
+    assumed = [f"{v} >= 1" for v, on in (("m", pr.runtime_m), ("ksize", rk)) if on]
+    if assumed:
+        knl = lp.assume(knl, " and ".join(assumed))
     u = _UNROLL
     knl = lp.tag_inames(knl, {"gi": "g.1", "gj": "g.0", "li": "l.1", "lj": "l.0",
                               "ii": u, "jj": u, "iz": u, "jz": u, "is": u, "js": u})

@@ -159,6 +159,11 @@ class _Gen:
         self.rak = t.bk + 4
         self.sza = t.bm * self.rak if self.a_mmajor else t.bk * (t.bm + self.pa)
         self.szb = t.bk * (t.bn + self.pb)
+        # sizes as C: constants, or the run-time ``m``/``ksize`` (int copies ``M``/``K``)
+        self.M = "M" if pr.runtime_m else str(pr.m)
+        self.K = "K" if pr.runtime_k else str(pr.k)
+        dense_a = pr.runtime_k and not pr.trans_a and pr.lda == pr.k
+        self.lda = "K" if dense_a else str(pr.lda)
 
     # {{{ global -> registers -> shared
 
@@ -168,10 +173,13 @@ class _Gen:
         memory (``(k_row, col)``, transposed when the operand runs along k)."""
         pr, t = self.pr, self.t
         if which == "a":
-            kcontig, span, dim, ld = _a_kcontig(pr), t.bm, pr.m, pr.lda
+            kcontig, span, dim, ld = _a_kcontig(pr), t.bm, self.M, self.lda
+            # a run-time m clamps always (once per load, before the k loop: no cost there)
+            ragged = bool(pr.runtime_m) or pr.m % span
             base_expr = "m0"
         else:
-            kcontig, span, dim, ld = _b_kcontig(pr), t.bn, pr.n, pr.ldb
+            kcontig, span, dim, ld = _b_kcontig(pr), t.bn, str(pr.n), str(pr.ldb)
+            ragged = pr.n % span
             base_expr = "n0"
         count = span * t.bk // (4 * self.nt)
         out = []
@@ -182,8 +190,8 @@ class _Gen:
                 r = f"({lin} / {q})"
                 kc = f"(({lin} % {q}) * 4)"
                 g = f"({base_expr} + {r})"
-                if dim % span:
-                    g = f"min({g}, {dim - 1})"
+                if ragged:
+                    g = f"min({g}, {_minus(dim, 1)})"
                 off = f"{g} * {ld} + {kc}"
                 step = t.bk
                 dst = (kc, r, True)
@@ -192,10 +200,10 @@ class _Gen:
                 kr = f"({lin} / {q})"
                 c = f"(({lin} % {q}) * 4)"
                 g = f"({base_expr} + {c})"
-                if dim % span:
-                    g = f"min({g}, {dim - 4})"
+                if ragged:
+                    g = f"min({g}, {_minus(dim, 4)})"
                 off = f"{kr} * {ld} + {g}"
-                step = t.bk * ld
+                step = f"{t.bk} * {ld}" if ld.startswith("K") else t.bk * int(ld)
                 dst = (kr, c, False)
             out.append((off, step, dst))
         return out
@@ -288,7 +296,7 @@ class _Gen:
                 i = g * 4 + q
                 w("{")
                 w(f"  const int row = m0 + {g * sa} + ty * 4 + {q};")
-                w(f"  if (row < {pr.m}) {{")
+                w(f"  if (row < {self.M}) {{")
                 for h in range(gb):
                     w(f"    const int col{h} = n0 + {h * sb} + tx * 4;")
                     vals = [self._value(f"acc[{i}][{h * 4 + e}]") for e in range(4)]
@@ -325,7 +333,7 @@ class _Gen:
         sstore("a", "0")
         sstore("b", "0")
         w("barrier(CLK_LOCAL_MEM_FENCE);")
-        nk = self.pr.k // self.t.bk
+        nk = f"{self.K} / {self.t.bk}" if self.pr.runtime_k else self.pr.k // self.t.bk
         w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
         w("  const int cur = kt & 1;")
         w(f"  if (kt + 1 < {nk}) {{")
@@ -400,7 +408,7 @@ class _Gen:
             for h in range(2):
                 w("{")
                 w(f"  const int row = m0 + wm0 + {16 * i + 8 * h} + g;")
-                w(f"  if (row < {pr.m}) {{")
+                w(f"  if (row < {self.M}) {{")
                 for j in range(nt_):
                     w(f"    const int col{j} = n0 + wn0 + {8 * j} + 2 * q;")
                     for e in range(2):
@@ -515,6 +523,7 @@ class _Gen:
                                         for n in _epilogue_names(pr)]
         if rt:
             args += ["long a_off", "long b_off", "long c_off"]
+        args += [f"long {n}" for n in _size_names(pr)]
         bt = "(long)get_group_id(2)" if pr.batch > 1 else None
 
         def base(w, const, stride):
@@ -537,6 +546,8 @@ class _Gen:
             f"    __local float As[{2 * sza}] __attribute__((aligned(16)));",
             f"    __local float Bs[{2 * szb}] __attribute__((aligned(16)));",
             "    const int tid = get_local_id(0);",
+        ] + (["    const int M = (int)m;"] if pr.runtime_m else []) + (
+            ["    const int K = (int)ksize;"] if pr.runtime_k else []) + [
             f"    const int tx = tid % {self.wx}, ty = tid / {self.wx};",
             f"    const int n0 = get_group_id(0) * {t.bn}, m0 = get_group_id(1) * {t.bm};",
             f"    const long ao = {base('a', pr.a_offset, pr.stride_a)};",
@@ -589,6 +600,16 @@ def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:
         n for n, _, _, _ in arg_specs(pr.post_ops))
 
 
+def _minus(size: str, d: int) -> str:
+    """``size - d`` as C: folded where ``size`` is a constant."""
+    return str(int(size) - d) if size.isdigit() else f"{size} - {d}"
+
+
+def _size_names(pr: GemmProblem) -> tuple[str, ...]:
+    """The run-time size arguments (after the offsets): ``m``, then ``ksize``."""
+    return (("m",) if pr.runtime_m else ()) + (("ksize",) if pr.runtime_k else ())
+
+
 def aligned_offsets(pr: GemmProblem, a_off: int = 0, b_off: int = 0, c_off: int = 0) -> bool:
     """Whether a kernel built with ``aligned=True`` may run ``pr`` with these run-time
     offsets: every operand it reads or writes as float4s starts at a multiple of 4 elements
@@ -625,6 +646,10 @@ def build_gemm_nv(pr: GemmProblem, tile: NvTile, aligned: bool = False) -> Kerne
     if pr.batch > 1:
         gsize, lsize = gsize + (pr.batch,), lsize + (1,)
     names = ("a", "b", "c") + _epilogue_names(pr) + (
-        ("a_off", "b_off", "c_off") if pr.runtime_offsets else ())
+        ("a_off", "b_off", "c_off") if pr.runtime_offsets else ()) + _size_names(pr)
     opts = ("-cl-nv-maxrregcount=%d" % tile.maxrreg,) if tile.maxrreg else ()
+    if pr.runtime_m:  # one work-group row per bm rows of the m given at launch
+        grid = (str(gsize[0]), f"(m + {tile.bm - 1}) // {tile.bm}") + tuple(
+            str(x) for x in gsize[2:])
+        return KernelSource(name, g.source(name), None, lsize, names, opts, grid=grid)
     return KernelSource(name, g.source(name), gsize, lsize, names, opts)

@@ -72,26 +72,37 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        runtime_m=runtime_m, runtime_k=runtime_k, **batch)
 
 
-def runtime_m(shape: GemmShape, params: dict, batch: int = 1) -> str | None:
+def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1) -> str | None:
     """How the kernel for ``shape`` takes its row count at run time (one program for every m
-    of its tile class; see ``GemmProblem.runtime_m``): ``"tall"`` where m fills a tile,
-    ``"any"`` below, None where m stays baked (local-tile pipeline, transposed A, an
-    epilogue, a batch, and m == 1: one class of its own). Measured on the AVX-512 Xeon with
-    packed B: "tall" kernels run within 1-2% of baked ones, "any" kernels (per-row clamps)
-    4-6% below; at m == 1 the baked kernel's rows all read row 0, which the compiler merges
-    (1x2048x512: 0.94-0.96 of it as "any")."""
-    if (params["local_prefetch"] or shape.trans_a or shape.has_epilogue or batch != 1
-            or shape.m == 1):
+    of its tile class; see ``GemmProblem.runtime_m``); ``params`` None: the hand-written
+    NVIDIA kernel. Register tiles: ``"tall"`` where m fills a tile, ``"any"`` below; local
+    tiles and the NVIDIA kernel: ``"any"`` (their row clamps sit in the tile loads, outside
+    the product); None where m stays baked (transposed A, an epilogue, a batch, m == 1: one
+    class of its own, and local tiles over buffers past 32-bit indices). Measured on the
+    AVX-512 Xeon with packed B: "tall" kernels run within 1-2% of baked ones, "any" kernels
+    (per-row clamps) 4-6% below; at m == 1 the baked kernel's rows all read row 0, which the
+    compiler merges (1x2048x512: 0.94-0.96 of it as "any")."""
+    if shape.trans_a or shape.has_epilogue or batch != 1 or shape.m == 1:
         return None
+    if params is None:
+        return "any"
+    if params["local_prefetch"]:
+        return "any" if fam.fits_int32(_problem(shape)) else None
     return "tall" if shape.m >= params["rows"] else "any"
 
 
-def runtime_k(shape: GemmShape, params: dict, batch: int = 1) -> bool:
+def runtime_k(shape: GemmShape, params: dict | None, batch: int = 1) -> bool:
     """Whether the kernel for ``shape`` takes its reduction length at run time (weight
-    gradients, whose k is T*N or the batch): register-tile pipeline, no epilogue, one batch
-    entry, and plain B whose ragged columns cost at most one clamped k step."""
-    if params["local_prefetch"] or shape.has_epilogue or batch != 1:
+    gradients, whose k is T*N or the batch): no epilogue, one batch entry; register tiles:
+    plain B whose ragged columns cost at most one clamped k step; local tiles: k at least
+    one k tile (a shorter k keeps its smaller tile) and 32-bit indices; ``params`` None (the
+    hand-written NVIDIA kernel): always (it covers only k that are whole k slices)."""
+    if shape.has_epilogue or batch != 1:
         return False
+    if params is None:
+        return True
+    if params["local_prefetch"]:
+        return shape.k >= params["k_tile"] and fam.fits_int32(_problem(shape))
     cols = params["cols"]
     np_ = -(-shape.n // cols) * cols
     plain_ragged = not params["packed_b"] and not shape.trans_b and np_ > shape.n
@@ -163,8 +174,16 @@ def packed_panel(engine, shape: GemmShape) -> int | None:
 
 
 def _build_nv(engine, prob, tile, aligned: bool = False):
-    return get_kernel(engine, "gemm_nv", (gemm_nv.GENERATOR_VERSION, prob, tile, aligned),
+    # keyed without a run-time m or k: one program for every size of the tile class
+    return get_kernel(engine, "gemm_nv", (gemm_nv.GENERATOR_VERSION, fam.key_problem(prob),
+                                          tile, aligned),
                       lambda: gemm_nv.build_gemm_nv(prob, tile, aligned))
+
+
+def _nv_problem(shape: GemmShape) -> fam.GemmProblem:
+    """The hand-written kernel's problem for ``shape``: m and k at run time where they can
+    be (see :func:`runtime_m`, :func:`runtime_k`)."""
+    return _problem(shape, None, runtime_m(shape, None), runtime_k(shape, None))
 
 
 def _build(engine, prob, params):
@@ -193,7 +212,7 @@ class Gemm:
             self.params = None
             self.packed, self.panel, self.packed_size = False, None, 0
             self.splits, self.part_elems, self.reduce = 1, 0, None
-            prob = _problem(shape)
+            prob = _nv_problem(shape)
             self.kernel = _build_nv(engine, prob, self.nv_tile)
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%
@@ -237,7 +256,8 @@ class Gemm:
             a, a_off, b, b_off, c, c_off = fargs[:6]
             k = self._static_nv(int(a_off), int(b_off), int(c_off))
             if k is not None:
-                vals = {"a": a, "b": b, "c": c, **(extra or {})}
+                vals = {"a": a, "b": b, "c": c, "m": np.int64(self.shape.m),
+                        "ksize": np.int64(self.shape.k), **(extra or {})}
                 return [k.bound([vals[n] for n in k.src.arg_names])]
             return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
@@ -290,7 +310,7 @@ class Gemm:
         key = (a_off, b_off, c_off)
         k = self._static.get(key)
         if k is None and len(self._static) < MAX_STATIC_NV:
-            prob = replace(_problem(self.shape), runtime_offsets=False, a_offset=a_off,
+            prob = replace(_nv_problem(self.shape), runtime_offsets=False, a_offset=a_off,
                            b_offset=b_off, c_offset=c_off)
             k = self._static[key] = _build_nv(self.engine, prob, self.nv_tile,
                                               aligned=gemm_nv.aligned_offsets(prob))
@@ -335,7 +355,8 @@ class Gemm:
         if self.splits > 1:
             raise ValueError("Gemm.global_size_for_rows: a split GEMM always runs whole")
         if self.nv_tile is not None:  # axis 1: one work-group per bm rows
-            gs = list(self.kernel.src.global_size)
+            src = self.kernel.src
+            gs = list(src.global_size if src.grid is None else launch_size(src, {"m": sh.m}))
             if not sh.trans_a:
                 gs[1] = min(gs[1], -(-max(rows, 1) // self.nv_tile.bm))
             return tuple(gs)

@@ -377,11 +377,86 @@ def test_runtime_k_packing(dev):
         np.testing.assert_array_equal(out[2:], want)
 
 
+LOCAL = {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 3,
+         "wg": (4, 2), "k_tile": 4}
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False)])
+def test_local_tiles_runtime_m_and_k_one_program(dev, trans_a, trans_b):
+    """The local-tile pipeline (GPUs) with ``m`` and ``ksize`` as arguments: one program
+    computes every m (below one 4-row work-group tile, a multiple of it, ragged) and every k
+    (below one 4-deep k tile, ragged, several tiles) like the float64 reference, C's other
+    elements untouched; a transposed A keeps m baked (weight gradients: k = T*N)."""
+    import pyopencl as cl
+
+    from pydnnl.kernels.source import launch_size
+
+    eng, s = dev
+    params = G.normalize_params(LOCAL)
+    n, lda, ldc = 13, 12, 14
+    ldb = 12 if trans_b else 15
+    proto = G.GemmProblem(9, n, 10, trans_a=trans_a, trans_b=trans_b, lda=lda, ldb=ldb,
+                          ldc=ldc, beta=0.5, runtime_offsets=True,
+                          runtime_m=None if trans_a else "any", runtime_k=True)
+    built = []
+    kern = get_kernel(eng, "gemm", G.cache_key(proto, params),
+                      lambda: built.append(1) or G.build_gemm(proto, params))
+    assert "ksize" in kern.src.arg_names
+    assert ("m" in kern.src.arg_names) == (not trans_a)
+    rng = np.random.default_rng(4)
+    mf = cl.mem_flags
+    sizes = [(9, 1), (9, 7), (9, 12)] if trans_a else [(1, 3), (3, 7), (4, 4), (9, 12),
+                                                          (17, 1)]
+    for m, k in sizes:
+        pr = G.GemmProblem(m, n, k, trans_a=trans_a, trans_b=trans_b, lda=lda, ldb=ldb,
+                           ldc=ldc, beta=0.5, a_offset=1, b_offset=2, c_offset=3)
+        a = rng.standard_normal(pr.size("a")).astype(np.float32)
+        b = rng.standard_normal(pr.size("b")).astype(np.float32)
+        c = rng.standard_normal(pr.size("c") + 5).astype(np.float32)
+        A, B, C = (cl.Buffer(eng.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)
+                   for x in (a, b, c))
+        vals = {"a": A, "b": B, "c": C, "a_off": np.int64(1), "b_off": np.int64(2),
+                "c_off": np.int64(3), "m": np.int64(m), "ksize": np.int64(k)}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty_like(c)
+        cl.enqueue_copy(s.queue, out, C)
+        s.queue.finish()
+        np.testing.assert_allclose(out, reference(pr, a, b, c), rtol=1e-5, atol=1e-5)
+        if not trans_a:
+            assert launch_size(kern.src, vals)[1] == -(-m // 4) * 2  # 4-row groups of 2
+    assert len(built) <= 1  # one program (none when the disk cache had it)
+
+
+def test_local_tiles_runtime_rules_and_keys():
+    """The launcher's rules give local tiles a run-time m ("any") and k (at least one k
+    tile), keyed without the sample sizes; register tiles keep their own rules."""
+    from pydnnl.runtime.gemm import GemmShape, runtime_k, runtime_m
+
+    gpu = G.normalize_params(dict(G.DEFAULT_GPU_PARAMS))
+    cpu = G.normalize_params(None)
+    sh = GemmShape(m=64, n=512, k=512, lda=512, ldb=512, ldc=512)
+    assert runtime_m(sh, gpu) == "any" and runtime_k(sh, gpu)
+    assert runtime_m(sh, cpu) == "tall" and runtime_k(sh, cpu)
+    assert runtime_m(sh, None) == "any" and runtime_k(sh, None)  # the NVIDIA kernel
+    assert not runtime_k(GemmShape(m=64, n=512, k=8, lda=8, ldb=512, ldc=512), gpu)
+    assert runtime_m(GemmShape(m=64, n=512, k=512, lda=64, ldb=512, ldc=512, trans_a=True),
+                     gpu) is None
+    big = GemmShape(m=2 ** 20, n=4096, k=512, lda=512, ldb=4096, ldc=4096)  # past int32
+    assert runtime_m(big, gpu) is None and not runtime_k(big, gpu)
+    keys = {G.cache_key(G.GemmProblem(m, 13, k, runtime_offsets=True, runtime_m="any",
+                                      runtime_k=True), LOCAL) for m, k in ((3, 5), (90, 700))}
+    assert len(keys) == 1
+    with pytest.raises(ValueError, match="tall"):
+        G.build_gemm(G.GemmProblem(9, 13, 10, runtime_offsets=True, runtime_m="tall"), LOCAL)
+
+
 def test_runtime_m_problem_rules():
-    with pytest.raises(ValueError, match="runtime_m"):
-        G.GemmProblem(4, 5, 6, runtime_m="tall")  # needs runtime offsets
+    with pytest.raises(ValueError, match="runtime_offsets"):
+        G.build_gemm(G.GemmProblem(4, 5, 6, runtime_m="tall"), {"packed_b": False})  # loopy
     with pytest.raises(ValueError, match="runtime_m"):
         G.GemmProblem(4, 5, 6, runtime_m="yes", runtime_offsets=True)
+    with pytest.raises(ValueError, match="runtime_m"):
+        G.GemmProblem(4, 5, 6, trans_a=True, runtime_m="any", runtime_offsets=True)
     a = G.GemmProblem(4, 5, 6, runtime_m="any", runtime_offsets=True)
     b = G.GemmProblem(40, 5, 6, runtime_m="any", runtime_offsets=True)
     assert G.cache_key(a, None) == G.cache_key(b, None)
@@ -416,6 +491,7 @@ import numpy as np
 import pyopencl as cl
 import pydnnl as dnnl
 from pydnnl.kernels import gemm as G
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv
 from pydnnl.kernels.source import source_from_loopy
 eng = dnnl.engine.from_name("Oclgrind")
 ctx = eng.context
@@ -443,23 +519,35 @@ cases |= {  # rows as an argument
                    {"rows": 3, "cols": 8, "vec": 4, "packed_b": False}),
     "any": (G.GemmProblem(2, 11, 4, beta=0.5, runtime_offsets=True, runtime_m="any"),
             {"rows": 3, "cols": 8, "vec": 4}),
+    # local tiles, rows and k as arguments: m below one tile, k ragged
+    "local_rt": (G.GemmProblem(3, 7, 5, beta=1.0, runtime_offsets=True, runtime_m="any",
+                               runtime_k=True),
+                 {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
+                  "wg": (2, 2), "k_tile": 2}),
+    # the hand-written NVIDIA kernel (plain OpenCL C without mma), m and k as arguments
+    "nv_rt": (G.GemmProblem(5, 8, 32, beta=0.5, runtime_offsets=True, runtime_m="any",
+                            runtime_k=True), NvTile(32, 16, 16, 4, 4)),
 }
 for name, (pr, params) in cases.items():
-    params = G.normalize_params(params)
+    nv = isinstance(params, NvTile)
+    params = params if nv else G.normalize_params(params)
     a = rng.standard_normal(pr.size("a")).astype(np.float32)
     b = rng.standard_normal(pr.size("b")).astype(np.float32)
     c = rng.standard_normal(pr.size("c")).astype(np.float32)
     kpr, bdev = pr, b
-    if params["packed_b"]:
+    if not nv and params["packed_b"]:
         pk = G.pack_b(pr, params)
         kpr, bdev = pk.problem, pk.pack(b)
-    src = source_from_loopy(G.build_gemm(kpr, params))
-    knl = getattr(cl.Program(ctx, src.source).build(), src.name)
+    src = build_gemm_nv(kpr, params) if nv else source_from_loopy(G.build_gemm(kpr, params))
+    # (unoptimized: LLVM's loop unswitching emits ``freeze``, which Oclgrind's check of
+    # uninitialized values does not take)
+    knl = getattr(cl.Program(ctx, src.source).build(["-cl-opt-disable"] if nv else []),
+                  src.name)
     A = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
     B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
     C = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
     vals = {"a": A, "b": B, "c": C, "a_off": np.int64(0), "b_off": np.int64(0),
-            "c_off": np.int64(0), "m": np.int64(pr.m)}
+            "c_off": np.int64(0), "m": np.int64(pr.m), "ksize": np.int64(pr.k)}
     knl(q, launch_size(src, vals), src.local_size, *[vals[n] for n in src.arg_names])
     out = np.empty_like(c)
     cl.enqueue_copy(q, out, C)
@@ -484,6 +572,7 @@ print(json.dumps(results))
 def test_gemm_kernels_clean_under_oclgrind():
     results = run_probe(PROBE)
     assert results == {"plain": True, "packed_trans": True, "local": True, "local_k1": True,
-                       "tall_beta0": True, "tall_beta1": True, "any": True}
+                       "tall_beta0": True, "tall_beta1": True, "any": True, "local_rt": True,
+                       "nv_rt": True}
 
 # }}}

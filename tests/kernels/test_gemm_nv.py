@@ -335,3 +335,134 @@ def test_primitives_on_it_with_compiled_in_offsets(engine, stream, monkeypatch):
     np.testing.assert_allclose(args[dnnl.ARG_DST].to_numpy(), want, rtol=1e-5, atol=1e-5)
     gemms = [g for g in rg._cache.values() if g.nv_tile is not None]
     assert gemms and all(len(g._static) == 1 for g in gemms)  # the compiled-in copy ran
+
+
+# {{{ run-time m and k
+
+def _run_sizes(engine, stream, kern, proto: GemmProblem, sizes, seed=0):
+    """Run the one program ``kern`` (built for ``proto``, m and/or k at run time) for every
+    ``(m, k)`` in ``sizes`` at unaligned offsets; assert each against numpy float64, and
+    that nothing past C's last row is written."""
+    rng = np.random.default_rng(seed)
+    ta, n = proto.trans_a, proto.n
+    for m, k in sizes:
+        lda = proto.lda if (ta or proto.lda != proto.k) else k  # a dense A follows k
+        pr = GemmProblem(m=m, n=n, k=k, trans_a=ta, lda=lda, ldb=proto.ldb, ldc=proto.ldc)
+        ao, bo, co = 3, 1, 2
+        a = rng.standard_normal(pr.size("a") + ao).astype(np.float32)
+        b = rng.standard_normal(pr.size("b") + bo).astype(np.float32)
+        c = rng.standard_normal(pr.size("c") + co + 2 * proto.ldc).astype(np.float32)
+        A = np.lib.stride_tricks.as_strided(a[ao:], (k, m) if ta else (m, k), (lda * 4, 4))
+        B = np.lib.stride_tricks.as_strided(b[bo:], (k, n), (proto.ldb * 4, 4))
+        want = c.astype(np.float64)
+        C = np.lib.stride_tricks.as_strided(want[co:], (m, n), (proto.ldc * 8, 8))
+        C[...] = (A.T if ta else A).astype(np.float64) @ B + proto.beta * C
+        ma, mb, mc = _buf(engine, a), _buf(engine, b), _buf(engine, c)
+        vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "a_off": np.int64(ao),
+                "b_off": np.int64(bo), "c_off": np.int64(co), "m": np.int64(m),
+                "ksize": np.int64(k)}
+        kern(stream, *[vals[nm] for nm in kern.src.arg_names])
+        stream.wait()
+        got = mc.to_numpy()
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max() * max(1, k / 64), (m, k)
+        end = co + (m - 1) * proto.ldc + n
+        np.testing.assert_array_equal(got[end:], c[end:])  # rows past m untouched
+
+
+@pytest.mark.parametrize("tile", ["32x64x16/4x4", "64x32x16/4x4"])
+def test_runtime_m_and_k_one_program(engine, stream, tile):
+    """One program with ``m`` and ``ksize`` as arguments computes every m (below one tile,
+    not a multiple of it, several tiles) and every k (whole k slices) of its class; its
+    launch grid follows m."""
+    from pydnnl.kernels.source import launch_size
+
+    t = TILES[tile]
+    proto = GemmProblem(m=70, n=72, k=48, lda=48, ldb=76, ldc=75, beta=0.5,
+                        runtime_offsets=True, runtime_m="any", runtime_k=True)
+    src = build_gemm_nv(proto, t)
+    assert src.global_size is None and src.arg_names[-2:] == ("m", "ksize")
+    assert launch_size(src, {"m": 70})[1] == -(-70 // t.bm)
+    kern = Kernel(engine.context, engine.device, src)
+    _run_sizes(engine, stream, kern, proto,
+               [(1, 16), (5, 48), (t.bm, 32), (t.bm + 1, 16), (70, 48), (70, 64)])
+
+
+def test_runtime_k_weight_gradient_one_program(engine, stream):
+    """A transposed A (a weight gradient: k = T*N) with k at run time and m baked."""
+    proto = GemmProblem(m=36, n=72, k=64, trans_a=True, lda=40, ldb=72, ldc=72, beta=1.0,
+                        runtime_offsets=True, runtime_k=True)
+    src = build_gemm_nv(proto, TILES["64x64x16/4x4"])
+    assert src.grid is None and "ksize" in src.arg_names and "m" not in src.arg_names
+    kern = Kernel(engine.context, engine.device, src)
+    _run_sizes(engine, stream, kern, proto, [(36, 16), (36, 80), (36, 64)], seed=1)
+
+
+def test_runtime_sizes_key_and_source_free_of_the_sample():
+    """Problems that differ only in a run-time m or k share their cache key and generate
+    the same source (the kernel cache may serve either with the other's program)."""
+    from pydnnl.kernels.gemm import key_problem
+
+    t = TILES["64x128x16/8x8"]
+    tc = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
+    for ta in (False, True):
+        def prob(m, k, ta=ta):
+            return GemmProblem(m=36 if ta else m, n=256, k=k, trans_a=ta,
+                               lda=40 if ta else k, runtime_offsets=True,
+                               runtime_m=None if ta else "any", runtime_k=True)
+        p1, p2 = prob(100, 64), prob(1000, 512)
+        assert key_problem(p1) == key_problem(p2)
+        for tile in (t, tc):
+            for aligned in (False, True):
+                assert build_gemm_nv(p1, tile, aligned).source == \
+                    build_gemm_nv(p2, tile, aligned).source
+    assert key_problem(GemmProblem(m=100, n=256, k=64)) != \
+        key_problem(GemmProblem(m=1000, n=256, k=64))
+
+
+def test_runtime_launcher_one_program_for_every_m_and_k(engine, stream, monkeypatch):
+    """``get_gemm`` on the hand-written kernel (forced here on every device): GEMMs of the
+    same tile class that differ in m (an RNN's T*N) or k (a weight gradient's T*N) share
+    their programs, the copies with compiled-in offsets included, and compute right."""
+    from pydnnl.runtime import gemm as rg
+    from pydnnl.runtime.gemm import GemmShape, get_gemm
+
+    tile = TILES["32x64x16/4x4"]
+    monkeypatch.setattr(rg.rules, "nv_tile",
+                        lambda info, prob, math="strict": tile if supports(prob, tile)
+                        else None)
+    monkeypatch.setattr(rg, "_cache", {})
+    rng = np.random.default_rng(7)
+    n = 68
+    gemms = []
+    for m, k, ta in ((40, 32, False), (70, 32, False), (9, 48, False), (24, 32, True),
+                     (24, 80, True)):
+        shape = GemmShape(m=m, n=n, k=k, lda=m if ta else k, ldb=n, ldc=n, trans_a=ta,
+                          beta=0.0)
+        g = get_gemm(engine, shape, static_b=True)
+        assert g.nv_tile == tile and "ksize" in g.kernel.src.arg_names
+        gemms.append((g, ta))
+        a = rng.standard_normal(m * k + 4).astype(np.float32)
+        b = rng.standard_normal(k * n + 4).astype(np.float32)
+        A = a[4:].reshape((k, m) if ta else (m, k)).astype(np.float64)
+        want = (A.T if ta else A) @ b[4:].reshape(k, n).astype(np.float64)
+        ma, mb = _buf(engine, a), _buf(engine, b)
+        for how in ("call", "bound"):
+            mc = _buf(engine, np.zeros(m * n + 4, np.float32))
+            if how == "call":  # the run-time-offset kernel
+                g(stream, ma.buffer, 4, mb.buffer, 4, mc.buffer, 4)
+            else:  # a plan's launch: the copy with these offsets compiled in
+                for b_ in g.bound((ma.buffer, 4, mb.buffer, 4, mc.buffer, 4)):
+                    b_.launch(stream, {})
+            stream.wait()
+            got = mc.to_numpy()[4:].reshape(m, n)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    plain = [g for g, ta in gemms if not ta]
+    wgrad = [g for g, ta in gemms if ta]
+    for group in (plain, wgrad):
+        assert all(g.kernel is group[0].kernel for g in group)
+        assert all(g._static[(4, 4, 4)] is group[0]._static[(4, 4, 4)] for g in group)
+    assert plain[0].kernel is not wgrad[0].kernel
+    # the rows of a shrinking plan (an RNN step's active sequences): whole bm row groups
+    assert plain[1].global_size_for_rows(33)[1] == 2
+
+# }}}
