@@ -372,9 +372,15 @@ def key_problem(problem: GemmProblem) -> GemmProblem:
 
 def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
     """Everything the generated kernel depends on (for kernel caches and perf databases);
-    a problem with ``runtime_m`` (``runtime_k``) is keyed without its sample ``m`` (``k``)."""
-    return (GENERATOR_VERSION, key_problem(problem),
-            tuple(sorted(normalize_params(params).items())))
+    a problem with ``runtime_m`` (``runtime_k``) is keyed without its sample ``m`` (``k``):
+    local tiles key a run-time k by whether it is a whole number of k tiles (see
+    :func:`_build_local`)."""
+    p = normalize_params(params)
+    key = key_problem(problem)
+    if problem.runtime_k and p["local_prefetch"] and problem.k % p["k_tile"] == 0:
+        kt = p["k_tile"]
+        key = replace(key, k=kt, lda=kt if key.lda == 1 and not key.trans_a else key.lda)
+    return (GENERATOR_VERSION, key, tuple(sorted(p.items())))
 
 
 def fits_int32(problem: GemmProblem) -> bool:
@@ -869,7 +875,9 @@ def _build_local(pr: GemmProblem, p: dict):
     kot = -(-pr.k // kt)
     rk = pr.runtime_k
     gi_bound = f"0 <= gi and {tm} * gi <= m - 1" if pr.runtime_m else f"0 <= gi < {mt}"
-    # a run-time k: the k tiles that start before ksize, the last one zero-filled past it
+    # a run-time k: the k tiles that start before ksize, the last one zero-filled past it;
+    # a sample k of whole k tiles makes a kernel for such k only, without the fill (which
+    # cost RNN-sized GEMMs on the H100 FILL_COST)
     ko_bound = f"0 <= ko and {kt} * ko <= ksize - 1" if rk else f"0 <= ko < {kot}"
 
     outer = ["gi", "gj"] + (["bt"] if batched else [])
@@ -889,7 +897,7 @@ def _build_local(pr: GemmProblem, p: dict):
 
     # the last k tile is zero-filled past k: every loop keeps a uniform trip count
     a_val, b_val = lay.a(V("ri"), V("rk")), lay.b_plain(V("rk"), V("rj"), True)
-    if rk or pr.k % kt:
+    if pr.k % kt:
         zero = pr.acc_dtype.type(0)
         a_val = prim.If(_lt(V("rk"), lay.k), a_val, zero)
         b_val = prim.If(_lt(V("rk"), lay.k), b_val, zero)

@@ -46,6 +46,8 @@ __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes
            "GENERATOR_VERSION"]
 
 GENERATOR_VERSION = "gemm_nv-6"
+# unroll hint of the k loop where k is a run-time size (None: the compiler's choice)
+_RT_K_UNROLL: int | None = None
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,8 @@ class _Gen:
         sstore("b", "0")
         w("barrier(CLK_LOCAL_MEM_FENCE);")
         nk = f"{self.K} / {self.t.bk}" if self.pr.runtime_k else self.pr.k // self.t.bk
+        if self.pr.runtime_k and _RT_K_UNROLL:
+            w(f"#pragma unroll {_RT_K_UNROLL}")
         w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
         w("  const int cur = kt & 1;")
         w(f"  if (kt + 1 < {nk}) {{")

@@ -381,12 +381,15 @@ LOCAL = {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols":
          "wg": (4, 2), "k_tile": 4}
 
 
-@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False)])
-def test_local_tiles_runtime_m_and_k_one_program(dev, trans_a, trans_b):
+@pytest.mark.parametrize("trans_a, trans_b, whole", [
+    (False, False, False), (False, True, False), (True, False, False), (False, False, True),
+    (True, False, True)])
+def test_local_tiles_runtime_m_and_k_one_program(dev, trans_a, trans_b, whole):
     """The local-tile pipeline (GPUs) with ``m`` and ``ksize`` as arguments: one program
     computes every m (below one 4-row work-group tile, a multiple of it, ragged) and every k
-    (below one 4-deep k tile, ragged, several tiles) like the float64 reference, C's other
-    elements untouched; a transposed A keeps m baked (weight gradients: k = T*N)."""
+    (below one 4-deep k tile, ragged, several tiles; ``whole``: the class of k that are
+    whole k tiles, without the zero fill) like the float64 reference, C's other elements
+    untouched; a transposed A keeps m baked (weight gradients: k = T*N)."""
     import pyopencl as cl
 
     from pydnnl.kernels.source import launch_size
@@ -395,8 +398,8 @@ def test_local_tiles_runtime_m_and_k_one_program(dev, trans_a, trans_b):
     params = G.normalize_params(LOCAL)
     n, lda, ldc = 13, 12, 14
     ldb = 12 if trans_b else 15
-    proto = G.GemmProblem(9, n, 10, trans_a=trans_a, trans_b=trans_b, lda=lda, ldb=ldb,
-                          ldc=ldc, beta=0.5, runtime_offsets=True,
+    proto = G.GemmProblem(9, n, 8 if whole else 10, trans_a=trans_a, trans_b=trans_b,
+                          lda=lda, ldb=ldb, ldc=ldc, beta=0.5, runtime_offsets=True,
                           runtime_m=None if trans_a else "any", runtime_k=True)
     built = []
     kern = get_kernel(eng, "gemm", G.cache_key(proto, params),
@@ -407,6 +410,8 @@ def test_local_tiles_runtime_m_and_k_one_program(dev, trans_a, trans_b):
     mf = cl.mem_flags
     sizes = [(9, 1), (9, 7), (9, 12)] if trans_a else [(1, 3), (3, 7), (4, 4), (9, 12),
                                                           (17, 1)]
+    if whole:
+        sizes = [(m, -(-k // 4) * 4) for m, k in sizes]
     for m, k in sizes:
         pr = G.GemmProblem(m, n, k, trans_a=trans_a, trans_b=trans_b, lda=lda, ldb=ldb,
                            ldc=ldc, beta=0.5, a_offset=1, b_offset=2, c_offset=3)
@@ -443,9 +448,12 @@ def test_local_tiles_runtime_rules_and_keys():
                      gpu) is None
     big = GemmShape(m=2 ** 20, n=4096, k=512, lda=512, ldb=4096, ldc=4096)  # past int32
     assert runtime_m(big, gpu) is None and not runtime_k(big, gpu)
-    keys = {G.cache_key(G.GemmProblem(m, 13, k, runtime_offsets=True, runtime_m="any",
-                                      runtime_k=True), LOCAL) for m, k in ((3, 5), (90, 700))}
-    assert len(keys) == 1
+    def key(m, k):
+        return G.cache_key(G.GemmProblem(m, 13, k, runtime_offsets=True, runtime_m="any",
+                                         runtime_k=True), LOCAL)
+
+    # two classes of k (4-deep k tiles): whole tiles (no zero fill) and the others
+    assert key(3, 5) == key(90, 701) != key(90, 700) == key(3, 8)
     with pytest.raises(ValueError, match="tall"):
         G.build_gemm(G.GemmProblem(9, 13, 10, runtime_offsets=True, runtime_m="tall"), LOCAL)
 

@@ -136,3 +136,52 @@ def test_matmul_error_per_fpmath_mode(engine, stream):
         errs[mode] = _rel(dst.to_numpy(), want)
     assert errs[dnnl.fpmath_mode.strict] < STRICT_BOUND
     assert 10 * STRICT_BOUND < errs[dnnl.fpmath_mode.tf32] < TF32_BOUND
+
+
+@pytest.mark.parametrize("ta", [False, True])
+def test_tf32_runtime_m_and_k_one_program(engine, stream, ta):
+    """One tensor-core program with k (and, A not transposed, m) as arguments computes
+    every size of its class (m below one block and ragged, k several slices) with TF32's
+    error."""
+    _nvidia(engine)
+    from pydnnl.kernels.source import launch_size
+    from pydnnl.runtime.kernel import Kernel
+
+    n, m0 = 136, 200
+    proto = GemmProblem(m=m0, n=n, k=256, trans_a=ta, lda=m0 if ta else 256, ldb=n, ldc=n,
+                        beta=1.0, runtime_offsets=True, runtime_m=None if ta else "any",
+                        runtime_k=True)
+    src = build_gemm_nv(proto, TC[0])
+    kern = Kernel(engine.context, engine.device, src)
+    rng = np.random.default_rng(3)
+    for m, k in ([(m0, 128), (m0, 384)] if ta else [(5, 128), (64, 256), (m0, 384)]):
+        lda = m0 if ta else k
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        B = rng.standard_normal((k, n)).astype(np.float32)
+        C0 = rng.standard_normal((m, n)).astype(np.float32)
+        mem = {w: dnnl.memory(dnnl.memory.desc([v.size], dnnl.memory.data_type.f32, "a"),
+                              engine, v.ravel())
+               for w, v in (("a", (A.T if ta else A).copy()), ("b", B), ("c", C0))}
+        args = {**{w: m_.buffer for w, m_ in mem.items()}, "a_off": np.int64(0),
+                "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(m),
+                "ksize": np.int64(k)}
+        assert lda == (m if ta else k)
+        if not ta:
+            assert launch_size(src, args)[1] == -(-m // TC[0].bm)
+        kern(stream, *[args[a] for a in src.arg_names])
+        stream.wait()
+        want = A.astype(np.float64) @ B.astype(np.float64) + C0
+        err = _rel(mem["c"].to_numpy().reshape(m, n), want)
+        assert 1e-6 < err < TF32_BOUND, (m, k, err)
+
+
+def test_tf32_runtime_source_free_of_the_sample():
+    """Two samples of a run-time m and k generate one tensor-core source (one program)."""
+    def prob(m, k):
+        return GemmProblem(m=m, n=136, k=k, lda=k, ldb=136, ldc=136, runtime_offsets=True,
+                           runtime_m="any", runtime_k=True)
+
+    src = build_gemm_nv(prob(200, 128), TC[1])
+    assert src.source == build_gemm_nv(prob(3000, 1024), TC[1]).source
+    assert "long m" in src.source and "long ksize" in src.source
+    assert src.grid == (str(src.local_size[0] * 2), "(m + 127) // 128")
