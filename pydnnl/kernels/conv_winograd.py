@@ -10,10 +10,19 @@ With the 4x4 input tile ``d``, the 3x3 filter ``g`` and the 2x2 output tile ``Y`
 Scratch buffers (float32, run-time offsets): ``V[16][G][T][ICg]``, ``U[16][G][ICg][OCg]``,
 ``M[16][G][T][OCg]`` with ``T = nb * TH * TW`` tiles of the chunk, so each of the 16 * G GEMMs
 is ``M[T, OCg] = V[T, ICg] @ U[ICg, OCg]``, all row-major.
+
+Sizes at run time (:func:`winograd_runtime`): the tile stages (input, output, dy) of plain
+activation layouts take the spatial sizes, tile counts, the chunk's tile count and the
+activation strides (but a unit one) as arguments, so one program serves every spatial size and
+minibatch of its (stage, channels, padding, layout class, post-ops) class; the filter and
+weight-gradient transforms have no spatial size at all. Blocked layouts and binary post-ops
+(whose operand layouts bake sizes) keep baked sizes. The tile stages run work-groups along the
+channels of one tile (work-group axis 1 is the tile), so the run-time divisions that split a
+tile index into image, row and column are uniform across a work-group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,7 +37,9 @@ from .conv_common import (
     offset,
     postop_arg_specs,
     split_fast,
+    sym_plain_layout,
 )
+from .sizevars import ceil_range, is_var, size_var, symbolize, value_args
 
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G_ = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
@@ -43,7 +54,11 @@ AT2 = ((1.0, 0.5, 0.5, 0.0), (0.0, 0.5, -0.5, 0.0), (0.0, 0.5, 0.5, 1.0))
 
 @dataclass(frozen=True)
 class WinogradProblem:
-    """One transform kernel. ``stage`` is ``filter``, ``input`` or ``output``."""
+    """One transform kernel. ``stage`` is ``filter``, ``input``, ``output`` (forward), ``dy``
+    or ``wgrad`` (backward weights). The filter and wgrad stages ignore the spatial fields
+    (give ``nb=0``, empty tuples: one program per channel class). In the run-time form
+    (:func:`winograd_runtime`) ``src_sp`` / ``dst_sp`` and the activation strides are size
+    variables, ``nb`` is 0 and ``padding_r`` is set."""
 
     stage: str
     nb: int
@@ -66,15 +81,59 @@ class WinogradProblem:
     flip: bool = False
     #: wgrad stage: the products come in this many partial sums (slices of the tiles)
     slices: int = 1
+    #: run-time form only: the right padding (which loads of the input stage need an upper
+    #: bounds test: with sizes unknown it cannot be told from them)
+    padding_r: tuple = ()
 
     @property
-    def tiles(self) -> tuple[int, int]:
+    def runtime(self) -> bool:
+        return bool(self.dst_sp) and is_var(self.dst_sp[0])
+
+    @property
+    def tiles(self) -> tuple:
+        if self.runtime:
+            return (size_var("tiles_h"), size_var("tiles_w"))
         return (-(-self.dst_sp[0] // 2), -(-self.dst_sp[1] // 2))
 
     @property
-    def T(self) -> int:
+    def T(self):
+        if self.runtime:
+            return size_var("ntiles")
         th, tw = self.tiles
         return self.nb * th * tw
+
+
+def winograd_runtime(p: WinogradProblem) -> tuple[WinogradProblem, dict]:
+    """The run-time-size form of tile stage ``p``: ``(problem, values)``, the problem's spatial
+    sizes, tile counts, tiles of the chunk and activation strides (but a unit one) replaced by
+    size variables, ``values`` the ints to bind at launch next to the buffers, ``n0`` and the
+    offsets::
+
+        q, sizes = winograd_runtime(WinogradProblem("input", ...))  # with ints, as before
+        plan.kernel("conv_winograd", q, build_winograd, src=..., v=..., n0=c0, v_off=off,
+                    **sizes)
+
+    Blocked activations, binary post-ops (their operands' layouts bake the sizes), the filter
+    and wgrad stages (no spatial sizes) and problems already in run-time form: ``(p, {})``.
+    """
+    if p.stage not in ("input", "output", "dy") or p.runtime:
+        return p, {}
+    if any(op[0] == "binary" for op in p.post_ops):
+        return p, {}
+    lay = sym_plain_layout(p.act, "act")
+    if lay is None:
+        return p, {}
+    act, strides = lay
+    (H, W), (OH, OW) = p.src_sp, p.dst_sp
+    TH, TW = p.tiles
+    values = {"in_h": H, "in_w": W, "out_h": OH, "out_w": OW, "tiles_h": TH, "tiles_w": TW,
+              "ntiles": p.T}
+    sym, _ = symbolize(values)
+    # stride 1, 3x3: OH = H + pl + pr - 2
+    pr = (OH - H - p.padding_l[0] + 2, OW - W - p.padding_l[1] + 2)
+    q = replace(p, nb=0, src_sp=(sym["in_h"], sym["in_w"]), dst_sp=(sym["out_h"], sym["out_w"]),
+                act=act, act_n=-1, padding_r=pr)
+    return q, {**values, **strides}
 
 
 def build_winograd(p: WinogradProblem):
@@ -92,23 +151,57 @@ def build_winograd(p: WinogradProblem):
 
 
 def _kernel(total, insns, args, temps, name, p):
+    """A flat launch over ``total`` work-items (filter and wgrad stages: constant sizes)."""
     import loopy as lp
 
     knl = lp.make_kernel("{[f]: 0 <= f < %d}" % total, insns, args + temps, name=name,
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
                          index_dtype=INDEX_DTYPE,
                          silenced_warnings=["v1_scheduler_fallback"])
-    return split_fast(knl, "f", total, p.wg)
+    # loop-free: the partial work-group gets its own code (see split_fast)
+    return split_fast(knl, "f", total, p.wg, peel=True)
+
+
+# a work-group along channels narrower than this is widened to p.wg with a peeled partial
+# group rather than shrunk to a divisor of the channel count
+_MIN_WG = 16
+
+
+def _tile_wg(channels: int, wg: int) -> int:
+    """Work-group size along ``channels``: the largest divisor of it up to ``wg`` (no partial
+    group), unless that is narrower than ``min(channels, _MIN_WG)``."""
+    best = max(d for d in range(1, min(wg, channels) + 1) if channels % d == 0)
+    return best if best >= min(channels, _MIN_WG) else min(wg, channels)
+
+
+def _tile_kernel(p: WinogradProblem, channels: int, insns, args, temps, name):
+    """A launch over (tile of the chunk: work-group axis 1, group x channel: axis 0)."""
+    import loopy as lp
+
+    GC = p.groups * channels
+    dom = "{[c, t]: 0 <= c < %d and %s}" % (GC, ceil_range("t", p.T))
+    knl = lp.make_kernel(dom, insns, args + value_args((p, p.tiles, p.T)) + temps, name=name,
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         index_dtype=INDEX_DTYPE,
+                         silenced_warnings=["v1_scheduler_fallback"])
+    knl = split_fast(knl, "c", GC, _tile_wg(GC, p.wg), peel=True)
+    return lp.tag_inames(knl, {"t": "g.1"})
+
+
+_TILE_INAMES = frozenset(["c", "t"])
 
 
 def _tile_grid(p: WinogradProblem, channels: int):
-    """Work-items over (image, tile row, tile column, group, channel), channels fastest:
-    ``(total, n, th, tw, g, c, t)`` with ``t`` the tile's index in the chunk."""
+    """Index expressions of a :func:`_tile_kernel` work-item: ``(n, th, tw, g, c, t)``, ``t``
+    the tile's index in the chunk (image, tile row, tile column; decomposed once per
+    work-group's tile: run-time divisions stay out of the per-element work)."""
     from pymbolic import var
 
     TH, TW = p.tiles
-    n, th, tw, g, c = decompose(var("f"), [p.nb, TH, TW, p.groups, channels])
-    return p.T * p.groups * channels, n, th, tw, g, c, (n * TH + th) * TW + tw
+    t = var("t")
+    n, th, tw = decompose(t, [p.nb, TH, TW])
+    g, c = (0, var("c")) if p.groups == 1 else decompose(var("c"), [p.groups, channels])
+    return n, th, tw, g, c, t
 
 
 def _combo(coeffs, terms):
@@ -162,22 +255,32 @@ def _build_filter(p: WinogradProblem):
 def _build_input(p: WinogradProblem):
     import loopy as lp
     from pymbolic import var
+    from pymbolic.primitives import Comparison, LogicalAnd
 
     G, ICg = p.groups, p.icg
     TH, TW = p.tiles
     T = p.T
-    total, n, th, tw, g, ic, t = _tile_grid(p, ICg)
+    n, th, tw, g, ic, t = _tile_grid(p, ICg)
     d = [[var(f"d{a}{b}") for b in range(4)] for a in range(4)]
     insns = []
     H, W = p.src_sp
     for a in range(4):
         for b in range(4):
             pos = [th * 2 - p.padding_l[0] + a, tw * 2 - p.padding_l[1] + b]
-            lo_hi = [(-p.padding_l[0] + a, (TH - 1) * 2 - p.padding_l[0] + a),
-                     (-p.padding_l[1] + b, (TW - 1) * 2 - p.padding_l[1] + b)]
-            cond = bounds_condition(pos, lo_hi, (H, W))
+            if p.runtime:
+                # the last tile's row reads up to OH - 1 - pl + a = H + pr - 3 + a
+                conds = [Comparison(e, ">=", 0) for e, k, pl in
+                         zip(pos, (a, b), p.padding_l) if k - pl < 0]
+                conds += [Comparison(e, "<", n_) for e, k, pr, n_ in
+                          zip(pos, (a, b), p.padding_r, (H, W)) if k >= 3 - pr]
+                cond = None if not conds else (conds[0] if len(conds) == 1
+                                               else LogicalAnd(tuple(conds)))
+            else:
+                lo_hi = [(-p.padding_l[0] + a, (TH - 1) * 2 - p.padding_l[0] + a),
+                         (-p.padding_l[1] + b, (TW - 1) * 2 - p.padding_l[1] + b)]
+                cond = bounds_condition(pos, lo_hi, (H, W))
             val = guarded_load(cond, "src", offset(p.act, [var("n0") + n, g * ICg + ic, *pos]))
-            insns.append(lp.Assignment(d[a][b], val, within_inames=frozenset(["f"]),
+            insns.append(lp.Assignment(d[a][b], val, within_inames=_TILE_INAMES,
                                        id=f"ld{a}{b}"))
     base = var("v_off") + (g * T + t) * ICg + ic
     for xi in range(4):
@@ -188,13 +291,13 @@ def _build_input(p: WinogradProblem):
                     coeffs.append(BT[xi][a] * BT[nu][b])
                     terms.append(d[a][b])
             insns.append(lp.Assignment(var("v")[base + (xi * 4 + nu) * G * T * ICg],
-                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       _combo(coeffs, terms), within_inames=_TILE_INAMES,
                                        depends_on=frozenset(f"ld{a}{b}" for a in range(4)
                                                             for b in range(4))))
     args = make_args([("src", -1, False, True), ("v", -1, True, False), ("n0", None),
                       ("v_off", None)])
     temps = _temps([f"d{a}{b}" for a in range(4) for b in range(4)])
-    return finish(_kernel(total, insns, args, temps, "pydnnl_conv_winograd_input", p))
+    return finish(_tile_kernel(p, ICg, insns, args, temps, "pydnnl_conv_winograd_input"))
 
 
 def _build_output(p: WinogradProblem):
@@ -205,11 +308,12 @@ def _build_output(p: WinogradProblem):
     G, OCg = p.groups, p.ocg
     T = p.T
     OH, OW = p.dst_sp
-    total, n, th, tw, g, oc, t = _tile_grid(p, OCg)
+    n, th, tw, g, oc, t = _tile_grid(p, OCg)
+    rt = p.runtime
     m = [[var(f"m{a}{b}") for b in range(4)] for a in range(4)]
     base = var("m_off") + (g * T + t) * OCg + oc
     insns = [lp.Assignment(m[a][b], var("mm")[base + (a * 4 + b) * G * T * OCg],
-                           within_inames=frozenset(["f"]), id=f"ld{a}{b}")
+                           within_inames=_TILE_INAMES, id=f"ld{a}{b}")
              for a in range(4) for b in range(4)]
     c = g * OCg + oc
     bias = var("bias")[offset(p.bias, [c])] if p.bias is not None else None
@@ -227,14 +331,14 @@ def _build_output(p: WinogradProblem):
             dst_at = var("dst")[offset(p.act, [var("n0") + n, c, oh, ow])]
             value = apply_postops(value, p.post_ops, dst_at, at=[var("n0") + n, c, oh, ow])
             preds = []
-            if i == 1 and OH % 2:
+            if i == 1 and (rt or OH % 2):
                 preds.append(Comparison(oh, "<", OH))
-            if j == 1 and OW % 2:
+            if j == 1 and (rt or OW % 2):
                 preds.append(Comparison(ow, "<", OW))
             # the four stores write different elements: no ordering among them
             others = frozenset((f"st{a}{b}", "any") for a in range(2) for b in range(2)
                                if (a, b) != (i, j))
-            insns.append(lp.Assignment(dst_at, value, within_inames=frozenset(["f"]),
+            insns.append(lp.Assignment(dst_at, value, within_inames=_TILE_INAMES,
                                        predicates=frozenset(preds), id=f"st{i}{j}",
                                        no_sync_with=others,
                                        depends_on=frozenset(f"ld{a}{b}" for a in range(4)
@@ -245,7 +349,7 @@ def _build_output(p: WinogradProblem):
         specs.append(("bias", p.bias_n, False, True))
     specs += postop_arg_specs(p.post_ops) + [("n0", None), ("m_off", None)]
     temps = _temps([f"m{a}{b}" for a in range(4) for b in range(4)])
-    knl = _kernel(total, insns, make_args(specs), temps, "pydnnl_conv_winograd_output", p)
+    knl = _tile_kernel(p, OCg, insns, make_args(specs), temps, "pydnnl_conv_winograd_output")
     return finish(knl, p.post_ops)
 
 
@@ -258,34 +362,35 @@ def _build_dy(p: WinogradProblem):
     G, OCg = p.groups, p.ocg
     T = p.T
     OH, OW = p.dst_sp
-    total, n, th, tw, g, oc, t = _tile_grid(p, OCg)
+    n, th, tw, g, oc, t = _tile_grid(p, OCg)
+    rt = p.runtime
     d = [[var(f"d{a}{b}") for b in range(2)] for a in range(2)]
     insns = []
     for a in range(2):
         for b in range(2):
             conds = []
-            if a == 1 and OH % 2:
+            if a == 1 and (rt or OH % 2):
                 conds.append(Comparison(th * 2 + a, "<", OH))
-            if b == 1 and OW % 2:
+            if b == 1 and (rt or OW % 2):
                 conds.append(Comparison(tw * 2 + b, "<", OW))
             cond = None if not conds else (conds[0] if len(conds) == 1
                                            else LogicalAnd(tuple(conds)))
             at = offset(p.act, [var("n0") + n, g * OCg + oc, th * 2 + a, tw * 2 + b])
             insns.append(lp.Assignment(d[a][b], guarded_load(cond, "dy", at),
-                                       within_inames=frozenset(["f"]), id=f"ld{a}{b}"))
+                                       within_inames=_TILE_INAMES, id=f"ld{a}{b}"))
     base = var("u_off") + (g * T + t) * OCg + oc
     for xi in range(4):
         for nu in range(4):
             coeffs = [G2[xi][a] * G2[nu][b] for a in range(2) for b in range(2)]
             terms = [d[a][b] for a in range(2) for b in range(2)]
             insns.append(lp.Assignment(var("u")[base + (xi * 4 + nu) * G * T * OCg],
-                                       _combo(coeffs, terms), within_inames=frozenset(["f"]),
+                                       _combo(coeffs, terms), within_inames=_TILE_INAMES,
                                        depends_on=frozenset(f"ld{a}{b}" for a in range(2)
                                                             for b in range(2))))
     args = make_args([("dy", -1, False, True), ("u", -1, True, False), ("n0", None),
                       ("u_off", None)])
     temps = _temps([f"d{a}{b}" for a in range(2) for b in range(2)])
-    return finish(_kernel(total, insns, args, temps, "pydnnl_conv_winograd_dy", p))
+    return finish(_tile_kernel(p, OCg, insns, args, temps, "pydnnl_conv_winograd_dy"))
 
 
 def _build_wgrad(p: WinogradProblem):
@@ -325,4 +430,4 @@ def _build_wgrad(p: WinogradProblem):
     return _kernel(total, insns, args, temps, "pydnnl_conv_winograd_wgrad", p)
 
 
-__all__ = ["WinogradProblem", "build_winograd", "BT", "AT", "G_", "G2", "AT2"]
+__all__ = ["WinogradProblem", "build_winograd", "winograd_runtime", "BT", "AT", "G_", "G2", "AT2"]

@@ -11,13 +11,19 @@ than direct; the transforms cost memory traffic, so it pays for wide layers.
 Accuracy: the transforms multiply by 0.5 and add up to 9 (output) or 16 (input) terms, so
 rounding errors are a few ulps of the largest intermediate instead of one rounding per
 product; results stay within ~1e-5 of the magnitude of the output, not of each element.
+
+Sizes at run time: the transforms of plain activation layouts take spatial sizes, tile counts
+and strides as arguments (:func:`~pydnnl.kernels.conv_winograd.winograd_runtime`), and the
+filter and weight-gradient transforms have none, so a new spatial size or minibatch compiles
+no transform; the 16-way batched GEMM still bakes its tile count (m, or k for backward
+weights).
 """
 from __future__ import annotations
 
 from ....conv_shapes import ConvProblem
 from ....kernels.conv_common import swap_channel_dims
 from ....kernels.conv_direct import largest_divisor_at_most
-from ....kernels.conv_winograd import WinogradProblem, build_winograd
+from ....kernels.conv_winograd import WinogradProblem, build_winograd, winograd_runtime
 from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
@@ -47,6 +53,7 @@ class WinogradF2x3Solver(Solver):
         return not self.why_not(problem, engine)
 
     def default_params(self, problem: ConvProblem, engine) -> dict:
+        # (an optional "wg": the transforms' work-group size, 64 when absent)
         out = {"chunk_mb": 64}
         if problem.kind == "bwd_w":
             # GPUs: the products' sum over tiles (k of 16 x groups small GEMMs) in up to 32
@@ -65,6 +72,11 @@ class WinogradF2x3Solver(Solver):
 
     def build_plan(self, problem: ConvProblem, params: dict, engine) -> Plan:
         return _build(problem, params, engine, False)
+
+
+# the spatial fields of the filter and wgrad stages, which have no spatial size: one program
+# per (channels, weights layout) whatever the images
+_NO_SPACE = dict(nb=0, src_sp=(), dst_sp=(), padding_l=())
 
 
 def _forward_view(p: ConvProblem):
@@ -95,23 +107,26 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     u_off = plan.alloc(16 * G * ICg * OCg)
     v_off = plan.alloc(16 * G * T * ICg)
     m_off = plan.alloc(16 * G * T * OCg)
+    wg = int(params.get("wg", 64))
     common = dict(nb=nb, groups=G, icg=ICg, ocg=OCg, src_sp=in_sp, dst_sp=out_sp,
-                  padding_l=pad)
-    fp = WinogradProblem("filter", **common, wei=wei, wei_n=p.wei_n, flip=flip)
+                  padding_l=pad, wg=wg)
+    fp = WinogradProblem("filter", **_NO_SPACE, groups=G, icg=ICg, ocg=OCg, wei=wei,
+                         wei_n=p.wei_n, flip=flip, wg=wg)
     plan.kernel("conv_winograd", fp, build_winograd, wei=WEI, u=SCRATCH, u_off=u_off)
-    ip = WinogradProblem("input", **common, act=a_in, act_n=a_in_n)
-    op = WinogradProblem("output", **common, act=a_out, act_n=a_out_n, bias=p.bias,
-                         bias_n=p.bias_n, post_ops=p.post_ops)
+    ip, i_sizes = winograd_runtime(WinogradProblem("input", **common, act=a_in, act_n=a_in_n))
+    op, o_sizes = winograd_runtime(WinogradProblem(
+        "output", **common, act=a_out, act_n=a_out_n, bias=p.bias, bias_n=p.bias_n,
+        post_ops=p.post_ops))
     shape = GemmShape(m=T, n=OCg, k=ICg, lda=ICg, ldb=OCg, ldc=OCg)
     for c0 in range(0, p.mb, nb):
         plan.kernel("conv_winograd", ip, build_winograd, src=r_in, v=SCRATCH, n0=c0,
-                    v_off=v_off)
+                    v_off=v_off, **i_sizes)
         # the 16 * G products in one batched launch (16 * G launches cost ~17 us each of
         # enqueue on NVIDIA's OpenCL, more than a small layer's GEMMs)
         plan.gemm_batched(shape, 16 * G, T * ICg, ICg * OCg, T * OCg, SCRATCH, v_off,
                           SCRATCH, u_off, SCRATCH, m_off)
         plan.kernel("conv_winograd", op, build_winograd, mm=SCRATCH, dst=r_out, bias=BIAS,
-                    n0=c0, m_off=m_off)
+                    n0=c0, m_off=m_off, **o_sizes)
     return plan
 
 
@@ -133,16 +148,18 @@ def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     u_off = plan.alloc(16 * G * T * OCg)
     v_off = plan.alloc(16 * G * T * ICg)
     m_off = plan.alloc(16 * G * S * OCg * ICg)
+    wg = int(params.get("wg", 64))
     common = dict(nb=nb, groups=G, icg=ICg, ocg=OCg, src_sp=p.src_sp, dst_sp=p.dst_sp,
-                  padding_l=p.padding_l)
-    ip = WinogradProblem("input", **common, act=p.src, act_n=p.src_n)
-    dp = WinogradProblem("dy", **common, act=p.dst, act_n=p.dst_n)
-    wp = WinogradProblem("wgrad", **common, wei=p.wei, wei_n=p.wei_n, slices=S)
+                  padding_l=p.padding_l, wg=wg)
+    ip, i_sizes = winograd_runtime(WinogradProblem("input", **common, act=p.src, act_n=p.src_n))
+    dp, d_sizes = winograd_runtime(WinogradProblem("dy", **common, act=p.dst, act_n=p.dst_n))
+    wp = WinogradProblem("wgrad", **_NO_SPACE, groups=G, icg=ICg, ocg=OCg, wei=p.wei,
+                         wei_n=p.wei_n, slices=S, wg=wg)
     for c0 in range(0, p.mb, nb):
         plan.kernel("conv_winograd", ip, build_winograd, src=SRC, v=SCRATCH, n0=c0,
-                    v_off=v_off)
+                    v_off=v_off, **i_sizes)
         plan.kernel("conv_winograd", dp, build_winograd, dy=DST, u=SCRATCH, n0=c0,
-                    u_off=u_off)
+                    u_off=u_off, **d_sizes)
         shape = GemmShape(m=OCg, n=ICg, k=Ts, lda=OCg, ldb=ICg, ldc=ICg, trans_a=True,
                           beta=0.0 if c0 == 0 else 1.0)
         plan.gemm_batched(shape, 16 * G * S, Ts * OCg, Ts * ICg, OCg * ICg, SCRATCH, u_off,
