@@ -42,6 +42,7 @@ from .conv_common import (
     prod,
     tag_grid,
 )
+from .sizevars import ceil_range, is_var, value_args
 
 # how register-tile loops are unrolled: #pragma unroll hints (loopy's own unrolling costs
 # seconds of code generation per kernel)
@@ -107,6 +108,8 @@ class IgemmDataProblem:
     bias_n: int = 0
     post_ops: tuple = ()
     tile: TileParams = TileParams()
+    rows: object = None  # the row count mb * prod(jsp) when the sizes are size variables
+    tall: bool = False  # run-time rows, at least a tile's (see _register_tile)
 
 
 @dataclass(frozen=True)
@@ -206,22 +209,31 @@ def _tile_grid(knl, t: TileParams, io: str, jo: str):
 
 
 def _register_tile(t: TileParams, M: int, N: int, extra_outer: dict, k_inames: dict,
-                   row_base, a_load, b_load, store):
+                   row_base, a_load, b_load, store, out_base=None, tall=False,
+                   reads_out=False):
     """Instructions, domain and tags of a register-tile kernel (``k_inames``: the reduction
     loops, outermost first, not empty).
 
     ``row_base(r)``: the row operand's base address of (clamped) row ``r``; ``a_load(base)``
     the row operand value at a row's base (in the reduction inames); ``b_load(col)`` the
     column operand at column ``col``; ``store(r, col, acc)`` -> (assignee, value, extra
-    predicates). Returns (domain, insns, temps, tags, priorities)."""
+    predicates). ``out_base(r)``: a per-row part of the store address, computed once per row
+    with the row bases (run-time sizes: their divisions stay out of the stores); ``store``
+    then gets it as a fourth argument. ``tall``: the caller guarantees ``M >= rows``; the
+    last row tile then moves up to end at row ``M`` (no clamped rows, no row guards: the rows
+    it shares with the tile before are computed bit for bit alike and stored twice, or, where
+    the store reads the output (``reads_out``: a sum post-op), stored by their own tile only).
+    Returns (domain, insns, temps, tags, priorities)."""
     import loopy as lp
     from pymbolic.primitives import Comparison
 
     rm, nr, vw = t.rows, t.cols, t.vec
     nv = nr // vw
-    mt, nt = -(-M // rm), -(-N // nr)
+    nt = -(-N // nr)
+    # a run-time row count: the row tiles' range is a constraint, every tile is guarded
+    ragged = is_var(M) or -(-M // rm) * rm > M
     V = _var
-    outer = {"io": mt, "jo": nt, **extra_outer}
+    outer = {"io": (M, rm), "jo": nt, **extra_outer}
     small = {"ir": rm, "ii": rm, "jj": nv, "jv": vw, "iz": rm, "jz": nv, "vz": vw,
              "jb": nv, "vb": vw, "is": rm, "js": nv, "vs": vw}
     ranges = {**outer, **small, **k_inames}
@@ -234,16 +246,21 @@ def _register_tile(t: TileParams, M: int, N: int, extra_outer: dict, k_inames: d
     def col(j, v):
         return V("jo") * nr + j * vw + v
 
-    r_ir = row(V("ir"))
-    if mt * rm > M:
-        from pymbolic.primitives import If
+    from pymbolic.primitives import If
 
+    r_ir = row(V("ir"))
+    insns = []
+    if tall:
+        insns.append(lp.Assignment(V("r0"), If(Comparison(row(0) + rm, "<=", M), row(0),
+                                               M - rm), id="r0", within_inames=base))
+        r_ir = V("r0") + V("ir")
+    elif ragged:
         r_ir = If(Comparison(r_ir, "<", M), r_ir, M - 1)
     acc = lambda i, j, v: V("acc")[V(i), V(j), V(v)]  # noqa: E731
-    insns = [
+    insns += [
         lp.Assignment(acc("iz", "jz", "vz"), 0, id="zero", within_inames=base | {"iz", "jz", "vz"}),
         lp.Assignment(V("rb")[V("ir")], row_base(r_ir), id="rbase",
-                      within_inames=base | {"ir"}),
+                      within_inames=base | {"ir"}, depends_on=frozenset(["r0"] if tall else [])),
     ]
     insns.append(lp.Assignment(V("bv")[V("jb"), V("vb")], b_load(col(V("jb"), V("vb"))),
                                id="ldb", within_inames=base | kset | {"jb", "vb"}))
@@ -252,15 +269,25 @@ def _register_tile(t: TileParams, M: int, N: int, extra_outer: dict, k_inames: d
         acc("ii", "jj", "jv") + a_load(V("rb")[V("ii")]) * V("bv")[V("jj"), V("jv")],
         id="fma", depends_on=frozenset(["ldb", "zero", "rbase"]),
         within_inames=base | kset | {"ii", "jj", "jv"}))
-    r_s, c_s = row(V("is")), col(V("js"), V("vs"))
-    assignee, value, preds = store(r_s, c_s, acc("is", "js", "vs"))
+    if out_base is not None:
+        insns.append(lp.Assignment(V("ob")[V("ir")], out_base(r_ir), id="obase",
+                                   within_inames=base | {"ir"},
+                                   depends_on=frozenset(["r0"] if tall else [])))
+    r_s, c_s = (V("r0") if tall else row(0)) + V("is"), col(V("js"), V("vs"))
+    if out_base is None:
+        assignee, value, preds = store(r_s, c_s, acc("is", "js", "vs"))
+    else:
+        assignee, value, preds = store(r_s, c_s, acc("is", "js", "vs"), V("ob")[V("is")])
     preds = set(preds)
-    if mt * rm > M:
+    if tall:
+        if reads_out:
+            preds.add(Comparison(r_s, ">=", row(0)))
+    elif ragged:
         preds.add(Comparison(r_s, "<", M))
     if nt * nr > N:
         preds.add(Comparison(c_s, "<", N))
     insns.append(lp.Assignment(assignee, value, id="store", predicates=frozenset(preds),
-                               depends_on=frozenset(["fma"]),
+                               depends_on=frozenset(["fma"] + (["obase"] if out_base else [])),
                                within_inames=base | {"is", "js", "vs"}))
     temps = [lp.TemporaryVariable("acc", np.float32, shape=(rm, nv, vw),
                                   address_space=lp.AddressSpace.PRIVATE),
@@ -268,6 +295,12 @@ def _register_tile(t: TileParams, M: int, N: int, extra_outer: dict, k_inames: d
                                   address_space=lp.AddressSpace.PRIVATE),
              lp.TemporaryVariable("rb", INDEX_DTYPE, shape=(rm,),
                                   address_space=lp.AddressSpace.PRIVATE)]
+    if out_base is not None:
+        temps.append(lp.TemporaryVariable("ob", INDEX_DTYPE, shape=(rm,),
+                                          address_space=lp.AddressSpace.PRIVATE))
+    if tall:
+        temps.append(lp.TemporaryVariable("r0", INDEX_DTYPE, shape=(),
+                                          address_space=lp.AddressSpace.PRIVATE))
     u = _UNROLL
     vec = "vec" if vw > 1 else "unr"
     tags = {"ii": u, "jj": u, "jv": vec, "iz": u, "jz": u, "vz": vec, "jb": u, "vb": "unr",
@@ -281,7 +314,8 @@ def _assemble(ranges, insns, temps, tags, prios, args, name, t: TileParams, post
     import loopy as lp
 
     dom = "{[" + ", ".join(ranges) + "]: " + " and ".join(
-        f"0 <= {k} < {v}" for k, v in ranges.items()) + "}"
+        ceil_range(k, *v) if isinstance(v, tuple) else ceil_range(k, v)
+        for k, v in ranges.items()) + "}"
     knl = _make(dom, insns, args + temps, name)
     if t.vec > 1:
         knl = lp.tag_array_axes(knl, "acc", "c,c,vec")
@@ -306,7 +340,7 @@ def build_igemm_data(p: IgemmDataProblem):
     t = p.tile
     K = prod(p.kernel)
     npan = -(-p.nch // t.cols)
-    M = p.mb * prod(p.jsp)
+    M = p.rows if p.rows is not None else p.mb * prod(p.jsp)
     us = [f"u{d}" for d in range(nsp)]
     k_inames = {**{u: n for u, n in zip(us, p.taps)}, "kc": p.kch}
     a = p.a
@@ -327,25 +361,53 @@ def build_igemm_data(p: IgemmDataProblem):
         return V("wp")[p.wp_off + pan_base + (tap * p.kch + V("kc")) * t.cols
                        + (col - V("jo") * t.cols)]
 
-    def store(r, col, accv):
+    def out_pos(r):
         n, *j = decompose(r, [p.mb, *p.jsp])
+        return n, [j[d] * p.o_stride[d] + p.o_off[d] for d in range(nsp)]
+
+    def store(r, col, accv, ob=None):
         c = V("g") * p.nch + col
-        pos = [j[d] * p.o_stride[d] + p.o_off[d] for d in range(nsp)]
-        at = V("out")[offset(p.out, [n, c, *pos])]
+        if ob is None:
+            n, pos = out_pos(r)
+            at = V("out")[offset(p.out, [n, c, *pos])]
+        else:  # plain layout: the row's part plus the channel's
+            n, pos = None, None
+            at = V("out")[ob + c * p.out[1][1][1]]
         value = accv
         if p.bias is not None:
             value = value + V("bias")[offset(p.bias, [c])]
-        return at, apply_postops(value, p.post_ops, at, at=[n, c, *pos]), ()
+        return at, apply_postops(value, p.post_ops, at, at=None if n is None else [n, c, *pos]), ()
 
-    ranges, insns, temps, tags, prios = _register_tile(
-        t, M, p.nch, {"g": p.groups}, k_inames, row_base, a_load, b_load, store)
+    def out_base(r):
+        n, pos = out_pos(r)
+        return offset(p.out, [n, 0, *pos])
+
     has_sum = any(op[0] == "sum" for op in p.post_ops)
-    specs = [("a", -1, False, True), ("wp", -1, False, True), ("out", p.out_n, True, has_sum)]
+    ranges, insns, temps, tags, prios = _register_tile(
+        t, M, p.nch, {"g": p.groups}, k_inames, row_base, a_load, b_load, store,
+        out_base if is_var(M) else None, tall=p.tall, reads_out=has_sum)
+    specs = [("a", -1, False, True), ("wp", -1, False, True), ("out", _n(p.out_n), True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
     specs += postop_arg_specs(p.post_ops)
-    return _assemble(ranges, insns, temps, tags, prios, make_args(specs),
+    return _assemble(ranges, insns, temps, tags, prios, make_args(specs) + value_args(p),
                      "pydnnl_conv_igemm_data", t, p.post_ops)
+
+
+def _n(nelems):
+    """An array's element count for :func:`make_args`: -1 (no static bounds) when it is a
+    run-time size."""
+    return -1 if is_var(nelems) else nelems
+
+
+def _vprod(xs):
+    """The product of ints and size variables (an int when all are ints)."""
+    if not any(is_var(x) for x in xs):
+        return prod(xs)
+    out = 1
+    for x in xs:
+        out = x if out == 1 else out * x
+    return out
 
 
 def _build_fill(p: IgemmDataProblem):
@@ -357,7 +419,7 @@ def _build_fill(p: IgemmDataProblem):
 
     nsp = len(p.jsp)
     V = _var
-    ranges = {"n": p.mb, "r": prod(p.jsp[:-1]), "w": p.jsp[-1], "c": p.groups * p.nch}
+    ranges = {"n": p.mb, "r": _vprod(p.jsp[:-1]), "w": p.jsp[-1], "c": p.groups * p.nch}
     j = [*decompose(V("r"), list(p.jsp[:-1])), V("w")]
     pos = [j[d] * p.o_stride[d] + p.o_off[d] for d in range(nsp)]
     c = V("c")
@@ -367,13 +429,13 @@ def _build_fill(p: IgemmDataProblem):
                          id="store",
                          within_inames=frozenset(ranges))
     has_sum = any(op[0] == "sum" for op in p.post_ops)
-    specs = [("out", p.out_n, True, has_sum)]
+    specs = [("out", _n(p.out_n), True, has_sum)]
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
     specs += postop_arg_specs(p.post_ops)
     knl = _make("{[" + ", ".join(ranges) + "]: " + " and ".join(
-        f"0 <= {k} < {v}" for k, v in ranges.items()) + "}", [insn], make_args(specs),
-        "pydnnl_conv_igemm_fill")
+        ceil_range(k, v) for k, v in ranges.items()) + "}", [insn],
+        make_args(specs) + value_args(p), "pydnnl_conv_igemm_fill")
     knl = lp.tag_inames(knl, {"r": "g.0", "n": "g.1"})
     knl = lp.prioritize_loops(knl, "w,c")
     return lp.set_options(finish(knl, p.post_ops), enforce_array_accesses_within_bounds="no_check")

@@ -121,3 +121,49 @@ def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
         np.testing.assert_array_equal(rows[:, :, C:], -1.0)  # the padding is not written
         np.testing.assert_array_equal(out[:2], [-1.0, -1.0])
     assert len({key for fam, key in requested if fam == "reorder"}) == 1
+
+
+# the implicit-GEMM data kernels take minibatch and spatial sizes at run time; the staging
+# copy (conv_im2col) may still bake them
+_IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei")
+
+
+@pytest.mark.parametrize("engine", CPU_ENGINES,
+                         ids=[e.info.platform.split()[0] for e in CPU_ENGINES])
+@pytest.mark.parametrize("geometry, stag", [("kh3ph1", "any"), ("kh3sh2ph1", "any"),
+                                            ("kh1ph0", "nchw")])
+def test_new_image_size_needs_no_new_implicit_gemm_kernel(engine, requested, geometry, stag):
+    from pydnnl.benchdnn import conv as C
+    from pydnnl.benchdnn.conv_problem import ConvProblem
+
+    def problem(mb, ih, iw):
+        oh = -(-ih // 2) if "sh2" in geometry else ih
+        ow = -(-iw // 2) if "sh2" in geometry else iw
+        return ConvProblem.parse(f"mb{mb}ic8ih{ih}iw{iw}oc24oh{oh}ow{ow}"
+                                 f"{geometry}{geometry.replace('h', 'w')}")
+
+    for d in ("FWD_B", "BWD_D"):
+        o = C.ConvOptions(dir=d, alg="implicit_gemm", stag=stag, dtag=stag)
+        C.ConvBench(engine, problem(1, 6, 6), o)
+        first = {r for r in requested if r[0] in _IGEMM_FAMILIES}
+        assert first
+        for mb, ih, iw in ((2, 5, 9), (3, 11, 4)):
+            requested.clear()
+            b = C.ConvBench(engine, problem(mb, ih, iw), o)
+            new = {r for r in requested if r[0] in _IGEMM_FAMILIES} - first
+            assert not new, sorted(new)
+            assert b.check() <= b.tolerance()
+
+
+@pytest.mark.parametrize("engine", CPU_ENGINES[:1],
+                         ids=[e.info.platform.split()[0] for e in CPU_ENGINES[:1]])
+def test_implicit_gemm_sum_post_op_over_moved_last_tile(engine, requested):
+    """A sum post-op reads the destination: the moved last row tile (run-time rows, more
+    than a tile) must not add its shared rows twice; fewer rows than a tile clamp instead."""
+    from pydnnl.benchdnn import conv as C
+    from pydnnl.benchdnn.conv_problem import ConvProblem
+
+    o = C.ConvOptions(dir="FWD_B", alg="implicit_gemm", post_ops="sum:0.5+relu")
+    for desc in ("mb1ic5ih9oc24oh9kh3ph1", "mb2ic5ih7oc24oh7kh3ph1", "mb1ic5ih2oc24oh2kh3ph1"):
+        b = C.ConvBench(engine, ConvProblem.parse(desc), o)
+        assert b.check() <= b.tolerance(), desc

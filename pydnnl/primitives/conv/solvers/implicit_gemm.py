@@ -40,6 +40,7 @@ from ....kernels.conv_implicit_gemm import (
     build_wei_pack,
     build_wei_reduce,
 )
+from ....kernels.sizevars import symbolize
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
@@ -289,25 +290,83 @@ def _data(plan: Plan, p: ConvProblem, t: TileParams) -> None:
         kch, nch, out, out_n, out_ref = p.ocg, p.icg, p.src, p.src_n, SRC
     phases = _phases(p)
     lo, hi = _read_range(phases, nsp)
+    # the packed weights first: their place in the scratchpad does not depend on the
+    # spatial sizes, so neither does the packing kernel
+    npan = -(-nch // t.cols)
+    wp_off = plan.alloc(p.groups * npan * p.K * kch * t.cols)
     a = _plain(a_lay, nsp)
     if not _covered(a, lo, hi, a_sp):
         a, _, left = _stage(plan, a_ref, a_lay, a_n, p.mb, a_ch, a_sp, lo, hi)
         a_ref = SCRATCH
         phases = [{**ph, "a_off": tuple(v + l for v, l in zip(ph["a_off"], left))}
                   for ph in phases]
-    npan = -(-nch // t.cols)
-    wp_off = plan.alloc(p.groups * npan * p.K * kch * t.cols)
     wpp = WeiPackProblem(groups=p.groups, kch=kch, nch=nch, kernel=tuple(p.kernel), wei=p.wei,
                          wei_n=p.wei_n, cols=t.cols, transpose=not fwd, wp_off=wp_off,
                          per_item=per_item(plan.engine))
     plan.kernel("conv_igemm_pack_wei", wpp, build_wei_pack, wei=WEI, wp=SCRATCH)
+    runtime = runtime_sizes(p, out, phases)
+    a_args = {}
+    if runtime:
+        a, a_args = _sym_plain(a, "a", a_ch)
+        out, o_args = _sym_layout(out, "o", p.ic if not fwd else p.oc)
+        a_args.update(o_args)
+        out_n = -1
     for ph in phases:
+        size_args = {}
+        if runtime:
+            jsp = ph["jsp"]
+            # ("rows" would collide with Plan.launch's own parameter)
+            sizes, size_args = symbolize({"mb": p.mb, "nrows": p.mb * prod(jsp),
+                                          **{f"j{d}": v for d, v in enumerate(jsp)}})
+            ph = {**ph, "jsp": tuple(sizes[f"j{d}"] for d in range(nsp))}
+            size_args.update(a_args)
+            extra = {"mb": sizes["mb"], "rows": sizes["nrows"] if all(ph["taps"]) else None,
+                     "tall": p.mb * prod(jsp) >= t.rows}
+        else:
+            extra = {"mb": p.mb}
         dp = IgemmDataProblem(
-            mb=p.mb, groups=p.groups, kch=kch, nch=nch, a=a, kernel=tuple(p.kernel),
+            groups=p.groups, kch=kch, nch=nch, a=a, kernel=tuple(p.kernel),
             wp_off=wp_off, out=out, out_n=out_n, bias=p.bias, bias_n=p.bias_n,
-            post_ops=p.post_ops, tile=t, **ph)
+            post_ops=p.post_ops, tile=t, **extra, **ph)
         plan.kernel("conv_igemm_data", dp, build_igemm_data, a=a_ref, wp=SCRATCH, out=out_ref,
-                    bias=BIAS)
+                    bias=BIAS, **size_args)
+
+
+def runtime_sizes(p: ConvProblem, out: tuple, phases: list[dict]) -> bool:
+    """Whether the data kernels take minibatch, spatial sizes and the activations' strides
+    at run time (one program for every size): plain output layouts without binary post-ops
+    (their operands' layouts stay baked), and at most two spatial dims where a phase reads
+    nothing (its fill kernel's loop over the outer positions must stay affine)."""
+    if plain_strides(out) is None or any(op[0] == "binary" for op in p.post_ops):
+        return False
+    return p.nsp <= 2 or all(all(ph["taps"]) for ph in phases)
+
+
+def _sym_strides(values: dict, channels: int) -> tuple[dict, dict]:
+    """Size variables for the strides and offsets of ``values``. A stride of 1 or of the
+    tensor's channel count (the innermost spatial stride of a channels-last tensor) stays
+    baked: it does not change with the spatial sizes, contiguous vector loads and stores need
+    the unit stride at compile time, and a constant tap stride let the 7x7 stem (3 input
+    channels) keep its unrolled addresses (a run-time one ran it at 0.62-0.78x)."""
+    keep = {k: v for k, v in values.items() if v in (1, channels) and not k.endswith("off0")}
+    fields, args = symbolize({k: v for k, v in values.items() if k not in keep})
+    return {**fields, **keep}, args
+
+
+def _sym_plain(t: PlainTensor, name: str, channels: int) -> tuple[PlainTensor, dict]:
+    vals = {f"{name}_off0": t.off0, f"{name}_sn": t.sn, f"{name}_sc": t.sc,
+            **{f"{name}_s{d}": v for d, v in enumerate(t.ssp)}}
+    f, args = _sym_strides(vals, channels)
+    return PlainTensor(off0=f[f"{name}_off0"], sn=f[f"{name}_sn"], sc=f[f"{name}_sc"],
+                       ssp=tuple(f[f"{name}_s{d}"] for d in range(len(t.ssp)))), args
+
+
+def _sym_layout(layout: tuple, name: str, channels: int) -> tuple[tuple, dict]:
+    """A plain layout ``(off0, ((1, stride, ()), ...))`` with size variables."""
+    off0, per = layout
+    vals = {f"{name}_off0": off0, **{f"{name}_d{d}": st for d, (_, st, _) in enumerate(per)}}
+    f, args = _sym_strides(vals, channels)
+    return (f[f"{name}_off0"], tuple((1, f[f"{name}_d{d}"], ()) for d in range(len(per)))), args
 
 
 def _weights(plan: Plan, p: ConvProblem, params: dict, t: TileParams) -> None:
