@@ -877,7 +877,7 @@ def _build_local(pr: GemmProblem, p: dict):
     gi_bound = f"0 <= gi and {tm} * gi <= m - 1" if pr.runtime_m else f"0 <= gi < {mt}"
     # a run-time k: the k tiles that start before ksize, the last one zero-filled past it;
     # a sample k of whole k tiles makes a kernel for such k only, without the fill (which
-    # cost RNN-sized GEMMs on the H100 FILL_COST)
+    # cost the H100 13-21%: 64x512x512 18.8 -> 22.3 us, 64x512x2048 58.5 -> 70.7)
     ko_bound = f"0 <= ko and {kt} * ko <= ksize - 1" if rk else f"0 <= ko < {kot}"
 
     outer = ["gi", "gj"] + (["bt"] if batched else [])

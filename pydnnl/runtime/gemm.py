@@ -78,7 +78,9 @@ def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1) -> str | No
     NVIDIA kernel. Register tiles: ``"tall"`` where m fills a tile, ``"any"`` below; local
     tiles and the NVIDIA kernel: ``"any"`` (their row clamps sit in the tile loads, outside
     the product); None where m stays baked (transposed A, an epilogue, a batch, m == 1: one
-    class of its own, and local tiles over buffers past 32-bit indices). Measured on the
+    class of its own, and local tiles over buffers past 32-bit indices: their run-time sizes
+    index in int32). Local tiles cost 2-5% with a run-time m on the H100 (figures at
+    :func:`runtime_k`); the NVIDIA kernel nothing (at :func:`_nv_problem`). Measured on the
     AVX-512 Xeon with packed B: "tall" kernels run within 1-2% of baked ones, "any" kernels
     (per-row clamps) 4-6% below; at m == 1 the baked kernel's rows all read row 0, which the
     compiler merges (1x2048x512: 0.94-0.96 of it as "any")."""
@@ -96,7 +98,11 @@ def runtime_k(shape: GemmShape, params: dict | None, batch: int = 1) -> bool:
     gradients, whose k is T*N or the batch): no epilogue, one batch entry; register tiles:
     plain B whose ragged columns cost at most one clamped k step; local tiles: k at least
     one k tile (a shorter k keeps its smaller tile) and 32-bit indices; ``params`` None (the
-    hand-written NVIDIA kernel): always (it covers only k that are whole k slices)."""
+    hand-written NVIDIA kernel): always where its tile allows (see :func:`_nv_problem`).
+    Local tiles measured on the H100 (us, baked / run-time m / run-time m and k): 64x512x512
+    17.7 / 18.5 / 18.8, 64x2048x512 17.9 / 18.8 / 19.7, 4x2048x512 13.8 / 14.1 / 14.1,
+    64x512x2048 54.9 / 57.6 / 58.5, 200x1024x256 16.1 / 16-19 / 15.8 (k a whole number of
+    k tiles; see ``kernels.gemm.cache_key``)."""
     if shape.has_epilogue or batch != 1:
         return False
     if params is None:
@@ -180,10 +186,20 @@ def _build_nv(engine, prob, tile, aligned: bool = False):
                       lambda: gemm_nv.build_gemm_nv(prob, tile, aligned))
 
 
-def _nv_problem(shape: GemmShape) -> fam.GemmProblem:
-    """The hand-written kernel's problem for ``shape``: m and k at run time where they can
-    be (see :func:`runtime_m`, :func:`runtime_k`)."""
-    return _problem(shape, None, runtime_m(shape, None), runtime_k(shape, None))
+def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
+    """The hand-written kernel's problem for ``shape`` with ``tile``: m at run time where it
+    can be (:func:`runtime_m`), k too on the tensor cores (:func:`runtime_k`).
+
+    Measured on the H100 (2026-11, us, baked / run-time, copies with compiled-in offsets):
+    a run-time m costs nothing (1024x1024x512 33.1 / 33.2; 64x2048x512 16.5 / 16.7;
+    1000x2048x512 54.2 / 55.1; 512x2048x2048 A transposed 113.4 / 113.4). A run-time k
+    costs the SIMT kernel its k-loop schedule (1024x1024x512 33.1 / 35.9; 2048x2048x512
+    98.1 / 100.8; weight gradients, A transposed: 512x2048x1024 58.3 / 77.7, 512x2048x2048
+    113.4 / 152.4), so the SIMT kernel keeps k baked (a new k compiles a program); the TF32
+    kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
+    transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time."""
+    rk = runtime_k(shape, None) and tile.mma is not None
+    return _problem(shape, None, runtime_m(shape, None), rk)
 
 
 def _build(engine, prob, params):
@@ -212,7 +228,7 @@ class Gemm:
             self.params = None
             self.packed, self.panel, self.packed_size = False, None, 0
             self.splits, self.part_elems, self.reduce = 1, 0, None
-            prob = _nv_problem(shape)
+            prob = _nv_problem(shape, self.nv_tile)
             self.kernel = _build_nv(engine, prob, self.nv_tile)
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%
@@ -310,8 +326,8 @@ class Gemm:
         key = (a_off, b_off, c_off)
         k = self._static.get(key)
         if k is None and len(self._static) < MAX_STATIC_NV:
-            prob = replace(_nv_problem(self.shape), runtime_offsets=False, a_offset=a_off,
-                           b_offset=b_off, c_offset=c_off)
+            prob = replace(_nv_problem(self.shape, self.nv_tile), runtime_offsets=False,
+                           a_offset=a_off, b_offset=b_off, c_offset=c_off)
             k = self._static[key] = _build_nv(self.engine, prob, self.nv_tile,
                                               aligned=gemm_nv.aligned_offsets(prob))
         return k

@@ -265,8 +265,10 @@ def test_runtime_selects_it_on_nvidia(engine, stream):
         B = b[off:off + k * n].reshape(k, n).astype(np.float64)
         got = mc.to_numpy()[off:off + m * n].reshape(m, n)
         np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-3)
+    from pydnnl.kernels.source import launch_size
+
     gs = g.global_size_for_rows(100)
-    assert gs[1] * g.kernel.src.local_size[1] < g.kernel.src.global_size[1]
+    assert gs[1] * g.kernel.src.local_size[1] < launch_size(g.kernel.src, {"m": m})[1]
 
 
 def test_tile_rules_on_an_h100_like_device():
@@ -419,10 +421,11 @@ def test_runtime_sizes_key_and_source_free_of_the_sample():
         key_problem(GemmProblem(m=1000, n=256, k=64))
 
 
-def test_runtime_launcher_one_program_for_every_m_and_k(engine, stream, monkeypatch):
-    """``get_gemm`` on the hand-written kernel (forced here on every device): GEMMs of the
-    same tile class that differ in m (an RNN's T*N) or k (a weight gradient's T*N) share
-    their programs, the copies with compiled-in offsets included, and compute right."""
+def test_runtime_launcher_one_program_for_every_m(engine, stream, monkeypatch):
+    """``get_gemm`` on the hand-written SIMT kernel (forced here on every device): GEMMs of
+    the same tile class that differ in m (an RNN's T*N) share their programs, the copies
+    with compiled-in offsets included; k stays baked in the SIMT kernel (measured: see
+    ``runtime.gemm._nv_problem``); every launch computes right."""
     from pydnnl.runtime import gemm as rg
     from pydnnl.runtime.gemm import GemmShape, get_gemm
 
@@ -439,7 +442,8 @@ def test_runtime_launcher_one_program_for_every_m_and_k(engine, stream, monkeypa
         shape = GemmShape(m=m, n=n, k=k, lda=m if ta else k, ldb=n, ldc=n, trans_a=ta,
                           beta=0.0)
         g = get_gemm(engine, shape, static_b=True)
-        assert g.nv_tile == tile and "ksize" in g.kernel.src.arg_names
+        assert g.nv_tile == tile and "ksize" not in g.kernel.src.arg_names
+        assert ("m" in g.kernel.src.arg_names) == (not ta)
         gemms.append((g, ta))
         a = rng.standard_normal(m * k + 4).astype(np.float32)
         b = rng.standard_normal(k * n + 4).astype(np.float32)
@@ -458,11 +462,25 @@ def test_runtime_launcher_one_program_for_every_m_and_k(engine, stream, monkeypa
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     plain = [g for g, ta in gemms if not ta]
     wgrad = [g for g, ta in gemms if ta]
-    for group in (plain, wgrad):
-        assert all(g.kernel is group[0].kernel for g in group)
-        assert all(g._static[(4, 4, 4)] is group[0]._static[(4, 4, 4)] for g in group)
-    assert plain[0].kernel is not wgrad[0].kernel
+    same_k = plain[:2]  # (40, 32) and (70, 32): one program each
+    assert all(g.kernel is same_k[0].kernel for g in same_k)
+    assert all(g._static[(4, 4, 4)] is same_k[0]._static[(4, 4, 4)] for g in same_k)
+    assert plain[2].kernel is not plain[0].kernel  # another k
+    assert wgrad[0].kernel is not wgrad[1].kernel
     # the rows of a shrinking plan (an RNN step's active sequences): whole bm row groups
     assert plain[1].global_size_for_rows(33)[1] == 2
+
+
+def test_runtime_k_on_tensor_cores_only():
+    """The launcher's problem for the NVIDIA kernel: m at run time for both kernels, k only
+    for the TF32 one (measured rules in ``runtime.gemm._nv_problem``)."""
+    from pydnnl.runtime.gemm import GemmShape, _nv_problem
+
+    simt, tc = TILES["64x128x16/8x8"], NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
+    sh = GemmShape(m=1024, n=1024, k=512, lda=512, ldb=1024, ldc=1024)
+    assert _nv_problem(sh, simt).runtime_m == "any" and not _nv_problem(sh, simt).runtime_k
+    assert _nv_problem(sh, tc).runtime_m == "any" and _nv_problem(sh, tc).runtime_k
+    wgrad = GemmShape(m=512, n=2048, k=2048, lda=512, ldb=2048, ldc=2048, trans_a=True)
+    assert _nv_problem(wgrad, tc).runtime_m is None and _nv_problem(wgrad, tc).runtime_k
 
 # }}}
