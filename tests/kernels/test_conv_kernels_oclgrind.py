@@ -119,3 +119,66 @@ print(json.dumps(results))
 def test_conv_kernels_clean_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {k: True for k in results} and len(results) == 12, results
+
+
+# Winograd transforms with sizes at run time (plain layouts; the probe above runs them too,
+# in nchw and in image chunks for backward weights): one program over two image sizes and
+# minibatches (odd and even outputs, two image chunks), backward data, and work-groups of 8
+# over 12 and 13 channels (the last group along channels partial: peeled)
+WINO_RT_PROBE = "SEED = 11\n" + CONV_PROBE_PRELUDE + r"""
+WINO = dnnl.algorithm.convolution_winograd
+po = dnnl.post_ops(); po.append_sum(0.5); po.append_eltwise(dnnl.algorithm.eltwise_relu, 0.1, 0)
+attr = dnnl.primitive_attr(); attr.set_post_ops(po)
+P = [1, 1]
+
+def run(direction, xs, ic, oc, tag, params=None):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((oc, ic, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    ys = (xs[0], oc, xs[2], xs[3])
+    dy = rng.standard_normal(ys).astype(np.float32)
+    extra = {"solver_params": params} if params else {}
+    xm, wm, bm, ym = (MD(xs, F32, tag), MD(w.shape, F32, "any"), MD([oc], F32, "x"),
+                      MD(ys, F32, tag))
+    if direction == "fwd":
+        pd = convolution_forward.primitive_desc(eng, dnnl.prop_kind.forward_training, WINO,
+            xm, wm, bm, ym, [1, 1], [0, 0], P, P, attr, **extra)
+        Y = mem(pd.dst_desc(), dy)
+        convolution_forward(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_BIAS: mem(pd.bias_desc(), b),
+            dnnl.ARG_DST: Y})
+        s.wait()
+        return close(Y.to_numpy(), R.apply_post_ops(R.conv_forward(x, w, b, [1, 1], [0, 0],
+                                                                    P, P), po, dy), 3e-5)
+    if direction == "bwd_d":
+        pd = convolution_backward_data.primitive_desc(eng, WINO, xm, wm, ym, [1, 1], [0, 0],
+                                                      P, P, None, **extra)
+        DX = mem(pd.diff_src_desc())
+        convolution_backward_data(pd).execute(s, {dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_DIFF_SRC: DX})
+        s.wait()
+        return close(DX.to_numpy(), R.conv_backward_data(dy, w, xs, [1, 1], [0, 0], P, P), 3e-5)
+    pd = convolution_backward_weights.primitive_desc(eng, WINO, xm, wm, bm, ym, [1, 1], [0, 0],
+                                                     P, P, None, **extra)
+    DW, DB = mem(pd.diff_weights_desc()), mem(pd.diff_bias_desc())
+    convolution_backward_weights(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+        dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy), dnnl.ARG_DIFF_WEIGHTS: DW,
+        dnnl.ARG_DIFF_BIAS: DB})
+    s.wait()
+    rw, rb = R.conv_backward_weights(x, dy, w.shape, [1, 1], [0, 0], P, P)
+    return close(DW.to_numpy(), rw, 3e-5) and close(DB.to_numpy(), rb, 3e-5)
+
+chunks = {"chunk_mb": 0.0005}
+results["rt_fwd_5x3"] = run("fwd", (1, 4, 5, 3), 4, 4, "nhwc")
+results["rt_fwd_4x6_chunks"] = run("fwd", (2, 4, 4, 6), 4, 4, "nhwc", chunks)
+results["rt_bwd_d_4x5"] = run("bwd_d", (1, 3, 4, 5), 3, 4, "nhwc")
+results["rt_fwd_partial_wg"] = run("fwd", (1, 12, 3, 3), 12, 13, "nhwc", {"wg": 8})
+results["rt_bwd_w_partial_wg"] = run("bwd_w", (1, 12, 3, 2), 12, 13, "nhwc", {"wg": 8})
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
+def test_winograd_runtime_size_transforms_clean_under_oclgrind():
+    results = run_probe(WINO_RT_PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {k: True for k in results} and len(results) == 5, results
