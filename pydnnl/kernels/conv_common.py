@@ -330,6 +330,9 @@ RT_CLAMP = "pd_clamp_rt"
 # what a run-time extent counts as when a launch structure is chosen (never its value: the
 # structure, and so the program, must be the same for every value)
 NOMINAL_EXTENT = 16
+# work-group width along a run-time dim (spatial): one CPU vector, so that a short row (7
+# points) idles at most one vector's lanes
+RT_LANES = 16
 
 
 def rt_clamp_helper() -> tuple:
@@ -356,13 +359,14 @@ def product_name(names) -> str:
     return "_x_".join(sorted(names))
 
 
-def product_values(values: dict) -> dict:
-    """``values`` (size name -> int) plus the product of every subset of two or more of them,
-    named by :func:`product_name`: the flattened extents :func:`grid_rt` may ask for."""
+def product_values(values: dict, names=None) -> dict:
+    """``values`` (size name -> int) plus the product of every subset of two or more of
+    ``names`` (default: all of them), named by :func:`product_name`: the flattened extents
+    :func:`grid_rt` may ask for."""
     from itertools import combinations
 
     out = dict(values)
-    names = sorted(values)
+    names = sorted(values if names is None else names)
     for r in range(2, len(names) + 1):
         for sub in combinations(names, r):
             out[product_name(sub)] = prod([int(values[n]) for n in sub])
@@ -389,7 +393,7 @@ def grid_rt(sizes, per_item: int = 1, wg: int = 64):
     :func:`~pydnnl.kernels.sizevars.size_var`): one launch structure whatever their values.
 
     Axis 0 runs along the last dim (with the dims before it while it is a constant under
-    :data:`MIN_LANES`; with the run-time dims before it when it is one); loops inside each
+    :data:`MIN_LANES`; alone, :data:`RT_LANES` wide, when it is a run-time one); loops inside each
     work-item cover constant dims before it up to ``per_item`` elements; then, while a
     work-item has fewer, the next run-time dim is split into a loop of that many and its outer
     part (work-group axis 1); axis 2 runs over the other dims flattened (decomposed once per
@@ -405,10 +409,11 @@ def grid_rt(sizes, per_item: int = 1, wg: int = 64):
     sizes = list(sizes) or [1]
     n = len(sizes)
     nl = 1
-    if is_var(sizes[-1]):
-        while nl < n and is_var(sizes[n - nl - 1]):
-            nl += 1
-    else:
+    # a run-time last dim stays alone on the lanes: the divisions that would split a flattened
+    # index run lane by lane on CPUs (a division by a run-time value does not vectorise: the
+    # channel-block copy of a 3x3 layer ran 4x slower with them); divisions of the group ids
+    # (axis 2) are uniform across a work-group and cost nothing measurable
+    if not is_var(sizes[-1]):
         while nl < n and not is_var(sizes[n - nl - 1]) and prod(sizes[n - nl:]) < MIN_LANES:
             nl += 1
     lane = sizes[n - nl:]
@@ -446,7 +451,7 @@ def grid_rt(sizes, per_item: int = 1, wg: int = 64):
         import loopy as lp
 
         if is_var(ranges["a0"]):  # the guard of the partial work-group stays (a run-time size)
-            knl = lp.split_iname(knl, "a0", wg, inner_tag="l.0", outer_tag="g.0")
+            knl = lp.split_iname(knl, "a0", min(wg, RT_LANES), inner_tag="l.0", outer_tag="g.0")
         else:
             knl = split_fast(knl, "a0", ranges["a0"], wg, peel=True)
         if split > 1:
@@ -474,10 +479,14 @@ def rt_value_args(*objs, known=()) -> list:
     return [lp.ValueArg(nm, SIZE_DTYPE) for nm in names]
 
 
-def sym_plain_layout(layout: tuple, name: str, keep_unit: bool = True):
+def sym_plain_layout(layout: tuple, name: str, keep_unit: bool = True, channels: int = 0):
     """A plain layout with its strides (and a non-zero offset) as size variables
     ``<name>_d<i>`` / ``<name>_off0``: ``(layout, values)``, or None for a blocked layout. A
-    unit stride stays baked (contiguous vector accesses need it at compile time)."""
+    unit stride stays baked (contiguous vector accesses need it at compile time), and so
+    does, for an activation ``[N, C, sp...]`` with unit channel stride, a last spatial stride
+    equal to ``channels`` (channels-last: no spatial size enters it; baked, the compiler sees
+    that the taps and channels of one row are contiguous: conv1's im2col ran 1.5x slower
+    with it as an argument)."""
     from .sizevars import size_var
 
     strides = plain_strides(layout)
@@ -490,8 +499,9 @@ def sym_plain_layout(layout: tuple, name: str, keep_unit: bool = True):
         off0 = size_var(f"{name}_off0")
     per = []
     for d, st in enumerate(strides):
-        if st == 1 and keep_unit:
-            per.append((1, 1, ()))
+        if (st == 1 and keep_unit) or (channels and d == len(strides) - 1 and d >= 2
+                                       and strides[1] == 1 and st == channels):
+            per.append((1, st, ()))
         else:
             values[f"{name}_d{d}"] = int(st)
             per.append((1, size_var(f"{name}_d{d}"), ()))

@@ -1,0 +1,220 @@
+"""Convolution data-movement kernels with sizes as arguments (``conv_im2col``,
+``conv_epilogue``, ``conv_bias_grad``): creating a primitive for a new spatial size or
+minibatch reuses the programs of the first creation, the results stay right, and the kernels
+stay inside their buffers under Oclgrind (partial last work-groups included)."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.benchdnn.conv import ConvBench, ConvOptions
+from pydnnl.benchdnn.conv_problem import ConvProblem
+from pydnnl.kernels.conv_im2col import (
+    BiasGradProblem,
+    EpilogueProblem,
+    Im2ColProblem,
+    bias_grad_runtime,
+    epilogue_runtime,
+    im2col_runtime,
+)
+from pydnnl.runtime import kernel_cache
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import CONV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
+
+FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad")
+
+
+@pytest.fixture()
+def requested(monkeypatch):
+    """(family, key) of every kernel of our families asked of the kernel cache."""
+    seen = []
+    orig = kernel_cache.get_kernel
+
+    def spy(engine, family, key, build):
+        if family in FAMILIES:
+            seen.append((family, repr(key)))
+        return orig(engine, family, key, build)
+
+    import pydnnl.runtime.gemm as gemm_mod
+    import pydnnl.runtime.plan as plan_mod
+
+    for mod in (kernel_cache, gemm_mod, plan_mod):
+        monkeypatch.setattr(mod, "get_kernel", spy)
+    return seen
+
+
+CPU = dnnl.engine(dnnl.engine.kind.cpu, 0)
+
+# (first problem, then others of the same class: other spatial sizes and minibatches)
+CLASSES = [
+    # 3x3 padded: im2col with bounds tests on both sides; fwd epilogue with bias (16
+    # channels: fewer keep baked sizes, see im2col_runtime)
+    ["mb2ic16ih9oc12oh9kh3ph1", "mb3ic16ih7oc12oh7kh3ph1", "mb1ic16ih6iw11oc12oh6ow11kh3kw3ph1pw1"],
+    # 1x1: backward weights' transposing copy of channel blocks (kmajor, ic_block)
+    ["mb2ic32ih5oc8oh5kh1ph0", "mb1ic32ih6oc8oh6kh1ph0", "mb3ic32ih4oc8oh4kh1ph0"],
+]
+
+
+@pytest.mark.parametrize("tags", [{}, {"stag": "abx", "dtag": "abx"}], ids=["any", "abx"])
+@pytest.mark.parametrize("descs", CLASSES, ids=["3x3", "1x1"])
+def test_new_spatial_size_and_minibatch_need_no_new_kernel(requested, descs, tags):
+    for i, desc in enumerate(descs):
+        for d in ("FWD_B", "BWD_D", "BWD_WB"):
+            o = ConvOptions(dir=d, alg="im2col_gemm", **tags)
+            b = ConvBench(CPU, ConvProblem.parse(desc), o)
+            assert b.check() <= b.tolerance(), (desc, d)
+        if i == 0:
+            first = set(requested)
+            assert first and all("Variable('" in key for _, key in first), first
+            requested.clear()
+    assert set(requested) <= first, sorted(set(requested) - first)
+
+
+def test_direct_solver_padding_copy_is_shared():
+    """The direct solver's zero-padding copy (and bias gradient) serve every size."""
+    seen = []
+    orig = kernel_cache.get_kernel
+
+    def spy(engine, family, key, build):
+        seen.append((family, repr(key)))
+        return orig(engine, family, key, build)
+
+    import pydnnl.runtime.plan as plan_mod
+
+    plan_mod.get_kernel, keep = spy, plan_mod.get_kernel
+    try:
+        keys = []
+        for desc in ("mb2ic4ih7oc4oh7kh3ph1", "mb1ic4ih9oc4oh9kh3ph1"):
+            seen.clear()
+            for d in ("FWD_B", "BWD_WB"):
+                b = ConvBench(CPU, ConvProblem.parse(desc), ConvOptions(dir=d, alg="direct"))
+                assert b.check() <= b.tolerance(), (desc, d)
+            keys.append({k for k in seen if k[0] in FAMILIES})
+    finally:
+        plan_mod.get_kernel = keep
+    assert keys[0] and keys[0] == keys[1]
+
+
+def test_runtime_forms_and_what_keeps_baked_sizes():
+    nhwc = (0, ((1, 1600, ()), (1, 1, ()), (1, 320, ()), (1, 16, ())))  # [2, 16, 5, 20]
+    ip = Im2ColProblem(nb=2, groups=1, icg=16, src_sp=(5, 20), dst_sp=(7, 22), kernel=(1, 1),
+                       strides=(1, 1), dilates=(0, 0), padding_l=(1, 1), src=nhwc, src_n=3200,
+                       col_n=-1, order=(0, 1, 3, 4, 5, 6, 2))
+    q, sizes = im2col_runtime(ip)
+    assert q.guards == ((True, True), (True, True))
+    assert sizes["nb"] == 2 and sizes["is1"] == 20 and sizes["os0"] == 7
+    assert sizes["src_d0"] == 1600 and sizes["src_d2"] == 320
+    assert "src_d1" not in sizes and "src_d3" not in sizes  # unit and channel-count strides
+    assert q.src[1][3] == (1, 16, ())
+    assert sizes["nb_x_os0_x_os1"] == 2 * 7 * 22
+    blocked = (0, ((1, 1600, ()), (8, 8, ((8, 1, 1),)), (1, 320, ()), (1, 16, ())))
+    assert im2col_runtime(Im2ColProblem(**{**ip.__dict__, "src": blocked}))[1] == {}
+    # too few channels for the lanes: a baked specialization
+    assert im2col_runtime(Im2ColProblem(**{**ip.__dict__, "icg": 3}))[1] == {}
+    ep = EpilogueProblem(nb=2, channels=16, sp=(5, 20), dst=nhwc, dst_n=3200, acc=None, acc_n=0,
+                         bias=None, bias_n=0, post_ops=())
+    q, sizes = epilogue_runtime(ep)
+    assert q.order == (0, 2, 1) and sizes["pts"] == 100 and sizes["dst_d2"] == 16
+    # binary post-ops' operands bake their layouts; a view whose rows do not fold stays too
+    assert epilogue_runtime(EpilogueProblem(**{**ep.__dict__, "post_ops": (
+        ("binary", 0, ((1, 3, ()),), 3),)}))[1] == {}
+    gappy = (0, ((1, 2000, ()), (1, 1, ()), (1, 400, ()), (1, 16, ())))
+    assert epilogue_runtime(EpilogueProblem(**{**ep.__dict__, "dst": gappy}))[1] == {}
+    bp = BiasGradProblem(mb=2, channels=16, sp=(5, 20), t=nhwc, t_n=3200,
+                         bias=(0, ((1, 1, ()),)), bias_n=16)
+    assert bias_grad_runtime(bp)[1]["pts"] == 100
+
+
+PROBE = "SEED = 3\n" + CONV_PROBE_PRELUDE + r"""
+def run(kind, desc_tag, x_shape, w_shape, S, PL, PR, solver, ops=False):
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    D = [0] * (len(x_shape) - 2)
+    geo = R.validate_conv(x.shape, w.shape, S, D, PL, PR)
+    yd = geo.dst_dims()
+    attr = None
+    if ops:
+        po = dnnl.post_ops(); po.append_eltwise(dnnl.algorithm.eltwise_relu, 0.2, 0)
+        attr = dnnl.primitive_attr(); attr.set_post_ops(po)
+    xm, wm, bm, ym = (MD(x.shape, F32, desc_tag), MD(w.shape, F32, "any"),
+                      MD([w_shape[0]], F32, "x"), MD(yd, F32, desc_tag))
+    if kind == "fwd":
+        pd = convolution_forward.primitive_desc(eng, dnnl.prop_kind.forward_training,
+            dnnl.algorithm.convolution_auto, xm, wm, bm, ym, S, D, PL, PR, attr, solver=solver)
+        Y = mem(pd.dst_desc())
+        convolution_forward(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_BIAS: mem(pd.bias_desc(), b),
+            dnnl.ARG_DST: Y})
+        s.wait()
+        ref = R.conv_forward(x, w, b, S, D, PL, PR)
+        if ops:
+            ref = R.apply_post_ops(ref, po, None)
+        return close(Y.to_numpy(), ref)
+    dy = rng.standard_normal(yd).astype(np.float32)
+    pd = convolution_backward_weights.primitive_desc(eng, dnnl.algorithm.convolution_auto,
+        xm, wm, bm, ym, S, D, PL, PR, None, solver=solver)
+    DW, DB = mem(pd.diff_weights_desc()), mem(pd.diff_bias_desc())
+    convolution_backward_weights(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+        dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy), dnnl.ARG_DIFF_WEIGHTS: DW,
+        dnnl.ARG_DIFF_BIAS: DB})
+    s.wait()
+    rw, rb = R.conv_backward_weights(x, dy, w.shape, S, D, PL, PR)
+    return close(DW.to_numpy().reshape(rw.shape), rw) and close(DB.to_numpy(), rb)
+
+# channels-last, 3 input channels (lanes over taps and channels), 70 output channels (a
+# partial epilogue work-group), post-ops; padded stride 2 (bounds tests on both sides)
+results["fwd_nhwc"] = run("fwd", "nhwc", (2, 3, 5, 4), (70, 3, 3, 3), [2, 1], [1, 1], [1, 1],
+                          "im2col_gemm", ops=True)
+# channels-first: lanes over the output points (25, a partial work-group)
+results["fwd_nchw"] = run("fwd", "nchw", (1, 2, 5, 5), (3, 2, 3, 3), [1, 1], [1, 1], [1, 1],
+                          "im2col_gemm")
+# backward weights: channel-block copy (1x1, kmajor) and the bias reduction (70 points)
+results["bwd_w_nhwc"] = run("bwd_w", "nhwc", (2, 16, 5, 7), (3, 16, 1, 1), [1, 1], [0, 0],
+                            [0, 0], "im2col_gemm")
+results["bwd_w_nchw"] = run("bwd_w", "nchw", (1, 2, 4, 5), (3, 2, 3, 3), [1, 1], [1, 1],
+                            [1, 1], "im2col_gemm")
+# the direct solver's zero-padding copy
+results["direct_fwd"] = run("fwd", "nchw", (1, 2, 4, 5), (3, 2, 3, 3), [1, 1], [1, 1], [1, 1],
+                            "direct")
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
+def test_runtime_size_kernels_clean_under_oclgrind():
+    results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {k: True for k in results} and len(results) == 5, results
+
+
+def test_bias_grad_partial_block_matches_numpy():
+    """The run-time bias reduction over a point count no multiple of its block, with a
+    strided (non-dense batch) layout."""
+    from pydnnl.kernels.conv_im2col import build_bias_grad
+    from pydnnl.runtime.plan import Plan, Ref
+
+    mb, C, H, W = 3, 5, 7, 11
+    t = np.random.default_rng(0).standard_normal((mb + 1) * C * H * W).astype(np.float32)
+    lay = (0, ((1, (C + 0) * H * W + 13, ()), (1, H * W, ()), (1, W, ()), (1, 1, ())))
+    bp = BiasGradProblem(mb=mb, channels=C, sp=(H, W), t=lay, t_n=t.size,
+                         bias=(0, ((1, 1, ()),)), bias_n=C)
+    q, sizes = bias_grad_runtime(bp)
+    assert sizes["t_d0"] == C * H * W + 13
+    stream = dnnl.stream(CPU)
+    plan = Plan(CPU, "test")
+    plan.kernel("conv_bias_grad", q, build_bias_grad, t=Ref("t"), bias=Ref("b"), **sizes)
+    def md(n):
+        return dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
+    T, B = dnnl.memory(md(t.size), CPU, t), dnnl.memory(md(C), CPU)
+    plan.run(stream, {"t": T.buffer, "b": B.buffer})
+    stream.wait()
+    ref = np.zeros(C)
+    for n in range(mb):
+        base = n * (C * H * W + 13)
+        ref += t[base:base + C * H * W].reshape(C, H * W).sum(axis=1)
+    np.testing.assert_allclose(B.to_numpy(), ref, rtol=1e-5, atol=1e-4)
