@@ -190,6 +190,61 @@ def _tile_kernel(p: WinogradProblem, channels: int, insns, args, temps, name):
 
 _TILE_INAMES = frozenset(["c", "t"])
 
+# clamp of a position into [0, hi] with hi a run-time value (a local helper: the shared one in
+# conv_common is being reworked)
+_CLAMP = "pd_wino_clamp"
+
+
+def _clamp_helper() -> tuple:
+    code = (f"static inline long {_CLAMP}(long x, long hi) {{ x = x > hi ? hi : x; "
+            f"return x < 0 ? 0 : x; }}")
+    return _CLAMP, code, (INDEX_DTYPE, INDEX_DTYPE), INDEX_DTYPE
+
+
+def _tile_loads(p: WinogradProblem, names, array: str, at, conds_of):
+    """Loads of the tile stages: ``names[a][b] = array[at(pos)]`` where ``conds_of(a, b, pos)``
+    (comparisons, all or none) holds, else 0, with ``pos = (row, col)`` expressions.
+
+    Run-time form: the positions are clamped into the tensor (uniform across a work-group: they
+    depend on the tile alone), every load is unconditional and a select zeroes the padding (a
+    guarded load of the baked form on the 56x56 dy transform: +20% time with run-time sizes).
+    Baked form: a guarded load (:func:`guarded_load`). Returns (instructions, temporaries)."""
+    import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import If, LogicalAnd
+
+    insns, temps = [], []
+    sizes = p.src_sp if p.stage == "input" else p.dst_sp
+    for a, row in enumerate(names):
+        for b, name in enumerate(row):
+            pos, conds = conds_of(a, b)
+            cond = None if not conds else (conds[0] if len(conds) == 1
+                                           else LogicalAnd(tuple(conds)))
+            if cond is None:
+                insns.append(lp.Assignment(var(name), var(array)[at(pos)],
+                                           within_inames=_TILE_INAMES, id=f"ld{a}{b}"))
+            elif not p.runtime:
+                insns.append(lp.Assignment(var(name), guarded_load(cond, array, at(pos)),
+                                           within_inames=_TILE_INAMES, id=f"ld{a}{b}"))
+            else:
+                cl = [var(_CLAMP)(e, n - 1) for e, n in zip(pos, sizes)]
+                insns.append(lp.Assignment(var(f"r_{name}"), var(array)[at(cl)],
+                                           within_inames=_TILE_INAMES, id=f"rd{a}{b}"))
+                insns.append(lp.Assignment(var(name), If(cond, var(f"r_{name}"), np.float32(0)),
+                                           within_inames=_TILE_INAMES, id=f"ld{a}{b}",
+                                           depends_on=frozenset([f"rd{a}{b}"])))
+                temps.append(f"r_{name}")
+    return insns, _temps(temps)
+
+
+def _finish_tile(knl, p: WinogradProblem, post_ops: tuple = ()):
+    from .clhelpers import register_helpers
+
+    knl = finish(knl, post_ops)
+    if p.runtime and p.stage in ("input", "dy"):
+        knl = register_helpers(knl, [_clamp_helper()])
+    return knl
+
 
 def _tile_grid(p: WinogradProblem, channels: int):
     """Index expressions of a :func:`_tile_kernel` work-item: ``(n, th, tw, g, c, t)``, ``t``
@@ -261,27 +316,27 @@ def _build_input(p: WinogradProblem):
     TH, TW = p.tiles
     T = p.T
     n, th, tw, g, ic, t = _tile_grid(p, ICg)
-    d = [[var(f"d{a}{b}") for b in range(4)] for a in range(4)]
-    insns = []
+    names = [[f"d{a}{b}" for b in range(4)] for a in range(4)]
+    d = [[var(nm) for nm in row] for row in names]
     H, W = p.src_sp
-    for a in range(4):
-        for b in range(4):
-            pos = [th * 2 - p.padding_l[0] + a, tw * 2 - p.padding_l[1] + b]
-            if p.runtime:
-                # the last tile's row reads up to OH - 1 - pl + a = H + pr - 3 + a
-                conds = [Comparison(e, ">=", 0) for e, k, pl in
-                         zip(pos, (a, b), p.padding_l) if k - pl < 0]
-                conds += [Comparison(e, "<", n_) for e, k, pr, n_ in
-                          zip(pos, (a, b), p.padding_r, (H, W)) if k >= 3 - pr]
-                cond = None if not conds else (conds[0] if len(conds) == 1
-                                               else LogicalAnd(tuple(conds)))
-            else:
-                lo_hi = [(-p.padding_l[0] + a, (TH - 1) * 2 - p.padding_l[0] + a),
-                         (-p.padding_l[1] + b, (TW - 1) * 2 - p.padding_l[1] + b)]
-                cond = bounds_condition(pos, lo_hi, (H, W))
-            val = guarded_load(cond, "src", offset(p.act, [var("n0") + n, g * ICg + ic, *pos]))
-            insns.append(lp.Assignment(d[a][b], val, within_inames=_TILE_INAMES,
-                                       id=f"ld{a}{b}"))
+
+    def conds_of(a, b):
+        pos = [th * 2 - p.padding_l[0] + a, tw * 2 - p.padding_l[1] + b]
+        if p.runtime:
+            # the last tile's row reads up to OH - 1 - pl + a = H + pr - 3 + a
+            conds = [Comparison(e, ">=", 0) for e, k, pl in
+                     zip(pos, (a, b), p.padding_l) if k - pl < 0]
+            conds += [Comparison(e, "<", n_) for e, k, pr, n_ in
+                      zip(pos, (a, b), p.padding_r, (H, W)) if k >= 3 - pr]
+            return pos, conds
+        lo_hi = [(-p.padding_l[0] + a, (TH - 1) * 2 - p.padding_l[0] + a),
+                 (-p.padding_l[1] + b, (TW - 1) * 2 - p.padding_l[1] + b)]
+        cond = bounds_condition(pos, lo_hi, (H, W))
+        return pos, ([] if cond is None else list(cond.children) if isinstance(cond, LogicalAnd)
+                     else [cond])
+
+    insns, rtemps = _tile_loads(p, names, "src", lambda pos: offset(
+        p.act, [var("n0") + n, g * ICg + ic, *pos]), conds_of)
     base = var("v_off") + (g * T + t) * ICg + ic
     for xi in range(4):
         for nu in range(4):
@@ -296,8 +351,9 @@ def _build_input(p: WinogradProblem):
                                                             for b in range(4))))
     args = make_args([("src", -1, False, True), ("v", -1, True, False), ("n0", None),
                       ("v_off", None)])
-    temps = _temps([f"d{a}{b}" for a in range(4) for b in range(4)])
-    return finish(_tile_kernel(p, ICg, insns, args, temps, "pydnnl_conv_winograd_input"))
+    temps = _temps([f"d{a}{b}" for a in range(4) for b in range(4)]) + rtemps
+    return _finish_tile(_tile_kernel(p, ICg, insns, args, temps, "pydnnl_conv_winograd_input"),
+                        p)
 
 
 def _build_output(p: WinogradProblem):
@@ -357,27 +413,27 @@ def _build_dy(p: WinogradProblem):
     """Backward weights: ``U = G2 dy G2^T`` of every 2x2 diff_dst tile, ``U[16][G][T][OCg]``."""
     import loopy as lp
     from pymbolic import var
-    from pymbolic.primitives import Comparison, LogicalAnd
+    from pymbolic.primitives import Comparison
 
     G, OCg = p.groups, p.ocg
     T = p.T
     OH, OW = p.dst_sp
     n, th, tw, g, oc, t = _tile_grid(p, OCg)
     rt = p.runtime
-    d = [[var(f"d{a}{b}") for b in range(2)] for a in range(2)]
-    insns = []
-    for a in range(2):
-        for b in range(2):
-            conds = []
-            if a == 1 and (rt or OH % 2):
-                conds.append(Comparison(th * 2 + a, "<", OH))
-            if b == 1 and (rt or OW % 2):
-                conds.append(Comparison(tw * 2 + b, "<", OW))
-            cond = None if not conds else (conds[0] if len(conds) == 1
-                                           else LogicalAnd(tuple(conds)))
-            at = offset(p.act, [var("n0") + n, g * OCg + oc, th * 2 + a, tw * 2 + b])
-            insns.append(lp.Assignment(d[a][b], guarded_load(cond, "dy", at),
-                                       within_inames=_TILE_INAMES, id=f"ld{a}{b}"))
+    names = [[f"d{a}{b}" for b in range(2)] for a in range(2)]
+    d = [[var(nm) for nm in row] for row in names]
+
+    def conds_of(a, b):
+        pos = [th * 2 + a, tw * 2 + b]
+        conds = []
+        if a == 1 and (rt or OH % 2):
+            conds.append(Comparison(pos[0], "<", OH))
+        if b == 1 and (rt or OW % 2):
+            conds.append(Comparison(pos[1], "<", OW))
+        return pos, conds
+
+    insns, rtemps = _tile_loads(p, names, "dy", lambda pos: offset(
+        p.act, [var("n0") + n, g * OCg + oc, *pos]), conds_of)
     base = var("u_off") + (g * T + t) * OCg + oc
     for xi in range(4):
         for nu in range(4):
@@ -389,8 +445,8 @@ def _build_dy(p: WinogradProblem):
                                                             for b in range(2))))
     args = make_args([("dy", -1, False, True), ("u", -1, True, False), ("n0", None),
                       ("u_off", None)])
-    temps = _temps([f"d{a}{b}" for a in range(2) for b in range(2)])
-    return finish(_tile_kernel(p, OCg, insns, args, temps, "pydnnl_conv_winograd_dy"))
+    temps = _temps([f"d{a}{b}" for a in range(2) for b in range(2)]) + rtemps
+    return _finish_tile(_tile_kernel(p, OCg, insns, args, temps, "pydnnl_conv_winograd_dy"), p)
 
 
 def _build_wgrad(p: WinogradProblem):
