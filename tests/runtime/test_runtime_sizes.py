@@ -123,9 +123,9 @@ def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
     assert len({key for fam, key in requested if fam == "reorder"}) == 1
 
 
-# the implicit-GEMM data kernels take minibatch and spatial sizes at run time; the staging
-# copy (conv_im2col) may still bake them
-_IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei")
+# the implicit-GEMM data kernels and their zero-padding copy (conv_im2col, 16 channels or
+# more) take minibatch and spatial sizes at run time
+_IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei", "conv_im2col")
 
 
 @pytest.mark.parametrize("engine", CPU_ENGINES,
@@ -139,7 +139,7 @@ def test_new_image_size_needs_no_new_implicit_gemm_kernel(engine, requested, geo
     def problem(mb, ih, iw):
         oh = -(-ih // 2) if "sh2" in geometry else ih
         ow = -(-iw // 2) if "sh2" in geometry else iw
-        return ConvProblem.parse(f"mb{mb}ic8ih{ih}iw{iw}oc24oh{oh}ow{ow}"
+        return ConvProblem.parse(f"mb{mb}ic16ih{ih}iw{iw}oc24oh{oh}ow{ow}"
                                  f"{geometry}{geometry.replace('h', 'w')}")
 
     for d in ("FWD_B", "BWD_D"):

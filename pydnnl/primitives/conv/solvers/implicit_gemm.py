@@ -27,7 +27,7 @@ from ....conv_shapes import ConvProblem
 from ....error import invalid_arguments, runtime_error
 from ....kernels.conv_common import plain_strides, prod
 from ....kernels.conv_direct import largest_divisor_at_most
-from ....kernels.conv_im2col import Im2ColProblem, build_im2col
+from ....kernels.conv_im2col import Im2ColProblem, build_im2col, im2col_runtime
 from ....kernels.conv_implicit_gemm import (
     IgemmDataProblem,
     IgemmWeiProblem,
@@ -210,7 +210,9 @@ def _stage(plan: Plan, ref, layout: tuple, n_elems: int, mb: int, ch: int, sp: t
                        kernel=(1,) * nsp, strides=(1,) * nsp, dilates=(0,) * nsp,
                        padding_l=tuple(left), src=layout, src_n=n_elems, col_n=-1,
                        order=order, per_item=per_item(plan.engine))
-    plan.kernel("conv_im2col", ip, build_im2col, src=ref, col=SCRATCH, n0=0, col_off=off)
+    ip, sizes = im2col_runtime(ip)  # the same problem where sizes must stay baked
+    plan.kernel("conv_im2col", ip, build_im2col, src=ref, col=SCRATCH, n0=0, col_off=off,
+                **sizes)
     ssp = tuple(ch * prod(psp[d + 1:]) for d in range(nsp))
     return PlainTensor(off0=off, sn=P * ch, sc=1, ssp=ssp), psp, left
 
