@@ -156,16 +156,18 @@ class GemmProblem:
     #: last tile past ``m`` read a clamped row; ``"tall"``: the caller guarantees ``m >= rows``
     #: (the tile height) and the last tile moves up to end at row ``m``, storing only its own
     #: rows, so every A row is addressed from one base (the per-row clamps cost 5% on
-    #: AVX-512; register-tile pipeline only). One batch entry, A not transposed, no epilogue.
-    #: Both loopy pipelines (the local-tile one: ``"any"``) and the hand-written NVIDIA kernel
-    #: (:mod:`pydnnl.kernels.gemm_nv`) take it.
+    #: AVX-512; register-tile pipeline only). A not transposed. Both loopy pipelines (the
+    #: local-tile one: ``"any"``) take it with a batch (see :attr:`runtime_strides`) and an
+    #: epilogue (whose operands' layouts stay baked: sizes they depend on key the kernel);
+    #: the hand-written NVIDIA kernel (:mod:`pydnnl.kernels.gemm_nv`) for one batch entry
+    #: without an epilogue.
     runtime_m: str | None = None
     #: the kernel takes ``ksize`` (int64, the reduction length) after the offsets (and m):
     #: one program serves every k (``k`` above is a sample). A dense A (not transposed,
-    #: ``lda == k``) then has ``ksize`` as its leading dimension too. One batch entry, no
-    #: epilogue; register tiles: plain B whose ragged columns need at most one clamped k step
-    #: (packing, :func:`pack_b`, supports it for B not transposed); local tiles: any k (the
-    #: last k tile zero-filled); the NVIDIA kernel: k a multiple of its k slice.
+    #: ``lda == k``) then has ``ksize`` as its leading dimension too. Register tiles: plain B
+    #: whose ragged columns need at most one clamped k step (packing, :func:`pack_b`,
+    #: supports it for B not transposed); local tiles: any k (the last k tile zero-filled);
+    #: the NVIDIA kernel: k a multiple of its k slice, one batch entry, no epilogue.
     runtime_k: bool = False
 
     def __post_init__(self):
@@ -229,13 +231,9 @@ class GemmProblem:
                              f"{self.runtime_m!r}")
         # (fixed offsets with a runtime size: the hand-written NVIDIA kernel's copies with
         # compiled-in offsets; the loopy pipelines take sizes with run-time offsets only)
-        if self.runtime_m and (self.batch > 1 or self.trans_a
-                               or self.bias is not None or self.post_ops):
-            raise ValueError("GemmProblem: runtime_m needs batch == 1, A not transposed "
-                             "and no epilogue")
+        if self.runtime_m and self.trans_a:
+            raise ValueError("GemmProblem: runtime_m needs A not transposed")
         setf("runtime_k", bool(self.runtime_k))
-        if self.runtime_k and (self.batch > 1 or self.bias is not None or self.post_ops):
-            raise ValueError("GemmProblem: runtime_k needs batch == 1 and no epilogue")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -266,6 +264,14 @@ class GemmProblem:
     def panel_width(self) -> int | None:
         """Panel width of a packed B, None when B is plain."""
         return panel_width(self.b_layout)
+
+    @property
+    def runtime_strides(self) -> bool:
+        """Whether the kernel takes its batch strides at run time: a batch with a run-time
+        size (whose strides follow m or k, e.g. Winograd's tile products; the ``stride_*``
+        fields are then samples too), as ``stride_a, stride_b, stride_c`` (int64, in
+        elements) after the sizes."""
+        return self.batch > 1 and bool(self.runtime_m or self.runtime_k)
 
     def extent(self, which: str) -> int:
         """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
@@ -361,12 +367,15 @@ def params_fit(problem: GemmProblem, params: dict) -> bool:
 def key_problem(problem: GemmProblem) -> GemmProblem:
     """``problem`` as kernel caches know it: a run-time ``m`` or ``k`` replaced by 1 (and
     what follows from it), so that every sample size shares one key."""
+    rs = problem.runtime_strides
     if problem.runtime_m:
         problem = replace(problem, m=1, stride_a=None, stride_c=None)
     if problem.runtime_k:
         # lda == k stays so (A's leading dimension follows k); another lda is kept
         lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda
         problem = replace(problem, k=1, lda=lda, stride_a=None, stride_b=None)
+    if rs:  # batch strides are arguments too
+        problem = replace(problem, stride_a=None, stride_b=None, stride_c=None)
     return problem
 
 
@@ -479,18 +488,24 @@ class _Layout:
         """Whether rows past ``m`` are computed (and so clamped on reads, never stored)."""
         return self.pr.runtime_m or self.mp > self.pr.m
 
+    def stride(self, which: str):
+        """Batch stride of ``which``: the constant, or the kernel's ``stride_<which>``."""
+        if self.pr.runtime_strides:
+            return _var(f"stride_{which}")
+        return {"a": self.pr.stride_a, "b": self.pr.stride_b, "c": self.pr.stride_c}[which]
+
     def a(self, i, kk, clamped: bool = False):
         """A's element (i, kk); ``clamped``: ``i`` is already a valid row."""
         pr = self.pr
         if self.ragged_m and not clamped:
             i = _clamp_hi(i, self.m)
-        base = _off(pr, "a") + self.bt * pr.stride_a
+        base = _off(pr, "a") + self.bt * self.stride("a")
         idx = base + (kk * pr.lda + i if pr.trans_a else i * self.lda + kk)
         return _cast(pr.acc_dtype, _sub("a", idx), pr.dtype)
 
     def b_plain(self, kk, j, clamp: bool):
         pr = self.pr
-        base = _off(pr, "b") + self.bt * pr.stride_b
+        base = _off(pr, "b") + self.bt * self.stride("b")
         if pr.trans_b:
             if self.np_ > pr.n:
                 j = _clamp_hi(j, pr.n)
@@ -504,12 +519,12 @@ class _Layout:
     def b_panel(self, kk, panel, within):
         pr = self.pr
         w = pr.panel_width
-        idx = _off(pr, "b") + self.bt * pr.stride_b + panel * (self.k * w) + kk * w + within
+        idx = _off(pr, "b") + self.bt * self.stride("b") + panel * (self.k * w) + kk * w + within
         return _cast(pr.acc_dtype, _sub("b", idx), pr.dtype)
 
     def c_index(self, i, j):
         pr = self.pr
-        return _off(pr, "c") + self.bt * pr.stride_c + i * pr.ldc + j
+        return _off(pr, "c") + self.bt * self.stride("c") + i * pr.ldc + j
 
     def store(self, i, j, acc_expr, row_pred=None):
         """(assignee, value, predicates) of the C update for element (i, j); ``row_pred``
@@ -614,7 +629,9 @@ def _core_args(pr: GemmProblem, reads_c: bool):
             lp.ValueArg("a_off", np.int64), lp.ValueArg("b_off", np.int64),
             lp.ValueArg("c_off", np.int64),
         ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else []) + (
-            [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else [])
+            [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else []) + (
+            [lp.ValueArg(f"stride_{w}", np.int64) for w in "abc"]
+            if pr.runtime_strides else [])
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
@@ -794,9 +811,12 @@ def _build_register(pr: GemmProblem, p: dict):
     # a moved last tile recomputes rows of the tile before it, bit for bit (same loads, same
     # order): with beta == 0 it stores them again, the same values, unguarded; a per-row
     # guard splits the vector stores into scalar ones (5% on AVX-512 at 64x2048x512). With
-    # beta != 0 (C read) it stores only its own rows.
+    # beta != 0 or a sum post-op (C read) it stores only its own rows.
+    from . import post_ops as po
+
     st_row = V("r0") + V("is") if tall else row(V("is"))
-    guard = (_ge(st_row, row(0)) if pr.beta != 0.0 else False) if tall else None
+    reads_c = pr.beta != 0.0 or po.reads_prior(pr.post_ops)
+    guard = (_ge(st_row, row(0)) if reads_c else False) if tall else None
     st_insns, st_temps = _store_insns(lay, st_row, col(V("js"), V("vs")),
                                       acc("is", "js", "vs"), base | {"is", "js", "vs"},
                                       fma_ids or ["zero"], guard)

@@ -72,43 +72,72 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        runtime_m=runtime_m, runtime_k=runtime_k, **batch)
 
 
-def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1) -> str | None:
+def _epilogue_shares_m(shape: GemmShape) -> bool:
+    """Whether ``shape``'s epilogue leaves kernels of every m alike: no binary post-op (their
+    operands' layouts span the destination) and a bias broadcast along C's rows (its layout
+    names no m). Other epilogues still run with a run-time m, but their operands' layouts
+    key the kernel per m: the row clamps would buy nothing."""
+    from ..kernels import post_ops as po
+
+    if po.has_binary(shape.post_ops):
+        return False
+    if shape.bias is None:
+        return True
+    dims = shape.bias[1]
+    return dims[-1 if shape.epi_swap else -2] == 1
+
+
+def _fits32(shape: GemmShape, batch: dict) -> bool:
+    return fam.fits_int32(_problem(shape, **batch))
+
+
+def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1,
+              strides: dict | None = None) -> str | None:
     """How the kernel for ``shape`` takes its row count at run time (one program for every m
     of its tile class; see ``GemmProblem.runtime_m``); ``params`` None: the hand-written
     NVIDIA kernel. Register tiles: ``"tall"`` where m fills a tile, ``"any"`` below; local
     tiles and the NVIDIA kernel: ``"any"`` (their row clamps sit in the tile loads, outside
-    the product); None where m stays baked (transposed A, an epilogue, a batch, m == 1: one
-    class of its own, and local tiles over buffers past 32-bit indices: their run-time sizes
-    index in int32). Local tiles cost 2-5% with a run-time m on the H100 (figures at
+    the product); None where m stays baked (transposed A, m == 1: one class of its own, an
+    epilogue whose operands follow m (:func:`_epilogue_shares_m`), the NVIDIA kernel with
+    an epilogue or a batch, and local tiles over buffers past 32-bit indices: their run-time
+    sizes index in int32). A batch (``batch`` entries ``strides`` apart, the keywords of
+    :func:`_problem`) takes its strides at run time too. Local tiles cost 2-5% with a
+    run-time m on the H100 (figures at
     :func:`runtime_k`); the NVIDIA kernel nothing (at :func:`_nv_problem`). Measured on the
     AVX-512 Xeon with packed B: "tall" kernels run within 1-2% of baked ones, "any" kernels
     (per-row clamps) 4-6% below; at m == 1 the baked kernel's rows all read row 0, which the
     compiler merges (1x2048x512: 0.94-0.96 of it as "any")."""
-    if shape.trans_a or shape.has_epilogue or batch != 1 or shape.m == 1:
+    if shape.trans_a or shape.m == 1 or not _epilogue_shares_m(shape):
         return None
     if params is None:
-        return "any"
+        return "any" if not shape.has_epilogue and batch == 1 else None
     if params["local_prefetch"]:
-        return "any" if fam.fits_int32(_problem(shape)) else None
+        return "any" if _fits32(shape, _batch(batch, strides)) else None
     return "tall" if shape.m >= params["rows"] else "any"
 
 
-def runtime_k(shape: GemmShape, params: dict | None, batch: int = 1) -> bool:
+def _batch(batch: int, strides: dict | None) -> dict:
+    """The batch keywords of :func:`_problem` (none for one entry)."""
+    return dict(batch=batch, **(strides or {})) if batch > 1 else {}
+
+
+def runtime_k(shape: GemmShape, params: dict | None, batch: int = 1,
+              strides: dict | None = None) -> bool:
     """Whether the kernel for ``shape`` takes its reduction length at run time (weight
-    gradients, whose k is T*N or the batch): no epilogue, one batch entry; register tiles:
+    gradients, whose k is T*N or the batch; a batch takes its strides at run time too, an
+    epilogue never depends on k); register tiles:
     plain B whose ragged columns cost at most one clamped k step; local tiles: k at least
     one k tile (a shorter k keeps its smaller tile) and 32-bit indices; ``params`` None (the
-    hand-written NVIDIA kernel): always where its tile allows (see :func:`_nv_problem`).
+    hand-written NVIDIA kernel): one batch entry without an epilogue, where its tile allows
+    (see :func:`_nv_problem`).
     Local tiles measured on the H100 (us, baked / run-time m / run-time m and k): 64x512x512
     17.7 / 18.5 / 18.8, 64x2048x512 17.9 / 18.8 / 19.7, 4x2048x512 13.8 / 14.1 / 14.1,
     64x512x2048 54.9 / 57.6 / 58.5, 200x1024x256 16.1 / 16-19 / 15.8 (k a whole number of
     k tiles; see ``kernels.gemm.cache_key``)."""
-    if shape.has_epilogue or batch != 1:
-        return False
     if params is None:
-        return True
+        return not shape.has_epilogue and batch == 1
     if params["local_prefetch"]:
-        return shape.k >= params["k_tile"] and fam.fits_int32(_problem(shape))
+        return shape.k >= params["k_tile"] and _fits32(shape, _batch(batch, strides))
     cols = params["cols"]
     np_ = -(-shape.n // cols) * cols
     plain_ragged = not params["packed_b"] and not shape.trans_b and np_ > shape.n
@@ -222,6 +251,7 @@ class Gemm:
     def __init__(self, engine, shape: GemmShape, static_b: bool = False, split: bool = False):
         self.engine = engine
         self.shape = shape
+        self._sizes: dict = {}  # run-time sizes of the (split) kernel, by argument name
         # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
         self.nv_tile = rules.nv_tile(engine.info, _problem(shape), shape.math)
         if self.nv_tile is not None:
@@ -258,9 +288,11 @@ class Gemm:
         m, n, ks = sh.m, sh.n, sh.k // S
         self.params = choose_params(self.engine, replace(sh, k=ks, ldc=n, beta=0.0), False)
         self.packed, self.panel, self.packed_size = False, None, 0
-        self.kernel = gemm_kernel(self.engine, replace(sh, k=ks, ldc=n, beta=0.0), self.params,
-                                  batch=S, stride_a=ks * (sh.lda if sh.trans_a else 1),
-                                  stride_b=ks * (1 if sh.trans_b else sh.ldb), stride_c=m * n)
+        part_shape = replace(sh, k=ks, ldc=n, beta=0.0)
+        strides = dict(stride_a=ks * (sh.lda if sh.trans_a else 1),
+                       stride_b=ks * (1 if sh.trans_b else sh.ldb), stride_c=m * n)
+        self.kernel = gemm_kernel(self.engine, part_shape, self.params, batch=S, **strides)
+        self._sizes = batch_sizes(part_shape, **strides)
         self.reduce = splitk_reduce(self.engine, sh, S)
         self.part_elems = S * m * n
 
@@ -343,7 +375,7 @@ class Gemm:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
-                "ksize": np.int64(self.shape.k), **(extra or {})}
+                "ksize": np.int64(self.shape.k), **self._sizes, **(extra or {})}
         return [vals[n] for n in self._names]
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
@@ -415,12 +447,29 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
                 stride_b: int = 0, stride_c: int = 0):
     # (an epilogue in ``shape`` goes into the kernel; ``params`` were tuned without it)
     """The kernel of ``batch`` GEMMs of ``shape`` (operand ``t`` at ``off + t * stride``),
-    plain B, run-time offsets, with ``params``."""
+    plain B, run-time offsets, with ``params``. Its run-time sizes (m, k and the batch
+    strides where the rules make them arguments: :func:`runtime_m`, :func:`runtime_k`) are
+    bound by name from :func:`batch_sizes`: one program serves, e.g., every tile count of
+    Winograd's batched products."""
     shape = resolved(shape)
-    prob = _problem(shape, batch=batch, stride_a=stride_a, stride_b=stride_b,
-                    stride_c=stride_c) if batch > 1 else _problem(shape)
+    bk = _batch(batch, dict(stride_a=stride_a, stride_b=stride_b, stride_c=stride_c))
+    prob = _problem(shape, **bk)
     tile = rules.nv_tile(engine.info, prob, shape.math)
-    return _build(engine, prob, params) if tile is None else _build_nv(engine, prob, tile)
+    if tile is not None:
+        return _build_nv(engine, prob, tile)
+    strides = {k: v for k, v in bk.items() if k != "batch"}
+    prob = _problem(shape, None, runtime_m(shape, params, batch, strides),
+                    runtime_k(shape, params, batch, strides), **bk)
+    return _build(engine, prob, params)
+
+
+def batch_sizes(shape: GemmShape, stride_a: int = 0, stride_b: int = 0,
+                stride_c: int = 0) -> dict:
+    """Values of every run-time size a GEMM kernel of ``shape`` may take, by argument name
+    (a launch binds those its kernel names)."""
+    return {"m": np.int64(shape.m), "ksize": np.int64(shape.k),
+            "stride_a": np.int64(stride_a), "stride_b": np.int64(stride_b),
+            "stride_c": np.int64(stride_c)}
 
 
 def splitk_reduce(engine, shape: GemmShape, splits: int):

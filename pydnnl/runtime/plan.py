@@ -19,7 +19,7 @@ from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SCRATCHPAD, ARG_SRC_1
 from ..engine import _cl
 from ..kernels.reorder import ReorderProblem, build_reorder, contiguous_copy, runtime_form
 from . import fpmath
-from .gemm import Gemm, GemmShape, choose_params, gemm_kernel, get_gemm, splitk_reduce
+from .gemm import Gemm, GemmShape, batch_sizes, choose_params, gemm_kernel, get_gemm, splitk_reduce
 from .kernel_cache import get_kernel
 
 
@@ -325,15 +325,18 @@ class Plan:
                      stride_c: int, a, a_off, b, b_off, c, c_off,
                      bias: Ref | None = None) -> None:
         """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
-        stride``, with the parameters tuned for one of them."""
+        stride``, with the parameters tuned for one of them. Where the rules take m or k at
+        run time, the strides are bound at launch too: one program for every m (k) of its
+        class (e.g. Winograd's tile counts)."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
         params = choose_params(self.engine, shape, static_b=False)
         k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
+        sizes = batch_sizes(shape, stride_a, stride_b, stride_c)
         self.launch(k, **({"bias": bias} if bias is not None else {}), a=a, b=b, c=c,
-                    a_off=a_off, b_off=b_off, c_off=c_off)
+                    a_off=a_off, b_off=b_off, c_off=c_off, **sizes)
 
     def gemm_split(self, shape: GemmShape, a, a_off, b, b_off, c, c_off, splits: int,
                    slot: str | None = None) -> None:

@@ -458,6 +458,148 @@ def test_local_tiles_runtime_rules_and_keys():
         G.build_gemm(G.GemmProblem(9, 13, 10, runtime_offsets=True, runtime_m="tall"), LOCAL)
 
 
+def _dense_layout(dims):
+    """A reorder-style layout of a dense row-major tensor of ``dims`` (broadcast dims 1)."""
+    per, stride = [], 1
+    for d in reversed(dims):
+        per.append((1, stride if d > 1 else 0, ()))
+        stride *= d
+    return (0, tuple(reversed(per)))
+
+
+def _batched_rt_problem(m, n, k, batch, beta, epi, rm, rk, panel=None, trans_a=False):
+    """A batch of ``batch`` dense GEMMs (strides following m and k, as Winograd's) with
+    run-time m (``rm``) and k (``rk``); ``epi``: bias over the destination's columns, then
+    relu and (``"sum"``) a sum post-op."""
+    from pydnnl.constants import algorithm as A
+
+    kw = {}
+    if epi:
+        bdims = (1, 1, n)
+        ops = (("eltwise", int(A.eltwise_relu), 0.0, 0.0),)
+        if epi == "sum":
+            ops = (("sum", 0.5, 0),) + ops
+        kw = dict(bias=(_dense_layout(bdims), bdims, n), post_ops=ops, epi_batch=(batch,))
+    lda = m if trans_a else k
+    return G.GemmProblem(m, n, k, trans_a=trans_a, lda=lda, ldb=n, ldc=n + 1, beta=beta,
+                         batch=batch, stride_a=m * k + 3, stride_b=k * n,
+                         stride_c=m * (n + 1) + 2, runtime_offsets=True, runtime_m=rm,
+                         runtime_k=rk, a_offset=0, **kw)
+
+
+@pytest.mark.parametrize("rm, rk, beta, epi, params", [
+    ("tall", True, 0.0, "bias", {"rows": 3, "cols": 8, "vec": 4, "packed_b": False}),
+    ("tall", False, 0.0, "sum", {"rows": 3, "cols": 8, "vec": 4, "packed_b": False,
+                                  "m_loop": 2}),
+    ("any", True, 0.5, None, {"rows": 4, "cols": 8, "vec": 8, "packed_b": False,
+                               "k_unroll": 2}),
+    (None, True, 1.0, "bias", {"rows": 3, "cols": 8, "vec": 4, "packed_b": False,
+                                "trans_a": True}),
+    ("any", True, 0.0, "sum", {"local_prefetch": True, "packed_b": False, "vec": 1,
+                                "rows": 2, "cols": 2, "wg": (2, 2), "k_tile": 4}),
+])
+def test_runtime_sizes_batched_epilogue_one_program(dev, rm, rk, beta, epi, params):
+    """One program with m, k and the batch strides as arguments serves a batch of GEMMs
+    (Winograd's tile products) of every m and k, with a fused bias, relu and sum, like the
+    float64 reference; rows past m and C's padding untouched."""
+    import pyopencl as cl
+
+    from pydnnl.kernels import post_ops as po
+    from pydnnl.kernels.source import launch_size
+
+    eng, s = dev
+    params = dict(params)
+    trans_a = params.pop("trans_a", False)
+    params = G.normalize_params(params)
+    n, batch = 13, 3
+    sizes = [(5, 7), (11, 9), (3, 4), (14, 12)] if rm != "any" else [(1, 7), (2, 5), (9, 11)]
+    # a baked size stays that of the first case
+    sizes = [(m if rm else sizes[0][0], k if rk else sizes[0][1]) for m, k in sizes]
+    keys, built = set(), []
+    rng = np.random.default_rng(5)
+    for m, k in sizes:
+        pr = _batched_rt_problem(m, n, k, batch, beta, epi, rm, rk, trans_a=trans_a)
+        assert pr.runtime_strides
+        keys.add(G.cache_key(pr, params))
+        kern = get_kernel(eng, "gemm", G.cache_key(pr, params),
+                          lambda pr=pr: built.append(1) or G.build_gemm(pr, params))
+        for w in "abc":
+            assert f"stride_{w}" in kern.src.arg_names
+        a = rng.standard_normal(pr.size("a") + 5).astype(np.float32)
+        b = rng.standard_normal(pr.size("b") + 2).astype(np.float32)
+        c = rng.standard_normal(pr.size("c") + 3).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        mf = cl.mem_flags
+        bufs = {nm: cl.Buffer(eng.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)
+                for nm, x in (("a", a), ("b", b), ("c", c), ("bias", bias))}
+        vals = dict(bufs, a_off=np.int64(5), b_off=np.int64(2), c_off=np.int64(3),
+                    m=np.int64(m), ksize=np.int64(k), stride_a=np.int64(pr.stride_a),
+                    stride_b=np.int64(pr.stride_b), stride_c=np.int64(pr.stride_c))
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty_like(c)
+        cl.enqueue_copy(s.queue, out, bufs["c"])
+        s.queue.finish()
+        plain = G.GemmProblem(m, n, k, trans_a=trans_a, lda=pr.lda, ldb=n, ldc=n + 1,
+                              batch=batch, stride_a=pr.stride_a, stride_b=pr.stride_b,
+                              stride_c=pr.stride_c, a_offset=5, b_offset=2, c_offset=3)
+        want = reference(replace_beta(plain, 0.0), a, b, c)
+        prior = c.astype(np.float64)
+        for t in range(batch):
+            C = _mat(want, 3 + t * pr.stride_c, m, n, n + 1)
+            P = _mat(prior, 3 + t * pr.stride_c, m, n, n + 1)
+            v = C + beta * P
+            if epi:
+                v = v + bias
+                if po.reads_prior(pr.post_ops):
+                    v = v + 0.5 * P
+                v = np.maximum(v, 0)
+            C[...] = v
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        assert len(launch_size(kern.src, vals)) >= 2
+    # one key (the local tiles: whole k tiles or not) and one program per key at most
+    assert len(keys) <= (2 if params["local_prefetch"] else 1)
+    assert len(built) <= len(keys)  # one program (none when the disk cache had it)
+
+
+def replace_beta(pr, beta):
+    from dataclasses import replace
+
+    return replace(pr, beta=beta)
+
+
+def test_runtime_rules_batch_and_epilogue():
+    """The launcher gives batches and epilogues (bias along C's columns, eltwise, sum) the
+    run-time sizes; binary post-ops and biases along m keep m baked; keys name neither the
+    sample m, k nor the strides."""
+    from pydnnl.constants import algorithm as A
+    from pydnnl.runtime.gemm import GemmShape, _problem, runtime_k, runtime_m
+
+    cpu = G.normalize_params({"rows": 7, "cols": 64, "vec": 16})
+    sh = GemmShape(m=784, n=64, k=64, lda=64, ldb=64, ldc=64)
+    st = dict(stride_a=784 * 64, stride_b=4096, stride_c=784 * 64)
+    assert runtime_m(sh, cpu, 16, st) == "tall" and runtime_k(sh, cpu, 16, st)
+    assert runtime_m(sh, None, 16, st) is None and not runtime_k(sh, None, 16, st)
+    relu = (("sum", 1.0, 0), ("eltwise", int(A.eltwise_relu), 0.0, 0.0))
+    bias = (_dense_layout((1, 64)), (1, 64), 64)
+    epi = GemmShape(m=196, n=64, k=256, lda=256, ldb=64, ldc=64, bias=bias, post_ops=relu)
+    assert runtime_m(epi, cpu) == "tall" and runtime_k(epi, cpu)
+    assert runtime_m(epi, None) is None  # the NVIDIA kernel: no epilogue at run time
+    per_row = GemmShape(m=196, n=64, k=256, lda=256, ldb=64, ldc=64,
+                        bias=(_dense_layout((196, 1)), (196, 1), 196))
+    assert runtime_m(per_row, cpu) is None
+    binary = GemmShape(m=196, n=64, k=256, lda=256, ldb=64, ldc=64, post_ops=(
+        ("binary", int(A.binary_add), _dense_layout((196, 64)), (196, 64), 196 * 64),))
+    assert runtime_m(binary, cpu) is None
+
+    def key(m, k):
+        shp = GemmShape(m=m, n=64, k=k, lda=k, ldb=64, ldc=64)
+        bk = dict(batch=16, stride_a=m * k, stride_b=k * 64, stride_c=m * 64)
+        return G.cache_key(_problem(shp, None, runtime_m(shp, cpu, 16, bk),
+                                    runtime_k(shp, cpu, 16, bk), **bk), cpu)
+
+    assert key(49, 64) == key(784, 128) == key(729, 64)
+
+
 def test_runtime_m_problem_rules():
     with pytest.raises(ValueError, match="runtime_offsets"):
         G.build_gemm(G.GemmProblem(4, 5, 6, runtime_m="tall"), {"packed_b": False})  # loopy
@@ -532,6 +674,11 @@ cases |= {  # rows as an argument
                                runtime_k=True),
                  {"local_prefetch": True, "packed_b": False, "vec": 1, "rows": 2, "cols": 2,
                   "wg": (2, 2), "k_tile": 2}),
+    # a batch with m, k and the batch strides as arguments (Winograd's products)
+    "tall_batched_rt": (G.GemmProblem(7, 11, 5, beta=1.0, batch=2, stride_a=40, stride_b=60,
+                                      stride_c=80, runtime_offsets=True, runtime_m="tall",
+                                      runtime_k=True),
+                        {"rows": 3, "cols": 8, "vec": 4, "packed_b": False}),
     # the hand-written NVIDIA kernel (plain OpenCL C without mma), m and k as arguments
     "nv_rt": (G.GemmProblem(5, 8, 32, beta=0.5, runtime_offsets=True, runtime_m="any",
                             runtime_k=True), NvTile(32, 16, 16, 4, 4)),
@@ -555,7 +702,9 @@ for name, (pr, params) in cases.items():
     B = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bdev)
     C = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
     vals = {"a": A, "b": B, "c": C, "a_off": np.int64(0), "b_off": np.int64(0),
-            "c_off": np.int64(0), "m": np.int64(pr.m), "ksize": np.int64(pr.k)}
+            "c_off": np.int64(0), "m": np.int64(pr.m), "ksize": np.int64(pr.k),
+            "stride_a": np.int64(pr.stride_a), "stride_b": np.int64(pr.stride_b),
+            "stride_c": np.int64(pr.stride_c)}
     knl(q, launch_size(src, vals), src.local_size, *[vals[n] for n in src.arg_names])
     out = np.empty_like(c)
     cl.enqueue_copy(q, out, C)
@@ -581,6 +730,6 @@ def test_gemm_kernels_clean_under_oclgrind():
     results = run_probe(PROBE)
     assert results == {"plain": True, "packed_trans": True, "local": True, "local_k1": True,
                        "tall_beta0": True, "tall_beta1": True, "any": True, "local_rt": True,
-                       "nv_rt": True}
+                       "nv_rt": True, "tall_batched_rt": True}
 
 # }}}
