@@ -124,7 +124,8 @@ def test_conv_kernels_clean_under_oclgrind():
 # Winograd transforms with sizes at run time (plain layouts; the probe above runs them too,
 # in nchw and in image chunks for backward weights): one program over two image sizes and
 # minibatches (odd and even outputs, two image chunks), backward data, and work-groups of 8
-# over 12 and 13 channels (the last group along channels partial: peeled)
+# over 12 and 13 channels (the last group along channels partial: peeled); backward data's
+# flipped filter through a local tile
 WINO_RT_PROBE = "SEED = 11\n" + CONV_PROBE_PRELUDE + r"""
 WINO = dnnl.algorithm.convolution_winograd
 po = dnnl.post_ops(); po.append_sum(0.5); po.append_eltwise(dnnl.algorithm.eltwise_relu, 0.1, 0)
@@ -172,6 +173,8 @@ chunks = {"chunk_mb": 0.0005}
 results["rt_fwd_5x3"] = run("fwd", (1, 4, 5, 3), 4, 4, "nhwc")
 results["rt_fwd_4x6_chunks"] = run("fwd", (2, 4, 4, 6), 4, 4, "nhwc", chunks)
 results["rt_bwd_d_4x5"] = run("bwd_d", (1, 3, 4, 5), 3, 4, "nhwc")
+# 16 x 16 channels: the flipped filter through the local tile
+results["rt_bwd_d_tile"] = run("bwd_d", (1, 16, 2, 2), 16, 16, "nhwc")
 results["rt_fwd_partial_wg"] = run("fwd", (1, 12, 3, 3), 12, 13, "nhwc", {"wg": 8})
 results["rt_bwd_w_partial_wg"] = run("bwd_w", (1, 12, 3, 2), 12, 13, "nhwc", {"wg": 8})
 print(json.dumps(results))
@@ -181,4 +184,4 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_winograd_runtime_size_transforms_clean_under_oclgrind():
     results = run_probe(WINO_RT_PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {k: True for k in results} and len(results) == 5, results
+    assert results == {k: True for k in results} and len(results) == 6, results

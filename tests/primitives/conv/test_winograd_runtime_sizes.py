@@ -88,6 +88,15 @@ def test_partial_work_groups(engine, stream, direction):
     assert_close(res, WINO_RTOL, f"winograd wg8 {direction}")
 
 
+@pytest.mark.parametrize("direction", ["fwd", "bwd_d", "bwd_w"])
+def test_wide_channels(engine, stream, direction):
+    """32 x 48 channels in gkio weights: backward data's flipped filter goes through the local
+    16 x 16 tile, backward weights stores its products along output channels."""
+    case = _case(1, (4, 3), ic=32, oc=48)
+    res = run_op(engine, stream, "conv", direction, case, algorithm=WINO, tags=NHWC, seed=6)
+    assert_close(res, WINO_RTOL, f"winograd 32x48 {direction}")
+
+
 def test_post_ops_and_blocked_layouts(engine, stream):
     """Sum and eltwise post-ops in the run-time output transform; a blocked layout keeps
     baked sizes (and still matches)."""

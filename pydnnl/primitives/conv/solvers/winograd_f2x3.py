@@ -23,7 +23,12 @@ from __future__ import annotations
 from ....conv_shapes import ConvProblem
 from ....kernels.conv_common import swap_channel_dims
 from ....kernels.conv_direct import largest_divisor_at_most
-from ....kernels.conv_winograd import WinogradProblem, build_winograd, winograd_runtime
+from ....kernels.conv_winograd import (
+    WinogradProblem,
+    build_winograd,
+    wgrad_along_oc,
+    winograd_runtime,
+)
 from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
@@ -153,17 +158,25 @@ def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                   padding_l=p.padding_l, wg=wg)
     ip, i_sizes = winograd_runtime(WinogradProblem("input", **common, act=p.src, act_n=p.src_n))
     dp, d_sizes = winograd_runtime(WinogradProblem("dy", **common, act=p.dst, act_n=p.dst_n))
+    along_oc = wgrad_along_oc(p.wei)
     wp = WinogradProblem("wgrad", **_NO_SPACE, groups=G, icg=ICg, ocg=OCg, wei=p.wei,
-                         wei_n=p.wei_n, slices=S, wg=wg)
+                         wei_n=p.wei_n, slices=S, wg=wg, along_oc=along_oc)
     for c0 in range(0, p.mb, nb):
         plan.kernel("conv_winograd", ip, build_winograd, src=SRC, v=SCRATCH, n0=c0,
                     v_off=v_off, **i_sizes)
         plan.kernel("conv_winograd", dp, build_winograd, dy=DST, u=SCRATCH, n0=c0,
                     u_off=u_off, **d_sizes)
-        shape = GemmShape(m=OCg, n=ICg, k=Ts, lda=OCg, ldb=ICg, ldc=ICg, trans_a=True,
-                          beta=0.0 if c0 == 0 else 1.0)
-        plan.gemm_batched(shape, 16 * G * S, Ts * OCg, Ts * ICg, OCg * ICg, SCRATCH, u_off,
-                          SCRATCH, v_off, SCRATCH, m_off)
+        beta = 0.0 if c0 == 0 else 1.0
+        if along_oc:  # M^T = V^T U: the products [ICg][OCg] (see wgrad_along_oc)
+            shape = GemmShape(m=ICg, n=OCg, k=Ts, lda=ICg, ldb=OCg, ldc=OCg, trans_a=True,
+                              beta=beta)
+            plan.gemm_batched(shape, 16 * G * S, Ts * ICg, Ts * OCg, OCg * ICg, SCRATCH,
+                              v_off, SCRATCH, u_off, SCRATCH, m_off)
+        else:
+            shape = GemmShape(m=OCg, n=ICg, k=Ts, lda=OCg, ldb=ICg, ldc=ICg, trans_a=True,
+                              beta=beta)
+            plan.gemm_batched(shape, 16 * G * S, Ts * OCg, Ts * ICg, OCg * ICg, SCRATCH,
+                              u_off, SCRATCH, v_off, SCRATCH, m_off)
     plan.kernel("conv_winograd", wp, build_winograd, mm=SCRATCH, wei=WEI, m_off=m_off)
     if p.bias is not None:
         add_bias_grad(plan, p)
