@@ -318,10 +318,14 @@ class Gemm:
         of ``b`` and then every ``stride`` elements, into consecutive panels from ``bp_off``
         of ``bp`` (``packed_size`` elements apart); both offsets are given per launch, in the
         order of :meth:`packer_args`. Packing never reads m, and the offsets are arguments:
-        one program serves every batch and scratchpad placement."""
+        one program serves every batch and scratchpad placement; one B not transposed takes
+        k at run time too (an activation whose rows are spatial points, e.g. im2col's
+        backward weights)."""
         sh = self.shape
-        src = fam.GemmProblem(m=1, n=sh.n, k=sh.k, trans_b=sh.trans_b, ldb=sh.ldb,
-                              batch=count, stride_b=stride, runtime_offsets=True)
+        rk = count == 1 and not sh.trans_b
+        src = fam.GemmProblem(m=1, n=sh.n, k=1 if rk else sh.k, trans_b=sh.trans_b,
+                              ldb=sh.ldb, batch=count, stride_b=None if rk else stride,
+                              runtime_offsets=True, runtime_k=rk)
         pk = fam.pack_b(src, self.params)
         assert pk.problem.stride_b in (None, self.packed_size) or count == 1
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,

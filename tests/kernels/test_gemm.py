@@ -600,6 +600,29 @@ def test_runtime_rules_batch_and_epilogue():
     assert key(49, 64) == key(784, 128) == key(729, 64)
 
 
+def test_launcher_shares_programs_across_m_and_k(dev):
+    """Plan-level GEMMs of a new m or k (a conv's spatial size) reuse compiled programs: a
+    Winograd-like batch through ``gemm_kernel`` and the packer of one B (k at run time)."""
+    from pydnnl.runtime.gemm import GemmShape, choose_params, gemm_kernel, get_gemm
+
+    eng, _ = dev
+    kerns = set()
+    for T in (17, 40):  # (both at least one tile of rows: one "tall" class)
+        sh = GemmShape(m=T, n=16, k=8, lda=8, ldb=16, ldc=16)
+        params = choose_params(eng, sh, static_b=False)
+        kerns.add(id(gemm_kernel(eng, sh, params, batch=4, stride_a=T * 8, stride_b=128,
+                                 stride_c=T * 16)))
+    assert len(kerns) == 1 or eng.info.is_gpu  # (GPU rules may pick per-size tiles)
+    pk = set()
+    for k in (9, 13):
+        g = get_gemm(eng, GemmShape(m=5, n=16, k=k, lda=k, ldb=16, ldc=16), static_b=True)
+        if g.packed:
+            kern = g.packer(1, 0)
+            assert "ksize" in kern.src.arg_names
+            pk.add(id(kern))
+    assert len(pk) <= 1
+
+
 def test_runtime_m_problem_rules():
     with pytest.raises(ValueError, match="runtime_offsets"):
         G.build_gemm(G.GemmProblem(4, 5, 6, runtime_m="tall"), {"packed_b": False})  # loopy
