@@ -156,6 +156,7 @@ class IgemmWeiProblem:
     splits: int = 1
     part_off: int = 0
     tile: TileParams = TileParams()
+    rows: object = None  # mb * prod(dst_sp[:-1]) when the sizes are size variables
 
 
 @dataclass(frozen=True)
@@ -486,12 +487,14 @@ def build_igemm_wei(p: IgemmWeiProblem):
     t = p.tile
     K = prod(p.kernel)
     M = K * p.icg
-    R = p.mb * prod(p.dst_sp[:-1])
+    R = p.rows if p.rows is not None else p.mb * prod(p.dst_sp[:-1])
     S = p.splits
-    if R % S:
+    if is_var(R) and S > 1:
+        raise ValueError("igemm backward weights: run-time sizes need splits == 1")
+    if not is_var(R) and R % S:
         raise ValueError(f"igemm backward weights: splits {S} must divide images x outer "
                          f"output points {R}")
-    RS = R // S
+    RS = R if S == 1 else R // S
     s, d = p.src, p.dst
     # one launch axis over (slice, group): iname g runs over both
     outer = {"g": p.groups * S}
@@ -531,7 +534,7 @@ def build_igemm_wei(p: IgemmWeiProblem):
         t, M, p.ocg, outer, k_inames, row_base, a_load, b_load, store)
     specs = [("src", -1, False, True), ("dst", -1, False, True)]
     specs.append(("part", -1, True, False) if S > 1 else ("wei", p.wei_n, True, False))
-    return _assemble(ranges, insns, temps, tags, prios, make_args(specs),
+    return _assemble(ranges, insns, temps, tags, prios, make_args(specs) + value_args(p),
                      "pydnnl_conv_igemm_wei", t)
 
 

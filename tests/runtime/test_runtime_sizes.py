@@ -123,9 +123,9 @@ def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
     assert len({key for fam, key in requested if fam == "reorder"}) == 1
 
 
-# the implicit-GEMM data kernels and their zero-padding copy (conv_im2col, 16 channels or
-# more) take minibatch and spatial sizes at run time
-_IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei", "conv_im2col")
+# the implicit-GEMM data and weight-gradient kernels and their zero-padding copy
+# (conv_im2col, 16 channels or more) take minibatch and spatial sizes at run time
+_IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei", "conv_igemm_wei", "conv_im2col")
 
 
 @pytest.mark.parametrize("engine", CPU_ENGINES,
@@ -142,7 +142,7 @@ def test_new_image_size_needs_no_new_implicit_gemm_kernel(engine, requested, geo
         return ConvProblem.parse(f"mb{mb}ic16ih{ih}iw{iw}oc24oh{oh}ow{ow}"
                                  f"{geometry}{geometry.replace('h', 'w')}")
 
-    for d in ("FWD_B", "BWD_D"):
+    for d in ("FWD_B", "BWD_D", "BWD_WB"):
         o = C.ConvOptions(dir=d, alg="implicit_gemm", stag=stag, dtag=stag)
         C.ConvBench(engine, problem(1, 6, 6), o)
         first = {r for r in requested if r[0] in _IGEMM_FAMILIES}

@@ -397,12 +397,22 @@ def _weights(plan: Plan, p: ConvProblem, params: dict, t: TileParams) -> None:
     splits = largest_divisor_at_most(R, splits)
     M = p.K * p.icg
     part_off = plan.alloc(splits * p.groups * M * p.ocg) if splits > 1 else 0
-    wp = IgemmWeiProblem(mb=p.mb, groups=p.groups, icg=p.icg, ocg=p.ocg, dst_sp=tuple(p.dst_sp),
-                         kernel=tuple(p.kernel), strides=tuple(p.strides),
-                         dilates=tuple(p.dilates), padding_l=pl, src=src, dst=dst, wei=p.wei,
-                         wei_n=p.wei_n, splits=splits, part_off=part_off, tile=t)
+    sizes = {"mb": p.mb, "dst_sp": tuple(p.dst_sp)}
+    size_args = {}
+    if splits == 1:  # run-time sizes (a split's slices divide the sizes: GPUs keep them)
+        f, size_args = symbolize({"mb": p.mb, "nrows": R,
+                                  **{f"j{d}": v for d, v in enumerate(p.dst_sp)}})
+        src, a_args = _sym_plain(src, "a", p.ic)
+        dst, o_args = _sym_plain(dst, "o", p.oc)
+        size_args.update(a_args, **o_args)
+        sizes = {"mb": f["mb"], "dst_sp": tuple(f[f"j{d}"] for d in range(nsp)),
+                 "rows": f["nrows"]}
+    wp = IgemmWeiProblem(groups=p.groups, icg=p.icg, ocg=p.ocg, kernel=tuple(p.kernel),
+                         strides=tuple(p.strides), dilates=tuple(p.dilates), padding_l=pl,
+                         src=src, dst=dst, wei=p.wei, wei_n=p.wei_n, splits=splits,
+                         part_off=part_off, tile=t, **sizes)
     plan.kernel("conv_igemm_wei", wp, build_igemm_wei, src=src_ref, dst=dst_ref, wei=WEI,
-                part=SCRATCH)
+                part=SCRATCH, **size_args)
     if splits > 1:
         rp = WeiReduceProblem(groups=p.groups, icg=p.icg, ocg=p.ocg, kernel=tuple(p.kernel),
                               splits=splits, part_off=part_off, wei=p.wei, wei_n=p.wei_n,
