@@ -311,6 +311,10 @@ class engine:
                 + f"); devices seen: {_describe_all()}")
         self._dev = devs[index]
         self._kind = self._dev.kind
+        # the device's OpenCL context is made with the engine, as oneDNN's engine makes its
+        # own: a CUDA device's first context took 130 ms on an H200, which would otherwise
+        # land on the first primitive's creation
+        _ = self._dev.context
 
     @staticmethod
     def get_count(kind: "engine.kind") -> int:

@@ -42,9 +42,18 @@ class Kernel:
                                                  devices=[device])
             except cl.Error as e:
                 raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
-        self.kernel = getattr(self.program, src.name)
         self.name = src.name
         self.scalar_types = scalar_types(src)  # numpy type per scalar argument, else None
+
+    @property
+    def kernel(self):
+        """The program's kernel with pyopencl's argument invoker, made on first use: plans
+        launch their own ``cl.Kernel`` (:class:`BoundKernel`), and the invoker's first
+        generation in a process cost 30-40 ms of a fresh process's first creation."""
+        k = self.__dict__.get("_kernel")
+        if k is None:
+            k = self.__dict__["_kernel"] = getattr(self.program, self.name)
+        return k
 
     def __call__(self, stream, *args, wait_for=None):
         """Enqueue on ``stream`` (a ``pydnnl.stream``); args in the kernel's argument order."""

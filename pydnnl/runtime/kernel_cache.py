@@ -11,6 +11,7 @@ also where pyopencl keeps no binaries (it leaves NVIDIA's builds to the driver).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -54,11 +55,17 @@ _mem_cache: dict[tuple, Kernel] = {}
 _lock = threading.Lock()
 
 
-def _key_hash_fast(family: str, key) -> str:
+@functools.lru_cache(maxsize=None)
+def _loopy_version() -> str:
     # loopy's version participates without importing loopy: read it from package metadata
+    # (once: a metadata read costs 2-3 ms)
     from importlib.metadata import version
 
-    text = repr((GENERATOR_VERSION, _generator_sources_hash(), family, key, version("loopy")))
+    return version("loopy")
+
+
+def _key_hash_fast(family: str, key) -> str:
+    text = repr((GENERATOR_VERSION, _generator_sources_hash(), family, key, _loopy_version()))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
