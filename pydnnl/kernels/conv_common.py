@@ -177,28 +177,50 @@ def bounds_condition(pos_exprs, lo_hi, sizes):
     return conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
 
 
-def output_positions(p, i_sp, ks):
+def output_guards(p) -> tuple:
+    """Per spatial dim of a backward-data gather (:func:`output_positions`): (an output
+    position may be < 0, one may be past the output's end), from ``p``'s int sizes."""
+    out = []
+    for d in range(len(p.kernel)):
+        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
+        hi = p.src_sp[d] - 1 + p.padding_l[d]
+        out.append((lo < 0, hi >= p.dst_sp[d] * p.strides[d]))
+    return tuple(out)
+
+
+def runtime_output_guards(p) -> tuple:
+    """:func:`output_guards` for a run-time-size form: the lower test as the constants say,
+    the upper one always (whether the last input positions reach past the output changes with
+    the sizes' parity under strides; one compare per tap costs nothing measurable, another
+    program per parity a compilation)."""
+    return tuple((lo, True) for lo, _ in output_guards(p))
+
+
+def output_positions(p, i_sp, ks, guards=None):
     """For input position ``i_sp`` and kernel tap inames ``ks``: the output positions that
-    read it (backward data / col2im) and the condition that such an output exists."""
+    read it (backward data / col2im) and the condition that such an output exists.
+    ``guards``: per spatial dim, whether to test the lower and the upper bound (default
+    :func:`output_guards`; sizes that are size variables need them given)."""
     from pymbolic import var
     from pymbolic.primitives import Comparison, FloorDiv, LogicalAnd, Remainder
 
+    if guards is None:
+        guards = output_guards(p)
     conds, o = [], []
     for d in range(len(i_sp)):
         num = i_sp[d] + p.padding_l[d] - var(ks[d]) * (p.dilates[d] + 1)
         s = p.strides[d]
-        lo = -(p.kernel[d] - 1) * (p.dilates[d] + 1) + p.padding_l[d]
-        hi = p.src_sp[d] - 1 + p.padding_l[d]
-        if lo < 0:
+        lo, hi = guards[d]
+        if lo:
             conds.append(Comparison(num, ">=", 0))
         if s == 1:
             od = num
-            if hi >= p.dst_sp[d]:
+            if hi:
                 conds.append(Comparison(num, "<", p.dst_sp[d]))
         else:
             conds.append(Comparison(Remainder(num, s), "==", 0))
             od = FloorDiv(num, s)
-            if hi >= p.dst_sp[d] * s:
+            if hi:
                 conds.append(Comparison(num, "<", p.dst_sp[d] * s))
         o.append(od)
     cond = None if not conds else conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))

@@ -13,6 +13,7 @@ results (deconvolution forward is convolution backward data with a bias).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -20,8 +21,10 @@ import numpy as np
 from ..conv_shapes import ConvProblem
 from .conv_common import (
     INDEX_DTYPE,
+    _extent,
     apply_postops,
     bounds_condition,
+    clamp_into,
     decompose,
     finish,
     guarded_load,
@@ -30,8 +33,11 @@ from .conv_common import (
     output_positions,
     postop_arg_specs,
     prod,
+    product_name,
+    rt_value_args,
     split_fast,
 )
+from .sizevars import is_var
 
 
 class DirectParams(NamedTuple):
@@ -43,14 +49,107 @@ class DirectParams(NamedTuple):
     index64: bool = True  # 64-bit index arithmetic
 
 
-def build_direct(p: ConvProblem, params: DirectParams):
+def build_direct(p: ConvProblem, params: DirectParams, guards: tuple | None = None):
     """loopy TranslationUnit of the direct kernel of ``p`` in direction ``p.kind``: ``fwd``
     writes dst, ``bwd_d`` src (diff_src), ``bwd_w`` wei (arguments src, wei, dst[, bias]; the
-    bias is added to the written activation, so backward weights takes none)."""
+    bias is added to the written activation, so backward weights takes none).
+
+    ``guards`` (the run-time form, :func:`direct_runtime`, whose sizes are size variables):
+    per spatial dim, whether the input positions (fwd, bwd_w) or output positions (bwd_d)
+    are tested against 0 and against the end; None: derived from the int sizes."""
     build = {"fwd": _build_fwd, "bwd_d": _build_bwd_d, "bwd_w": _build_bwd_w}.get(p.kind)
     if build is None:
         raise ValueError(f"direct convolution: unknown direction {p.kind!r}")
-    return build(p, params)
+    return build(p, params, guards)
+
+
+def direct_runtime(p: ConvProblem, padded: bool) -> tuple[ConvProblem, dict, tuple | None]:
+    """The run-time-size form of the direct kernel's problem ``p``: ``(problem, values,
+    guards)``: the minibatch ``mb``, the spatial sizes (``is<i>`` of src, ``os<i>`` of dst)
+    and the activations' strides and offsets (but unit ones) as size variables; bind
+    ``values`` at launch; pass ``(problem, params, guards)`` to :func:`build_direct`.
+
+    ``padded``: the solver copied the input into a zero-padded tensor wherever the kernel
+    would read outside it (``_prepad``), so forward and backward weights test no bounds for
+    any size (and backward data with unit strides neither); otherwise the lower bound is
+    tested as the constants say and the upper bound always (whether the last positions pass
+    the end changes with the sizes' parity under strides).
+
+    ``(p, {}, None)`` (baked) for blocked activations and binary post-ops (their operands'
+    layouts bake sizes).
+    """
+    from .conv_common import runtime_output_guards, sym_plain_layout
+    from .sizevars import symbolize
+
+    if any(op[0] == "binary" for op in p.post_ops):
+        return p, {}, None
+    src = sym_plain_layout(p.src, "src", channels=p.ic)
+    dst = sym_plain_layout(p.dst, "dst", channels=p.oc)
+    if src is None or dst is None:
+        return p, {}, None
+    nsp = len(p.kernel)
+    if p.kind == "bwd_d":
+        if padded and all(s == 1 for s in p.strides):
+            guards = ((False, False),) * nsp
+        else:
+            guards = runtime_output_guards(p)
+    elif padded:
+        guards = ((False, False),) * nsp
+    else:
+        guards = tuple((pl > 0, True) for pl in p.padding_l)
+    values = {"mb": p.mb, **{f"is{i}": v for i, v in enumerate(p.src_sp)},
+              **{f"os{i}": v for i, v in enumerate(p.dst_sp)}}
+    sym, _ = symbolize(values)
+    q = replace(p, mb=sym["mb"], src_spatial=tuple(sym[f"is{i}"] for i in range(nsp)),
+                dst_spatial=tuple(sym[f"os{i}"] for i in range(nsp)), src=src[0], src_n=-1,
+                dst=dst[0], dst_n=-1, padding_r=())
+    # (padding_r: the kernels never read it, the sizes fix it: () keeps it out of the key)
+    # the flattened outer spatial extents the launch takes (axis 1)
+    outer = {"src": [f"is{i}" for i in range(nsp - 1)], "dst": [f"os{i}" for i in range(nsp - 1)]}
+    for names in outer.values():
+        if len(names) > 1:
+            values[product_name(names)] = prod([values[n] for n in names])
+    return q, {**values, **src[1], **dst[1]}, guards
+
+
+def _is_runtime(p) -> bool:
+    from .sizevars import free_vars
+
+    return bool(free_vars((p.mb, p.src_spatial, p.dst_spatial)))
+
+
+def _in_bounds(pos, guards, sizes):
+    """``0 <= pos`` / ``pos < size`` per dim where ``guards`` asks (None when none)."""
+    from pymbolic.primitives import Comparison, LogicalAnd
+
+    conds = []
+    for e, (lo, hi), n in zip(pos, guards, sizes):
+        if lo:
+            conds.append(Comparison(e, ">=", 0))
+        if hi:
+            conds.append(Comparison(e, "<", n))
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else LogicalAnd(tuple(conds))
+
+
+def _load(cond, array: str, layout: tuple, at: list, pos: list, sizes, n: int):
+    """``array`` at logical index ``at + pos`` where ``cond`` holds, else 0. Baked: the flat
+    offset clamped into the array (:func:`guarded_load`); run-time sizes: each position
+    clamped into its dim (the array's size is not known)."""
+    from pymbolic import var
+    from pymbolic.primitives import If
+
+    if cond is None or not _is_runtime_sizes(sizes):
+        return guarded_load(cond, array, offset(layout, [*at, *pos]), n)
+    clamped = [clamp_into(e, s) for e, s in zip(pos, sizes)]
+    return If(cond, var(array)[offset(layout, [*at, *clamped])], np.float32(0))
+
+
+def _is_runtime_sizes(sizes) -> bool:
+    from .sizevars import free_vars
+
+    return bool(free_vars(tuple(sizes)))
 
 
 def _src_range(p) -> list[tuple[int, int]]:
@@ -60,18 +159,19 @@ def _src_range(p) -> list[tuple[int, int]]:
 
 
 def _domain(ranges: dict) -> str:
+    # (extents may be affine size expressions: "0 <= q < 8*mb")
     names = ", ".join(ranges)
     cond = " and ".join(f"0 <= {k} < {v}" for k, v in ranges.items())
     return "{[" + names + "]: " + cond + "}"
 
 
-def _args(p: ConvProblem, out: str, reads_out: bool):
+def _args(p: ConvProblem, out: str, reads_out: bool, ranges: dict):
     specs = [("src", p.src_n, out == "src", out != "src" or reads_out),
              ("wei", p.wei_n, out == "wei", out != "wei" or reads_out),
              ("dst", p.dst_n, out == "dst", out != "dst" or reads_out)]
     if p.bias is not None and p.kind != "bwd_w":
         specs.append(("bias", p.bias_n, False, True))
-    return make_args(specs + postop_arg_specs(p.post_ops))
+    return make_args(specs + postop_arg_specs(p.post_ops)) + rt_value_args(p, ranges)
 
 
 def _has_sum(p: ConvProblem) -> bool:
@@ -87,12 +187,15 @@ def _make(domain, insn, args, name, p, t: DirectParams, fast, fast_size, tile_in
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
                          index_dtype=INDEX_DTYPE if t.index64 else np.int32,
                          silenced_warnings=["v1_scheduler_fallback", "write_race(store)"])
-    wg = max(1, min(t.wg, fast_size))
-    if t.wtile > 1 and fast != "x" and fast_size > wg:
+    runtime = is_var(fast_size)
+    wg = max(1, t.wg if runtime else min(t.wg, fast_size))
+    if t.wtile > 1 and fast != "x" and (runtime or fast_size > wg):
         # work-item j of a group owns points j, j + wg, ..., j + (wtile-1)*wg: a register tile
         # along the width whose loads stay contiguous across the group
         knl = lp.split_iname(knl, fast, wg * t.wtile, outer_tag="g.0")
         knl = lp.split_iname(knl, f"{fast}_inner", wg, outer_tag="ilp", inner_tag="l.0")
+    elif runtime:  # the guard of the partial work-group stays (a run-time width)
+        knl = lp.split_iname(knl, fast, wg, inner_tag="l.0", outer_tag="g.0")
     else:
         knl = split_fast(knl, fast, fast_size, t.wg)
     tags = {"q": "g.1"} if fast == "x" else {"r": "g.1", "q": "g.2"}
@@ -104,7 +207,7 @@ def _make(domain, insn, args, name, p, t: DirectParams, fast, fast_size, tile_in
     return finish(knl, p.post_ops)
 
 
-def _build_fwd(p: ConvProblem, params: DirectParams):
+def _build_fwd(p: ConvProblem, params: DirectParams, guards=None):
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -112,9 +215,9 @@ def _build_fwd(p: ConvProblem, params: DirectParams):
     nsp = len(p.kernel)
     T = params.tile
     NB = p.ocg // T
-    Q = p.mb * p.groups * NB
+    Q = p.groups * NB * p.mb
     ks = [f"k{i}" for i in range(nsp)]
-    W, R = p.dst_sp[-1], prod(p.dst_sp[:-1])
+    W, R = p.dst_sp[-1], _extent(list(p.dst_sp[:-1]))
     ranges = {"w": W, "r": R, "q": Q, "t": T, "ic": p.icg, **{k: v for k, v in zip(ks, p.kernel)}}
     qv, t, ic = var("q"), var("t"), var("ic")
     n, g, ob = decompose(qv, [p.mb, p.groups, NB])
@@ -122,9 +225,11 @@ def _build_fwd(p: ConvProblem, params: DirectParams):
     o = decompose(var("r"), list(p.dst_sp[:-1])) + [var("w")]
     pos = [o[i] * p.strides[i] - p.padding_l[i] + var(ks[i]) * (p.dilates[i] + 1)
            for i in range(nsp)]
-    lo_hi = _src_range(p)
-    cond = bounds_condition(pos, lo_hi, p.src_sp)
-    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]), p.src_n)
+    if guards is None:
+        cond = bounds_condition(pos, _src_range(p), p.src_sp)
+    else:
+        cond = _in_bounds(pos, guards, p.src_sp)
+    x = _load(cond, "src", p.src, [n, g * p.icg + ic], pos, p.src_sp, p.src_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     value = Reduction("sum", tuple(["ic"] + ks), x * w)
     c = g * p.ocg + oc
@@ -133,11 +238,11 @@ def _build_fwd(p: ConvProblem, params: DirectParams):
     dst_at = var("dst")[offset(p.dst, [n, c, *o])]
     value = apply_postops(value, p.post_ops, dst_at, at=[n, c, *o])
     insn = lp.Assignment(dst_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p)), "pydnnl_conv_direct_fwd",
-                 p, params, "w", W, "t", ["ic"] + ks)
+    return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p), ranges),
+                 "pydnnl_conv_direct_fwd", p, params, "w", W, "t", ["ic"] + ks)
 
 
-def _build_bwd_d(p: ConvProblem, params: DirectParams):
+def _build_bwd_d(p: ConvProblem, params: DirectParams, guards=None):
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -145,16 +250,16 @@ def _build_bwd_d(p: ConvProblem, params: DirectParams):
     nsp = len(p.kernel)
     T = params.tile
     NB = p.icg // T
-    Q = p.mb * p.groups * NB
+    Q = p.groups * NB * p.mb
     ks = [f"k{i}" for i in range(nsp)]
-    W, R = p.src_sp[-1], prod(p.src_sp[:-1])
+    W, R = p.src_sp[-1], _extent(list(p.src_sp[:-1]))
     ranges = {"w": W, "r": R, "q": Q, "t": T, "oc": p.ocg, **{k: v for k, v in zip(ks, p.kernel)}}
     qv, t, oc = var("q"), var("t"), var("oc")
     n, g, ib = decompose(qv, [p.mb, p.groups, NB])
     ic = ib * T + t if T > 1 else ib
     i_sp = decompose(var("r"), list(p.src_sp[:-1])) + [var("w")]
-    cond, o = output_positions(p, i_sp, ks)
-    dy = guarded_load(cond, "dst", offset(p.dst, [n, g * p.ocg + oc, *o]), p.dst_n)
+    cond, o = output_positions(p, i_sp, ks, guards)
+    dy = _load(cond, "dst", p.dst, [n, g * p.ocg + oc], o, p.dst_sp, p.dst_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     value = Reduction("sum", tuple(["oc"] + ks), dy * w)
     c = g * p.icg + ic
@@ -163,11 +268,11 @@ def _build_bwd_d(p: ConvProblem, params: DirectParams):
     out_at = var("src")[offset(p.src, [n, c, *i_sp])]
     value = apply_postops(value, p.post_ops, out_at, at=[n, c, *i_sp])
     insn = lp.Assignment(out_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p)),
+    return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p), ranges),
                  "pydnnl_conv_direct_bwd_data", p, params, "w", W, "t", ["oc"] + ks)
 
 
-def _build_bwd_w(p: ConvProblem, params: DirectParams):
+def _build_bwd_w(p: ConvProblem, params: DirectParams, guards=None):
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -187,15 +292,17 @@ def _build_bwd_w(p: ConvProblem, params: DirectParams):
     n = var("n")
     pos = [var(os_[i]) * p.strides[i] - p.padding_l[i] + kk[i] * (p.dilates[i] + 1)
            for i in range(nsp)]
-    lo_hi = _src_range(p)
-    cond = bounds_condition(pos, lo_hi, p.src_sp)
-    x = guarded_load(cond, "src", offset(p.src, [n, g * p.icg + ic, *pos]), p.src_n)
+    if guards is None:
+        cond = bounds_condition(pos, _src_range(p), p.src_sp)
+    else:
+        cond = _in_bounds(pos, guards, p.src_sp)
+    x = _load(cond, "src", p.src, [n, g * p.icg + ic], pos, p.src_sp, p.src_n)
     dy = var("dst")[offset(p.dst, [n, g * p.ocg + oc, *[var(o) for o in os_]])]
     value = Reduction("sum", tuple(["n"] + os_), x * dy)
     out_at = var("wei")[offset(p.wei, [g, oc, ic, *kk])]
     insn = lp.Assignment(out_at, value, within_inames=frozenset(["x", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "wei", False), "pydnnl_conv_direct_bwd_weights",
-                 p, params, "x", X, "t", ["n"] + os_)
+    return _make(_domain(ranges), insn, _args(p, "wei", False, ranges),
+                 "pydnnl_conv_direct_bwd_weights", p, params, "x", X, "t", ["n"] + os_)
 
 
 def largest_divisor_at_most(n: int, cap: int) -> int:
@@ -206,4 +313,4 @@ def largest_divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-__all__ = ["DirectParams", "build_direct", "largest_divisor_at_most"]
+__all__ = ["DirectParams", "build_direct", "direct_runtime", "largest_divisor_at_most"]

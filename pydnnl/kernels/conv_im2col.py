@@ -25,9 +25,7 @@ from .conv_common import (
     _extent,
     apply_postops,
     clamp_into,
-    clamped_positions,
     decompose,
-    domain,
     domain_rt,
     finish,
     grid,
@@ -41,6 +39,7 @@ from .conv_common import (
     prod,
     product_values,
     rt_value_args,
+    runtime_output_guards,
     split_fast,
     sym_plain_layout,
     tag_grid,
@@ -309,6 +308,12 @@ class Col2ImProblem:
     post_ops: tuple = ()
     wg: int = 64
     per_item: int = 1
+    # run-time form (:func:`col2im_runtime`): the dims of ``out`` from the outermost to the
+    # innermost in storage (its strides are variables then) and, per spatial dim, whether the
+    # output positions are tested against 0 and against the output's end (None: derived from
+    # the int sizes)
+    out_order: tuple | None = None
+    guards: tuple | None = None
 
 
 def build_col2im(p: Col2ImProblem):
@@ -326,8 +331,13 @@ def build_col2im(p: Col2ImProblem):
         st *= sizes[d]
     # iterate over the written tensor in its storage order: [n, c, sp...]
     out_sizes = [p.nb, p.groups * p.icg, *p.src_sp]
-    order = _storage_order(p.out, out_sizes)
-    ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
+    runtime = _is_runtime(p)
+    if runtime:
+        order = list(p.out_order)
+        ranges, parts, tag = grid_rt([out_sizes[d] for d in order], p.per_item, p.wg)
+    else:
+        order = _storage_order(p.out, out_sizes)
+        ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
     idx = [None] * len(out_sizes)
     for d, e in zip(order, parts[len(parts) - len(order):]):
         idx[d] = e
@@ -337,9 +347,9 @@ def build_col2im(p: Col2ImProblem):
     # along channels stay recognisably contiguous)
     g, ic = (0, c) if p.groups == 1 else (FloorDiv(c, p.icg), Remainder(c, p.icg))
     ks = [f"k{i}" for i in range(nsp)]
-    cond, o = output_positions(p, i_sp, ks)
+    cond, o = output_positions(p, i_sp, ks, p.guards)
     if cond is not None:  # a valid address whatever the condition (see clamped_positions)
-        o = clamped_positions(o, [(-1, n_) for n_ in p.dst_sp], p.dst_sp)
+        o = [clamp_into(e, n_) for e, n_ in zip(o, p.dst_sp)]
     cidx = [n, g, ic, *[var(k) for k in ks], *o]
     coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
     val = var("col")[coff] if cond is None else If(cond, var("col")[coff], np.float32(0))
@@ -354,11 +364,51 @@ def build_col2im(p: Col2ImProblem):
     if p.bias is not None:
         specs.append(("bias", p.bias_n, False, True))
     specs += postop_arg_specs(p.post_ops) + [("n0", None), ("col_off", None)]
-    dom = domain({**ranges, **dict(zip(ks, p.kernel))})
-    knl = _make_kernel(dom, [insn], make_args(specs), "pydnnl_conv_col2im",
+    dom = domain_rt({**ranges, **dict(zip(ks, p.kernel))})
+    args = make_args(specs) + rt_value_args(p, ranges, known=("n0", "col_off"))
+    knl = _make_kernel(dom, [insn], args, "pydnnl_conv_col2im",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
-    knl = tag_grid(knl, ranges, p.wg)
+    knl = tag(knl) if runtime else tag_grid(knl, ranges, p.wg)
     return finish(knl, p.post_ops)
+
+
+def col2im_runtime(p: Col2ImProblem) -> tuple[Col2ImProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)``, the chunk ``nb``, the spatial
+    sizes ``src_sp`` (``is<i>``, the written activation's) and ``dst_sp`` (``os<i>``, the
+    column's output points) and the strides of ``out`` (but unit ones and a channels-last
+    point stride) replaced by size variables; bind ``values`` at launch next to ``col``,
+    ``out``, ``bias``, ``n0`` and ``col_off``. Work-items run along the innermost dim of
+    ``out`` (the width of channels-first, the channels of channels-last); no division by a
+    run-time size per work-item. The upper bound of every output position is always tested
+    (:func:`~pydnnl.kernels.conv_common.runtime_output_guards`), so sizes of either parity
+    under strides share one program.
+
+    ``(p, {})`` (baked) for blocked layouts of ``out``, binary post-ops (their operands'
+    layouts bake sizes) and channels-last with fewer than 16 channels (the lanes would run
+    over a few channels alone; baked, they run over points and channels flattened).
+    """
+    if any(op[0] == "binary" for op in p.post_ops):
+        return p, {}
+    C = p.groups * p.icg
+    lay = sym_plain_layout(p.out, "out", channels=C)
+    if lay is None:
+        return p, {}
+    nsp = len(p.kernel)
+    strides = plain_strides(p.out)
+    # storage order by stride alone (no "unit dims first": which dims have size 1 changes
+    # with the sizes, and the program must not)
+    order = tuple(sorted(range(2 + nsp), key=lambda d: (-strides[d], d)))
+    if order[-1] == 1 and C < MIN_LANES:
+        return p, {}
+    out, out_strides = lay
+    values = {"nb": p.nb, **{f"is{i}": v for i, v in enumerate(p.src_sp)},
+              **{f"os{i}": v for i, v in enumerate(p.dst_sp)}}
+    sym, _ = symbolize(values)
+    q = replace(p, nb=sym["nb"], src_sp=tuple(sym[f"is{i}"] for i in range(nsp)),
+                dst_sp=tuple(sym[f"os{i}"] for i in range(nsp)), out=out, out_n=-1, col_n=-1,
+                out_order=order, guards=runtime_output_guards(p))
+    return q, {**product_values(values, ["nb", *[f"is{i}" for i in range(nsp)]]),
+               **out_strides}
 
 
 @dataclass(frozen=True)
@@ -589,6 +639,7 @@ def build_splitk_reduce(p: SplitKReduceProblem):
 
 
 __all__ = ["Im2ColProblem", "build_im2col", "im2col_runtime", "Col2ImProblem", "build_col2im",
+           "col2im_runtime",
            "EpilogueProblem", "build_epilogue", "epilogue_runtime", "BiasGradProblem",
            "build_bias_grad", "bias_grad_runtime",
            "SplitKReduceProblem", "build_splitk_reduce"]

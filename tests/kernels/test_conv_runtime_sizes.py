@@ -1,6 +1,6 @@
-"""Convolution data-movement kernels with sizes as arguments (``conv_im2col``,
-``conv_epilogue``, ``conv_bias_grad``): creating a primitive for a new spatial size or
-minibatch reuses the programs of the first creation, the results stay right, and the kernels
+"""Convolution kernels with sizes as arguments (``conv_im2col``, ``conv_epilogue``,
+``conv_bias_grad``, ``conv_col2im``, ``conv_direct``): creating a primitive for a new spatial
+size or minibatch reuses the programs of the first creation, the results stay right, and the kernels
 stay inside their buffers under Oclgrind (partial last work-groups included)."""
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from pydnnl.benchdnn.conv import ConvBench, ConvOptions
 from pydnnl.benchdnn.conv_problem import ConvProblem
 from pydnnl.kernels.conv_im2col import (
     BiasGradProblem,
+    Col2ImProblem,
     EpilogueProblem,
     Im2ColProblem,
     bias_grad_runtime,
+    col2im_runtime,
     epilogue_runtime,
     im2col_runtime,
 )
@@ -26,7 +28,7 @@ from pydnnl.runtime import kernel_cache
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from oclgrind_helpers import CONV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 
-FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad")
+FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad", "conv_col2im", "conv_direct")
 
 
 @pytest.fixture()
@@ -218,3 +220,147 @@ def test_bias_grad_partial_block_matches_numpy():
         base = n * (C * H * W + 13)
         ref += t[base:base + C * H * W].reshape(C, H * W).sum(axis=1)
     np.testing.assert_allclose(B.to_numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+# backward data through im2col + GEMM (col2im) and the direct solver: (alg, directions,
+# first problem, then others of the same class: other spatial sizes and minibatches, odd and
+# even under strides)
+BWD_CLASSES = [
+    ("im2col_gemm", ("BWD_D",), ["mb2ic16ih7oc8oh7kh3ph1", "mb1ic16ih10iw6oc8oh10ow6kh3kw3ph1pw1",
+                                 "mb3ic16ih5oc8oh5kh3ph1"]),
+    ("im2col_gemm", ("BWD_D",), ["mb2ic16ih8oc8oh4kh3sh2ph1", "mb1ic16ih7oc8oh4kh3sh2ph1",
+                                 "mb3ic16ih9iw6oc8oh5ow3kh3kw3sh2sw2ph1pw1"]),
+    # depthwise, as in MobileNet (stride 1 and 2)
+    ("direct", ("FWD_B", "BWD_D", "BWD_WB"), ["g4mb2ic4ih7oc4oh7kh3ph1", "g4mb1ic4ih9oc4oh9kh3ph1",
+                                              "g4mb3ic4ih6iw5oc4oh6ow5kh3kw3ph1pw1"]),
+    ("direct", ("FWD_B", "BWD_D", "BWD_WB"), ["g4mb2ic4ih8oc4oh4kh3sh2ph1",
+                                              "g4mb1ic4ih7oc4oh4kh3sh2ph1",
+                                              "g4mb3ic4ih11iw6oc4oh6ow3kh3kw3sh2sw2ph1pw1"]),
+]
+
+
+@pytest.mark.parametrize("tags", [{}, {"stag": "abx", "dtag": "abx"}], ids=["any", "abx"])
+@pytest.mark.parametrize("alg, dirs, descs", BWD_CLASSES,
+                         ids=["col2im-3x3", "col2im-3x3s2", "direct-dw", "direct-dw-s2"])
+def test_backward_data_and_direct_need_no_new_kernel(requested, alg, dirs, descs, tags):
+    family = "conv_col2im" if alg == "im2col_gemm" else "conv_direct"
+    for i, desc in enumerate(descs):
+        for d in dirs:
+            b = ConvBench(CPU, ConvProblem.parse(desc), ConvOptions(dir=d, alg=alg, **tags))
+            assert b.check() <= b.tolerance(), (desc, d)
+        if i == 0:
+            first = set(requested)
+            ours = {k for f, k in first if f == family}
+            assert ours and all("Variable('" in k for k in ours), first
+            requested.clear()
+    assert set(requested) <= first, sorted(set(requested) - first)
+
+
+def test_col2im_and_direct_runtime_forms_and_what_stays_baked():
+    from pydnnl.conv_shapes import ConvProblem as KernelProblem
+    from pydnnl.kernels.conv_direct import direct_runtime
+
+    nhwc = (0, ((1, 1600, ()), (1, 1, ()), (1, 320, ()), (1, 16, ())))  # [2, 16, 5, 20]
+    cp = Col2ImProblem(nb=2, groups=1, icg=16, src_sp=(5, 20), dst_sp=(3, 10), kernel=(3, 3),
+                       strides=(2, 2), dilates=(0, 0), padding_l=(1, 1), out=nhwc, out_n=3200,
+                       col_n=-1, order=(1, 0, 5, 6, 3, 4, 2))
+    q, sizes = col2im_runtime(cp)
+    assert q.out_order == (0, 2, 3, 1) and q.guards == ((True, True), (True, True))
+    assert sizes["nb"] == 2 and sizes["is1"] == 20 and sizes["os0"] == 3
+    assert sizes["out_d0"] == 1600 and sizes["out_d2"] == 320 and "out_d3" not in sizes
+    assert sizes["is0_x_nb"] == 10
+    # unpadded: positions are never < 0, the upper bound is tested whatever the sizes
+    assert col2im_runtime(Col2ImProblem(**{**cp.__dict__, "padding_l": (2, 2)}))[0].guards \
+        == ((False, True), (False, True))
+    blocked = (0, ((1, 1600, ()), (8, 8, ((8, 1, 1),)), (1, 320, ()), (1, 16, ())))
+    assert col2im_runtime(Col2ImProblem(**{**cp.__dict__, "out": blocked}))[1] == {}
+    assert col2im_runtime(Col2ImProblem(**{**cp.__dict__, "post_ops": (
+        ("binary", 0, ((1, 3, ()),), 3),)}))[1] == {}
+    # channels-last with too few channels for the lanes: baked
+    few = (0, ((1, 400, ()), (1, 1, ()), (1, 80, ()), (1, 4, ())))
+    assert col2im_runtime(Col2ImProblem(**{**cp.__dict__, "icg": 4, "out": few}))[1] == {}
+
+    nchw = (0, ((1, 64, ()), (1, 16, ()), (1, 4, ()), (1, 1, ())))  # [2, 4, 4, 4]
+    dp = KernelProblem(mb=2, groups=4, ic=4, oc=4, src_spatial=(4, 4), dst_spatial=(2, 2),
+                       kernel=(3, 3), strides=(2, 2), dilates=(0, 0), padding_l=(1, 1),
+                       padding_r=(0, 0), kind="bwd_d", src=nchw,
+                       wei=(0, ((1, 9, ()), (1, 9, ()), (1, 9, ()), (1, 3, ()), (1, 1, ()))),
+                       dst=(0, ((1, 16, ()), (1, 4, ()), (1, 2, ()), (1, 1, ()))),
+                       src_n=128, wei_n=36, dst_n=32)
+    q, sizes, guards = direct_runtime(dp, padded=True)
+    assert guards == ((True, True), (True, True))  # strided backward data keeps its tests
+    assert sizes["mb"] == 2 and sizes["os1"] == 2 and sizes["src_d1"] == 16
+    assert q.padding_r == () and q.src_n == -1
+    fwd = KernelProblem(**{**dp.__dict__, "kind": "fwd", "padding_l": (0, 0)})
+    assert direct_runtime(fwd, padded=True)[2] == ((False, False),) * 2
+    assert direct_runtime(fwd, padded=False)[2] == ((False, True),) * 2
+    assert direct_runtime(KernelProblem(**{**dp.__dict__, "src": (0, (
+        (1, 64, ()), (4, 4, ((4, 1, 1),)), (1, 16, ()), (1, 4, ())))}), padded=True)[1] == {}
+
+
+# col2im and the direct kernels with run-time sizes: channels-last col2im with 16 channels
+# (lanes along channels) under strides with a sum post-op and odd sizes, channels-first (lanes
+# along a width of 5: a partial work-group); direct depthwise forward / backward data /
+# backward weights unpadded (bounds tests with clamped addresses) and padded
+RT_BWD_PROBE = "SEED = 7\n" + CONV_PROBE_PRELUDE + r"""
+def bwd_d(tag, xs, oc, S, P, solver, params=None, groups=1):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((groups, oc // groups, xs[1] // groups, 3, 3)).astype(np.float32)
+    geo = R.validate_conv(x.shape, w.shape, S, [0, 0], P, P)
+    dd = rng.standard_normal(geo.dst_dims()).astype(np.float32)
+    extra = {"solver": solver, **({"solver_params": params} if params else {})}
+    pd = convolution_backward_data.primitive_desc(eng, dnnl.algorithm.convolution_auto,
+        MD(xs, F32, tag), MD(w.shape, F32, "any"), MD(geo.dst_dims(), F32, tag),
+        S, [0, 0], P, P, None, **extra)
+    DX = mem(pd.diff_src_desc())
+    convolution_backward_data(pd).execute(s, {dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dd),
+        dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_DIFF_SRC: DX})
+    s.wait()
+    return close(DX.to_numpy(), R.conv_backward_data(dd, w, xs, S, [0, 0], P, P))
+
+def direct(kind, xs, S, P, pad):
+    G = xs[1]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((G, 1, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(G).astype(np.float32)
+    geo = R.validate_conv(x.shape, w.shape, S, [0, 0], P, P)
+    yd = geo.dst_dims()
+    dy = rng.standard_normal(yd).astype(np.float32)
+    xm, wm, bm, ym = MD(xs, F32, "nchw"), MD(w.shape, F32, "any"), MD([G], F32, "x"), \
+        MD(yd, F32, "nchw")
+    extra = {"solver": "direct", "solver_params": {"pad": pad}}
+    if kind == "fwd":
+        pd = convolution_forward.primitive_desc(eng, dnnl.prop_kind.forward_training,
+            dnnl.algorithm.convolution_auto, xm, wm, bm, ym, S, [0, 0], P, P, None, **extra)
+        Y = mem(pd.dst_desc())
+        convolution_forward(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_BIAS: mem(pd.bias_desc(), b),
+            dnnl.ARG_DST: Y})
+        s.wait()
+        return close(Y.to_numpy(), R.conv_forward(x, w, b, S, [0, 0], P, P))
+    if kind == "bwd_d":
+        return bwd_d("nchw", xs, G, S, P, "direct", {"pad": pad}, groups=G)
+    pd = convolution_backward_weights.primitive_desc(eng, dnnl.algorithm.convolution_auto,
+        xm, wm, bm, ym, S, [0, 0], P, P, None, **extra)
+    DW, DB = mem(pd.diff_weights_desc()), mem(pd.diff_bias_desc())
+    convolution_backward_weights(pd).execute(s, {dnnl.ARG_SRC: mem(pd.src_desc(), x),
+        dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy), dnnl.ARG_DIFF_WEIGHTS: DW,
+        dnnl.ARG_DIFF_BIAS: DB})
+    s.wait()
+    rw, rb = R.conv_backward_weights(x, dy, w.shape, S, [0, 0], P, P)
+    return close(DW.to_numpy().reshape(rw.shape), rw) and close(DB.to_numpy(), rb)
+
+results["col2im_nhwc_s2"] = bwd_d("nhwc", (1, 16, 5, 3), 2, [2, 2], [1, 1], "im2col_gemm")
+results["col2im_nchw"] = bwd_d("nchw", (1, 2, 3, 5), 2, [1, 1], [1, 1], "im2col_gemm")
+results["direct_fwd_unpadded"] = direct("fwd", (1, 2, 5, 4), [2, 1], [1, 1], False)
+results["direct_bwd_d_unpadded"] = direct("bwd_d", (1, 2, 5, 4), [1, 1], [1, 1], False)
+results["direct_bwd_d_s2"] = direct("bwd_d", (1, 2, 5, 4), [2, 2], [1, 1], True)
+results["direct_bwd_w_unpadded"] = direct("bwd_w", (1, 2, 4, 5), [2, 1], [1, 1], False)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
+def test_col2im_and_direct_runtime_sizes_clean_under_oclgrind():
+    results = run_probe(RT_BWD_PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {k: True for k in results} and len(results) == 6, results

@@ -16,7 +16,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....conv_shapes import ConvProblem
-from ....kernels.conv_direct import DirectParams, build_direct, largest_divisor_at_most
+from ....kernels.conv_direct import (
+    DirectParams,
+    build_direct,
+    direct_runtime,
+    largest_divisor_at_most,
+)
 from ....kernels.conv_im2col import (
     BiasGradProblem,
     Im2ColProblem,
@@ -65,14 +70,18 @@ class DirectSolver(Solver):
             tile = largest_divisor_at_most(_tiled_channels(problem), tile)
         plan = Plan(engine, self.name, {**params, "tile": tile})
         p, src_ref, dst_ref = problem, SRC, DST
-        if params.get("pad", True):
+        padded = bool(params.get("pad", True))
+        if padded:
             p, src_ref, dst_ref = _prepad(plan, p)
         if p.kind == "bwd_w":  # the kernel writes diff_weights only; add_bias_grad sums the bias
             p = replace(p, bias=None, bias_n=0)
         knobs = DirectParams(tile, int(params.get("wg", 16)), int(params.get("wtile", 1)),
                              bool(params.get("index64", True)))
-        plan.kernel("conv_direct", (p, knobs), lambda key: build_direct(*key), src=src_ref,
-                    wei=WEI, dst=dst_ref, bias=BIAS)
+        # minibatch, spatial sizes and activation strides as kernel arguments: one program
+        # serves every size of the layer's class (baked for blocked layouts, binary post-ops)
+        p, sizes, guards = direct_runtime(p, padded)
+        plan.kernel("conv_direct", (p, knobs, guards), lambda key: build_direct(*key),
+                    src=src_ref, wei=WEI, dst=dst_ref, bias=BIAS, **sizes)
         if problem.kind == "bwd_w" and problem.bias is not None:
             add_bias_grad(plan, problem)
         return plan

@@ -36,6 +36,7 @@ from ....kernels.conv_im2col import (
     build_col2im,
     build_epilogue,
     build_im2col,
+    col2im_runtime,
     epilogue_runtime,
     im2col_runtime,
 )
@@ -407,8 +408,9 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                                padding_l=p.padding_l, out=p.src, out_n=p.src_n, col_n=-1,
                                order=col_order, bias=p.bias, bias_n=p.bias_n, post_ops=ops,
                                per_item=pi)
+            cp, sizes = col2im_runtime(cp)
             plan.kernel("conv_col2im", cp, build_col2im, col=SCRATCH, out=SRC, bias=BIAS,
-                        n0=c0, col_off=col_off)
+                        n0=c0, col_off=col_off, **sizes)
         if staged_acc:
             ep = EpilogueProblem(nb=nb, channels=p.oc, sp=p.dst_sp, dst=p.dst, dst_n=p.dst_n,
                                  acc=(0, acc_lay[1]), acc_n=-1, bias=p.bias, bias_n=p.bias_n,
