@@ -39,6 +39,7 @@ from ..constants import algorithm
 from ..memory.data_types import data_type
 from . import post_ops as po
 from .reorder import _offset_expr
+from .sizevars import SIZE_DTYPE, ceil_range, free_vars, is_var, size_var
 
 BINARY_ALGS = (algorithm.binary_add, algorithm.binary_mul, algorithm.binary_max,
                algorithm.binary_min, algorithm.binary_div, algorithm.binary_sub,
@@ -274,6 +275,153 @@ def global_arg(name: str, size: int | None, output: bool = False, input: bool = 
                         is_output=output, is_input=input)
 
 
+# -- run-time sizes ------------------------------------------------------------------------------
+# Size variables of the run-time form (never ``rows``, ``args`` or ``kernel``: Plan.launch's own
+# parameters): ``bd<k>`` collapsed dim k, ``bs<t>_<k>`` tensor t's stride of dim k, ``bouter``
+# the product of the dims before the last, ``bgpr`` / ``bgroups`` work-groups per row and in all
+# (a run-time row length).
+
+
+def _dense_stride(terms, dims, k) -> bool:
+    """Whether stride ``k`` of a plain layout is the product of the extents of its dims of
+    smaller non-zero stride (then it is a function of those dims only)."""
+    s = terms[k][1]
+    inner = [j for j, t in enumerate(terms) if 0 < t[1] < s]
+    return s == math.prod(dims[j] for j in inner), inner
+
+
+def runtime_form(p: BinaryProblem, rt) -> tuple[BinaryProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)`` with the collapsed dims ``rt``
+    (those that change with the minibatch and spatial sizes), the strides that depend on them,
+    and the launch counts replaced by size variables; ``values`` the ints to bind at launch.
+    One program then serves every problem of the class (algorithm, data types, post-ops,
+    broadcast pattern, baked dims and strides). ``(p, {})`` where the form does not apply:
+
+    - a blocked layout or a binary post-op (operands read through their own layouts);
+    - several dims in the flat shape (one element per work-item found by division by every
+      dim but the outermost: a run-time divisor per element runs 4-150x slower on Intel's CPU
+      runtime) take only the outermost at run time;
+    - a last dim shorter than a work-group keeps its length (work-groups of whole rows, as
+      many as fit), only the outer dims run-time.
+    """
+    nd = len(p.dims)
+    rt = {k for k in rt if 0 <= k < nd}
+    if nd > 1 and not p.rows:
+        rt &= {0}
+    if not rt or po.has_binary(p.post_ops):
+        return p, {}
+    for _off, terms in p.layouts:
+        if any(blk != 1 or inner for blk, _s, inner in terms):
+            return p, {}
+    if nd > 1 and p.dims[-1] < p.wg:
+        rt.discard(nd - 1)
+        if not rt:
+            return p, {}
+    values: dict = {}
+    dims = list(p.dims)
+    for k in sorted(rt):
+        values[f"bd{k}"] = int(p.dims[k])
+        dims[k] = size_var(f"bd{k}")
+    layouts = []
+    for t, (off, terms) in enumerate(p.layouts):
+        new = []
+        for k, (blk, s, inner) in enumerate(terms):
+            if s not in (0, 1):
+                dense, below = _dense_stride(terms, p.dims, k)
+                if not dense or any(j in rt for j in below):
+                    values[f"bs{t}_{k}"] = int(s)
+                    s = size_var(f"bs{t}_{k}")
+            new.append((blk, s, inner))
+        layouts.append((off, tuple(new)))
+    if nd > 1 and p.rows:
+        if any(k in rt for k in range(nd - 1)):
+            values["bouter"] = math.prod(p.dims[:-1])
+        if nd - 1 in rt:
+            gpr = -(-p.dims[-1] // (p.wg * max(1, p.iters)))
+            values["bgpr"] = gpr
+            values["bgroups"] = gpr * math.prod(p.dims[:-1])
+    from dataclasses import replace
+
+    return replace(p, dims=tuple(dims), layouts=tuple(layouts),
+                   sizes=(None,) * len(p.sizes)), values
+
+
+def launch_vars(dims, rows: bool) -> set[str]:
+    """The launch-count variables :func:`grid_rt` reads for ``dims`` besides the dims."""
+    out = set()
+    if len(dims) > 1 and rows:
+        if any(is_var(d) for d in dims[:-1]):
+            out.add("bouter")
+        if is_var(dims[-1]):
+            out |= {"bgpr", "bgroups"}
+    return out
+
+
+def _affine_total(dims):
+    """The product of ``dims`` with at most one size variable (affine for isl)."""
+    const = math.prod(d for d in dims if not is_var(d))
+    names = [d for d in dims if is_var(d)]
+    assert len(names) <= 1, dims
+    return const if not names else (names[0] if const == 1 else const * names[0])
+
+
+def grid_rt(dims, rows: bool, wg: int, iters: int = 1):
+    """:func:`grid` over ``dims`` of :func:`runtime_form` (size variables): ``(domain, inames,
+    idx, predicates)``. One dim: the flat shape. Several: the rows shape; the outer indices come
+    from the work-group id (divisions of group ids only, uniform over a work-group); a run-time
+    last dim runs ``bgpr`` work-groups of ``wg * iters`` per row, the row's end a predicate."""
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, FloorDiv, Remainder
+
+    if len(dims) == 1 or not rows:  # flat: only the outermost dim run-time, no division by it
+        total = _affine_total(dims)
+        return f"{{[i]: {ceil_range('i', total)}}}", ("i",), _decompose(var("i"), dims), ()
+    inner = dims[-1]
+    outer = var("bouter") if any(is_var(d) for d in dims[:-1]) else math.prod(dims[:-1])
+    g, lane = var("g"), var("l")
+    if is_var(inner):
+        domain = (f"{{[g, k, l]: 0 <= g < bgroups and 0 <= k < {iters} and 0 <= l < {wg}}}")
+        j = wg * var("k") + lane
+        j = wg * iters * Remainder(g, var("bgpr")) + j
+        return (domain, ("g", "k", "l"), _decompose(FloorDiv(g, var("bgpr")), dims[:-1]) + [j],
+                (Comparison(j, "<", inner),))
+    if inner >= wg:  # long rows, their length baked
+        iters = max(1, min(iters, inner // wg))
+        span = wg * iters
+        gpr = -(-inner // span)
+        cond = f" and {span} * (g mod {gpr}) + {wg} * k + l < {inner}" if inner % span else ""
+        gmax = f"{gpr} * bouter" if is_var(outer) else str(gpr * outer)
+        domain = (f"{{[g, k, l]: 0 <= g < {gmax} and 0 <= k < {iters} and "
+                  f"0 <= l < {wg}{cond}}}")
+        o = FloorDiv(g, gpr) if gpr > 1 else g
+        j = wg * var("k") + lane
+        if gpr > 1:
+            j = span * Remainder(g, gpr) + j
+        return domain, ("g", "k", "l"), _decompose(o, dims[:-1]) + [j], ()
+    per = max(1, wg // inner)  # short rows of baked length: `per` whole rows per work-group
+    domain = (f"{{[g, r, l]: {ceil_range('g', outer, per)} and 0 <= r < {per} and "
+              f"0 <= l < {inner} and {per} * g + r < {outer}}}")
+    o = per * g + var("r") if per > 1 else g
+    return domain, ("g", "r", "l"), _decompose(o, dims[:-1]) + [lane], ()
+
+
+def schedule_rt(knl, dims, rows: bool, wg: int, iters: int = 1):
+    """Tag the inames of :func:`grid_rt`."""
+    import loopy as lp
+
+    if len(dims) == 1 or not rows:
+        if iters == 1:
+            return lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_tag="g.0")
+        knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk")
+        return lp.split_iname(knl, "i_blk", iters, outer_tag="g.0", inner_tag="unr")
+    tags = {"g": "g.0", "l": "l.0"}
+    if not is_var(dims[-1]) and dims[-1] < wg:
+        tags["r"] = "l.1"
+    else:
+        tags["k"] = "unr"
+    return lp.tag_inames(knl, tags)
+
+
 # -- the binary kernel -------------------------------------------------------------------------
 def kernel_name(p: BinaryProblem) -> str:
     return "pydnnl_" + algorithm(p.alg).name
@@ -289,7 +437,12 @@ def build_binary(p: BinaryProblem):
     alg = algorithm(p.alg)
     if alg not in BINARY_ALGS:
         raise ValueError(f"binary kernel: {alg.name} is not a binary algorithm")
-    domain, inames, idx = grid(p.dims, p.rows, p.wg, p.iters)
+    runtime = bool(free_vars(p))
+    if runtime:
+        domain, inames, idx, preds = grid_rt(p.dims, p.rows, p.wg, p.iters)
+    else:
+        domain, inames, idx = grid(p.dims, p.rows, p.wg, p.iters)
+        preds = ()
     d0, d1, dd = p.dts
     a = load(d0, var("src0")[offset(p.layouts[0], idx)])
     b = load(d1, var("src1")[offset(p.layouts[1], idx)])
@@ -302,13 +455,18 @@ def build_binary(p: BinaryProblem):
         args.append(global_arg("scale1", 1))
     dst = var("dst")[offset(p.layouts[2], idx)]
     value = po.apply(po.binary_value(alg, a, b), p.post_ops, prior=load(dd, dst), at=idx)
-    insn = lp.Assignment(dst, store(dd, value), within_inames=frozenset(inames))
+    insn = lp.Assignment(dst, store(dd, value), within_inames=frozenset(inames),
+                         predicates=frozenset(preds))
     args.append(global_arg("dst", p.sizes[2], output=True, input=po.reads_prior(p.post_ops),
                            dt=dd))
     args += po.loopy_args(p.post_ops)
+    if runtime:
+        names = set(free_vars(p)) | launch_vars(p.dims, p.rows)
+        args += [lp.ValueArg(n, SIZE_DTYPE) for n in sorted(names)]
     knl = lp.make_kernel(domain, [insn], args, name=kernel_name(p), lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
-    knl = schedule(knl, p.dims, p.rows, p.wg, p.iters)
+    knl = schedule_rt(knl, p.dims, p.rows, p.wg, p.iters) if runtime else \
+        schedule(knl, p.dims, p.rows, p.wg, p.iters)
     helpers = {h[0]: h for h in po.helpers((("binary", int(alg), (), (), 0),))
                + po.helpers(tuple(p.post_ops))
                + type_helpers((d0, d1, dd) if po.reads_prior(p.post_ops) else (d0, d1), (dd,))}

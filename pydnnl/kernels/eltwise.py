@@ -26,6 +26,7 @@ import numpy as np
 from . import eltwise_ops as ops
 from .binary import F32, load, storage, store, type_helpers
 from .reorder import _offset_expr
+from .sizevars import ceil_range, is_var, size_var, value_args
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class EltwiseFlat:
     alpha: float
     beta: float
     backward: bool
-    count: int
+    count: int  # or the size variable ``nelems`` (bound at launch: :func:`flat_runtime`)
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
     wg: int = 256
@@ -89,9 +90,20 @@ def _args(lp, p):
     out = []
     for k, (n, size, dt) in enumerate(zip(names, p.sizes, _dts(p))):
         last = k == len(names) - 1
-        out.append(lp.GlobalArg(n, storage(dt), shape=(int(size),), is_output=last,
-                                is_input=not last))
-    return out
+        out.append(lp.GlobalArg(n, storage(dt), shape=None if size is None else (int(size),),
+                                is_output=last, is_input=not last))
+    return out + value_args(p)
+
+
+def flat_runtime(p: EltwiseFlat) -> tuple[EltwiseFlat, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)``, the element count a size
+    variable ``nelems`` (bind ``values`` at launch). One program then serves every tensor of
+    the (algorithm, alpha, beta, data types, offsets) class: the kernel divides nothing, its
+    only run-time guard is ``i < nelems`` (unrolled steps on GPUs: one per step)."""
+    from dataclasses import replace
+
+    return (replace(p, count=size_var("nelems"), sizes=(None,) * len(p.sizes)),
+            {"nelems": int(p.count)})
 
 
 def _value(p, idx_of):
@@ -135,9 +147,18 @@ def build_flat(p: EltwiseFlat):
     insn = lp.Assignment(var(out)[p.offsets[-1] + i],
                          _store(p, _value(p, lambda k: p.offsets[k] + i)),
                          within_inames=frozenset(["i"]))
-    knl = lp.make_kernel(f"{{[i]: 0 <= i < {p.count}}}", [insn], _args(lp, p),
+    knl = lp.make_kernel(f"{{[i]: {ceil_range('i', p.count)}}}", [insn], _args(lp, p),
                          name=kernel_name(p), lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
+    if is_var(p.count):
+        knl = lp.split_iname(knl, "i", p.wg, inner_tag="l.0", outer_iname="i_blk",
+                             inner_iname="i_l")
+        if p.iters > 1:
+            knl = lp.split_iname(knl, "i_blk", p.iters, outer_tag="g.0", outer_iname="i_g",
+                                 inner_iname="i_k", inner_tag="unr")
+        else:
+            knl = lp.tag_inames(knl, {"i_blk": "g.0"})
+        return _finish(lp, knl, p)
     wg = max(1, min(p.wg, p.count))
     knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk", inner_iname="i_l")
     iters = max(1, min(p.iters, -(-p.count // wg)))

@@ -225,15 +225,26 @@ class binary(primitive):
                 self._dims = (dst.nelems(),)
                 self._layouts = tuple(K.dense_layout(md.offset0) for md in mds)
                 self._impl = "ocl:binary:flat"
+                self._rt = (0,)
                 return
             layouts = [K.broadcast_layout(layout_of(md), md.dims, dst.dims) for md in mds]
-            self._dims, self._layouts, _ = K.collapse(dst.dims, layouts, order_by=2)
+            self._dims, self._layouts, pos = K.collapse(dst.dims, layouts, order_by=2)
+            # the collapsed dims that hold the minibatch or a spatial dim (all but the channels
+            # of a tensor of 2 or more dims) change with the shape: run-time sizes
+            nd = len(dst.dims)
+            self._rt = tuple(sorted({pos[d] for d in range(nd)
+                                     if pos[d] is not None and (d != 1 or nd == 1)}))
             self._impl = "ocl:binary:strided"
 
         def get_algorithm(self) -> algorithm:
             return self._alg
 
-        def _problem(self, eng) -> K.BinaryProblem:
+        def _problem(self, eng) -> tuple[K.BinaryProblem, dict]:
+            """The kernel problem in its run-time-size form where one applies
+            (:func:`pydnnl.kernels.binary.runtime_form`) and the sizes to bind."""
+            return K.runtime_form(self._baked_problem(eng), self._rt)
+
+        def _baked_problem(self, eng) -> K.BinaryProblem:
             wg, rows = H.launch(eng.info, self._dims)
             chain = []
             lay = iter(self._layouts[3:])
@@ -254,8 +265,8 @@ class binary(primitive):
     def _create(self) -> None:
         pd = self._pd
         plan = self._plan = Plan(pd.get_engine(), "binary")
-        problem = pd._problem(pd.get_engine())
-        named = {"src0": Ref(ARG_SRC_0), "src1": Ref(ARG_SRC_1), "dst": Ref(ARG_DST)}
+        problem, sizes = pd._problem(pd.get_engine())
+        named = {**sizes, "src0": Ref(ARG_SRC_0), "src1": Ref(ARG_SRC_1), "dst": Ref(ARG_DST)}
         if problem.scales[0]:
             named["scale0"] = Ref(ARG_ATTR_SCALES | ARG_SRC_0)
         if problem.scales[1]:

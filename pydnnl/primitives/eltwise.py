@@ -152,21 +152,21 @@ class _eltwise_pd(primitive_desc_base):
         if self._flat:
             count = math.prod(mds[0].dims)
             wg, iters = H.flat_params(eng.info, count)
-            return "eltwise_flat", K.build_flat, K.EltwiseFlat(
+            return ("eltwise_flat", K.build_flat) + K.flat_runtime(K.EltwiseFlat(
                 count=count, offsets=tuple(md.offset0 for md in mds), sizes=sizes, wg=wg,
-                iters=iters, **common)
+                iters=iters, **common))
         return "eltwise_strided", K.build_strided, K.EltwiseStrided(
             dims=tuple(mds[0].dims), layouts=tuple(layout_of(md) for md in mds), sizes=sizes,
-            wg=H.strided_wg(eng.info), **common)
+            wg=H.strided_wg(eng.info), **common), {}
 
 
 class _eltwise_primitive(primitive):
     def _create(self) -> None:
         pd = self._pd
-        family, build, problem = pd._problem(pd.get_engine())
+        family, build, problem, values = pd._problem(pd.get_engine())
         plan = self._plan = Plan(pd.get_engine(), "eltwise")
         names = K.arg_names(problem.backward)
-        plan.kernel(family, problem, build,
+        plan.kernel(family, problem, build, **values,
                     **{n: Ref(a) for n, a in zip(names, pd._order)})
 
     def _execute(self, s, args) -> None:

@@ -101,6 +101,20 @@ s.wait()
 results["f16_bwd"] = bool(np.allclose(dsm.to_numpy(), R.eltwise_backward(
     A.eltwise_relu, ddm.to_numpy().astype(np.float64), data.to_numpy().astype(np.float64), 0.1),
     rtol=2 ** -10, atol=1e-6))
+# run-time element count (kernels.eltwise.flat_runtime): a second shape of the class, 23
+# elements (a partial, lone work-group); the GPU shape (3 elements per work-item, wg apart)
+for name, iters in (("rt_flat_second_shape", 1), ("rt_flat_items3", 3)):
+    from pydnnl.runtime.heuristics import eltwise as HE
+    HE.flat_params = lambda info, count, iters=iters: (256, iters)
+    ok = True
+    for shape in ((1, 1, 1, 23), (3, 5, 7, 11)):
+        v = rng.uniform(-3, 3, shape).astype(np.float32)
+        g = rng.standard_normal(shape).astype(np.float32)
+        impl, y = fwd(A.eltwise_elu, 0.5, 0.0, v, "abcd", "abcd")
+        ok = ok and impl.endswith("flat") and close(y, R.eltwise_forward(A.eltwise_elu, v, 0.5))
+        impl, gg = bwd(A.eltwise_elu, 0.5, 0.0, v, g, "abcd", "abcd")
+        ok = ok and close(gg, R.eltwise_backward(A.eltwise_elu, g, v, 0.5))
+    results[name] = ok
 print(json.dumps(results))
 """
 
