@@ -110,6 +110,52 @@ def _group_offsets(groups, idx: list[str], which: int, off0: int) -> str:
     return "(" + " + ".join(terms) + ")" if terms else "0"
 
 
+def bn_runtime_groups(dims, layouts: list) -> tuple[tuple, dict] | None:
+    """The run-time form of :func:`plain_groups` (``keep`` = the channels): ``(groups,
+    values)`` with every group size but the channels' a size argument ``bn_g<k>`` and every
+    stride that depends on them (not 0, not 1, not the channel count of a channels-last
+    layout) an argument ``bn_s<layout>_<k>``; ``values`` binds them. One program then serves
+    every minibatch and spatial size of the layouts' class (the group structure). None for
+    blocked layouts."""
+    from .sizevars import size_var
+
+    groups = plain_groups(dims, layouts, keep=1)
+    if groups is None:
+        return None
+    C = dims[1]
+    cg = next((g for g in groups if g[1]), None)
+    values, out = {}, []
+    for k, (size, keep, strides) in enumerate(groups):
+        if not keep:
+            values[f"bn_g{k}"] = int(size)
+            size = size_var(f"bn_g{k}")
+        st = []
+        for j, s in enumerate(strides):
+            c_last = cg is not None and cg[2][j] == 1 and s == C
+            if s in (0, 1) or (keep and cg[2][j] == 1) or c_last:
+                st.append(s)
+            else:
+                values[f"bn_s{j}_{k}"] = int(s)
+                st.append(size_var(f"bn_s{j}_{k}"))
+        out.append((size, keep, tuple(st)))
+    return tuple(out), values
+
+
+def _size_args(groups) -> list[str]:
+    """``const int`` parameters of the size variables of run-time ``groups``."""
+    from .sizevars import free_vars
+
+    return [f"const int {n}" for n in free_vars(list(groups))] if groups else []
+
+
+def _cdiv(a, b: int) -> str:
+    return str(a // b) if isinstance(a, int) else f"(({a}) / {b})"
+
+
+def _cmod(a, b: int) -> str:
+    return str(a % b) if isinstance(a, int) else f"(({a}) % {b})"
+
+
 def _f(v: float) -> str:
     return repr(float(v)) + "f"
 
@@ -585,6 +631,17 @@ class BnApply:
     x_dt: str = "f32"          # storage of src
     dy_dt: str = "f32"         # storage of diff_dst
     out_dt: str = "f32"        # storage of dst (diff_src)
+    # run-time form (:func:`bn_runtime_groups` over x, out[, dy][, ws]; plain layouts): sizes
+    # and strides as kernel arguments, ``wg`` x ``rows`` the work-group as given
+    groups: tuple | None = None
+    rows: int = 0
+
+
+def bn_apply_shape(wg: int, inner: int, outer: int) -> tuple[int, int]:
+    """(lanes, rows) of the plain elementwise pass's work-group: lanes along the innermost
+    run (a power of two up to ``wg``), rows filling the group up to ``wg`` work-items."""
+    lanes = max(1, min(wg, 1 << max(0, (inner - 1).bit_length())))
+    return lanes, max(1, min(wg // lanes, outer))
 
 
 def build_bn_apply(p: BnApply) -> KernelSource:
@@ -651,10 +708,11 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
     vectors), axis 1 over the outer runs (offsets and the channel uniform per row)."""
     lays = [p.x, p.out] + ([p.dy] if p.dy is not None else []) + (
         [logical_layout(p.dims)] if p.ws else [])
-    groups = plain_groups(p.dims, lays, keep=1)
+    groups = p.groups if p.groups is not None else plain_groups(p.dims, lays, keep=1)
     if groups is None:
         return None
     inner, outer = groups[-1], groups[:-1]
+    rt = p.groups is not None
     S_in, O = inner[0], math.prod(g[0] for g in outer)
     names = [("c" if g[1] else f"o{k}") for k, g in enumerate(outer)]
     dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
@@ -665,10 +723,10 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
         p, _group_offsets(allg, idx, 0, p.x[0]),
         _group_offsets(allg, idx, 2, p.dy[0]) if bwd else None,
         _group_offsets(allg, idx, 3 if bwd else 2, 0) if p.ws else None)
-    wg = max(1, min(p.wg, 1 << max(0, (S_in - 1).bit_length())))
     # rows per work-group: a short innermost run (nhwc's channels) takes several rows per
     # group, so that a group still holds ``p.wg`` work-items
-    rows = max(1, min(p.wg // wg, O))
+    wg, rows = (p.wg, p.rows) if rt else bn_apply_shape(p.wg, S_in, O)
+    args += _size_args(p.groups)
     name = "pydnnl_bn_apply"
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
@@ -681,6 +739,10 @@ __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
     dst[{_group_offsets(allg, idx, 1, p.out[0])}] = {st[p.out_dt]}(y);
 }}
 """
+    if rt:
+        grid = tuple(f"(({v}) + {w - 1}) // {w} * {w}" if not isinstance(v, int)
+                     else str(-(-v // w) * w) for v, w in ((S_in, wg), (O, rows)))
+        return KernelSource(name, src, None, (wg, rows), _arg_names(args), grid=grid)
     return KernelSource(name, src, (-(-S_in // wg) * wg, -(-O // rows) * rows), (wg, rows),
                         _arg_names(args))
 
@@ -1044,12 +1106,16 @@ class BnFused:
     x_dt: str = "f32"
     dy_dt: str = "f32"
     out_dt: str = "f32"
+    # run-time form (:func:`bn_runtime_groups` over x, out[, dy][, ws]): sizes and strides
+    # as kernel arguments, ``dims`` then only gives C and the rank
+    groups: tuple | None = None
 
 
-def _bn_fused_groups(dims, lays: list):
+def _bn_fused_groups(dims, lays: list, groups=None):
     """(plain groups, channel group, inner run, outer runs) when every layout is plain and
     the innermost reduction run is contiguous in all of them, else None."""
-    groups = plain_groups(dims, lays, keep=1)
+    if groups is None:
+        groups = plain_groups(dims, lays, keep=1)
     if groups is None:
         return None
     red = [g for g in groups if not g[1]]
@@ -1083,14 +1149,16 @@ def _lane_sums(L: int, subgroup: bool, names: list[str]) -> tuple[str, str]:
 def build_bn_fused(p: BnFused) -> KernelSource:
     bwd = p.dy is not None
     lays = [p.x, p.out] + ([p.dy] if bwd else []) + ([logical_layout(p.dims)] if p.ws else [])
-    found = _bn_fused_groups(p.dims, lays)
+    found = _bn_fused_groups(p.dims, lays, p.groups)
     if found is None:
         raise ValueError("BnFused: layouts without a contiguous run per channel")
     _groups, cg, inner, outer = found
     C, L, U = p.dims[1], p.wg, UNROLL
-    R = math.prod(p.dims) // C
     S_in = inner[0]
     O = math.prod(g[0] for g in outer)
+    rt = p.groups is not None
+    # the values per channel: baked, or (run-time sizes) a float computed once
+    R = "rcount" if rt else f"{math.prod(p.dims) // C}.0f"
     names = [f"o{k}" for k in range(len(outer))]
     dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
     allg = list(outer) + [inner, cg]
@@ -1140,8 +1208,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             stats += "\n    const float b = 0.0f, d = 0.0f;"
         else:
             stats += f"""
-    const float b = -a * is * (t1 * is) / {R}.0f;
-    const float d = -a * t0 / {R}.0f;"""
+    const float b = -a * is * (t1 * is) / {R};
+    const float d = -a * t0 / {R};"""
         apply = f"""
             const float dy = {dy};
             const float y = a * dy + b * ({x_val} - m) + d;"""
@@ -1161,8 +1229,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
                 const float x = {x_val} - k;
                 a0[u] += x; a1[u] += x * x;"""
         stats = f"""
-    const float ms = t0 / {R}.0f;
-    const float v = fmax(t1 / {R}.0f - ms * ms, 0.0f);
+    const float ms = t0 / {R};
+    const float v = fmax(t1 / {R} - ms * ms, 0.0f);
     const float m = k + ms;
     const float a = {gamma} * rsqrt(v + {_f(p.eps)});
     const float b = {beta};"""
@@ -1176,19 +1244,24 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             apply += f"\n            ws[{_group_offsets(allg, idx, 2, 0)}] = y > 0.0f ? 1 : 0;"
     args.append(f"__global {_STORE_T[p.out_dt]} *restrict dst")
     local, red = _lane_sums(L, p.subgroup, ["t0", "t1"])
-    full = S_in // (L * U)
+    full = _cdiv(S_in, L * U)
+    full_u = full * U if not rt else f"({full} * {U})"
+    per_l, rem_l = _cdiv(S_in, L), _cmod(S_in, L)
+    last = S_in // L * L if not rt else f"({per_l} * {L})"
     # loops with trip counts uniform across the lanes (``j``, then the lane's offset): a
     # loop bound that depends on the lane (``i = l; i < S; i += L``) is run with masked
     # loads and stores on a CPU runtime (measured 5x slower stores on the EPYC)
     tail = ""
-    if S_in % L:
+    if rt or S_in % L:
         tail = f"""
         {{
-            const int i = {S_in // L * L} + l;
+            const int i = {last} + l;
             if (i < {S_in}) {{{apply}
             dst[{out_at}] = {st[p.out_dt]}(y);
             }}
         }}"""
+    args += _size_args(p.groups)
+    rdef = f"\n    const float rcount = (float)({O}) * (float)({S_in});" if rt else ""
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
     if p.subgroup:
         attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
@@ -1199,7 +1272,7 @@ __kernel void {attr}
 {{
     {local}
     const int l = get_local_id(0);
-    const int c = get_group_id(1);{head}
+    const int c = get_group_id(1);{rdef}{head}
     float t0 = 0.0f, t1 = 0.0f;
     for (int o = 0; o < {O}; ++o) {{
         {dec}
@@ -1211,18 +1284,18 @@ __kernel void {attr}
                 const int i = (j * {U} + u) * {L} + l;{acc}
             }}
         }}
-        for (int j = {full * U}; j < {S_in // L}; ++j) {{
+        for (int j = {full_u}; j < {per_l}; ++j) {{
             const int i = j * {L} + l, u = 0;{acc}
         }}
-        if ({S_in % L} && {S_in // L * L} + l < {S_in}) {{
-            const int i = {S_in // L * L} + l, u = 0;{acc}
+        if ({rem_l} && {last} + l < {S_in}) {{
+            const int i = {last} + l, u = 0;{acc}
         }}
         t0 += {" + ".join(f"a0[{u}]" for u in range(U))};
         t1 += {" + ".join(f"a1[{u}]" for u in range(U))};
     }}{red}{stats}
     for (int o = 0; o < {O}; ++o) {{
         {dec}
-        for (int j = 0; j < {S_in // L}; ++j) {{
+        for (int j = 0; j < {per_l}; ++j) {{
             const int i = j * {L} + l;{apply}
             dst[{out_at}] = {st[p.out_dt]}(y);
         }}{tail}

@@ -44,8 +44,10 @@ from ..kernels.normalization import (
     BnFinalize,
     BnFused,
     BnReduce,
+    bn_apply_shape,
     bn_fused_run,
     bn_reduce_partials,
+    bn_runtime_groups,
     build_bn_apply,
     build_bn_finalize,
     build_bn_fused,
@@ -254,6 +256,38 @@ class _bn_pd(primitive_desc_base):
         self._finish_scratchpad(self._scratch_elems * 4)
 
 
+def _runtime(dims, lays: list, **named) -> tuple[dict, dict]:
+    """Fields and size arguments of the run-time form of a fused or elementwise kernel over
+    plain ``lays`` (x, out[, dy][, ws]): the minibatch and spatial sizes and the strides
+    they enter become kernel arguments (:func:`bn_runtime_groups`), so a new minibatch or
+    image size of the same layouts reuses the program; the ``named`` layouts (x, out, dy)
+    come back reduced to their offsets (the groups hold their strides). ``({}, {})``
+    (baked) for blocked layouts."""
+    found = bn_runtime_groups(tuple(dims), lays)
+    if found is None:
+        return {}, {}
+    groups, values = found
+    stripped = {k: (v[0], ()) for k, v in named.items() if v is not None}
+    return {"dims": (-1, dims[1]) + (-1,) * (len(dims) - 2), "groups": groups,
+            **stripped}, values
+
+
+def _apply(pd, dims, lays: list, **fields) -> tuple[BnApply, dict]:
+    """The elementwise pass's problem (run-time form over plain layouts) and its size
+    arguments."""
+    rt, values = _runtime(dims, lays, **{k: fields[k] for k in ("x", "out", "dy")
+                                         if k in fields})
+    if rt:
+        inner, outer = rt["groups"][-1], rt["groups"][:-1]
+        o = math.prod(int(g[0]) if g[1] else values[f"bn_g{k}"] for k, g in enumerate(outer))
+        n_in = inner[0] if inner[1] else values[f"bn_g{len(outer)}"]
+        wg, rows = bn_apply_shape(pd.apply_wg, n_in, o)
+        rt.update(wg=wg, rows=rows)
+    else:
+        rt["wg"] = pd.apply_wg
+    return BnApply(**{"dims": tuple(dims), **fields, **rt}), values
+
+
 def _stat_md(C: int) -> MemoryDesc:
     return MemoryDesc([C], data_type.f32, "a")
 
@@ -331,15 +365,17 @@ class batch_normalization_forward(primitive):
         dst = pd._args[ARG_DST].md
         if pd.fused:
             write = ARG_MEAN in pd._args
-            fused = BnFused(dims=dims, x=x, out=layout_of(dst), stat=stat, eps=pd._eps,
-                            scale=sc, shift=sh, relu=pd.relu, ws=pd.write_ws,
+            rt, sizes = _runtime(dims, [x, layout_of(dst)] + (
+                [logical_layout(dims)] if pd.write_ws else []), x=x, out=layout_of(dst))
+            fused = BnFused(**{"dims": dims, "x": x, "out": layout_of(dst), **rt}, stat=stat,
+                            eps=pd._eps, scale=sc, shift=sh, relu=pd.relu, ws=pd.write_ws,
                             write_stats=write, wg=pd.fused_wg, subgroup=pd.fused_sub,
                             x_dt=src.data_type.name, out_dt=dst.data_type.name)
             extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
             if write:
                 extra.update(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE))
             plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC), dst=Ref(ARG_DST),
-                        **ss, **extra)
+                        **ss, **extra, **sizes)
             return
         if pd.global_stats:
             fin = BnFinalize(C=C, R=1, mode="fwd_given", eps=pd._eps, stat=stat, scale=sc,
@@ -359,11 +395,12 @@ class batch_normalization_forward(primitive):
                         mean=Ref(ARG_MEAN) if write else SCRATCH,
                         variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
                         p_off=pd.p_off, k_off=pd.k_off, **ss)
-        app = BnApply(dims=dims, x=x, out=layout_of(dst), relu=pd.relu, ws=pd.write_ws,
-                      wg=pd.apply_wg, x_dt=src.data_type.name, out_dt=dst.data_type.name)
+        app, sizes = _apply(pd, dims, [x, layout_of(dst)] + (
+            [logical_layout(dims)] if pd.write_ws else []), x=x, out=layout_of(dst),
+            relu=pd.relu, ws=pd.write_ws, x_dt=src.data_type.name, out_dt=dst.data_type.name)
         extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC), coef=SCRATCH,
-                    k_off=pd.k_off, dst=Ref(ARG_DST), **extra)
+                    k_off=pd.k_off, dst=Ref(ARG_DST), **extra, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
@@ -468,7 +505,9 @@ class batch_normalization_backward(primitive):
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
                         p_off=pd.p_off, **ws)
         outs, dsc, dsh = _bwd_outputs(pd)
-        fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="bwd", eps=pd._eps, stat=stat,
+        # R enters only the statistics' gradient terms (none with global statistics)
+        R = 0 if pd.global_stats else math.prod(dims) // C
+        fin = BnFinalize(C=C, R=R, mode="bwd", eps=pd._eps, stat=stat,
                          scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
                          groups=pd.partials, diff_scale=dsc, diff_shift=dsh,
                          global_stats=pd.global_stats, wg=pd.small_wg)
@@ -476,18 +515,22 @@ class batch_normalization_backward(primitive):
                     variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=pd.p_off, k_off=pd.k_off,
                     **outs)
         dsrc = pd._args[ARG_DIFF_SRC].md
-        app = BnApply(dims=dims, x=x, out=layout_of(dsrc), dy=dy, ws=pd.relu, wg=pd.apply_wg,
-                      x_dt=src.data_type.name, dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name,
-                      out_dt=dsrc.data_type.name)
+        app, sizes = _apply(pd, dims, [x, layout_of(dsrc), dy] + (
+            [logical_layout(dims)] if pd.relu else []), x=x, out=layout_of(dsrc), dy=dy,
+            ws=pd.relu, x_dt=src.data_type.name,
+            dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name, out_dt=dsrc.data_type.name)
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), coef=SCRATCH, k_off=pd.k_off,
-                    dst=Ref(ARG_DIFF_SRC), **ws)
+                    dst=Ref(ARG_DIFF_SRC), **ws, **sizes)
 
     def _create_fused(self, plan, dims, x, dy, stat, ws) -> None:
         pd = self._pd
         outs, dsc, dsh = _bwd_outputs(pd)
         dsrc = pd._args[ARG_DIFF_SRC].md
-        fused = BnFused(dims=dims, x=x, out=layout_of(dsrc), stat=stat, eps=pd._eps, dy=dy,
+        rt, sizes = _runtime(dims, [x, layout_of(dsrc), dy] + (
+            [logical_layout(dims)] if pd.relu else []), x=x, out=layout_of(dsrc), dy=dy)
+        fused = BnFused(**{"dims": dims, "x": x, "out": layout_of(dsrc), "dy": dy, **rt},
+                        stat=stat, eps=pd._eps,
                         scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
                         ws=pd.relu, diff_scale=dsc, diff_shift=dsh, wg=pd.fused_wg,
                         subgroup=pd.fused_sub, x_dt=pd._args[ARG_SRC].md.data_type.name,
@@ -495,7 +538,7 @@ class batch_normalization_backward(primitive):
                         out_dt=dsrc.data_type.name)
         plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE),
-                    dst=Ref(ARG_DIFF_SRC), **outs, **ws)
+                    dst=Ref(ARG_DIFF_SRC), **outs, **ws, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
