@@ -63,7 +63,8 @@ def build_direct(p: ConvProblem, params: DirectParams, guards: tuple | None = No
     return build(p, params, guards)
 
 
-def direct_runtime(p: ConvProblem, padded: bool) -> tuple[ConvProblem, dict, tuple | None]:
+def direct_runtime(p: ConvProblem, padded: bool,
+                   params: DirectParams | None = None) -> tuple[ConvProblem, dict, tuple | None]:
     """The run-time-size form of the direct kernel's problem ``p``: ``(problem, values,
     guards)``: the minibatch ``mb``, the spatial sizes (``is<i>`` of src, ``os<i>`` of dst)
     and the activations' strides and offsets (but unit ones) as size variables; bind
@@ -75,14 +76,21 @@ def direct_runtime(p: ConvProblem, padded: bool) -> tuple[ConvProblem, dict, tup
     tested as the constants say and the upper bound always (whether the last positions pass
     the end changes with the sizes' parity under strides).
 
-    ``(p, {}, None)`` (baked) for blocked activations and binary post-ops (their operands'
-    layouts bake sizes).
+    ``(p, {}, None)`` (baked) for blocked activations, binary post-ops (their operands'
+    layouts bake sizes), widths smaller than one work-group of ``params`` (forward and
+    backward data: its last work-group moves back to end at the last point) and register
+    tiles along the width (``wtile`` > 1).
     """
     from .conv_common import runtime_output_guards, sym_plain_layout
     from .sizevars import symbolize
 
     if any(op[0] == "binary" for op in p.post_ops):
         return p, {}, None
+    t = params or DirectParams()
+    if p.kind != "bwd_w":
+        width = (p.src_sp if p.kind == "bwd_d" else p.dst_sp)[-1]
+        if t.wtile > 1 or width < t.wg:
+            return p, {}, None
     src = sym_plain_layout(p.src, "src", channels=p.ic)
     dst = sym_plain_layout(p.dst, "dst", channels=p.oc)
     if src is None or dst is None:
@@ -178,24 +186,70 @@ def _has_sum(p: ConvProblem) -> bool:
     return any(op[0] == "sum" for op in p.post_ops)
 
 
+def _split_sum(expr):
+    """``(the tap sum, rest)``: ``rest`` is ``expr`` (the sum, then bias and post-ops) with
+    the temporary ``v`` in place of the sum."""
+    from loopy.symbolic import IdentityMapper, Reduction
+    from pymbolic import var
+
+    found = []
+
+    class _Sub(IdentityMapper):
+        def map_reduction(self, e):
+            found.append(e)
+            return var("v")
+
+    rest = _Sub()(expr)
+    assert len(found) == 1 and isinstance(found[0], Reduction)
+    return found[0], rest
+
+
 def _make(domain, insn, args, name, p, t: DirectParams, fast, fast_size, tile_iname,
           reduce_order):
     import loopy as lp
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, If
 
     # a unit spatial axis (1-D problems) is a launch axis the store does not index
-    knl = lp.make_kernel(domain, [insn.copy(id="store")], args, name=name,
+    insns = [insn.copy(id="store")]
+    runtime = is_var(fast_size)
+    wg = max(1, t.wg if runtime else min(t.wg, fast_size))
+    if runtime:
+        # a run-time width (at least one work-group, see direct_runtime) on the lanes: the
+        # last work-group moves back to end at the last point (its first lanes compute points
+        # of the group before, which store them: the duplicates' stores alone are masked);
+        # the loads stay contiguous and unmasked. loopy's guard around the whole work-item
+        # made the compiler mask every load (depthwise 3x3 forward, 56x56: 1.39x of baked),
+        # clamping each lane's point made them gathers (1.54x)
+        from loopy.symbolic import SubstitutionMapper
+        from pymbolic.mapper.substitutor import make_subst_func
+
+        own = var(f"{fast}o") * wg
+        start = If(Comparison(own, "<", fast_size - wg), own, fast_size - wg)
+        sub = SubstitutionMapper(make_subst_func({fast: start + var(f"{fast}l")}))
+        domain = domain.replace("{[" + f"{fast}, ", "{[" + f"{fast}o, {fast}l, ").replace(
+            f"0 <= {fast} < {fast_size}",
+            f"0 <= {fast}l < {wg} and 0 <= {fast}o and {wg}*{fast}o <= {fast_size} - 1")
+        within = (insn.within_inames - {fast}) | {f"{fast}o", f"{fast}l"}
+        red, rest = _split_sum(insn.expression)
+        insns = [lp.Assignment(var("v"), sub(red), within_inames=within, id="sum"),
+                 insn.copy(id="store", assignee=sub(insn.assignee), expression=sub(rest),
+                           within_inames=within, depends_on=frozenset(["sum"]),
+                           predicates=frozenset([Comparison(start + var(f"{fast}l"), ">=",
+                                                                 own)]))]
+        args = [*args, lp.TemporaryVariable("v", np.float32, shape=(),
+                                            address_space=lp.AddressSpace.PRIVATE)]
+    knl = lp.make_kernel(domain, insns, args, name=name,
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
                          index_dtype=INDEX_DTYPE if t.index64 else np.int32,
                          silenced_warnings=["v1_scheduler_fallback", "write_race(store)"])
-    runtime = is_var(fast_size)
-    wg = max(1, t.wg if runtime else min(t.wg, fast_size))
-    if t.wtile > 1 and fast != "x" and (runtime or fast_size > wg):
+    if runtime:
+        knl = lp.tag_inames(knl, {f"{fast}o": "g.0", f"{fast}l": "l.0"})
+    elif t.wtile > 1 and fast != "x" and fast_size > wg:
         # work-item j of a group owns points j, j + wg, ..., j + (wtile-1)*wg: a register tile
         # along the width whose loads stay contiguous across the group
         knl = lp.split_iname(knl, fast, wg * t.wtile, outer_tag="g.0")
         knl = lp.split_iname(knl, f"{fast}_inner", wg, outer_tag="ilp", inner_tag="l.0")
-    elif runtime:  # the guard of the partial work-group stays (a run-time width)
-        knl = lp.split_iname(knl, fast, wg, inner_tag="l.0", outer_tag="g.0")
     else:
         knl = split_fast(knl, fast, fast_size, t.wg)
     tags = {"q": "g.1"} if fast == "x" else {"r": "g.1", "q": "g.2"}

@@ -96,7 +96,8 @@ def test_direct_solver_padding_copy_is_shared():
             for d in ("FWD_B", "BWD_WB"):
                 b = ConvBench(CPU, ConvProblem.parse(desc), ConvOptions(dir=d, alg="direct"))
                 assert b.check() <= b.tolerance(), (desc, d)
-            keys.append({k for k in seen if k[0] in FAMILIES})
+            # (the direct kernel itself keeps baked sizes in forward by default)
+            keys.append({k for k in seen if k[0] in FAMILIES and k[0] != "conv_direct"})
     finally:
         plan_mod.get_kernel = keep
     assert keys[0] and keys[0] == keys[1]
@@ -230,12 +231,12 @@ BWD_CLASSES = [
                                  "mb3ic16ih5oc8oh5kh3ph1"]),
     ("im2col_gemm", ("BWD_D",), ["mb2ic16ih8oc8oh4kh3sh2ph1", "mb1ic16ih7oc8oh4kh3sh2ph1",
                                  "mb3ic16ih9iw6oc8oh5ow3kh3kw3sh2sw2ph1pw1"]),
-    # depthwise, as in MobileNet (stride 1 and 2)
-    ("direct", ("FWD_B", "BWD_D", "BWD_WB"), ["g4mb2ic4ih7oc4oh7kh3ph1", "g4mb1ic4ih9oc4oh9kh3ph1",
-                                              "g4mb3ic4ih6iw5oc4oh6ow5kh3kw3ph1pw1"]),
-    ("direct", ("FWD_B", "BWD_D", "BWD_WB"), ["g4mb2ic4ih8oc4oh4kh3sh2ph1",
-                                              "g4mb1ic4ih7oc4oh4kh3sh2ph1",
-                                              "g4mb3ic4ih11iw6oc4oh6ow3kh3kw3sh2sw2ph1pw1"]),
+    # depthwise, as in MobileNet (stride 1 and 2): backward weights (forward and backward
+    # data keep baked sizes by default, see test_direct_runtime_sizes_on_request)
+    ("direct", ("BWD_WB",), ["g4mb2ic4ih7oc4oh7kh3ph1", "g4mb1ic4ih9oc4oh9kh3ph1",
+                             "g4mb3ic4ih6iw5oc4oh6ow5kh3kw3ph1pw1"]),
+    ("direct", ("BWD_WB",), ["g4mb2ic4ih8oc4oh4kh3sh2ph1", "g4mb1ic4ih7oc4oh4kh3sh2ph1",
+                             "g4mb3ic4ih11iw6oc4oh6ow3kh3kw3sh2sw2ph1pw1"]),
 ]
 
 
@@ -256,9 +257,83 @@ def test_backward_data_and_direct_need_no_new_kernel(requested, alg, dirs, descs
     assert set(requested) <= first, sorted(set(requested) - first)
 
 
+def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
+    """Depthwise 3x3 through the direct solver with ``params``, against the reference."""
+    from pydnnl.primitives.conv import (
+        convolution_backward_data,
+        convolution_backward_weights,
+        convolution_forward,
+    )
+    from pydnnl.reference import conv as R
+
+    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    s = dnnl.stream(CPU)
+    rng = np.random.default_rng(sum(xs))
+    G = xs[1]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((G, 1, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(G).astype(np.float32)
+    geo = R.validate_conv(x.shape, w.shape, S, [0, 0], P, P)
+    yd = geo.dst_dims()
+    dy = rng.standard_normal(yd).astype(np.float32)
+    xm, wm, bm, ym = MD(xs, F32, tag), MD(w.shape, F32, "any"), MD([G], F32, "x"), \
+        MD(yd, F32, tag)
+    extra = {"solver": "direct", "solver_params": params}
+
+    def mem(md, a=None):
+        return dnnl.memory(md, CPU, a) if a is not None else dnnl.memory(md, CPU)
+
+    if kind == "fwd":
+        pd = convolution_forward.primitive_desc(CPU, dnnl.prop_kind.forward_training,
+                                                dnnl.algorithm.convolution_auto, xm, wm, bm, ym,
+                                                S, [0, 0], P, P, None, **extra)
+        Y = mem(pd.dst_desc())
+        convolution_forward(pd).execute(s, {
+            dnnl.ARG_SRC: mem(pd.src_desc(), x), dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w),
+            dnnl.ARG_BIAS: mem(pd.bias_desc(), b), dnnl.ARG_DST: Y})
+        s.wait()
+        return Y.to_numpy(), R.conv_forward(x, w, b, S, [0, 0], P, P)
+    if kind == "bwd_d":
+        pd = convolution_backward_data.primitive_desc(CPU, dnnl.algorithm.convolution_auto,
+                                                      xm, wm, ym, S, [0, 0], P, P, None, **extra)
+        DX = mem(pd.diff_src_desc())
+        convolution_backward_data(pd).execute(s, {
+            dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy),
+            dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_DIFF_SRC: DX})
+        s.wait()
+        return DX.to_numpy(), R.conv_backward_data(dy, w, xs, S, [0, 0], P, P)
+    pd = convolution_backward_weights.primitive_desc(CPU, dnnl.algorithm.convolution_auto,
+                                                     xm, wm, bm, ym, S, [0, 0], P, P, None,
+                                                     **extra)
+    DW = mem(pd.diff_weights_desc())
+    convolution_backward_weights(pd).execute(s, {
+        dnnl.ARG_SRC: mem(pd.src_desc(), x), dnnl.ARG_DIFF_DST: mem(pd.diff_dst_desc(), dy),
+        dnnl.ARG_DIFF_WEIGHTS: DW, dnnl.ARG_DIFF_BIAS: mem(pd.diff_bias_desc())})
+    s.wait()
+    rw, _ = R.conv_backward_weights(x, dy, w.shape, S, [0, 0], P, P)
+    return DW.to_numpy().reshape(rw.shape), rw
+
+
+@pytest.mark.parametrize("pad", [True, False], ids=["padded", "guarded"])
+@pytest.mark.parametrize("S", [[1, 1], [2, 2]], ids=["s1", "s2"])
+def test_direct_runtime_sizes_on_request(requested, S, pad):
+    """Forward and backward data of the direct kernel with ``runtime_sizes``: widths that are
+    and are not multiples of the work-group (its last group moved back), two minibatches."""
+    params = {"runtime_sizes": True, "pad": pad, "wg": 8}
+    for i, xs in enumerate([(2, 4, 9, 17), (1, 4, 7, 19), (3, 4, 12, 20)]):
+        for kind in ("fwd", "bwd_d", "bwd_w"):
+            got, ref = _direct(kind, xs, S, [1, 1], params)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+        if i == 0:
+            first = set(requested)
+            assert len({k for f, k in first if f == "conv_direct"}) == 3, first
+            requested.clear()
+    assert set(requested) <= first, sorted(set(requested) - first)
+
+
 def test_col2im_and_direct_runtime_forms_and_what_stays_baked():
     from pydnnl.conv_shapes import ConvProblem as KernelProblem
-    from pydnnl.kernels.conv_direct import direct_runtime
+    from pydnnl.kernels.conv_direct import DirectParams, direct_runtime
 
     nhwc = (0, ((1, 1600, ()), (1, 1, ()), (1, 320, ()), (1, 16, ())))  # [2, 16, 5, 20]
     cp = Col2ImProblem(nb=2, groups=1, icg=16, src_sp=(5, 20), dst_sp=(3, 10), kernel=(3, 3),
@@ -287,21 +362,29 @@ def test_col2im_and_direct_runtime_forms_and_what_stays_baked():
                        wei=(0, ((1, 9, ()), (1, 9, ()), (1, 9, ()), (1, 3, ()), (1, 1, ()))),
                        dst=(0, ((1, 16, ()), (1, 4, ()), (1, 2, ()), (1, 1, ()))),
                        src_n=128, wei_n=36, dst_n=32)
-    q, sizes, guards = direct_runtime(dp, padded=True)
+    two = DirectParams(wg=2)
+    q, sizes, guards = direct_runtime(dp, padded=True, params=two)
     assert guards == ((True, True), (True, True))  # strided backward data keeps its tests
     assert sizes["mb"] == 2 and sizes["os1"] == 2 and sizes["src_d1"] == 16
     assert q.padding_r == () and q.src_n == -1
     fwd = KernelProblem(**{**dp.__dict__, "kind": "fwd", "padding_l": (0, 0)})
-    assert direct_runtime(fwd, padded=True)[2] == ((False, False),) * 2
-    assert direct_runtime(fwd, padded=False)[2] == ((False, True),) * 2
+    assert direct_runtime(fwd, padded=True, params=two)[2] == ((False, False),) * 2
+    assert direct_runtime(fwd, padded=False, params=two)[2] == ((False, True),) * 2
     assert direct_runtime(KernelProblem(**{**dp.__dict__, "src": (0, (
-        (1, 64, ()), (4, 4, ((4, 1, 1),)), (1, 16, ()), (1, 4, ())))}), padded=True)[1] == {}
+        (1, 64, ()), (4, 4, ((4, 1, 1),)), (1, 16, ()), (1, 4, ())))}), True, two)[1] == {}
+    # narrower than a work-group, or a register tile along the width: baked
+    assert direct_runtime(fwd, True, DirectParams(wg=4))[1] == {}
+    assert direct_runtime(fwd, True, DirectParams(wg=2, wtile=2))[1] == {}
+    # backward weights runs its lanes over channels and taps: any width
+    assert direct_runtime(KernelProblem(**{**fwd.__dict__, "kind": "bwd_w"}), True,
+                          DirectParams(wg=8))[1]["os1"] == 2
 
 
 # col2im and the direct kernels with run-time sizes: channels-last col2im with 16 channels
 # (lanes along channels) under strides with a sum post-op and odd sizes, channels-first (lanes
 # along a width of 5: a partial work-group); direct depthwise forward / backward data /
-# backward weights unpadded (bounds tests with clamped addresses) and padded
+# backward weights unpadded (bounds tests with clamped addresses) and padded, forward and
+# backward data with run-time sizes on request
 RT_BWD_PROBE = "SEED = 7\n" + CONV_PROBE_PRELUDE + r"""
 def bwd_d(tag, xs, oc, S, P, solver, params=None, groups=1):
     x = rng.standard_normal(xs).astype(np.float32)
@@ -328,7 +411,7 @@ def direct(kind, xs, S, P, pad):
     dy = rng.standard_normal(yd).astype(np.float32)
     xm, wm, bm, ym = MD(xs, F32, "nchw"), MD(w.shape, F32, "any"), MD([G], F32, "x"), \
         MD(yd, F32, "nchw")
-    extra = {"solver": "direct", "solver_params": {"pad": pad}}
+    extra = {"solver": "direct", "solver_params": {"pad": pad, "runtime_sizes": True, "wg": 4}}
     if kind == "fwd":
         pd = convolution_forward.primitive_desc(eng, dnnl.prop_kind.forward_training,
             dnnl.algorithm.convolution_auto, xm, wm, bm, ym, S, [0, 0], P, P, None, **extra)
@@ -339,7 +422,8 @@ def direct(kind, xs, S, P, pad):
         s.wait()
         return close(Y.to_numpy(), R.conv_forward(x, w, b, S, [0, 0], P, P))
     if kind == "bwd_d":
-        return bwd_d("nchw", xs, G, S, P, "direct", {"pad": pad}, groups=G)
+        return bwd_d("nchw", xs, G, S, P, "direct", {"pad": pad, "runtime_sizes": True, "wg": 4},
+                     groups=G)
     pd = convolution_backward_weights.primitive_desc(eng, dnnl.algorithm.convolution_auto,
         xm, wm, bm, ym, S, [0, 0], P, P, None, **extra)
     DW, DB = mem(pd.diff_weights_desc()), mem(pd.diff_bias_desc())
@@ -352,9 +436,11 @@ def direct(kind, xs, S, P, pad):
 
 results["col2im_nhwc_s2"] = bwd_d("nhwc", (1, 16, 5, 3), 2, [2, 2], [1, 1], "im2col_gemm")
 results["col2im_nchw"] = bwd_d("nchw", (1, 2, 3, 5), 2, [1, 1], [1, 1], "im2col_gemm")
-results["direct_fwd_unpadded"] = direct("fwd", (1, 2, 5, 4), [2, 1], [1, 1], False)
-results["direct_bwd_d_unpadded"] = direct("bwd_d", (1, 2, 5, 4), [1, 1], [1, 1], False)
-results["direct_bwd_d_s2"] = direct("bwd_d", (1, 2, 5, 4), [2, 2], [1, 1], True)
+# (widths of 9 over work-groups of 4: the last group moved back)
+results["direct_fwd_unpadded"] = direct("fwd", (1, 2, 5, 9), [2, 1], [1, 1], False)
+results["direct_fwd_padded"] = direct("fwd", (1, 2, 3, 9), [1, 1], [1, 1], True)
+results["direct_bwd_d_unpadded"] = direct("bwd_d", (1, 2, 5, 9), [1, 1], [1, 1], False)
+results["direct_bwd_d_s2"] = direct("bwd_d", (1, 2, 5, 9), [2, 2], [1, 1], True)
 results["direct_bwd_w_unpadded"] = direct("bwd_w", (1, 2, 4, 5), [2, 1], [1, 1], False)
 print(json.dumps(results))
 """
@@ -363,4 +449,4 @@ print(json.dumps(results))
 @pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind simulator is not installed")
 def test_col2im_and_direct_runtime_sizes_clean_under_oclgrind():
     results = run_probe(RT_BWD_PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {k: True for k in results} and len(results) == 6, results
+    assert results == {k: True for k in results} and len(results) == 7, results
