@@ -1156,15 +1156,33 @@ def build_bn_fused(p: BnFused) -> KernelSource:
     C, L, U = p.dims[1], p.wg, UNROLL
     S_in = inner[0]
     O = math.prod(g[0] for g in outer)
-    rt = p.groups is not None
-    # the values per channel: baked, or (run-time sizes) a float computed once
-    R = "rcount" if rt else f"{math.prod(p.dims) // C}.0f"
     names = [f"o{k}" for k in range(len(outer))]
     dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
     allg = list(outer) + [inner, cg]
     idx = names + ["i", "c"]
-    x_at = _group_offsets(allg, idx, 0, p.x[0])
-    out_at = _group_offsets(allg, idx, 1, p.out[0])
+    rt = p.groups is not None
+    offs = {0: p.x[0], 1: p.out[0]}
+    if bwd:
+        offs[2] = p.dy[0]
+    if p.ws:
+        offs[len(offs)] = 0
+
+    def at(which: int) -> str:
+        # run-time strides: the row's offset once per row (``xo<which>``), then ``+ i``:
+        # inline, the products of run-time strides in every address cost the CPU
+        # compiler its contiguous vectors (nchw 16x64x56x56 forward 1.7 ms against 1.13 ms
+        # baked; hoisted 1.15 ms, same process, Intel's CPU runtime)
+        if rt:
+            return f"xo{which} + i"
+        return _group_offsets(allg, idx, which, offs[which])
+
+    if rt:
+        row = names + ["0", "c"]
+        dec += "".join(f"\n        const int xo{w} = {_group_offsets(allg, row, w, off)};"
+                       for w, off in offs.items())
+    x_at, out_at = at(0), at(1)
+    # the values per channel: baked, or (run-time sizes) a float computed once
+    R = "rcount" if rt else f"{math.prod(p.dims) // C}.0f"
     helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
     x_val = f"{ld[p.x_dt]}(src[{x_at}])"
     args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
@@ -1182,11 +1200,11 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             args.append("__global float *restrict diff_scale")
         if p.diff_shift is not None:
             args.append("__global float *restrict diff_shift")
-        dy = f"{ld[p.dy_dt]}(diff_dst[{_group_offsets(allg, idx, 2, p.dy[0])}])"
+        dy = f"{ld[p.dy_dt]}(diff_dst[{at(2)}])"
         if p.ws:
             # the load unconditional, then a select: Intel's CPU compiler drops the store of
             # one lane (diff_src left unwritten) when the load sits under the mask's condition
-            dy = f"select(0.0f, {dy}, (int)ws[{_group_offsets(allg, idx, 3, 0)}])"
+            dy = f"select(0.0f, {dy}, (int)ws[{at(3)}])"
         head = f"""
     const float k = {m_at};"""
         acc = f"""
@@ -1241,7 +1259,7 @@ def build_bn_fused(p: BnFused) -> KernelSource:
         if p.relu:
             apply += "\n            y = fmax(y, 0.0f);"
         if p.ws:
-            apply += f"\n            ws[{_group_offsets(allg, idx, 2, 0)}] = y > 0.0f ? 1 : 0;"
+            apply += f"\n            ws[{at(2)}] = y > 0.0f ? 1 : 0;"
     args.append(f"__global {_STORE_T[p.out_dt]} *restrict dst")
     local, red = _lane_sums(L, p.subgroup, ["t0", "t1"])
     full = _cdiv(S_in, L * U)
