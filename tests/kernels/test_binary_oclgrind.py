@@ -169,12 +169,12 @@ results["f16_concat_innermost_one_launch"] = typed_cat([x(3, 5, 32), x(3, 5, 16)
 results["bf16_concat_inside_block"] = typed_cat([x(2, 3, 4, 5), x(2, 9, 4, 5)], 1,
                                                 ["abcd", "acdb"], BF16, "aBcd8b")
 
-# run-time sizes (kernels.binary.runtime_form), two shapes of one class each: rows of a
-# run-time length (323 = 256 + 67: a partial second work-group per row), flat with a run-time
+# run-time sizes (kernels.binary.runtime_form), two shapes of each class: long rows (272 =
+# 256 + 16: a partial second work-group per row) over a run-time minibatch, flat with a run-time
 # minibatch over rows of 15, channels-last short rows (16 rows per work-group, 15 or 14 rows:
 # a partial work-group), a scalar broadcast collapsed to one run-time dim
 for name, shapes, tg in (
-        ("rt_long_rows", [((2, 3, 17, 19), (1, 3, 1, 1)), ((1, 3, 16, 18), (1, 3, 1, 1))], "abcd"),
+        ("rt_long_rows", [((2, 3, 16, 17), (1, 3, 1, 1)), ((1, 3, 16, 17), (1, 3, 1, 1))], "abcd"),
         ("rt_flat_minibatch", [((2, 4, 3, 5), (1, 4, 1, 1)), ((3, 4, 3, 5), (1, 4, 1, 1))], "abcd"),
         ("rt_short_rows", [((1, 16, 3, 5), (1, 16, 1, 1)), ((2, 16, 7, 1), (1, 16, 1, 1))], "acdb"),
         ("rt_scalar", [((2, 3, 4, 5), (1, 1, 1, 1)), ((1, 3, 7, 5), (1, 1, 1, 1))], "abcd")):
@@ -196,7 +196,7 @@ results["items3_flat"] = impl.endswith("flat") and close(y, RB(A.binary_add, a, 
 a, b = x(2, 3, 700), x(2, 3, 1)
 impl, y = binary(A.binary_mul, a, b, "abc", "abc", "abc")
 results["items3_long_rows"] = close(y, RB(A.binary_mul, a, b))
-a, b = x(2, 3, 29, 29), x(1, 3, 1, 1)  # run-time rows of 841: spans of 768, one partial
+a, b = x(2, 3, 29, 29), x(1, 3, 1, 1)  # rows of 841, run-time minibatch: spans of 768, one partial
 impl, y = binary(A.binary_mul, a, b, "abcd", "abcd", "abcd")
 results["items3_rt_long_rows"] = close(y, RB(A.binary_mul, a, b))
 xs = [x(2, 3, 7, 13) for _ in range(2)]
