@@ -80,6 +80,9 @@ def bnorm(name, dims, t, flags):
 both = F.use_scale | F.use_shift
 bnorm("bn_nchw_relu", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
 bnorm("bn_nhwc", [2, 5, 2, 3], "acdb", both)
+# plain layouts run the elementwise pass with sizes as arguments: a second shape of the class
+# (another minibatch and spatial size, a partial last work-group) through the same program
+bnorm("bn_nhwc_shape2", [3, 5, 3, 2], "acdb", both)
 bnorm("bn_blocked_global", [2, 10, 2, 2], "aBcd8b", both | F.use_global_stats)
 
 def lnorm(name, dims, t, flags):
@@ -134,6 +137,8 @@ bnorm("bn_nchw_relu_tree", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
 rules.bn_fused = lambda info, C, nbytes, run: (True, 4, False)
 bnorm("bn_fused_relu", [2, 3, 3, 7], "abcd", both | F.fuse_norm_relu)
 bnorm("bn_fused_plain", [3, 2, 16], "abc", both)
+# the fused kernel's run-time form at a second shape of the class (runs of 18: a masked tail)
+bnorm("bn_fused_relu_shape2", [3, 3, 2, 9], "abcd", both | F.fuse_norm_relu)
 # the lnorm backward row kernel summing diff_scale/diff_shift over chunks of rows (the CPU
 # path), forced: 3 chunks of 4 rows (the last one short), the local-memory tree per row
 rules.ln_row_cache = lambda info, C, wg: 0
@@ -154,4 +159,5 @@ def test_normalization_kernels_clean_under_oclgrind():
                        "ln_rows": True, "ln_transposed_global": True,
                        "ln_rows_cached": True, "ln_rows_cached_global": True,
                        "bn_nchw_relu_tree": True, "bn_fused_relu": True,
-                       "bn_fused_plain": True, "ln_rows_fused_ss": True}
+                       "bn_fused_plain": True, "ln_rows_fused_ss": True,
+                       "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True}
