@@ -116,13 +116,18 @@ def _im2col_indices(p: Im2ColProblem):
         else:
             ranges, parts = grid(ordered, p.per_item)
             tag = None
+        parts = parts[len(parts) - len(ordered):]
+        pre = []
+        if tag is not None:  # the group-id divisions once per work-item (see col2im)
+            parts, pre, temps = hoist_group_indices(parts)
+            pre = list(zip(pre, temps))
         logical = [None] * len(sizes)
-        for d, e in zip(order, parts[len(parts) - len(ordered):]):
+        for d, e in zip(order, parts):
             logical[d] = e
         flat = 0
-        for e, n in zip(parts[len(parts) - len(ordered):], ordered):
+        for e, n in zip(parts, ordered):
             flat = flat * n + e
-        return ranges, logical, flat, tag
+        return ranges, logical, flat, tag, pre
     # work-items run along the output points of the chunk (images and spatial dims
     # flattened: the column's innermost run), each copying the ``ic_block`` channels of its
     # point in a loop; work-groups over channel blocks (axis 1) and (group, tap) (axis 2)
@@ -142,7 +147,7 @@ def _im2col_indices(p: Im2ColProblem):
         strides[d] = st
         st *= sizes[d]
     flat = sum(e * s_ for e, s_ in zip(logical, strides))
-    return ranges, logical, flat, None
+    return ranges, logical, flat, None, []
 
 
 def _ic_block_rt(p: Im2ColProblem):
@@ -164,7 +169,8 @@ def _ic_block_rt(p: Im2ColProblem):
         o[i] = var(f"o{i}")
     outer = [p.nb, p.groups, p.icg // B, *p.kernel]
     ranges["a2"] = _extent(outer)
-    n, g, icb, *k = decompose(var("a2"), outer)
+    parts, pre, temps = hoist_group_indices(decompose(var("a2"), outer))
+    n, g, icb, *k = parts
     logical = [n, g, icb * B + var("ici"), *k, *o]
     strides = [0] * len(sizes)
     st = 1
@@ -172,7 +178,7 @@ def _ic_block_rt(p: Im2ColProblem):
         strides[d] = st
         st = st * sizes[d]
     flat = sum(e * s_ for e, s_ in zip(logical, strides))
-    return ranges, logical, flat, "ic_block"
+    return ranges, logical, flat, "ic_block", list(zip(pre, temps))
 
 
 def _is_runtime(p) -> bool:
@@ -197,7 +203,7 @@ def build_im2col(p: Im2ColProblem):
     from pymbolic.primitives import Comparison, If, LogicalAnd
 
     nsp = len(p.kernel)
-    ranges, logical, flat, tag = _im2col_indices(p)
+    ranges, logical, flat, tag, hoisted = _im2col_indices(p)
     n, g, ic = logical[:3]
     k = logical[3:3 + nsp]
     o = logical[3 + nsp:]
@@ -214,19 +220,25 @@ def build_im2col(p: Im2ColProblem):
     at = [var("n0") + n, g * p.icg + ic]
     dst_at = var("col")[var("col_off") + flat]
     inames = frozenset(ranges)
-    temps = []
+    # run-time form: the group-id divisions computed once per work-item (the implicit-GEMM
+    # zero-padding copy of a 56x56x64 image: 2.0x of baked with them inline, 1.0x hoisted)
+    pre = [i for i, _ in hoisted]
+    temps = [t for _, t in hoisted]
+    after = frozenset(i.id for i in pre)
     if cond is None:
         insns = [lp.Assignment(dst_at, var("src")[offset(p.src, [*at, *pos])],
-                               within_inames=inames, id="store")]
+                               within_inames=inames, id="store", depends_on=after)]
     else:
         # an unconditional load from the clamped (always valid) position, then a select: the
         # compilers keep a vector load and blend instead of masking every lane
         safe = var("src")[offset(p.src, [*at, *clamped])]
-        insns = [lp.Assignment(var("v"), safe, within_inames=inames, id="load"),
+        insns = [lp.Assignment(var("v"), safe, within_inames=inames, id="load",
+                               depends_on=after),
                  lp.Assignment(dst_at, If(cond, var("v"), np.float32(0)), within_inames=inames,
                                id="store", depends_on=frozenset(["load"]))]
-        temps = [lp.TemporaryVariable("v", np.float32, shape=(),
-                                      address_space=lp.AddressSpace.PRIVATE)]
+        temps.append(lp.TemporaryVariable("v", np.float32, shape=(),
+                                          address_space=lp.AddressSpace.PRIVATE))
+    insns = pre + insns
     args = make_args([("src", -1, False, True), ("col", -1, True, False),
                       ("n0", None), ("col_off", None)])
     args += rt_value_args(p, ranges, known=("n0", "col_off"))
@@ -234,7 +246,8 @@ def build_im2col(p: Im2ColProblem):
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
     if tag == "ic_block":  # run-time sizes: the guard of the partial work-group stays
         knl = lp.split_iname(knl, "a0", p.wg, inner_tag="l.0", outer_tag="g.0")
-        return finish(lp.tag_inames(knl, {"a1": "g.1", "a2": "g.2"}))
+        knl = _hoisted_everywhere(lp.tag_inames(knl, {"a1": "g.1", "a2": "g.2"}), pre)
+        return finish(knl)
     if p.ic_block:
         knl = split_fast(knl, "a0", ranges["a0"], p.wg, peel=True)
         outer = ["g", *[f"k{i}" for i in range(nsp)]]
@@ -243,7 +256,20 @@ def build_im2col(p: Im2ColProblem):
             lp.rename_iname(knl, outer[0], "a2")
         knl = lp.tag_inames(knl, {"a2": "g.2"})
         return finish(knl)
-    return finish(tag(knl) if tag is not None else tag_grid(knl, ranges, p.wg))
+    if tag is not None:
+        return finish(_hoisted_everywhere(tag(knl), pre))
+    return finish(tag_grid(knl, ranges, p.wg))
+
+
+def _hoisted_everywhere(knl, pre):
+    """The hoisted index instructions (:func:`hoist_group_indices`) run in every work-item
+    (outside its loops)."""
+    import loopy as lp
+
+    ids = [i.id for i in pre]
+    if not ids:
+        return knl
+    return lp.add_inames_for_unused_hw_axes(knl, " or ".join(f"id:{i}" for i in ids))
 
 
 def im2col_runtime(p: Im2ColProblem) -> tuple[Im2ColProblem, dict]:
