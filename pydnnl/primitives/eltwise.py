@@ -152,9 +152,11 @@ class _eltwise_pd(primitive_desc_base):
         if self._flat:
             count = math.prod(mds[0].dims)
             wg, iters = H.flat_params(eng.info, count)
-            return ("eltwise_flat", K.build_flat) + K.flat_runtime(K.EltwiseFlat(
-                count=count, offsets=tuple(md.offset0 for md in mds), sizes=sizes, wg=wg,
-                iters=iters, **common))
+            p = K.EltwiseFlat(count=count, offsets=tuple(md.offset0 for md in mds),
+                              sizes=sizes, wg=wg, iters=iters, **common)
+            if not H.runtime_count(eng.info, self._alg):
+                return "eltwise_flat", K.build_flat, p, {}
+            return ("eltwise_flat", K.build_flat) + K.flat_runtime(p)
         return "eltwise_strided", K.build_strided, K.EltwiseStrided(
             dims=tuple(mds[0].dims), layouts=tuple(layout_of(md) for md in mds), sizes=sizes,
             wg=H.strided_wg(eng.info), **common), {}
