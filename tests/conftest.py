@@ -76,3 +76,35 @@ def pytest_report_header(config):
     devs = "; ".join(f"{d.type}: {d.name} [{d.platform}]" for d in dnnl.engine.list_devices())
     return (f"pydnnl devices: {devs}; "
             f"kernel cache: {os.environ.get('PYDNNL_CACHE_DIR', 'per-user default')}")
+
+
+@pytest.fixture()
+def spy_kernels(monkeypatch):
+    """``start(families=None)``: from then on, the (family, key) of every kernel asked of the
+    kernel cache (of ``families`` only, when given) lands in the list it returns; the tests
+    of sizes taken at run time check that a new shape asks for no key the first did not."""
+    import pydnnl.runtime.dropout as dropout_mod
+    import pydnnl.runtime.gemm as gemm_mod
+    import pydnnl.runtime.plan as plan_mod
+    from pydnnl.runtime import kernel_cache
+
+    def start(families=None) -> list:
+        seen = []
+        orig = kernel_cache.get_kernel
+
+        def spy(engine, family, key, build):
+            if families is None or family in families:
+                seen.append((family, repr(key)))
+            return orig(engine, family, key, build)
+
+        for mod in (kernel_cache, gemm_mod, plan_mod, dropout_mod):
+            monkeypatch.setattr(mod, "get_kernel", spy)
+        return seen
+
+    return start
+
+
+@pytest.fixture()
+def requested(spy_kernels) -> list:
+    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
+    return spy_kernels()

@@ -199,12 +199,7 @@ def schedule(knl, dims, rows: bool, wg: int, iters: int = 1):
 
     n = math.prod(dims)
     if rows and len(dims) > 1:
-        tags = {"g": "g.0", "l": "l.0"}
-        if dims[-1] < wg:
-            tags["r"] = "l.1"
-        else:
-            tags["k"] = "unr"
-        return lp.tag_inames(knl, tags)
+        return _tag_rows(knl, dims, wg)
     wg = max(1, min(wg, n))
     iters = max(1, min(iters, -(-n // wg)))
     if iters == 1:
@@ -407,6 +402,14 @@ def schedule_rt(knl, dims, rows: bool, wg: int, iters: int = 1):
             return lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_tag="g.0")
         knl = lp.split_iname(knl, "i", wg, inner_tag="l.0", outer_iname="i_blk")
         return lp.split_iname(knl, "i_blk", iters, outer_tag="g.0", inner_tag="unr")
+    return _tag_rows(knl, dims, wg)
+
+
+def _tag_rows(knl, dims, wg: int):
+    """Tags of the rows form: work-groups on ``g.0``, the row on ``l.0``; short rows stack
+    several per work-group (``l.1``), long ones unroll a work-item's elements."""
+    import loopy as lp
+
     tags = {"g": "g.0", "l": "l.0"}
     if dims[-1] < wg:
         tags["r"] = "l.1"

@@ -32,22 +32,9 @@ FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad", "conv_col2im", "co
 
 
 @pytest.fixture()
-def requested(monkeypatch):
+def requested(spy_kernels):
     """(family, key) of every kernel of our families asked of the kernel cache."""
-    seen = []
-    orig = kernel_cache.get_kernel
-
-    def spy(engine, family, key, build):
-        if family in FAMILIES:
-            seen.append((family, repr(key)))
-        return orig(engine, family, key, build)
-
-    import pydnnl.runtime.gemm as gemm_mod
-    import pydnnl.runtime.plan as plan_mod
-
-    for mod in (kernel_cache, gemm_mod, plan_mod):
-        monkeypatch.setattr(mod, "get_kernel", spy)
-    return seen
+    return spy_kernels(FAMILIES)
 
 
 CPU = dnnl.engine(dnnl.engine.kind.cpu, 0)

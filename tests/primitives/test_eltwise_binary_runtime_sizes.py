@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import pydnnl as dnnl
-import pydnnl.runtime.kernel_cache as kernel_cache
 from pydnnl.kernels import binary as KB
 from pydnnl.reference import eltwise as ref_eltwise
 from pydnnl.reference.binary import binary as ref_binary
@@ -16,23 +15,6 @@ from pydnnl.reference.binary import binary as ref_binary
 A = dnnl.algorithm
 dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 FWD = dnnl.prop_kind.forward_training
-
-
-@pytest.fixture()
-def requested(monkeypatch):
-    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
-    seen = []
-    orig = kernel_cache.get_kernel
-
-    def spy(engine, family, key, build):
-        seen.append((family, repr(key)))
-        return orig(engine, family, key, build)
-
-    import pydnnl.runtime.plan as plan_mod
-
-    for mod in (kernel_cache, plan_mod):
-        monkeypatch.setattr(mod, "get_kernel", spy)
-    return seen
 
 
 def _x(seed, dims):

@@ -9,29 +9,11 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.reference import normalization as R
-from pydnnl.runtime import kernel_cache
 
 dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 F = dnnl.normalization_flags
 PK = dnnl.prop_kind
 EPS = 1e-3
-
-
-@pytest.fixture()
-def requested(monkeypatch):
-    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
-    seen = []
-    orig = kernel_cache.get_kernel
-
-    def spy(engine, family, key, build):
-        seen.append((family, repr(key)))
-        return orig(engine, family, key, build)
-
-    import pydnnl.runtime.plan as plan_mod
-
-    for mod in (kernel_cache, plan_mod):
-        monkeypatch.setattr(mod, "get_kernel", spy)
-    return seen
 
 
 def _mem(md, eng, v=None):

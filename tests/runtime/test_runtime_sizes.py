@@ -8,26 +8,6 @@ import pytest
 import pydnnl as dnnl
 from pydnnl.benchdnn import rnn as R
 from pydnnl.kernels.source import KernelSource, eval_size, launch_size
-from pydnnl.runtime import kernel_cache
-
-
-@pytest.fixture()
-def requested(monkeypatch):
-    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
-    seen = []
-    orig = kernel_cache.get_kernel
-
-    def spy(engine, family, key, build):
-        seen.append((family, repr(key)))
-        return orig(engine, family, key, build)
-
-    import pydnnl.runtime.gemm as gemm_mod
-    import pydnnl.runtime.plan as plan_mod
-
-    for mod in (kernel_cache, gemm_mod, plan_mod):
-        monkeypatch.setattr(mod, "get_kernel", spy)
-    return seen
-
 
 # CPU devices only: GPU GEMMs (local tiles, NVIDIA's kernel) still bake their row counts
 # (docs/architecture.md, "Sizes at run time")

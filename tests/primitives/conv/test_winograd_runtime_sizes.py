@@ -16,29 +16,10 @@ from test_conv_helpers import Case, assert_close, post_ops_attr, run_op  # noqa:
 
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.kernels.conv_winograd import WinogradProblem, winograd_runtime  # noqa: E402
-from pydnnl.runtime import kernel_cache  # noqa: E402
 
 WINO = dnnl.algorithm.convolution_winograd
 # as in test_conv_solvers: a few more roundings of values ~4x larger than direct's products
 WINO_RTOL = 3e-5
-
-
-@pytest.fixture()
-def requested(monkeypatch):
-    """The (family, key) of every kernel asked of the kernel cache while the test runs."""
-    seen = []
-    orig = kernel_cache.get_kernel
-
-    def spy(engine, family, key, build):
-        seen.append((family, repr(key)))
-        return orig(engine, family, key, build)
-
-    import pydnnl.runtime.gemm as gemm_mod
-    import pydnnl.runtime.plan as plan_mod
-
-    for mod in (kernel_cache, gemm_mod, plan_mod):
-        monkeypatch.setattr(mod, "get_kernel", spy)
-    return seen
 
 
 def _case(mb, insp, pl=(1, 1), pr=(1, 1), g=1, ic=4, oc=6):
