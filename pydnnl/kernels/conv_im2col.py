@@ -344,6 +344,23 @@ class Col2ImProblem:
     guards: tuple | None = None
 
 
+def _storage_grid(sizes, layout, rt_order, per_item, wg, runtime):
+    """(ranges, per-dim index exprs in ``sizes``' order, tag) of a grid walking a tensor of
+    ``sizes``: over ``rt_order`` with run-time sizes (``tag`` tags it), else over
+    ``layout``'s storage order (``tag`` None: :func:`tag_grid` does)."""
+    if runtime:
+        order = list(rt_order)
+        ranges, parts, tag = grid_rt([sizes[d] for d in order], per_item, wg)
+    else:
+        order = _storage_order(layout, sizes)
+        ranges, parts = grid([sizes[d] for d in order], per_item)
+        tag = None
+    idx = [None] * len(sizes)
+    for d, e in zip(order, parts[len(parts) - len(order):]):
+        idx[d] = e
+    return ranges, idx, tag
+
+
 def build_col2im(p: Col2ImProblem):
     import loopy as lp
     from loopy.symbolic import Reduction
@@ -360,15 +377,7 @@ def build_col2im(p: Col2ImProblem):
     # iterate over the written tensor in its storage order: [n, c, sp...]
     out_sizes = [p.nb, p.groups * p.icg, *p.src_sp]
     runtime = _is_runtime(p)
-    if runtime:
-        order = list(p.out_order)
-        ranges, parts, tag = grid_rt([out_sizes[d] for d in order], p.per_item, p.wg)
-    else:
-        order = _storage_order(p.out, out_sizes)
-        ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
-    idx = [None] * len(out_sizes)
-    for d, e in zip(order, parts[len(parts) - len(order):]):
-        idx[d] = e
+    ranges, idx, tag = _storage_grid(out_sizes, p.out, p.out_order, p.per_item, p.wg, runtime)
     pre, temps = [], []
     if runtime:
         idx, pre, temps = hoist_group_indices(idx)
@@ -499,15 +508,7 @@ def build_epilogue(p: EpilogueProblem):
 
     sizes = [p.nb, p.channels, *p.sp]
     runtime = bool(free_vars((p.nb, p.sp)))
-    if runtime:
-        order = list(p.order)
-        ranges, parts, tag = grid_rt([sizes[d] for d in order], p.per_item, p.wg)
-    else:
-        order = _storage_order(p.dst, sizes)
-        ranges, parts = grid([sizes[d] for d in order], p.per_item)
-    idx = [None] * len(sizes)
-    for d, e in zip(order, parts[len(parts) - len(order):]):
-        idx[d] = e
+    ranges, idx, tag = _storage_grid(sizes, p.dst, p.order, p.per_item, p.wg, runtime)
     n, c, sp = idx[0], idx[1], idx[2:]
     dst_at = var("dst")[offset(p.dst, [var("n0") + n, c, *sp])]
     if p.acc is None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .conv_common import (
     INDEX_DTYPE,
+    RT_CLAMP,
     apply_postops,
     bounds_condition,
     decompose,
@@ -37,6 +38,7 @@ from .conv_common import (
     offset,
     plain_strides,
     postop_arg_specs,
+    rt_clamp_helper,
     split_fast,
     sym_plain_layout,
 )
@@ -193,16 +195,6 @@ def _tile_kernel(p: WinogradProblem, channels: int, insns, args, temps, name):
 
 _TILE_INAMES = frozenset(["c", "t"])
 
-# clamp of a position into [0, hi] with hi a run-time value (a local helper: the shared one in
-# conv_common is being reworked)
-_CLAMP = "pd_wino_clamp"
-
-
-def _clamp_helper() -> tuple:
-    code = (f"static inline long {_CLAMP}(long x, long hi) {{ x = x > hi ? hi : x; "
-            f"return x < 0 ? 0 : x; }}")
-    return _CLAMP, code, (INDEX_DTYPE, INDEX_DTYPE), INDEX_DTYPE
-
 
 def _tile_loads(p: WinogradProblem, names, array: str, at, conds_of):
     """Loads of the tile stages: ``names[a][b] = array[at(pos)]`` where ``conds_of(a, b, pos)``
@@ -230,7 +222,7 @@ def _tile_loads(p: WinogradProblem, names, array: str, at, conds_of):
                 insns.append(lp.Assignment(var(name), guarded_load(cond, array, at(pos)),
                                            within_inames=_TILE_INAMES, id=f"ld{a}{b}"))
             else:
-                cl = [var(_CLAMP)(e, n - 1) for e, n in zip(pos, sizes)]
+                cl = [var(RT_CLAMP)(e, n - 1) for e, n in zip(pos, sizes)]
                 insns.append(lp.Assignment(var(f"r_{name}"), var(array)[at(cl)],
                                            within_inames=_TILE_INAMES, id=f"rd{a}{b}"))
                 insns.append(lp.Assignment(var(name), If(cond, var(f"r_{name}"), np.float32(0)),
@@ -245,7 +237,7 @@ def _finish_tile(knl, p: WinogradProblem, post_ops: tuple = ()):
 
     knl = finish(knl, post_ops)
     if p.runtime and p.stage in ("input", "dy"):
-        knl = register_helpers(knl, [_clamp_helper()])
+        knl = register_helpers(knl, [rt_clamp_helper()])
     return knl
 
 

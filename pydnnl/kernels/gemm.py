@@ -389,12 +389,7 @@ def cache_key(problem: GemmProblem, params: dict | None) -> tuple:
     if problem.runtime_k and p["local_prefetch"] and problem.k % p["k_tile"] == 0:
         kt = p["k_tile"]
         key = replace(key, k=kt, lda=kt if key.lda == 1 and not key.trans_a else key.lda)
-    out = (GENERATOR_VERSION, key, tuple(sorted(p.items())))
-    from . import post_ops as po
-
-    if problem.runtime_m == "tall" and (problem.beta != 0.0 or po.reads_prior(problem.post_ops)):
-        out += ("edge-nest",)  # the moved tile's own store nest (kernels cached before it: not)
-    return out
+    return (GENERATOR_VERSION, key, tuple(sorted(p.items())))
 
 
 def fits_int32(problem: GemmProblem) -> bool:
