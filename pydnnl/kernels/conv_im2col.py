@@ -46,7 +46,7 @@ from .conv_common import (
     sym_plain_layout,
     tag_grid,
 )
-from .sizevars import ceil_range, free_vars, is_var, symbolize
+from .sizevars import ceil_range, free_vars, is_var, size_var, symbolize
 
 
 def _storage_order(layout: tuple, sizes=None) -> list[int]:
@@ -626,30 +626,58 @@ def build_bias_grad(p: BiasGradProblem):
     return lp.preprocess_program(finish(knl))
 
 
+# points per lane and chunk of the run-time bias gradient: independent partial sums keep
+# that many loads in flight (see _build_bias_grad_rt)
+_BG_UNROLL = 4
+
+
 def _build_bias_grad_rt(p: BiasGradProblem):
-    """The run-time-size bias gradient (see :func:`bias_grad_runtime`): per channel, a loop
-    over images and one over blocks of ``wg`` points, the points of a block on the lanes."""
+    """The run-time-size bias gradient (see :func:`bias_grad_runtime`): per channel, the
+    lanes of a work-group take consecutive points; per image, a loop over whole chunks of
+    ``4 * wg`` points (``pfull`` of them: no guard) into four partial sums per lane, then one
+    guarded tail of under four blocks. One sum per lane, whose loop count is now a run-time
+    value, ran 1.5-2.6x slower on the H200 than the baked kernel, whose compiler unrolls."""
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
     from pymbolic.primitives import Comparison, If
 
     (P,) = p.sp
-    L = p.wg
-    j = var("jo") * L + var("jl")
+    L, U = p.wg, _BG_UNROLL
+    c, jl, u = var("c"), var("jl"), var("u")
+    part = var("part")
+    full = var("t")[offset(p.t, [var("nn"), c, (var("jo") * U + u) * L + jl])]
+    jt = var("pfull") + var("jr") * L + jl
     # the address stays inside t whatever the compiler speculates (see guarded_load)
-    val = If(Comparison(j, "<", P),
-             var("t")[offset(p.t, [var("nn"), var("c"), clamp_into(j, P)])], np.float32(0))
-    insn = lp.Assignment(var("bias")[offset(p.bias, [var("c")])],
-                         Reduction("sum", ("jl",), Reduction("sum", ("nn", "jo"), val)),
-                         within_inames=frozenset(["c"]), id="bias_sum")
+    tail = If(Comparison(jt, "<", P),
+              var("t")[offset(p.t, [var("nt"), c, clamp_into(jt, P)])], np.float32(0))
+    lane_total = sum((part[i] for i in range(1, U)), part[0]) + Reduction(
+        "sum", ("nt", "jr"), tail)
+    insns = [
+        lp.Assignment(part[var("ui")], np.float32(0),
+                      within_inames=frozenset(["c", "jl", "ui"]), id="part_init"),
+        lp.Assignment(part[u], part[u] + full,
+                      within_inames=frozenset(["c", "jl", "nn", "jo", "u"]), id="part_add",
+                      depends_on=frozenset(["part_init"])),
+        lp.Assignment(var("bias")[offset(p.bias, [c])], Reduction("sum", ("jl",), lane_total),
+                      within_inames=frozenset(["c"]), id="bias_sum",
+                      depends_on=frozenset(["part_add"])),
+    ]
     args = make_args([("t", -1, False, True), ("bias", p.bias_n, True, False)])
-    args += rt_value_args(p)
-    dom = (f"{{[c, nn, jo, jl]: 0 <= c < {p.channels} and 0 <= nn < {p.mb} and "
-           f"{ceil_range('jo', P, L)} and 0 <= jl < {L}}}")
-    knl = _make_kernel(dom, [insn], args, "pydnnl_conv_bias_grad",
+    args += rt_value_args(p) + [lp.ValueArg("pfull", np.int64),
+                                lp.TemporaryVariable("part", np.float32, shape=(U,),
+                                                     address_space=lp.AddressSpace.PRIVATE)]
+    # the whole chunks in a domain of their own: none (fewer points than a chunk) must not
+    # empty the tail's domain
+    dom = [f"{{[c, jl, u, ui, nn, nt, jr]: 0 <= c < {p.channels} and 0 <= jl < {L} and "
+           f"0 <= u, ui, jr < {U} and 0 <= nn < {p.mb} and 0 <= nt < {p.mb}}}",
+           f"{{[jo]: {ceil_range('jo', size_var('pfull'), U * L)}}}"]
+    knl = _make_kernel(dom, insns, args, "pydnnl_conv_bias_grad",
                        silenced=("v1_scheduler_fallback", "write_race(bias_sum)"))
-    knl = lp.tag_inames(knl, {"c": "g.0", "jl": "l.0"})
+    knl = lp.tag_inames(knl, {"c": "g.0", "jl": "l.0", "u": "unr", "ui": "unr", "jr": "unr"})
+    # images outermost (one image's points are contiguous), the partial sums innermost
+    knl = lp.prioritize_loops(knl, "nn,jo,u")
+    knl = lp.prioritize_loops(knl, "nt,jr")
     return lp.preprocess_program(finish(knl))
 
 
@@ -664,7 +692,8 @@ def bias_grad_runtime(p: BiasGradProblem) -> tuple[BiasGradProblem, dict]:
     sizes = {"mb": p.mb, "pts": prod(p.sp)}
     sym, _ = symbolize(sizes)
     q = replace(p, mb=sym["mb"], sp=(sym["pts"],), t=t, t_n=-1)
-    return q, {**sizes, **values}
+    chunk = _BG_UNROLL * p.wg
+    return q, {**sizes, **values, "pfull": sizes["pts"] // chunk * chunk}
 
 
 @dataclass(frozen=True)

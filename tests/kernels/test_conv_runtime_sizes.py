@@ -188,19 +188,22 @@ def test_runtime_size_kernels_clean_under_oclgrind():
     assert results == {k: True for k in results} and len(results) == 5, results
 
 
-def test_bias_grad_partial_block_matches_numpy():
-    """The run-time bias reduction over a point count no multiple of its block, with a
-    strided (non-dense batch) layout."""
+@pytest.mark.parametrize("H,W", [(7, 11), (3, 5), (8, 16)])
+def test_bias_grad_partial_block_matches_numpy(H, W):
+    """The run-time bias reduction with a strided (non-dense batch) layout over a point
+    count with whole blocks and a tail (77), under one block (15) and of whole blocks only
+    (128, with 64-point blocks)."""
     from pydnnl.kernels.conv_im2col import build_bias_grad
     from pydnnl.runtime.plan import Plan, Ref
 
-    mb, C, H, W = 3, 5, 7, 11
+    mb, C = 3, 5
     t = np.random.default_rng(0).standard_normal((mb + 1) * C * H * W).astype(np.float32)
     lay = (0, ((1, (C + 0) * H * W + 13, ()), (1, H * W, ()), (1, W, ()), (1, 1, ())))
     bp = BiasGradProblem(mb=mb, channels=C, sp=(H, W), t=lay, t_n=t.size,
                          bias=(0, ((1, 1, ()),)), bias_n=C)
     q, sizes = bias_grad_runtime(bp)
     assert sizes["t_d0"] == C * H * W + 13
+    assert q.wg == 64 and sizes["pfull"] == H * W // 256 * 256
     stream = dnnl.stream(CPU)
     plan = Plan(CPU, "test")
     plan.kernel("conv_bias_grad", q, build_bias_grad, t=Ref("t"), bias=Ref("b"), **sizes)
