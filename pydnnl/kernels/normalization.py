@@ -142,10 +142,14 @@ def bn_runtime_groups(dims, layouts: list) -> tuple[tuple, dict] | None:
 
 
 def _size_args(groups) -> list[str]:
-    """``const int`` parameters of the size variables of run-time ``groups``."""
+    """``const int`` parameters of the size variables of run-time ``groups`` (or of a whole
+    problem)."""
     from .sizevars import free_vars
 
-    return [f"const int {n}" for n in free_vars(list(groups))] if groups else []
+    if groups is None:
+        return []
+    return [f"const int {n}" for n in free_vars(groups if not isinstance(groups, tuple)
+                                                 else list(groups))]
 
 
 def _cdiv(a, b: int) -> str:
@@ -193,6 +197,10 @@ class BnReduce:
     dy_dt: str = "f32"        # storage of diff_dst
     tree: bool = False        # "r" runs kernel: sum the lanes in local memory, one partial
                               # per group (GPUs: the finish then adds groups, not groups * wg)
+    # run-time form (:func:`bn_reduce_runtime`): the plain groups of x[, dy][, ws] with sizes
+    # and strides as arguments, ``chunk`` (rows or runs per chunk) and ``groups`` variables
+    rt_groups: tuple | None = None
+    chunk: object = None
 
 
 def _bn_sizes(dims) -> tuple[int, int, int, list[int]]:
@@ -214,6 +222,8 @@ def build_bn_reduce(p: BnReduce) -> KernelSource:
     fast = (_bn_reduce_runs if p.lanes == "r" else _bn_reduce_rows)(p)
     if fast is not None:
         return fast
+    if p.rt_groups is not None:
+        raise ValueError("BnReduce: a run-time form needs the plain-layout kernels")
     helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
     N, C, S, sp = _bn_sizes(p.dims)
     R = N * S
@@ -306,7 +316,58 @@ def bn_reduce_partials(p: BnReduce) -> int:
 def _bn_reduce_lays(p: BnReduce):
     lays = [p.x] + ([p.dy] if p.dy is not None else []) + (
         [logical_layout(p.dims)] if p.ws else [])
+    if p.rt_groups is not None:
+        return lays, p.rt_groups
     return lays, plain_groups(p.dims, lays, keep=1)
+
+
+def _rt_launch(name: str, src: str, sizes, local, args) -> KernelSource:
+    """A kernel whose global size per axis (``sizes``, ints or size expressions) is rounded
+    up to whole work-groups (``local``): fixed, or a grid over its size arguments."""
+    from .sizevars import is_var
+
+    if not any(is_var(v) for v in sizes):
+        return KernelSource(name, src, tuple(-(-v // w) * w for v, w in zip(sizes, local)),
+                            tuple(local), _arg_names(args))
+    grid = tuple(f"(({v}) + {w - 1}) // {w} * {w}" if is_var(v) else str(-(-v // w) * w)
+                 for v, w in zip(sizes, local))
+    return KernelSource(name, src, None, tuple(local), _arg_names(args), grid=grid)
+
+
+def _fl(v) -> str:
+    """OpenCL C float of a count: a constant, or a size argument converted."""
+    return f"{v}.0f" if isinstance(v, int) else f"((float)({v}))"
+
+
+def bn_reduce_runtime(p: BnReduce) -> tuple[BnReduce, dict] | None:
+    """The run-time form of the plain-layout reduction ``p``: the minibatch, the spatial
+    sizes and the strides built from them (:func:`bn_runtime_groups`), the chunk length and
+    the chunk count as arguments (``bn_chunk``, ``bn_ngroups``); ``values`` binds them. None
+    (baked) where the plain kernels do not apply, and for a channels-innermost layout whose
+    rows are not one run (the row index would be split by run-time sizes per element)."""
+    from .sizevars import size_var
+
+    lays, groups = _bn_reduce_lays(p)
+    if groups is None:
+        return None
+    if p.lanes == "c" and (not groups[-1][1] or any(st != 1 for st in groups[-1][2][:2])
+                           or len(groups) > 2):
+        return None
+    found = bn_runtime_groups(tuple(p.dims), lays)
+    if found is None:
+        return None
+    rt, values = found
+    if p.lanes == "r":
+        red = [g for g in groups if not g[1]]
+        outer = math.prod(g[0] for g in red[:-1]) if red else 1
+    else:
+        outer = math.prod(g[0] for g in groups[:-1]) if len(groups) > 1 else 1
+    values.update(bn_chunk=-(-outer // p.groups), bn_ngroups=p.groups)
+    q = BnReduce(**{**p.__dict__, "dims": (-1, p.dims[1]) + (-1,) * (len(p.dims) - 2),
+                    "x": (p.x[0], ()), "dy": None if p.dy is None else (p.dy[0], ()),
+                    "rt_groups": rt, "chunk": size_var("bn_chunk"),
+                    "groups": size_var("bn_ngroups")})
+    return q, values
 
 
 def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
@@ -323,7 +384,8 @@ def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
         red = [(1, False, (0,) * len(lays))]
     inner, outer = red[-1], red[:-1]
     S_in, O = inner[0], math.prod(g[0] for g in outer)
-    chunk = -(-O // p.groups)
+    rt = p.rt_groups is not None
+    chunk = p.chunk if rt else -(-O // p.groups)
     names = [f"o{k}" for k in range(len(outer))]
     dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
     allg = outer + [inner, groups[cg]]
@@ -351,8 +413,11 @@ def _bn_reduce_runs(p: BnReduce) -> KernelSource | None:
             const float x = {ld[p.x_dt]}(src[{x_off}]) - k;
             a0 += x; a1 += x * x;"""
     args += ["__global float *restrict part", "const int p_off"]
+    if rt:
+        args += _size_args(p)
     U = UNROLL
-    full = S_in // (L * U)
+    full = _cdiv(S_in, L * U)
+    tail0 = f"{full} * {L * U}" if rt else str(S_in // (L * U) * L * U)
     unrolled = body.replace("a0 +=", "a0[u] +=").replace("a1 +=", "a1[u] +=")
     name = "pydnnl_bn_reduce"
     if p.tree:
@@ -387,7 +452,7 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
             const int i = (j * {U} + u) * {L} + l;{unrolled}
             }}
         }}
-        for (int i = {full * L * U} + l; i < {S_in}; i += {L}) {{
+        for (int i = {tail0} + l; i < {S_in}; i += {L}) {{
             const int u = 0;{unrolled}
         }}
     }}
@@ -395,6 +460,8 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
     for (int u = 0; u < {U}; ++u) {{ s0 += a0[u]; s1 += a1[u]; }}{store}
 }}
 """
+    if rt:
+        return _rt_launch(name, src, (L * p.groups, C), (L, 1), args)
     return KernelSource(name, src, (L * p.groups, C), (L, 1), _arg_names(args))
 
 
@@ -411,7 +478,8 @@ def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
     C, L = p.dims[1], p.wg
     outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
     R = math.prod(g[0] for g in outer)
-    chunk = -(-R // p.groups)
+    rt = p.rt_groups is not None
+    chunk = p.chunk if rt else -(-R // p.groups)
     names = [f"o{k}" for k in range(len(outer))]
     bwd = p.dy is not None
     helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
@@ -437,6 +505,8 @@ def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
         acc = """
                 a0[u] += x; a1[u] += x * x;"""
     args += ["__global float *restrict part", "const int p_off"]
+    if rt:
+        args += _size_args(p)
     U = UNROLL
     dec = _decompose("r", [g[0] for g in outer], names)
     name = "pydnnl_bn_reduce"
@@ -466,7 +536,7 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
     part[p_off + (g * {C} + c) * 2 + 1] = {" + ".join(f"a1[{u}]" for u in range(U))};
 }}
 """
-    return KernelSource(name, src, (-(-C // L) * L, p.groups), (L, 1), _arg_names(args))
+    return _rt_launch(name, src, (C, p.groups), (L, 1), args)
 
 
 def _row_major_strides(dims) -> list[int]:
@@ -527,6 +597,30 @@ class BnFinalize:
     x: tuple | None = None     # fwd_stats: src layout (the shift K[c])
     ndims: int = 4
     x_dt: str = "f32"          # fwd_stats: storage of src
+    # run-time form (:func:`bn_finalize_runtime`): ``R``, ``groups`` and the channel stride of
+    # ``x`` are size variables (``bn_count``, ``bn_nparts``, ``bn_xc``)
+
+
+def bn_finalize_runtime(p: BnFinalize) -> tuple[BnFinalize, dict]:
+    """``p`` with the value count per channel, the partial count and (``fwd_stats``) src's
+    channel stride, where not 1, as arguments, and the values that bind them; one program
+    then serves every minibatch and spatial size."""
+    from .sizevars import size_var
+
+    values, fields = {}, {}
+    if p.R:
+        values["bn_count"], fields["R"] = int(p.R), size_var("bn_count")
+    if p.groups:
+        values["bn_nparts"], fields["groups"] = int(p.groups), size_var("bn_nparts")
+    if p.x is not None:
+        off, per_dim = p.x
+        blk, st, inner = per_dim[1]
+        if blk > 1 or inner:
+            return p, {}
+        if st != 1:
+            values["bn_xc"], st = int(st), size_var("bn_xc")
+        fields["x"] = (off, tuple((1, st if d == 1 else 0, ()) for d in range(len(per_dim))))
+    return BnFinalize(**{**p.__dict__, **fields}), values
 
 
 def build_bn_finalize(p: BnFinalize) -> KernelSource:
@@ -549,6 +643,7 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
     if p.diff_shift is not None:
         args.append("__global float *restrict diff_shift")
     args += ["__global float *restrict coef", "const int p_off", "const int k_off"]
+    args += _size_args(p)
     m_at, v_at = offset_expr(p.stat, ["c"]), offset_expr(var_l, ["c"])
     gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
     beta = (f"shift[{offset_expr(p.shift, ['c'])}]"
@@ -564,8 +659,8 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
         zero[1] = "c"
         body = f"""{sums}
     const float k = {ld[p.x_dt]}(src[{offset_expr(p.x, zero)}]);
-    const float ms = s0 / {R}.0f;
-    const float v = fmax(s1 / {R}.0f - ms * ms, 0.0f);
+    const float ms = s0 / {_fl(R)};
+    const float v = fmax(s1 / {_fl(R)} - ms * ms, 0.0f);
     const float m = k + ms;"""
         if p.write_stats:
             body += f"""
@@ -586,7 +681,7 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
     const float m = mean[{m_at}];
     const float is = rsqrt(variance[{v_at}] + {_f(p.eps)});
     const float a = {gamma} * is;"""
-        if p.groups:
+        if not isinstance(p.groups, int) or p.groups:
             body += sums + """
     const float dshift = s0, dscale = s1 * is;"""
             if p.diff_scale is not None:
@@ -600,8 +695,8 @@ def build_bn_finalize(p: BnFinalize) -> KernelSource:
         else:
             body += f"""
     coef[k_off + c] = m; coef[k_off + {C} + c] = a;
-    coef[k_off + {2 * C} + c] = -a * is * dscale / {R}.0f;
-    coef[k_off + {3 * C} + c] = -a * dshift / {R}.0f;"""
+    coef[k_off + {2 * C} + c] = -a * is * dscale / {_fl(R)};
+    coef[k_off + {3 * C} + c] = -a * dshift / {_fl(R)};"""
     name = "pydnnl_bn_finalize"
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))

@@ -45,8 +45,10 @@ from ..kernels.normalization import (
     BnFused,
     BnReduce,
     bn_apply_shape,
+    bn_finalize_runtime,
     bn_fused_run,
     bn_reduce_partials,
+    bn_reduce_runtime,
     bn_runtime_groups,
     build_bn_apply,
     build_bn_finalize,
@@ -288,6 +290,23 @@ def _apply(pd, dims, lays: list, **fields) -> tuple[BnApply, dict]:
     return BnApply(**{"dims": tuple(dims), **fields, **rt}), values
 
 
+def _split_stats(plan, red: BnReduce, fin: BnFinalize, red_args: dict,
+                 fin_args: dict) -> None:
+    """Add the split statistics' launches: the channel reduction ``red`` and the finalize
+    kernel ``fin``, in their run-time forms where the layouts are plain
+    (:func:`bn_reduce_runtime`, :func:`bn_finalize_runtime`: minibatch, spatial sizes,
+    strides, chunk and partial counts as arguments), so a new minibatch or image size reuses
+    both programs."""
+    found = bn_reduce_runtime(red)
+    if found is not None:
+        red, sizes = found
+        red_args = {**red_args, **sizes}
+        fin, sizes = bn_finalize_runtime(fin)
+        fin_args = {**fin_args, **sizes}
+    plan.kernel("bn_reduce", red, build_bn_reduce, **red_args)
+    plan.kernel("bn_finalize", fin, build_bn_finalize, **fin_args)
+
+
 def _stat_md(C: int) -> MemoryDesc:
     return MemoryDesc([C], data_type.f32, "a")
 
@@ -384,17 +403,16 @@ class batch_normalization_forward(primitive):
                         variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=0, k_off=pd.k_off,
                         **ss)
         else:
-            plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC), part=SCRATCH,
-                        p_off=pd.p_off)
             write = ARG_MEAN in pd._args
             fin = BnFinalize(C=C, R=math.prod(dims) // C, mode="fwd_stats", eps=pd._eps,
                              stat=stat, scale=sc, shift=sh, groups=pd.partials,
                              write_stats=write, wg=pd.small_wg, x=x, ndims=len(dims),
                              x_dt=src.data_type.name)
-            plan.kernel("bn_finalize", fin, build_bn_finalize, src=Ref(ARG_SRC),
-                        mean=Ref(ARG_MEAN) if write else SCRATCH,
-                        variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
-                        p_off=pd.p_off, k_off=pd.k_off, **ss)
+            _split_stats(plan, pd.red, fin, dict(src=Ref(ARG_SRC), part=SCRATCH,
+                                                 p_off=pd.p_off),
+                         dict(src=Ref(ARG_SRC), mean=Ref(ARG_MEAN) if write else SCRATCH,
+                              variance=Ref(ARG_VARIANCE) if write else SCRATCH, coef=SCRATCH,
+                              p_off=pd.p_off, k_off=pd.k_off, **ss))
         app, sizes = _apply(pd, dims, [x, layout_of(dst)] + (
             [logical_layout(dims)] if pd.write_ws else []), x=x, out=layout_of(dst),
             relu=pd.relu, ws=pd.write_ws, x_dt=src.data_type.name, out_dt=dst.data_type.name)
@@ -500,10 +518,6 @@ class batch_normalization_backward(primitive):
         if pd.fused:
             self._create_fused(plan, dims, x, dy, stat, ws)
             return
-        if pd.reduce:
-            plan.kernel("bn_reduce", pd.red, build_bn_reduce, src=Ref(ARG_SRC),
-                        diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), part=SCRATCH,
-                        p_off=pd.p_off, **ws)
         outs, dsc, dsh = _bwd_outputs(pd)
         # R enters only the statistics' gradient terms (none with global statistics)
         R = 0 if pd.global_stats else math.prod(dims) // C
@@ -511,9 +525,14 @@ class batch_normalization_backward(primitive):
                          scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
                          groups=pd.partials, diff_scale=dsc, diff_shift=dsh,
                          global_stats=pd.global_stats, wg=pd.small_wg)
-        plan.kernel("bn_finalize", fin, build_bn_finalize, mean=Ref(ARG_MEAN),
-                    variance=Ref(ARG_VARIANCE), coef=SCRATCH, p_off=pd.p_off, k_off=pd.k_off,
-                    **outs)
+        fin_args = dict(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE), coef=SCRATCH,
+                        p_off=pd.p_off, k_off=pd.k_off, **outs)
+        if pd.reduce:
+            _split_stats(plan, pd.red, fin, dict(src=Ref(ARG_SRC), diff_dst=Ref(ARG_DIFF_DST),
+                                                 mean=Ref(ARG_MEAN), part=SCRATCH,
+                                                 p_off=pd.p_off, **ws), fin_args)
+        else:
+            plan.kernel("bn_finalize", fin, build_bn_finalize, **fin_args)
         dsrc = pd._args[ARG_DIFF_SRC].md
         app, sizes = _apply(pd, dims, [x, layout_of(dsrc), dy] + (
             [logical_layout(dims)] if pd.relu else []), x=x, out=layout_of(dsrc), dy=dy,

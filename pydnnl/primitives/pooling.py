@@ -17,6 +17,12 @@ place (plain, strided, blocked such as nChw16c); ``format_tag.any`` for dst foll
 layout, and for the backward descs the forward hint's. Global pooling forward (one window over
 the whole source: the averages, and max without a workspace) runs as a reduction over the
 spatial dims (:func:`pydnnl.primitives.reduction.plan_stages`).
+
+Over plain layouts the kernels take the minibatch, the spatial sizes and the strides built
+from them as arguments (:func:`~pydnnl.kernels.pooling.runtime_form`), so a new minibatch or
+image size of the same layouts, window and channel count reuses the compiled programs. On
+CPUs only the minibatch: run-time strides in every tap's address cost them 9-30%
+(``heuristics.pooling.runtime_spatial``).
 """
 from __future__ import annotations
 
@@ -35,15 +41,23 @@ from ..error import invalid_arguments, unimplemented
 from ..kernels.pooling import (
     PoolProblem,
     build_pooling,
+    concrete_range,
     interior_lanes,
     iteration_axes,
     lane_count,
     lanes_of,
+    row_launches,
+    runtime_form,
 )
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.heuristics.pooling import split_interior, work_group_size
+from ..runtime.heuristics.pooling import (
+    runtime_lane_dim,
+    runtime_spatial,
+    split_interior,
+    work_group_size,
+)
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
 from .reduction import plan_stages, stages_plan
@@ -263,6 +277,29 @@ class _pool_pd_base(primitive_desc_base):
                     for part in ("interior", "edges")]
         return [prob]
 
+    def _kernels(self, engine, prob: PoolProblem) -> list[tuple[PoolProblem, dict]]:
+        """``(problem, size values)`` of each launch of ``prob``'s kernels (:meth:`_parts`):
+        the run-time form over plain layouts (its work-group shape the rule's for any number
+        of rows, at most the rows; one or two launches of whole groups of rows,
+        :func:`~pydnnl.kernels.pooling.row_launches`), else the baked problem and no
+        values."""
+        info = engine.info
+        out = []
+        for part in self._parts(engine, prob):
+            found = runtime_form(part, keep_lane_dim=not runtime_lane_dim(info),
+                                 spatial=runtime_spatial(info))
+            if found is None:
+                out.append((part, {}))
+                continue
+            q, values = found
+            lanes, rows = concrete_range(q, values)
+            l0, l1 = work_group_size(info, lanes, rows, runtime=True)
+            if q.rt_r0 is not None:  # whole groups of rows (row_launches): at most the rows
+                l1 = min(l1, 1 << (max(rows, 1).bit_length() - 1))
+            q = replace(q, local=(l0, l1))
+            out += [(q, v) for v in row_launches(q, values)]
+        return out
+
 
 class pooling_forward(primitive):
     """Max or average pooling, forward (f32, bf16, f16 data; f32 arithmetic)."""
@@ -342,8 +379,8 @@ class pooling_forward(primitive):
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ws is not None:
             named["ws"] = Ref(ARG_WORKSPACE)
-        for part in pd._parts(pd.get_engine(), prob):
-            plan.kernel("pooling", part, build_pooling, **named)
+        for part, sizes in pd._kernels(pd.get_engine(), prob):
+            plan.kernel("pooling", part, build_pooling, **named, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
@@ -420,8 +457,8 @@ class pooling_backward(primitive):
         named = {"diff_dst": Ref(ARG_DIFF_DST), "diff_src": Ref(ARG_DIFF_SRC)}
         if ws is not None:
             named["ws"] = Ref(ARG_WORKSPACE)
-        for part in pd._parts(pd.get_engine(), prob):
-            plan.kernel("pooling", part, build_pooling, **named)
+        for part, sizes in pd._kernels(pd.get_engine(), prob):
+            plan.kernel("pooling", part, build_pooling, **named, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

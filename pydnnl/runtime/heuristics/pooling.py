@@ -26,12 +26,16 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def work_group_size(info, lanes: int, rows: int) -> tuple[int, int]:
+def work_group_size(info, lanes: int, rows: int, runtime: bool = False) -> tuple[int, int]:
     """(lanes, rows) of a pooling work-group over ``lanes`` x ``rows`` work-items; ``(0, 0)``
-    lets the OpenCL runtime choose (problems smaller than one SIMD vector)."""
+    lets the OpenCL runtime choose (problems smaller than one SIMD vector). ``runtime``: a
+    kernel whose row count is an argument: the shape for any number of rows (the lanes'
+    rule, rows filling the group), so every shape of its class shares it."""
     wg = min(POOL_WG, int(info.max_work_group_size or POOL_WG))
     l0 = min(wg, _pow2_at_least(max(lanes, 1)))
-    if lanes * rows < 16:
+    if runtime:
+        rows = wg
+    elif lanes * rows < 16:
         return (0, 0)
     if not info.is_gpu and SIMD_MIN <= lanes <= wg:
         # CPUs: exactly the lanes, no masked tail (a kernel whose range is rounded up checks
@@ -51,3 +55,28 @@ def split_interior(info) -> bool:
     and the few edge lanes with the general code. CPUs only: a GPU's strided loads of a warp
     coalesce into the same cache lines (H100 max 3x3/2 forward: 0.89 of copy)."""
     return not info.is_gpu
+
+
+def runtime_lane_dim(info) -> bool:
+    """Whether a spatial dim the lanes run along (nchw's width) may be a kernel argument.
+    GPUs: yes (their groups are a power of two of lanes anyway). CPUs: no, it stays baked:
+    their groups hold exactly the lanes where 16 to 256 (see :func:`work_group_size`: nchw
+    max 3x3/2 mb32ic64ih112, 55-lane groups 7.2-7.6 ms against 9.1 ms for 64-lane groups with
+    the bounds check a run-time width needs), so the width is in the program's key either
+    way; the minibatch, depth and height still come at run time."""
+    return bool(info.is_gpu)
+
+
+def runtime_spatial(info) -> bool:
+    """Whether the spatial sizes (and the strides built from them) are kernel arguments, or
+    only the minibatch. GPUs: the spatial sizes too. CPUs: the minibatch only. Measured on
+    the 2-core AVX-512 Xeon (Intel's runtime; baked and run-time primitives in one process,
+    alternated over 6 rounds, ratios of minimum times; a shared machine): spatial sizes at
+    run time ran the ResNet-50 stem's max pool 3x3/2 mb32ic64ih112 forward 1.14x (nhwc) and
+    1.09x (nchw) the baked time, backward 1.11x and 1.30x, avg 3x3/1 mb32ic64ih56 nhwc 1.10x,
+    with the divisions by run-time sizes already done by reciprocals. The same kernels with
+    constants in place of the run-time strides ran within noise of the baked ones (nhwc
+    forward: median per-round ratio 1.01), so the cost is the strides in every tap's
+    address. The minibatch alone enters no address (rows run image after image): within
+    noise of baked (median per-round ratios 0.93-1.00)."""
+    return bool(info.is_gpu)
