@@ -547,6 +547,19 @@ def _points_layout(layout: tuple, sp: tuple):
     return layout[0], ((1, st[0], ()), (1, st[1], ()), (1, sps[-1] if sps else 0, ()))
 
 
+def channels_last_rows(layout: tuple, channels: int, sp: tuple, mb: int):
+    """``(rows, offset)`` when the plain layout of ``[mb, channels, sp...]`` is rows of
+    ``channels`` contiguous values, images and points dense (channels-last), else None."""
+    t = _points_layout(layout, sp)
+    if t is None:
+        return None
+    (sn, sc, spt) = (d[1] for d in t[1])
+    P = prod(sp)
+    if sc != 1 or (spt != channels and P > 1) or (sn != P * channels and mb > 1):
+        return None
+    return mb * P, t[0]
+
+
 def epilogue_runtime(p: EpilogueProblem) -> tuple[EpilogueProblem, dict]:
     """The run-time-size form of ``p``: ``(problem, values)`` (bind ``values`` at launch):
     dst (and acc) seen as ``[nb, channels, points]`` with the chunk size ``nb``, the point
@@ -733,5 +746,5 @@ def build_splitk_reduce(p: SplitKReduceProblem):
 __all__ = ["Im2ColProblem", "build_im2col", "im2col_runtime", "Col2ImProblem", "build_col2im",
            "col2im_runtime",
            "EpilogueProblem", "build_epilogue", "epilogue_runtime", "BiasGradProblem",
-           "build_bias_grad", "bias_grad_runtime",
+           "build_bias_grad", "bias_grad_runtime", "channels_last_rows",
            "SplitKReduceProblem", "build_splitk_reduce"]

@@ -28,7 +28,8 @@ from pydnnl.runtime import kernel_cache
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from oclgrind_helpers import CONV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 
-FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad", "conv_col2im", "conv_direct")
+FAMILIES = ("conv_im2col", "conv_epilogue", "conv_bias_grad", "channel_slices", "conv_col2im",
+            "conv_direct")
 
 
 @pytest.fixture()
@@ -62,7 +63,9 @@ def test_new_spatial_size_and_minibatch_need_no_new_kernel(requested, descs, tag
         requested[:] = [r for r in requested if r[0] not in baked]
         if i == 0:
             first = set(requested)
-            assert first and all("Variable('" in key for _, key in first), first
+            # every key holds size variables, but the slice sums', which hold no size at all
+            assert first and all("Variable('" in key or fam == "channel_slices"
+                                 for fam, key in first), first
             requested.clear()
     assert set(requested) <= first, sorted(set(requested) - first)
 
@@ -170,7 +173,8 @@ results["fwd_nhwc"] = run("fwd", "nhwc", (2, 3, 5, 4), (70, 3, 3, 3), [2, 1], [1
 # channels-first: lanes over the output points (25, a partial work-group)
 results["fwd_nchw"] = run("fwd", "nchw", (1, 2, 5, 5), (3, 2, 3, 3), [1, 1], [1, 1], [1, 1],
                           "im2col_gemm")
-# backward weights: channel-block copy (1x1, kmajor) and the bias reduction (70 points)
+# backward weights: channel-block copy (1x1, kmajor) and the bias gradient (channels-last:
+# sums over slices of 70 rows, then over the slices; channels-first: 20 points a channel)
 results["bwd_w_nhwc"] = run("bwd_w", "nhwc", (2, 16, 5, 7), (3, 16, 1, 1), [1, 1], [0, 0],
                             [0, 0], "im2col_gemm")
 results["bwd_w_nchw"] = run("bwd_w", "nchw", (1, 2, 4, 5), (3, 2, 3, 3), [1, 1], [1, 1],
@@ -217,6 +221,33 @@ def test_bias_grad_partial_block_matches_numpy(H, W):
         base = n * (C * H * W + 13)
         ref += t[base:base + C * H * W].reshape(C, H * W).sum(axis=1)
     np.testing.assert_allclose(B.to_numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,C,S,wg", [(70, 24, 3, 16), (5, 3, 8, 16), (1000, 64, 7, 64)])
+def test_channel_slices_match_numpy(rows, C, S, wg):
+    """Per-channel sums over slices of channels-last rows: slices of uneven length and empty
+    ones (more slices than rows), channel counts no power of two (fewer lanes), an offset."""
+    from pydnnl.kernels.channel_sums import ChannelSlices, build_channel_slices, lanes
+    from pydnnl.runtime.plan import Plan, Ref
+
+    t = np.random.default_rng(1).standard_normal(7 + rows * C).astype(np.float32)
+    rps = -(-rows // S)
+    stream = dnnl.stream(CPU)
+    plan = Plan(CPU, "test")
+    plan.kernel("channel_slices", ChannelSlices(channels=C, row_stride=C, wg=wg),
+                build_channel_slices, t=Ref("t"), part=Ref("p"), t_off=7, part_off=C,
+                nrows=rows, rps=rps, nslices=S)
+
+    def md(n):
+        return dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
+
+    T, Pm = dnnl.memory(md(t.size), CPU, t), dnnl.memory(md((S + 1) * C), CPU)
+    plan.run(stream, {"t": T.buffer, "p": Pm.buffer})
+    stream.wait()
+    x = t[7:].reshape(rows, C).astype(np.float64)
+    want = np.stack([x[s * rps:(s + 1) * rps].sum(axis=0) for s in range(S)])
+    np.testing.assert_allclose(Pm.to_numpy()[C:].reshape(S, C), want, rtol=1e-5, atol=1e-4)
+    assert lanes(C, wg) in ({24: 8, 3: 1, 64: 64}[C],)
 
 
 # backward data through im2col + GEMM (col2im) and the direct solver: (alg, directions,

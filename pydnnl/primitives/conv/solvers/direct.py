@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....conv_shapes import ConvProblem
+from ....kernels.channel_sums import ChannelSlices, build_channel_slices, slice_count
 from ....kernels.conv_direct import (
     DirectParams,
     build_direct,
@@ -28,8 +29,10 @@ from ....kernels.conv_im2col import (
     bias_grad_runtime,
     build_bias_grad,
     build_im2col,
+    channels_last_rows,
     im2col_runtime,
 )
+from ....runtime.heuristics import conv as conv_rules
 from ....runtime.plan import SCRATCH, Plan
 from ..problem import dense_layout, with_offset
 from ..roles import BIAS, DST, SRC, WEI
@@ -157,7 +160,26 @@ def add_bias_grad(plan: Plan, p: ConvProblem) -> None:
         t, t_n, ch, sp, ref = p.dst, p.dst_n, p.oc, p.dst_sp, DST
     else:
         t, t_n, ch, sp, ref = p.src, p.src_n, p.ic, p.src_sp, SRC
-    bp = BiasGradProblem(mb=p.mb, channels=ch, sp=sp, t=t, t_n=t_n, bias=p.bias,
+    rows = channels_last_rows(t, ch, sp, p.mb)
+    mb, rule = p.mb, None
+    if rows is not None:
+        # channels contiguous, images and points dense: per-channel sums over slices of the
+        # rows (work-items along the channels), then the slices' sums added up. The
+        # scratchpad holds the most slices any device takes (a size the problem fixes)
+        nrows, t_off = rows
+        part_off = plan.alloc(slice_count(nrows) * ch)
+        rule = conv_rules.bias_grad_slicing(plan.engine.info if plan.engine else None,
+                                            nrows, ch)
+    if rule is not None:
+        per_slice, wg = rule
+        S = slice_count(nrows, per_slice)
+        cs = ChannelSlices(channels=ch, row_stride=ch, wg=wg)
+        plan.kernel("channel_slices", cs, build_channel_slices, t=ref, part=SCRATCH,
+                    t_off=t_off, part_off=part_off, nrows=nrows, rps=-(-nrows // S),
+                    nslices=S)
+        t, t_n, sp, mb, ref = (part_off, ((1, S * ch, ()), (1, 1, ()), (1, ch, ()))), -1, \
+            (S,), 1, SCRATCH
+    bp = BiasGradProblem(mb=mb, channels=ch, sp=sp, t=t, t_n=t_n, bias=p.bias,
                          bias_n=p.bias_n, wg=64)
     bp, sizes = bias_grad_runtime(bp)
     plan.kernel("conv_bias_grad", bp, build_bias_grad, t=ref, bias=BIAS, **sizes)

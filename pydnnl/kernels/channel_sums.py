@@ -1,0 +1,86 @@
+"""Per-channel sums of a channels-last tensor in slices of rows: the first pass of a
+convolution's bias gradient (``bias[c] = sum_rows t[row, c]``).
+
+The rows (images times points) are cut into ``nslices`` runs of ``rps`` rows each (the last
+runs may be short or empty); a work-item sums one channel of one run, its work-group's
+work-items taking consecutive channels, so every load of a work-group is one contiguous
+stretch of a row (a vector load on CPUs, a coalesced one on GPUs). The slices' sums land in
+``part[part_off + s * channels + c]``; a second pass adds them up. Row and slice counts,
+rows per slice and both offsets are run-time values: one program serves every minibatch and
+image size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: the most slices (each slice's sums are ``channels`` values of scratchpad, which the second
+#: pass reads), and the fewest rows a slice holds on any device
+MAX_SLICES = 1024
+MIN_ROWS_PER_SLICE = 16
+
+
+def slice_count(rows: int, per_slice: int = MIN_ROWS_PER_SLICE) -> int:
+    """Slices of ``rows`` rows: about ``per_slice`` rows each (a device rule), at most
+    :data:`MAX_SLICES`. The scratchpad is reserved for ``slice_count(rows)`` slices, the
+    most any device takes, so that its size is a function of the problem alone."""
+    return max(1, min(MAX_SLICES, -(-rows // per_slice)))
+
+
+@dataclass(frozen=True)
+class ChannelSlices:
+    """``part[part_off + s*channels + c] = sum_{s*rps <= r < min((s+1)*rps, nrows)}
+    t[t_off + r*row_stride + c]`` for ``s < nslices``, ``c < channels``."""
+
+    channels: int
+    row_stride: int
+    wg: int = 16
+
+
+def lanes(channels: int, wg: int) -> int:
+    """Work-items per work-group: the largest power of two up to ``wg`` dividing
+    ``channels`` (no channel guard then)."""
+    w = 1
+    while w * 2 <= wg and channels % (w * 2) == 0:
+        w *= 2
+    return w
+
+
+def build_channel_slices(p: ChannelSlices):
+    import loopy as lp
+    from loopy.symbolic import Reduction
+    from pymbolic import var
+    from pymbolic.primitives import Comparison, If
+
+    from .clhelpers import register_helpers
+    from .conv_common import RT_CLAMP, rt_clamp_helper
+
+    W = lanes(p.channels, p.wg)
+    c = var("cb") * W + var("cl")
+    row = var("s") * var("rps") + var("i")
+    # the row test is the same for a whole work-group (its lanes are channels); the clamp
+    # keeps the address inside t whatever the compiler speculates (see guarded_load)
+    val = If(Comparison(row, "<", var("nrows")),
+             var("t")[var("t_off") + var(RT_CLAMP)(row, var("nrows") - 1) * p.row_stride + c],
+             np.float32(0))
+    insn = lp.Assignment(var("part")[var("part_off") + var("s") * p.channels + c],
+                         Reduction("sum", ("i",), val),
+                         within_inames=frozenset(["cb", "cl", "s"]), id="slice_sum")
+    args = [lp.GlobalArg("t", np.float32, shape=None),
+            lp.GlobalArg("part", np.float32, shape=None, is_output=True),
+            *[lp.ValueArg(n, np.int64)
+              for n in ("t_off", "part_off", "nrows", "rps", "nslices")]]
+    dom = (f"{{[cb, cl, s, i]: 0 <= cb < {p.channels // W} and 0 <= cl < {W} and "
+           f"0 <= s < nslices and 0 <= i < rps}}")
+    knl = lp.make_kernel(dom, [insn], args, name="pydnnl_channel_slices",
+                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         index_dtype=np.int64,
+                         silenced_warnings=["v1_scheduler_fallback", "write_race(slice_sum)"])
+    knl = lp.tag_inames(knl, {"cl": "l.0", "cb": "g.0", "s": "g.1"})
+    knl = register_helpers(knl, [rt_clamp_helper()])
+    # the helper hides the index from loopy's static bounds check (Oclgrind tests check it)
+    return lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
+
+
+__all__ = ["ChannelSlices", "build_channel_slices", "lanes", "slice_count"]
