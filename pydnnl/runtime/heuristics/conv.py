@@ -145,11 +145,11 @@ def bias_grad_slicing(info, rows: int, channels: int) -> tuple[int, int] | None:
 
     Measured, bias gradient alone (ms, one pass -> two passes). 2-core AVX-512 Xeon, Intel's
     runtime (256 rows a slice, 16 channels a work-group: one vector): diff_dst 32x64x56x56
-    16.0 -> 2.2, 32x1024x14x14 39.9 -> 4.0 (the one-pass kernel gathers across rows). H200
-    (64 channels a work-group; slices of 256 rows: 32x64x56x56 0.094 -> 0.043,
-    32x64x112x112 0.357 -> 0.068, but 1x64x56x56 0.006 -> 0.029 and 32x512x7x7 0.019 ->
-    0.045: too few work-groups), so GPUs take 16-row slices from 2^20 values up and keep
-    the one-pass kernel below."""
+    16.0 -> 2.2, 32x1024x14x14 39.9 -> 4.0 (the one-pass kernel gathers across rows). H200,
+    64 channels a work-group: 16-row slices 32x64x56x56 0.094 -> 0.025, 32x64x112x112
+    0.357 -> 0.068, 32x256x14x14 -> 0.013; 256-row slices left too few work-groups on small
+    tensors (1x64x56x56 0.006 -> 0.029, 32x512x7x7 0.019 -> 0.045), so GPUs keep the
+    one-pass kernel below 2^20 values."""
     if info is not None and info.is_gpu:
         if rows * channels < 1 << 20:
             return None
