@@ -887,6 +887,50 @@ class LnRows:
     ss_rows: int = 0  # backward: rows per work-group that also sum diff_scale/diff_shift
 
 
+# the size variables of the run-time forms (never ``rows``, ``args`` or ``kernel``: Plan.launch's
+# own parameters): the row count, and the row chunks of the scale/shift gradient
+LN_ROWS, LN_GROUPS = "nrows", "ngroups"
+
+
+def ln_runtime_form(p: LnRows) -> tuple[LnRows, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)`` with the leading dims merged
+    into one dim of ``nrows`` rows, a size variable bound at launch. Applies where every
+    tensor is plain and its leading dims lie back to back (dense batch x sequence x C rows:
+    ``tnc``, ``ntc``, any row-major tensor), so that a row's offset is ``row * stride`` with
+    the baked row stride (the innermost leading dim's: C, the channel count, in dense
+    tensors); the kernel divides by nothing run-time. One program then serves every batch
+    and sequence length of the class (C, layouts' inner strides, data types, work-group).
+    ``(p, {})`` otherwise (blocked or permuted leading dims: their sizes stay baked)."""
+    from .sizevars import is_var, size_var
+
+    nd = len(p.dims)
+    if is_var(p.dims[0]) or nd < 2:
+        return p, {}
+    lead = [d for d in range(nd - 1) if p.dims[d] > 1]
+    if not lead:
+        return p, {}
+    full = [lay for lay in (p.x, p.out, p.dy) if lay is not None]
+    stats = [lay for lay in (p.stat, p.var) if lay is not None]
+    for lay in full + stats:
+        if any(blk != 1 or inner for blk, _s, inner in lay[1]):
+            return p, {}
+        for a, b in zip(lead, lead[1:]):
+            if lay[1][a][1] != lay[1][b][1] * p.dims[b]:
+                return p, {}
+
+    def row(lay, last: bool):
+        terms = ((1, lay[1][lead[-1]][1], ()),) + ((lay[1][-1],) if last else ())
+        return (lay[0], terms)
+
+    from dataclasses import replace
+
+    rows = math.prod(p.dims[:-1])
+    q = replace(p, dims=(size_var(LN_ROWS), p.dims[-1]), x=row(p.x, True),
+                out=row(p.out, True), dy=None if p.dy is None else row(p.dy, True),
+                stat=row(p.stat, False), var=row(p.var, False))
+    return q, {LN_ROWS: int(rows)}
+
+
 def _ln_index(dims) -> tuple[str, list[str], list[str]]:
     lead = list(dims[:-1])
     names = [f"t{i}" for i in range(len(lead))]
@@ -908,16 +952,40 @@ def _ln_sums(p: LnRows, names: list[str]) -> tuple[str, str]:
 
 def _build_ln_rows(p: LnRows) -> KernelSource:
     from .reduction import io_preamble, ld, ptr_decl, st
+    from .sizevars import free_vars
 
     C, L = p.dims[-1], p.wg
-    rows = math.prod(p.dims[:-1])
+    runtime = bool(free_vars(p))  # :func:`ln_runtime_form`: dims (nrows, C)
+    rows = LN_ROWS if runtime else math.prod(p.dims[:-1])
     code, idx, lead = _ln_index(p.dims)
-    x_at = ld("src", p.xdt, offset_expr(p.x, idx))
+    xl, ol, dl = p.x, p.out, p.dy
+    xn, on, dn = "src", "dst", "diff_dst"
+    if runtime:
+        # each row's base pointers once per row (a size_t offset), the elements indexed by c
+        # alone: with ``row * C`` in every element's index the forward kernel ran 2-3% slower
+        # than the baked one on Intel's CPU runtime (32x512x1024, kernel time, 100 launches
+        # interleaved); with the bases, within 0.5%
+        from .reduction import _CTYPE
+
+        bases = []
+        for lay, name, dt_, const in ((xl, "src", p.xdt, True), (ol, "dst", p.odt, False),
+                                      (dl, "diff_dst", p.dydt, True)):
+            if lay is None:
+                continue
+            off0, (rterm, cterm) = lay
+            q = "const " if const else ""
+            bases.append(f"__global {q}{_CTYPE[dt_]} *{name}_r = {name} + "
+                         f"((size_t)t0 * {rterm[1]} + {off0});")
+        code += "\n    " + "\n    ".join(bases)
+        xl, ol = (0, ((1, 0, ()), xl[1][1])), (0, ((1, 0, ()), ol[1][1]))
+        dl = None if dl is None else (0, ((1, 0, ()), dl[1][1]))
+        xn, on, dn = "src_r", "dst_r", "diff_dst_r"
+    x_at = ld(xn, p.xdt, offset_expr(xl, idx))
     m_at = f"mean[{offset_expr(p.stat, lead)}]"
     v_at = f"variance[{offset_expr(p.var, lead)}]"
     gamma = f"scale[{offset_expr(p.scale, ['c'])}]" if p.scale is not None else "1.0f"
     beta = f"shift[{offset_expr(p.shift, ['c'])}]" if p.shift is not None else "0.0f"
-    out_off = offset_expr(p.out, idx)
+    out_off = offset_expr(ol, idx)
     bwd = p.dy is not None
     stats_out = not bwd and not p.global_stats
     args = [ptr_decl("src", p.xdt, True).replace("restrict ", "")]
@@ -975,16 +1043,16 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
             x_at = "xv[j]"
         body = f"""{stats}
     {loop}
-        {st("dst", p.odt, out_off, f"({x_at} - m) * is * {gamma} + {beta}")}{end}"""
+        {st(on, p.odt, out_off, f"({x_at} - m) * is * {gamma} + {beta}")}{end}"""
     else:
-        dy_at = ld("diff_dst", p.dydt, offset_expr(p.dy, idx))
+        dy_at = ld(dn, p.dydt, offset_expr(dl, idx))
         head = f"""
     const float m = {m_at};
     const float is = rsqrt({v_at} + {_f(p.eps)});"""
         if p.global_stats:
             body = head + f"""
     {loop}
-        {st("dst", p.odt, out_off, f"is * {dy_at} * {gamma}")}{end}"""
+        {st(on, p.odt, out_off, f"is * {dy_at} * {gamma}")}{end}"""
         else:
             local, red = _ln_sums(p, ["a0", "a1"])
             if N:
@@ -997,7 +1065,7 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     const float mg = a0 / {C}.0f;
     const float mgx = a1 * is / {C}.0f;
     {loop}
-        {st("dst", p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{end}"""
+        {st(on, p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{end}"""
             else:
                 acc = ""
                 if p.ss_rows:
@@ -1017,7 +1085,7 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         const float dyv = {dy_at};
         const float g = dyv * {gamma};
         const float xh = ({x_at} - m) * is;
-        {st("dst", p.odt, out_off, "is * (g - mg - xh * mgx)")}{acc}
+        {st(on, p.odt, out_off, "is * (g - mg - xh * mgx)")}{acc}
     }}"""
     name = "pydnnl_ln_bwd" if bwd else "pydnnl_ln_fwd"
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
@@ -1028,7 +1096,8 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         # the local-memory tree's sums are read by every lane before the next row writes them
         barrier = "\n    barrier(CLK_LOCAL_MEM_FENCE);"
         args += ["__global float *restrict part", "const int p_off"]
-        groups = -(-rows // p.ss_rows)
+        groups = (f"({rows} + {p.ss_rows - 1}) // {p.ss_rows}" if runtime
+                  else -(-rows // p.ss_rows))
         walk = f"""
     const int grp = get_group_id(1);
     const int pb = p_off + grp * {2 * C};
@@ -1042,6 +1111,7 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         walk = f"""
     const int row = get_group_id(1);
     {code}{body}"""
+    args += [f"const int {n}" for n in free_vars(p)]
     src = f"""{io_preamble((p.xdt, p.dydt, p.odt))}
 __kernel void {attr}
 {name}({", ".join(args)})
@@ -1050,6 +1120,8 @@ __kernel void {attr}
     const int l = get_local_id(0);{walk}
 }}
 """
+    if runtime:
+        return KernelSource(name, src, None, (L, 1), _arg_names(args), grid=(str(L), str(groups)))
     return KernelSource(name, src, (L, groups), (L, 1), _arg_names(args))
 
 
@@ -1127,7 +1199,7 @@ class LnScaleShiftFinalize:
     """``diff_scale[c]``, ``diff_shift[c]`` (where given) = sums of the partials."""
 
     C: int
-    groups: int
+    groups: int  # or the size variable ``ngroups`` (bound at launch)
     diff_scale: tuple | None
     diff_shift: tuple | None
     wg: int = 64
@@ -1135,8 +1207,11 @@ class LnScaleShiftFinalize:
 
 
 def build_ln_ss_finalize(p: LnScaleShiftFinalize) -> KernelSource:
+    from .sizevars import free_vars
+
     C = p.C
     args = ["__global const float *restrict part", "const int p_off"]
+    args += [f"const int {n}" for n in free_vars(p)]  # ``groups`` the size variable ngroups
     out = ""
     if p.diff_scale is not None:
         args.append("__global float *restrict diff_scale")

@@ -27,13 +27,15 @@ memory fastest), cut into ``splits`` chunks:
   (``part[part_off + k * O + o]``) and a **final** kernel (one work-item per output)
   combines the chunks, finishes (mean, eps, root) and writes dst.
 
-Pure: no engine, no argument maps.
+A one-kernel reduction's outermost kept dim may be a size variable bound at launch
+(:func:`runtime_form`). Pure: no engine, no argument maps.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from .sizevars import free_vars, is_var, size_var
 from .source import KernelSource
 
 # algorithm names (oneDNN's without the ``reduction_`` prefix)
@@ -188,6 +190,52 @@ class ReductionProblem:
         return math.prod(v for v, r in zip(self.dims, self.reduced) if r)
 
 
+# the size variable of the run-time form (never ``rows``, ``args`` or ``kernel``: Plan.launch's
+# own parameters)
+OUTER = "red_outer"
+
+
+def runtime_form(p: ReductionProblem) -> tuple[ReductionProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)`` with the outermost folded dim a
+    size variable ``red_outer`` bound at launch, where it is kept (the minibatch of a
+    reduction over inner dims: ``32x2048x7x7 -> 32x2048x1x1`` folds to 65536 outputs of 49
+    values, ``red_outer`` = 65536). Its stride in src and dst is the product of the dims
+    inside it, and an output's index is split by the inner (baked) dims only, so the kernel
+    divides by no run-time size; the reduced extent, the chunking and the launch shape stay
+    baked. ``(p, {})`` where that dim is reduced (a new minibatch of ``16x64x128x128 ->
+    1x64x1x1`` changes the reduced extent, the chunks and the mean's divisor), blocked, or the
+    problem is split in chunks (their count is chosen from the output count)."""
+    if (len(p.dims) < 2 or p.reduced[0] or p.stage != "full" or p.splits != 1
+            or is_var(p.dims[0])):
+        return p, {}
+    if any(lay[1][0][0] != 1 or lay[1][0][2] for lay in (p.src, p.dst)):
+        return p, {}
+    return replace(p, dims=(size_var(OUTER),) + tuple(p.dims[1:])), {OUTER: int(p.dims[0])}
+
+
+def _outputs(p: ReductionProblem, per: int = 1):
+    """``(outputs // per, runtime)``: an int, or a C expression over ``red_outer`` (``per``
+    divides the inner kept dims' product)."""
+    if not is_var(p.dims[0]):
+        return p.outputs // per, False
+    inner = math.prod(v for d, v in enumerate(p.dims) if d and not p.reduced[d]) // per
+    return (f"{OUTER} * {inner}" if inner != 1 else OUTER), True
+
+
+def _rt_source(name: str, src: str, count, L: int, per: int, arg_names: tuple,
+               p: ReductionProblem) -> KernelSource:
+    """The source of a kernel over ``count`` work-items (``per`` per work-group of ``L``):
+    fixed launch sizes, or a grid over ``red_outer``."""
+    if isinstance(count, int):
+        return KernelSource(name, src, (L * -(-count // per),), (L,), arg_names)
+    return KernelSource(name, src, None, (L,), arg_names + tuple(free_vars(p)),
+                        grid=(f"({count} + {per - 1}) // {per} * {L}",))
+
+
+def _size_params(p: ReductionProblem) -> str:
+    return "".join(f", const int {n}" for n in free_vars(p))
+
+
 def _ops(p: ReductionProblem) -> tuple[str, str, str, str]:
     """(initial value, load of ``v``, combine of ``{a}`` and ``{b}``, finish of ``acc``)."""
     a = p.alg
@@ -256,7 +304,7 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     a_in, a_out = kernel_args(p)
     in_dt = "f32" if p.stage == "final" else p.sdt
     out_dt = "f32" if p.stage == "partial" else p.ddt
-    args = f"{ptr_decl(a_in, in_dt, True)}, {ptr_decl(a_out, out_dt, False)}"
+    args = f"{ptr_decl(a_in, in_dt, True)}, {ptr_decl(a_out, out_dt, False)}" + _size_params(p)
     pre = io_preamble((in_dt, out_dt), V)
     T = "float" if V == 1 else f"float{V}"
     if p.stage == "final":
@@ -281,6 +329,7 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
         # ``T`` lanes per output, ``G`` outputs per work-group (neighbouring outputs)
         T, G = p.wg, p.rows
         L = T * G
+        OS, _rt = _outputs(p)  # run-time forms have one chunk: O * S = O
         if G == 1:
             ids = ("const int o = get_group_id(0) / {S};\n    const int k = get_group_id(0) % {S};"
                    .format(S=S) if S > 1 else "const int o = get_group_id(0);")
@@ -289,7 +338,7 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
         else:
             ids = (f"const int lid = get_local_id(0);\n    const int l = lid % {T};\n"
                    f"    const int og = get_group_id(0) * {G} + lid / {T};\n"
-                   f"    const bool live = og < {O * S};\n")
+                   f"    const bool live = og < {OS if _rt else O * S};\n")
             ids += (f"    const int o = og / {S};\n    const int k = og % {S};" if S > 1
                     else "    const int o = og;")
             live, guard = "live ? ", " && live"
@@ -318,9 +367,9 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     }}"""
         name = "pydnnl_reduction_row"
         src = pre + _kernel(name, args, body, L)
-        return KernelSource(name, src, (L * (-(-(O * S) // G)),), (L,), (a_in, a_out))
+        return _rt_source(name, src, OS if _rt else O * S, L, G, (a_in, a_out), p)
     L = p.wg
-    OV = O // V
+    OV, _rt = _outputs(p, V)
     if S > 1:
         ids = f"const int ov = gid % {OV};\n    const int k = gid / {OV};"
     else:
@@ -331,7 +380,7 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
         ids += f"\n    const int o = ov * {V};"
     body = f"""
     const int gid = get_global_id(0);
-    if (gid >= {OV * S}) return;
+    if (gid >= {OV if _rt else OV * S}) return;
     {ids}
     {kept_code}
     const int base = {base};
@@ -343,8 +392,8 @@ def build_reduction(p: ReductionProblem) -> KernelSource:
     }}
     {store}"""
     name = "pydnnl_reduction_strided"
-    return KernelSource(name, pre + _kernel(name, args, body), (-(-(OV * S) // L) * L,), (L,),
-                        (a_in, a_out))
+    return _rt_source(name, pre + _kernel(name, args, body), OV if _rt else OV * S, L, L,
+                      (a_in, a_out), p)
 
 
 def vrow_ok(dims, reduced, src: tuple) -> bool:
@@ -433,9 +482,10 @@ def _build_vrow(p: ReductionProblem, init: str, load: str, combine: str,
             const float v = {sload};
             acc = {scomb.format(val=load)};
         }}"""
+    OS, _rt = _outputs(p)  # run-time forms have one chunk: O * S = O
     body = f"""
     const int gid = get_global_id(0);
-    if (gid >= {O * S}) return;
+    if (gid >= {OS if _rt else O * S}) return;
     {ids}
     {kept_code}
     const int base = {base};
@@ -450,11 +500,12 @@ def _build_vrow(p: ReductionProblem, init: str, load: str, combine: str,
     {chr(10).join("    " + h for h in hsum).strip()}
     {store}"""
     name = "pydnnl_reduction_vrow"
-    args = f"{ptr_decl('src', p.sdt, True)}, {ptr_decl(a_out, out_dt, False)}"
+    args = (f"{ptr_decl('src', p.sdt, True)}, {ptr_decl(a_out, out_dt, False)}"
+            + _size_params(p))
     pre = io_preamble((p.sdt, out_dt), V)
     L = p.wg
-    return KernelSource(name, pre + _kernel(name, args, body), (-(-(O * S) // L) * L,), (L,),
-                        ("src", a_out))
+    return _rt_source(name, pre + _kernel(name, args, body), OS if _rt else O * S, L, L,
+                      ("src", a_out), p)
 
 
 def _kernel(name: str, args: str, body: str, reqd: int | None = None) -> str:

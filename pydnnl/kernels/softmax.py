@@ -24,14 +24,16 @@ subtracted before ``exp``):
 
 Forward ``(src, dst)``; backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
 writes only its own elements once the row maximum is known, so ``dst`` may be ``src`` (and
-``diff_src`` ``diff_dst``) when their layouts agree. Pure: no engine, no argument maps.
+``diff_src`` ``diff_dst``) when their layouts agree. The outermost row dim may be a size
+variable bound at launch (:func:`runtime_form`). Pure: no engine, no argument maps.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .reduction import decompose, io_preamble, ld, offset, ptr_decl, st, tree
+from .sizevars import free_vars, is_var, size_var
 from .source import KernelSource
 
 LOG2E = "1.4426950408889634f"
@@ -80,6 +82,28 @@ def vec_ok(dims, axis: int, layouts, vec: int) -> bool:
     if vec <= 1 or last == axis or dims[last] % vec:
         return False
     return all(lay[1][last] == (1, 1, ()) for lay in layouts)
+
+
+# the size variable of the run-time form (never ``rows``, ``args`` or ``kernel``: Plan.launch's
+# own parameters)
+OUTER = "sm_outer"
+
+
+def runtime_form(p: SoftmaxProblem) -> tuple[SoftmaxProblem, dict]:
+    """The run-time-size form of ``p``: ``(problem, values)`` with the outermost folded dim
+    (the minibatch, or whatever the outer rows are merged into) a size variable ``sm_outer``
+    bound at launch (``values``). Its stride in every tensor is the product of the dims inside
+    it, so no stride changes with it, and the row index is split by the inner (baked) dims
+    only: the kernel divides by no run-time size. One program then serves every outer count of
+    the class (axis length, inner row dims, layouts, data types, kernel shape). The axis
+    length stays baked (the row loops' trip count; a softmax over a new sequence length along
+    the axis makes a new program). ``(p, {})`` where the outermost dim is the axis or blocked in
+    some tensor."""
+    if len(p.dims) < 2 or p.axis == 0 or is_var(p.dims[0]):
+        return p, {}
+    if any(lay[1][0][0] != 1 or lay[1][0][2] for lay in p.layouts):
+        return p, {}
+    return replace(p, dims=(size_var(OUTER),) + tuple(p.dims[1:])), {OUTER: int(p.dims[0])}
 
 
 def build_softmax(p: SoftmaxProblem) -> KernelSource:
@@ -205,7 +229,14 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     args = ", ".join(ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t))
     # ``restrict`` is wrong for in-place use: drop it
     args = args.replace(" *restrict ", " *")
-    rows = p.rows // V
+    runtime = bool(free_vars(p))
+    if runtime:  # rows = sm_outer * inner (the last dim, split by V, is an inner one)
+        inner = math.prod(v // (V if d == nd - 1 else 1) for d, v in enumerate(p.dims)
+                          if d not in (0, p.axis))
+        rows = f"{OUTER} * {inner}" if inner != 1 else OUTER
+        args += ", " + ", ".join(f"const int {n}" for n in free_vars(p))
+    else:
+        rows = p.rows // V
     if row:
         head = f"""
     {local}
@@ -214,13 +245,13 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) "
         if p.subgroup:
             attr += f"__attribute__((intel_reqd_sub_group_size({L}))) "
-        gsize = L * rows
+        gsize = f"{L} * {rows}" if runtime else L * rows
     else:
         head = f"""
     const int row = get_global_id(0);
     if (row >= {rows}) return;"""
         attr = ""
-        gsize = -(-rows // L) * L
+        gsize = f"({rows} + {L - 1}) // {L} * {L}" if runtime else -(-rows // L) * L
     name = kernel_name(p)
     src = f"""{io_preamble(dts, V)}
 __kernel void {attr}{name}({args})
@@ -229,4 +260,7 @@ __kernel void {attr}{name}({args})
     {" ".join(bases)}{body}
 }}
 """
+    if runtime:
+        return KernelSource(name, src, None, (L,), names_t + tuple(free_vars(p)),
+                            grid=(gsize,))
     return KernelSource(name, src, (gsize,), (L,), names_t)

@@ -41,8 +41,10 @@ from ..kernels.normalization import (
     build_ln_fwd,
     build_ln_ss_finalize,
     build_ln_ss_reduce,
+    ln_runtime_form,
 )
 from ..kernels.reorder import layout_of
+from ..kernels.sizevars import size_var
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import normalization as rules
@@ -178,7 +180,9 @@ class layer_normalization_forward(primitive):
             named["scale"] = Ref(ARG_SCALE)
         if pd.use_shift:
             named["shift"] = Ref(ARG_SHIFT)
-        plan.kernel("ln_fwd", p, build_ln_fwd, **named)
+        # the row count (batch x sequence) a kernel argument: one program for every row count
+        p, sizes = ln_runtime_form(p)
+        plan.kernel("ln_fwd", p, build_ln_fwd, **named, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
@@ -244,7 +248,11 @@ class layer_normalization_backward(primitive):
             self.ss_wg, self.groups, self.col_loop = rules.ln_ss_params(info, C, rows)
             self.fused_ss = (self.ss and not self.global_stats
                              and rules.ln_bwd_fused_ss(info, self.cache))
-            self.ss_rows = -(-rows // self.groups) if self.fused_ss else 0
+            # chunks of the rule's row count (LN_SS_ROWS_CPU; where fused_ss applies, CPUs, the
+            # rule cuts the rows into chunks of it) rather than ceil(rows / groups), the same
+            # wherever rows is a multiple of it: the row kernel's chunk then does not depend on
+            # the row count, which it takes at run time (ln_runtime_form)
+            self.ss_rows = min(rows, rules.LN_SS_ROWS_CPU) if self.fused_ss else 0
             if self.fused_ss:
                 self.groups = -(-rows // self.ss_rows)
             self.small_wg = rules.small_wg(info, C)
@@ -270,16 +278,18 @@ class layer_normalization_backward(primitive):
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN),
                         variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0)
             self._finalize(plan, C, planar=False)
-        self._rows(plan, dims, C, x, dy, stat, src)
+        runtime = self._rows(plan, dims, C, x, dy, stat, src)
         if pd.fused_ss:
-            self._finalize(plan, C, planar=True)
+            self._finalize(plan, C, planar=True, runtime=runtime)
 
-    def _finalize(self, plan, C: int, planar: bool) -> None:
+    def _finalize(self, plan, C: int, planar: bool, runtime: bool = False) -> None:
         """diff_scale/diff_shift summed from the partial rows (``planar``: the row kernel's
-        per-lane layout, else the reduce kernel's)."""
+        per-lane layout, else the reduce kernel's; ``runtime``: the chunk count a kernel
+        argument, as the row kernel's row count)."""
         pd = self._pd
+        sizes = {"ngroups": pd.groups} if runtime else {}
         fin = LnScaleShiftFinalize(
-            C=C, groups=pd.groups, planar=planar,
+            C=C, groups=size_var("ngroups") if runtime else pd.groups, planar=planar,
             diff_scale=layout_of(_vec(C)) if ARG_DIFF_SCALE in pd._args else None,
             diff_shift=layout_of(_vec(C)) if ARG_DIFF_SHIFT in pd._args else None,
             wg=pd.small_wg)
@@ -288,9 +298,11 @@ class layer_normalization_backward(primitive):
             outs["diff_scale"] = Ref(ARG_DIFF_SCALE)
         if ARG_DIFF_SHIFT in pd._args:
             outs["diff_shift"] = Ref(ARG_DIFF_SHIFT)
-        plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0, **outs)
+        plan.kernel("ln_ss_finalize", fin, build_ln_ss_finalize, part=SCRATCH, p_off=0, **outs,
+                    **sizes)
 
-    def _rows(self, plan, dims, C, x, dy, stat, src) -> None:
+    def _rows(self, plan, dims, C, x, dy, stat, src) -> bool:
+        """Add the row kernel; whether it takes the row count at run time."""
         pd = self._pd
         p = LnRows(dims=dims, x=x, out=layout_of(pd._args[ARG_DIFF_SRC].md), stat=stat,
                    var=stat, eps=pd._eps, dy=dy,
@@ -304,7 +316,9 @@ class layer_normalization_backward(primitive):
             named["scale"] = Ref(ARG_SCALE)
         if pd.fused_ss:
             named.update(part=SCRATCH, p_off=0)
-        plan.kernel("ln_bwd", p, build_ln_bwd, **named)
+        p, sizes = ln_runtime_form(p)
+        plan.kernel("ln_bwd", p, build_ln_bwd, **named, **sizes)
+        return bool(sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

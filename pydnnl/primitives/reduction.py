@@ -162,11 +162,15 @@ def plan_stages(info, name: str, p: float, eps: float, src: MemoryDesc,
 
 def stages_plan(engine, name: str, stages: list, scratch: int) -> Plan:
     """A plan running ``stages`` (from :func:`plan_stages`) from ``ARG_SRC`` to ``ARG_DST``,
-    partial results in the scratchpad."""
+    partial results in the scratchpad. A one-kernel reduction takes its outer kept count (the
+    minibatch) at run time (:func:`~pydnnl.kernels.reduction.runtime_form`): one program for
+    every minibatch of its class."""
     plan = Plan(engine, name, scratch_elems=scratch)
     refs = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST), "part": SCRATCH}
     for st in stages:
-        plan.kernel("reduction", st, K.build_reduction, **{n: refs[n] for n in K.kernel_args(st)})
+        st, sizes = K.runtime_form(st)
+        plan.kernel("reduction", st, K.build_reduction,
+                    **{n: refs[n] for n in K.kernel_args(st)}, **sizes)
     return plan
 
 

@@ -148,8 +148,10 @@ class _softmax_primitive(primitive):
         pd = self._pd
         plan = self._plan = Plan(pd.get_engine(), pd._kind)
         names = K.arg_names(pd._problem.backward)
-        plan.kernel("softmax", pd._problem, K.build_softmax,
-                    **{n: Ref(a) for n, a in zip(names, pd._order)})
+        # the outer count (minibatch) a kernel argument: one program for every outer count
+        problem, sizes = K.runtime_form(pd._problem)
+        plan.kernel("softmax", problem, K.build_softmax,
+                    **{n: Ref(a) for n, a in zip(names, pd._order)}, **sizes)
 
     def _execute(self, s, args) -> None:
         pd = self._pd
