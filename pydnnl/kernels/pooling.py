@@ -84,8 +84,8 @@ class PoolProblem:
     # run-time form (:func:`runtime_form`): the range's lane count, row count and interior end
     # as size variables (None: from the sizes), and whether the lanes' elements fill the lane
     # dim exactly (backward, ``vec`` elements per lane). A run-time row count is launched as
-    # whole work-groups of rows from row ``rt_r0`` (``rt_rest`` a multiple of the group's
-    # rows: no bounds check, see :func:`row_launches`)
+    # whole work-groups of rows (``rt_rest`` a multiple of the group's rows: no bounds check),
+    # from row ``rt_r0`` where that is an argument (see :func:`row_launches`)
     rt_count: object = None
     rt_rest: object = None
     rt_r0: object = None
@@ -228,7 +228,7 @@ def _decompose(p: PoolProblem, it: str, ln: Lanes) -> tuple[list[str], dict, lis
     l0, l1 = p.local
     count = lane_count(p)
     check0 = _check(count, l0)
-    check1 = p.rt_r0 is None and _check(ln.rest, l1)
+    check1 = p.rt_rest is None and _check(ln.rest, l1)
     if p.part == "all":
         lines = ["    const int l0 = get_global_id(0);"]
     elif p.part == "interior":
@@ -637,7 +637,7 @@ def build_pooling(p: PoolProblem) -> KernelSource:
             raise ValueError("pooling kernel: run-time sizes need a fixed work-group shape")
         grid = (str(-(-count // l0) * l0) if isinstance(count, int)
                 else f"(({count}) + {l0 - 1}) // {l0} * {l0}",
-                str(ln.rest) if p.rt_r0 is not None else str(-(-ln.rest // l1) * l1))
+                str(ln.rest) if p.rt_rest is not None else str(-(-ln.rest // l1) * l1))
         return KernelSource(name, src, None, (l0, l1), names, grid=grid)
     if l0:
         gsize = (-(-count // l0) * l0, -(-ln.rest // l1) * l1)
@@ -747,6 +747,19 @@ def magic_values(name: str, d: int) -> dict:
     2**sh`` stays below 1)."""
     sh = 31 + max(0, (d - 1).bit_length())
     return {f"{name}_m": -(-(1 << sh) // d), f"{name}_sh": sh}
+
+
+def image_rows(q: PoolProblem) -> int | None:
+    """The rows of one index of the outermost axis (one image) of run-time problem ``q``,
+    where that axis is the only run-time one of the rows (every row count is then a multiple
+    of it), else None."""
+    rest = q.axes[1:]
+    if not rest or any(is_var(size) for _d, size, _m in rest[:-1]):
+        return None
+    n = 1
+    for _d, size, _m in rest[:-1]:
+        n *= size
+    return n
 
 
 def row_launches(q: PoolProblem, values: dict) -> list[dict]:

@@ -42,6 +42,7 @@ from ..kernels.pooling import (
     PoolProblem,
     build_pooling,
     concrete_range,
+    image_rows,
     interior_lanes,
     iteration_axes,
     lane_count,
@@ -294,7 +295,13 @@ class _pool_pd_base(primitive_desc_base):
             q, values = found
             lanes, rows = concrete_range(q, values)
             l0, l1 = work_group_size(info, lanes, rows, runtime=True)
-            if q.rt_r0 is not None:  # whole groups of rows (row_launches): at most the rows
+            per = image_rows(q)
+            if per is not None and per % l1 == 0:
+                # every row count (images times ``per``) is whole groups: one launch, no row
+                # offset (the CPUs' minibatch-only kernels: the baked kernel's code)
+                q = replace(q, rt_r0=None)
+                values = {k: v for k, v in values.items() if k != "pool_r0"}
+            else:  # whole groups of rows (row_launches): at most the rows
                 l1 = min(l1, 1 << (max(rows, 1).bit_length() - 1))
             q = replace(q, local=(l0, l1))
             out += [(q, v) for v in row_launches(q, values)]

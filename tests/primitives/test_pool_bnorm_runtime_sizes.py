@@ -196,6 +196,10 @@ POOL = {
     "nhwc": ("acdb", [2, 3, 7, 9], [3, 3, 7, 9], [3, 3, 10, 6], [3, 3], [2, 2], [1, 1], [1, 1]),
     "nchw": ("abcd", [3, 3, 7, 9], [4, 3, 7, 9], [4, 3, 6, 9], [3, 3], [2, 2], [1, 1], [1, 1]),
     "nwc_1d": ("acb", [2, 3, 9], [3, 3, 9], [3, 3, 8], [3], [2], [1], [1]),
+    # 16 channels: on CPUs groups of 16 lanes x 16 rows, and an image's 4x4 output rows are
+    # one group, so the forward runs as whole groups with no row offset
+    "nhwc_c16": ("acdb", [2, 16, 7, 7], [3, 16, 7, 7], [3, 16, 5, 9], [3, 3], [2, 2], [1, 1],
+                 [1, 1]),
 }
 
 
