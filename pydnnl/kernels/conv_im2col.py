@@ -712,11 +712,11 @@ def bias_grad_runtime(p: BiasGradProblem) -> tuple[BiasGradProblem, dict]:
 @dataclass(frozen=True)
 class SplitKReduceProblem:
     """``c[c_off + i*ldc + j] = sum_t part[part_off + (t*m + i)*n + j] (+ beta * c[...])``:
-    the slices of a split-k GEMM added into C."""
+    the slices of a split-k GEMM added into C; ``splits`` may be a size variable."""
 
     m: int
     n: int
-    splits: int
+    splits: object  # an int or a size variable
     ldc: int
     beta: float = 0.0
     wg: int = 64
@@ -735,8 +735,8 @@ def build_splitk_reduce(p: SplitKReduceProblem):
         value = value + (c_at if p.beta == 1.0 else np.float32(p.beta) * c_at)
     insn = lp.Assignment(c_at, value, within_inames=frozenset(["i", "j"]), id="store")
     args = make_args([("part", -1, False, True), ("c", -1, True, p.beta != 0.0),
-                      ("part_off", None), ("c_off", None)])
-    knl = _make_kernel("{[i, j, t]: 0 <= i < %d and 0 <= j < %d and 0 <= t < %d}"
+                      ("part_off", None), ("c_off", None)]) + rt_value_args(p)
+    knl = _make_kernel("{[i, j, t]: 0 <= i < %d and 0 <= j < %d and 0 <= t < %s}"
                        % (p.m, p.n, p.splits), [insn], args, "pydnnl_conv_splitk_reduce",
                        silenced=("v1_scheduler_fallback", "write_race(store)"))
     knl = split_fast(knl, "j", p.n, p.wg, peel=True)

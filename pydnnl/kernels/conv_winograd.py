@@ -82,7 +82,9 @@ class WinogradProblem:
     #: filter stage: read tap (2 - a, 2 - b) for (a, b) (backward data as a forward
     #: convolution with the flipped filter)
     flip: bool = False
-    #: wgrad stage: the products come in this many partial sums (slices of the tiles)
+    #: wgrad stage: the products come in this many partial sums (slices of the tiles); the
+    #: size variable ``nslices`` takes the count at run time (GPUs, whose count follows the
+    #: tile count)
     slices: int = 1
     #: wgrad stage: the products are stored ``[OCg][ICg]`` (False) or ``[ICg][OCg]`` (True,
     #: see :func:`wgrad_along_oc`)
@@ -281,7 +283,7 @@ _CH_TILE = 16
 
 
 def _channel_kernel(p: WinogradProblem, fast: int, slow: int, insns, args, temps, name,
-                    wei_strides: tuple | None):
+                    wei_strides: tuple | None, extra_domains: list | tuple = ()):
     """A launch over (group, ``slow`` channels, ``fast`` channels) for the filter and wgrad
     transforms: inames ``g``, ``b`` (slow) and ``a`` (fast, work-item axis 0, the transformed
     buffer's contiguous dim). ``wei_strides``: the weights' strides along ``(a, b)`` (None:
@@ -290,10 +292,12 @@ def _channel_kernel(p: WinogradProblem, fast: int, slow: int, insns, args, temps
     weights), over 16 x 16 channels, so that each tap's weights are read or written 16 to a
     cache line instead of one: 512x512 weights, flipped filter transform 18.6 ms in groups of
     64 along ``a``, 6.4 ms in 16 x 16 (64 x 16: 9.1, 32 x 8: 9.3); weight-gradient transform
-    24.1 ms, 8.7 ms (13.5, 19.1). Divisors of the channel counts: no partial group."""
+    24.1 ms, 8.7 ms (13.5, 19.1). Divisors of the channel counts: no partial group.
+    ``extra_domains``: those of inames the instructions reduce over."""
     import loopy as lp
 
-    dom = "{[g, b, a]: 0 <= g < %d and 0 <= b < %d and 0 <= a < %d}" % (p.groups, slow, fast)
+    dom = ["{[g, b, a]: 0 <= g < %d and 0 <= b < %d and 0 <= a < %d}" % (p.groups, slow, fast),
+           *extra_domains]
     knl = lp.make_kernel(dom, insns, args + temps, name=name, lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget(), index_dtype=INDEX_DTYPE,
                          silenced_warnings=["v1_scheduler_fallback"])
@@ -563,13 +567,21 @@ def _build_wgrad(p: WinogradProblem):
         at_m = oc * ICg + ic
     m = [[var(f"m{a}{b}") for b in range(4)] for a in range(4)]
     insns = []
+    rt = is_var(S)
+
+    def at(a, b, sl):
+        return var("mm")[var("m_off") + (((a * 4 + b) * G + g) * S + sl) * OCg * ICg + at_m]
+
     for a in range(4):
         for b in range(4):
-            expr = None
-            for sl in range(S):
-                at = var("mm")[var("m_off") + (((a * 4 + b) * G + g) * S + sl) * OCg * ICg
-                               + at_m]
-                expr = at if expr is None else expr + at
+            if rt:
+                from loopy.symbolic import Reduction
+
+                expr = Reduction("sum", ("sl",), at(a, b, var("sl")))
+            else:
+                expr = at(a, b, 0)
+                for sl in range(1, S):
+                    expr = expr + at(a, b, sl)
             insns.append(lp.Assignment(m[a][b], expr, within_inames=_CH_INAMES,
                                        id=f"ld{a}{b}"))
     for i in range(3):
@@ -584,10 +596,12 @@ def _build_wgrad(p: WinogradProblem):
                                        depends_on=frozenset(f"ld{a}{b}" for a in range(4)
                                                             for b in range(4))))
     args = make_args([("mm", -1, False, True), ("wei", p.wei_n, True, False), ("m_off", None)])
+    args += value_args(S)
     temps = _temps([f"m{a}{b}" for a in range(4) for b in range(4)])
     st = plain_strides(p.wei)
     wst = None if st is None else ((st[1], st[2]) if p.along_oc else (st[2], st[1]))
-    return _channel_kernel(p, fast, slow, insns, args, temps, "pydnnl_conv_winograd_wgrad", wst)
+    return _channel_kernel(p, fast, slow, insns, args, temps, "pydnnl_conv_winograd_wgrad", wst,
+                           [f"{{[sl]: 0 <= sl < {S}}}"] if rt else [])
 
 
 __all__ = ["WinogradProblem", "build_winograd", "winograd_runtime", "wgrad_along_oc", "BT", "AT",

@@ -273,6 +273,13 @@ class GemmProblem:
         elements) after the sizes."""
         return self.batch > 1 and bool(self.runtime_m or self.runtime_k)
 
+    @property
+    def runtime_batch(self) -> bool:
+        """Whether the batch count is a kernel argument too (``nbatch``, after the strides):
+        with run-time strides and no epilogue over batch dims (whose positions the batch
+        count would fix), e.g. Winograd's products, whose count follows the tile count."""
+        return self.runtime_strides and not self.epi_batch
+
     def extent(self, which: str) -> int:
         """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
         if which == "b" and self.panel_width is not None:
@@ -374,8 +381,9 @@ def key_problem(problem: GemmProblem) -> GemmProblem:
         # lda == k stays so (A's leading dimension follows k); another lda is kept
         lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda
         problem = replace(problem, k=1, lda=lda, stride_a=None, stride_b=None)
-    if rs:  # batch strides are arguments too
-        problem = replace(problem, stride_a=None, stride_b=None, stride_c=None)
+    if rs:  # batch strides are arguments too, and so is the count where it can be
+        problem = replace(problem, stride_a=None, stride_b=None, stride_c=None,
+                          batch=2 if problem.runtime_batch else problem.batch)
     return problem
 
 
@@ -634,7 +642,8 @@ def _core_args(pr: GemmProblem, reads_c: bool):
         ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else []) + (
             [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else []) + (
             [lp.ValueArg(f"stride_{w}", np.int64) for w in "abc"]
-            if pr.runtime_strides else [])
+            if pr.runtime_strides else []) + (
+            [lp.ValueArg("nbatch", np.int64)] if pr.runtime_batch else [])
     return [
         lp.GlobalArg("a", pr.dtype, shape=(pr.size("a"),), is_input=True, is_output=False),
         lp.GlobalArg("b", pr.dtype, shape=(pr.size("b"),), is_input=True, is_output=False),
@@ -751,7 +760,8 @@ def _build_register(pr: GemmProblem, p: dict):
         small["ia"] = rm
     # with a runtime m the row tiles are those that start before m
     io_bound = f"0 <= io and {rm} * io <= m - 1" if pr.runtime_m else f"0 <= io < {mt}"
-    bounds = [io_bound, f"0 <= jo < {nt}"] + ([f"0 <= bt < {pr.batch}"] if batched else [])
+    nb = "nbatch" if pr.runtime_batch else pr.batch
+    bounds = [io_bound, f"0 <= jo < {nt}"] + ([f"0 <= bt < {nb}"] if batched else [])
     bounds += [f"0 <= {n} < {s}" for n, s in small.items()]
     inames = outer + list(small)
     k_domains = []
@@ -934,7 +944,7 @@ def _build_local(pr: GemmProblem, p: dict):
               f"0 <= ii < {rm}", f"0 <= jj < {nr}", f"0 <= iz < {rm}", f"0 <= jz < {nr}",
               f"0 <= is < {rm}", f"0 <= js < {nr}", ko_bound, f"0 <= ki < {kt}"]
     if batched:
-        bounds.append(f"0 <= bt < {pr.batch}")
+        bounds.append(f"0 <= bt < {'nbatch' if pr.runtime_batch else pr.batch}")
     inames = outer + ["li", "lj", "ii", "jj", "iz", "jz", "is", "js", "ko", "ki"]
     domain = "{[%s]: %s}" % (", ".join(inames), " and ".join(bounds))
 
@@ -975,7 +985,8 @@ def _build_local(pr: GemmProblem, p: dict):
                          name="gemm", lang_version=(2018, 2), index_dtype=_gpu_index_dtype(pr))
     # run-time sizes are at least 1: no test of them around the whole kernel (which holds
     # the barriers; PoCL 3.0 stored rows past m from such a kernel)
-    assumed = [f"{v} >= 1" for v, on in (("m", pr.runtime_m), ("ksize", rk)) if on]
+    assumed = [f"{v} >= 1" for v, on in (("m", pr.runtime_m), ("ksize", rk),
+                                         ("nbatch", pr.runtime_batch)) if on]
     if assumed:
         knl = lp.assume(knl, " and ".join(assumed))
     u = _UNROLL

@@ -19,6 +19,7 @@ from ..error import invalid_arguments
 from ..kernels import gemm as fam
 from ..kernels import gemm_nv
 from ..kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
+from ..kernels.sizevars import size_var
 from ..kernels.source import launch_size
 from ..tuning import choose
 from .heuristics import gemm as rules
@@ -292,8 +293,8 @@ class Gemm:
         strides = dict(stride_a=ks * (sh.lda if sh.trans_a else 1),
                        stride_b=ks * (1 if sh.trans_b else sh.ldb), stride_c=m * n)
         self.kernel = gemm_kernel(self.engine, part_shape, self.params, batch=S, **strides)
-        self._sizes = batch_sizes(part_shape, **strides)
-        self.reduce = splitk_reduce(self.engine, sh, S)
+        self._sizes = batch_sizes(part_shape, **strides, batch=S)
+        self.reduce = splitk_reduce(self.engine, sh)
         self.part_elems = S * m * n
 
     def bound(self, fargs, extra: dict | None = None) -> list:
@@ -309,7 +310,8 @@ class Gemm:
                 return [k.bound([vals[n] for n in k.src.arg_names])]
             return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
-        red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off)}
+        red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off),
+               "nsplits": np.int64(self.splits)}
         return [self.kernel.bound(self.ordered(a, a_off, b, b_off, part, part_off)),
                 self.reduce.bound([red[nm] for nm in self.reduce.src.arg_names])]
 
@@ -393,7 +395,8 @@ class Gemm:
                                     f"{self.part_elems} elements, got none")
         evt = self.kernel(stream, *self.ordered(a, a_off, b, b_off, part, part_off),
                           wait_for=wait_for)
-        red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off)}
+        red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off),
+               "nsplits": np.int64(self.splits)}
         return self.reduce(stream, *[red[nm] for nm in self.reduce.src.arg_names],
                            wait_for=[evt] if wait_for is not None else None)
 
@@ -468,17 +471,18 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
 
 
 def batch_sizes(shape: GemmShape, stride_a: int = 0, stride_b: int = 0,
-                stride_c: int = 0) -> dict:
+                stride_c: int = 0, batch: int = 1) -> dict:
     """Values of every run-time size a GEMM kernel of ``shape`` may take, by argument name
     (a launch binds those its kernel names)."""
     return {"m": np.int64(shape.m), "ksize": np.int64(shape.k),
             "stride_a": np.int64(stride_a), "stride_b": np.int64(stride_b),
-            "stride_c": np.int64(stride_c)}
+            "stride_c": np.int64(stride_c), "nbatch": np.int64(batch)}
 
 
-def splitk_reduce(engine, shape: GemmShape, splits: int):
-    """The kernel adding ``splits`` partial products (``m x n`` each) and ``beta * C`` into C:
-    arguments ``part, c, part_off, c_off``."""
-    red = SplitKReduceProblem(m=shape.m, n=shape.n, splits=splits, ldc=shape.ldc,
+def splitk_reduce(engine, shape: GemmShape):
+    """The kernel adding the partial products (``m x n`` each) and ``beta * C`` into C:
+    arguments ``part, c, part_off, c_off`` and the slice count ``nsplits`` (a run-time
+    value: the split rules follow k, e.g. a weight gradient's minibatch)."""
+    red = SplitKReduceProblem(m=shape.m, n=shape.n, splits=size_var("nsplits"), ldc=shape.ldc,
                               beta=shape.beta, wg=rules.splitk_reduce_wg(engine.info))
     return get_kernel(engine, "splitk_reduce", red, lambda: build_splitk_reduce(red))

@@ -334,7 +334,7 @@ class Plan:
         params = choose_params(self.engine, shape, static_b=False)
         k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
-        sizes = batch_sizes(shape, stride_a, stride_b, stride_c)
+        sizes = batch_sizes(shape, stride_a, stride_b, stride_c, batch)
         self.launch(k, **({"bias": bias} if bias is not None else {}), a=a, b=b, c=c,
                     a_off=a_off, b_off=b_off, c_off=c_off, **sizes)
 
@@ -352,8 +352,8 @@ class Plan:
         if self.dry:
             self.steps.append(_Dry("splitk_reduce"))
             return
-        self.launch(splitk_reduce(self.engine, shape, splits), part=SCRATCH, c=c,
-                    part_off=part, c_off=c_off)
+        self.launch(splitk_reduce(self.engine, shape), part=SCRATCH, c=c,
+                    part_off=part, c_off=c_off, nsplits=splits)
 
     def reorder(self, problem: ReorderProblem, src, dst) -> None:
         """Add a reorder (layout and data type conversion) from ``src`` to ``dst``; one

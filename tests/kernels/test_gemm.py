@@ -534,7 +534,8 @@ def test_runtime_sizes_batched_epilogue_one_program(dev, rm, rk, beta, epi, para
                 for nm, x in (("a", a), ("b", b), ("c", c), ("bias", bias))}
         vals = dict(bufs, a_off=np.int64(5), b_off=np.int64(2), c_off=np.int64(3),
                     m=np.int64(m), ksize=np.int64(k), stride_a=np.int64(pr.stride_a),
-                    stride_b=np.int64(pr.stride_b), stride_c=np.int64(pr.stride_c))
+                    stride_b=np.int64(pr.stride_b), stride_c=np.int64(pr.stride_c),
+                    nbatch=np.int64(batch))
         kern(s, *[vals[nm] for nm in kern.src.arg_names])
         out = np.empty_like(c)
         cl.enqueue_copy(s.queue, out, bufs["c"])
@@ -727,7 +728,7 @@ for name, (pr, params) in cases.items():
     vals = {"a": A, "b": B, "c": C, "a_off": np.int64(0), "b_off": np.int64(0),
             "c_off": np.int64(0), "m": np.int64(pr.m), "ksize": np.int64(pr.k),
             "stride_a": np.int64(pr.stride_a), "stride_b": np.int64(pr.stride_b),
-            "stride_c": np.int64(pr.stride_c)}
+            "stride_c": np.int64(pr.stride_c), "nbatch": np.int64(pr.batch)}
     knl(q, launch_size(src, vals), src.local_size, *[vals[n] for n in src.arg_names])
     out = np.empty_like(c)
     cl.enqueue_copy(q, out, C)

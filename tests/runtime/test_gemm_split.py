@@ -88,3 +88,31 @@ def test_gpu_rule_fills_the_compute_units():
     assert sk(64, 8192, 2048) == 2     # 512 groups, k >= 1536: 1024 groups at most
     cpu = SimpleNamespace(is_gpu=False, compute_units=2)
     assert rules.split_k(cpu, 64, 512, 2048, small) == 1
+
+
+def test_slice_count_is_a_run_time_value(engine, stream, forced_split, spy_kernels):
+    """Two slice counts of one GEMM (k = 48 in 2 slices, then in 4): the batched products
+    take their count and slice length at run time, the reduction its count, so the second
+    asks for no kernel the first did not; both against numpy. (A's leading dimension, the
+    whole k, stays baked: another k makes other programs.)"""
+    seen = spy_kernels(("gemm", "splitk_reduce"))
+    keys = []
+    for slices, k in ((2, 48), (4, 48)):
+        forced_split(slices)
+        seen.clear()
+        m, n = 5, 19
+        rng = np.random.default_rng(slices)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        shape = matmul.GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n)
+        g = matmul.get_gemm(engine, shape, split=True)
+        assert g.splits == slices
+        ma, mb, mc = _buf(engine, a), _buf(engine, b), _buf(engine, np.zeros(m * n, np.float32))
+        part = _buf(engine, np.zeros(g.part_elems, np.float32))
+        g(stream, ma.buffer, 0, mb.buffer, 0, mc.buffer, 0, part=part.buffer, part_off=0)
+        stream.wait()
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(mc.to_numpy().reshape(m, n), want, rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+        keys.append(set(seen))
+    assert keys[0] and keys[1] <= keys[0], sorted(keys[1] - keys[0])

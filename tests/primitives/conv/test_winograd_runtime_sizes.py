@@ -113,3 +113,28 @@ def test_runtime_form():
     assert winograd_runtime(WinogradProblem(
         "output", nb=2, groups=1, icg=4, ocg=4, src_sp=(3, 5), dst_sp=(3, 5), padding_l=(1, 1),
         act=plain, post_ops=binary))[1] == {}
+
+
+def test_backward_weights_slices_at_run_time(engine, stream, requested):
+    """Backward weights cut into slices of the tiles (``splits``, GPUs' default): the slice
+    count follows the tile count (2, then 4, then 1 slices here), yet the wgrad transform
+    and the batched products keep one program each (both take their counts at run time);
+    results against the reference."""
+    from pydnnl.kernels.conv_direct import largest_divisor_at_most
+
+    shapes = [(2, (46, 46)), (3, (40, 40)), (1, (9, 11))]  # 1058, 1200, 30 tiles
+    # the premise: the solver's rule (whole slices of at least 256 tiles) gives 2, 4, 1
+    tiles = [mb * -(-h // 2) * -(-w // 2) for mb, (h, w) in shapes]
+    assert [largest_divisor_at_most(t, min(4, t // 256 or 1)) for t in tiles] == [2, 4, 1]
+    for i, (mb, insp) in enumerate(shapes):
+        requested.clear()
+        res = run_op(engine, stream, "conv", "bwd_w", _case(mb, insp, ic=8, oc=8),
+                     algorithm=WINO, tags=NHWC, seed=20 + i, solver_params={"splits": 4})
+        assert "winograd_f2x3" in res.pd.impl_info_str()
+        assert_close(res, WINO_RTOL, f"winograd sliced bwd_w mb{mb} {insp}")
+        keys = {(fam, key) for fam, key in requested if fam in ("conv_winograd", "gemm")}
+        if i == 0:
+            first = keys
+            assert any(fam == "gemm" for fam, _ in first), first
+        else:
+            assert keys <= first, sorted(keys - first)

@@ -29,6 +29,7 @@ from ....kernels.conv_winograd import (
     wgrad_along_oc,
     winograd_runtime,
 )
+from ....kernels.sizevars import size_var
 from ....runtime.gemm import GemmShape
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
@@ -159,8 +160,13 @@ def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     ip, i_sizes = winograd_runtime(WinogradProblem("input", **common, act=p.src, act_n=p.src_n))
     dp, d_sizes = winograd_runtime(WinogradProblem("dy", **common, act=p.dst, act_n=p.dst_n))
     along_oc = wgrad_along_oc(p.wei)
+    # where the slice count may follow the tile count (splits > 1: GPUs), the transform
+    # takes it at run time, and the batched products their count: one program for any size
+    rt_slices = int(params.get("splits", 1)) > 1
     wp = WinogradProblem("wgrad", **_NO_SPACE, groups=G, icg=ICg, ocg=OCg, wei=p.wei,
-                         wei_n=p.wei_n, slices=S, wg=wg, along_oc=along_oc)
+                         wei_n=p.wei_n, slices=size_var("nslices") if rt_slices else S, wg=wg,
+                         along_oc=along_oc)
+    w_sizes = {"nslices": S} if rt_slices else {}
     for c0 in range(0, p.mb, nb):
         plan.kernel("conv_winograd", ip, build_winograd, src=SRC, v=SCRATCH, n0=c0,
                     v_off=v_off, **i_sizes)
@@ -177,7 +183,8 @@ def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                               beta=beta)
             plan.gemm_batched(shape, 16 * G * S, Ts * OCg, Ts * ICg, OCg * ICg, SCRATCH,
                               u_off, SCRATCH, v_off, SCRATCH, m_off)
-    plan.kernel("conv_winograd", wp, build_winograd, mm=SCRATCH, wei=WEI, m_off=m_off)
+    plan.kernel("conv_winograd", wp, build_winograd, mm=SCRATCH, wei=WEI, m_off=m_off,
+                **w_sizes)
     if p.bias is not None:
         add_bias_grad(plan, p)
     return plan
