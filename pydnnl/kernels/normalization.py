@@ -17,8 +17,10 @@ over ``R = N * S`` values per channel):
   statistics), writes mean/variance or diff_scale/diff_shift, and leaves four coefficients
   per channel in scratch: ``m, a, b, d``.
 - :func:`build_bn_apply`: one work-item per element in the source's memory order. Forward:
-  ``y = (x - m) * a + b`` (then ReLU, and the workspace mask ``y > 0`` in training).
-  Backward: ``diff_src = a * dy + b * (x - m) + d``.
+  ``y = (x - m) * a + b`` (with ``fuse_norm_add_relu`` plus ``src_1``, read in dst's layout;
+  then ReLU, and the workspace mask ``y > 0`` in training). Backward: ``diff_src = a * dy +
+  b * (x - m) + d`` with ``dy`` gated by the mask, which ``fuse_norm_add_relu`` also stores
+  as ``diff_src_1`` (in diff_dst's layout).
 
 Layer normalization (rows = every leading index, ``C`` = the last dim):
 
@@ -712,9 +714,10 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
 @dataclass(frozen=True)
 class BnApply:
     """The elementwise pass (see the module docstring), one work-item per element in the
-    memory order of ``x``. Forward: ``out = (x - m) * a + b``, ``relu`` then clamps and, with
-    ``ws``, writes the mask. Backward (``dy`` given): ``out = a * dy + b * (x - m) + d``, dy
-    masked by the workspace when ``ws``."""
+    memory order of ``x``. Forward: ``out = (x - m) * a + b`` (plus ``src1`` with ``add``),
+    ``relu`` then clamps and, with ``ws``, writes the mask. Backward (``dy`` given): ``out = a *
+    dy + b * (x - m) + d``, dy masked by the workspace when ``ws`` (and, with ``add``, stored
+    as ``diff_src1``)."""
 
     dims: tuple[int, ...]
     x: tuple
@@ -722,6 +725,9 @@ class BnApply:
     dy: tuple | None = None
     relu: bool = False
     ws: bool = False
+    # fuse_norm_add_relu: forward adds ``src1`` (out's layout and type) before the ReLU;
+    # backward stores the gated dy as ``diff_src1`` (dy's layout and type)
+    add: bool = False
     wg: int = 256
     x_dt: str = "f32"          # storage of src
     dy_dt: str = "f32"         # storage of diff_dst
@@ -751,7 +757,7 @@ def build_bn_apply(p: BnApply) -> KernelSource:
     lin = " + ".join(f"{v} * {st}" for v, st in zip(names, _row_major_strides(dims)) if st)
     helpers, st, args, body = _bn_apply_parts(
         p, offset_expr(p.x, names), offset_expr(p.dy, names) if p.dy is not None else None,
-        lin)
+        lin, offset_expr(p.out, names))
     name = "pydnnl_bn_apply"
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
@@ -766,9 +772,11 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
     return KernelSource(name, src, (-(-total // p.wg) * p.wg,), (p.wg,), _arg_names(args))
 
 
-def _bn_apply_parts(p: BnApply, x_at: str, dy_at: str | None, ws_at: str | None):
+def _bn_apply_parts(p: BnApply, x_at: str, dy_at: str | None, ws_at: str | None,
+                    out_at: str):
     """What both elementwise-pass kernels share: ``(helpers, store helpers, arguments,
-    body computing y)`` from the offsets of src, diff_dst (backward) and the workspace."""
+    body computing y)`` from the offsets of src, diff_dst (backward), the workspace and dst
+    (where ``add`` reads src1)."""
     C = p.dims[1]
     helpers, ld, st = _bn_types(p.x_dt, p.dy_dt, p.out_dt)
     bwd = p.dy is not None
@@ -777,6 +785,9 @@ def _bn_apply_parts(p: BnApply, x_at: str, dy_at: str | None, ws_at: str | None)
         args.append(f"__global const {_STORE_T[p.dy_dt]} *restrict diff_dst")
     if p.ws:
         args.append(f"__global {'const ' if bwd else ''}uchar *restrict ws")
+    if p.add:
+        args.append(f"__global {_STORE_T[p.dy_dt]} *restrict diff_src1" if bwd else
+                    f"__global const {_STORE_T[p.out_dt]} *restrict src1")
     args += ["__global const float *restrict coef", "const int k_off",
              f"__global {_STORE_T[p.out_dt]} *restrict dst"]
     x_val = f"{ld[p.x_dt]}(src[{x_at}])"
@@ -788,9 +799,13 @@ def _bn_apply_parts(p: BnApply, x_at: str, dy_at: str | None, ws_at: str | None)
     const float dy = {dy};
     const float y = coef[k_off + {C} + c] * dy
         + coef[k_off + {2 * C} + c] * ({x_val} - coef[k_off + c]) + coef[k_off + {3 * C} + c];"""
+        if p.add:
+            body += f"\n    diff_src1[{dy_at}] = {st[p.dy_dt]}(dy);"
     else:
         body = f"""
     float y = ({x_val} - coef[k_off + c]) * coef[k_off + {C} + c] + coef[k_off + {2 * C} + c];"""
+        if p.add:
+            body += f"\n    y += {ld[p.out_dt]}(src1[{out_at}]);"
         if p.relu:
             body += "\n    y = fmax(y, 0.0f);"
         if p.ws:
@@ -814,10 +829,11 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
     idx = names + ["c" if inner[1] else "i"]
     allg = list(outer) + [inner]
     bwd = p.dy is not None
+    out_at = _group_offsets(allg, idx, 1, p.out[0])
     helpers, st, args, body = _bn_apply_parts(
         p, _group_offsets(allg, idx, 0, p.x[0]),
         _group_offsets(allg, idx, 2, p.dy[0]) if bwd else None,
-        _group_offsets(allg, idx, 3 if bwd else 2, 0) if p.ws else None)
+        _group_offsets(allg, idx, 3 if bwd else 2, 0) if p.ws else None, out_at)
     # rows per work-group: a short innermost run (nhwc's channels) takes several rows per
     # group, so that a group still holds ``p.wg`` work-items
     wg, rows = (p.wg, p.rows) if rt else bn_apply_shape(p.wg, S_in, O)
@@ -831,7 +847,7 @@ __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
     const int o = get_global_id(1);
     if ({idx[-1]} >= {S_in} || o >= {O}) return;
     {dec}{body}
-    dst[{_group_offsets(allg, idx, 1, p.out[0])}] = {st[p.out_dt]}(y);
+    dst[{out_at}] = {st[p.out_dt]}(y);
 }}
 """
     if rt:
@@ -1249,10 +1265,11 @@ class BnFused:
     up to a few MiB), so memory sees one read and one write per element.
 
     Forward (``dy`` None): shifted sums of ``x - K`` and its square (``K = x[0, c, 0...]``),
-    mean and variance written when ``write_stats``, ``dst = (x - m) * a + b`` (then ReLU and
-    the workspace mask). Backward: sums of ``dy`` and ``dy * (x - mean)`` (dy masked by the
-    workspace), diff_scale/diff_shift where given, ``diff_src = a * dy + b * (x - m) + d``
-    (``b = d = 0`` with ``global_stats``). Plain layouts whose channel's values lie in
+    mean and variance written when ``write_stats``, ``dst = (x - m) * a + b`` (plus ``src1``
+    with ``add``; then ReLU and the workspace mask). Backward: sums of ``dy`` and ``dy * (x -
+    mean)`` (dy masked by the workspace), diff_scale/diff_shift where given, ``diff_src = a *
+    dy + b * (x - m) + d`` (``b = d = 0`` with ``global_stats``; the masked dy stored as
+    ``diff_src1`` with ``add``). Plain layouts whose channel's values lie in
     contiguous runs (``nchw``): lanes along a run, each run summed on its own before being
     added to the channel's total (shorter sums, smaller rounding error).
     """
@@ -1267,6 +1284,7 @@ class BnFused:
     shift: tuple | None = None
     relu: bool = False
     ws: bool = False
+    add: bool = False         # fuse_norm_add_relu: src1 / diff_src1 as in :class:`BnApply`
     write_stats: bool = False
     global_stats: bool = False
     diff_scale: tuple | None = None
@@ -1370,6 +1388,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             args.append("__global float *restrict diff_scale")
         if p.diff_shift is not None:
             args.append("__global float *restrict diff_shift")
+        if p.add:
+            args.append(f"__global {_STORE_T[p.dy_dt]} *restrict diff_src1")
         dy = f"{ld[p.dy_dt]}(diff_dst[{at(2)}])"
         if p.ws:
             # the load unconditional, then a select: Intel's CPU compiler drops the store of
@@ -1401,6 +1421,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
         apply = f"""
             const float dy = {dy};
             const float y = a * dy + b * ({x_val} - m) + d;"""
+        if p.add:
+            apply += f"\n            diff_src1[{at(2)}] = {st[p.dy_dt]}(dy);"
     else:
         if p.write_stats:
             args += ["__global float *restrict mean", "__global float *restrict variance"]
@@ -1410,6 +1432,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             args.append("__global const float *restrict shift")
         if p.ws:
             args.append("__global uchar *restrict ws")
+        if p.add:
+            args.append(f"__global const {_STORE_T[p.out_dt]} *restrict src1")
         zero = _group_offsets(allg, ["0"] * len(names) + ["0", "c"], 0, p.x[0])
         head = f"""
     const float k = {ld[p.x_dt]}(src[{zero}]);"""
@@ -1426,6 +1450,8 @@ def build_bn_fused(p: BnFused) -> KernelSource:
             stats += f"\n    if (l == 0) {{ {m_at} = m; {v_at} = v; }}"
         apply = f"""
             float y = ({x_val} - m) * a + b;"""
+        if p.add:
+            apply += f"\n            y += {ld[p.out_dt]}(src1[{out_at}]);"
         if p.relu:
             apply += "\n            y = fmax(y, 0.0f);"
         if p.ws:

@@ -7,10 +7,13 @@ with mean and the biased (1/N) variance per channel over N and the spatial dims,
 (outputs in forward training, scratch only in forward inference) or given
 (``use_global_stats``); ``use_scale`` / ``use_shift`` take gamma / beta as separate
 ``[C]`` tensors (``ARG_SCALE``, ``ARG_SHIFT``); ``fuse_norm_relu`` clamps at zero and, in
-training, writes a one-byte-per-element mask (``ARG_WORKSPACE``) that the backward reads.
+training, writes a one-byte-per-element mask (``ARG_WORKSPACE``) that the backward reads;
+``fuse_norm_add_relu`` adds ``ARG_SRC_1`` (dst's desc: ``dst_desc(3)``) before that ReLU
+(with both flags, one ReLU after the addition, as oneDNN).
 Backward: ``backward`` gives diff_src and, with the flags, diff_scale / diff_shift;
 ``backward_data`` gives diff_src only; with ``use_global_stats`` the statistics are
-constants of the gradient.
+constants of the gradient; ``fuse_norm_add_relu`` also gives ``ARG_DIFF_SRC_1``, the
+masked diff_dst (diff_dst's desc: ``diff_dst_desc(1)``).
 
 Plan (every tensor read and written in its own layout, blocked ones included): a channel
 reduction into partial sums in the scratchpad (forward: shifted sums of x and x^2; backward:
@@ -27,11 +30,13 @@ from ..constants import (
     ARG_DIFF_SCALE,
     ARG_DIFF_SHIFT,
     ARG_DIFF_SRC,
+    ARG_DIFF_SRC_1,
     ARG_DST,
     ARG_MEAN,
     ARG_SCALE,
     ARG_SHIFT,
     ARG_SRC,
+    ARG_SRC_1,
     ARG_VARIANCE,
     ARG_WORKSPACE,
     normalization_flags,
@@ -203,9 +208,14 @@ class _bn_pd(primitive_desc_base):
             return self.mean_desc() if index == 1 else self.variance_desc()
         if what == query.dst_md and index in (1, 2) and not self._stats_in:
             return self.mean_desc() if index == 1 else self.variance_desc()
+        if what == query.dst_md and index == 3 or what == query.diff_dst_md and index == 1:
+            # oneDNN: fuse_norm_add_relu's src_1 is dst_md(3), diff_src_1 diff_dst_md(1)
+            spec = self._args.get(ARG_SRC_1 if what == query.dst_md else ARG_DIFF_SRC_1)
+            return spec.md if spec else MemoryDesc()
         return super().query_md(what, index)
 
-    _ALLOWED, _UNIMPL = 0x0F, 0x10
+    _ALLOWED, _UNIMPL = 0x1F, 0x00
+    _ARG_LABELS = {ARG_SRC_1: "ARG_SRC_1", ARG_DIFF_SRC_1: "ARG_DIFF_SRC_1"}
 
     def _common(self, a: dict) -> None:
         self._eps = check_epsilon(self._kind, a["epsilon"])
@@ -215,7 +225,9 @@ class _bn_pd(primitive_desc_base):
         self.global_stats = bool(f & normalization_flags.use_global_stats)
         self.use_scale = bool(f & normalization_flags.use_scale)
         self.use_shift = bool(f & normalization_flags.use_shift)
-        self.relu = bool(f & normalization_flags.fuse_norm_relu)
+        # fuse_norm_add_relu: src_1 added before the ReLU, whose mask gates the gradient
+        self.add = bool(f & normalization_flags.fuse_norm_add_relu)
+        self.relu = self.add or bool(f & normalization_flags.fuse_norm_relu)
 
     def _reduce_params(self, md: MemoryDesc) -> None:
         dims = md.dims
@@ -343,6 +355,8 @@ class batch_normalization_forward(primitive):
             self._stats_in = self.global_stats
             self._args[ARG_SRC] = ArgSpec(src, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
+            if self.add:  # oneDNN: src_1 has dst's desc (dst_md(3))
+                self._args[ARG_SRC_1] = ArgSpec(dst, False)
             if self.global_stats or training:
                 for arg in (ARG_MEAN, ARG_VARIANCE):
                     self._args[arg] = ArgSpec(_stat_md(C), not self.global_stats)
@@ -388,9 +402,12 @@ class batch_normalization_forward(primitive):
                 [logical_layout(dims)] if pd.write_ws else []), x=x, out=layout_of(dst))
             fused = BnFused(**{"dims": dims, "x": x, "out": layout_of(dst), **rt}, stat=stat,
                             eps=pd._eps, scale=sc, shift=sh, relu=pd.relu, ws=pd.write_ws,
-                            write_stats=write, wg=pd.fused_wg, subgroup=pd.fused_sub,
-                            x_dt=src.data_type.name, out_dt=dst.data_type.name)
+                            add=pd.add, write_stats=write, wg=pd.fused_wg,
+                            subgroup=pd.fused_sub, x_dt=src.data_type.name,
+                            out_dt=dst.data_type.name)
             extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
+            if pd.add:
+                extra["src1"] = Ref(ARG_SRC_1)
             if write:
                 extra.update(mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE))
             plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC), dst=Ref(ARG_DST),
@@ -415,8 +432,11 @@ class batch_normalization_forward(primitive):
                               p_off=pd.p_off, k_off=pd.k_off, **ss))
         app, sizes = _apply(pd, dims, [x, layout_of(dst)] + (
             [logical_layout(dims)] if pd.write_ws else []), x=x, out=layout_of(dst),
-            relu=pd.relu, ws=pd.write_ws, x_dt=src.data_type.name, out_dt=dst.data_type.name)
+            relu=pd.relu, ws=pd.write_ws, add=pd.add, x_dt=src.data_type.name,
+            out_dt=dst.data_type.name)
         extra = {"ws": Ref(ARG_WORKSPACE)} if pd.write_ws else {}
+        if pd.add:
+            extra["src1"] = Ref(ARG_SRC_1)
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC), coef=SCRATCH,
                     k_off=pd.k_off, dst=Ref(ARG_DST), **extra, **sizes)
 
@@ -478,12 +498,15 @@ class batch_normalization_backward(primitive):
                 self._args[ARG_DIFF_SCALE] = ArgSpec(_stat_md(C), True)
             if full and self.use_shift:
                 self._args[ARG_DIFF_SHIFT] = ArgSpec(_stat_md(C), True)
+            if self.add:  # oneDNN: diff_src_1 has diff_dst's desc (diff_dst_md(1))
+                self._args[ARG_DIFF_SRC_1] = ArgSpec(ddst, True)
             if self.relu:
                 ws = hint.workspace_desc()
                 if ws.is_zero():
+                    which = "fuse_norm_add_relu" if self.add else "fuse_norm_relu"
                     raise invalid_arguments(
-                        f"{kind}: flags have fuse_norm_relu, but hint_fwd_pd has no workspace "
-                        f"(create it with forward_training and fuse_norm_relu)")
+                        f"{kind}: flags have {which}, but hint_fwd_pd has no workspace "
+                        f"(create it with forward_training and {which})")
                 if tuple(hint_src.dims) != tuple(src.dims):
                     raise invalid_arguments(f"{kind}: hint_fwd_pd src dims "
                                             f"{list(hint_src.dims)} differ from src_desc's "
@@ -515,8 +538,9 @@ class batch_normalization_backward(primitive):
         dy = layout_of(pd._args[ARG_DIFF_DST].md)
         stat = layout_of(_stat_md(C))
         ws = {"ws": Ref(ARG_WORKSPACE)} if pd.relu else {}
+        d1 = {"diff_src1": Ref(ARG_DIFF_SRC_1)} if pd.add else {}
         if pd.fused:
-            self._create_fused(plan, dims, x, dy, stat, ws)
+            self._create_fused(plan, dims, x, dy, stat, {**ws, **d1})
             return
         outs, dsc, dsh = _bwd_outputs(pd)
         # R enters only the statistics' gradient terms (none with global statistics)
@@ -536,13 +560,15 @@ class batch_normalization_backward(primitive):
         dsrc = pd._args[ARG_DIFF_SRC].md
         app, sizes = _apply(pd, dims, [x, layout_of(dsrc), dy] + (
             [logical_layout(dims)] if pd.relu else []), x=x, out=layout_of(dsrc), dy=dy,
-            ws=pd.relu, x_dt=src.data_type.name,
+            ws=pd.relu, add=pd.add, x_dt=src.data_type.name,
             dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name, out_dt=dsrc.data_type.name)
         plan.kernel("bn_apply", app, build_bn_apply, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), coef=SCRATCH, k_off=pd.k_off,
-                    dst=Ref(ARG_DIFF_SRC), **ws, **sizes)
+                    dst=Ref(ARG_DIFF_SRC), **ws, **d1, **sizes)
 
-    def _create_fused(self, plan, dims, x, dy, stat, ws) -> None:
+    def _create_fused(self, plan, dims, x, dy, stat, bufs) -> None:
+        """The backward as one kernel per channel; ``bufs`` binds the workspace and
+        diff_src_1 where the flags have them."""
         pd = self._pd
         outs, dsc, dsh = _bwd_outputs(pd)
         dsrc = pd._args[ARG_DIFF_SRC].md
@@ -551,13 +577,14 @@ class batch_normalization_backward(primitive):
         fused = BnFused(**{"dims": dims, "x": x, "out": layout_of(dsrc), "dy": dy, **rt},
                         stat=stat, eps=pd._eps,
                         scale=layout_of(pd._args[ARG_SCALE].md) if pd.use_scale else None,
-                        ws=pd.relu, diff_scale=dsc, diff_shift=dsh, wg=pd.fused_wg,
+                        ws=pd.relu, add=pd.add, diff_scale=dsc, diff_shift=dsh,
+                        wg=pd.fused_wg,
                         subgroup=pd.fused_sub, x_dt=pd._args[ARG_SRC].md.data_type.name,
                         dy_dt=pd._args[ARG_DIFF_DST].md.data_type.name,
                         out_dt=dsrc.data_type.name)
         plan.kernel("bn_fused", fused, build_bn_fused, src=Ref(ARG_SRC),
                     diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN), variance=Ref(ARG_VARIANCE),
-                    dst=Ref(ARG_DIFF_SRC), **outs, **ws, **sizes)
+                    dst=Ref(ARG_DIFF_SRC), **outs, **bufs, **sizes)
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)

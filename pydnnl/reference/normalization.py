@@ -1,6 +1,8 @@
 """float64 numpy reference of oneDNN's batch and layer normalization (forward and backward),
 from the developer guide's formulas: population (biased, 1/N) variance, ``eps`` inside the
-square root, optional scale (gamma) and shift (beta), batch normalization's fused ReLU.
+square root, optional scale (gamma) and shift (beta), batch normalization's fused ReLU
+and its fused addition before the ReLU (``fuse_norm_add_relu``: ``ReLU(bn(src) + src_1)``,
+the gradient gated by the ReLU's mask flowing to ``src_1`` as it is).
 
 Batch normalization reduces over every axis but 1 (``[N, C, spatial...]``); layer
 normalization over the last axis only. The backward functions return ``(diff_src,
@@ -20,8 +22,10 @@ def _bn_shape(x: np.ndarray) -> tuple[int, ...]:
 
 
 def batch_norm_forward(x, eps: float, mean=None, var=None, scale=None, shift=None,
-                       relu: bool = False):
-    """``(dst, mean, variance)``; the statistics are computed unless both are given."""
+                       relu: bool = False, add=None):
+    """``(dst, mean, variance)``; the statistics are computed unless both are given.
+    ``add`` (``fuse_norm_add_relu``'s src_1, the shape of ``x``) is added to the normalized
+    value, then the ReLU clamps (``add`` implies the ReLU, as the flag does)."""
     x = np.asarray(x, np.float64)
     axes, shape = _bn_axes(x), _bn_shape(x)
     if mean is None or var is None:
@@ -33,7 +37,9 @@ def batch_norm_forward(x, eps: float, mean=None, var=None, scale=None, shift=Non
         y = y * np.asarray(scale, np.float64).reshape(shape)
     if shift is not None:
         y = y + np.asarray(shift, np.float64).reshape(shape)
-    if relu:
+    if add is not None:
+        y = y + np.asarray(add, np.float64)
+    if relu or add is not None:
         y = np.maximum(y, 0.0)
     return y, mean, var
 
@@ -59,6 +65,16 @@ def batch_norm_backward(x, dy, mean, var, eps: float, scale=None, global_stats: 
     else:
         dx = g * (dy - d_shift.reshape(shape) / count - xhat * d_scale.reshape(shape) / count)
     return dx, d_scale, d_shift
+
+
+def batch_norm_backward_add_relu(x, dy, mean, var, eps: float, relu_mask, scale=None,
+                                 global_stats: bool = False):
+    """``(diff_src, diff_scale, diff_shift, diff_src_1)`` of ``fuse_norm_add_relu``:
+    ``dy`` gated by ``relu_mask`` (dst > 0) is ``diff_src_1`` and feeds
+    :func:`batch_norm_backward`."""
+    g = np.where(relu_mask, np.asarray(dy, np.float64), 0.0)
+    dx, d_scale, d_shift = batch_norm_backward(x, g, mean, var, eps, scale, global_stats)
+    return dx, d_scale, d_shift, g
 
 
 def layer_norm_forward(x, eps: float, mean=None, var=None, scale=None, shift=None):
