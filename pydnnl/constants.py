@@ -76,6 +76,7 @@ class algorithm(enum.IntEnum):
     binary_lt = 0x1FFF9
     binary_eq = 0x1FFFA
     binary_ne = 0x1FFFB
+    binary_select = 0x1FFFC  # dst = src2 ? src0 : src1 (oneDNN 3.7: src2 is s8)
     reduction_max = 0x2FFF2
     reduction_min = 0x2FFF3
     reduction_sum = 0x2FFF4

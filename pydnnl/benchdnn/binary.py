@@ -3,7 +3,9 @@
 [--attr-post-ops=...] SRC0DIMS:SRC1DIMS``, e.g. ``--alg=ADD 8x16x32x32:8x16x1x1``.
 
 As in oneDNN's benchdnn: ``--alg`` is ``ADD``, ``MUL``, ``MAX``, ``MIN``, ``DIV``, ``SUB``,
-``GE``, ``GT``, ``LE``, ``LT``, ``EQ`` or ``NE`` (any case, ``binary_`` prefix allowed); src1 may
+``GE``, ``GT``, ``LE``, ``LT``, ``EQ``, ``NE`` or ``SELECT`` (any case, ``binary_`` prefix
+allowed; ``SELECT`` adds the s8 condition src2 with src0's dims and src0's tag, as benchdnn
+does: no option of its own); src1 may
 have fewer dims than src0 (trailing dims padded with 1, so ``8x8x3x5:8`` broadcasts over the
 three innermost dims); ``--stag`` takes one tag for both sources or two joined by ``:``, each a
 oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels last), ``aBx8b`` /
@@ -23,7 +25,14 @@ import time
 
 import numpy as np
 
-from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_ATTR_SCALES, ARG_DST, ARG_SRC_0, ARG_SRC_1
+from ..constants import (
+    ARG_ATTR_MULTIPLE_POST_OP,
+    ARG_ATTR_SCALES,
+    ARG_DST,
+    ARG_SRC_0,
+    ARG_SRC_1,
+    ARG_SRC_2,
+)
 from ..error import invalid_arguments, unimplemented
 from .common import (
     check_line,
@@ -39,7 +48,7 @@ from .common import (
 )
 
 _KNOWN = {"alg", "sdt", "ddt", "stag", "dtag", "inplace", "attr-scales", "attr-post-ops"}
-_ALGS = ("add", "mul", "max", "min", "div", "sub", "ge", "gt", "le", "lt", "eq", "ne")
+_ALGS = ("add", "mul", "max", "min", "div", "sub", "ge", "gt", "le", "lt", "eq", "ne", "select")
 TOLERANCE = 1e-6  # max |got - ref| / max(1, |ref|) in float32 (one rounding)
 
 
@@ -166,10 +175,18 @@ def parse_scales(text: str) -> dict[int, float]:
     return out
 
 
-def _torch_ms(alg, x0, x1, device, min_seconds, dts=None) -> float | None:
+def _torch_ms(alg, x0, x1, device, min_seconds, dts=None, cond=None) -> float | None:
     import torch
 
     name = alg.name[7:]
+    if name == "select":  # torch.where over a bool condition (torch has no s8 one)
+        t0, t1, td = (torch_dtype(d) for d in (dts or (None,) * 3))
+        a = torch.from_numpy(x0).to(device, t0)
+        b = torch.from_numpy(x1).to(device, t1)
+        c = torch.from_numpy(cond != 0).to(device)
+        out = torch.empty(np.broadcast_shapes(x0.shape, x1.shape), device=device,
+                          dtype=torch.promote_types(t0, t1))
+        return torch_time_ms(lambda: torch.where(c, a, b, out=out), device, min_seconds)
     fns = {"add": torch.add, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum,
            "div": torch.div, "sub": torch.sub, "ge": torch.ge, "gt": torch.gt, "le": torch.le,
            "lt": torch.lt, "eq": torch.eq, "ne": torch.ne}
@@ -200,7 +217,8 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
             f"--inplace={'true' if inplace else 'false'}"
             + (f" --attr-scales={scales}" if scales else "")
             + (f" --attr-post-ops={post_ops}" if post_ops else ""))
-    MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+    MD, F32, S8 = dnnl.memory.desc, dnnl.memory.data_type.f32, dnnl.memory.data_type.s8
+    select = alg.name == "binary_select"
     attr = dnnl.primitive_attr()
     svals = parse_scales(scales)
     for arg in svals:
@@ -211,7 +229,10 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
         m0 = MD(d0, t0, tag_of(stags[0], nd))
         m1 = MD(d1, t1, tag_of(stags[1], nd))
         start = time.perf_counter()
-        pd = dnnl.binary.primitive_desc(eng, alg, m0, m1, MD(dd, td, tag_of(dtag, nd)), attr)
+        md = MD(dd, td, tag_of(dtag, nd))
+        pd = (dnnl.binary.primitive_desc(eng, alg, m0, m1, MD(d0, S8, tag_of(stags[0], nd)),
+                                         md, attr) if select
+              else dnnl.binary.primitive_desc(eng, alg, m0, m1, md, attr))
         prim = dnnl.binary(pd)
         create_ms = (time.perf_counter() - start) * 1e3
     except unimplemented as e:
@@ -226,6 +247,11 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     prior = data(dd, 3)
     c = a if ip else dnnl.memory(pd.dst_desc(), eng, prior)
     args = {ARG_SRC_0: a, ARG_SRC_1: b, ARG_DST: c}
+    cond = None
+    if select:  # about half the conditions non-zero, of both signs
+        cond = np.random.default_rng(4).integers(-2, 3, d0).astype(np.int8)
+        cond = np.where(cond == 1, 0, cond).astype(np.int8)
+        args[ARG_SRC_2] = dnnl.memory(pd.src_desc(2), eng, cond)
     for arg, v in svals.items():
         args[ARG_ATTR_SCALES | arg] = dnnl.memory(MD([1], F32, "a"), eng, np.float32([v]))
     po_srcs = {}
@@ -236,7 +262,8 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     if mode == "C":
         prim.execute(s, args)
         s.wait()
-        want = ref_binary(alg, x0, x1, svals.get(ARG_SRC_0, 1.0), svals.get(ARG_SRC_1, 1.0))
+        want = ref_binary(alg, x0, x1, svals.get(ARG_SRC_0, 1.0), svals.get(ARG_SRC_1, 1.0),
+                          src2=cond)
         want = apply_post_ops(want, po, prior=x0 if ip else prior, binary_srcs=po_srcs)
         # integers and halves are exact in every type; one rounding to dst's type per result
         tol = max(TOLERANCE, 2 * eps(td)) * (1 + 4 * po.len())
@@ -250,8 +277,9 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
     if compare == "torch":
         dev = torch_device(eng)
         peer = ("torch", None if dev is None else _torch_ms(alg, x0, x1, dev, min_seconds,
-                                                                (t0, t1, td)))
-    nbytes = nbytes_of([pd.src_desc(0), pd.src_desc(1), pd.dst_desc()])
+                                                                (t0, t1, td), cond))
+    nbytes = nbytes_of([pd.src_desc(0), pd.src_desc(1), pd.dst_desc()]
+                       + ([pd.src_desc(2)] if select else []))
     copy = copy_gbs(eng, pd.dst_desc().get_size(), min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("binary", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy) + f",impl={pd.impl_info_str()}", flush=True)

@@ -1,5 +1,6 @@
 """Loopy generator of binary kernels (``dst = src0 op src1``, either source broadcast along
-dims of size 1), and the index-space helpers the sum and concat generators share.
+dims of size 1; ``dst = src2 ? src0 : src1`` for ``binary_select``, ``src2`` an s8 condition
+read through its own layout), and the index-space helpers the sum and concat generators share.
 
 Every kernel here walks a logical index space ``dims`` whose tensors are described by
 reorder-style :func:`~pydnnl.kernels.reorder.layout_of` tuples: a broadcast dimension is a term
@@ -44,19 +45,22 @@ from .sizevars import SIZE_DTYPE, ceil_range, free_vars, is_var, size_var
 BINARY_ALGS = (algorithm.binary_add, algorithm.binary_mul, algorithm.binary_max,
                algorithm.binary_min, algorithm.binary_div, algorithm.binary_sub,
                algorithm.binary_ge, algorithm.binary_gt, algorithm.binary_le,
-               algorithm.binary_lt, algorithm.binary_eq, algorithm.binary_ne)
+               algorithm.binary_lt, algorithm.binary_eq, algorithm.binary_ne,
+               algorithm.binary_select)
+SELECT = algorithm.binary_select  # the ternary one: a fourth tensor, src2 (s8), picks the source
 
 
 @dataclass(frozen=True)
 class BinaryProblem:
     """``dst = src0 op src1`` over logical ``dims`` (already collapsed).
 
-    ``layouts`` and ``sizes`` hold (src0, src1, dst): each tensor's layout over ``dims`` (a
-    broadcast dim has a zero term) and its storage elements. ``rows`` picks the rows launch
-    shape (see the module docstring), ``wg`` the work-items per work-group along the fastest
-    axis. With ``scales`` the kernel reads ``scale0`` / ``scale1`` (one float each) and computes
-    ``(scale0 * src0) op (scale1 * src1)``; ``post_ops`` then apply to the result (a sum entry
-    reads dst's previous content)."""
+    ``layouts`` and ``sizes`` hold (src0, src1, dst), and for ``binary_select`` a fourth entry,
+    the s8 condition src2 (``dst = src2 != 0 ? src0 : src1``): each tensor's layout over
+    ``dims`` (a broadcast dim has a zero term) and its storage elements. ``rows`` picks the
+    rows launch shape (see the module docstring), ``wg`` the work-items per work-group along the
+    fastest axis. With ``scales`` the kernel reads ``scale0`` / ``scale1`` (one float each)
+    and computes ``(scale0 * src0) op (scale1 * src1)``; ``post_ops`` then apply to the result
+    (a sum entry reads dst's previous content)."""
 
     alg: int
     dims: tuple[int, ...]
@@ -70,7 +74,7 @@ class BinaryProblem:
     dts: tuple[int, int, int] = (3, 3, 3)  # data_type of src0, src1, dst (3: f32)
 
 
-ARG_NAMES = ("src0", "src1", "dst")
+ARG_NAMES = ("src0", "src1", "dst", "src2")
 
 
 # -- layouts and index spaces (shared with the sum and concat generators) ----------------------
@@ -424,9 +428,10 @@ def kernel_name(p: BinaryProblem) -> str:
 
 
 def build_binary(p: BinaryProblem):
-    """loopy TranslationUnit ``(src0, src1, dst)``."""
+    """loopy TranslationUnit ``(src0, src1, dst)``, and ``src2`` (s8) for ``binary_select``."""
     import loopy as lp
     from pymbolic import var
+    from pymbolic.primitives import Comparison, If
 
     from .clhelpers import register_helpers
 
@@ -450,7 +455,16 @@ def build_binary(p: BinaryProblem):
         b = var("scale1")[0] * b
         args.append(global_arg("scale1", 1))
     dst = var("dst")[offset(p.layouts[2], idx)]
-    value = po.apply(po.binary_value(alg, a, b), p.post_ops, prior=load(dd, dst), at=idx)
+    if alg == SELECT:  # oneDNN: any non-zero s8 value selects src0 (scaled, as the other algs)
+        if len(p.layouts) != 4:
+            raise ValueError("binary kernel: binary_select needs src2's layout (4 layouts)")
+        cond = var("src2")[offset(p.layouts[3], idx)]
+        args.append(lp.GlobalArg("src2", np.int8, shape=None if p.sizes[3] is None
+                                 else (int(p.sizes[3]),), is_output=False, is_input=True))
+        result = If(Comparison(cond, "!=", 0), a, b)
+    else:
+        result = po.binary_value(alg, a, b)
+    value = po.apply(result, p.post_ops, prior=load(dd, dst), at=idx)
     insn = lp.Assignment(dst, store(dd, value), within_inames=frozenset(inames),
                          predicates=frozenset(preds))
     args.append(global_arg("dst", p.sizes[2], output=True, input=po.reads_prior(p.post_ops),
@@ -463,7 +477,8 @@ def build_binary(p: BinaryProblem):
                          target=lp.PyOpenCLTarget())
     knl = schedule_rt(knl, p.dims, p.rows, p.wg, p.iters) if runtime else \
         schedule(knl, p.dims, p.rows, p.wg, p.iters)
-    helpers = {h[0]: h for h in po.helpers((("binary", int(alg), (), (), 0),))
+    own = () if alg == SELECT else (("binary", int(alg), (), (), 0),)
+    helpers = {h[0]: h for h in po.helpers(own)
                + po.helpers(tuple(p.post_ops))
                + type_helpers((d0, d1, dd) if po.reads_prior(p.post_ops) else (d0, d1), (dd,))}
     return register_helpers(knl, list(helpers.values())) if helpers else knl

@@ -1,7 +1,9 @@
 """The binary primitive (``dnnl::binary``): ``dst = src0 op src1`` for oneDNN's twelve binary
 algorithms (add, mul, max, min, div, sub and the comparisons ge, gt, le, lt, eq, ne, which
-write 1.0 or 0.0), either source broadcast along dims where it has 1, with oneDNN v3's
-attributes: common scales of either source and post-ops (sum, eltwise, binary).
+write 1.0 or 0.0), either source broadcast along dims where it has 1, and oneDNN 3.7's ternary
+``binary_select``: ``dst = src2 ? src0 : src1`` with an s8 condition ``src2`` of src0's dims
+(given through the ``src2_desc`` overload); with oneDNN v3's attributes: common scales of
+either source and post-ops (sum, eltwise, binary).
 
 The plan is one generated kernel (:mod:`pydnnl.kernels.binary`): a flat 1-D kernel when every
 tensor is dense in one storage order with no broadcast; otherwise a kernel over the collapsed
@@ -20,6 +22,7 @@ from ..constants import (
     ARG_DST,
     ARG_SRC_0,
     ARG_SRC_1,
+    ARG_SRC_2,
     algorithm,
     arg_name,
 )
@@ -138,25 +141,52 @@ def _alg(kind: str, alg) -> algorithm:
         a = None
     if a not in K.BINARY_ALGS:
         raise invalid_arguments(f"{kind}: algorithm must be one of dnnl.algorithm.binary_add, "
-                                f"_mul, _max, _min, _div, _sub, _ge, _gt, _le, _lt, _eq, _ne; "
-                                f"got {alg!r}")
+                                f"_mul, _max, _min, _div, _sub, _ge, _gt, _le, _lt, _eq, _ne, "
+                                f"_select; got {alg!r}")
     return a
 
 
+def _check_src2(kind: str, alg: algorithm, md, src0: MemoryDesc) -> MemoryDesc | None:
+    """oneDNN's checks of the condition tensor: required by ``binary_select``; wherever it is
+    given, an s8 desc of src0's dims (no broadcast of its own). Other algorithms check and then
+    ignore it, as oneDNN's does (``src_desc(2)`` is then a zero desc)."""
+    if md is None or (isinstance(md, MemoryDesc) and md.is_zero()):
+        if alg == K.SELECT:
+            raise invalid_arguments(
+                f"{kind}: algorithm binary_select needs src2_desc (the s8 condition, dims "
+                f"{list(src0.dims)} as src0's), got {md!r}; use primitive_desc(engine, "
+                f"algorithm, src0_desc, src1_desc, src2_desc, dst_desc[, attr])")
+        return None
+    if not isinstance(md, MemoryDesc):
+        raise invalid_arguments(f"{kind}: src2_desc must be a memory.desc or None, got {md!r}")
+    if md.data_type != data_type.s8:
+        raise invalid_arguments(f"{kind}: src2_desc data type must be s8 (oneDNN's condition "
+                                f"type), got {md.data_type.name}")
+    if tuple(md.dims) != tuple(src0.dims):
+        raise invalid_arguments(f"{kind}: src2_desc dims must be src0_desc's "
+                                f"{list(src0.dims)} (src2 is not broadcast on its own), got "
+                                f"{list(md.dims)}")
+    return md if alg == K.SELECT else None
+
+
 class binary(primitive):
-    """``dst = src0 op src1`` (oneDNN's binary; f32, bf16 or f16 tensors, computed in f32)."""
+    """``dst = src0 op src1`` (oneDNN's binary; f32, bf16 or f16 tensors, computed in f32), or
+    ``dst = src2 ? src0 : src1`` (``binary_select``, src2 s8)."""
 
     class primitive_desc(primitive_desc_base):
         """``binary.primitive_desc(engine, algorithm, src0_desc, src1_desc, dst_desc,
-        attr=None)``."""
+        attr=None)`` or, oneDNN 3.7's ternary form, ``(engine, algorithm, src0_desc, src1_desc,
+        src2_desc, dst_desc, attr=None)``."""
 
         _kind = "binary"
         signature = Signature(
             "binary.primitive_desc",
-            head=("engine", "algorithm", "src0_desc", "src1_desc", "dst_desc"),
-            forms=((),), tail=("attr",),
+            head=("engine", "algorithm", "src0_desc", "src1_desc"),
+            forms=(("dst_desc",), ("src2_desc", "dst_desc")), tail=("attr",),
             aliases={"aengine": "engine", "aalgorithm": "algorithm", "src0": "src0_desc",
-                     "src1": "src1_desc", "dst": "dst_desc"})
+                     "src1": "src1_desc", "src2": "src2_desc", "dst": "dst_desc"})
+        # ARG_SRC_1 and ARG_SRC_2 are also the RNN numbers ARG_SRC_ITER(_C): name them as binary
+        _ARG_LABELS = {ARG_SRC_0: "ARG_SRC_0", ARG_SRC_1: "ARG_SRC_1", ARG_SRC_2: "ARG_SRC_2"}
 
         def __init__(self, *args, **kw):
             a = bind(self.signature, args, kw)
@@ -166,6 +196,7 @@ class binary(primitive):
             src0 = check_desc(kind, "src0_desc", a["src0_desc"], allow_any=False)
             src1 = check_desc(kind, "src1_desc", a["src1_desc"])
             dst = check_desc(kind, "dst_desc", a["dst_desc"])
+            src2 = _check_src2(kind, self._alg, a.get("src2_desc"), src0)
             nd = len(dst.dims)
             for name, md in (("src0_desc", src0), ("src1_desc", src1)):
                 if len(md.dims) != nd:
@@ -185,7 +216,9 @@ class binary(primitive):
                 src1 = like(src0, src1.dims, src1.data_type)
             if dst.is_any():
                 dst = like(src0, dst.dims, dst.data_type)
-            check_index_range(kind, (src0, src1, dst))
+            if src2 is not None and src2.is_any():
+                src2 = like(src0, src2.dims, data_type.s8)
+            check_index_range(kind, (src0, src1, dst) + ((src2,) if src2 is not None else ()))
             self._scales = {}
             for arg, mask in self._attr.scales.items():
                 if arg not in (ARG_SRC_0, ARG_SRC_1):
@@ -200,13 +233,16 @@ class binary(primitive):
             self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
             self._args[ARG_SRC_0] = ArgSpec(src0, False)
             self._args[ARG_SRC_1] = ArgSpec(src1, False)
+            if src2 is not None:
+                self._args[ARG_SRC_2] = ArgSpec(src2, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
             self._args.update(po_args)
             self._add_runtime_attr_args()
             self._po_mds = [self._args[k].md for k in sorted(po_args)]
             self._plan_layout()
-            self._info = (f"alg:{self._alg.name} {'x'.join(map(str, src0.dims))}:"
-                          f"{'x'.join(map(str, src1.dims))}:{'x'.join(map(str, dst.dims))}"
+            shapes = (src0, src1) + ((src2,) if src2 is not None else ()) + (dst,)
+            self._info = (f"alg:{self._alg.name} "
+                          + ":".join("x".join(map(str, md.dims)) for md in shapes)
                           + (f" attr-post-ops:{describe_post_ops(self._post_ops)}"
                              if self._post_ops else "")
                           + (" attr-scales:" + "+".join(arg_name(s)[4:].lower()
@@ -214,10 +250,16 @@ class binary(primitive):
                              if self._scales else ""))
             self._finish_scratchpad(0)
 
+        def _tensors(self) -> tuple[int, ...]:
+            """The kernel's tensors in :class:`~pydnnl.kernels.binary.BinaryProblem` order:
+            src0, src1, dst, and src2 for ``binary_select``."""
+            return (ARG_SRC_0, ARG_SRC_1, ARG_DST) + ((ARG_SRC_2,) if ARG_SRC_2 in self._args
+                                                      else ())
+
         def _plan_layout(self) -> None:
             """The kernel's index space: flat, or collapsed with broadcast terms."""
             src0, src1, dst = (self._args[a].md for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST))
-            mds = [src0, src1, dst] + self._po_mds
+            mds = [self._args[a].md for a in self._tensors()] + self._po_mds
             flat = (tuple(src0.dims) == tuple(dst.dims) == tuple(src1.dims)
                     and all(tuple(md.dims) == tuple(dst.dims) for md in self._po_mds)
                     and same_dense(mds))
@@ -246,17 +288,17 @@ class binary(primitive):
 
         def _baked_problem(self, eng) -> K.BinaryProblem:
             wg, rows = H.launch(eng.info, self._dims)
+            tensors = self._tensors()
             chain = []
-            lay = iter(self._layouts[3:])
+            lay = iter(self._layouts[len(tensors):])
             for op in self._post_ops:
                 if op[0] == "binary":  # operand read through its collapsed layout
                     _, alg, _, _, n = op
                     op = ("binary", alg, next(lay), self._dims, n)
                 chain.append(op)
             return K.BinaryProblem(
-                alg=int(self._alg), dims=self._dims, layouts=self._layouts[:3],
-                sizes=tuple(self._args[a].md.nelems_physical()
-                            for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST)),
+                alg=int(self._alg), dims=self._dims, layouts=self._layouts[:len(tensors)],
+                sizes=tuple(self._args[a].md.nelems_physical() for a in tensors),
                 wg=wg, rows=rows, iters=H.items(eng.info), post_ops=tuple(chain),
                 scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)),
                 dts=tuple(int(self._args[a].md.data_type)
@@ -267,6 +309,8 @@ class binary(primitive):
         plan = self._plan = Plan(pd.get_engine(), "binary")
         problem, sizes = pd._problem(pd.get_engine())
         named = {**sizes, "src0": Ref(ARG_SRC_0), "src1": Ref(ARG_SRC_1), "dst": Ref(ARG_DST)}
+        if len(problem.layouts) == 4:
+            named["src2"] = Ref(ARG_SRC_2)
         if problem.scales[0]:
             named["scale0"] = Ref(ARG_ATTR_SCALES | ARG_SRC_0)
         if problem.scales[1]:
