@@ -12,7 +12,9 @@ Two shapes of kernel:
   storage offset read off the memory descs' strides and inner blocks (plain, strided, blocked,
   mixed layouts); block padding is neither read nor written.
 
-The element formula comes from :mod:`pydnnl.kernels.eltwise_ops` as an inline OpenCL helper.
+The element formula comes from :mod:`pydnnl.kernels.eltwise_ops` as an inline OpenCL helper;
+forward, a post-op chain (binary entries: oneDNN's eltwise takes no others) is applied to it
+before the store (:mod:`pydnnl.kernels.post_ops`).
 Every buffer is f32, bf16 or f16 (``dts``); bf16/f16 are ``ushort`` buffers read and written
 through the load/store helpers of :mod:`pydnnl.kernels.clhelpers` (oneDNN's rounding), the
 formula runs in f32. Pure: no engine, no argument maps.
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import eltwise_ops as ops
-from .binary import F32, load, storage, store, type_helpers
+from . import post_ops as po
+from .binary import F32, _decompose, load, storage, store, type_helpers
 from .reorder import _offset_expr
 from .sizevars import ceil_range, is_var, size_var, value_args
 
@@ -46,6 +49,13 @@ class EltwiseFlat:
     wg: int = 256
     iters: int = 1
     dts: tuple[int, ...] = ()  # data_type per buffer (argument order); empty: every one f32
+    # forward only: a post-op chain (:mod:`pydnnl.kernels.post_ops`) applied before the store.
+    # Binary operands are read over ``po_dims``, the destination's dims collapsed in its
+    # storage order (outermost first; row-major, so element ``i`` of the flat walk is
+    # position ``i`` there), the outermost given as 0: its extent follows from ``count`` and
+    # is never divided by (``(0,)``: the operands are read at their offset0 + ``i``)
+    post_ops: tuple = ()
+    po_dims: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class EltwiseStrided:
     sizes: tuple[int, ...]
     wg: int = 64
     dts: tuple[int, ...] = ()  # data_type per buffer (argument order); empty: every one f32
+    post_ops: tuple = ()  # forward only; binary operands over ``dims`` (kernels.post_ops)
 
 
 def arg_names(backward: bool) -> tuple[str, ...]:
@@ -92,7 +103,7 @@ def _args(lp, p):
         last = k == len(names) - 1
         out.append(lp.GlobalArg(n, storage(dt), shape=None if size is None else (int(size),),
                                 is_output=last, is_input=not last))
-    return out + value_args(p)
+    return out + po.loopy_args(p.post_ops) + value_args(p)
 
 
 def flat_runtime(p: EltwiseFlat) -> tuple[EltwiseFlat, dict]:
@@ -106,8 +117,9 @@ def flat_runtime(p: EltwiseFlat) -> tuple[EltwiseFlat, dict]:
             {"nelems": int(p.count)})
 
 
-def _value(p, idx_of):
-    """The element expression (f32): ``idx_of(k)`` indexes buffer ``k``."""
+def _value(p, idx_of, at=None):
+    """The element expression (f32): ``idx_of(k)`` indexes buffer ``k``; forward, the post-op
+    chain follows (``at``: the destination position its binary operands are read at)."""
     from pymbolic import var
 
     names, dts = arg_names(p.backward), _dts(p)
@@ -117,7 +129,7 @@ def _value(p, idx_of):
 
     if p.backward:
         return var("pd_eltwise_bwd")(read(1), read(0))
-    return var("pd_eltwise_fwd")(read(0))
+    return po.apply(var("pd_eltwise_fwd")(read(0)), p.post_ops, at=at)
 
 
 def _store(p, value):
@@ -128,7 +140,16 @@ def _finish(lp, tu, p):
     from .clhelpers import register_helpers
 
     dts = _dts(p)
-    return register_helpers(tu, [_helper(p)] + type_helpers(dts[:-1], dts[-1:]))
+    return register_helpers(tu, [_helper(p)] + po.helpers(p.post_ops)
+                            + type_helpers(dts[:-1], dts[-1:]))
+
+
+def _check_post_ops(p) -> None:
+    if p.post_ops and p.backward:
+        raise ValueError("eltwise kernel: post-ops are forward only")
+    if po.reads_prior(p.post_ops):
+        raise ValueError("eltwise kernel: a sum post-op is not implemented (oneDNN's eltwise "
+                         "takes binary post-ops only)")
 
 
 def kernel_name(p) -> str:
@@ -142,10 +163,12 @@ def build_flat(p: EltwiseFlat):
     from pymbolic import var
 
     ops.normalize(p.alg)
+    _check_post_ops(p)
     i = var("i")
     out = arg_names(p.backward)[-1]
+    at = _decompose(i, p.po_dims) if po.has_binary(p.post_ops) else None
     insn = lp.Assignment(var(out)[p.offsets[-1] + i],
-                         _store(p, _value(p, lambda k: p.offsets[k] + i)),
+                         _store(p, _value(p, lambda k: p.offsets[k] + i, at)),
                          within_inames=frozenset(["i"]))
     knl = lp.make_kernel(f"{{[i]: {ceil_range('i', p.count)}}}", [insn], _args(lp, p),
                          name=kernel_name(p), lang_version=(2018, 2),
@@ -190,6 +213,7 @@ def build_strided(p: EltwiseStrided):
     from pymbolic import var
 
     ops.normalize(p.alg)
+    _check_post_ops(p)
     nd = len(p.dims)
     names = [f"i{d}" for d in range(nd)]
     idx = [var(n) for n in names]
@@ -197,7 +221,7 @@ def build_strided(p: EltwiseStrided):
         f"0 <= {n} < {v}" for n, v in zip(names, p.dims)) + "}"
     out = arg_names(p.backward)[-1]
     insn = lp.Assignment(var(out)[_offset_expr(p.layouts[-1], idx)],
-                         _store(p, _value(p, lambda k: _offset_expr(p.layouts[k], idx))),
+                         _store(p, _value(p, lambda k: _offset_expr(p.layouts[k], idx), idx)),
                          within_inames=frozenset(names))
     knl = lp.make_kernel(domain, [insn], _args(lp, p), name=kernel_name(p),
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())

@@ -1,5 +1,7 @@
-"""Post-ops fused into a producer kernel's store (convolution, GEMM): the value a kernel is
-about to write goes through the chain before it is stored, so no extra pass reads it again.
+"""Post-ops fused into a producer kernel's store (convolution, GEMM, binary, eltwise,
+softmax, pooling): the value a kernel is about to write goes through the chain before it is
+stored, so no extra pass reads it again. Loopy kernels build it as pymbolic (:func:`apply`),
+kernels written as OpenCL C text as C (:func:`apply_c`).
 
 A chain is a tuple of hashable entries, in the order the user appended them:
 
@@ -110,6 +112,33 @@ def apply(value, post_ops: tuple, prior=None, skip: int = 0, at=None):
                 raise ValueError("post_ops.apply: a binary post-op needs the destination "
                                  "position (at=)")
             value = binary_value(op[1], value, var(src1_name(i))[src1_offset(op, at)])
+    return value
+
+
+def _c_float(x: float) -> str:
+    return repr(float(np.float32(x))) + "f"
+
+
+def apply_c(value: str, post_ops: tuple, src1, prior: str | None = None) -> str:
+    """OpenCL C text of ``value`` (a C float expression) after the chain, for kernels written
+    as C text (the helpers of :func:`helpers` must be in the source). ``src1(i, op)`` gives
+    the C expression of binary entry ``i``'s operand element at the destination position;
+    ``prior`` the destination's previous content (sum entries)."""
+    for i, op in enumerate(post_ops):
+        if op[0] == "sum":
+            if prior is None:
+                raise ValueError("post_ops.apply_c: a sum post-op needs the destination's "
+                                 "previous content (prior=)")
+            _, scale, zp = op
+            p = f"({prior})" if zp == 0 else f"(({prior}) - {_c_float(zp)})"
+            value = f"({p if scale == 1.0 else f'{_c_float(scale)} * {p}'} + {value})"
+        elif op[0] == "eltwise":
+            value = f"{_eltwise_name(i)}({value})"
+        else:
+            alg, b = algorithm(op[1]), src1(i, op)
+            sign = _ARITH.get(alg)
+            value = (f"({value} {sign} {b})" if sign is not None
+                     else f"pd_{alg.name}({value}, {b})")
     return value
 
 

@@ -6,6 +6,13 @@ The plan is one generated kernel: a flat 1-D kernel when every tensor is dense i
 same storage order (plain or blocked, no block padding), else a kernel that reads and writes
 each tensor through its own strides and inner blocks. In-place use (the same memory for src and
 dst, or for diff_dst and diff_src) works on both.
+
+Forward takes oneDNN v3's attribute for eltwise: binary post-ops (any of the twelve
+algorithms, an f32 operand ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1`` whose dims equal dst's
+or are 1), applied in the kernel's store. The flat kernel reads an operand at its own offset
+plus the element index where every tensor is dense in one order, else (over a plain dst) at
+the element's position, found by division by the baked inner dims; a blocked dst with other
+operands takes the strided kernel. Backward takes no attributes (as in oneDNN).
 """
 from __future__ import annotations
 
@@ -22,12 +29,18 @@ from ..constants import (
 from ..error import invalid_arguments, unimplemented
 from ..kernels import eltwise as K
 from ..kernels import eltwise_ops as ops
+from ..kernels.binary import broadcast_layout, collapse
+from ..kernels.binary import dense_layout as K_dense
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.post_ops import src1_name
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import eltwise as H
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, check_in_place, primitive, primitive_desc_base
+from .post_ops import binary_arg
+from .post_ops import resolve as resolve_post_ops
 from .signature import NUMBER, Signature, bind
 
 __all__ = ["eltwise_forward", "eltwise_backward"]
@@ -127,21 +140,61 @@ class _eltwise_pd(primitive_desc_base):
     def get_prop_kind(self) -> prop_kind:
         return self._prop
 
-    def _check_attr(self) -> None:
-        if len(self._attr.get_post_ops()) or self._attr.scales or self._attr.zero_points:
-            raise unimplemented(f"{self._kind}: attr with post-ops, scales or zero points is "
-                                f"not implemented (got {self._attr.key()!r})")
+    def _check_attr(self, dst: MemoryDesc | None = None) -> dict:
+        """The post-op operands' ``{arg: ArgSpec}`` (forward: ``dst`` given); sets
+        ``self._post_ops``. oneDNN's eltwise forward takes binary post-ops and nothing else
+        in its attributes; its backward no attributes at all."""
+        at, kind = self._attr, self._kind
+        self._post_ops = ()
+        if dst is None:
+            if len(at.get_post_ops()) or at.scales or at.zero_points:
+                raise unimplemented(f"{kind}: attr with post-ops, scales or zero points "
+                                    f"(got {at.key()!r}); oneDNN defines none for backward "
+                                    f"propagation (eltwise_forward takes binary post-ops)")
+            return {}
+        if at.scales or at.zero_points:
+            raise unimplemented(f"{kind}: attr with scales or zero points (got "
+                                f"{at.key()!r}); oneDNN's eltwise takes binary post-ops only")
+        self._post_ops, args = resolve_post_ops(kind, at, dst, allowed=("binary",))
+        return args
 
     def _finish(self, order: tuple[int, ...]) -> None:
         """Pick the kernel shape for the descs of arguments ``order`` (kernel order)."""
         mds = [self._args[a].md for a in order]
         self._order = order
-        self._flat = _flat_ok(mds)
+        self._po_args = tuple(sorted(k for k in self._args if k not in order))
+        po_mds = [self._args[a].md for a in self._po_args]
+        dst = mds[-1]
+        # the flat walk serves binary operands read at offset0 + i (every tensor dense in
+        # one order) or, over a plain destination, at its position (collapsed dims)
+        self._flat = _flat_ok(mds) and (not po_mds or _flat_ok(mds + po_mds)
+                                         or not dst.inner_blks)
         self._impl = "ocl:eltwise:" + ("flat" if self._flat else "strided")
         dims = mds[0].dims
         self._info = (f"alg:{self._alg.name} alpha:{self._alpha:g} beta:{self._beta:g} "
-                      f"{'x'.join(map(str, dims))}")
+                      f"{'x'.join(map(str, dims))}"
+                      + (f" attr-post-ops:{describe_post_ops(self._post_ops)}"
+                         if self._post_ops else ""))
         self._finish_scratchpad(0)
+
+    def _flat_chain(self, mds, po_mds) -> tuple[tuple, tuple]:
+        """``(post_ops, po_dims)`` of the flat kernel (see :class:`K.EltwiseFlat`)."""
+        if not po_mds:
+            return self._post_ops, (0,)
+        dst = mds[-1]
+        if _flat_ok(mds + po_mds):
+            lays, dims = [K_dense(md.offset0) for md in po_mds], (0,)
+        else:
+            full = [layout_of(dst)] + [broadcast_layout(layout_of(md), md.dims, dst.dims)
+                                       for md in po_mds]
+            dims, lays, _ = collapse(dst.dims, full, order_by=0)
+            lays, dims = list(lays[1:]), (0,) + tuple(dims[1:])
+        chain, it = [], iter(lays)
+        for op in self._post_ops:
+            if op[0] == "binary":
+                op = ("binary", op[1], next(it), dims, 0)
+            chain.append(op)
+        return tuple(chain), dims
 
     def _problem(self, eng):
         mds = [self._args[a].md for a in self._order]
@@ -149,17 +202,20 @@ class _eltwise_pd(primitive_desc_base):
         common = dict(alg=int(self._alg), alpha=self._alpha, beta=self._beta,
                       backward=self._prop == prop_kind.backward_data,
                       dts=tuple(int(md.data_type) for md in mds))
+        po_mds = [self._args[a].md for a in self._po_args]
         if self._flat:
             count = math.prod(mds[0].dims)
             wg, iters = H.flat_params(eng.info, count)
+            chain, po_dims = self._flat_chain(mds, po_mds)
             p = K.EltwiseFlat(count=count, offsets=tuple(md.offset0 for md in mds),
-                              sizes=sizes, wg=wg, iters=iters, **common)
+                              sizes=sizes, wg=wg, iters=iters, post_ops=chain,
+                              po_dims=po_dims, **common)
             if not H.runtime_count(eng.info, self._alg):
                 return "eltwise_flat", K.build_flat, p, {}
             return ("eltwise_flat", K.build_flat) + K.flat_runtime(p)
         return "eltwise_strided", K.build_strided, K.EltwiseStrided(
             dims=tuple(mds[0].dims), layouts=tuple(layout_of(md) for md in mds), sizes=sizes,
-            wg=H.strided_wg(eng.info), **common), {}
+            wg=H.strided_wg(eng.info), post_ops=self._post_ops, **common), {}
 
 
 class _eltwise_primitive(primitive):
@@ -168,7 +224,9 @@ class _eltwise_primitive(primitive):
         family, build, problem, values = pd._problem(pd.get_engine())
         plan = self._plan = Plan(pd.get_engine(), "eltwise")
         names = K.arg_names(problem.backward)
-        plan.kernel(family, problem, build, **values,
+        operands = {src1_name(i): Ref(binary_arg(i)) for i, op in enumerate(pd._post_ops)
+                    if op[0] == "binary"}
+        plan.kernel(family, problem, build, **values, **operands,
                     **{n: Ref(a) for n, a in zip(names, pd._order)})
 
     def _execute(self, s, args) -> None:
@@ -221,9 +279,10 @@ class eltwise_forward(_eltwise_primitive):
             if dst.is_any():
                 dst = _follow(src, _typed(dst, src))
             _check_desc(kind, "dst_desc", dst)
-            self._check_attr()
+            po_args = self._check_attr(dst)
             self._args[ARG_SRC] = ArgSpec(src, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
+            self._args.update(po_args)
             self._finish((ARG_SRC, ARG_DST))
 
 

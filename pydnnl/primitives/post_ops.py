@@ -19,12 +19,26 @@ def binary_arg(i: int) -> int:
     return ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1
 
 
-def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc) -> tuple[tuple, dict]:
+_KINDS = ("sum", "eltwise", "binary")
+
+
+def _entry_kind(op) -> str:
+    return "sum" if isinstance(op, _sum_op) else "binary" if isinstance(op, _binary_op) \
+        else "eltwise"
+
+
+def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
+            allowed: tuple[str, ...] = _KINDS) -> tuple[tuple, dict]:
     """``(chain, {arg: ArgSpec})`` of ``attr``'s post-ops for a primitive writing ``dst``
-    (f32). Raises ``unimplemented`` for what the kernels cannot fuse, ``invalid_arguments``
-    for operands that do not fit ``dst``."""
+    (f32). ``allowed``: the entry kinds oneDNN defines for the primitive (others raise
+    ``unimplemented``, as oneDNN does). Raises ``unimplemented`` for what the kernels cannot
+    fuse, ``invalid_arguments`` for operands that do not fit ``dst``."""
     chain, args = [], {}
     for i, op in enumerate(attr.get_post_ops().ops):
+        entry = _entry_kind(op)
+        if entry not in allowed:
+            raise unimplemented(f"{kind}: post-op {i} is a {entry} entry; oneDNN's {kind} "
+                                f"takes {' and '.join(allowed)} post-ops only")
         if isinstance(op, _sum_op):
             if op.data_type not in (data_type.undef, data_type.f32):
                 raise unimplemented(f"{kind}: post-op {i} (sum) with data type "
