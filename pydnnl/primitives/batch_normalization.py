@@ -204,7 +204,9 @@ class _bn_pd(primitive_desc_base):
             return self.weights_desc(index)
         if what == query.diff_weights_md:
             return self.diff_weights_desc(index)
-        if what == query.src_md and index in (1, 2) and self._stats_in:
+        if what == query.src_md and index in (1, 2):
+            if not self._stats_in:  # not ARG_SRC_1 (argument 2): oneDNN's dst_md(3)
+                return MemoryDesc()
             return self.mean_desc() if index == 1 else self.variance_desc()
         if what == query.dst_md and index in (1, 2) and not self._stats_in:
             return self.mean_desc() if index == 1 else self.variance_desc()
@@ -212,6 +214,8 @@ class _bn_pd(primitive_desc_base):
             # oneDNN: fuse_norm_add_relu's src_1 is dst_md(3), diff_src_1 diff_dst_md(1)
             spec = self._args.get(ARG_SRC_1 if what == query.dst_md else ARG_DIFF_SRC_1)
             return spec.md if spec else MemoryDesc()
+        if what == query.diff_src_md and index > 0:  # nor ARG_DIFF_SRC_1 (argument 130)
+            return MemoryDesc()
         return super().query_md(what, index)
 
     _ALLOWED, _UNIMPL = 0x1F, 0x00
