@@ -131,13 +131,13 @@ def apply_c(value: str, post_ops: tuple, src1, prior: str | None = None) -> str:
                                  "previous content (prior=)")
             _, scale, zp = op
             p = f"({prior})" if zp == 0 else f"(({prior}) - {_c_float(zp)})"
-            value = f"({p if scale == 1.0 else f'{_c_float(scale)} * {p}'} + {value})"
+            value = f"({p if scale == 1.0 else f'{_c_float(scale)} * {p}'} + ({value}))"
         elif op[0] == "eltwise":
             value = f"{_eltwise_name(i)}({value})"
         else:
             alg, b = algorithm(op[1]), src1(i, op)
             sign = _ARITH.get(alg)
-            value = (f"({value} {sign} {b})" if sign is not None
+            value = (f"(({value}) {sign} ({b}))" if sign is not None
                      else f"pd_{alg.name}({value}, {b})")
     return value
 

@@ -22,7 +22,9 @@ subtracted before ``exp``):
   dim: ``nchw`` with axis 1). With ``vec`` > 1 each work-item owns ``vec`` adjacent positions
   of that dim (vector loads; the dim is contiguous in every tensor and a multiple of ``vec``).
 
-Forward ``(src, dst)``; backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
+Forward ``(src, dst)`` then the binary post-op operands ``po<i>_src1`` (f32; the chain,
+eltwise and binary entries, applied as each value is finally stored:
+:mod:`pydnnl.kernels.post_ops`); backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
 writes only its own elements once the row maximum is known, so ``dst`` may be ``src`` (and
 ``diff_src`` ``diff_dst``) when their layouts agree. The outermost row dim may be a size
 variable bound at launch (:func:`runtime_form`). Pure: no engine, no argument maps.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from . import post_ops as po
 from .reduction import decompose, io_preamble, ld, offset, ptr_decl, st, tree
 from .sizevars import free_vars, is_var, size_var
 from .source import KernelSource
@@ -55,6 +58,10 @@ class SoftmaxProblem:
     subgroup: bool = False
     online: bool = False
     vec: int = 1
+    # forward only: a post-op chain (:mod:`pydnnl.kernels.post_ops`: eltwise and binary
+    # entries) applied to each value before its final store; a binary entry's layout is its
+    # operand's over the folded ``dims`` (a broadcast dim a zero term)
+    post_ops: tuple = ()
 
     @property
     def rows(self) -> int:
@@ -101,9 +108,14 @@ def runtime_form(p: SoftmaxProblem) -> tuple[SoftmaxProblem, dict]:
     some tensor."""
     if len(p.dims) < 2 or p.axis == 0 or is_var(p.dims[0]):
         return p, {}
-    if any(lay[1][0][0] != 1 or lay[1][0][2] for lay in p.layouts):
+    if any(lay[1][0][0] != 1 or lay[1][0][2] for lay in p.layouts + _po_layouts(p)):
         return p, {}
     return replace(p, dims=(size_var(OUTER),) + tuple(p.dims[1:])), {OUTER: int(p.dims[0])}
+
+
+def _po_layouts(p: SoftmaxProblem) -> tuple:
+    """The folded layouts of the chain's binary operands."""
+    return tuple(op[2] for op in p.post_ops if op[0] == "binary")
 
 
 def build_softmax(p: SoftmaxProblem) -> KernelSource:
@@ -114,6 +126,9 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     V = 1 if row else p.vec
     if V > 1 and not vec_ok(p.dims, p.axis, p.layouts, V):
         raise ValueError(f"softmax kernel: vec={V} needs a contiguous innermost row dim")
+    if p.post_ops and (p.backward or V > 1 or po.reads_prior(p.post_ops)):
+        raise ValueError("softmax kernel: post-ops are forward only, with vec=1, and take no "
+                         "sum entry (oneDNN's softmax takes eltwise and binary ones)")
     nd = len(p.dims)
     rows_d = [d for d in range(nd) if d != p.axis]
     names = {d: f"i{d}" for d in rows_d}
@@ -126,7 +141,8 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         code += f"\n    const int i{nd - 1} = iv * {V};"
     T = "float" if V == 1 else f"float{V}"
     bases, idx = [], {}
-    for n, lay in zip(names_t, p.layouts):
+    po_names = tuple(po.src1_name(i) for i, op in enumerate(p.post_ops) if op[0] == "binary")
+    for n, lay in zip(names_t + po_names, p.layouts + _po_layouts(p)):
         bases.append(f"const int b_{n} = {offset(lay, names)};")
         idx[n] = f"b_{n} + {offset(lay, {p.axis: 'c'}, with_base=False)}"
     dt = dict(zip(names_t, dts))
@@ -135,7 +151,13 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         return ld(n, dt[n], idx[n], V)
 
     def ST(n, v):
+        if n == "dst" and p.post_ops:  # the chain, on the value's final store
+            v = po.apply_c(v, p.post_ops, lambda i, op: f"{po.src1_name(i)}"
+                                                        f"[{idx[po.src1_name(i)]}]")
         return st(n, dt[n], idx[n], v, V)
+
+    def RAW(v):  # an intermediate value into dst (no post-ops)
+        return st("dst", dt["dst"], idx["dst"], v, V)
 
     loop = f"for (int c = l; c < {C}; c += {L})" if row else f"for (int c = 0; c < {C}; ++c)"
 
@@ -204,7 +226,7 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     {loop} {ST("dst", f"({x} - m) - t")}"""
             elif dt["dst"] == "f32":  # dst holds the exponentials until the last pass
                 body += f"""
-    {loop} {{ const {T} e = {ex}; {ST("dst", "e")} s += e; }}{reduce_("add", "s")}
+    {loop} {{ const {T} e = {ex}; {RAW("e")} s += e; }}{reduce_("add", "s")}
     const {T} r = 1.0f / s;
     {loop} {ST("dst", LD("dst") + " * r")}"""
             else:  # no double rounding: recompute the exponential
@@ -226,7 +248,8 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     {loop} {{ const {T} yv = {y}; {ST("diff_src", f"yv * ({dy} - s)")} }}"""
     if row and not p.subgroup and not local:
         local = f"__local float red[{L}];"
-    args = ", ".join(ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t))
+    args = ", ".join([ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t)]
+                     + [ptr_decl(n, "f32", True) for n in po_names])
     # ``restrict`` is wrong for in-place use: drop it
     args = args.replace(" *restrict ", " *")
     runtime = bool(free_vars(p))
@@ -253,7 +276,8 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
         attr = ""
         gsize = f"({rows} + {L - 1}) // {L} * {L}" if runtime else -(-rows // L) * L
     name = kernel_name(p)
-    src = f"""{io_preamble(dts, V)}
+    helpers = "".join(h[1] + "\n" for h in po.helpers(p.post_ops))
+    src = f"""{io_preamble(dts, V)}{helpers}
 __kernel void {attr}{name}({args})
 {{{head}
     {code}
@@ -261,6 +285,6 @@ __kernel void {attr}{name}({args})
 }}
 """
     if runtime:
-        return KernelSource(name, src, None, (L,), names_t + tuple(free_vars(p)),
+        return KernelSource(name, src, None, (L,), names_t + po_names + tuple(free_vars(p)),
                             grid=(gsize,))
-    return KernelSource(name, src, (gsize,), (L,), names_t)
+    return KernelSource(name, src, (gsize,), (L,), names_t + po_names)

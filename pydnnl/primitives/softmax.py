@@ -7,12 +7,28 @@ row where the axis is innermost in memory, else a work-item per row walking the 
 tensor is read and written through its own strides and inner blocks (plain, strided,
 ``nhwc``, blocked layouts), so nothing is copied; ``dst`` may be the ``src`` memory (and
 ``diff_src`` the ``diff_dst`` memory) when the descs agree.
+
+Forward takes oneDNN v3's post-ops for softmax, eltwise and binary entries (an f32 operand
+``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1`` whose dims equal dst's or are 1, folded with the
+tensors), applied as each value is finally stored. oneDNN's src/dst scales apply to int8
+softmax only, which is not implemented here; backward takes no attributes (as in oneDNN).
 """
 from __future__ import annotations
 
-from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, prop_kind
+from ..constants import (
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DST,
+    ARG_SRC,
+    algorithm,
+    arg_name,
+    prop_kind,
+)
 from ..error import invalid_arguments, unimplemented
 from ..kernels import softmax as K
+from ..kernels.binary import broadcast_layout
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.post_ops import src1_name
 from ..kernels.reduction import fold_dims, min_stride
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
@@ -20,6 +36,8 @@ from ..memory.desc import MemoryDesc
 from ..runtime.heuristics import softmax as H
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, check_in_place, primitive, primitive_desc_base
+from .post_ops import binary_arg
+from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 __all__ = ["softmax_forward", "softmax_backward"]
@@ -67,9 +85,32 @@ def check_desc(kind: str, name: str, md, allow_any: bool = True) -> MemoryDesc:
 
 
 def check_attr(kind: str, attr) -> None:
+    """Refuse any post-ops, scales or zero points (primitives that take no attributes)."""
     if len(attr.get_post_ops()) or attr.scales or attr.zero_points:
         raise unimplemented(f"{kind}: attr with post-ops, scales or zero points is not "
                             f"implemented (got {attr.key()!r})")
+
+
+def _backward_attr(kind: str, attr) -> None:
+    if len(attr.get_post_ops()) or attr.scales or attr.zero_points:
+        raise unimplemented(f"{kind}: attr with post-ops, scales or zero points (got "
+                            f"{attr.key()!r}); oneDNN defines none for backward propagation "
+                            f"(softmax_forward takes post-ops)")
+
+
+def _forward_attr(kind: str, attr, dst: MemoryDesc) -> tuple[tuple, dict]:
+    """``(post-op chain, {arg: ArgSpec})`` of ``attr`` for a forward writing ``dst``. oneDNN
+    v3's softmax forward takes eltwise and binary post-ops, and common (mask 0) src/dst
+    scales for int8 (s8/u8) softmax only."""
+    if attr.zero_points:
+        raise unimplemented(f"{kind}: attr with zero points (got {attr.key()!r}); oneDNN's "
+                            f"softmax takes none")
+    if attr.scales:
+        args = ", ".join(arg_name(a) for a in attr.scales)
+        raise unimplemented(f"{kind}: scales for {args}; oneDNN's softmax takes common src/dst "
+                            f"scales only for int8 (s8/u8) data, and s8/u8 softmax is not "
+                            f"implemented (f32, f16 and bf16 are)")
+    return resolve_post_ops(kind, attr, dst, allowed=("binary", "eltwise"))
 
 
 def _alg(kind: str, alg) -> algorithm:
@@ -114,8 +155,16 @@ class _softmax_pd(primitive_desc_base):
         self._order = order
         dims = tuple(mds[0].dims)
         lays = tuple(layout_of(md) for md in mds)
+        chain = getattr(self, "_post_ops", ())
+        # binary operands fold with the tensors (a broadcast dim: a zero term)
+        po_mds = [self._args[binary_arg(i)].md for i, op in enumerate(chain)
+                  if op[0] == "binary"]
+        po_lays = tuple(broadcast_layout(layout_of(md), md.dims, dims) for md in po_mds)
         roles = tuple("axis" if d == self._axis_v else "row" for d in range(len(dims)))
-        fdims, flays, froles = fold_dims(dims, lays, roles, keep=(self._axis_v,))
+        fdims, flays, froles = fold_dims(dims, lays + po_lays, roles, keep=(self._axis_v,))
+        flays, po_flays = flays[:len(lays)], iter(flays[len(lays):])
+        chain = tuple(("binary", op[1], next(po_flays), (), 0) if op[0] == "binary" else op
+                      for op in chain)
         axis = froles.index("axis")
         info = self.get_engine().info
         C = fdims[axis]
@@ -127,19 +176,21 @@ class _softmax_pd(primitive_desc_base):
         vec = 1
         if row:
             wg = H.softmax_row_wg(info, C)
-        else:
+        else:  # post-ops apply per element: one position per work-item
             vec = next((v for v in H.softmax_strided_vecs(info)
-                        if K.vec_ok(fdims, axis, flays, v)), 1)
+                        if K.vec_ok(fdims, axis, flays, v)), 1) if not chain else 1
             wg = H.softmax_strided_wg(info, vec)
         self._problem = K.SoftmaxProblem(
             log=self._alg == algorithm.softmax_log, backward=backward,
             dims=fdims, axis=axis, layouts=flays, variant="row" if row else "strided", wg=wg,
             dts=tuple(md.data_type.name for md in mds),
             subgroup=row and H.row_subgroup(info, wg),
-            online=row and not backward and H.softmax_online(info), vec=vec)
+            online=row and not backward and H.softmax_online(info), vec=vec, post_ops=chain)
         self._impl = f"ocl:softmax:{self._problem.variant}"
         self._info = (f"alg:{self._alg.name} axis:{self._axis_v} "
-                      f"{'x'.join(map(str, dims))}")
+                      f"{'x'.join(map(str, dims))}"
+                      + (f" attr-post-ops:{describe_post_ops(self._post_ops)}"
+                         if chain else ""))
         self._finish_scratchpad(0)
 
 
@@ -150,7 +201,9 @@ class _softmax_primitive(primitive):
         names = K.arg_names(pd._problem.backward)
         # the outer count (minibatch) a kernel argument: one program for every outer count
         problem, sizes = K.runtime_form(pd._problem)
-        plan.kernel("softmax", problem, K.build_softmax,
+        operands = {src1_name(i): Ref(binary_arg(i)) for i, op in enumerate(problem.post_ops)
+                    if op[0] == "binary"}
+        plan.kernel("softmax", problem, K.build_softmax, **operands,
                     **{n: Ref(a) for n, a in zip(names, pd._order)}, **sizes)
 
     def _execute(self, s, args) -> None:
@@ -196,9 +249,10 @@ class softmax_forward(_softmax_primitive):
             if dst.is_any():
                 dst = follow(src, dt=dst.data_type)
             check_desc(kind, "dst_desc", dst)
-            check_attr(kind, self._attr)
+            self._post_ops, po_args = _forward_attr(kind, self._attr, dst)
             self._args[ARG_SRC] = ArgSpec(src, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
+            self._args.update(po_args)
             self._finish((ARG_SRC, ARG_DST))
 
 
@@ -254,7 +308,7 @@ class softmax_backward(_softmax_primitive):
             for name, md in (("dst_desc", dst), ("diff_dst_desc", ddst),
                              ("diff_src_desc", dsrc)):
                 check_desc(kind, name, md)
-            check_attr(kind, self._attr)
+            _backward_attr(kind, self._attr)
             self._args[ARG_DST] = ArgSpec(dst, False)
             self._args[ARG_DIFF_DST] = ArgSpec(ddst, False)
             self._args[ARG_DIFF_SRC] = ArgSpec(dsrc, True)
