@@ -56,6 +56,9 @@ class EltwiseFlat:
     # is never divided by (``(0,)``: the operands are read at their offset0 + ``i``)
     post_ops: tuple = ()
     po_dims: tuple[int, ...] = (0,)
+    # a run-time ``count`` known to be a whole number of ``wg * iters`` blocks (a class of
+    # its own): the kernel then checks no bound, exactly the baked kernel's code
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,11 +113,17 @@ def flat_runtime(p: EltwiseFlat) -> tuple[EltwiseFlat, dict]:
     """The run-time-size form of ``p``: ``(problem, values)``, the element count a size
     variable ``nelems`` (bind ``values`` at launch). One program then serves every tensor of
     the (algorithm, alpha, beta, data types, offsets) class: the kernel divides nothing, its
-    only run-time guard is ``i < nelems`` (unrolled steps on GPUs: one per step)."""
+    only run-time guard is ``i < nelems`` (unrolled steps on GPUs: one per step), and counts
+    that are whole blocks (:func:`whole_blocks`) form a class without it."""
     from dataclasses import replace
 
-    return (replace(p, count=size_var("nelems"), sizes=(None,) * len(p.sizes)),
-            {"nelems": int(p.count)})
+    return (replace(p, count=size_var("nelems"), sizes=(None,) * len(p.sizes),
+                    whole=whole_blocks(p)), {"nelems": int(p.count)})
+
+
+def whole_blocks(p: EltwiseFlat) -> bool:
+    """Whether ``p``'s count is a whole number of work-group blocks (``wg * iters``)."""
+    return not is_var(p.count) and p.count > 0 and p.count % (p.wg * p.iters) == 0
 
 
 def _value(p, idx_of, at=None):
@@ -174,6 +183,9 @@ def build_flat(p: EltwiseFlat):
                          name=kernel_name(p), lang_version=(2018, 2),
                          target=lp.PyOpenCLTarget())
     if is_var(p.count):
+        if p.whole:
+            block = p.wg * p.iters
+            knl = lp.assume(knl, f"{p.count.name} mod {block} = 0 and {p.count.name} >= {block}")
         knl = lp.split_iname(knl, "i", p.wg, inner_tag="l.0", outer_iname="i_blk",
                              inner_iname="i_l")
         if p.iters > 1:

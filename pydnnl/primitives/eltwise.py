@@ -210,7 +210,7 @@ class _eltwise_pd(primitive_desc_base):
             p = K.EltwiseFlat(count=count, offsets=tuple(md.offset0 for md in mds),
                               sizes=sizes, wg=wg, iters=iters, post_ops=chain,
                               po_dims=po_dims, **common)
-            if not H.runtime_count(eng.info, self._alg):
+            if not H.runtime_count(eng.info, self._alg, K.whole_blocks(p)):
                 return "eltwise_flat", K.build_flat, p, {}
             return ("eltwise_flat", K.build_flat) + K.flat_runtime(p)
         return "eltwise_strided", K.build_strided, K.EltwiseStrided(

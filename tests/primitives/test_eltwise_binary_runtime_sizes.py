@@ -161,3 +161,39 @@ def test_transcendental_eltwise_keeps_its_count_baked_on_cpus():
     assert not runtime_count(cpu, A.eltwise_gelu_erf)
     assert not runtime_count(cpu, A.eltwise_tanh_use_dst_for_bwd)
 
+
+
+def test_whole_block_counts_share_an_unguarded_program(engine, stream, requested):
+    """Counts that are a whole number of work-group blocks form their own run-time class on
+    every device, transcendental algorithms included: two such tensors share one program,
+    whose source checks no bound (the baked kernel's code), and compute the reference."""
+    from pydnnl.kernels import eltwise as KE
+    from pydnnl.runtime.heuristics.eltwise import flat_params
+
+    wg, iters = flat_params(engine.info, 1 << 20)
+    block = wg * iters
+    first = None
+    for k, dims in enumerate(([2, block // 4, 2, 2], [5, block // 4, 1, 4])):
+        x = _x(30 + k, dims)
+        y = _eltwise(engine, stream, A.eltwise_gelu_erf, 0.0, x, "abcd")
+        np.testing.assert_allclose(y, ref_eltwise.eltwise_forward(A.eltwise_gelu_erf, x, 0.0,
+                                                                  0.0), rtol=2e-6, atol=1e-6)
+        keys = {(fam, key) for fam, key in requested if fam == "eltwise_flat"}
+        assert keys, requested
+        if first is None:
+            first = keys
+            requested.clear()
+    assert keys <= first, sorted(keys - first)
+    p = KE.EltwiseFlat(alg=int(A.eltwise_gelu_erf), alpha=0.0, beta=0.0, backward=False,
+                       count=4 * block, offsets=(0, 0), sizes=(4 * block,) * 2, wg=wg,
+                       iters=iters)
+    q, values = KE.flat_runtime(p)
+    assert q.whole and values == {"nelems": 4 * block}
+    src = KE.build_flat(q)
+    import loopy as lp
+
+    body = lp.generate_code_v2(src).device_code()
+    body = body[body.index("pydnnl_eltwise_fwd("):]
+    assert "nelems" in body and " if " not in body and "if (" not in body, body
+    assert not KE.flat_runtime(KE.EltwiseFlat(**{**p.__dict__, "count": 4 * block + 3,
+                                                 "sizes": (4 * block + 3,) * 2}))[0].whole
