@@ -91,13 +91,15 @@ def test_gpu_rule_fills_the_compute_units():
 
 
 def test_slice_count_is_a_run_time_value(engine, stream, forced_split, spy_kernels):
-    """Two slice counts of one GEMM (k = 48 in 2 slices, then in 4): the batched products
+    """Two slice counts of one GEMM (k = 512 in 2 slices, then in 4): the batched products
     take their count and slice length at run time, the reduction its count, so the second
     asks for no kernel the first did not; both against numpy. (A's leading dimension, the
     whole k, stays baked: another k makes other programs.)"""
     seen = spy_kernels(("gemm", "splitk_reduce"))
     keys = []
-    for slices, k in ((2, 48), (4, 48)):
+    # slices of at least one k tile: a shorter k keeps its own smaller tile on GPUs
+    # (runtime.gemm.runtime_k)
+    for slices, k in ((2, 512), (4, 512)):
         forced_split(slices)
         seen.clear()
         m, n = 5, 19
