@@ -22,6 +22,9 @@ computed in f32, rounded once on store with oneDNN's rules (``clhelpers``).
   clamped inside the source and the padding masked by selects; where the lanes run along
   N or C (the window the same for a row's lanes), a window wholly inside the source takes
   plain loads (a branch uniform across the lanes).
+* forward post-ops (eltwise and binary entries, :mod:`pydnnl.kernels.post_ops`) apply to the
+  value as it is stored; a binary operand (``po<i>_src1``, f32, after the workspace) is read
+  at the output element's position through its own layout, its strides run-time with dst's.
 * bounds checks of the range only where it is rounded up to whole work-groups.
 * backward, a gather with no atomics: ``diff_src[x] = sum`` over the windows ``o`` that
   cover ``x``, at most ``ceil(extent / stride)`` per dim, walked from the highest ``o = (x +
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from . import post_ops as po
 from .sizevars import free_vars, is_var, size_var
 from .source import KernelSource
 
@@ -91,6 +95,10 @@ class PoolProblem:
     rt_r0: object = None
     rt_hi: object = None
     lane_exact: bool = True
+    # forward only: a post-op chain (:mod:`pydnnl.kernels.post_ops`: eltwise and binary
+    # entries) applied to each value before its store; a binary entry's layout is its
+    # operand's over the five dims (a broadcast dim a zero term)
+    post_ops: tuple = ()
 
     @property
     def out_dims(self) -> tuple[int, ...]:
@@ -451,6 +459,13 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
     if ws:
         args.append(f"__global {ws} *restrict ws")
         names += ("ws",)
+    if po.reads_prior(p.post_ops):
+        raise ValueError("pooling kernel: a sum post-op is not implemented (oneDNN's pooling "
+                         "takes eltwise and binary ones)")
+    for i, op in enumerate(p.post_ops):
+        if op[0] == "binary":
+            args.append(f"__global const float *restrict {po.src1_name(i)}")
+            names += (po.src1_name(i),)
     ln = lanes_of(p)
     body, split, x = _decompose(p, it, ln)
     body.append(f"    const {it} o_off = {_offset(p.dst_layout, x, split=split)};")
@@ -491,10 +506,13 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
         body.append(f"    acc = acc / {float(KD * KH * KW)!r}f;")
     elif p.alg == "avg_np":
         body.append("    acc = acc / (float)cnt;")
-    body.append(f"    dst[o_off] = {st[p.dst_dt]}(acc);")
+    value = po.apply_c("acc", p.post_ops,
+                       lambda i, op: f"{po.src1_name(i)}[{_offset(op[2], x, split=split)}]")
+    body.append(f"    dst[o_off] = {st[p.dst_dt]}({value});")
     if ws:
         body.append(f"    ws[w_off] = ({ws})arg;")
-    src = (helpers + f"__kernel void pydnnl_pool_fwd({', '.join(args)})\n{{\n"
+    src = (helpers + "".join(h[1] + "\n" for h in po.helpers(p.post_ops))
+           + f"__kernel void pydnnl_pool_fwd({', '.join(args)})\n{{\n"
            + "\n".join(body) + "\n}\n")
     return src, names
 
@@ -619,6 +637,8 @@ def build_pooling(p: PoolProblem) -> KernelSource:
     diff_src[, ws])`` over a 2-D range (see :class:`Lanes`)."""
     if p.alg not in ALGS or p.direction not in ("fwd", "bwd"):
         raise ValueError(f"pooling kernel: bad alg {p.alg!r} or direction {p.direction!r}")
+    if p.post_ops and p.direction != "fwd":
+        raise ValueError("pooling kernel: post-ops are forward only")
     it = "long" if p.wide else "int"
     src, names = (_forward if p.direction == "fwd" else _backward)(p, it)
     name = "pydnnl_pool_fwd" if p.direction == "fwd" else "pydnnl_pool_bwd"
@@ -656,6 +676,7 @@ def runtime_form(p: PoolProblem, keep_lane_dim: bool,
     channels, a backward whose lanes walk their own window range (fewer windows than
     candidates: global pooling) and a minibatch of 1 that would move the lanes."""
     lays = [p.src_layout, p.dst_layout] + ([p.ws_layout] if p.ws_layout is not None else [])
+    lays += [op[2] for op in p.post_ops if op[0] == "binary"]
     if (p.c_iter != p.c or not p.axes
             or any(blk > 1 or inner for lay in lays for blk, _s, inner in lay[1])):
         return None
@@ -720,6 +741,10 @@ def runtime_form(p: PoolProblem, keep_lane_dim: bool,
                 dst_layout=strides(p.dst_layout, dst_rt, full + p.dst_sp, "g"),
                 ws_layout=None if p.ws_layout is None
                 else strides(p.ws_layout, dst_rt, full + p.dst_sp, "w"),
+                post_ops=tuple(
+                    ("binary", op[1], strides(op[2], dst_rt, full + p.dst_sp, f"p{i}_"),
+                     op[3], op[4]) if op[0] == "binary" else op
+                    for i, op in enumerate(p.post_ops)),
                 axes=tuple((d, sym[d] if d in out_rt else size, m) for d, size, m in axes))
     d0 = axes[0][0]
     if d0 in out_rt:

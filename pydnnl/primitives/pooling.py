@@ -23,6 +23,11 @@ from them as arguments (:func:`~pydnnl.kernels.pooling.runtime_form`), so a new 
 image size of the same layouts, window and channel count reuses the compiled programs. On
 CPUs only the minibatch: run-time strides in every tap's address cost them 9-30%
 (``heuristics.pooling.runtime_spatial``).
+
+Forward takes oneDNN v3's post-ops for pooling, eltwise and binary entries (an f32 operand
+``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1`` whose dims equal dst's or are 1), applied in the
+kernel's store (global pooling then runs the pooling kernel, not the reduction); backward
+takes no attributes (as in oneDNN).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
+from ..kernels.binary import broadcast_layout
 from ..kernels.pooling import (
     PoolProblem,
     build_pooling,
@@ -50,6 +56,8 @@ from ..kernels.pooling import (
     row_launches,
     runtime_form,
 )
+from ..kernels.post_ops import describe as describe_post_ops
+from ..kernels.post_ops import src1_name
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
@@ -61,6 +69,8 @@ from ..runtime.heuristics.pooling import (
 )
 from ..runtime.plan import Plan, Ref
 from .base import ArgSpec, primitive, primitive_desc_base
+from .post_ops import binary_arg
+from .post_ops import resolve as resolve_post_ops
 from .reduction import plan_stages, stages_plan
 from .signature import BOOL, DIMS, Signature, bind
 
@@ -196,9 +206,14 @@ class _pool_pd_base(primitive_desc_base):
                 raise unimplemented(f"{kind}: {n} data type {md.data_type.name}; f32, bf16 "
                                     f"and f16 are implemented")
         at = self._attr
-        if len(at.get_post_ops()) or at.scales or at.zero_points:
-            raise unimplemented(f"{kind}: post-ops, scales and zero points in attr are not "
-                                f"implemented")
+        self._post_ops = ()
+        if not self._fwd and (len(at.get_post_ops()) or at.scales or at.zero_points):
+            raise unimplemented(f"{kind}: attr with post-ops, scales or zero points (got "
+                                f"{at.key()!r}); oneDNN defines none for backward "
+                                f"propagation (pooling_forward takes post-ops)")
+        if at.scales or at.zero_points:
+            raise unimplemented(f"{kind}: attr with scales or zero points (got {at.key()!r}); "
+                                f"oneDNN's pooling takes eltwise and binary post-ops only")
         self._p, self._nsp = p, nsp
         self._src_names = names
         self._resolve(src, dst, hint)
@@ -239,7 +254,8 @@ class _pool_pd_base(primitive_desc_base):
                            ("s", self._p["strides"]), ("p", self._p["padding_l"]),
                            ("d", self._p["dilation"])):
             text += "".join(f"{what}{a}{v}" for a, v in zip(sp, vals))
-        self._info = f"alg:{_ALG[self._alg]} {text}"
+        self._info = f"alg:{_ALG[self._alg]} {text}" + (
+            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
         self._impl = "ocl:pool"
 
     def _problem(self, engine, direction: str, src: MemoryDesc, dst: MemoryDesc,
@@ -262,8 +278,21 @@ class _pool_pd_base(primitive_desc_base):
             src_layout=_five(layout_of(src), nsp), dst_layout=_five(layout_of(dst), nsp),
             ws_layout=None if ws is None else _five(layout_of(ws), nsp),
             axes=iteration_axes(out_layout, out_dims), wide=big > _INT32_MAX // 2,
-            src_dt=src.data_type.name, dst_dt=dst.data_type.name)
+            src_dt=src.data_type.name, dst_dt=dst.data_type.name,
+            post_ops=self._kernel_chain(dst) if direction == "fwd" else ())
         return self._sized(engine, prob)
+
+    def _kernel_chain(self, dst: MemoryDesc) -> tuple:
+        """The post-op chain with each binary operand's layout over the kernel's five dims
+        (a broadcast dim a zero term)."""
+        out = []
+        for i, op in enumerate(self._post_ops):
+            if op[0] == "binary":
+                md = self._args[binary_arg(i)].md
+                lay = _five(broadcast_layout(layout_of(md), md.dims, dst.dims), self._nsp)
+                op = ("binary", op[1], lay, (), 0)
+            out.append(op)
+        return tuple(out)
 
     @staticmethod
     def _sized(engine, prob: PoolProblem) -> PoolProblem:
@@ -337,8 +366,11 @@ class pooling_forward(primitive):
         def _resolve(self, src, dst, hint) -> None:
             if dst.is_any():
                 dst = _like(src, dst.dims, dst.data_type)
+            self._post_ops, po_args = resolve_post_ops(self._kind, self._attr, dst,
+                                                       allowed=("binary", "eltwise"))
             self._args[ARG_SRC] = ArgSpec(src, False)
             self._args[ARG_DST] = ArgSpec(dst, True)
+            self._args.update(po_args)
             if self._alg == algorithm.pooling_max and self._prop == prop_kind.forward_training:
                 self._args[ARG_WORKSPACE] = ArgSpec(self._ws_desc(dst), True)
             self._describe(src, dst)
@@ -363,6 +395,8 @@ class pooling_forward(primitive):
             packed several per work-group on GPUs, where the pooling kernel's lanes along a
             width of 7 wasted most of each vector.)"""
             p = self._p
+            if self._post_ops:  # the pooling kernel fuses them; the reduction takes none
+                return None
             if (any(tuple(m.padded_dims) != tuple(m.dims) for m in (src, dst))
                     or tuple(p["kernel"]) != tuple(src.dims[2:])
                     or any(v != 1 for v in dst.dims[2:])
@@ -386,6 +420,8 @@ class pooling_forward(primitive):
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ws is not None:
             named["ws"] = Ref(ARG_WORKSPACE)
+        named.update({src1_name(i): Ref(binary_arg(i)) for i, op in enumerate(pd._post_ops)
+                      if op[0] == "binary"})
         for part, sizes in pd._kernels(pd.get_engine(), prob):
             plan.kernel("pooling", part, build_pooling, **named, **sizes)
 
