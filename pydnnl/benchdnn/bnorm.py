@@ -1,17 +1,18 @@
-"""benchdnn's bnorm driver: ``--bnorm [--dir=FWD_D|FWD_I|BWD_D|BWD_DW] [--flags=GCHRS]
+"""benchdnn's bnorm driver: ``--bnorm [--dir=FWD_D|FWD_I|BWD_D|BWD_DW] [--flags=GCHRAS]
 [--tag=nchw] [--mb=N] [--inplace=BOOL] mbXicX_idXihXiwX_epsY_nS``.
 
 Flags as benchdnn spells them: ``G`` use_global_stats, ``C`` use_scale, ``H`` use_shift,
-``R`` fuse_norm_relu, ``S`` the older use_scaleshift (= ``CH``); ``A``
-(fuse_norm_add_relu) is not implemented. Problem: ``mb`` defaults to 2 and ``eps`` to 1/16;
-missing smaller spatial dims copy the largest given (``ih14`` is 14x14, ``id4`` 4x4x4), no
-spatial dim at all is a 2-D ``N x C`` problem.
+``R`` fuse_norm_relu, ``A`` fuse_norm_add_relu (``ARG_SRC_1`` in dst's desc forward,
+``ARG_DIFF_SRC_1`` in diff_dst's backward), ``S`` the older use_scaleshift (= ``CH``).
+Problem: ``mb`` defaults to 2 and ``eps`` to 1/16; missing smaller spatial dims copy the
+largest given (``ih14`` is 14x14, ``id4`` 4x4x4), no spatial dim at all is a 2-D ``N x C``
+problem.
 
 Mode C checks every output against the float64 numpy reference (backward: statistics from
 the reference, the workspace from the forward primitive). Mode P times the primitive of
 ``--dir`` alone; ``gbs`` counts each tensor once (src and dst forward; src, diff_dst and
 diff_src backward), so a forward that computes statistics, which reads src twice, tops out
-near two thirds of ``copy_gbs``.
+near two thirds of ``copy_gbs``; ``A`` adds src_1 (forward) or diff_src_1 (backward).
 """
 from __future__ import annotations
 
@@ -31,15 +32,14 @@ F = dnnl.normalization_flags
 DIRS = {"FWD_D": dnnl.prop_kind.forward_training, "FWD_I": dnnl.prop_kind.forward_inference,
         "BWD_D": dnnl.prop_kind.backward_data, "BWD_DW": dnnl.prop_kind.backward}
 _FLAG_CHARS = {"G": F.use_global_stats, "C": F.use_scale, "H": F.use_shift,
-               "R": F.fuse_norm_relu, "S": F.use_scale | F.use_shift}
+               "R": F.fuse_norm_relu, "A": F.fuse_norm_add_relu,
+               "S": F.use_scale | F.use_shift}
 
 
 def parse_flags(text: str, allowed: str) -> F:
     """benchdnn's ``--flags`` letters as normalization_flags."""
     flags = F.none
     for ch in text.upper():
-        if ch == "A" and "A" in allowed:
-            raise unimplemented("--flags: A (fuse_norm_add_relu) is not implemented")
         if ch not in allowed or ch not in _FLAG_CHARS:
             raise invalid_arguments(f"--flags={text}: unknown flag {ch!r}; expected letters of "
                                     f"{allowed}")
@@ -130,7 +130,9 @@ class BnormBench:
         self.gmean = rng.standard_normal(C).astype(np.float32)
         self.gvar = rng.uniform(0.5, 4, C).astype(np.float32)
         self.dy = rng.standard_normal(self.dims).astype(np.float32)
+        self.z = rng.standard_normal(self.dims).astype(np.float32)  # src_1
         fl = self.flags
+        self.add = bool(fl & F.fuse_norm_add_relu)
         self.g = bool(fl & F.use_global_stats)
         fwd_prop = self.prop if self.dir.startswith("FWD") else dnnl.prop_kind.forward_training
         t0 = time.perf_counter()
@@ -155,6 +157,9 @@ class BnormBench:
         self.x = a[dnnl.ARG_SRC].to_numpy().astype(np.float32)  # as stored
         a[dnnl.ARG_DST] = a[dnnl.ARG_SRC] if self.inplace else mem(self.md)
         specs = pd.arg_specs()
+        if self.add:
+            a[dnnl.ARG_SRC_1] = mem(pd.dst_desc(3), self.z)
+            self.z = a[dnnl.ARG_SRC_1].to_numpy().astype(np.float32)  # as stored
         if dnnl.ARG_MEAN in specs:
             a[dnnl.ARG_MEAN] = mem(pd.mean_desc(), self.gmean if self.g else None)
             a[dnnl.ARG_VARIANCE] = mem(pd.variance_desc(), self.gvar if self.g else None)
@@ -173,6 +178,8 @@ class BnormBench:
         b[dnnl.ARG_DIFF_DST] = mem(self.md, self.dy)
         self.dy = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float32)
         b[dnnl.ARG_DIFF_SRC] = mem(self.md)
+        if self.add:
+            b[dnnl.ARG_DIFF_SRC_1] = mem(bpd.diff_dst_desc(1))
         for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
             if k in bpd.arg_specs():
                 b[k] = mem(bpd.diff_weights_desc())
@@ -192,9 +199,10 @@ class BnormBench:
         fl = self.flags
         sc = self.scale if fl & F.use_scale else None
         sh = self.shift if fl & F.use_shift else None
-        relu = bool(fl & F.fuse_norm_relu)
+        relu = bool(fl & (F.fuse_norm_relu | F.fuse_norm_add_relu))
         y, m, v = ref.batch_norm_forward(self.x, self.eps, self.gmean if self.g else None,
-                                         self.gvar if self.g else None, sc, sh, relu)
+                                         self.gvar if self.g else None, sc, sh, relu,
+                                         self.z if self.add else None)
         pairs = []
         if self.bwd is None:
             pairs.append((self.fargs[dnnl.ARG_DST].to_numpy(), y))
@@ -214,6 +222,9 @@ class BnormBench:
             dx, dsc, dsh = ref.batch_norm_backward(self.x, self.dy, mean, var, self.eps, sc,
                                                    self.g, mask)
             pairs.append((self.bargs[dnnl.ARG_DIFF_SRC].to_numpy(), dx))
+            if self.add:  # the masked diff_dst
+                pairs.append((self.bargs[dnnl.ARG_DIFF_SRC_1].to_numpy(),
+                              np.where(mask, self.dy, 0.0)))
             if dnnl.ARG_DIFF_SCALE in self.bargs:
                 pairs.append((self.bargs[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc))
             if dnnl.ARG_DIFF_SHIFT in self.bargs:
@@ -221,9 +232,14 @@ class BnormBench:
         return max(float(np.abs(g - w).max() / max(1.0, float(np.abs(w).max())))
                    for g, w in pairs)
 
+    def tensors(self) -> int:
+        """How many full tensors the timed primitive moves: src and dst forward; src,
+        diff_dst and diff_src backward; plus src_1 or diff_src_1 with ``A``."""
+        return (3 if self.bwd is not None else 2) + self.add
+
     def nbytes(self) -> int:
         n = math.prod(self.dims) * self.md.get_size() // math.prod(self.dims)
-        return 3 * n if self.bwd is not None else 2 * n
+        return self.tensors() * n
 
 
 def _torch_ms(b: BnormBench, min_seconds: float) -> float | None:
@@ -236,19 +252,23 @@ def _torch_ms(b: BnormBench, min_seconds: float) -> float | None:
     C = b.dims[1]
     rm, rv = torch.zeros(C, device=dev), torch.ones(C, device=dev)
     w, bias = torch.tensor(b.scale, device=dev), torch.tensor(b.shift, device=dev)
-    training = not b.g and b.dir == "FWD_D"
+    # batch statistics in forward training and in the backward's forward
+    training = not b.g and (b.dir == "FWD_D" or b.bwd is not None)
+    z = torch.tensor(b.z, device=dev) if b.add else None
+
+    def fwd(xv, wv):
+        out = torch.nn.functional.batch_norm(xv, rm, rv, wv, bias, training=training,
+                                             eps=b.eps)
+        return torch.relu(out + z) if z is not None else out
     if b.bwd is None:
-        return torch_time_ms(lambda: torch.nn.functional.batch_norm(
-            x, rm, rv, w, bias, training=training, eps=b.eps), dev, min_seconds)
+        return torch_time_ms(lambda: fwd(x, w), dev, min_seconds)
     xg = x.clone().requires_grad_(True)
     wg = w.clone().requires_grad_(True)
     dy = torch.tensor(b.dy, device=dev)
 
     def step():
         with torch.enable_grad():
-            out = torch.nn.functional.batch_norm(xg, rm, rv, wg, bias, training=not b.g,
-                                                 eps=b.eps)
-            torch.autograd.grad(out, (xg, wg), dy)
+            torch.autograd.grad(fwd(xg, wg), (xg, wg), dy)
     return torch_time_ms(step, dev, min_seconds)
 
 
@@ -276,6 +296,6 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
         peer = ("torch", _torch_ms(b, min_seconds))
     nbytes = b.nbytes()
     print(perf_line("bnorm", desc, problem, b.create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
-                    copy=copy_gbs(eng, nbytes // (3 if b.bwd is not None else 2))),
+                    copy=copy_gbs(eng, nbytes // b.tensors())),
           flush=True)
     return 0
