@@ -908,7 +908,7 @@ class LnRows:
 LN_ROWS, LN_GROUPS = "nrows", "ngroups"
 
 
-def ln_runtime_form(p: LnRows) -> tuple[LnRows, dict]:
+def ln_runtime_form(p):
     """The run-time-size form of ``p``: ``(problem, values)`` with the leading dims merged
     into one dim of ``nrows`` rows, a size variable bound at launch. Applies where every
     tensor is plain and its leading dims lie back to back (dense batch x sequence x C rows:
@@ -916,7 +916,9 @@ def ln_runtime_form(p: LnRows) -> tuple[LnRows, dict]:
     the baked row stride (the innermost leading dim's: C, the channel count, in dense
     tensors); the kernel divides by nothing run-time. One program then serves every batch
     and sequence length of the class (C, layouts' inner strides, data types, work-group).
-    ``(p, {})`` otherwise (blocked or permuted leading dims: their sizes stay baked)."""
+    ``(p, {})`` otherwise (blocked or permuted leading dims: their sizes stay baked).
+    ``p`` an :class:`LnScaleShiftReduce` (the GPUs' scale/shift gradient): the same, and its
+    chunk count the size variable ``ngroups`` too."""
     from .sizevars import is_var, size_var
 
     nd = len(p.dims)
@@ -925,7 +927,7 @@ def ln_runtime_form(p: LnRows) -> tuple[LnRows, dict]:
     lead = [d for d in range(nd - 1) if p.dims[d] > 1]
     if not lead:
         return p, {}
-    full = [lay for lay in (p.x, p.out, p.dy) if lay is not None]
+    full = [lay for lay in (p.x, getattr(p, "out", None), p.dy) if lay is not None]
     stats = [lay for lay in (p.stat, p.var) if lay is not None]
     for lay in full + stats:
         if any(blk != 1 or inner for blk, _s, inner in lay[1]):
@@ -941,6 +943,11 @@ def ln_runtime_form(p: LnRows) -> tuple[LnRows, dict]:
     from dataclasses import replace
 
     rows = math.prod(p.dims[:-1])
+    if isinstance(p, LnScaleShiftReduce):
+        q = replace(p, dims=(size_var(LN_ROWS), p.dims[-1]), x=row(p.x, True),
+                    dy=row(p.dy, True), stat=row(p.stat, False), var=row(p.var, False),
+                    groups=size_var(LN_GROUPS))
+        return q, {LN_ROWS: int(rows), LN_GROUPS: int(p.groups)}
     q = replace(p, dims=(size_var(LN_ROWS), p.dims[-1]), x=row(p.x, True),
                 out=row(p.out, True), dy=None if p.dy is None else row(p.dy, True),
                 stat=row(p.stat, False), var=row(p.var, False))
@@ -1161,14 +1168,19 @@ class LnScaleShiftReduce:
 
 def build_ln_ss_reduce(p: LnScaleShiftReduce) -> KernelSource:
     from .reduction import io_preamble, ld, ptr_decl
+    from .sizevars import free_vars
 
     C = p.dims[-1]
-    rows = math.prod(p.dims[:-1])
-    chunk = -(-rows // p.groups)
+    runtime = bool(free_vars(p))  # :func:`ln_runtime_form`: rows and chunks as arguments
+    rows = LN_ROWS if runtime else math.prod(p.dims[:-1])
+    chunk = "chunk" if runtime else -(-rows // p.groups)
     code, idx, lead = _ln_index(p.dims)
     args = [ptr_decl("src", p.xdt, True), ptr_decl("diff_dst", p.dydt, True),
             "__global const float *restrict mean", "__global const float *restrict variance",
             "__global float *restrict part", "const int p_off"]
+    args += [f"const int {n}" for n in free_vars(p)]
+    pre = (f"\n    const int chunk = ({LN_ROWS} + {LN_GROUPS} - 1) / {LN_GROUPS};"
+           if runtime else "")
     name = "pydnnl_ln_ss_reduce"
     x_at = ld("src", p.xdt, offset_expr(p.x, idx))
     dy_at = ld("diff_dst", p.dydt, offset_expr(p.dy, idx))
@@ -1177,7 +1189,7 @@ def build_ln_ss_reduce(p: LnScaleShiftReduce) -> KernelSource:
         # are re-touched next block at the neighbouring cache line (pages stay hot)
         head = f"""
     const int l = get_local_id(0);
-    const int g = get_group_id(1);
+    const int g = get_group_id(1);{pre}
     const int r_end = min({rows}, (g + 1) * {chunk});
     for (int c = l; c < {C}; c += {p.wg}) {{"""
         tail = "\n    }"
@@ -1186,7 +1198,7 @@ def build_ln_ss_reduce(p: LnScaleShiftReduce) -> KernelSource:
         head = f"""
     const int c = get_global_id(0);
     const int g = get_global_id(1);
-    if (c >= {C}) return;
+    if (c >= {C}) return;{pre}
     const int r_end = min({rows}, (g + 1) * {chunk});
     {{"""
         tail = "\n    }"
@@ -1207,6 +1219,9 @@ __kernel void __attribute__((reqd_work_group_size({p.wg}, 1, 1)))
     part[p_off + (g * {C} + c) * 2 + 1] = a1;{tail}
 }}
 """
+    if runtime:
+        return KernelSource(name, src, None, (p.wg, 1), _arg_names(args),
+                            grid=(str(gsize[0]), LN_GROUPS))
     return KernelSource(name, src, gsize, (p.wg, 1), _arg_names(args))
 
 

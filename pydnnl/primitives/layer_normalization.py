@@ -274,10 +274,12 @@ class layer_normalization_backward(primitive):
                                      groups=pd.groups, wg=pd.ss_wg, col_loop=pd.col_loop,
                                      xdt=src.data_type.name,
                                      dydt=pd._args[ARG_DIFF_DST].md.data_type.name)
+            # rows and chunk count at run time where the row kernel's are (dense rows)
+            red, rsizes = ln_runtime_form(red)
             plan.kernel("ln_ss_reduce", red, build_ln_ss_reduce, src=Ref(ARG_SRC),
                         diff_dst=Ref(ARG_DIFF_DST), mean=Ref(ARG_MEAN),
-                        variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0)
-            self._finalize(plan, C, planar=False)
+                        variance=Ref(ARG_VARIANCE), part=SCRATCH, p_off=0, **rsizes)
+            self._finalize(plan, C, planar=False, runtime=bool(rsizes))
         runtime = self._rows(plan, dims, C, x, dy, stat, src)
         if pd.fused_ss:
             self._finalize(plan, C, planar=True, runtime=runtime)

@@ -247,6 +247,32 @@ def test_layer_norm_new_row_count_needs_no_new_kernel(engine, stream, requested,
     _same_class(requested, first)
 
 
+@pytest.mark.parametrize("case", list(LNORM_CLASSES))
+def test_layer_norm_reduce_path_new_row_count_needs_no_new_kernel(engine, stream, requested,
+                                                                  monkeypatch, case):
+    """The scale/shift gradient as a reduce kernel over chunks of rows and a finalize (GPUs'
+    rule; forced here on every device): both take the row count and the chunk count at run
+    time, so a new row count reuses them; the gradients against the reference."""
+    from pydnnl.runtime.heuristics import normalization as rules
+
+    monkeypatch.setattr(rules, "ln_bwd_fused_ss", lambda info, cache: False)
+    t, d0, d1 = LNORM_CLASSES[case]
+    first = None
+    for k, dims in enumerate((d0, d1)):
+        d = _ln_data(40 + k, dims)
+        got = _lnorm(engine, stream, d, t, F.use_scale | F.use_shift, dnnl.prop_kind.backward)
+        dx, dscale, dshift = RN.layer_norm_backward(d["x"], d["dy"], got["mean"], got["var"],
+                                                    EPS, scale=d["scale"])
+        _ln_close(got["dx"], dx)
+        _ln_close(got["dscale"], dscale, 1e-4)
+        _ln_close(got["dshift"], dshift, 1e-4)
+        if first is None:
+            first = set(requested)
+            assert any(fam == "ln_ss_reduce" for fam, _ in first), first
+            requested.clear()
+    _same_class(requested, first)
+
+
 def test_layer_norm_runtime_form_needs_chained_leading_dims():
     lay = lambda *st: (0, tuple((1, s, ()) for s in st))  # noqa: E731
     p = KN.LnRows(dims=(3, 5, 8), x=lay(40, 8, 1), out=lay(40, 8, 1), stat=lay(5, 1),
@@ -352,6 +378,11 @@ def lnorm(name, dims):
                      and close(dsh.to_numpy(), rdsh, 1e-4, 1e-4))
 
 lnorm("lnorm", (2, 5, 20))
+# the GPUs' scale/shift gradient (a reduce kernel over chunks of rows, then a finalize),
+# forced here: both take the row and chunk counts at run time
+import pydnnl.runtime.heuristics.normalization as _rules
+_rules.ln_bwd_fused_ss = lambda info, cache: False
+lnorm("lnorm_reduce", (3, 7, 20))
 print(json.dumps(results))
 """
 
