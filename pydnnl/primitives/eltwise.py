@@ -144,7 +144,8 @@ class _eltwise_pd(primitive_desc_base):
         """The post-op operands' ``{arg: ArgSpec}`` (forward: ``dst`` given); sets
         ``self._post_ops``. oneDNN's eltwise forward takes binary post-ops and nothing else
         in its attributes; its backward no attributes at all."""
-        at, kind = self._attr, self._kind
+        at = self._attr
+        kind = "eltwise_backward" if dst is None else "eltwise_forward"
         self._post_ops = ()
         if dst is None:
             if len(at.get_post_ops()) or at.scales or at.zero_points:

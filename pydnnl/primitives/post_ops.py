@@ -37,8 +37,8 @@ def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
     for i, op in enumerate(attr.get_post_ops().ops):
         entry = _entry_kind(op)
         if entry not in allowed:
-            raise unimplemented(f"{kind}: post-op {i} is a {entry} entry; oneDNN's {kind} "
-                                f"takes {' and '.join(allowed)} post-ops only")
+            raise unimplemented(f"{kind}: post-op {i} ({entry}): oneDNN's {kind} takes "
+                                f"{' and '.join(allowed)} post-ops only")
         if isinstance(op, _sum_op):
             if op.data_type not in (data_type.undef, data_type.f32):
                 raise unimplemented(f"{kind}: post-op {i} (sum) with data type "
