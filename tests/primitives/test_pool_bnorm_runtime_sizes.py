@@ -87,8 +87,9 @@ def _run_bn(eng, s, dims, t, flags, seed, backward=True):
 
 SS = F.use_scale | F.use_shift
 # two shapes of one class per layout: minibatch and spatial sizes differ, neither a multiple
-# of the work-groups (partial last groups), every plain kernel's launch shape the same
-SHAPES = ([2, 4, 5, 7], [3, 4, 6, 9])
+# of the work-groups (partial last groups), every plain kernel's launch shape the same (at
+# least 256 values per channel: GPUs' reductions shrink their groups below that)
+SHAPES = ([6, 4, 5, 9], [7, 4, 6, 9])
 
 
 @pytest.mark.parametrize("flags", [SS, SS | F.fuse_norm_relu], ids=["ss", "ss_relu"])
@@ -113,13 +114,14 @@ def test_global_stats_new_shape_reuses_programs(engine, stream, requested, t, fl
     # backward (diff_scale, diff_shift): the channel reduction, its finalize and the
     # elementwise pass, all shared; but nhwc's reduction with the ReLU workspace (stored in
     # nchw order, so its rows are no single run: their index would be split by run-time
-    # sizes per element) keeps its sizes baked
+    # sizes per element) keeps its sizes baked, and with them its partial count, which the
+    # finalize kernel then bakes too where it follows the size (GPUs' chunks)
     _run_bn(engine, stream, SHAPES[0], t, flags, 3)
     first = set(requested)
     _run_bn(engine, stream, SHAPES[1], t, flags, 4)
     new = {fam for fam, key in requested if (fam, key) not in first}
     if t == tag.nhwc and flags & F.fuse_norm_relu:
-        assert new <= {"bn_reduce"}, new
+        assert new <= {"bn_reduce", "bn_finalize"}, new
     else:
         assert not new, new
 
