@@ -145,7 +145,9 @@ def _check_training(eng, s, d, spec, flags):
         assert (dnnl.ARG_DIFF_SCALE in b) == (prop == PK.backward and bool(flags & F.use_scale))
 
 
-FLAG_SETS = [A, A | SS, A | SS | F.use_global_stats, A | F.fuse_norm_relu | F.use_scale]
+# the flag alone (no scale, no shift) runs in the inference and error tests; both ReLU flags:
+# one ReLU, after the addition
+FLAG_SETS = [A | SS, A | SS | F.use_global_stats, A | F.fuse_norm_relu | F.use_scale]
 
 
 @pytest.mark.sampled(every=3)
@@ -156,7 +158,7 @@ def test_training_and_backward_match_reference(engine, stream, data, layout, fla
     _check_training(engine, stream, data(spec[0], int(flags)), spec, flags)
 
 
-@pytest.mark.parametrize("flags", [A | SS, A | F.use_global_stats | F.use_scale],
+@pytest.mark.parametrize("flags", [A, A | F.use_global_stats | F.use_scale],
                          ids=lambda f: f"f{int(f)}")
 def test_forward_inference(engine, stream, data, flags):
     dims = [3, 4, 5, 2]
@@ -168,6 +170,25 @@ def test_forward_inference(engine, stream, data, flags):
     y, _, _ = R.batch_norm_forward(d["x"], EPS, d["mean"] if g else None,
                                    d["var"] if g else None, *_sc_sh(d, flags), add=d["z"])
     _close(a[dnnl.ARG_DST].to_numpy(), y)
+
+
+def test_in_place_dst_over_src_1(cpu_engine, data):
+    """A residual block's ``x = relu(bn(y) + x)`` in place: dst shares src_1's memory (each
+    element's src_1 is read before its dst is written, by the same work-item)."""
+    eng, s = cpu_engine, dnnl.stream(cpu_engine)
+    dims = [2, 5, 3, 4]
+    d = data(dims, 9)
+    md = dnnl.memory.desc(dims, dt.f32, tag.nchw)
+    pd = dnnl.batch_normalization_forward.primitive_desc(eng, PK.forward_inference, md, md,
+                                                         EPS, A | SS)
+    m = _mem(md, eng, d["z"])
+    dnnl.batch_normalization_forward(pd).execute(s, {
+        dnnl.ARG_SRC: _mem(md, eng, d["x"]), dnnl.ARG_DST: m, dnnl.ARG_SRC_1: m,
+        dnnl.ARG_SCALE: _mem(pd.weights_desc(), eng, d["scale"]),
+        dnnl.ARG_SHIFT: _mem(pd.weights_desc(), eng, d["shift"])})
+    s.wait()
+    _close(m.to_numpy(), R.batch_norm_forward(d["x"], EPS, None, None, d["scale"], d["shift"],
+                                              add=d["z"])[0])
 
 
 def test_fused_channel_kernel_matches_reference(engine, stream, data, monkeypatch):
