@@ -245,7 +245,7 @@ class binary(primitive):
                           + ":".join("x".join(map(str, md.dims)) for md in shapes)
                           + (f" attr-post-ops:{describe_post_ops(self._post_ops)}"
                              if self._post_ops else "")
-                          + (" attr-scales:" + "+".join(arg_name(s)[4:].lower()
+                          + (" attr-scales:" + "+".join(self._arg_label(s)[4:].lower()
                                                         for s in self._scales)
                              if self._scales else ""))
             self._finish_scratchpad(0)

@@ -1,8 +1,8 @@
 """Binary, sum and concat kernels under the Oclgrind simulator: every launch shape (flat, rows,
 strided with division), broadcasts of either source, blocked layouts with padding, fused
-post-ops and scales, in-place use, sums and concats of more sources than one kernel takes. No
-out-of-bounds access, no use of uninitialized values, no data race, no API misuse, and results
-that match the numpy references.
+post-ops and scales, in-place use, the ternary select (an s8 condition), sums and concats of
+more sources than one kernel takes. No out-of-bounds access, no use of uninitialized values,
+no data race, no API misuse, and results that match the numpy references.
 
 Oclgrind reports problems only on stderr, so the kernels run in a subprocess whose stderr is
 read here; kernel caches are off so that every kernel is generated and built under Oclgrind.
@@ -184,6 +184,39 @@ for name, shapes, tg in (
         impl, y = binary(A.binary_sub, a, b, tg, tg, tg)
         ok = ok and close(y, RB(A.binary_sub, a, b))
     results[name] = ok
+
+# binary_select (an s8 condition src2 of src0's dims): flat in place, src0 and its condition
+# broadcast into a blocked dst with padding, bf16 src0 over long rows with a run-time minibatch
+# (two shapes of one program)
+S8 = dnnl.memory.data_type.s8
+
+def select(a, b, c, ta, tb, tc, td, dts=(F32, F32, F32), inplace=False):
+    dims = [max(p, q) for p, q in zip(a.shape, b.shape)]
+    pd = dnnl.binary.primitive_desc(eng, A.binary_select, MD(a.shape, dts[0], ta),
+                                    MD(b.shape, dts[1], tb), MD(c.shape, S8, tc),
+                                    MD(dims, dts[2], td))
+    m0, m1 = dnnl.memory(pd.src_desc(0), eng, a), dnnl.memory(pd.src_desc(1), eng, b)
+    out = m0 if inplace else dnnl.memory(pd.dst_desc(), eng)
+    want = RB(A.binary_select, m0.to_numpy(), m1.to_numpy(), src2=c)
+    dnnl.binary(pd).execute(s, {dnnl.ARG_SRC_0: m0, dnnl.ARG_SRC_1: m1, dnnl.ARG_DST: out,
+                                dnnl.ARG_SRC_2: dnnl.memory(pd.src_desc(2), eng, c)})
+    s.wait()
+    return pd.impl_info_str(), bool(np.array_equal(out.to_numpy(), want))
+
+def cond(*dims):
+    return rng.integers(-2, 3, dims).astype(np.int8)
+
+impl, ok = select(x(2, 3, 7, 13), x(2, 3, 7, 13), cond(2, 3, 7, 13), "abcd", "abcd", "abcd",
+                  "abcd", inplace=True)
+results["select_flat_inplace"] = impl.endswith("flat") and ok
+impl, ok = select(x(2, 1, 3, 5), x(2, 20, 3, 5), cond(2, 1, 3, 5), "acdb", "abcd", "abcd",
+                  "aBcd16b")
+results["select_strided_blocked_broadcast"] = impl.endswith("strided") and ok
+ok = True
+for n in (2, 1):
+    ok = ok and select(x(n, 3, 300), x(1, 3, 1), cond(n, 3, 300), "abc", "abc", "abc", "abc",
+                       dts=(BF16, F32, F32))[1]
+results["select_bf16_rt_long_rows"] = ok
 
 # the GPU launch shape (several elements per work-item, wg apart): flat with a partial group,
 # long rows of 700 (spans of 2 x 256 and a partial one), sum and eltwise flat
