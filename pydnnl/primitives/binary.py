@@ -319,4 +319,10 @@ class binary(primitive):
 
     def _execute(self, s, args) -> None:
         check_inplace("binary", args, (ARG_SRC_0, ARG_SRC_1), ARG_DST)
+        cond = args.get(ARG_SRC_2)
+        if cond is not None and cond.buffer is args[ARG_DST].buffer:
+            raise invalid_arguments(
+                f"binary.execute: ARG_SRC_2 (s8 condition) and ARG_DST share one buffer; "
+                f"expected separate storage (dst is {args[ARG_DST].get_desc()!r}, src2 "
+                f"{cond.get_desc()!r})")
         self._plan.execute(s, args)

@@ -231,6 +231,10 @@ def test_bad_arguments_leave_outputs_untouched(engine, stream):
     for wrong in (MD(D0, dt.s8, "acdb"), MD(D0, dt.u8, "abcd")):
         with pytest.raises(dnnl.invalid_arguments, match="ARG_SRC_2 has desc.*expects"):
             prim.execute(stream, {**good, dnnl.ARG_SRC_2: dnnl.memory(wrong, engine)})
+    # the condition read from dst's own buffer (an s8 view of it) is no in-place use
+    view = dnnl.memory(m2, engine, out.buffer)
+    with pytest.raises(dnnl.invalid_arguments, match="ARG_SRC_2 .*and ARG_DST share one buffer"):
+        prim.execute(stream, {**good, dnnl.ARG_SRC_2: view})
     add = dnnl.binary(dnnl.binary.primitive_desc(engine, A.binary_add, md, md, md))
     with pytest.raises(dnnl.invalid_arguments, match="unexpected argument ARG_SRC_2"):
         add.execute(stream, {**good, dnnl.ARG_SRC_2: dnnl.memory(m2, engine)})
