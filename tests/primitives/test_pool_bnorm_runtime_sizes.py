@@ -190,10 +190,11 @@ def _run_pool(eng, s, dims, t, alg, k, st, pl, pr, seed):
     return fpd.impl_info_str(), bpd.impl_info_str()
 
 
-# shapes of one class per layout: a first, one of another minibatch (the CPUs' class: their
-# spatial sizes stay baked, heuristics.pooling.runtime_spatial), one of another minibatch and
-# image size; partial last work-groups of rows in all (row counts in one power-of-two range,
-# which bounds a small problem's group); nchw keeps its width (the lanes' dim, baked on CPUs)
+# shapes of one class per layout: a first, one of another minibatch (the rule's class on every
+# device: spatial sizes stay baked, heuristics.pooling.runtime_spatial), one of another
+# minibatch and image size; partial last work-groups of rows in all (row counts in one
+# power-of-two range, which bounds a small problem's group); nchw keeps its width (the lanes'
+# dim, baked on CPUs)
 POOL = {
     "nhwc": ("acdb", [2, 3, 7, 9], [3, 3, 7, 9], [3, 3, 10, 6], [3, 3], [2, 2], [1, 1], [1, 1]),
     "nchw": ("abcd", [3, 3, 7, 9], [4, 3, 7, 9], [4, 3, 6, 9], [3, 3], [2, 2], [1, 1], [1, 1]),
@@ -210,18 +211,14 @@ POOL = {
 @pytest.mark.parametrize("case", list(POOL))
 def test_pooling_new_shape_reuses_programs(engine, stream, requested, monkeypatch, case, alg,
                                            spatial):
-    """A new minibatch (the device's rule), or with ``spatial`` (the GPUs' rule, forced) a
+    """A new minibatch (the rule), or with ``spatial`` (the run-time spatial form, forced) a
     new minibatch and image size, asks for no pooling program the first shape did not."""
     import pydnnl.primitives.pooling as PP
 
     t, a, b_mb, b_sp, k, st, pl, pr = POOL[case]
+    b = b_sp if spatial else b_mb
     if spatial:
         monkeypatch.setattr(PP, "runtime_spatial", lambda info: True)
-        b = b_sp
-    elif PP.runtime_spatial(engine.info):
-        b = b_sp
-    else:
-        b = b_mb
     _run_pool(engine, stream, a, t, alg, k, st, pl, pr, 7)
     first = set(requested)
     _run_pool(engine, stream, b, t, alg, k, st, pl, pr, 8)
@@ -254,6 +251,9 @@ def spy(engine, family, key, build):
 kernel_cache.get_kernel = spy
 import pydnnl.runtime.plan as plan_mod
 plan_mod.get_kernel = spy
+# the pooling kernels' run-time spatial form (forced: no device's rule picks it now)
+import pydnnl.primitives.pooling as PP
+PP.runtime_spatial = lambda info: True
 
 def close(got, want):
     return bool(np.abs(got - want).max() <= 2e-5 * max(1.0, np.abs(want).max()))
