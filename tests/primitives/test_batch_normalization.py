@@ -268,8 +268,8 @@ def test_bad_arguments_name_them(cpu_engine):
         P(eng, PK.forward_training, dnnl.memory.desc([2, 3, 4], dt.f32, tag.any), md, EPS, 0)
     with pytest.raises(dnnl.invalid_arguments, match="flags 0x40 has bits"):
         P(eng, PK.forward_training, md, md, EPS, 0x40)
-    with pytest.raises(dnnl.unimplemented, match="fuse_norm_add_relu"):
-        P(eng, PK.forward_training, md, md, EPS, 0x10)
+    # fuse_norm_add_relu (0x10) is implemented: src_1 takes dst's desc (oneDNN's dst_md(3))
+    assert P(eng, PK.forward_training, md, md, EPS, 0x10).dst_desc(3) == md
     with pytest.raises(dnnl.unimplemented, match="src_desc data type s8; only f32, bf16 and "
                                                  "f16 are implemented"):
         P(eng, PK.forward_training, dnnl.memory.desc([2, 3, 4], dt.s8, tag.abc), md, EPS, 0)
