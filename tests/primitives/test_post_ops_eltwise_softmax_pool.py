@@ -234,3 +234,58 @@ def test_verbose_names_post_ops(cpu_engine, capsys, monkeypatch):
     assert "attr-post-ops:binary_add:1x8x1x1+binary_mul:2x8x3x3" in out
     assert "attr-post-ops:binary_add:4x1+eltwise_linear:2:1+binary_mul:1x40" in out
     assert "attr-post-ops:binary_add:1x4x1x1+eltwise_relu:0:0" in out
+
+
+# -- run-time sizes kept ---------------------------------------------------------------------
+def test_new_minibatch_reuses_programs_with_post_ops(cpu_engine, requested, monkeypatch):
+    """A new minibatch (pooling: and, forced, a new image size) asks for no program the first
+    shape did not: the operands' layouts enter the kernels as the tensors' do."""
+    import pydnnl.primitives.pooling as PP
+
+    monkeypatch.setattr(PP, "runtime_spatial", lambda info: True)
+    eng, s = cpu_engine, dnnl.stream(cpu_engine)
+    x = np.random.default_rng(7)
+
+    def eltwise(n):
+        attr, po, od = _attr([("binary", A.binary_add, (1, 8, 1, 1), "abcd"),
+                              ("binary", A.binary_mul, (n, 8, 3, 3), "acdb")])
+        md = MD([n, 8, 3, 3], F32, "abcd")
+        pd = dnnl.eltwise_forward.primitive_desc(eng, INF, A.eltwise_relu, md, md, 0.1, 0.0,
+                                                 attr)
+        src = x.standard_normal((n, 8, 3, 3)).astype(np.float32)
+        got, vals = _run(eng, s, dnnl.eltwise_forward, pd, {dnnl.ARG_SRC: src}, od, n)
+        _check(got, apply_post_ops(ref_eltwise(A.eltwise_relu, src.astype(np.float64), 0.1,
+                                               0.0), po, None, vals))
+
+    def softmax(n):
+        attr, po, od = _attr([("binary", A.binary_add, (1, 8, 1, 1), "abcd"),
+                              (A.eltwise_abs, 0.0, 0.0),
+                              ("binary", A.binary_max, (n, 1, 3, 3), "abcd")])
+        md = MD([n, 8, 3, 3], F32, "abcd")
+        pd = dnnl.softmax_forward.primitive_desc(eng, INF, A.softmax_log, md, md, 1, attr)
+        src = x.standard_normal((n, 8, 3, 3)).astype(np.float32)
+        got, vals = _run(eng, s, dnnl.softmax_forward, pd, {dnnl.ARG_SRC: src}, od, n)
+        _check(got, apply_post_ops(ref_softmax(A.softmax_log, src, 1), po, None, vals))
+
+    def pooling(n, h):
+        # the shapes of test_pool_bnorm_runtime_sizes' nchw case: the width stays (CPUs bake
+        # the lanes' dim) and so does the work-group shape the device rule picks
+        oh, ow = (h - 1) // 2 + 1, 5
+        attr, po, od = _attr([("binary", A.binary_add, (1, 3, 1, 1), "abcd"),
+                              ("binary", A.binary_mul, (n, 3, oh, ow), "abcd"),
+                              (A.eltwise_relu, 0.0, 0.0)])
+        pd = dnnl.pooling_forward.primitive_desc(
+            eng, TRAIN, A.pooling_max, MD([n, 3, h, 9], F32, "abcd"),
+            MD([n, 3, oh, ow], F32, "abcd"), [2, 2], [3, 3], [0, 0], [1, 1], [1, 1], attr)
+        src = x.standard_normal((n, 3, h, 9)).astype(np.float32)
+        got, vals = _run(eng, s, dnnl.pooling_forward, pd, {dnnl.ARG_SRC: src}, od, n)
+        ref = ref_pool(src, "max", [3, 3], [2, 2], [0, 0], [1, 1], [1, 1])[0]
+        _check(got, apply_post_ops(ref, po, None, vals))
+
+    for run, first, second in ((eltwise, (2,), (3,)), (softmax, (2,), (3,)),
+                               (pooling, (3, 7), (4, 6))):
+        run(*first)
+        before = set(requested)
+        run(*second)
+        new = {fam for fam, key in requested if (fam, key) not in before}
+        assert not new, (run.__name__, new)
