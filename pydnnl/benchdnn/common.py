@@ -234,3 +234,44 @@ def post_op_operands(po) -> dict[int, list[int]]:
     """Post-op index -> binary operand dims of ``po``."""
     return {i: list(po.get_params_binary(i)[1].dims) for i in range(po.len())
             if po.kind(i) == "binary"}
+
+
+class TorchPostOps:
+    """A post-op chain as PyTorch operations on the peer's result, the same work pydnnl fuses:
+    ``chain(y)`` applies ``po``'s entries in order (binary entry ``i`` reads
+    ``operands[i]``, broadcast; a sum reads ``prior``). ``missing`` names an eltwise entry
+    torch has no function for (the peer is then not comparable)."""
+
+    def __init__(self, po, operands: dict[int, np.ndarray], device: str, prior=None):
+        import torch
+
+        from ..constants import algorithm
+        from .eltwise import torch_eltwise
+
+        fns = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+               "max": torch.maximum, "min": torch.minimum, "ge": torch.ge, "gt": torch.gt,
+               "le": torch.le, "lt": torch.lt, "eq": torch.eq, "ne": torch.ne}
+        self.steps = []
+        self.missing = ""
+        for i in range(po.len()):
+            kind = po.kind(i)
+            if kind == "sum":
+                scale, zp, _ = po.get_params_sum(i)
+                p = torch.from_numpy(np.asarray(prior, np.float32)).to(device)
+                self.steps.append(lambda y, p=p, s=scale, z=zp: y + s * (p - z))
+            elif kind == "eltwise":
+                alg, alpha, beta = po.get_params_eltwise(i)
+                fn = torch_eltwise(alg, alpha, beta)
+                if fn is None:
+                    self.missing = algorithm(alg).name
+                self.steps.append(fn)
+            else:
+                alg, _ = po.get_params_binary(i)
+                fn = fns[algorithm(alg).name.removeprefix("binary_")]
+                b = torch.from_numpy(np.asarray(operands[i], np.float32)).to(device)
+                self.steps.append(lambda y, f=fn, b=b: f(y, b).to(y.dtype))
+
+    def __call__(self, y):
+        for step in self.steps:
+            y = step(y)
+        return y

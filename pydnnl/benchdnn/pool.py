@@ -1,5 +1,5 @@
 """benchdnn's pooling driver: ``--pool [--dir=FWD_D|FWD_I|BWD_D] [--alg=max|avg_np|avg_p]
-[--tag=abx] [--dt=f32|bf16|f16] [--mb=0] PROBLEM``.
+[--tag=abx] [--dt=f32|bf16|f16] [--attr-post-ops=...] [--mb=0] PROBLEM``.
 
 The problem descriptor is benchdnn's
 ``mbXicX_idXihXiwX_odXohXowX_kdXkhXkwX_sdXshXswX_pdXphXpwX_ddXdhXdwX_nNAME`` (``_`` ignored,
@@ -14,8 +14,12 @@ A missing output is ``(i - ext + 2p) / s + 1`` (``p`` 0 when not given), a missi
 
 ``--alg`` takes ``max``, ``avg_np`` (exclude padding) or ``avg_p`` (include padding), or the
 ``pooling_*`` names, any case; ``--tag`` a oneDNN format tag or benchdnn's ``abx``, ``axb``,
-``aBx8b``, ``aBx16b``; every option may list values separated by commas, each combination
-runs. Mode C checks against the numpy reference (``BWD_D`` through the forward's workspace);
+``aBx8b``, ``aBx16b``; ``--attr-post-ops`` benchdnn's post-op chain (the syntax of ``--conv``;
+forward only, and as in oneDNN eltwise and binary entries: ``add:f32:per_oc+relu``; others
+print a ``skip,unimplemented`` line); every option may list values separated by commas, each
+combination runs. Mode C checks against the numpy reference (``BWD_D`` through the forward's
+workspace; forward with the post-op chain applied in float64, binary operands integers and
+halves);
 mode P prints times, GB/s of the bytes read and written (src, dst and the workspace forward;
 diff_dst, diff_src and the workspace backward), the copy kernel's GB/s and PyTorch's time with
 ``--compare=torch``.
@@ -30,16 +34,28 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..constants import (
+    ARG_ATTR_MULTIPLE_POST_OP,
     ARG_DIFF_DST,
     ARG_DIFF_SRC,
     ARG_DST,
     ARG_SRC,
+    ARG_SRC_1,
     ARG_WORKSPACE,
     algorithm,
     prop_kind,
 )
 from ..error import invalid_arguments, unimplemented
-from .common import check_line, check_options, copy_gbs, perf_line, time_ms, torch_device
+from .common import (
+    TorchPostOps,
+    check_line,
+    check_options,
+    copy_gbs,
+    parse_post_ops,
+    perf_line,
+    post_op_operands,
+    time_ms,
+    torch_device,
+)
 
 _DIRS = {"FWD_D": prop_kind.forward_training, "FWD_I": prop_kind.forward_inference,
          "BWD_D": prop_kind.backward_data}
@@ -48,7 +64,7 @@ _ALGS = {"max": algorithm.pooling_max, "avg_np": algorithm.pooling_avg_exclude_p
 _REF = {algorithm.pooling_max: "max",
         algorithm.pooling_avg_exclude_padding: "avg_exclude_padding",
         algorithm.pooling_avg_include_padding: "avg_include_padding"}
-_KNOWN = {"alg", "dir", "tag", "dt", "cfg", "mb"}
+_KNOWN = {"alg", "dir", "tag", "dt", "cfg", "mb", "attr-post-ops"}
 _KEYS = ("mb", "ic", "id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw",
          "pd", "ph", "pw", "dd", "dh", "dw")
 _TOKEN = re.compile("(" + "|".join(_KEYS) + r")(\d+)")
@@ -196,7 +212,10 @@ def _values(opts: dict, key: str, default: str) -> list[str]:
     return [x for x in opts.get(key, default).split(",") if x]
 
 
-def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds) -> float | None:
+def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds,
+              post=None) -> float | None:
+    """PyTorch's time (forward: with the post-op chain ``post``, a
+    :class:`.common.TorchPostOps`), None where torch has no counterpart."""
     import torch
     import torch.nn.functional as F
 
@@ -218,6 +237,11 @@ def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds) -> float
     t = torch.from_numpy(x).to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if not backward:
+        if post is not None:
+            if post.missing:
+                return None
+            with torch.no_grad():
+                return time_ms(lambda: post(fn(t, **kw)), min_seconds, sync)[0]
         with torch.no_grad():
             return time_ms(lambda: fn(t, **kw), min_seconds, sync)[0]
     t.requires_grad_(True)
@@ -228,16 +252,19 @@ def _torch_ms(p: PoolDesc, alg, backward: bool, x, device, min_seconds) -> float
 
 
 def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
-            dt: str = "f32") -> int:
+            dt: str = "f32", post_ops: str = "") -> int:
     import pydnnl as dnnl
 
     from ..reference.pooling import pooling_backward as ref_bwd
     from ..reference.pooling import pooling_forward as ref_fwd
+    from ..reference.post_ops import apply_post_ops
+    from .binary import data
 
     f32 = dnnl.memory.data_type[dt]
     dirname = [k for k, v in _DIRS.items() if v == prop][0]
     short = {v: k for k, v in _ALGS.items()}[alg]
-    desc = f"--dt={dt} --dir={dirname} --alg={short} --tag={tag_text}"
+    desc = (f"--dt={dt} --dir={dirname} --alg={short} --tag={tag_text}"
+            + (f" --attr-post-ops={post_ops}" if post_ops else ""))
     problem = p.to_str()
     nd = 2 + len(p.src)
     layout = _tag(tag_text, nd)
@@ -246,13 +273,22 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
               list(p.padding_r))
     src_md = dnnl.memory.desc(p.src_dims, f32, layout)
     dst_md = dnnl.memory.desc(p.dst_dims, f32, layout)
+    po = parse_post_ops(post_ops, p.dst_dims)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
     t0 = time.perf_counter()
-    fpd = dnnl.pooling_forward.primitive_desc(
-        eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md, *params)
-    fwd = dnnl.pooling_forward(fpd)
-    if backward:
-        bpd = dnnl.pooling_backward.primitive_desc(eng, alg, src_md, dst_md, *params, fpd)
-        bwd = dnnl.pooling_backward(bpd)
+    try:
+        fpd = dnnl.pooling_forward.primitive_desc(
+            eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md,
+            *params, attr=None if backward else attr)
+        fwd = dnnl.pooling_forward(fpd)
+        if backward:  # oneDNN defines no post-ops for backward: the backward pd refuses them
+            bpd = dnnl.pooling_backward.primitive_desc(eng, alg, src_md, dst_md, *params, fpd,
+                                                       attr=attr)
+            bwd = dnnl.pooling_backward(bpd)
+    except unimplemented as e:
+        print(f"skip,unimplemented,pool,{desc},{problem},{e}", flush=True)
+        return 0
     create_ms = (time.perf_counter() - t0) * 1e3
     s = dnnl.stream(eng)
     rng = np.random.default_rng(1)
@@ -261,6 +297,11 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
     x = src.to_numpy().astype(np.float32)  # the values as stored (bf16/f16 rounded)
     dst = dnnl.memory(dst_md, eng)
     fargs = {ARG_SRC: src, ARG_DST: dst}
+    po_srcs: dict[int, np.ndarray] = {}
+    for i, pdims in post_op_operands(po).items():  # integers and halves, no zero (div)
+        po_srcs[i] = data(pdims, 10 + i, nonzero=True)
+        fargs[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
+            po.get_params_binary(i)[1], eng, po_srcs[i])
     ws = None
     if not fpd.workspace_desc().is_zero():
         ws = fargs[ARG_WORKSPACE] = dnnl.memory(fpd.workspace_desc(), eng)
@@ -277,7 +318,8 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
         prim, out, pd = bwd, dsm, bpd
     else:
         args, prim, out, pd = fargs, fwd, dst, fpd
-    nbytes = src_md.get_size() + dst_md.get_size() + ws_bytes
+    nbytes = src_md.get_size() + dst_md.get_size() + ws_bytes + (
+        0 if backward else sum(v.nbytes for v in po_srcs.values()))
     if mode == "C":
         prim.execute(s, args)
         s.wait()
@@ -285,9 +327,14 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
         if backward:
             want = ref_bwd(g, p.src_dims, _REF[alg], *params[1::-1], *params[2:],
                            workspace=want_ws)
+        else:
+            want = apply_post_ops(want, po, binary_srcs=po_srcs)
         got = out.to_numpy().astype(np.float64)
         err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
-        line, fails = check_line("pool", desc, problem, err, TOLERANCE[dt])
+        # each binary entry (an f32 operand 0.5 <= |b| <= 4) can scale the f32 error by up
+        # to 5 relative to max(1, |result|) (an add cancelling)
+        line, fails = check_line("pool", desc, problem, err,
+                                 TOLERANCE[dt] + 4 * TOLERANCE["f32"] * po.len())
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
     if mode != "P":
@@ -296,8 +343,9 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
+        post = TorchPostOps(po, po_srcs, dev) if dev and len(po) and not backward else None
         peer = ("torch", None if dev is None else _torch_ms(p, alg, backward, x, dev,
-                                                             min_seconds))
+                                                             min_seconds, post))
     copy = copy_gbs(eng, max(src_md.get_size(), dst_md.get_size()),
                     min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("pool", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
@@ -322,8 +370,10 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     dirs = [parse_dir(d) for d in _values(opts, "dir", "FWD_D")]
     tags = _values(opts, "tag", "abx")
     mbs = [int(m) for m in _values(opts, "mb", "0")]
+    post = opts.get("attr-post-ops", "").split(",")
     fails = 0
-    for dt, alg, prop, tag_text, mb in itertools.product(dts or ["f32"], algs, dirs, tags, mbs):
+    for dt, alg, prop, tag_text, mb, po in itertools.product(dts or ["f32"], algs, dirs, tags,
+                                                              mbs, post):
         p = replace(base, mb=mb) if mb else base
-        fails += run_one(eng, p, alg, prop, tag_text, mode, compare, min_seconds, dt)
+        fails += run_one(eng, p, alg, prop, tag_text, mode, compare, min_seconds, dt, po)
     return fails

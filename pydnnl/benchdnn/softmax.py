@@ -1,13 +1,18 @@
 """benchdnn's softmax driver: ``--softmax [--dir=FWD_D|FWD_I|BWD_D] [--alg=SOFTMAX|LOGSOFTMAX]
 [--axis=1] [--sdt=f32|bf16|f16] [--ddt=f32|bf16|f16] [--stag=abx] [--dtag=any]
-[--inplace=false] [--mb=0] NxCx...`` (backward: dst of ``--ddt``, diff tensors of ``--sdt``).
+[--inplace=false] [--attr-post-ops=...] [--mb=0] NxCx...`` (backward: dst of ``--ddt``, diff
+tensors of ``--sdt``).
 
 As in oneDNN's benchdnn: ``--alg`` is ``SOFTMAX`` (``softmax_accurate``) or ``LOGSOFTMAX``
 (``softmax_log``; ``ACCURATE`` and ``LOG`` are taken too), ``--axis`` the softmax axis,
 ``--stag``/``--dtag`` a oneDNN format tag or benchdnn's ``abx`` (plain), ``axb`` (channels
 last), ``aBx8b``/``aBx16b`` (blocked channels), ``any`` (dst only); the older ``--dt`` and
-``--tag`` set both tensors. Every option may list values separated by commas; each
-combination runs. Mode C checks against the numpy reference; mode P prints times, GB/s of
+``--tag`` set both tensors; ``--inplace`` forward needs ``--sdt`` equal to ``--ddt`` (else a
+``skip`` line, as benchdnn skips it); ``--attr-post-ops`` benchdnn's post-op chain (the syntax of
+``--conv``; forward only, and as in oneDNN eltwise and binary entries: ``add:f32:per_oc+relu``;
+others print a ``skip,unimplemented`` line). Every option may list values separated by commas;
+each combination runs. Mode C checks against the numpy reference, the post-op chain applied in
+float64 (binary operands integers and halves); mode P prints times, GB/s of
 bytes read and written, the copy kernel's GB/s and PyTorch's time with ``--compare=torch``.
 """
 from __future__ import annotations
@@ -17,14 +22,26 @@ import time
 
 import numpy as np
 
-from ..constants import ARG_DIFF_DST, ARG_DIFF_SRC, ARG_DST, ARG_SRC, algorithm, prop_kind
+from ..constants import (
+    ARG_ATTR_MULTIPLE_POST_OP,
+    ARG_DIFF_DST,
+    ARG_DIFF_SRC,
+    ARG_DST,
+    ARG_SRC,
+    ARG_SRC_1,
+    algorithm,
+    prop_kind,
+)
 from ..error import invalid_arguments, unimplemented
 from .common import (
+    TorchPostOps,
     check_line,
     check_options,
     copy_gbs,
     parse_dims,
+    parse_post_ops,
     perf_line,
+    post_op_operands,
     time_ms,
     torch_device,
 )
@@ -33,7 +50,8 @@ _DIRS = {"FWD_D": prop_kind.forward_training, "FWD_I": prop_kind.forward_inferen
          "BWD_D": prop_kind.backward_data}
 _ALGS = {"SOFTMAX": algorithm.softmax_accurate, "ACCURATE": algorithm.softmax_accurate,
          "LOGSOFTMAX": algorithm.softmax_log, "LOG": algorithm.softmax_log}
-_KNOWN = {"dir", "alg", "axis", "sdt", "ddt", "dt", "stag", "dtag", "tag", "inplace", "mb"}
+_KNOWN = {"dir", "alg", "axis", "sdt", "ddt", "dt", "stag", "dtag", "tag", "inplace", "mb",
+          "attr-post-ops"}
 TOLERANCE = 2e-5  # max |got - ref| / max(1, |ref|) in float32
 
 
@@ -97,14 +115,21 @@ def rel_err(got, want) -> float:
     return float(np.nan_to_num(err, nan=np.inf).max()) if err.size else 0.0
 
 
-def _torch_ms(alg, axis, x, backward, device, min_seconds) -> float:
+def _torch_ms(alg, axis, x, backward, device, min_seconds, post=None) -> float | None:
+    """PyTorch's time (forward: with the post-op chain ``post``, a
+    :class:`.common.TorchPostOps`), None where torch has no counterpart."""
     import torch
     import torch.nn.functional as F
 
     fn = F.log_softmax if alg == algorithm.softmax_log else F.softmax
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    t = torch.from_numpy(x).to(device)
+    t = torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(device)
     if not backward:
+        if post is not None:
+            if post.missing:
+                return None
+            with torch.no_grad():
+                return time_ms(lambda: post(fn(t, axis)), min_seconds, sync)[0]
         with torch.no_grad():
             return time_ms(lambda: fn(t, axis), min_seconds, sync)[0]
     t.requires_grad_(True)
@@ -115,45 +140,69 @@ def _torch_ms(alg, axis, x, backward, device, min_seconds) -> float:
 
 
 def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
-            min_seconds, sdt="f32", ddt="f32") -> int:
+            min_seconds, sdt="f32", ddt="f32", post_ops: str = "") -> int:
     import pydnnl as dnnl
 
+    from ..reference.post_ops import apply_post_ops
     from ..reference.softmax import softmax_backward as ref_bwd
     from ..reference.softmax import softmax_forward as ref_fwd
+    from .binary import data
 
     sd, dd_t = dnnl.memory.data_type[sdt], dnnl.memory.data_type[ddt]
     dname = [k for k, v in _DIRS.items() if v == prop][0]
     aname = "LOGSOFTMAX" if alg == algorithm.softmax_log else "SOFTMAX"
     desc = (f"--dir={dname} --alg={aname} --axis={axis} --sdt={sdt} --ddt={ddt} --stag={stag} "
             f"--dtag={dtag}"
-            + (" --inplace=true" if inplace else ""))
+            + (" --inplace=true" if inplace else "")
+            + (f" --attr-post-ops={post_ops}" if post_ops else ""))
     problem = "x".join(map(str, dims))
     backward = prop == prop_kind.backward_data
     nd = len(dims)
+    if inplace and not backward and sdt != ddt:  # as benchdnn: dst would be src's type
+        print(f"skip,invalid_arguments,softmax,{desc},{problem},in-place forward needs --sdt "
+              f"equal to --ddt", flush=True)
+        return 0
+    po = parse_post_ops(post_ops, dims)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
     t0 = time.perf_counter()
     src_md = dnnl.memory.desc(dims, sd, parse_tag(stag, nd))
     dst_md = src_md if inplace else dnnl.memory.desc(dims, dd_t, parse_tag(dtag, nd))
-    fpd = dnnl.softmax_forward.primitive_desc(
-        eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md, axis)
-    if backward:
-        # backward: dst of --ddt, diff_dst and diff_src of --sdt
-        diff = fpd.dst_desc().with_data_type(sd)
-        pd = dnnl.softmax_backward.primitive_desc(eng, alg, diff, diff, fpd.dst_desc(), axis,
-                                                  fpd)
-        prim = dnnl.softmax_backward(pd)
-    else:
-        pd, prim = fpd, dnnl.softmax_forward(fpd)
+    try:
+        fpd = dnnl.softmax_forward.primitive_desc(
+            eng, prop_kind.forward_training if backward else prop, alg, src_md, dst_md, axis,
+            attr=None if backward else attr)
+        if backward:
+            # backward: dst of --ddt, diff_dst and diff_src of --sdt; oneDNN defines no
+            # post-ops for backward: the backward pd refuses them
+            diff = fpd.dst_desc().with_data_type(sd)
+            pd = dnnl.softmax_backward.primitive_desc(eng, alg, diff, diff, fpd.dst_desc(),
+                                                      axis, fpd, attr=attr)
+            prim = dnnl.softmax_backward(pd)
+        else:
+            pd, prim = fpd, dnnl.softmax_forward(fpd)
+    except unimplemented as e:
+        print(f"skip,unimplemented,softmax,{desc},{problem},{e}", flush=True)
+        return 0
     create_ms = (time.perf_counter() - t0) * 1e3
     s = dnnl.stream(eng)
     rng = np.random.default_rng(1)
     x = rng.uniform(-8.0, 8.0, dims).astype(np.float32)
+    po_srcs: dict[int, np.ndarray] = {}
     if not backward:
         src = dnnl.memory(pd.src_desc(), eng, x)
         x = np.asarray(src.to_numpy(), np.float64)  # as stored
         dst = src if inplace else dnnl.memory(pd.dst_desc(), eng)
         args, out = {ARG_SRC: src, ARG_DST: dst}, dst
         nbytes = x.size * (sd.itemsize + dd_t.itemsize)
-        tol = TOLERANCES[ddt]
+        # each binary entry (an f32 operand 0.5 <= |b| <= 4) can scale the f32 formula's
+        # error by up to 5 relative to max(1, |result|) (an add cancelling)
+        tol = TOLERANCES[ddt] + 4 * TOLERANCE * po.len()
+        for i, pdims in post_op_operands(po).items():  # integers and halves, no zero (div)
+            po_srcs[i] = data(pdims, 10 + i, nonzero=True)
+            args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
+                po.get_params_binary(i)[1], eng, po_srcs[i])
+            nbytes += po_srcs[i].nbytes
     else:
         dst = dnnl.memory(pd.dst_desc(), eng, ref_fwd(alg, x, axis).astype(np.float32))
         y = np.asarray(dst.to_numpy(), np.float64)
@@ -167,7 +216,8 @@ def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
     if mode == "C":
         prim.execute(s, args)
         s.wait()
-        want = ref_bwd(alg, dd, y, axis) if backward else ref_fwd(alg, x, axis)
+        want = (ref_bwd(alg, dd, y, axis) if backward
+                else apply_post_ops(ref_fwd(alg, x, axis), po, binary_srcs=po_srcs))
         line, fails = check_line("softmax", desc, problem, rel_err(out.to_numpy(), want), tol)
         print(line + f",impl={pd.impl_info_str()}", flush=True)
         return fails
@@ -177,8 +227,9 @@ def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
     peer = None
     if compare == "torch":
         dev = torch_device(eng)
+        post = TorchPostOps(po, po_srcs, dev) if dev and len(po) and not backward else None
         peer = ("torch", None if dev is None else _torch_ms(alg, axis, x, backward, dev,
-                                                            min_seconds))
+                                                            min_seconds, post))
     copy = copy_gbs(eng, x.size * sd.itemsize, min_seconds=min(0.5, max(min_seconds, 0.05)))
     print(perf_line("softmax", desc, problem, create_ms, tmin, tmed, nbytes=nbytes, peer=peer,
                     copy=copy) + f",impl={pd.impl_info_str()}", flush=True)
@@ -206,9 +257,10 @@ def run(eng, problem: str, opts: dict[str, str], mode: str, compare: str | None,
     inplace = [parse_bool("inplace", v) for v in opts.get("inplace", "false").split(",")]
     sdts = [v.strip() for v in opts.get("sdt", opts.get("dt", "f32")).split(",")]
     ddts = [v.strip() for v in opts.get("ddt", opts.get("dt", "f32")).split(",")]
+    post = opts.get("attr-post-ops", "").split(",")
     fails = 0
-    for prop, alg, axis, st, dt_, ip, sdt, ddt in itertools.product(
-            dirs, algs, axes, stags, dtags, inplace, sdts, ddts):
+    for prop, alg, axis, st, dt_, ip, sdt, ddt, p in itertools.product(
+            dirs, algs, axes, stags, dtags, inplace, sdts, ddts, post):
         fails += run_one(eng, dims, prop, alg, axis, st, dt_, ip, mode, compare, min_seconds,
-                         sdt, ddt)
+                         sdt, ddt, p)
     return fails

@@ -66,3 +66,29 @@ def test_bad_options():
         main(["--eltwise", "--mode=C", "--axis=1", "2x3"])
     with pytest.raises(SystemExit, match="problem"):
         main(["--eltwise", "--mode=C", "2xx3"])
+
+
+def test_post_ops_check_mode_and_refusals(capsys):
+    # binary entries are fused (oneDNN's set for eltwise); an eltwise entry and backward
+    # post-ops are refused with benchdnn's unimplemented line
+    rc = main(["--eltwise", "--mode=C", "--alg=tanh", "--tag=abx,aBx8b",
+               "--attr-post-ops=add:f32:per_oc+mul:f32:per_tensor,relu", "--dir=FWD_D,BWD_D",
+               "2x16x3x5"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    passed = [ln for ln in out.splitlines() if ln.startswith("check,passed")]
+    assert len(passed) == 2 and all("--dir=FWD_D" in ln and
+                                    "--attr-post-ops=add:f32:per_oc+mul:f32:per_tensor" in ln
+                                    for ln in passed), out
+    skips = [ln for ln in out.splitlines() if ln.startswith("skip,unimplemented,eltwise")]
+    assert len(skips) == 6 and "FAILED" not in out, out
+    assert any("--attr-post-ops=relu" in ln and "binary post-ops only" in ln for ln in skips)
+    assert sum("eltwise_backward" in ln for ln in skips) == 4
+
+
+def test_post_ops_perf_line_with_torch(capsys):
+    rc = main(["--eltwise", "--mode=P", "--min-seconds=0", "--compare=torch", "--alg=relu",
+               "--attr-post-ops=add:f32:per_oc", "2x16x8x8"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("perf,eltwise"))
+    assert rc == 0 and "--attr-post-ops=add:f32:per_oc" in line and "torch" in line, out

@@ -68,3 +68,21 @@ def test_perf_mode_prints_bandwidth(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("perf,pool"))
     assert rc == 0 and "gbs=" in line and "copy_gbs=" in line and "torch" in line, out
+
+
+def test_post_ops_check_mode_and_refusals(capsys):
+    # binary and eltwise entries are fused (oneDNN's set for pooling); a sum entry and
+    # backward post-ops are refused with benchdnn's unimplemented line
+    rc = main(["--pool", "--mode=C", "--alg=max,avg_p", "--dir=FWD_D,BWD_D",
+               "--attr-post-ops=add:f32:per_oc+relu,sum", "mb2ic16ih7oh4kh3sh2ph1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    passed = [ln for ln in out.splitlines() if ln.startswith("check,passed")]
+    assert len(passed) == 2 and all("--dir=FWD_D" in ln and
+                                    "--attr-post-ops=add:f32:per_oc+relu" in ln
+                                    for ln in passed), out
+    skips = [ln for ln in out.splitlines() if ln.startswith("skip,unimplemented,pool")]
+    assert len(skips) == 6 and "FAILED" not in out, out
+    assert sum("--dir=FWD_D" in ln and "--attr-post-ops=sum" in ln and "(sum)" in ln
+               for ln in skips) == 2
+    assert sum("pooling_backward" in ln for ln in skips) == 4

@@ -42,3 +42,21 @@ def test_unknown_option_is_refused():
         drv.run(dnnl.engine(dnnl.engine.kind.cpu, 0), "8x10", {"flavour": "x"}, "C", None, 0)
     with pytest.raises(dnnl.unimplemented):
         drv.run(dnnl.engine(dnnl.engine.kind.cpu, 0), "8x10", {"sdt": "s8"}, "C", None, 0)
+
+
+def test_post_ops_check_mode_and_refusals(capsys):
+    # binary and eltwise entries are fused (oneDNN's set for softmax); a sum entry and
+    # backward post-ops are refused with benchdnn's unimplemented line
+    rc = main(["--softmax", "--mode=C", "--alg=SOFTMAX,LOGSOFTMAX", "--axis=1",
+               "--attr-post-ops=add:f32:per_oc+relu,sum", "--dir=FWD_D,BWD_D", "2x16x3x5"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    passed = [ln for ln in out.splitlines() if ln.startswith("check,passed")]
+    assert len(passed) == 2 and all("--dir=FWD_D" in ln and
+                                    "--attr-post-ops=add:f32:per_oc+relu" in ln
+                                    for ln in passed), out
+    skips = [ln for ln in out.splitlines() if ln.startswith("skip,unimplemented,softmax")]
+    assert len(skips) == 6 and "FAILED" not in out, out
+    assert sum("--dir=FWD_D" in ln and "--attr-post-ops=sum" in ln and "(sum)" in ln
+               for ln in skips) == 2
+    assert sum("softmax_backward" in ln for ln in skips) == 4
