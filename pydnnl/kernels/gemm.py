@@ -69,6 +69,7 @@ __all__ = [
     "normalize_params", "local_mem_bytes", "cache_key", "key_problem", "fits_int32", "flops",
     "panel_layout",
     "panel_width", "DEFAULT_CPU_PARAMS", "DEFAULT_GPU_PARAMS", "GENERATOR_VERSION",
+    "SCALE_KINDS", "has_epilogue", "scale_name", "scale_names", "scale_product", "scale_result",
 ]
 
 # Bump when the generated code changes for the same (problem, params).
@@ -99,7 +100,9 @@ def panel_width(layout: str) -> int | None:
 
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
-                      "epi_swap": False, "runtime_m": None, "runtime_k": False}
+                      "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False}
+#: the scale operands an epilogue may take, in argument order (see ``GemmProblem.scales``)
+SCALE_KINDS = ("src", "wei", "dst")
 
 
 @dataclass(frozen=True, repr=False)
@@ -151,6 +154,14 @@ class GemmProblem:
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
     epi_swap: bool = False
+    #: scales of the epilogue (oneDNN's quantization attributes): ``(which, dims)`` entries,
+    #: ``which`` in :data:`SCALE_KINDS`, each read from the float32 kernel argument
+    #: ``<which>_scale`` (:func:`scale_name`) at the destination position, row-major over
+    #: ``dims`` (each the destination's or 1: broadcast; ``()``: one common value). The
+    #: stored value is ``post_ops(src * wei * product + bias) * (1 / dst)`` (oneDNN v3's
+    #: order: the dst scale divides after the post-ops); needs ``alpha == 1`` and
+    #: ``beta == 0`` (the product alone is scaled).
+    scales: tuple = ()
     #: the kernel takes ``m`` (int64) after the offsets: one program serves every number of
     #: rows (``m`` above is then a sample size; see :func:`cache_key`). ``"any"``: rows of the
     #: last tile past ``m`` read a clamped row; ``"tall"``: the caller guarantees ``m >= rows``
@@ -199,7 +210,17 @@ class GemmProblem:
             raise ValueError(f"GemmProblem: acc_dtype must be float32/float64 and at least as wide "
                              f"as dtype {dt}, got {acc}")
         setf("acc_dtype", acc)
-        if (self.bias is not None or self.post_ops) and dt != np.dtype(np.float32):
+        setf("scales", tuple((str(w), tuple(int(d) for d in dims)) for w, dims in self.scales))
+        kinds = [w for w, _ in self.scales]
+        if any(w not in SCALE_KINDS for w in kinds) or len(set(kinds)) != len(kinds) or \
+                kinds != sorted(kinds, key=SCALE_KINDS.index):
+            raise ValueError(f"GemmProblem: scales must name each of {SCALE_KINDS} at most "
+                             f"once, in that order, got {kinds}")
+        if self.scales and (self.alpha != 1.0 or self.beta != 0.0):
+            raise ValueError(f"GemmProblem: scales need alpha == 1 and beta == 0, got alpha "
+                             f"{self.alpha}, beta {self.beta}")
+        if (self.bias is not None or self.post_ops or self.scales) and \
+                dt != np.dtype(np.float32):
             raise ValueError(f"GemmProblem: a fused epilogue needs float32 storage, got {dt}")
         setf("alpha", float(self.alpha))
         setf("beta", float(self.beta))
@@ -551,7 +572,7 @@ class _Layout:
             preds.append(_lt(i, self.m))
         if self.np_ > pr.n:
             preds.append(_lt(j, pr.n))
-        if pr.bias is not None or pr.post_ops:
+        if has_epilogue(pr):
             value = self._epilogue(i, j, value)
         # narrowing to a C narrower than acc_dtype happens in the assignment (see _store_insns)
         return _sub("c", self.c_index(i, j)), value, frozenset(preds)
@@ -574,12 +595,57 @@ class _Layout:
                 inner *= d
             pos.reverse()
         pos += [j, i] if pr.epi_swap else [i, j]
+        value = scale_product(pr, value, pos)
         if pr.bias is not None:
             layout, dims, _ = pr.bias
             value = value + _var("bias")[_offset_expr(
                 layout, [0 if d == 1 else e for d, e in zip(dims, pos)])]
         prior = _sub("c", self.c_index(i, j)) if po.reads_prior(pr.post_ops) else None
-        return po.apply(value, pr.post_ops, prior, at=pos)
+        return scale_result(pr, po.apply(value, pr.post_ops, prior, at=pos), pos)
+
+
+def has_epilogue(pr: GemmProblem) -> bool:
+    """Whether ``pr`` stores through a fused epilogue (bias, post-ops or scales)."""
+    return pr.bias is not None or bool(pr.post_ops) or bool(pr.scales)
+
+
+def scale_name(which: str) -> str:
+    """The kernel argument holding scale ``which`` (``"src"``, ``"wei"``, ``"dst"``)."""
+    return f"{which}_scale"
+
+
+def scale_names(pr: GemmProblem) -> tuple[str, ...]:
+    """The scale arguments ``pr``'s kernel takes, in :data:`SCALE_KINDS` order."""
+    return tuple(scale_name(w) for w, _ in pr.scales)
+
+
+def _scale_at(which: str, dims: tuple, pos):
+    """Scale ``which``'s value at destination position ``pos`` (pymbolic)."""
+    idx, stride = 0, 1
+    for d, e in zip(reversed(dims), reversed(pos)):
+        if d > 1:
+            idx = idx + (e if stride == 1 else e * stride)
+            stride *= d
+    return _sub(scale_name(which), idx)
+
+
+def scale_product(pr: GemmProblem, value, pos):
+    """``value`` (the product at destination position ``pos``) times the src and weights
+    scales, in that order (pymbolic)."""
+    for which, dims in pr.scales:
+        if which != "dst":
+            value = value * _scale_at(which, dims, pos)
+    return value
+
+
+def scale_result(pr: GemmProblem, value, pos):
+    """``value`` (after the post-ops) times the reciprocal of the dst scale (pymbolic)."""
+    import pymbolic.primitives as prim
+
+    for which, dims in pr.scales:
+        if which == "dst":
+            value = value * prim.Quotient(np.float32(1.0), _scale_at(which, dims, pos))
+    return value
 
 
 def _store_insns(lay: _Layout, i, j, acc_expr, within, deps, row_pred=None, sfx=""):
@@ -624,6 +690,7 @@ def _args(pr: GemmProblem):
 
     epi = [lp.GlobalArg("bias", np.float32, shape=None)] if pr.bias is not None else []
     epi += po.loopy_args(pr.post_ops)
+    epi += [lp.GlobalArg(n, np.float32, shape=None) for n in scale_names(pr)]
     reads_c = pr.beta != 0.0 or po.reads_prior(pr.post_ops)
     return _core_args(pr, reads_c) + epi
 

@@ -35,8 +35,9 @@ measured 10-40% slower on the H100.)
 Coverage (:func:`supports`): float32, plain B, ``k`` a multiple of ``bk``,
 the contiguous extent of a transposed A (``m``) or plain B (``n``) a multiple of 4; batches,
 run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``, and the fused epilogue of
-:class:`~pydnnl.kernels.gemm.GemmProblem` (bias, post-ops) applied in registers before the
-store, written as C from the chain of :mod:`pydnnl.kernels.post_ops`. Pure: returns a
+:class:`~pydnnl.kernels.gemm.GemmProblem` (scales, bias, post-ops) applied in registers before
+the store, written as C from the chain of :mod:`pydnnl.kernels.post_ops` (scales are read
+per element, unlike a bias over C's rows: not measured on NVIDIA). Pure: returns a
 :class:`~pydnnl.kernels.source.KernelSource`; nothing here touches a device.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gemm import GemmProblem
+from .gemm import GemmProblem, has_epilogue, scale_names
 from .source import KernelSource
 
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes",
@@ -488,22 +489,23 @@ class _Gen:
         destination position."""
         pr = self.pr
         v = self._with_beta(v, old)
-        if pr.bias is None and not pr.post_ops:
+        if not has_epilogue(pr):
             return v
         from pymbolic import var
 
         from . import post_ops as po
+        from .gemm import scale_product, scale_result
         from .reorder import _offset_expr
 
         pos = self._positions(var("row"), var("pd_col"))
-        value = var("pd_v")
+        value = scale_product(pr, var("pd_v"), pos)
         if bias_reg is not None:
             value = value + var(bias_reg)
         elif pr.bias is not None:
             layout, dims, _ = pr.bias
             value = value + var("bias")[_offset_expr(
                 layout, [0 if d == 1 else e for d, e in zip(dims, pos)])]
-        value = po.apply(value, pr.post_ops, var("pd_old"), at=pos)
+        value = scale_result(pr, po.apply(value, pr.post_ops, var("pd_old"), at=pos), pos)
         text = _c_mapper()(value)
         # one C expression: the names bound by substitution (each used in place)
         for name, repl in (("pd_v", f"({v})"), ("pd_old", f"({old})"), ("pd_col", f"({col})")):
@@ -564,7 +566,7 @@ class _Gen:
             "    __global const float* B = b + bo;",
             "    __global float* C = c + co;",
         ]
-        if pr.epi_fixed is None and pr.epi_batch and (pr.bias is not None or pr.post_ops):
+        if pr.epi_fixed is None and pr.epi_batch and has_epilogue(pr):
             lines.append(f"    const long bt = {bt or 0};")
         if self.aligned:  # the caller guarantees the offsets: no test at all (15% faster)
             lines.append(self.body({w: "1" if vec[w] else "0" for w in "abc"}))
@@ -600,11 +602,12 @@ def smem_bytes(tile: NvTile) -> int:
 
 
 def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:
-    """The epilogue's operand arguments (after ``a, b, c``): ``bias``, then ``po<i>_src1``."""
+    """The epilogue's operand arguments (after ``a, b, c``): ``bias``, then ``po<i>_src1``,
+    then the scales (``src_scale``, ``wei_scale``, ``dst_scale``)."""
     from .post_ops import arg_specs
 
     return (("bias",) if pr.bias is not None else ()) + tuple(
-        n for n, _, _, _ in arg_specs(pr.post_ops))
+        n for n, _, _, _ in arg_specs(pr.post_ops)) + scale_names(pr)
 
 
 def _minus(size: str, d: int) -> str:

@@ -10,6 +10,13 @@ GEMM kernel's store, backward data ``diff_src = diff_dst @ weights``, backward w
 
 bf16 and f16 tensors are converted into f32 copies in the scratchpad (and outputs back, with
 round-to-nearest-even), so every product accumulates in f32 as oneDNN's GPU engine does.
+
+The forward takes scales (``set_scales_mask`` with ``ARG_SRC`` and ``ARG_DST`` mask 0,
+``ARG_WEIGHTS`` 0 or 1: per output channel; values passed at execute as ``ARG_ATTR_SCALES |
+ARG_*`` f32 memories) fused into the GEMM's store: ``dst = post_ops(src_scale * wei_scale *
+(src . weights^T) + bias) / dst_scale``, oneDNN's int8 inner product's formula and masks.
+oneDNN v3 takes scales on inner products with int8 src only; pydnnl, which has no int8,
+takes them on f32, bf16 and f16 data. Zero points (integer data) are not implemented.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
+from .post_ops import resolve_scales
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"
@@ -139,9 +147,13 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
             if md is not None and md.data_type not in _DATA_TYPES:
                 raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; f32, "
                                     f"bf16 and f16 are implemented")
-        if self._attr.scales or self._attr.zero_points:
-            raise unimplemented(f"{kind}: scales and zero points are not implemented (f32 "
-                                f"only)")
+        self._scales, scales_text = (), ""
+        if da != ARG_DST and (self._attr.scales or self._attr.zero_points):
+            raise unimplemented(f"{kind}: scales and zero points apply to forward propagation "
+                                f"only (oneDNN's backward inner products take none)")
+        if da == ARG_DST:  # src and dst common; weights common or per output channel (mask 1)
+            self._scales, scales_text = resolve_scales(kind, self._attr, (N, OC), 1, 1,
+                                                       "pydnnl has no int8 inner product")
         self._post_ops, po_args = (), {}
         if len(self._attr.get_post_ops()):
             if da != ARG_DST:
@@ -172,9 +184,11 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
                 self._staged[arg] = scratch  # a plain f32 copy in the scratchpad
                 scratch += -(-math.prod(md.dims) // 16) * 16
         self._args.update(po_args)
+        self._add_runtime_attr_args()  # ARG_ATTR_SCALES | ARG_*: f32, one per mask index
         self._scratch_elems = scratch
         self._impl = "gemm:runtime" + (":staged" if self._staged else "")
         self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}" + (
+            f" attr-scales:{scales_text}" if self._scales else "") + (
             f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
         self._finish_scratchpad(scratch * 4)
 
@@ -308,7 +322,7 @@ class inner_product_forward(_ip_base):
                                b.nelems_physical())
                 bias_ref = Ref(ARG_BIAS)
         shape = GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=trans_b,
-                          post_ops=pd._post_ops, epi_batch=(), **epi)
+                          post_ops=pd._post_ops, epi_batch=(), scales=pd._scales, **epi)
         if packed:  # the panels must be the ones the tuned kernel reads
             g = get_gemm(pd.get_engine(), shape, static_b=True)
             if not g.packed or g.panel != form[1]:

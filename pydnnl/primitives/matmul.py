@@ -4,6 +4,14 @@ dimensions, batch dimensions broadcast where src or weights has 1.
 The plan is made of runtime GEMM steps: one batched GEMM when each tensor's batch dimensions
 fold into one stride (0 where broadcast), else one GEMM per batch entry. The bias and the
 post-ops (eltwise, sum, binary) run in the GEMM kernel's store: no pass of their own.
+
+Scales (oneDNN v3's quantization attributes, ``set_scales_mask`` with ``ARG_SRC``,
+``ARG_WEIGHTS``, ``ARG_DST``; values passed at execute as ``ARG_ATTR_SCALES | ARG_*`` f32
+memories) run in the same store: ``dst = post_ops(src_scale * wei_scale * (src @ weights) +
+bias) / dst_scale``, read from device memory at every execution. oneDNN's masks for
+floating-point data: src and dst 0 (one common scale; per-K src scales need groups, per-N or
+per-M dst scales are GPU-only in oneDNN), weights 0 or per column N (bit ``ndims - 1``).
+Zero points apply to integer data only, which pydnnl's matmul does not have.
 """
 from __future__ import annotations
 
@@ -17,10 +25,18 @@ from ..kernels.post_ops import reads_prior
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import GemmShape, packed_panel
+from ..runtime.gemm import (
+    GemmShape,
+    batch_sizes,
+    choose_params,
+    gemm_kernel,
+    packed_panel,
+    scale_refs,
+)
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
+from .post_ops import resolve_scales
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
@@ -144,9 +160,10 @@ class matmul(primitive):
                     raise unimplemented(f"matmul: {_NAMES[arg]} data type "
                                         f"{md.data_type.name}; f32, bf16 and f16 are "
                                         f"implemented")
-            if self._attr.scales or self._attr.zero_points:
-                raise unimplemented("matmul: scales and zero points are not implemented (f32 "
-                                    "only)")
+            # the scales: src and dst common; weights common or per column N (bit nd - 1)
+            self._scales, scales_text = resolve_scales(
+                "matmul", self._attr, tuple(dst.dims), 1 << (nd - 1), nd - 1,
+                "pydnnl has no int8 matmul")
             self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
             self._panel = self._tuned_panel(descs, M, K, N)
             self._convert: dict[int, int] = {}  # bf16/f16 argument -> its f32 copy's offset
@@ -168,9 +185,11 @@ class matmul(primitive):
                     scratch += -(-math.prod(md.dims) // 16) * 16
                 self._args[arg] = ArgSpec(md, arg == ARG_DST)
             self._args.update(po_args)
+            self._add_runtime_attr_args()  # ARG_ATTR_SCALES | ARG_*: f32, one per mask index
             self._scratch_elems = scratch
             self._impl = "gemm:runtime" + (":converted" if self._convert else "")
             self._info = f"{list(src.dims)}x{list(wei.dims)}" + (
+                f" attr-scales:{scales_text}" if self._scales else "") + (
                 f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
             self._finish_scratchpad(scratch * 4)
 
@@ -210,7 +229,7 @@ class matmul(primitive):
         M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
         bias = md.get(ARG_BIAS)
         # the epilogue: bias (broadcast where its dims are 1) and post-ops at dst positions
-        epi = {"post_ops": pd._post_ops, "epi_batch": batch}
+        epi = {"post_ops": pd._post_ops, "epi_batch": batch, "scales": pd._scales}
         if bias is not None:
             lay = layout_of(bias)
             epi["bias"] = ((lay[0] + base[ARG_BIAS], lay[1]), tuple(bias.dims),
@@ -237,6 +256,9 @@ class matmul(primitive):
         if count == 1 or None not in strides:
             if count == 1:
                 plan.gemm(shape, a_ref, a0, b_ref, b0, c_ref, c0, bias=bias_ref, packed=packed)
+            elif pd._scales:
+                self._gemm_batched_scaled(plan, shape, count, strides, a_ref, a0, b_ref, b0,
+                                          c_ref, c0, bias_ref)
             else:
                 plan.gemm_batched(shape, count, *strides, a_ref, a0, b_ref, b0, c_ref, c0,
                                   bias=bias_ref)
@@ -258,6 +280,20 @@ class matmul(primitive):
             plan.gemm(sh, a_ref, off(first[0], first[1]), b_ref, off(second[0], second[1]),
                       c_ref, off(ARG_DST, dst), bias=bias_ref)
         self._convert_out(plan, md)
+
+    @staticmethod
+    def _gemm_batched_scaled(plan: Plan, shape: GemmShape, count: int, strides, a_ref, a0,
+                             b_ref, b0, c_ref, c0, bias_ref) -> None:
+        """``Plan.gemm_batched`` with the scale operands bound too (it binds a bias only):
+        the same kernel and run-time sizes, launched with every epilogue argument by name."""
+        params = choose_params(plan.engine, shape, static_b=False)
+        k = gemm_kernel(plan.engine, shape, params, batch=count, stride_a=strides[0],
+                        stride_b=strides[1], stride_c=strides[2])
+        named = scale_refs(k.src.arg_names)
+        if bias_ref is not None:
+            named["bias"] = bias_ref
+        plan.launch(k, a=a_ref, b=b_ref, c=c_ref, a_off=a0, b_off=b0, c_off=c0, **named,
+                    **batch_sizes(shape, *strides, count))
 
     def _convert_out(self, plan: Plan, md: dict) -> None:
         """A bf16/f16 dst: its f32 copy converted into it (round to nearest even)."""

@@ -1,10 +1,18 @@
 """A primitive's post-ops, checked against its destination and turned into the chain the
 kernels fuse (:mod:`pydnnl.kernels.post_ops`), plus the execute arguments of binary entries
-(``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``)."""
+(``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``); the scales a GEMM epilogue fuses
+(:func:`resolve_scales`)."""
 from __future__ import annotations
 
 from ..attr import _binary_op, _sum_op, primitive_attr
-from ..constants import ARG_ATTR_MULTIPLE_POST_OP, ARG_SRC_1
+from ..constants import (
+    ARG_ATTR_MULTIPLE_POST_OP,
+    ARG_DST,
+    ARG_SRC,
+    ARG_SRC_1,
+    ARG_WEIGHTS,
+    arg_name,
+)
 from ..error import invalid_arguments, unimplemented
 from ..kernels import eltwise_ops
 from ..kernels.post_ops import BINARY_ALGS
@@ -72,3 +80,37 @@ def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
                                     f"implemented") from None
             chain.append(("eltwise", int(alg), float(op.alpha), float(op.beta)))
     return tuple(chain), args
+
+
+# the GEMM epilogue's name of each argument's scale (kernels.gemm.SCALE_KINDS)
+_SCALE_KIND = {ARG_SRC: "src", ARG_WEIGHTS: "wei", ARG_DST: "dst"}
+
+
+def resolve_scales(kind: str, attr: primitive_attr, dst_dims: tuple, per_channel: int,
+                   channel_dim: int, int8: str) -> tuple[tuple, str]:
+    """``(GemmShape.scales, verbose text)`` of ``attr``'s scales for a GEMM primitive with
+    destination dims ``dst_dims``: src and dst take mask 0, weights 0 or ``per_channel`` (one
+    scale per index of the destination's dim ``channel_dim``). Zero points raise
+    ``unimplemented`` (integer data: ``int8`` names what is missing)."""
+    if attr.zero_points:
+        args = ", ".join(arg_name(a) for a in attr.zero_points)
+        raise unimplemented(f"{kind}: zero points ({args}) apply to integer (int8) data, and "
+                            f"{int8}")
+    entries, masks = {}, {}
+    for arg, mask in attr.scales.items():
+        if arg not in _SCALE_KIND:
+            raise unimplemented(f"{kind}: scales for {arg_name(arg)}; oneDNN's {kind} takes "
+                                f"scales for ARG_SRC, ARG_WEIGHTS and ARG_DST only")
+        allowed = (0, per_channel) if arg == ARG_WEIGHTS else (0,)
+        if mask not in allowed:
+            raise unimplemented(
+                f"{kind}: scales mask {mask} for {arg_name(arg)}; implemented: "
+                + (f"0 (common) or {per_channel} (per output channel)" if arg == ARG_WEIGHTS
+                   else "0 (one common scale)"))
+        dims = ()
+        if mask:
+            dims = tuple(d if i == channel_dim else 1 for i, d in enumerate(dst_dims))
+        entries[_SCALE_KIND[arg]], masks[_SCALE_KIND[arg]] = dims, mask
+    order = [w for w in ("src", "wei", "dst") if w in entries]
+    return (tuple((w, entries[w]) for w in order),
+            "+".join(f"{w}:{masks[w]}" for w in order))

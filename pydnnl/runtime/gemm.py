@@ -45,6 +45,10 @@ class GemmShape:
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
     epi_swap: bool = False
+    #: the epilogue's scales (``GemmProblem.scales``): ``(which, dims)`` entries whose kernel
+    #: arguments are bound by convention to the execute arguments ``ARG_ATTR_SCALES |
+    #: ARG_SRC / ARG_WEIGHTS / ARG_DST`` (:func:`scale_refs`)
+    scales: tuple = ()
     #: what the product may compute in: "strict" (f32) or "tf32" (the fpmath mode allows TF32
     #: tensor cores; kernels without them compute in f32 all the same); None: the mode in
     #: force where the launcher is made (see :mod:`pydnnl.runtime.fpmath`)
@@ -52,13 +56,13 @@ class GemmShape:
 
     @property
     def has_epilogue(self) -> bool:
-        return self.bias is not None or bool(self.post_ops)
+        return self.bias is not None or bool(self.post_ops) or bool(self.scales)
 
     def plain(self) -> "GemmShape":
         """The same GEMM without its epilogue (tuning keys: the epilogue costs next to
         nothing against the product, so plain and fused GEMMs share tuned parameters)."""
         return replace(self, bias=None, post_ops=(), epi_batch=(), epi_fixed=None,
-                       epi_swap=False, math=None)
+                       epi_swap=False, scales=(), math=None)
 
 
 def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None = None,
@@ -70,22 +74,36 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        b_layout="plain" if panel is None else fam.panel_layout(panel),
                        bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
-                       runtime_m=runtime_m, runtime_k=runtime_k, **batch)
+                       scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k, **batch)
 
 
 def _epilogue_shares_m(shape: GemmShape) -> bool:
     """Whether ``shape``'s epilogue leaves kernels of every m alike: no binary post-op (their
-    operands' layouts span the destination) and a bias broadcast along C's rows (its layout
-    names no m). Other epilogues still run with a run-time m, but their operands' layouts
-    key the kernel per m: the row clamps would buy nothing."""
+    operands' layouts span the destination), a bias and scales broadcast along C's rows
+    (their layouts name no m). Other epilogues still run with a run-time m, but their
+    operands' layouts key the kernel per m: the row clamps would buy nothing."""
     from ..kernels import post_ops as po
 
     if po.has_binary(shape.post_ops):
         return False
-    if shape.bias is None:
-        return True
-    dims = shape.bias[1]
-    return dims[-1 if shape.epi_swap else -2] == 1
+    row = -1 if shape.epi_swap else -2
+    dims = [d for _, d in shape.scales if len(d) >= -row]
+    if shape.bias is not None:
+        dims.append(shape.bias[1])
+    return all(d[row] == 1 for d in dims)
+
+
+def scale_refs(names) -> dict:
+    """The plan buffers of the scale arguments among kernel argument ``names``: by
+    convention the execute arguments ``ARG_ATTR_SCALES | ARG_SRC`` (``src_scale``),
+    ``| ARG_WEIGHTS`` (``wei_scale``) and ``| ARG_DST`` (``dst_scale``), as a fused
+    post-op's operand is ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``."""
+    from ..constants import ARG_ATTR_SCALES, ARG_DST, ARG_SRC, ARG_WEIGHTS
+    from .plan import Ref
+
+    args = {fam.scale_name("src"): ARG_SRC, fam.scale_name("wei"): ARG_WEIGHTS,
+            fam.scale_name("dst"): ARG_DST}
+    return {n: Ref(ARG_ATTR_SCALES | args[n]) for n in names if n in args}
 
 
 def _fits32(shape: GemmShape, batch: dict) -> bool:
@@ -306,7 +324,8 @@ class Gemm:
             k = self._static_nv(int(a_off), int(b_off), int(c_off))
             if k is not None:
                 vals = {"a": a, "b": b, "c": c, "m": np.int64(self.shape.m),
-                        "ksize": np.int64(self.shape.k), **(extra or {})}
+                        "ksize": np.int64(self.shape.k), **scale_refs(k.src.arg_names),
+                        **(extra or {})}
                 return [k.bound([vals[n] for n in k.src.arg_names])]
             return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
@@ -381,7 +400,8 @@ class Gemm:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
-                "ksize": np.int64(self.shape.k), **self._sizes, **(extra or {})}
+                "ksize": np.int64(self.shape.k), **self._sizes, **scale_refs(self._names),
+                **(extra or {})}
         return [vals[n] for n in self._names]
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,

@@ -1,6 +1,6 @@
 """Fused post-ops under the Oclgrind simulator: the GEMM epilogue (bias, sum, eltwise,
-broadcast binary operands) of matmul and inner product, and binary operands read by a
-convolution's store, with no invalid access, race or uninitialized read, and right results."""
+broadcast binary operands, scales) of matmul and inner product, and binary operands read by
+a convolution's store, with no invalid access, race or uninitialized read, and right results."""
 from __future__ import annotations
 
 import pathlib
@@ -183,3 +183,78 @@ def test_eltwise_softmax_pooling_post_ops_under_oclgrind():
     results = run_probe(PROBE_ELTWISE_SOFTMAX_POOL, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {k: True for k in ("eltwise_flat", "eltwise_strided", "softmax_row",
                                          "softmax_strided", "pooling")}, results
+
+
+PROBE_SCALES = r"""
+import json
+import numpy as np
+import pydnnl as dnnl
+from pydnnl.reference.post_ops import apply_post_ops
+
+MD, F32, A = dnnl.memory.desc, dnnl.memory.data_type.f32, dnnl.algorithm
+SRC, WEI, DST, BIAS = dnnl.ARG_SRC, dnnl.ARG_WEIGHTS, dnnl.ARG_DST, dnnl.ARG_BIAS
+eng = dnnl.engine.from_name("Oclgrind")
+assert eng.is_simulator
+s = dnnl.stream(eng)
+rng = np.random.default_rng(3)
+results = {}
+
+def attr(wei_mask):
+    po = dnnl.post_ops()
+    po.append_sum(0.5)
+    po.append_eltwise(A.eltwise_relu, 0.0, 0.0)
+    a = dnnl.primitive_attr()
+    for arg, mask in ((SRC, 0), (WEI, wei_mask), (DST, 0)):
+        a.set_scales_mask(arg, mask)
+    a.set_post_ops(po)
+    return a, po
+
+def run(prim, pd, ins, prior, nwei):
+    sv = {SRC: np.float32([0.5]), WEI: rng.uniform(0.5, 2, nwei).astype(np.float32),
+          DST: np.float32([2.0])}
+    args = {a: dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, a), eng, v) for a, v in ins.items()}
+    args[DST] = dst = dnnl.memory(pd.dst_desc(), eng, prior)
+    for a, v in sv.items():
+        args[dnnl.ARG_ATTR_SCALES | a] = dnnl.memory(MD([v.size], F32, "a"), eng, v)
+    prim(pd).execute(s, args)
+    s.wait()
+    return dst.to_numpy(), sv
+
+def close(got, ref):
+    return bool(np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max())
+
+# batched matmul writing a transposed dst (C holds dst^T: per-N scales follow C's rows)
+x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+w = rng.standard_normal((2, 5, 4)).astype(np.float32)
+b = rng.standard_normal((1, 1, 4)).astype(np.float32)
+prior = rng.standard_normal((2, 3, 4)).astype(np.float32)
+at, po = attr(4)
+pd = dnnl.matmul.primitive_desc(eng, MD([2, 3, 5], F32, "abc"), MD([2, 5, 4], F32, "abc"),
+                                MD([1, 1, 4], F32, "abc"), MD([2, 3, 4], F32, "acb"), at)
+got, sv = run(dnnl.matmul, pd, {SRC: x, WEI: w, BIAS: b}, prior, 4)
+v = 0.5 * np.matmul(x.astype(np.float64), w) * sv[WEI] + b
+results["matmul"] = close(got, apply_post_ops(v, po, prior) / 2.0)
+
+# inner product over an image, weights scales per output channel
+x = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)
+w = rng.standard_normal((5, 2, 2, 2)).astype(np.float32)
+b = rng.standard_normal(5).astype(np.float32)
+prior = rng.standard_normal((3, 5)).astype(np.float32)
+at, po = attr(1)
+pd = dnnl.inner_product_forward.primitive_desc(
+    eng, dnnl.prop_kind.forward_inference, MD([3, 2, 2, 2], F32, "abcd"),
+    MD([5, 2, 2, 2], F32, "abcd"), MD([5], F32, "a"), MD([3, 5], F32, "ab"), at)
+got, sv = run(dnnl.inner_product_forward, pd, {SRC: x, WEI: w, BIAS: b}, prior, 5)
+v = 0.5 * (x.reshape(3, -1).astype(np.float64) @ w.reshape(5, -1).T) * sv[WEI] + b
+results["inner_product"] = close(got, apply_post_ops(v, po, prior) / 2.0)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind OpenCL platform is not installed")
+def test_gemm_scales_under_oclgrind():
+    """Scales (src and dst common, weights per output channel) in the GEMM epilogue of a
+    batched matmul with a transposed dst and of an inner product, with a bias, a sum and a
+    relu: no invalid access, race or uninitialized read, and right results."""
+    results = run_probe(PROBE_SCALES, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {"matmul": True, "inner_product": True}, results
