@@ -1,5 +1,6 @@
 """benchdnn's inner product driver: ``--ip [--dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB]
-[--attr-post-ops=...] mb64ic512oc2048`` (spatial input too: ``mb2ic16ih7iw7oc10``).
+[--attr-scales=src:common:0.5+wei:per_oc+dst:common:2] [--attr-post-ops=...] mb64ic512oc2048``
+(spatial input too: ``mb2ic16ih7iw7oc10``; ``--attr-scales`` as in the matmul driver).
 
 Tensors are created with ``format_tag.any``. Checked against numpy in float64 (mode C); timed
 against numpy's matmul of the same product (``--compare=numpy``) or PyTorch's
@@ -28,6 +29,7 @@ from .common import (
     torch_tf32,
     torch_time_ms,
 )
+from .matmul import apply_scales, parse_scales, scale_values, set_scales
 
 DIRS = ("FWD_B", "FWD_D", "FWD_I", "BWD_D", "BWD_W", "BWD_WB")
 
@@ -58,6 +60,10 @@ class IpBench:
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), [mb, oc])
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
+        self.scales = parse_scales(opts.get("attr-scales", ""), {
+            dnnl.ARG_SRC: [mb, ic, *sp], dnnl.ARG_WEIGHTS: [oc, ic, *sp],
+            dnnl.ARG_DST: [mb, oc]}, {dnnl.ARG_SRC: 1, dnnl.ARG_WEIGHTS: 0, dnnl.ARG_DST: 1})
+        set_scales(attr, self.scales)
         self.tf32 = fpmath_attr(opts, attr)
         prop = (dnnl.prop_kind.forward_inference if d == "FWD_I"
                 else dnnl.prop_kind.forward_training)
@@ -77,6 +83,7 @@ class IpBench:
         self.prim = cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         self.values, self.args = random_args(self.pd, eng, seed)
+        self.scale_vals = scale_values(self, self.scales)
         self.stream = dnnl.stream(eng)
 
     def run(self) -> None:
@@ -88,7 +95,6 @@ class IpBench:
 
     def check(self) -> float:
         from ..primitives.post_ops import binary_arg
-        from ..reference.post_ops import apply_post_ops
 
         prior = self.values.get(dnnl.ARG_DST)
         self.run()
@@ -97,9 +103,11 @@ class IpBench:
         A = dnnl
         if self.dir.startswith("FWD"):
             x, w = v[A.ARG_SRC].reshape(mb, -1).astype(np.float64), v[A.ARG_WEIGHTS]
-            ref = {A.ARG_DST: x @ w.reshape(oc, -1).T + v.get(A.ARG_BIAS, 0.0)}
             ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
-            ref[A.ARG_DST] = apply_post_ops(ref[A.ARG_DST], self.post_ops, prior, ops)
+            # the forward's masks: 0, or per output channel for weights (a row of dst)
+            shaped = {a: s.reshape(1, -1) for a, s in self.scale_vals.items()}
+            ref = {A.ARG_DST: apply_scales(x @ w.reshape(oc, -1).T, v.get(A.ARG_BIAS, 0.0),
+                                           self.post_ops, prior, ops, shaped)}
         elif self.dir == "BWD_D":
             dy = v[A.ARG_DIFF_DST].astype(np.float64)
             w = v[A.ARG_WEIGHTS]

@@ -1,5 +1,10 @@
 """benchdnn's matmul driver: ``--matmul [--bia_dt=f32] [--bia_mask=M] [--stag=any] [--wtag=any]
-[--dtag=any] [--attr-post-ops=...] MxK:KxN[:MxN]`` (batch dims too: ``2x3x4x5:2x1x5x6``).
+[--dtag=any] [--attr-scales=src:common:0.5+wei:per_oc+dst:common:2] [--attr-post-ops=...]
+MxK:KxN[:MxN]`` (batch dims too: ``2x3x4x5:2x1x5x6``).
+
+``--attr-scales`` takes benchdnn's ``ARG:POLICY[:SCALE[:f32]]`` entries joined by ``+``
+(:func:`parse_scales`); mode C checks oneDNN's formula ``post_ops(src_scale * wei_scale *
+(src @ wei) + bias) / dst_scale``.
 
 Checked against numpy in float64 (mode C); timed against numpy (OpenBLAS or whatever numpy
 runs, ``--compare=numpy``) or PyTorch (``--compare=torch``, TF32 off on CUDA), both from
@@ -13,7 +18,7 @@ import numpy as np
 
 import pydnnl as dnnl
 
-from ..error import invalid_arguments
+from ..error import invalid_arguments, unimplemented
 from .common import (
     TF32_RTOL,
     check_line,
@@ -38,6 +43,85 @@ def _tag(opts: dict, key: str, nd: int) -> str:
     if len(t) != nd:
         raise invalid_arguments(f"--{key}={t}: expected a tag of {nd} dims")
     return t
+
+
+_SCALE_ARGS = {"src": dnnl.ARG_SRC, "wei": dnnl.ARG_WEIGHTS, "dst": dnnl.ARG_DST}
+# per-index scales are the given scale times these, cycled (powers of two: exact in f32)
+_SCALE_STEPS = (1.0, 0.5, 2.0, 4.0)
+
+
+def parse_scales(text: str, dims: dict, oc_dim: dict) -> dict:
+    """benchdnn's ``--attr-scales`` (``src:common:0.5+wei:per_oc``): ``{arg: (mask, scale)}``
+    for ``ARG_SRC`` / ``ARG_WEIGHTS`` / ``ARG_DST``. Policies: ``common`` (mask 0),
+    ``per_oc`` (the argument's output-channel dim ``oc_dim[arg]``), ``per_dim_<digits>``
+    (those dims), ``per_tensor`` (every dim); ``dims[arg]`` are the argument's dims. The
+    primitive decides which masks it takes."""
+    out = {}
+    for entry in filter(None, text.split("+")):
+        parts = entry.strip().split(":")
+        if len(parts) < 2 or parts[0] not in _SCALE_ARGS:
+            raise invalid_arguments(f"--attr-scales: entry {entry!r}: expected "
+                                    f"src|wei|dst:POLICY[:SCALE], e.g. wei:per_oc")
+        arg, policy = _SCALE_ARGS[parts[0]], parts[1]
+        nd = len(dims[arg])
+        if policy == "common":
+            mask = 0
+        elif policy == "per_oc":
+            mask = 1 << oc_dim[arg]
+        elif policy == "per_tensor":
+            mask = (1 << nd) - 1
+        elif policy.startswith("per_dim_") and policy[8:].isdigit() and \
+                all(int(c) < nd for c in policy[8:]):
+            mask = sum(1 << int(c) for c in set(policy[8:]))
+        else:
+            raise invalid_arguments(f"--attr-scales: {entry}: policy must be common, per_oc, "
+                                    f"per_tensor or per_dim_<dims> (of {nd}), got {policy}")
+        try:
+            scale = float(parts[2]) if len(parts) > 2 and parts[2] else 1.0
+        except ValueError:
+            raise invalid_arguments(f"--attr-scales: {entry}: scale {parts[2]!r} is not a "
+                                    f"number") from None
+        if len(parts) > 3 and parts[3] not in ("", "f32"):
+            raise unimplemented(f"--attr-scales: {entry}: scales of data type {parts[3]}; "
+                                f"only f32")
+        if len(parts) > 4:
+            raise unimplemented(f"--attr-scales: {entry}: scale groups are not implemented")
+        out[arg] = (mask, scale)
+    return out
+
+
+def set_scales(attr, scales: dict) -> None:
+    for arg, (mask, _) in scales.items():
+        attr.set_scales_mask(arg, mask)
+
+
+def scale_values(b, scales: dict) -> dict:
+    """Write each scale's values (the given scale, times :data:`_SCALE_STEPS` per index)
+    into ``b.values`` and ``b.args``; returns ``{arg: values}``."""
+    out = {}
+    for arg, (_, scale) in scales.items():
+        key = dnnl.ARG_ATTR_SCALES | arg
+        n = int(np.prod(b.pd.query_md(dnnl.query.exec_arg_md, key).dims))
+        v = np.array([scale * _SCALE_STEPS[i % 4] for i in range(n)], np.float32)
+        b.values[key] = v
+        b.args[key].write(v)
+        out[arg] = v
+    return out
+
+
+def apply_scales(prod, bias, post_ops, prior, ops, scales: dict):
+    """oneDNN's formula in float64: ``post_ops(src * wei * prod + bias) / dst``; ``scales``
+    maps arguments to their values shaped to broadcast against ``prod`` (dst's shape)."""
+    from ..reference.post_ops import apply_post_ops
+
+    v = prod
+    for arg in (dnnl.ARG_SRC, dnnl.ARG_WEIGHTS):
+        if arg in scales:
+            v = v * scales[arg].astype(np.float64)
+    v = apply_post_ops(v + bias, post_ops, prior, ops)
+    if dnnl.ARG_DST in scales:
+        v = v * (1.0 / scales[dnnl.ARG_DST].astype(np.float64))
+    return v
 
 
 class MatmulBench:
@@ -65,6 +149,11 @@ class MatmulBench:
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), dd, oc_dim=nd - 1)
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
+        self.scale_dims = {dnnl.ARG_SRC: sd, dnnl.ARG_WEIGHTS: wd, dnnl.ARG_DST: dd}
+        self.scales = parse_scales(opts.get("attr-scales", ""), self.scale_dims,
+                                   {dnnl.ARG_SRC: nd - 1, dnnl.ARG_WEIGHTS: nd - 1,
+                                    dnnl.ARG_DST: nd - 1})
+        set_scales(attr, self.scales)
         self.tf32 = fpmath_attr(opts, attr)
         t0 = time.perf_counter()
         self.pd = dnnl.matmul.primitive_desc(eng, *descs, attr)
@@ -72,6 +161,7 @@ class MatmulBench:
         self.create_ms = (time.perf_counter() - t0) * 1e3
         self.dims = (sd, wd, dd)
         self.values, self.args = random_args(self.pd, eng, seed)
+        self.scale_vals = scale_values(self, self.scales)
         self.stream = dnnl.stream(eng)
 
     def run(self) -> None:
@@ -83,17 +173,20 @@ class MatmulBench:
 
     def check(self) -> float:
         from ..primitives.post_ops import binary_arg
-        from ..reference.post_ops import apply_post_ops
 
         prior = self.values[dnnl.ARG_DST]
         self.run()
         self.stream.wait()
         v = self.values
         ref = np.matmul(v[dnnl.ARG_SRC].astype(np.float64), v[dnnl.ARG_WEIGHTS])
-        if self.with_bias:
-            ref = ref + v[dnnl.ARG_BIAS]
         ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
-        ref = apply_post_ops(ref, self.post_ops, prior, ops)
+        # each scale over its argument's dims where its mask has them: with the masks
+        # matmul takes (no K) they line up with dst's trailing dims
+        shaped = {a: self.scale_vals[a].reshape([d if m >> i & 1 else 1 for i, d in
+                                                 enumerate(self.scale_dims[a])])
+                  for a, (m, _) in self.scales.items()}
+        ref = apply_scales(ref, v[dnnl.ARG_BIAS] if self.with_bias else 0.0, self.post_ops,
+                           prior, ops, shaped)
         got = self.args[dnnl.ARG_DST].to_numpy()
         return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 

@@ -328,3 +328,29 @@ def test_matmul_scales_on_the_nvidia_kernel(engine, stream, monkeypatch):
     assert gemms and all(len(g._static) == 1 for g in gemms)  # the compiled-in copy ran
 
 # }}}
+
+
+# {{{ benchdnn
+
+def test_benchdnn_attr_scales(capsys):
+    """``--attr-scales`` in benchdnn's syntax on ``--matmul`` and ``--ip`` (mode C against
+    oneDNN's formula in float64), and its parser's masks."""
+    from pydnnl.benchdnn.__main__ import main
+    from pydnnl.benchdnn.matmul import parse_scales
+
+    rc = main(["--matmul", "--mode=C", "--bia_dt=f32", "--attr-post-ops=sum:0.5+relu",
+               "--attr-scales=src:common:0.5+wei:per_oc+dst:common:2", "5x7:7x6",
+               "--ip", "--mode=C", "--attr-scales=src:common:0.25+wei:per_oc:2+dst:common:4",
+               "mb4ic3ih2iw2oc5"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.count("check,passed") == 2 and "FAILED" not in out, out
+    dims = {SRC: [2, 3, 4], WEI: [2, 4, 5], DST: [2, 3, 5]}
+    got = parse_scales("src:common:0.5+wei:per_oc+dst:per_dim_01:2", dims,
+                       {SRC: 2, WEI: 2, DST: 2})
+    assert got == {SRC: (0, 0.5), WEI: (4, 1.0), DST: (3, 2.0)}
+    with pytest.raises(SystemExit, match="policy must be"):
+        main(["--matmul", "--attr-scales=wei:per_row", "2x2:2x2"])
+    with pytest.raises(SystemExit, match="mask 1 for ARG_WEIGHTS"):
+        main(["--matmul", "--attr-scales=wei:per_dim_0", "2x2:2x2"])
+
+# }}}
