@@ -143,6 +143,26 @@ class Builder:
         raise onnx_invalid(f"{node_label(self.node)}: input '{name}' is not produced by any "
                            f"node before it")
 
+    def bool_value(self, i: int, what: str) -> Value:
+        """Input ``i`` as a device bool tensor (0.0 / 1.0 in f32, as comparisons write it): a
+        computed tensor, or a bool graph input, which becomes a device input of the program
+        (constants are the caller's, on the host)."""
+        name = self.node.input[i] if self.has(i) else ""
+        vi = self.inputs.get(name)
+        if name in self.values or vi is None:
+            return self.value(i, what)
+        et = vi.type.tensor_type.elem_type
+        if et != BOOL:
+            raise unsupported(self.node, f"input {i} ('{name}', {what}) has data type "
+                                         f"{TensorProto.DataType.Name(et)}; expected bool")
+        shape = (tuple(self.feeds[name].shape) if self.feeds is not None and name in self.feeds
+                 else static_shape(vi))
+        if shape is None:
+            raise NeedsInputValues(name)
+        v = self.alloc(shape, BOOL, reuse=False)
+        self.values[name] = self.input_values[name] = v
+        return v
+
     def is_const(self, i: int) -> bool:
         return self.has(i) and self.node.input[i] in self.consts
 
@@ -261,10 +281,11 @@ class Program:
             if tuple(arr.shape) != v.shape:
                 raise onnx_invalid(f"graph input '{name}': expected shape {list(v.shape)}, "
                                    f"got {list(arr.shape)}")
-            if arr.dtype != np.float32:
-                raise onnx_invalid(f"graph input '{name}': expected float32 data, got "
+            want = np.bool_ if v.elem_type == BOOL else np.float32
+            if arr.dtype != want:
+                raise onnx_invalid(f"graph input '{name}': expected {np.dtype(want)} data, got "
                                    f"{arr.dtype}")
-            v.mem.write(arr.reshape(v.md.get_dims()))
+            v.mem.write(arr.reshape(v.md.get_dims()).astype(np.float32, copy=False))
         s = self.stream
         for step in self.steps:
             if step.fn is None:

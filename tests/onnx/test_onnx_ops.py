@@ -271,3 +271,113 @@ def test_binary_after_producer_fused_as_post_op(op, swap, other_shape, fused):
     notes = {s.name: s.note for s in rep.program(feeds).steps}
     assert (notes["res"] == "fused into conv") == fused, notes
     assert (notes["relu"] == "fused into conv") == fused, notes
+
+
+B = TensorProto.BOOL
+
+
+def _where_model(shapes, consts=None):
+    """One Where node: condition ``c`` (bool), ``x``, ``y`` (float) graph inputs of
+    ``shapes``, or initializers from ``consts`` {name: array}."""
+    consts = consts or {}
+    gin = [helper.make_tensor_value_info(n, B if n == "c" else F, s)
+           for n, s in zip("cxy", shapes) if n not in consts]
+    node = helper.make_node("Where", ["c", "x", "y"], ["o"], name="w")
+    graph = helper.make_graph([node], "g", gin, [helper.make_empty_tensor_value_info("o")],
+                              [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from onnx import shape_inference
+    inferred = shape_inference.infer_shapes(model)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+def _feeds(model, seed=3):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = (rng.random(shape) < 0.5 if vi.type.tensor_type.elem_type == B
+                        else rng.standard_normal(shape).astype(np.float32))
+    return out
+
+
+WHERE_CASES = {
+    "same_shapes": ([[2, 3], [2, 3], [2, 3]], None),
+    # the condition broadcast to X's shape (src2 must have src0's dims)
+    "cond_broadcast": ([[3], [2, 3], [2, 3]], None),
+    # condition and X both broadcast to their common shape, Y broadcast by select itself
+    "cond_and_x_broadcast": ([[2, 1, 4], [3, 1], [2, 3, 4]], None),
+    "y_broadcast_scalar_cond": ([[], [2, 3], [1, 3]], None),
+    "scalar_x_const": ([[2, 3, 4], None, [4]], {"x": np.array(-5.0, np.float32)}),
+    "cond_const": ([None, [2, 3, 4], []], {"c": np.array([True, False, True, False])}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHERE_CASES))
+def test_where_matches_reference(name):
+    """Where through binary_select: a bool condition (a graph input here) converted to s8 and
+    the inputs broadcast as select needs, against onnx's reference evaluator (exact)."""
+    shapes, consts = WHERE_CASES[name]
+    model = _where_model(shapes, consts)
+    for seed in (3, 4):     # a second run with other values reuses the program
+        feeds = _feeds(model, seed)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        got = PydnnlBackend.run_model(model, feeds)[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_of_computed_condition_and_constants():
+    """A computed condition (Greater, broadcast to X's shape) and an all-constant Where
+    (shape arithmetic, on the host) in one graph."""
+    nodes = [helper.make_node("Greater", ["a", "t"], ["g"], name="gt"),
+             helper.make_node("Relu", ["b"], ["r"], name="relu"),
+             helper.make_node("Where", ["g", "r", "b"], ["w"], name="w"),
+             helper.make_node("Where", ["cc", "s0", "s1"], ["shp"], name="wc"),
+             helper.make_node("Reshape", ["w", "shp"], ["y"], name="reshape")]
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "t"),
+             numpy_helper.from_array(np.array([True, False]), "cc"),
+             numpy_helper.from_array(np.array([6, 0], np.int64), "s0"),
+             numpy_helper.from_array(np.array([0, 4], np.int64), "s1")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", F, [3, 1]),
+                     helper.make_tensor_value_info("b", F, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", F, [6, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = _feeds(model)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = PydnnlBackend.run_model(model, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_where_refusals_name_the_node():
+    from pydnnl.onnx import onnx_invalid, onnx_unsupported
+
+    # integer X: the backend computes in float32 (select's f32 sources)
+    model = _where_model([[2, 3], None, [2, 3]], {"x": np.ones((2, 3), np.int64)})
+    with pytest.raises(onnx_unsupported, match="Where node 'w'.*int64"):
+        PydnnlBackend.prepare(model)
+    model = _where_model([[2, 3], [2, 3], [2, 3]])
+    feeds = _feeds(model)
+    feeds["c"] = feeds["c"].astype(np.float32)
+    with pytest.raises(onnx_invalid, match="graph input 'c': expected bool"):
+        PydnnlBackend.run_model(model, feeds)
+
+
+def test_expand_zeros_keep_their_own_buffer():
+    """Expand's zeros are written once: a buffer freed by an earlier tensor (here Relu's
+    result, last read by ReduceSum) would be overwritten by its producer on every run."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ReduceSum", ["r", "ax"], ["s"], name="sum", keepdims=1),
+             helper.make_node("Expand", ["s", "shape"], ["y"], name="expand")]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([4, 8], np.int64), "shape")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4, 8])],
+                              [helper.make_tensor_value_info("y", F, [4, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = _feeds(model)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(PydnnlBackend.run_model(model, feeds)[0], want, rtol=1e-5,
+                               atol=1e-5)

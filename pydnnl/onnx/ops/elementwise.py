@@ -1,11 +1,21 @@
 """Activations (``eltwise_forward``), arithmetic and comparisons with numpy broadcasting
-(``binary``), Sum / Mean (``sum``) and variadic Max / Min."""
+(``binary``), Sum / Mean (``sum``), variadic Max / Min and Where (``binary_select``)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ... import algorithm, binary, eltwise_forward, prop_kind, sum
-from ...constants import ARG_DST, ARG_MULTIPLE_SRC, ARG_SRC, ARG_SRC_0, ARG_SRC_1
+from ... import algorithm, binary, eltwise_forward, memory, prop_kind, reorder, sum
+from ...constants import (
+    ARG_DST,
+    ARG_FROM,
+    ARG_MULTIPLE_SRC,
+    ARG_SRC,
+    ARG_SRC_0,
+    ARG_SRC_1,
+    ARG_SRC_2,
+    ARG_TO,
+)
+from ...memory.data_types import data_type
 from ..errors import unsupported
 from ..tensors import BOOL, Value
 from . import op
@@ -202,3 +212,61 @@ def sum_(b, node, a):
     for s in srcs[1:]:
         acc = binary_op(b, A.binary_add, acc, s)
     b.set(0, acc if scale == 1.0 else eltwise(b, acc, A.eltwise_linear, scale))
+
+
+@op("Where")
+def where(b, node, a):
+    """``binary_select``: dst = C ? X : Y. oneDNN's condition is s8 with src0's dims (it is
+    broadcast only where src0 is; src1 broadcasts freely), ONNX's a bool tensor broadcast
+    with X and Y: C and X are brought to the shape they broadcast to (constants on the host,
+    computed tensors by a broadcasting copy), and C is converted to s8 by a reorder."""
+    from ...memory.desc import MemoryDesc
+    from ..tensors import plain_strides
+    from .host import broadcast_to
+
+    if all(n in b.consts for n in node.input):     # shape arithmetic of exported models
+        c, x, y = (b.consts[n] for n in node.input)
+        b.set(0, np.where(c.astype(bool), x, y))
+        return
+    cname, xname = node.input[0], node.input[1]
+    carr = b.consts.get(cname)
+    cond = None if carr is not None else b.bool_value(0, "condition")
+    xc = b.consts.get(xname)
+    x = b.value(1, "X") if xc is None or xc.dtype != np.float32 else None
+    y = b.value(2, "Y")
+    cshape = carr.shape if carr is not None else cond.shape
+    xshape = xc.shape if x is None else x.shape
+    try:
+        out = tuple(np.broadcast_shapes(cshape, xshape, y.shape))
+        both = tuple(np.broadcast_shapes(cshape, xshape))
+    except ValueError:
+        from ..errors import invalid
+        raise invalid(node, f"condition {list(cshape)}, X {list(xshape)} and Y "
+                            f"{list(y.shape)} do not broadcast") from None
+    rank = max(len(out), 1)
+    dims = (1,) * (rank - len(both)) + both     # src0's and src2's dims at the result's rank
+    if x is None:       # a float constant: broadcast once on the host
+        x = b.alloc(dims, reuse=False)
+        x.mem.write(np.broadcast_to(xc.reshape((1,) * (rank - xc.ndim) + xc.shape), dims)
+                    .reshape(x.md.get_dims()))
+    else:
+        x = x.ranked(rank)
+        if x.shape != dims:
+            x = broadcast_to(b, x, dims)
+    s8 = MemoryDesc(list(dims), data_type.s8, plain_strides(dims))
+    c8 = memory(s8, b.engine)
+    b.nbytes += s8.get_size()
+    if carr is not None:  # a constant condition: converted and broadcast once on the host
+        c8.write(np.broadcast_to(carr.reshape((1,) * (rank - carr.ndim) + carr.shape) != 0,
+                                 dims).astype(np.int8))
+    else:
+        cond = cond.ranked(rank)
+        if cond.shape != dims:
+            cond = broadcast_to(b, cond, dims)
+        b.execute(reorder(cond.mem, c8), {ARG_FROM: cond.mem, ARG_TO: c8})
+    dst = b.alloc(out, x.elem_type)
+    yv, dv = y.ranked(rank), dst.ranked(rank)
+    pd = binary.primitive_desc(b.engine, A.binary_select, x.md, yv.md, s8, dv.md)
+    b.execute(binary(pd), {ARG_SRC_0: x.mem, ARG_SRC_1: yv.mem, ARG_SRC_2: c8,
+                           ARG_DST: dv.mem})
+    b.set(0, dst)

@@ -52,17 +52,22 @@ def expand(b, node, a):
     except ValueError:
         raise invalid(node, f"shape {list(dims)} does not broadcast with the input's "
                             f"{list(x.shape)}") from None
-    if out == x.shape:
-        b.set(0, x)
-        return
-    # no broadcasting copy primitive (binary wants one source of dst's size): x + zeros,
-    # the zeros written once here
-    zeros, dst = b.alloc(out), b.alloc(out)
+    b.set(0, x if out == x.shape else broadcast_to(b, x, out))
+
+
+def broadcast_to(b, x, shape: tuple):
+    """A new tensor of ``shape`` holding ``x`` broadcast (numpy's rules; ``x``'s dims are 1 or
+    ``shape``'s). No broadcasting copy primitive exists (a reorder's dims are equal, and a
+    memory desc has no zero strides): ``binary_add`` of x and zeros, the zeros written once
+    here into a buffer of their own (a reused one would be overwritten by its earlier
+    producer on every run)."""
+    shape = tuple(int(d) for d in shape)
+    zeros, dst = b.alloc(shape, reuse=False), b.alloc(shape, x.elem_type)
     zeros.mem.write(np.zeros(zeros.md.get_dims(), np.float32))
-    xv = x.ranked(len(out))
+    xv = x.ranked(len(shape))
     pd = binary.primitive_desc(b.engine, algorithm.binary_add, xv.md, zeros.md, dst.md)
     b.execute(binary(pd), {ARG_SRC_0: xv.mem, ARG_SRC_1: zeros.mem, ARG_DST: dst.mem})
-    b.set(0, dst)
+    return dst
 
 
 @op("Cast")
