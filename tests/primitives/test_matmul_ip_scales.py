@@ -205,6 +205,21 @@ def test_inner_product_scales_change_per_execute(engine, stream, ip, requested):
     assert len(requested) == seen, requested[seen:]
 
 
+def test_scaled_epilogue_keeps_a_runtime_minibatch(engine, spy_kernels):
+    """Common and per-channel scales name no row of C: a new minibatch asks for no GEMM
+    kernel the first one did not (the row count stays a run-time size)."""
+    po, _ = _chain()
+    keys = []
+    for mb in (6, 9):
+        seen = spy_kernels(("gemm",))
+        dnnl.inner_product_forward(dnnl.inner_product_forward.primitive_desc(
+            engine, dnnl.prop_kind.forward_inference, MD([mb, IC, 2, 2], dt.f32, "abcd"),
+            MD([OC, IC, 2, 2], dt.f32, "abcd"), MD([OC], dt.f32, "a"),
+            MD([mb, OC], dt.f32, "ab"), _attr({SRC: 0, WEI: 1, DST: 0}, po)))
+        keys.append({k for _, k in seen})
+    assert keys[1] and keys[1] <= keys[0], keys[1] - keys[0]
+
+
 def test_inner_product_scales_f16(engine, stream):
     """f16 src, weights and dst, per-channel weights scales: tolerance f16's 2^-11."""
     attr = _attr({SRC: 0, WEI: 1, DST: 0})
