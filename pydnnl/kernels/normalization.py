@@ -736,6 +736,8 @@ class BnApply:
     # and strides as kernel arguments, ``wg`` x ``rows`` the work-group as given
     groups: tuple | None = None
     rows: int = 0
+    # plain layouts: outer runs (rows) per work-item, ``per_item`` independent loads each
+    per_item: int = 1
 
 
 def bn_apply_shape(wg: int, inner: int, outer: int) -> tuple[int, int]:
@@ -836,25 +838,43 @@ def _bn_apply_runs(p: BnApply) -> KernelSource | None:
         _group_offsets(allg, idx, 3 if bwd else 2, 0) if p.ws else None, out_at)
     # rows per work-group: a short innermost run (nhwc's channels) takes several rows per
     # group, so that a group still holds ``p.wg`` work-items
-    wg, rows = (p.wg, p.rows) if rt else bn_apply_shape(p.wg, S_in, O)
+    U = max(1, p.per_item)
+    wg, rows = (p.wg, p.rows) if rt else bn_apply_shape(p.wg, S_in, -(-O // U) if U > 1 else O)
     args += _size_args(p.groups)
     name = "pydnnl_bn_apply"
+    if U == 1:
+        main = f"""
+    const int o = get_global_id(1);
+    if ({idx[-1]} >= {S_in} || o >= {O}) return;
+    {dec}{body}
+    dst[{out_at}] = {st[p.out_dt]}(y);"""
+    else:
+        # rows o = U * id + u; no row guard where the baked factors of the row count (the
+        # channels) are a multiple of U, as every row count of the class then is
+        baked = math.prod(int(g[0]) for g in outer if isinstance(g[0], int))
+        guard = "" if baked % U == 0 else f"\n        if (o >= {O}) break;"
+        main = f"""
+    if ({idx[-1]} >= {S_in} || get_global_id(1) * {U} >= {O}) return;
+    #pragma unroll
+    for (int u = 0; u < {U}; ++u) {{
+        const int o = get_global_id(1) * {U} + u;{guard}
+        {dec}{body}
+        dst[{out_at}] = {st[p.out_dt]}(y);
+    }}"""
     src = helpers + f"""
 __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
 {name}({", ".join(args)})
 {{
-    const int {idx[-1]} = get_global_id(0);
-    const int o = get_global_id(1);
-    if ({idx[-1]} >= {S_in} || o >= {O}) return;
-    {dec}{body}
-    dst[{out_at}] = {st[p.out_dt]}(y);
+    const int {idx[-1]} = get_global_id(0);{main}
 }}
 """
     if rt:
+        items = O if U == 1 else f"((({O}) + {U - 1}) // {U})"
         grid = tuple(f"(({v}) + {w - 1}) // {w} * {w}" if not isinstance(v, int)
-                     else str(-(-v // w) * w) for v, w in ((S_in, wg), (O, rows)))
+                     else str(-(-v // w) * w) for v, w in ((S_in, wg), (items, rows)))
         return KernelSource(name, src, None, (wg, rows), _arg_names(args), grid=grid)
-    return KernelSource(name, src, (-(-S_in // wg) * wg, -(-O // rows) * rows), (wg, rows),
+    items = -(-O // U)
+    return KernelSource(name, src, (-(-S_in // wg) * wg, -(-items // rows) * rows), (wg, rows),
                         _arg_names(args))
 
 

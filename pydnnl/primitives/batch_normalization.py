@@ -244,6 +244,7 @@ class _bn_pd(primitive_desc_base):
         self.tree = rules.bn_reduce_tree(info, self.lanes)
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
+        self.apply_rows = rules.apply_rows_per_item(info)
 
     def _fuse(self, dims, lays: list, mds: list) -> bool:
         """Whether the statistics and the elementwise pass run as one kernel per channel
@@ -299,11 +300,11 @@ def _apply(pd, dims, lays: list, **fields) -> tuple[BnApply, dict]:
         inner, outer = rt["groups"][-1], rt["groups"][:-1]
         o = math.prod(int(g[0]) if g[1] else values[f"bn_g{k}"] for k, g in enumerate(outer))
         n_in = inner[0] if inner[1] else values[f"bn_g{len(outer)}"]
-        wg, rows = bn_apply_shape(pd.apply_wg, n_in, o)
+        wg, rows = bn_apply_shape(pd.apply_wg, n_in, -(-o // pd.apply_rows))
         rt.update(wg=wg, rows=rows)
     else:
         rt["wg"] = pd.apply_wg
-    return BnApply(**{"dims": tuple(dims), **fields, **rt}), values
+    return BnApply(**{"dims": tuple(dims), **fields, **rt, "per_item": pd.apply_rows}), values
 
 
 def _split_stats(plan, red: BnReduce, fin: BnFinalize, red_args: dict,

@@ -126,6 +126,24 @@ def test_global_stats_new_shape_reuses_programs(engine, stream, requested, t, fl
         assert not new, new
 
 
+@pytest.mark.parametrize("C", [4, 5], ids=["c4", "c5"])
+@pytest.mark.parametrize("t", [tag.nchw, tag.nhwc], ids=["nchw", "nhwc"])
+def test_elementwise_pass_rows_per_item(engine, stream, requested, monkeypatch, t, C):
+    """The elementwise pass with 4 rows per work-item (GPUs' rule, forced here): training
+    with the ReLU workspace and global statistics, forward and backward, against the
+    reference; rows counts not a multiple of 4 (C = 5: the row guard), and a second shape
+    of the class reusing the programs."""
+    from pydnnl.runtime.heuristics import normalization as rules
+
+    monkeypatch.setattr(rules, "apply_rows_per_item", lambda info: 4)
+    for flags in (SS | F.fuse_norm_relu, SS | F.use_global_stats):
+        _run_bn(engine, stream, [6, C, 5, 9], t, flags, 11)
+        first = set(requested)
+        _run_bn(engine, stream, [7, C, 6, 9], t, flags, 12)
+        new = {fam for fam, key in requested if (fam, key) not in first and fam == "bn_apply"}
+        assert not new, new
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["rule", "chunks16"])
 def test_nhwc_training_new_shape_results(engine, stream, requested, monkeypatch, chunked):
     """nhwc training, the split statistics: the channel reduction, the finalize kernel and
@@ -349,6 +367,10 @@ def bnorm(dims, t, flags):
     return ok and close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)
 
 SS = F.use_scale | F.use_shift
+# one row per work-item in the elementwise pass (the simulator counts as a GPU, whose 4 rows
+# per work-item would give these small shapes different groups of rows)
+from pydnnl.runtime.heuristics import normalization as rules
+rules.apply_rows_per_item = lambda info: 1
 # the split statistics of nhwc training: channel lanes, chunks of 4 rows (forced; the last
 # one short), the finalize adding 18 and 19 partials (at least 64 rows each: the elementwise
 # pass's group of rows is the same)
@@ -363,6 +385,10 @@ rules.bn_fused = lambda info, C, nbytes, run: (False, 16, False)
 two("bn_split_nchw_tree", bnorm, ([6, 3, 3, 5], "abcd", SS), ([7, 3, 2, 7], "abcd", SS))
 rules.bn_reduce_tree = lambda info, lanes: False
 two("bn_split_nchw", bnorm, ([6, 3, 3, 5], "abcd", SS), ([7, 3, 2, 7], "abcd", SS))
+# the elementwise pass with 4 rows per work-item (the GPUs'), 3 channels: the row guard;
+# 63 and 66 rows (16 groups of rows of 4, the same in both)
+rules.apply_rows_per_item = lambda info: 4
+two("bn_rows4", bnorm, ([21, 3, 3, 5], "abcd", SS), ([22, 3, 2, 7], "abcd", SS))
 print(json.dumps(results))
 """
 
@@ -373,6 +399,6 @@ def test_runtime_size_kernels_clean_under_oclgrind():
     # uninitialized-value plugin)
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     names = ("pool_max_nhwc", "pool_avg_np_nchw", "pool_avg_p_ncw", "pool_interior_max",
-             "bn_split_nhwc", "bn_split_nchw_tree", "bn_split_nchw")
+             "bn_split_nhwc", "bn_split_nchw_tree", "bn_split_nchw", "bn_rows4")
     # results right, and the second shape of each pair asks for no kernel the first did not
     assert results == {**{n: True for n in names}, **{n + "_new": [] for n in names}}
