@@ -290,9 +290,10 @@ def clamp_helpers_used(exprs) -> list[tuple]:
 
 
 def make_args(specs):
-    """loopy argument list from ``(name, nelems, is_output, is_input)`` and ``(name, None)``
-    (an integer value argument of :data:`INDEX_DTYPE`: offsets into large buffers).
-    ``nelems < 0``: the array is indexed with run-time offsets,
+    """loopy argument list from ``(name, nelems, is_output, is_input)`` (f32 elements; a fifth
+    entry names another numpy element type: a post-op operand's, :func:`postop_arg_specs`)
+    and ``(name, None)`` (an integer value argument of :data:`INDEX_DTYPE`: offsets into
+    large buffers). ``nelems < 0``: the array is indexed with run-time offsets,
     so loopy's static bounds check cannot apply (the plans check those offsets)."""
     import loopy as lp
 
@@ -304,7 +305,8 @@ def make_args(specs):
         else:
             is_out, is_in = spec[2], spec[3]
             shape = None if n < 0 else (max(int(n), 1),)
-            out.append(lp.GlobalArg(name, np.float32, shape=shape,
+            dtype = spec[4] if len(spec) > 4 else np.float32
+            out.append(lp.GlobalArg(name, dtype, shape=shape,
                                     is_output=is_out, is_input=is_in))
     return out
 

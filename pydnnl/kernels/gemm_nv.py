@@ -528,8 +528,8 @@ class _Gen:
         # c restrict too: else every store to C may alias the bias or a post-op operand, and
         # the compiler reloads them per element (a bias cost 1024^3 60% on the H100)
         args = ["__global const float* restrict a", "__global const float* restrict b",
-                "__global float* restrict c"] + [f"__global const float* restrict {n}"
-                                        for n in _epilogue_names(pr)]
+                "__global float* restrict c"] + [f"__global const {_epilogue_ctype(pr, n)}* "
+                                                 f"restrict {n}" for n in _epilogue_names(pr)]
         if rt:
             args += ["long a_off", "long b_off", "long c_off"]
         args += [f"long {n}" for n in _size_names(pr)]
@@ -607,7 +607,18 @@ def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:
     from .post_ops import arg_specs
 
     return (("bias",) if pr.bias is not None else ()) + tuple(
-        n for n, _, _, _ in arg_specs(pr.post_ops)) + scale_names(pr)
+        spec[0] for spec in arg_specs(pr.post_ops)) + scale_names(pr)
+
+
+def _epilogue_ctype(pr: GemmProblem, name: str) -> str:
+    """The C element type of epilogue operand ``name``: float, or a post-op operand's own
+    (:func:`pydnnl.kernels.post_ops.src1_c_type`)."""
+    from .post_ops import src1_c_type, src1_name
+
+    for i, op in enumerate(pr.post_ops):
+        if op[0] == "binary" and src1_name(i) == name:
+            return src1_c_type(op)
+    return "float"
 
 
 def _minus(size: str, d: int) -> str:

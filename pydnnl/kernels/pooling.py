@@ -464,7 +464,7 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
                          "takes eltwise and binary ones)")
     for i, op in enumerate(p.post_ops):
         if op[0] == "binary":
-            args.append(f"__global const float *restrict {po.src1_name(i)}")
+            args.append(po.src1_c_arg(i, op))
             names += (po.src1_name(i),)
     ln = lanes_of(p)
     body, split, x = _decompose(p, it, ln)
@@ -511,7 +511,8 @@ def _forward(p: PoolProblem, it: str) -> tuple[str, tuple[str, ...]]:
     body.append(f"    dst[o_off] = {st[p.dst_dt]}({value});")
     if ws:
         body.append(f"    ws[w_off] = ({ws})arg;")
-    src = (helpers + "".join(h[1] + "\n" for h in po.helpers(p.post_ops))
+    # the chain's helpers, less the loaders the tensors' types brought already
+    src = (helpers + "".join(h[1] + "\n" for h in po.helpers(p.post_ops) if h[1] not in helpers)
            + f"__kernel void pydnnl_pool_fwd({', '.join(args)})\n{{\n"
            + "\n".join(body) + "\n}\n")
     return src, names

@@ -11,7 +11,13 @@ A chain is a tuple of hashable entries, in the order the user appended them:
   formulas of :mod:`pydnnl.kernels.eltwise_ops`);
 - ``("binary", alg, layout, dims, nelems)``: ``v = v op src1[pos]``; ``src1`` is the kernel
   argument ``po<i>_src1`` (``i`` the entry's index) with the reorder-style ``layout`` over
-  ``dims``, each dim equal to the destination's or 1 (read at index 0: broadcast).
+  ``dims``, each dim equal to the destination's or 1 (read at index 0: broadcast). ``alg`` is
+  the ``algorithm`` value for an f32 operand, or ``(alg, dt)`` for an operand of another
+  :data:`SRC1_TYPES` data type ``dt`` (``data_type`` value): the type rides with the algorithm,
+  the one field every primitive keeps when it re-lays an operand out, so an f32 entry (and its
+  kernels' cache keys and sources) stays what it was. The element is converted to f32 as it is
+  loaded (:func:`src1_load`, the loaders of :mod:`pydnnl.kernels.clhelpers`), and the
+  operation runs in f32 (:func:`binary_alg`, :func:`src1_dt` read the two back).
 
 Pure: pymbolic expressions and C text; no device.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import algorithm
+from ..memory.data_types import data_type
 from . import eltwise_ops
 
 A = algorithm
@@ -36,6 +43,66 @@ _HELPER_C = {
     A.binary_ne: "return a != b ? 1.0f : 0.0f;",
 }
 BINARY_ALGS = frozenset(_ARITH) | frozenset(_HELPER_C)
+#: data types a binary entry's operand may have (oneDNN's: read as f32, the op in f32)
+SRC1_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.s8, data_type.u8,
+              data_type.s32)
+# OpenCL C type of one stored operand element (the loaders' argument types)
+_C_TYPE = {np.float32: "float", np.uint16: "ushort", np.int8: "char", np.uint8: "uchar",
+           np.int32: "int"}
+
+
+def binary_entry_alg(alg, dt) -> object:
+    """The ``alg`` field of a binary entry with an operand of data type ``dt``: the algorithm
+    value for f32, else ``(alg, dt)``."""
+    dt = data_type(dt)
+    if dt not in SRC1_TYPES:
+        raise ValueError(f"post-op binary operand of data type {dt.name}: "
+                         f"{', '.join(t.name for t in SRC1_TYPES)} only")
+    return int(alg) if dt == data_type.f32 else (int(alg), int(dt))
+
+
+def binary_alg(op: tuple) -> algorithm:
+    """The algorithm of binary entry ``op``."""
+    return algorithm(op[1][0] if isinstance(op[1], tuple) else op[1])
+
+
+def src1_dt(op: tuple) -> data_type:
+    """The data type of binary entry ``op``'s operand."""
+    return data_type(op[1][1]) if isinstance(op[1], tuple) else data_type.f32
+
+
+def src1_storage(op: tuple):
+    """numpy type of one stored element of binary entry ``op``'s operand (bf16 and f16: raw
+    ``ushort``)."""
+    from .clhelpers import load_helper
+
+    dt = src1_dt(op)
+    return np.float32 if dt == data_type.f32 else load_helper(dt)[2]
+
+
+def src1_c_type(op: tuple) -> str:
+    """The OpenCL C type of one stored element of binary entry ``op``'s operand."""
+    return _C_TYPE[src1_storage(op)]
+
+
+def src1_c_arg(i: int, op: tuple) -> str:
+    """The OpenCL C kernel argument of binary entry ``i``'s operand (C-text kernels)."""
+    return f"__global const {src1_c_type(op)} *restrict {src1_name(i)}"
+
+
+def src1_load(op: tuple, element):
+    """The f32 value of an operand element (pymbolic ``element``; C text if a string), as
+    :func:`pydnnl.kernels.binary.load` reads a buffer of the operand's type."""
+    from .binary import load
+
+    dt = src1_dt(op)
+    if dt == data_type.f32:
+        return element
+    if isinstance(element, str):
+        from .clhelpers import load_helper
+
+        return f"{load_helper(dt)[0]}({element})"
+    return load(int(dt), element)
 
 
 def src1_name(i: int) -> str:
@@ -48,7 +115,10 @@ def _eltwise_name(i: int) -> str:
 
 
 def helpers(post_ops: tuple) -> list[tuple]:
-    """C helpers (for :func:`pydnnl.kernels.clhelpers.register_helpers`) the chain calls."""
+    """C helpers (for :func:`pydnnl.kernels.clhelpers.register_helpers`) the chain calls: the
+    eltwise formulas, the binary comparisons and the loaders of operands other than f32."""
+    from .binary import type_helpers
+
     out = []
     for i, op in enumerate(post_ops):
         if op[0] == "eltwise":
@@ -57,12 +127,14 @@ def helpers(post_ops: tuple) -> list[tuple]:
             name = _eltwise_name(i)
             out.append((name, f"static inline float {name}(float x) {{ return {body}; }}",
                         np.float32, np.float32))
-        elif op[0] == "binary" and algorithm(op[1]) in _HELPER_C:
-            alg = algorithm(op[1])
+        elif op[0] == "binary" and binary_alg(op) in _HELPER_C:
+            alg = binary_alg(op)
             name = f"pd_{alg.name}"
             out.append((name, f"static inline float {name}(float a, float b) "
                               f"{{ {_HELPER_C[alg]} }}", (np.float32, np.float32), np.float32))
-    return out
+    loads = [int(src1_dt(op)) for op in post_ops if op[0] == "binary"]
+    # each helper once (C text kernels paste the definitions)
+    return list({h[0]: h for h in out + type_helpers(loads=loads)}.values())
 
 
 def binary_value(alg, a, b):
@@ -111,7 +183,8 @@ def apply(value, post_ops: tuple, prior=None, skip: int = 0, at=None):
             if at is None:
                 raise ValueError("post_ops.apply: a binary post-op needs the destination "
                                  "position (at=)")
-            value = binary_value(op[1], value, var(src1_name(i))[src1_offset(op, at)])
+            value = binary_value(binary_alg(op), value,
+                                 src1_load(op, var(src1_name(i))[src1_offset(op, at)]))
     return value
 
 
@@ -122,8 +195,9 @@ def _c_float(x: float) -> str:
 def apply_c(value: str, post_ops: tuple, src1, prior: str | None = None) -> str:
     """OpenCL C text of ``value`` (a C float expression) after the chain, for kernels written
     as C text (the helpers of :func:`helpers` must be in the source). ``src1(i, op)`` gives
-    the C expression of binary entry ``i``'s operand element at the destination position;
-    ``prior`` the destination's previous content (sum entries)."""
+    the C expression of binary entry ``i``'s operand element at the destination position (the
+    stored element, declared by :func:`src1_c_arg`; converted to f32 here); ``prior`` the
+    destination's previous content (sum entries)."""
     for i, op in enumerate(post_ops):
         if op[0] == "sum":
             if prior is None:
@@ -135,7 +209,7 @@ def apply_c(value: str, post_ops: tuple, src1, prior: str | None = None) -> str:
         elif op[0] == "eltwise":
             value = f"{_eltwise_name(i)}({value})"
         else:
-            alg, b = algorithm(op[1]), src1(i, op)
+            alg, b = binary_alg(op), src1_load(op, src1(i, op))
             sign = _ARITH.get(alg)
             value = (f"(({value}) {sign} ({b}))" if sign is not None
                      else f"pd_{alg.name}({value}, {b})")
@@ -152,12 +226,13 @@ def has_binary(post_ops: tuple) -> bool:
 
 
 def arg_specs(post_ops: tuple) -> list[tuple]:
-    """``(name, nelems, is_output, is_input)`` of the binary operands (the form of
-    :func:`pydnnl.kernels.conv_common.make_args`). Unsized: a kernel's destination position
-    may carry run-time offsets (image chunks) loopy's static bounds check cannot follow; the
-    positions are the destination's, so the reads stay inside the operand (the Oclgrind
-    tests check them)."""
-    return [(src1_name(i), -1, False, True) for i, op in enumerate(post_ops)
+    """``(name, nelems, is_output, is_input, storage)`` of the binary operands (the form of
+    :func:`pydnnl.kernels.conv_common.make_args`; ``storage`` the numpy type of a stored
+    element, :func:`src1_storage`). Unsized: a kernel's destination position may carry
+    run-time offsets (image chunks) loopy's static bounds check cannot follow; the positions
+    are the destination's, so the reads stay inside the operand (the Oclgrind tests check
+    them)."""
+    return [(src1_name(i), -1, False, True, src1_storage(op)) for i, op in enumerate(post_ops)
             if op[0] == "binary"]
 
 
@@ -165,7 +240,7 @@ def loopy_args(post_ops: tuple) -> list:
     """loopy ``GlobalArg`` s of the binary operands."""
     import loopy as lp
 
-    return [lp.GlobalArg(name, np.float32, shape=None) for name, _, _, _ in arg_specs(post_ops)]
+    return [lp.GlobalArg(spec[0], spec[4], shape=None) for spec in arg_specs(post_ops)]
 
 
 def describe(post_ops: tuple) -> str:
@@ -177,5 +252,8 @@ def describe(post_ops: tuple) -> str:
         elif op[0] == "eltwise":
             parts.append(f"{algorithm(op[1]).name}:{op[2]:g}:{op[3]:g}")
         else:
-            parts.append(f"{algorithm(op[1]).name}:{'x'.join(map(str, op[3]))}")
+            dt = src1_dt(op)
+            parts.append(f"{binary_alg(op).name}:"
+                         + ("" if dt == data_type.f32 else f"{dt.name}:")
+                         + "x".join(map(str, op[3])))
     return "+".join(parts)

@@ -249,7 +249,8 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     if row and not p.subgroup and not local:
         local = f"__local float red[{L}];"
     args = ", ".join([ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t)]
-                     + [ptr_decl(n, "f32", True) for n in po_names])
+                     + [po.src1_c_arg(i, op) for i, op in enumerate(p.post_ops)
+                        if op[0] == "binary"])
     # ``restrict`` is wrong for in-place use: drop it
     args = args.replace(" *restrict ", " *")
     runtime = bool(free_vars(p))

@@ -15,7 +15,7 @@ from ..constants import (
 )
 from ..error import invalid_arguments, unimplemented
 from ..kernels import eltwise_ops
-from ..kernels.post_ops import BINARY_ALGS
+from ..kernels.post_ops import BINARY_ALGS, SRC1_TYPES, binary_entry_alg
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
@@ -38,9 +38,11 @@ def _entry_kind(op) -> str:
 def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
             allowed: tuple[str, ...] = _KINDS) -> tuple[tuple, dict]:
     """``(chain, {arg: ArgSpec})`` of ``attr``'s post-ops for a primitive writing ``dst``
-    (f32). ``allowed``: the entry kinds oneDNN defines for the primitive (others raise
-    ``unimplemented``, as oneDNN does). Raises ``unimplemented`` for what the kernels cannot
-    fuse, ``invalid_arguments`` for operands that do not fit ``dst``."""
+    (f32). A binary operand may have any data type of
+    :data:`pydnnl.kernels.post_ops.SRC1_TYPES` (read as f32). ``allowed``: the entry kinds
+    oneDNN defines for the primitive (others raise ``unimplemented``, as oneDNN does). Raises
+    ``unimplemented`` for what the kernels cannot fuse, ``invalid_arguments`` for operands
+    that do not fit ``dst``."""
     chain, args = [], {}
     for i, op in enumerate(attr.get_post_ops().ops):
         entry = _entry_kind(op)
@@ -62,15 +64,18 @@ def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
                 raise invalid_arguments(
                     f"{kind}: post-op {i} ({op.alg.name}): src1 dims {list(md.dims)} must have "
                     f"the destination's {len(dst.dims)} dims {list(dst.dims)}, each equal or 1")
-            if md.data_type not in (data_type.f32, data_type.undef):
-                raise unimplemented(f"{kind}: post-op {i} ({op.alg.name}): src1 data type "
-                                    f"{md.data_type.name}; only f32 is implemented")
+            dt = data_type.f32 if md.data_type == data_type.undef else md.data_type
+            if dt not in SRC1_TYPES:
+                raise unimplemented(
+                    f"{kind}: post-op {i} ({op.alg.name}): src1 data type {dt.name}; "
+                    f"implemented: {', '.join(t.name for t in SRC1_TYPES)}")
             if md.is_any():
-                md = MemoryDesc(md.dims, data_type.f32, "abcdefghijkl"[:len(md.dims)])
+                md = MemoryDesc(md.dims, dt, "abcdefghijkl"[:len(md.dims)])
             elif md.data_type == data_type.undef:
-                md = md.with_data_type(data_type.f32)
-            chain.append(("binary", int(op.alg), layout_of(md), tuple(md.dims),
-                          md.nelems_physical()))
+                md = md.with_data_type(dt)
+            # the operand is read as f32 where it is loaded (kernels.post_ops.src1_load)
+            chain.append(("binary", binary_entry_alg(op.alg, dt), layout_of(md),
+                          tuple(md.dims), md.nelems_physical()))
             args[binary_arg(i)] = ArgSpec(md, False)
         else:
             try:

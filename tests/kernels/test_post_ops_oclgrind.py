@@ -1,6 +1,8 @@
 """Fused post-ops under the Oclgrind simulator: the GEMM epilogue (bias, sum, eltwise,
 broadcast binary operands, scales) of matmul and inner product, and binary operands read by
-a convolution's store, with no invalid access, race or uninitialized read, and right results."""
+a convolution's store, with no invalid access, race or uninitialized read, and right results;
+operands of bf16, f16 and s8 data types converted where they are loaded (a loopy kernel and a
+kernel written as OpenCL C text)."""
 from __future__ import annotations
 
 import pathlib
@@ -258,3 +260,86 @@ def test_gemm_scales_under_oclgrind():
     relu: no invalid access, race or uninitialized read, and right results."""
     results = run_probe(PROBE_SCALES, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"matmul": True, "inner_product": True}, results
+
+
+PROBE_OPERAND_TYPES = r"""
+import json
+import numpy as np
+import pydnnl as dnnl
+from pydnnl.memory.data_types import bf16_bits_to_f32, f32_to_bf16_bits
+from pydnnl.reference.pooling import pooling_forward as ref_pool
+
+MD, DT, A = dnnl.memory.desc, dnnl.memory.data_type, dnnl.algorithm
+F32 = DT.f32
+eng = dnnl.engine.from_name("Oclgrind")
+assert eng.is_simulator
+s = dnnl.stream(eng)
+rng = np.random.default_rng(4)
+results = {}
+
+def stored(v, dt):
+    if dt == DT.bf16:
+        return bf16_bits_to_f32(f32_to_bf16_bits(v)).astype(np.float64)
+    return np.asarray(v.astype(np.float16) if dt == DT.f16 else v, np.float64)
+
+def chain(entries):
+    po, ops = dnnl.post_ops(), []
+    for alg, dims, dt, tag in entries:
+        v = (rng.integers(-7, 8, size=dims).astype(np.int8) if dt == DT.s8
+             else rng.standard_normal(dims).astype(np.float32))
+        ops.append((po.len(), v, dt))
+        po.append_binary(alg, MD(list(dims), dt, tag))
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
+    return attr, ops
+
+def operands(pd, ops):
+    out = {}
+    for i, v, _ in ops:
+        arg = dnnl.ARG_ATTR_MULTIPLE_POST_OP(i) | dnnl.ARG_SRC_1
+        out[arg] = dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, arg), eng, v)
+    return out
+
+def close(got, ref):
+    return bool(np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max())
+
+# matmul (a loopy GEMM epilogue): bf16 per column, f16 full (transposed), s8 per row
+x = rng.standard_normal((3, 5)).astype(np.float32)
+w = rng.standard_normal((5, 4)).astype(np.float32)
+attr, ops = chain([(A.binary_add, (1, 4), DT.bf16, "ab"), (A.binary_mul, (3, 4), DT.f16, "ba"),
+                   (A.binary_sub, (3, 1), DT.s8, "ab")])
+pd = dnnl.matmul.primitive_desc(eng, MD([3, 5], F32, "ab"), MD([5, 4], F32, "ab"),
+                                MD([3, 4], F32, "ab"), attr)
+D = dnnl.memory(pd.dst_desc(), eng)
+dnnl.matmul(pd).execute(s, {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), eng, x),
+                            dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), eng, w),
+                            dnnl.ARG_DST: D, **operands(pd, ops)})
+s.wait()
+ref = ((x.astype(np.float64) @ w + stored(ops[0][1], DT.bf16)) * stored(ops[1][1], DT.f16)
+       - stored(ops[2][1], DT.s8))
+results["matmul"] = close(D.to_numpy(), ref)
+
+# pooling (OpenCL C text): bf16 per channel, f16 full in another layout
+x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+attr, ops = chain([(A.binary_add, (1, 3, 1, 1), DT.bf16, "abcd"),
+                   (A.binary_max, (2, 3, 2, 2), DT.f16, "acdb")])
+pd = dnnl.pooling_forward.primitive_desc(
+    eng, dnnl.prop_kind.forward_inference, A.pooling_max, MD([2, 3, 4, 4], F32, "abcd"),
+    MD([2, 3, 2, 2], F32, "abcd"), [2, 2], [2, 2], [0, 0], [0, 0], [0, 0], attr)
+D = dnnl.memory(pd.dst_desc(), eng)
+dnnl.pooling_forward(pd).execute(s, {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), eng, x),
+                                     dnnl.ARG_DST: D, **operands(pd, ops)})
+s.wait()
+ref = ref_pool(x, "max", [2, 2], [2, 2], [0, 0], [0, 0], [0, 0])
+ref = np.maximum((ref[0] if isinstance(ref, tuple) else ref) + stored(ops[0][1], DT.bf16),
+                 stored(ops[1][1], DT.f16))
+results["pooling"] = close(D.to_numpy(), ref)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind OpenCL platform is not installed")
+def test_typed_post_op_operands_under_oclgrind():
+    # unoptimized builds, as above
+    results = run_probe(PROBE_OPERAND_TYPES, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {"matmul": True, "pooling": True}, results
