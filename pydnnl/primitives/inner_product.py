@@ -43,6 +43,7 @@ from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
+from .matmul import scale_operands
 from .post_ops import resolve as resolve_post_ops
 from .post_ops import resolve_scales
 from .signature import Signature, bind
@@ -330,7 +331,8 @@ class inner_product_forward(_ip_base):
                     f"inner_product_forward: weights in panels of {form[1]} columns, but the "
                     f"tuned GEMM reads {'panels of ' + str(g.panel) if g.packed else 'plain B'}"
                     f"; create the weights desc with format_tag.any again")
-        plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed, bias=bias_ref)
+        plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed, bias=bias_ref,
+                  epilogue=scale_operands(pd._scales))
         self._unstage(plan, ARG_DST)
 
 

@@ -18,21 +18,15 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
+from ..constants import ARG_ATTR_SCALES, ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
 from ..error import invalid_arguments, unimplemented
+from ..kernels.gemm import scale_name
 from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.post_ops import reads_prior
 from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
-from ..runtime.gemm import (
-    GemmShape,
-    batch_sizes,
-    choose_params,
-    gemm_kernel,
-    packed_panel,
-    scale_refs,
-)
+from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
@@ -40,8 +34,19 @@ from .post_ops import resolve_scales
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
+# the argument whose scale each of GemmShape.scales' entries is (see resolve_scales)
+_SCALE_ARG = {"src": ARG_SRC, "wei": ARG_WEIGHTS, "dst": ARG_DST}
 # storage types: bf16/f16 operands are converted to f32 copies and computed in f32
 _DATA_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.undef)
+
+
+def scale_operands(scales: tuple) -> dict:
+    """The GEMM epilogue's operands of ``scales`` (``GemmShape.scales``, from
+    ``resolve_scales``) for ``Plan.gemm``'s ``epilogue``: each kernel argument
+    ``<which>_scale`` bound to its execute argument ``ARG_ATTR_SCALES | ARG_SRC`` (``src``),
+    ``| ARG_WEIGHTS`` (``wei``) or ``| ARG_DST`` (``dst``). Matmul's and the inner
+    product's forward take their scales so."""
+    return {scale_name(w): Ref(ARG_ATTR_SCALES | _SCALE_ARG[w]) for w, _ in scales}
 
 
 def _plain(md: MemoryDesc) -> MemoryDesc:
@@ -235,6 +240,7 @@ class matmul(primitive):
             epi["bias"] = ((lay[0] + base[ARG_BIAS], lay[1]), tuple(bias.dims),
                            base[ARG_BIAS] + bias.nelems_physical())
         bias_ref = ref[ARG_BIAS] if bias is not None else None
+        scales = scale_operands(pd._scales)  # the epilogue's other operands
         ta, lda = _matrix(src, "src")
         packed = pd._panel is not None and _panel_width(wei) == pd._panel
         tb, ldb = (False, N) if packed else _matrix(wei, "weights")
@@ -255,13 +261,11 @@ class matmul(primitive):
         a_ref, b_ref, c_ref = ref[first[0]], ref[second[0]], ref[ARG_DST]
         if count == 1 or None not in strides:
             if count == 1:
-                plan.gemm(shape, a_ref, a0, b_ref, b0, c_ref, c0, bias=bias_ref, packed=packed)
-            elif pd._scales:
-                self._gemm_batched_scaled(plan, shape, count, strides, a_ref, a0, b_ref, b0,
-                                          c_ref, c0, bias_ref)
+                plan.gemm(shape, a_ref, a0, b_ref, b0, c_ref, c0, bias=bias_ref, packed=packed,
+                          epilogue=scales)
             else:
                 plan.gemm_batched(shape, count, *strides, a_ref, a0, b_ref, b0, c_ref, c0,
-                                  bias=bias_ref)
+                                  bias=bias_ref, epilogue=scales)
             self._convert_out(plan, md)
             return
         needs_pos = bias is not None or any(op[0] == "binary" for op in pd._post_ops)
@@ -278,22 +282,8 @@ class matmul(primitive):
             # an epilogue reading operands at positions is specialised to this batch entry
             sh = replace(shape, epi_fixed=tuple(idx)) if needs_pos else shape
             plan.gemm(sh, a_ref, off(first[0], first[1]), b_ref, off(second[0], second[1]),
-                      c_ref, off(ARG_DST, dst), bias=bias_ref)
+                      c_ref, off(ARG_DST, dst), bias=bias_ref, epilogue=scales)
         self._convert_out(plan, md)
-
-    @staticmethod
-    def _gemm_batched_scaled(plan: Plan, shape: GemmShape, count: int, strides, a_ref, a0,
-                             b_ref, b0, c_ref, c0, bias_ref) -> None:
-        """``Plan.gemm_batched`` with the scale operands bound too (it binds a bias only):
-        the same kernel and run-time sizes, launched with every epilogue argument by name."""
-        params = choose_params(plan.engine, shape, static_b=False)
-        k = gemm_kernel(plan.engine, shape, params, batch=count, stride_a=strides[0],
-                        stride_b=strides[1], stride_c=strides[2])
-        named = scale_refs(k.src.arg_names)
-        if bias_ref is not None:
-            named["bias"] = bias_ref
-        plan.launch(k, a=a_ref, b=b_ref, c=c_ref, a_off=a0, b_off=b0, c_off=c0, **named,
-                    **batch_sizes(shape, *strides, count))
 
     def _convert_out(self, plan: Plan, md: dict) -> None:
         """A bf16/f16 dst: its f32 copy converted into it (round to nearest even)."""

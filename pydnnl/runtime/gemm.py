@@ -45,9 +45,9 @@ class GemmShape:
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
     epi_swap: bool = False
-    #: the epilogue's scales (``GemmProblem.scales``): ``(which, dims)`` entries whose kernel
-    #: arguments are bound by convention to the execute arguments ``ARG_ATTR_SCALES |
-    #: ARG_SRC / ARG_WEIGHTS / ARG_DST`` (:func:`scale_refs`)
+    #: the epilogue's scales (``GemmProblem.scales``): ``(which, dims)`` entries; the caller
+    #: binds their kernel arguments (``<which>_scale``, :func:`~pydnnl.kernels.gemm.scale_name`)
+    #: as epilogue operands (``Plan.gemm``'s ``epilogue``)
     scales: tuple = ()
     #: what the product may compute in: "strict" (f32) or "tf32" (the fpmath mode allows TF32
     #: tensor cores; kernels without them compute in f32 all the same); None: the mode in
@@ -91,19 +91,6 @@ def _epilogue_shares_m(shape: GemmShape) -> bool:
     if shape.bias is not None:
         dims.append(shape.bias[1])
     return all(d[row] == 1 for d in dims)
-
-
-def scale_refs(names) -> dict:
-    """The plan buffers of the scale arguments among kernel argument ``names``: by
-    convention the execute arguments ``ARG_ATTR_SCALES | ARG_SRC`` (``src_scale``),
-    ``| ARG_WEIGHTS`` (``wei_scale``) and ``| ARG_DST`` (``dst_scale``), as a fused
-    post-op's operand is ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1``."""
-    from ..constants import ARG_ATTR_SCALES, ARG_DST, ARG_SRC, ARG_WEIGHTS
-    from .plan import Ref
-
-    args = {fam.scale_name("src"): ARG_SRC, fam.scale_name("wei"): ARG_WEIGHTS,
-            fam.scale_name("dst"): ARG_DST}
-    return {n: Ref(ARG_ATTR_SCALES | args[n]) for n in names if n in args}
 
 
 def _fits32(shape: GemmShape, batch: dict) -> bool:
@@ -318,15 +305,14 @@ class Gemm:
     def bound(self, fargs, extra: dict | None = None) -> list:
         """Bound launches (see :meth:`Kernel.bound`) of one call with arguments
         ``(a, a_off, b, b_off, c, c_off[, part, part_off])``; ``extra`` names the epilogue's
-        operands (``bias``, ``po<i>_src1``)."""
+        operands by kernel argument (``bias``, ``po<i>_src1``, ``src_scale``, ...)."""
         if self.splits == 1:
             a, a_off, b, b_off, c, c_off = fargs[:6]
             k = self._static_nv(int(a_off), int(b_off), int(c_off))
             if k is not None:
                 vals = {"a": a, "b": b, "c": c, "m": np.int64(self.shape.m),
-                        "ksize": np.int64(self.shape.k), **scale_refs(k.src.arg_names),
-                        **(extra or {})}
-                return [k.bound([vals[n] for n in k.src.arg_names])]
+                        "ksize": np.int64(self.shape.k), **(extra or {})}
+                return [k.bound(_in_order(k, vals))]
             return [self._kernel_for(*fargs[:6]).bound(self.ordered(*fargs[:6], extra=extra))]
         a, a_off, b, b_off, c, c_off, part, part_off = fargs
         red = {"part": part, "c": c, "part_off": np.int64(part_off), "c_off": np.int64(c_off),
@@ -400,9 +386,8 @@ class Gemm:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
-                "ksize": np.int64(self.shape.k), **self._sizes, **scale_refs(self._names),
-                **(extra or {})}
-        return [vals[n] for n in self._names]
+                "ksize": np.int64(self.shape.k), **self._sizes, **(extra or {})}
+        return _in_order(self.kernel, vals)
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
                  wait_for=None):
@@ -452,6 +437,15 @@ class Gemm:
         groups = -(-max(rows, 1) // span)
         gs[ax] = min(gs[ax], groups * ls[ax])
         return tuple(gs)
+
+
+def _in_order(kernel, vals: dict) -> list:
+    """``kernel``'s arguments in its order from ``vals`` (by argument name)."""
+    missing = [n for n in kernel.src.arg_names if n not in vals]
+    if missing:
+        raise KeyError(f"{kernel.name}: kernel arguments {missing} not bound (an epilogue's "
+                       f"operands come from the plan's epilogue mapping)")
+    return [vals[n] for n in kernel.src.arg_names]
 
 
 _cache: dict = {}

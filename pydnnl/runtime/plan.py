@@ -77,7 +77,8 @@ def _epilogue_refs(kernel, given: dict) -> dict:
 
 class _GemmStep:
     """One call of a tuned GEMM launcher (two launches when it splits k); ``extra`` names
-    the buffers of a fused epilogue (``bias``)."""
+    the operands of a fused epilogue by kernel argument (``bias``, ``src_scale``, ...; the
+    post-ops' operands are added by :func:`_epilogue_refs`)."""
 
     __slots__ = ("gemm", "args", "rows", "extra")
     name = "gemm"
@@ -272,6 +273,17 @@ class Plan:
             return
         self.launch(self.get(family, problem, build), **named)
 
+    @staticmethod
+    def _operands(bias: Ref | None, epilogue: dict | None) -> dict:
+        """The epilogue operands of a GEMM step by kernel argument name: ``epilogue`` with
+        ``bias`` as ``"bias"``."""
+        out = dict(epilogue or {})
+        if bias is not None:
+            if "bias" in out:
+                raise ValueError("plan: a GEMM's bias given both as bias and in epilogue")
+            out["bias"] = bias
+        return out
+
     def _math(self, shape: GemmShape) -> GemmShape:
         return shape if shape.math is not None else replace(shape, math=self.math)
 
@@ -287,18 +299,21 @@ class Plan:
         return g
 
     def gemm(self, g, a, a_off, b, b_off, c, c_off, packed: bool = False,
-             rows: int | None = None, bias: Ref | None = None) -> None:
+             rows: int | None = None, bias: Ref | None = None,
+             epilogue: dict | None = None) -> None:
         """Add ``C = op(A) @ op(B) + beta * C``; ``g`` is a :class:`GemmShape` (``packed``: B
         was placed by :meth:`pack_b`) or a launcher from :meth:`gemm_launcher`. ``rows``
         computes only C's first rows (whole row groups). A shape with an epilogue reads its
-        bias from ``bias`` and its post-ops' operands from their execute arguments."""
+        bias from ``bias``, the other operands the caller binds from ``epilogue`` (kernel
+        argument name -> :class:`Ref`, e.g. the scales: ``{"src_scale": Ref(...)}``) and its
+        post-ops' operands from their execute arguments."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
         if isinstance(g, GemmShape):
             g = get_gemm(self.engine, self._math(g), static_b=packed)
         self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows,
-                                    {"bias": bias} if bias is not None else None))
+                                    self._operands(bias, epilogue)))
 
     def pack_b(self, shape: GemmShape, b, b_off: int, count: int = 1, stride: int = 0,
                slot: str | None = None, g: Gemm | None = None) -> tuple[Ref, int, int, bool]:
@@ -323,11 +338,12 @@ class Plan:
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
                      stride_c: int, a, a_off, b, b_off, c, c_off,
-                     bias: Ref | None = None) -> None:
+                     bias: Ref | None = None, epilogue: dict | None = None) -> None:
         """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
         stride``, with the parameters tuned for one of them. Where the rules take m or k at
         run time, the strides are bound at launch too: one program for every m (k) of its
-        class (e.g. Winograd's tile counts)."""
+        class (e.g. Winograd's tile counts). ``bias`` and ``epilogue`` bind the epilogue's
+        operands as in :meth:`gemm`."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
@@ -335,7 +351,7 @@ class Plan:
         k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
         sizes = batch_sizes(shape, stride_a, stride_b, stride_c, batch)
-        self.launch(k, **({"bias": bias} if bias is not None else {}), a=a, b=b, c=c,
+        self.launch(k, **self._operands(bias, epilogue), a=a, b=b, c=c,
                     a_off=a_off, b_off=b_off, c_off=c_off, **sizes)
 
     def gemm_split(self, shape: GemmShape, a, a_off, b, b_off, c, c_off, splits: int,

@@ -83,6 +83,39 @@ def test_split_and_batched_gemms(engine, stream, splits):
                                atol=1e-5)
 
 
+def test_gemm_epilogue_operands_bound_by_the_caller(engine, stream):
+    """Scale operands of a GEMM epilogue come from the ``epilogue`` mapping (any plan
+    buffers, no execute-argument convention), in a single and a batched GEMM."""
+    rng = np.random.default_rng(7)
+    m, n, k = 3, 4, 5
+    a = rng.standard_normal((2, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    ws = rng.uniform(0.5, 2, n).astype(np.float32)
+    scales = (("src", ()), ("wei", (1, n)), ("dst", ()))
+    ops = {"src_scale": Ref("s"), "wei_scale": Ref("w"), "dst_scale": Ref("d")}
+    plan = Plan(engine, "scaled")
+    plan.gemm(GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, scales=scales), Ref("a"), 0,
+              Ref("b"), 0, Ref("c"), 0, epilogue=ops)
+    plan.gemm_batched(GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, epi_batch=(2,),
+                                scales=(("src", ()), ("wei", (1, 1, n)))), 2, m * k, 0, m * n,
+                      Ref("a"), 0, Ref("b"), 0, Ref("e"), 0,
+                      epilogue={"src_scale": Ref("s"), "wei_scale": Ref("w")})
+    with pytest.raises(ValueError, match="bias given both"):
+        plan.gemm(GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), Ref("a"), 0, Ref("b"), 0,
+                  Ref("c"), 0, bias=Ref("x"), epilogue={"bias": Ref("x")})
+    mems = {"a": _mem(engine, a), "b": _mem(engine, b), "s": _mem(engine, [0.5]),
+            "w": _mem(engine, ws), "d": _mem(engine, [4.0]),
+            "c": _mem(engine, np.zeros(m * n, np.float32)),
+            "e": _mem(engine, np.zeros(2 * m * n, np.float32))}
+    plan.execute(stream, mems)
+    stream.wait()
+    prod = a.astype(np.float64) @ b * ws
+    np.testing.assert_allclose(mems["c"].to_numpy().reshape(m, n), prod[0] * 0.5 / 4,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mems["e"].to_numpy().reshape(2, m, n), prod * 0.5, rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_zero_fill_of_bytes(engine, stream):
     plan = Plan(engine, "fill")
     plan.zero(Ref("x"), 3, 6, itemsize=1)  # an odd byte span: filled byte by byte
