@@ -72,6 +72,22 @@ def cpu_engine() -> dnnl.engine:
     return dnnl.engine(dnnl.engine.kind.cpu, 0)
 
 
+@pytest.fixture(scope="session")
+def first_engine() -> dnnl.engine:
+    """The first device present (the CPU where there is one, else a GPU): for tests that run
+    on one device, of whatever kind, rather than on each in turn."""
+    if not ENGINES:
+        pytest.skip("no OpenCL device on this machine")
+    return ENGINES[0]
+
+
+@pytest.fixture(scope="session")
+def benchdnn_engine() -> str:
+    """``--engine=`` naming the first device's kind, for benchdnn command lines: the CLI's
+    default engine is the CPU, which a GPU-only machine lacks."""
+    return f"--engine={ENGINES[0].get_kind().name}" if ENGINES else "--engine=cpu"
+
+
 def pytest_report_header(config):
     devs = "; ".join(f"{d.type}: {d.name} [{d.platform}]" for d in dnnl.engine.list_devices())
     return (f"pydnnl devices: {devs}; "

@@ -2,11 +2,16 @@
 directions, flags and layouts, and one timing run."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 import pydnnl as dnnl
-from pydnnl.benchdnn.__main__ import main
 from pydnnl.benchdnn.bnorm import parse_flags, parse_problem
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 F = dnnl.normalization_flags
 

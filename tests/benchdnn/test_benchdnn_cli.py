@@ -1,12 +1,16 @@
 """python -m pydnnl.benchdnn: problem parsing, correctness mode, performance lines."""
 from __future__ import annotations
 
+import pathlib
 import re
+import sys
 
 import pytest
 
-from pydnnl.benchdnn.__main__ import main
 from pydnnl.benchdnn.rnn import parse_problem
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def test_rnn_problem_defaults_follow_benchdnn():

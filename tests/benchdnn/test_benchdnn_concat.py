@@ -2,11 +2,14 @@
 bad options."""
 from __future__ import annotations
 
+import pathlib
 import re
+import sys
 
 import pytest
 
-from pydnnl.benchdnn.__main__ import main
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def test_correctness_mode(capsys):

@@ -1,6 +1,7 @@
 """python -m pydnnl.benchdnn --conv: correctness mode, performance lines, the torch peer, errors."""
 from __future__ import annotations
 
+import pathlib
 import re
 import sys
 
@@ -9,9 +10,11 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.benchdnn import conv as conv_drv
-from pydnnl.benchdnn.__main__ import main
 from pydnnl.benchdnn.conv_problem import parse_conv_problem
 from pydnnl.reference import conv as R
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def _lines(out: str, kind: str) -> list[str]:

@@ -2,11 +2,16 @@
 directions, layouts and in-place use, and one timing run."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 import pydnnl as dnnl
 from pydnnl.benchdnn import eltwise as drv
-from pydnnl.benchdnn.__main__ import main
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 A = dnnl.algorithm
 

@@ -2,12 +2,16 @@
 against numpy, performance lines."""
 from __future__ import annotations
 
+import pathlib
 import re
+import sys
 
 import pytest
 
-from pydnnl.benchdnn.__main__ import main
 from pydnnl.benchdnn.common import parse_post_ops
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def test_matmul_and_ip_correctness_mode(capsys):

@@ -2,11 +2,16 @@
 over algorithms, directions and layouts in 1-D, 2-D and 3-D, and one timing run."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 import pydnnl as dnnl
 from pydnnl.benchdnn import pool as drv
-from pydnnl.benchdnn.__main__ import main
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def test_parse_problem_deduces_like_benchdnn():

@@ -2,11 +2,16 @@
 performance lines."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 import pydnnl as dnnl
 from pydnnl.benchdnn import reduction as drv
-from pydnnl.benchdnn.__main__ import main
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import main  # noqa: E402
 
 
 def test_algorithms_parse_as_benchdnn():
@@ -36,8 +41,8 @@ def test_performance_line(capsys):
     assert "gbs=" in line and "copy_gbs=" in line and "torch" in line
 
 
-def test_bad_problems_are_refused():
-    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+def test_bad_problems_are_refused(first_engine):
+    eng = first_engine
     with pytest.raises(dnnl.invalid_arguments):
         drv.run(eng, "8x16", {}, "C", None, 0)
     with pytest.raises(dnnl.invalid_arguments):

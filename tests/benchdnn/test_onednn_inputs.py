@@ -9,6 +9,7 @@ benchdnn's statuses. The conv and deconv lists run on a documented subset of the
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -20,6 +21,9 @@ from pydnnl.benchdnn import inputs, status
 from pydnnl.benchdnn.cases import rnn_invalid
 from pydnnl.benchdnn.rnn import RnnOptions, parse_problem
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_cli import engine_arg, main  # noqa: E402
+
 INPUTS = Path(__file__).parent / "inputs"
 SUMMARY = re.compile(r"tests:(\d+) passed:(\d+) skipped:(\d+) mistrusted:(\d+) "
                      r"unimplemented:(\d+) invalid_arguments:(\d+) failed:(\d+) listed:(\d+)")
@@ -27,8 +31,8 @@ SUMMARY = re.compile(r"tests:(\d+) passed:(\d+) skipped:(\d+) mistrusted:(\d+) "
 
 def _run(*argv: str) -> tuple[int, str, dict[str, int]]:
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-m", "pydnnl.benchdnn", *argv], capture_output=True,
-                          text=True, env=env, timeout=1200)
+    proc = subprocess.run([sys.executable, "-m", "pydnnl.benchdnn", engine_arg(), *argv],
+                          capture_output=True, text=True, env=env, timeout=1200)
     out = proc.stdout + proc.stderr
     m = SUMMARY.search(out)
     assert m, out[-3000:]
@@ -111,7 +115,6 @@ def test_summary_line(capsys):
 
 def test_bad_option_values_name_the_option():
     with pytest.raises(SystemExit) as e:
-        from pydnnl.benchdnn.__main__ import main
         main(["--rnn", "--with-peephole=maybe", "l1t1mb2sic4"])
     assert "--with-peephole" in str(e.value.code) and "maybe" in str(e.value.code)
 

@@ -151,11 +151,11 @@ def test_weights_script_writes_a_loadable_file(tmp_path):
     assert set(params) == set(r50.param_shapes(arch))
 
 
-def test_example_runs_and_matches_torch():
+def test_example_runs_and_matches_torch(first_engine):
     pytest.importorskip("torch", reason="torch is not installed: no PyTorch comparison")
     r = subprocess.run([sys.executable, str(EXAMPLE), "--width-div", str(WIDTH_DIV), "--blocks",
                         "1,1,1,1", "--image", "32", "--mb", "2", "--classes", "10", "--iters",
-                        "1"],
+                        "1", "--engine", first_engine.get_kind().name],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "images/s" in r.stdout
@@ -164,7 +164,7 @@ def test_example_runs_and_matches_torch():
     assert max(errs) < RTOL, line
 
 
-def test_full_model_matches_torchvision():
+def test_full_model_matches_torchvision(first_engine):
     torch = pytest.importorskip("torch", reason="torch is not installed: no PyTorch comparison")
     pytest.importorskip("torchvision", reason="torchvision is not installed: the full model "
                                               "is compared with the example's torch.nn copy "
@@ -174,7 +174,7 @@ def test_full_model_matches_torchvision():
     model = r50.torch_model(arch, params)
     assert type(model).__module__.startswith("torchvision")
     x = np.random.default_rng(6).standard_normal((1, 3, 64, 64)).astype(np.float32)
-    net = r50.ResNet50(dnnl.engine(dnnl.engine.kind.cpu, 0), arch, params, 1, 64)
+    net = r50.ResNet50(first_engine, arch, params, 1, 64)
     probs = net(x)
     with torch.no_grad():
         want = model(torch.from_numpy(x)).double().numpy()

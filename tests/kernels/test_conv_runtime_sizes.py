@@ -38,7 +38,11 @@ def requested(spy_kernels):
     return spy_kernels(FAMILIES)
 
 
-CPU = dnnl.engine(dnnl.engine.kind.cpu, 0)
+@pytest.fixture(scope="module")
+def eng(first_engine):
+    """The device these run on: the first present (nothing here is CPU-specific, and a
+    GPU-only machine has no CPU engine)."""
+    return first_engine
 
 # (first problem, then others of the same class: other spatial sizes and minibatches)
 CLASSES = [
@@ -52,13 +56,13 @@ CLASSES = [
 
 @pytest.mark.parametrize("tags", [{}, {"stag": "abx", "dtag": "abx"}], ids=["any", "abx"])
 @pytest.mark.parametrize("descs", CLASSES, ids=["3x3", "1x1"])
-def test_new_spatial_size_and_minibatch_need_no_new_kernel(requested, descs, tags):
+def test_new_spatial_size_and_minibatch_need_no_new_kernel(eng, requested, descs, tags):
     # channels-first epilogues keep baked sizes (a specialization: see epilogue_runtime)
     baked = {"conv_epilogue"} if tags else set()
     for i, desc in enumerate(descs):
         for d in ("FWD_B", "BWD_D", "BWD_WB"):
             o = ConvOptions(dir=d, alg="im2col_gemm", **tags)
-            b = ConvBench(CPU, ConvProblem.parse(desc), o)
+            b = ConvBench(eng, ConvProblem.parse(desc), o)
             assert b.check() <= b.tolerance(), (desc, d)
         requested[:] = [r for r in requested if r[0] not in baked]
         if i == 0:
@@ -70,7 +74,7 @@ def test_new_spatial_size_and_minibatch_need_no_new_kernel(requested, descs, tag
     assert set(requested) <= first, sorted(set(requested) - first)
 
 
-def test_direct_solver_padding_copy_is_shared():
+def test_direct_solver_padding_copy_is_shared(eng):
     """The direct solver's zero-padding copy (and bias gradient) serve every size."""
     seen = []
     orig = kernel_cache.get_kernel
@@ -87,7 +91,7 @@ def test_direct_solver_padding_copy_is_shared():
         for desc in ("mb2ic4ih7oc4oh7kh3ph1", "mb1ic4ih9oc4oh9kh3ph1"):
             seen.clear()
             for d in ("FWD_B", "BWD_WB"):
-                b = ConvBench(CPU, ConvProblem.parse(desc), ConvOptions(dir=d, alg="direct"))
+                b = ConvBench(eng, ConvProblem.parse(desc), ConvOptions(dir=d, alg="direct"))
                 assert b.check() <= b.tolerance(), (desc, d)
             # (the direct kernel itself keeps baked sizes in forward by default)
             keys.append({k for k in seen if k[0] in FAMILIES and k[0] != "conv_direct"})
@@ -193,7 +197,7 @@ def test_runtime_size_kernels_clean_under_oclgrind():
 
 
 @pytest.mark.parametrize("H,W", [(7, 11), (3, 5), (8, 16)])
-def test_bias_grad_partial_block_matches_numpy(H, W):
+def test_bias_grad_partial_block_matches_numpy(eng, H, W):
     """The run-time bias reduction with a strided (non-dense batch) layout over a point
     count with whole blocks and a tail (77), under one block (15) and of whole blocks only
     (128, with 64-point blocks)."""
@@ -208,12 +212,12 @@ def test_bias_grad_partial_block_matches_numpy(H, W):
     q, sizes = bias_grad_runtime(bp)
     assert sizes["t_d0"] == C * H * W + 13
     assert q.wg == 64 and sizes["pfull"] == H * W // 256 * 256
-    stream = dnnl.stream(CPU)
-    plan = Plan(CPU, "test")
+    stream = dnnl.stream(eng)
+    plan = Plan(eng, "test")
     plan.kernel("conv_bias_grad", q, build_bias_grad, t=Ref("t"), bias=Ref("b"), **sizes)
     def md(n):
         return dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
-    T, B = dnnl.memory(md(t.size), CPU, t), dnnl.memory(md(C), CPU)
+    T, B = dnnl.memory(md(t.size), eng, t), dnnl.memory(md(C), eng)
     plan.run(stream, {"t": T.buffer, "b": B.buffer})
     stream.wait()
     ref = np.zeros(C)
@@ -224,7 +228,7 @@ def test_bias_grad_partial_block_matches_numpy(H, W):
 
 
 @pytest.mark.parametrize("rows,C,S,wg", [(70, 24, 3, 16), (5, 3, 8, 16), (1000, 64, 7, 64)])
-def test_channel_slices_match_numpy(rows, C, S, wg):
+def test_channel_slices_match_numpy(eng, rows, C, S, wg):
     """Per-channel sums over slices of channels-last rows: slices of uneven length and empty
     ones (more slices than rows), channel counts no power of two (fewer lanes), an offset."""
     from pydnnl.kernels.channel_sums import ChannelSlices, build_channel_slices, lanes
@@ -232,8 +236,8 @@ def test_channel_slices_match_numpy(rows, C, S, wg):
 
     t = np.random.default_rng(1).standard_normal(7 + rows * C).astype(np.float32)
     rps = -(-rows // S)
-    stream = dnnl.stream(CPU)
-    plan = Plan(CPU, "test")
+    stream = dnnl.stream(eng)
+    plan = Plan(eng, "test")
     plan.kernel("channel_slices", ChannelSlices(channels=C, row_stride=C, wg=wg),
                 build_channel_slices, t=Ref("t"), part=Ref("p"), t_off=7, part_off=C,
                 nrows=rows, rps=rps, nslices=S)
@@ -241,7 +245,7 @@ def test_channel_slices_match_numpy(rows, C, S, wg):
     def md(n):
         return dnnl.memory.desc([n], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
 
-    T, Pm = dnnl.memory(md(t.size), CPU, t), dnnl.memory(md((S + 1) * C), CPU)
+    T, Pm = dnnl.memory(md(t.size), eng, t), dnnl.memory(md((S + 1) * C), eng)
     plan.run(stream, {"t": T.buffer, "p": Pm.buffer})
     stream.wait()
     x = t[7:].reshape(rows, C).astype(np.float64)
@@ -270,11 +274,12 @@ BWD_CLASSES = [
 @pytest.mark.parametrize("tags", [{}, {"stag": "abx", "dtag": "abx"}], ids=["any", "abx"])
 @pytest.mark.parametrize("alg, dirs, descs", BWD_CLASSES,
                          ids=["col2im-3x3", "col2im-3x3s2", "direct-dw", "direct-dw-s2"])
-def test_backward_data_and_direct_need_no_new_kernel(requested, alg, dirs, descs, tags):
+def test_backward_data_and_direct_need_no_new_kernel(eng, requested, alg, dirs, descs,
+                                                      tags):
     family = "conv_col2im" if alg == "im2col_gemm" else "conv_direct"
     for i, desc in enumerate(descs):
         for d in dirs:
-            b = ConvBench(CPU, ConvProblem.parse(desc), ConvOptions(dir=d, alg=alg, **tags))
+            b = ConvBench(eng, ConvProblem.parse(desc), ConvOptions(dir=d, alg=alg, **tags))
             assert b.check() <= b.tolerance(), (desc, d)
         if i == 0:
             first = set(requested)
@@ -284,7 +289,7 @@ def test_backward_data_and_direct_need_no_new_kernel(requested, alg, dirs, descs
     assert set(requested) <= first, sorted(set(requested) - first)
 
 
-def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
+def _direct(eng, kind: str, xs, S, P, params: dict, tag: str = "nchw"):
     """Depthwise 3x3 through the direct solver with ``params``, against the reference."""
     from pydnnl.primitives.conv import (
         convolution_backward_data,
@@ -294,7 +299,7 @@ def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
     from pydnnl.reference import conv as R
 
     MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
-    s = dnnl.stream(CPU)
+    s = dnnl.stream(eng)
     rng = np.random.default_rng(sum(xs))
     G = xs[1]
     x = rng.standard_normal(xs).astype(np.float32)
@@ -308,10 +313,10 @@ def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
     extra = {"solver": "direct", "solver_params": params}
 
     def mem(md, a=None):
-        return dnnl.memory(md, CPU, a) if a is not None else dnnl.memory(md, CPU)
+        return dnnl.memory(md, eng, a) if a is not None else dnnl.memory(md, eng)
 
     if kind == "fwd":
-        pd = convolution_forward.primitive_desc(CPU, dnnl.prop_kind.forward_training,
+        pd = convolution_forward.primitive_desc(eng, dnnl.prop_kind.forward_training,
                                                 dnnl.algorithm.convolution_auto, xm, wm, bm, ym,
                                                 S, [0, 0], P, P, None, **extra)
         Y = mem(pd.dst_desc())
@@ -321,7 +326,7 @@ def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
         s.wait()
         return Y.to_numpy(), R.conv_forward(x, w, b, S, [0, 0], P, P)
     if kind == "bwd_d":
-        pd = convolution_backward_data.primitive_desc(CPU, dnnl.algorithm.convolution_auto,
+        pd = convolution_backward_data.primitive_desc(eng, dnnl.algorithm.convolution_auto,
                                                       xm, wm, ym, S, [0, 0], P, P, None, **extra)
         DX = mem(pd.diff_src_desc())
         convolution_backward_data(pd).execute(s, {
@@ -329,7 +334,7 @@ def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
             dnnl.ARG_WEIGHTS: mem(pd.weights_desc(), w), dnnl.ARG_DIFF_SRC: DX})
         s.wait()
         return DX.to_numpy(), R.conv_backward_data(dy, w, xs, S, [0, 0], P, P)
-    pd = convolution_backward_weights.primitive_desc(CPU, dnnl.algorithm.convolution_auto,
+    pd = convolution_backward_weights.primitive_desc(eng, dnnl.algorithm.convolution_auto,
                                                      xm, wm, bm, ym, S, [0, 0], P, P, None,
                                                      **extra)
     DW = mem(pd.diff_weights_desc())
@@ -343,13 +348,13 @@ def _direct(kind: str, xs, S, P, params: dict, tag: str = "nchw"):
 
 @pytest.mark.parametrize("pad", [True, False], ids=["padded", "guarded"])
 @pytest.mark.parametrize("S", [[1, 1], [2, 2]], ids=["s1", "s2"])
-def test_direct_runtime_sizes_on_request(requested, S, pad):
+def test_direct_runtime_sizes_on_request(eng, requested, S, pad):
     """Forward and backward data of the direct kernel with ``runtime_sizes``: widths that are
     and are not multiples of the work-group (its last group moved back), two minibatches."""
     params = {"runtime_sizes": True, "pad": pad, "wg": 8}
     for i, xs in enumerate([(2, 4, 9, 17), (1, 4, 7, 19), (3, 4, 12, 20)]):
         for kind in ("fwd", "bwd_d", "bwd_w"):
-            got, ref = _direct(kind, xs, S, [1, 1], params)
+            got, ref = _direct(eng, kind, xs, S, [1, 1], params)
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
         if i == 0:
             first = set(requested)

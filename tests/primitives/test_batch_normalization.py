@@ -420,15 +420,13 @@ def test_fused_rule_closed_form():
 
 
 @pytest.mark.parametrize("flags", [0, 0x6, 0xE])
-def test_fused_channel_kernel_matches_reference(flags):
+def test_fused_channel_kernel_matches_reference(cpu_engine, flags):
     """The one-kernel-per-channel path (CPU, nchw) on runs with an unrolled part, a plain step
     and a tail (lanes of 16 over 7 x 9 = 63 values), forward training and backward."""
     import pydnnl as dnnl
     from pydnnl.reference import normalization as R
 
-    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
-    if eng.info.is_gpu:
-        pytest.skip("the fused path is the CPU's")
+    eng = cpu_engine  # the fused path is the CPU's
     s = dnnl.stream(eng)
     rng = np.random.default_rng(5)
     dims, C, eps = [3, 4, 7, 9], 4, 1e-3

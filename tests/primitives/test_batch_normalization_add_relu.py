@@ -353,14 +353,14 @@ def test_bad_inputs_raise_and_leave_outputs_untouched(cpu_engine):
         dnnl.layer_normalization_forward.primitive_desc(eng, PK.forward_training, md, md, EPS, A)
 
 
-def test_benchdnn_flag_letter_a(capsys):
+def test_benchdnn_flag_letter_a(capsys, benchdnn_engine):
     """benchdnn's letter ``A`` (its bnorm driver's spelling of fuse_norm_add_relu):
     correctness mode over the four directions, src_1 / diff_src_1 checked."""
     from pydnnl.benchdnn.__main__ import main
     from pydnnl.benchdnn.bnorm import parse_flags
 
     assert parse_flags("CHA", "GCHRSA") == SS | A
-    rc = main(["--bnorm", "--mode=C", "--flags=CHA", "--dir=FWD_D", "mb2ic5ih3iw4",
+    rc = main([benchdnn_engine, "--bnorm", "--mode=C", "--flags=CHA", "--dir=FWD_D", "mb2ic5ih3iw4",
                "--dir=FWD_I", "mb2ic5ih3iw4", "--tag=nhwc", "--dir=BWD_DW", "mb2ic5ih3iw4",
                "--flags=GA", "--tag=nChw8c", "--dir=BWD_D", "mb2ic11ih3"])
     out = capsys.readouterr().out

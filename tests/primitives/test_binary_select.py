@@ -242,12 +242,12 @@ def test_bad_arguments_leave_outputs_untouched(engine, stream):
     np.testing.assert_array_equal(out.to_numpy(), sentinel)
 
 
-def test_benchdnn_select(capsys):
+def test_benchdnn_select(capsys, benchdnn_engine):
     """``--alg=SELECT``: the s8 condition takes src0's dims and tag, as in oneDNN's benchdnn."""
     from pydnnl.benchdnn.__main__ import main
 
-    rc = main(["--binary", "--mode=C", "--alg=SELECT", "--stag=axb:abx", "--inplace=false",
-               "--attr-scales=src1:common:2", "2x16x3x3:1x16x1x1", "--stag=abx",
+    rc = main([benchdnn_engine, "--binary", "--mode=C", "--alg=SELECT", "--stag=axb:abx",
+               "--inplace=false", "--attr-scales=src1:common:2", "2x16x3x3:1x16x1x1", "--stag=abx",
                "--inplace=true", "1x8x1x5:2x8x3x5"])
     out = capsys.readouterr().out
     assert rc == 0, out

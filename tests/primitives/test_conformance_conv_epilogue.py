@@ -78,10 +78,10 @@ def test_1d_ncw_epilogue_writes_dst_once_and_nothing_past_it(engine, stream, mb,
     np.testing.assert_allclose(ym.to_numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_benchdnn_1d_abx_linear_post_op_command():
+def test_benchdnn_1d_abx_linear_post_op_command(benchdnn_engine):
     """The reported command, in a child process (a compiler crash must fail, not abort)."""
-    cmd = [sys.executable, "-m", "pydnnl.benchdnn", "--conv", "--mode=C", "--dir=FWD_D",
-           "--stag=abx", "--dtag=abx", "--attr-post-ops=linear:2:1",
+    cmd = [sys.executable, "-m", "pydnnl.benchdnn", benchdnn_engine, "--conv", "--mode=C",
+           "--dir=FWD_D", "--stag=abx", "--dtag=abx", "--attr-post-ops=linear:2:1",
            "mb2ic8iw16oc8ow16kw3pw1", "ic16iw5oc16ow5kw1pw0", "g1ic17oc17_iw5ow5kw3pw1",
            "--alg=direct", "ic16iw5oc16ow5kw1pw0"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -149,13 +149,13 @@ def test_eltwise_new_shape_needs_no_new_kernel(engine, stream, requested, case, 
     assert set(requested) <= first, sorted(set(requested) - first)
 
 
-def test_transcendental_eltwise_keeps_its_count_baked_on_cpus():
+def test_transcendental_eltwise_keeps_its_count_baked_on_cpus(cpu_engine):
     """The run-time count's guard cost transcendental algorithms 20-37% on the AVX-512 CPU:
     there the rule keeps their counts baked; piecewise-linear ones and GPUs take it at run
     time."""
     from pydnnl.runtime.heuristics.eltwise import runtime_count
 
-    cpu = dnnl.engine(dnnl.engine.kind.cpu, 0).info
+    cpu = cpu_engine.info
     assert runtime_count(cpu, A.eltwise_relu) and runtime_count(cpu, A.eltwise_clip_v2)
     assert runtime_count(cpu, A.eltwise_relu_use_dst_for_bwd)
     assert not runtime_count(cpu, A.eltwise_gelu_erf)

@@ -347,13 +347,14 @@ def test_matmul_scales_on_the_nvidia_kernel(engine, stream, monkeypatch):
 
 # {{{ benchdnn
 
-def test_benchdnn_attr_scales(capsys):
+def test_benchdnn_attr_scales(capsys, benchdnn_engine):
     """``--attr-scales`` in benchdnn's syntax on ``--matmul`` and ``--ip`` (mode C against
     oneDNN's formula in float64), and its parser's masks."""
     from pydnnl.benchdnn.__main__ import main
     from pydnnl.benchdnn.matmul import parse_scales
 
-    rc = main(["--matmul", "--mode=C", "--bia_dt=f32", "--attr-post-ops=sum:0.5+relu",
+    rc = main([benchdnn_engine, "--matmul", "--mode=C", "--bia_dt=f32",
+               "--attr-post-ops=sum:0.5+relu",
                "--attr-scales=src:common:0.5+wei:per_oc+dst:common:2", "5x7:7x6",
                "--ip", "--mode=C", "--attr-scales=src:common:0.25+wei:per_oc:2+dst:common:4",
                "mb4ic3ih2iw2oc5"])
@@ -364,8 +365,8 @@ def test_benchdnn_attr_scales(capsys):
                        {SRC: 2, WEI: 2, DST: 2})
     assert got == {SRC: (0, 0.5), WEI: (4, 1.0), DST: (3, 2.0)}
     with pytest.raises(SystemExit, match="policy must be"):
-        main(["--matmul", "--attr-scales=wei:per_row", "2x2:2x2"])
+        main([benchdnn_engine, "--matmul", "--attr-scales=wei:per_row", "2x2:2x2"])
     with pytest.raises(SystemExit, match="mask 1 for ARG_WEIGHTS"):
-        main(["--matmul", "--attr-scales=wei:per_dim_0", "2x2:2x2"])
+        main([benchdnn_engine, "--matmul", "--attr-scales=wei:per_dim_0", "2x2:2x2"])
 
 # }}}

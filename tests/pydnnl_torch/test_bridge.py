@@ -9,8 +9,9 @@ from pydnnl.torch import _bridge as B  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def eng():
-    return dnnl.engine(dnnl.engine.kind.cpu, 0)
+def eng(cpu_engine):
+    """The CPU engine: the one whose memories share a tensor's storage."""
+    return cpu_engine
 
 
 def test_round_trip_through_a_kernel_shares_the_result_tensor(eng):

@@ -12,7 +12,7 @@ import json, sys, time
 import numpy as np
 import pydnnl as dnnl
 md_, dt, tag = dnnl.memory.desc, dnnl.memory.data_type, dnnl.memory.format_tag
-eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+eng = dnnl.engine(dnnl.engine.kind.any, 0)  # the first device: a CPU where one exists
 s = dnnl.stream(eng)
 dims = [2, 19, 3, 5]
 x = np.linspace(-4, 4, int(np.prod(dims)), dtype=np.float32).reshape(dims)
