@@ -43,9 +43,8 @@ from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
-from .matmul import scale_operands
 from .post_ops import resolve as resolve_post_ops
-from .post_ops import resolve_scales
+from .post_ops import resolve_scales, scale_operands
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"

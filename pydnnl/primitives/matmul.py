@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..constants import ARG_ATTR_SCALES, ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
+from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
 from ..error import invalid_arguments, unimplemented
-from ..kernels.gemm import scale_name
 from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.post_ops import reads_prior
 from ..kernels.reorder import ReorderProblem, layout_of
@@ -30,23 +29,12 @@ from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
-from .post_ops import resolve_scales
+from .post_ops import resolve_scales, scale_operands
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
-# the argument whose scale each of GemmShape.scales' entries is (see resolve_scales)
-_SCALE_ARG = {"src": ARG_SRC, "wei": ARG_WEIGHTS, "dst": ARG_DST}
 # storage types: bf16/f16 operands are converted to f32 copies and computed in f32
 _DATA_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.undef)
-
-
-def scale_operands(scales: tuple) -> dict:
-    """The GEMM epilogue's operands of ``scales`` (``GemmShape.scales``, from
-    ``resolve_scales``) for ``Plan.gemm``'s ``epilogue``: each kernel argument
-    ``<which>_scale`` bound to its execute argument ``ARG_ATTR_SCALES | ARG_SRC`` (``src``),
-    ``| ARG_WEIGHTS`` (``wei``) or ``| ARG_DST`` (``dst``). Matmul's and the inner
-    product's forward take their scales so."""
-    return {scale_name(w): Ref(ARG_ATTR_SCALES | _SCALE_ARG[w]) for w, _ in scales}
 
 
 def _plain(md: MemoryDesc) -> MemoryDesc:

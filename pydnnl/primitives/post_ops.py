@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..attr import _binary_op, _sum_op, primitive_attr
 from ..constants import (
     ARG_ATTR_MULTIPLE_POST_OP,
+    ARG_ATTR_SCALES,
     ARG_DST,
     ARG_SRC,
     ARG_SRC_1,
@@ -15,10 +16,12 @@ from ..constants import (
 )
 from ..error import invalid_arguments, unimplemented
 from ..kernels import eltwise_ops
+from ..kernels.gemm import scale_name
 from ..kernels.post_ops import BINARY_ALGS, SRC1_TYPES, binary_entry_alg
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
+from ..runtime.plan import Ref
 from .base import ArgSpec
 
 
@@ -119,3 +122,11 @@ def resolve_scales(kind: str, attr: primitive_attr, dst_dims: tuple, per_channel
     order = [w for w in ("src", "wei", "dst") if w in entries]
     return (tuple((w, entries[w]) for w in order),
             "+".join(f"{w}:{masks[w]}" for w in order))
+
+
+def scale_operands(scales: tuple) -> dict:
+    """The GEMM epilogue's operands of ``scales`` (``GemmShape.scales``, from
+    :func:`resolve_scales`) for ``Plan.gemm``'s ``epilogue``: each kernel argument
+    ``<which>_scale`` bound to its execute argument ``ARG_ATTR_SCALES | ARG_*``."""
+    arg_of = {kind: arg for arg, kind in _SCALE_KIND.items()}
+    return {scale_name(w): Ref(ARG_ATTR_SCALES | arg_of[w]) for w, _ in scales}
