@@ -26,6 +26,7 @@ from ...constants import (
     rnn_direction,
 )
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
+from ...memory.data_types import data_type
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import SCRATCH, Ref
@@ -109,10 +110,19 @@ def scratch_regions(pd) -> Regions:
             r.add("in_" + name, md.nelems())
     if s.ext.dropout_output and dropout_active(s, pd.training):
         r.add("yd", s.T * s.N * s.DIC)
+    if _sum_in_scratch(pd):
+        r.add("ysum", pd._descs["dst_layer_desc"].nelems())
     reserve_no_bias(r, s)
     fused = fused_recurrence(pd.get_engine(), s, pd.training)
     reserve_packed(r, pd.get_engine(), weight_gemms(s, fused), s)
     return r
+
+
+def _sum_in_scratch(pd) -> bool:
+    """bidirectional_sum into a non-f32 dst_layer: the directions are added in f32 in the
+    scratchpad, then rounded once (an accumulating reorder takes f32 only)."""
+    return (pd.shape.direction == rnn_direction.bidirectional_sum
+            and pd._descs["dst_layer_desc"].data_type != data_type.f32)
 
 
 def clip_key(s):
@@ -357,6 +367,7 @@ class ForwardPlanBuilder(PlanBuilder):
         dst_md = pd._descs["dst_layer_desc"]
         top = s.L - 1
         seq, sc, scr = self.seq, pd.scratch, SCRATCH
+        sum_md = region_desc(dst_md.dims, sc["ysum"]) if "ysum" in sc else None
         for d in range(s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
             src_ref = ws
@@ -379,6 +390,11 @@ class ForwardPlanBuilder(PlanBuilder):
             else:
                 target = dst_md
                 beta = 1.0 if d == 1 else 0.0
+            if sum_md is not None:
+                self.add_reorder(src_ref, src_md, scr, sum_md, beta=beta)
+                if d == s.D - 1:
+                    self.add_reorder(scr, sum_md, Ref(ARG_DST_LAYER), dst_md)
+                continue
             self.add_reorder(src_ref, src_md, Ref(ARG_DST_LAYER), target, beta=beta)
         for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
                                       ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
