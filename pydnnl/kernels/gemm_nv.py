@@ -53,7 +53,15 @@ from .source import KernelSource
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes",
            "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-6"
+GENERATOR_VERSION = "gemm_nv-7"
+
+#: tensor-core kinds: (k per mma.sync, its PTX shape and types, the packing conversion of a
+#: pair of floats into one 32-bit register, or None where each register holds one TF32)
+MMA_KINDS = {
+    "tf32": (8, "m16n8k8.row.col.f32.tf32.tf32.f32", None),
+    "bf16": (16, "m16n8k16.row.col.f32.bf16.bf16.f32", "cvt.rn.bf16x2.f32"),
+    "f16": (16, "m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16x2.f32"),
+}
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,8 @@ class NvTile:
     """Blocking of one kernel: C block ``bm x bn``, k slice ``bk``, register tile ``tm x tn``
     (multiples of 4); ``maxrreg`` caps registers per work-item (NVIDIA compiler option).
 
-    ``mma="tf32"``: tensor-core kernel, one warp per ``wm x wn`` tile of C (``tm``/``tn`` unused).
+    ``mma``: tensor-core kernel, one warp per ``wm x wn`` tile of C (``tm``/``tn`` unused):
+    ``"tf32"`` (m16n8k8), ``"bf16"`` or ``"f16"`` (m16n8k16, ``bk`` a multiple of 16).
     """
 
     bm: int = 128
@@ -82,13 +91,15 @@ class NvTile:
 
     def check(self) -> None:
         if self.mma is not None:
-            if self.mma != "tf32":
-                raise ValueError(f"NvTile: mma must be None or 'tf32', got {self.mma!r}")
-            if self.wm % 16 or self.wn % 8 or self.bk % 8 or self.bm % self.wm \
+            if self.mma not in MMA_KINDS:
+                raise ValueError(f"NvTile: mma must be None or one of {', '.join(MMA_KINDS)}, "
+                                 f"got {self.mma!r}")
+            kstep = MMA_KINDS[self.mma][0]
+            if self.wm % 16 or self.wn % 8 or self.bk % kstep or self.bm % self.wm \
                     or self.bn % self.wn:
                 raise ValueError(f"NvTile: warp tile {self.wm}x{self.wn} (multiples of 16x8) "
                                  f"must divide the block {self.bm}x{self.bn}; bk {self.bk} a "
-                                 "multiple of 8")
+                                 f"multiple of {kstep}")
         for name in ("bm", "bn", "bk", "tm", "tn"):
             v = getattr(self, name)
             if v < 4 or v % 4:
@@ -157,14 +168,13 @@ class _Gen:
         self.pr, self.t, self.aligned = pr, t, aligned
         self.nt = t.threads
         self.wx = t.bn // t.tn  # work-items along n
-        # row padding of the shared tiles (keeps float4 alignment, spreads banks); the mma
-        # fragments read rows k..k+3 at columns g..g+7: a pad of 8 puts them in 32 banks
-        self.pa = self.pb = 8 if t.mma else 4
+        # row padding of the shared tiles (keeps float4 alignment, spreads banks), see _pads
+        self.pa = self.pb = _pads(t)[0]
         # tensor cores with a plain A (rows along k): A stays m-major in shared memory, rows
-        # padded to bk + 4 (float4 stores as loaded; a fragment's 32 reads in 32 banks)
-        # instead of transposed into k rows (4 scalar stores per float4, 4-way conflicts)
+        # padded (float4 stores as loaded; a fragment's reads conflict-free) instead of
+        # transposed into k rows (4 scalar stores per float4, 4-way conflicts)
         self.a_mmajor = bool(t.mma) and _a_kcontig(pr)
-        self.rak = t.bk + 4
+        self.rak = t.bk + _pads(t)[1]
         self.sza = t.bm * self.rak if self.a_mmajor else t.bk * (t.bm + self.pa)
         self.szb = t.bk * (t.bn + self.pb)
         # sizes as C: constants, or the run-time ``m``/``ksize`` (int copies ``M``/``K``)
@@ -243,15 +253,16 @@ class _Gen:
                     w(f"r{name}[{i}] = {v} ? *(__global const float4*)({p}) : vload4(0, {p});")
                 w(f"{name}p{i} += {step};")
 
-        cvt = "pd_tf32" if t.mma else ""
+        # TF32: rounded once, when stored; 16-bit kinds convert pairs as the fragments are read
+        cvt = "pd_tf32" if t.mma == "tf32" else ""
 
         def sstore(name, buf):
             arr, pad, span = ("As", self.pa, t.bm) if name == "a" else ("Bs", self.pb, t.bn)
             row = span + pad
             for i, (_, _, (r, c, transposed)) in enumerate(la if name == "a" else lb):
                 if name == "a" and self.a_mmajor:  # (k column r, m row c): as loaded
-                    w(f"*(__local float4*)&As[{buf} + {c} * {self.rak} + {r}] = "
-                      f"{cvt}4(r{name}[{i}]);")
+                    v = f"{cvt}4(r{name}[{i}])" if cvt else f"r{name}[{i}]"
+                    w(f"*(__local float4*)&As[{buf} + {c} * {self.rak} + {r}] = {v};")
                 elif transposed:  # the float4 runs along k: four k rows, one column
                     for q, comp in enumerate("xyzw"):
                         w(f"{arr}[{buf} + ({r} + {q}) * {row} + {c}] = "
@@ -375,7 +386,11 @@ class _Gen:
         w(f"  for (int j = 0; j < {nt_}; ++j)")
         w("    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
 
+        kstep, shape, pack = MMA_KINDS[t.mma]
+
         def slice_():
+            if pack:
+                return slice16()
             if self.a_mmajor:
                 w(f"  __local const float* as = As + cur * {sza} + (wm0 + g) * {self.rak}"
                   " + q;")
@@ -392,16 +407,47 @@ class _Gen:
             for j in range(nt_):
                 for r, dk in enumerate((0, 4)):
                     w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
+            mmas()
+            w("  }")
+
+        def mmas():
             for i in range(mt):
                 for j in range(nt_):
                     c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
-                    w('    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "')
+                    w(f'    asm("mma.sync.aligned.{shape} "')
                     w('        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
                       '{%10, %11, %12, %13};"')
                     w(f'        : "=f"({c[0]}), "=f"({c[1]}), "=f"({c[2]}), "=f"({c[3]})')
                     w(f'        : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
                       f'"r"(b{j}_0), "r"(b{j}_1),')
                     w(f'          "f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]}));')
+
+        def slice16():
+            """m16n8k16: register r of A holds rows g (+8) at k 2q, 2q+1 (+8); of B, k 2q,
+            2q+1 (+8) at column g; each pair converted into one register as it is read."""
+            if self.a_mmajor:  # the pair is adjacent: one float2
+                w(f"  __local const float* as = As + cur * {sza} + (wm0 + g) * {self.rak}"
+                  " + 2 * q;")
+            else:
+                w(f"  __local const float* as = As + cur * {sza} + 2 * q * {ra} + wm0 + g;")
+            w(f"  __local const float* bs = Bs + cur * {szb} + 2 * q * {rb} + wn0 + g;")
+            w("#pragma unroll")
+            w(f"  for (int kk = 0; kk < {t.bk}; kk += 16) {{")
+            for i in range(mt):
+                for r, (dk, dm) in enumerate(((0, 0), (0, 8), (8, 0), (8, 8))):
+                    if self.a_mmajor:
+                        w(f"    const float2 fa{i}_{r} = *(__local const float2*)(as + "
+                          f"{16 * i + dm} * {self.rak} + kk + {dk});")
+                        lo, hi = f"fa{i}_{r}.x", f"fa{i}_{r}.y"
+                    else:
+                        lo = f"as[(kk + {dk}) * {ra} + {16 * i + dm}]"
+                        hi = f"as[(kk + {dk + 1}) * {ra} + {16 * i + dm}]"
+                    w(f"    const uint a{i}_{r} = pd_pack({lo}, {hi});")
+            for j in range(nt_):
+                for r, dk in enumerate((0, 8)):
+                    w(f"    const uint b{j}_{r} = pd_pack(bs[(kk + {dk}) * {rb} + {8 * j}], "
+                      f"bs[(kk + {dk + 1}) * {rb} + {8 * j}]);")
+            mmas()
             w("  }")
 
         self._pipeline(w, gload, sstore, sza, szb, slice_)
@@ -547,7 +593,8 @@ class _Gen:
         vec = _vector_ops(pr)
         from .post_ops import helpers
 
-        cvt = [_TF32_HELPERS] if t.mma else []
+        cvt = [_TF32_HELPERS] if t.mma == "tf32" else [_pack_helper(MMA_KINDS[t.mma][2])] \
+            if t.mma else []
         lines = cvt + [h[1] for h in helpers(pr.post_ops)] + [
             f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
             f"{name}({', '.join(args)})",
@@ -593,11 +640,37 @@ inline float4 pd_tf324(float4 v)
 """
 
 
+def _pack_helper(instr: str) -> str:
+    """``pd_pack(lo, hi)``: two floats rounded (nearest even) into one register of two
+    16-bit values, ``lo`` (the smaller k) in the low half, as mma.sync reads a pair."""
+    return f"""inline uint pd_pack(float lo, float hi)
+{{
+    uint r;
+    asm("{instr} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}}
+"""
+
+
+def _pads(tile: NvTile) -> tuple[int, int]:
+    """Row padding of the shared tiles: (k-major rows, the m-major A's rows beyond bk).
+
+    SIMT: 4. TF32 fragments read rows q (k) at columns g (m or n): a pad of 8 puts a warp's
+    32 reads in 32 banks; an m-major A's rows of bk + 4 likewise. The 16-bit kinds read rows
+    2q and 2q + 1: rows of bm + 4 (bm a multiple of 16) put rows 2q in banks 8q apart; an
+    m-major A is read as float2 pairs, each half-warp's rows g*(bk + 8) in banks 8 apart."""
+    if tile.mma == "tf32":
+        return 8, 4
+    if tile.mma:
+        return 4, 8
+    return 4, 4
+
+
 def smem_bytes(tile: NvTile) -> int:
     """Shared memory of a kernel with ``tile`` (double-buffered A and B; the larger of the two
     A layouts, so that the bound holds for every problem)."""
-    pad = 8 if tile.mma else 4
-    a = max(tile.bk * (tile.bm + pad), tile.bm * (tile.bk + 4) if tile.mma else 0)
+    pad, apad = _pads(tile)
+    a = max(tile.bk * (tile.bm + pad), tile.bm * (tile.bk + apad) if tile.mma else 0)
     return 2 * (a + tile.bk * (tile.bn + pad)) * 4
 
 

@@ -67,6 +67,10 @@ def current() -> fpmath_mode:
 
 
 def gemm_math(mode: fpmath_mode | None = None) -> str:
-    """What a GEMM may compute in: ``"tf32"`` where the mode allows TF32, else ``"strict"``."""
+    """What a GEMM may compute in: ``"tf32"`` where the mode allows TF32 (``tf32``, ``any``),
+    ``"bf16"`` / ``"f16"`` for those modes (inputs rounded to 16 bits, f32 accumulation),
+    else ``"strict"``. Devices without such tensor cores compute every mode as strict."""
     mode = current() if mode is None else mode
-    return "tf32" if mode in (fpmath_mode.tf32, fpmath_mode.any) else "strict"
+    if mode in (fpmath_mode.tf32, fpmath_mode.any):
+        return "tf32"
+    return {fpmath_mode.bf16: "bf16", fpmath_mode.f16: "f16"}.get(mode, "strict")

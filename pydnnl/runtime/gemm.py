@@ -49,8 +49,9 @@ class GemmShape:
     #: binds their kernel arguments (``<which>_scale``, :func:`~pydnnl.kernels.gemm.scale_name`)
     #: as epilogue operands (``Plan.gemm``'s ``epilogue``)
     scales: tuple = ()
-    #: what the product may compute in: "strict" (f32) or "tf32" (the fpmath mode allows TF32
-    #: tensor cores; kernels without them compute in f32 all the same); None: the mode in
+    #: what the product may compute in: "strict" (f32), "tf32", "bf16" or "f16" (the fpmath
+    #: mode allows tensor cores of that kind; kernels without them compute in f32 all the
+    #: same); None: the mode in
     #: force where the launcher is made (see :mod:`pydnnl.runtime.fpmath`)
     math: str | None = None
 

@@ -3,6 +3,8 @@ defaults and when to split k. Every rule reads :class:`~pydnnl.engine.DeviceInfo
 stands next to the measurement behind it; ``info=None`` means a generic CPU (offline use)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...kernels.gemm import (
     DEFAULT_CPU_PARAMS,
     DEFAULT_GPU_PARAMS,
@@ -11,7 +13,7 @@ from ...kernels.gemm import (
     normalize_params,
     params_fit,
 )
-from ...kernels.gemm_nv import NvTile, smem_bytes, supports
+from ...kernels.gemm_nv import MMA_KINDS, NvTile, smem_bytes, supports
 
 
 def _limits(info) -> tuple[bool, int, tuple, int, int]:
@@ -296,8 +298,8 @@ def _tensor_cores(info) -> bool:
 def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     """The hand-written kernel's blocking for ``prob`` on the device, or None to keep the
     loopy family (other devices, small or thin-with-long-k GEMMs, shapes it does not cover).
-    ``math="tf32"`` (the user's fpmath mode allows it) picks a tensor-core tile where the
-    device has them and the shape suits one."""
+    ``math="tf32"``, ``"bf16"`` or ``"f16"`` (the user's fpmath mode allows it) picks a
+    tensor-core tile of that kind where the device has them and the shape suits one."""
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
     units = max(1, info.compute_units)
@@ -305,7 +307,7 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     def blocks(t):
         return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
 
-    if math == "tf32" and _tensor_cores(info) and prob.k >= _TC_MIN_K \
+    if math in MMA_KINDS and _tensor_cores(info) and prob.k >= _TC_MIN_K \
             and min(prob.m, prob.n) >= 32 and (min(prob.m, prob.n) >= _TC_MIN_SIDE
                                                or blocks(_TC_MID) >= 0.5 * units):
         if blocks(_TC_BIG) >= 1.9 * units:
@@ -315,6 +317,7 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
         else:
             order = (_TC_SMALL, _TC_MID)
         for t in order:
+            t = replace(t, mma=math)  # the same blocking for every kind (16-deep slices)
             if supports(prob, t) and t.threads <= info.max_work_group_size \
                     and smem_bytes(t) <= info.local_mem_bytes:
                 return t

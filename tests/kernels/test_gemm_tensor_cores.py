@@ -1,6 +1,7 @@
-"""TF32 tensor-core GEMM (``NvTile.mma``): tile rules from device traits and the fpmath mode,
-the generated source, and on an NVIDIA GPU the products against float64 with the error each
-mode is documented to have (strict: f32 rounding; tf32: 10-bit mantissa inputs)."""
+"""Tensor-core GEMM (``NvTile.mma``: TF32 m16n8k8, bf16 and f16 m16n8k16): tile rules from
+device traits and the fpmath mode, the generated source, and on an NVIDIA GPU the products
+against float64 with the error each mode is documented to have (strict: f32 rounding; tf32 and
+f16: 10-bit mantissa inputs; bf16: 7-bit)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -19,8 +20,10 @@ H100 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
 TC = [NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32),
       NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=64),
       NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32)]
-# the documented bounds, relative to the largest |C|: TF32 keeps 10 mantissa bits of each input
+# the documented bounds, relative to the largest |C|: TF32 keeps 10 mantissa bits of each input,
+# f16 as many (standard normal inputs are far inside its range), bf16 7: 8x TF32's rounding
 TF32_BOUND, STRICT_BOUND = 2e-3, 1e-5
+BOUND = {"tf32": TF32_BOUND, "f16": TF32_BOUND, "bf16": 8 * TF32_BOUND}
 
 
 def _pick(m, n, k, math="tf32", info=H100):
@@ -43,11 +46,17 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
             is None
     assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100),
                                                             "vendor_family": "amd"})) is None
+    # the 16-bit modes take the same blocks with their own mma kind
+    assert _pick(1024, 1024, 1024, "bf16") == (64, 128, "bf16")
+    assert _pick(4096, 4096, 4096, "f16") == (128, 128, "f16")
+    assert _pick(64, 2048, 512, "bf16") == (32, 64, None)
 
 
 def test_tile_checks_name_the_bad_field():
     with pytest.raises(ValueError, match="mma"):
-        NvTile(64, 128, 16, 8, 8, mma="bf16").check()
+        NvTile(64, 128, 16, 8, 8, mma="int8").check()
+    with pytest.raises(ValueError, match="multiple of 16"):  # m16n8k16 needs 16-deep slices
+        NvTile(64, 128, 8, 8, 8, mma="bf16", wm=32, wn=32).check()
     with pytest.raises(ValueError, match="warp tile 24x32"):
         NvTile(64, 128, 16, 8, 8, mma="tf32", wm=24, wn=32).check()
 
@@ -58,6 +67,10 @@ def test_source_rounds_once_and_uses_mma():
     src = build_gemm_nv(pr, TC[0]).source
     assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * 4
     assert "cvt.rna.tf32.f32" in src
+    for kind in ("bf16", "f16"):  # k 16 per mma: half as many per slice, pairs packed
+        src = build_gemm_nv(pr, NvTile(64, 128, 16, 8, 8, mma=kind, wm=32, wn=32)).source
+        assert src.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32") == 2 * 4
+        assert f"cvt.rn.{kind}x2.f32" in src and "cvt.rna.tf32" not in src
 
 
 def test_fpmath_mode_reaches_the_plans_gemms():
@@ -70,8 +83,10 @@ def test_fpmath_mode_reaches_the_plans_gemms():
         assert resolved(shape).math == "tf32"
         with fpmath.scope("any"):
             assert resolved(shape).math == "tf32"
-        with fpmath.scope("bf16"):  # no bf16 path: f32
-            assert resolved(shape).math == "strict"
+        with fpmath.scope("bf16"):
+            assert resolved(shape).math == "bf16"
+        with fpmath.scope("f16"):
+            assert resolved(shape).math == "f16"
     assert resolved(shape).math == "strict"
 
 
@@ -86,8 +101,11 @@ def _rel(got, want):
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("tile", range(len(TC)))
-def test_tf32_kernel_against_float64(engine, stream, ta, tb, tile):
+@pytest.mark.parametrize("kind", ["tf32", "bf16", "f16"])
+def test_tensor_core_kernel_against_float64(engine, stream, ta, tb, tile, kind):
     _nvidia(engine)
+    from dataclasses import replace
+
     from pydnnl.runtime.kernel import Kernel
 
     m, n, k = 200, 136, 128
@@ -96,7 +114,7 @@ def test_tf32_kernel_against_float64(engine, stream, ta, tb, tile):
     B = rng.standard_normal((k, n)).astype(np.float32)
     pr = GemmProblem(m=m, n=n, k=k, trans_a=ta, trans_b=tb, lda=m if ta else k,
                      ldb=k if tb else n, ldc=n, beta=1.0, runtime_offsets=True)
-    src = build_gemm_nv(pr, TC[tile])
+    src = build_gemm_nv(pr, replace(TC[tile], mma=kind))
     C0 = rng.standard_normal((m, n)).astype(np.float32)
     mem = {w: dnnl.memory(dnnl.memory.desc([v.size], dnnl.memory.data_type.f32, "a"), engine,
                           v.ravel())
@@ -108,12 +126,13 @@ def test_tf32_kernel_against_float64(engine, stream, ta, tb, tile):
     stream.wait()
     want = A.astype(np.float64) @ B.astype(np.float64) + C0
     err = _rel(mem["c"].to_numpy().reshape(m, n), want)
-    assert 1e-6 < err < TF32_BOUND  # rounded like TF32, not like f32
+    # rounded like the kind's inputs, not like f32 (bf16 visibly coarser than 10-bit kinds)
+    assert (2e-4 if kind == "bf16" else 1e-6) < err < BOUND[kind], err
 
 
 def test_matmul_error_per_fpmath_mode(engine, stream):
-    """The same matmul in strict and tf32 modes: strict within f32 rounding, tf32 within the
-    documented TF32 bound and visibly coarser (the tensor cores ran)."""
+    """The same matmul in each mode: strict within f32 rounding, tf32/f16/bf16 within their
+    documented bounds and visibly coarser (the tensor cores ran)."""
     _nvidia(engine)
     MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
     m, n, k = 512, 512, 512
@@ -122,7 +141,8 @@ def test_matmul_error_per_fpmath_mode(engine, stream):
     b = rng.standard_normal((k, n)).astype(np.float32)
     want = a.astype(np.float64) @ b.astype(np.float64)
     errs = {}
-    for mode in (dnnl.fpmath_mode.strict, dnnl.fpmath_mode.tf32):
+    modes = dnnl.fpmath_mode
+    for mode in (modes.strict, modes.tf32, modes.bf16, modes.f16):
         attr = dnnl.primitive_attr()
         attr.set_fpmath_mode(mode)
         pd = dnnl.matmul.primitive_desc(engine, MD([m, k], F32, "ab"), MD([k, n], F32, "ab"),
@@ -134,8 +154,10 @@ def test_matmul_error_per_fpmath_mode(engine, stream):
                                          dnnl.ARG_DST: dst})
         stream.wait()
         errs[mode] = _rel(dst.to_numpy(), want)
-    assert errs[dnnl.fpmath_mode.strict] < STRICT_BOUND
-    assert 10 * STRICT_BOUND < errs[dnnl.fpmath_mode.tf32] < TF32_BOUND
+    assert errs[modes.strict] < STRICT_BOUND, errs
+    for mode in (modes.tf32, modes.bf16, modes.f16):
+        assert 10 * STRICT_BOUND < errs[mode] < BOUND[mode.name], errs
+    assert errs[modes.bf16] > 2 * errs[modes.tf32], errs  # 3 mantissa bits fewer
 
 
 @pytest.mark.parametrize("ta", [False, True])
