@@ -114,9 +114,12 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
             raise invalid_arguments(
                 f"{self._kind}: the problem differs from hint_fwd_pd's "
                 f"({_shape_str(self.shape)} vs {_shape_str(hint.shape)})")
-        if self.shape.dt != data_type.f32:
-            raise unimplemented(f"{self._kind}: backward is implemented for f32 only, got "
-                                f"{self.shape.dt.name}")
+        if self.shape.dt not in (data_type.f32, data_type.bf16):
+            # oneDNN's data-type table lists f16 (and int8) for forward propagation only
+            raise unimplemented(
+                f"{self._kind}: backward is implemented for f32 and bf16 data, got "
+                f"{self.shape.dt.name} src_layer_desc (oneDNN supports "
+                f"{self.shape.dt.name} RNNs in forward propagation only)")
         self._hint = hint
         self._prop = prop
         self._direction = rnn_direction(a["direction"])
@@ -203,8 +206,8 @@ def _state_desc(shape, fname: str) -> MemoryDesc:
 
 
 def _shape_str(s) -> str:
-    return (f"{s.cell} {s.direction.name} l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}"
-            f"dic{s.DIC}")
+    return (f"{s.cell} {s.direction.name} {s.dt.name} l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}"
+            f"dhc{s.DHC}dic{s.DIC}")
 
 
 class rnn_backward_base(primitive):

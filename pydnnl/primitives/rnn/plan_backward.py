@@ -6,6 +6,11 @@ step, the recurrent GEMM ``dh_prev += dG @ U^T`` carries the gradient to the pre
 After the steps, the weight gradients are GEMMs over all steps at once (``dW += X^T dG``,
 ``dU += H_prev^T dG``), the bias and peephole gradients are column sums, and the input
 gradient ``dX = dG W^T`` is one GEMM that becomes the output gradient of the layer below.
+
+bf16 problems run this same f32 plan: the inputs backward reads (src_layer, attention, the
+weights and the bias) are reordered into f32 copies in the scratchpad at the start of each
+execution (``stage_inputs``), the workspace the forward filled is f32 already, and every
+``diff_*`` tensor is f32 (oneDNN's rule), so the gradients are written directly.
 """
 from __future__ import annotations
 
