@@ -63,6 +63,12 @@ class DeviceInfo:
     runtime: str = "other"
 
     @property
+    def integer_dot_product(self) -> bool:
+        """The OpenCL C compiler has ``cl_khr_integer_dot_product``'s ``dot`` of four 8-bit
+        pairs (whether it is fast is the integer GEMM rules' business)."""
+        return "cl_khr_integer_dot_product" in self.extensions
+
+    @property
     def signature(self) -> str:
         """Identifies the device for caches and the perf database."""
         return (f"{self.platform}|{self.name}|{self.driver_version}|{self.compute_units}cu")

@@ -371,6 +371,42 @@ class Plan:
         self.launch(splitk_reduce(self.engine, shape), part=SCRATCH, c=c,
                     part_off=part, c_off=c_off, nsplits=splits)
 
+    def gemm_int8(self, problem, a, a_off, b, b_off, c, c_off, ldb: int,
+                  trans_b: bool = False, stride_b: int = 0, epilogue: dict | None = None,
+                  params=None, slot: str | None = None) -> None:
+        """Add an integer GEMM ``C = epilogue(op(A) @ op(B))``, ``problem`` an
+        :class:`~pydnnl.kernels.gemm_int8.Int8GemmProblem` (A u8/s8 at ``a_off`` of ``a``,
+        C at ``c_off`` of ``c``, in elements of their types). B (s8, ``k x n`` at ``b_off``
+        of ``b`` with leading dimension ``ldb``, ``n x k`` when ``trans_b``; with
+        ``problem.b_batched`` one per batch entry, ``stride_b`` elements apart) is packed into
+        the scratchpad at every execution, with its column sums (a src zero point's
+        compensation); one launch then computes every batch entry. ``epilogue`` binds the
+        epilogue's operands by kernel argument (``bias``, ``src_scale``, ``wei_zp``, ...;
+        post-op operands come from their execute arguments); ``params`` (an
+        ``Int8Params``) default to the device rule's."""
+        from ..kernels import gemm_int8 as gi
+        from .heuristics.gemm_int8 import default_params
+
+        p = params if params is not None else default_params(self.engine.info)
+        count = problem.batch if problem.b_batched else 1
+        pk = gi.PackProblem(n=problem.n, k=problem.k, ldb=int(ldb), trans_b=bool(trans_b),
+                            panel=p.panel, count=count, stride_b=int(stride_b))
+        bp_off = self.alloc(count * pk.packed_size, slot)
+        ws_off = self.alloc(count * pk.np_, None if slot is None else slot + ":sums")
+        if self.dry:
+            self.steps += [_Dry("gemm_int8_pack"), _Dry("gemm_int8")]
+            return
+        self.launch(self.get("gemm_int8_pack", (gi.GENERATOR_VERSION, pk), lambda _:
+                             gi.build_pack(pk)),
+                    b=b, bp=SCRATCH, wsum=SCRATCH, b_off=b_off, bp_off=bp_off, ws_off=ws_off)
+        kern = self.get("gemm_int8", (gi.GENERATOR_VERSION, replace(problem, m=1), p),
+                        lambda key: gi.build_gemm_int8(key[1], p))
+        named = dict(epilogue or {})
+        if problem.zp("src") is not None:
+            named.update(wsum=SCRATCH, ws_off=ws_off)
+        self.launch(kern, a=a, bp=SCRATCH, c=c, a_off=a_off, bp_off=bp_off, c_off=c_off,
+                    m=problem.m, **named)
+
     def reorder(self, problem: ReorderProblem, src, dst) -> None:
         """Add a reorder (layout and data type conversion) from ``src`` to ``dst``; one
         between equal dense layouts is a buffer copy (no kernel to generate for its sizes)."""

@@ -1,0 +1,486 @@
+"""The integer GEMM family: ``C = epilogue(op(A) @ B)`` with A u8 or s8, B s8 and s32
+accumulation, as OpenCL C text.
+
+Two kernels make one product:
+
+* **pack** (:func:`build_pack`): B (s8, ``K x N`` row-major or ``N x K`` when transposed, any
+  leading dimension) into panels of ``P`` columns whose element ``(q, j)`` is one ``uint``
+  holding B's four consecutive k ``4q .. 4q+3`` of column ``j`` (k past K and columns past N
+  are zeros), plus each column's sum over k (``wsum``, int), which compensates a src zero
+  point. Panel ``p`` of matrix ``t`` starts at ``t * packed_size + p * KQ * P`` (``KQ`` k
+  quads): one lane reads one ``uint`` per k quad, the lanes of a work-group consecutive ones.
+* **product** (:func:`build_gemm_int8`): one work-group of ``lanes`` work-items per panel
+  (grid axis 0), each work-item ``rows`` rows of C (axis 1) by ``vecs`` columns ``lanes``
+  apart, the batch on axis 2. Per k quad it reads four bytes of each of its A rows (one
+  ``vload4``; transposed A: four loads) and one ``uint`` of B per column, and accumulates the
+  four products in int32: with ``cl_khr_integer_dot_product``'s ``dot`` (``dot4``) or with
+  plain multiply-adds of the bytes, which the compilers vectorize across the lanes.
+
+The store (fused epilogue) follows oneDNN v3's quantization model, at destination position
+``pos`` of C's element ``(i, j)``:
+
+``acc - zp_src * wsum[j] - zp_wei * rowsum(A)[i] + K * zp_src * zp_wei`` (exact, int32; the
+row sums are counted in the product's own loop, only when a weights zero point is set), then
+``post_ops(src_scale * wei_scale * acc + bias) * (1 / dst_scale) + zp_dst``, rounded to nearest
+even and saturated into C's data type. A s32 C with no scale, post-op or float bias is stored
+as the exact integer (bias and dst zero point added in int32).
+
+Sizes: ``m`` is a run-time argument (rows past it read a clamped row and are not stored), as
+are the offsets of every operand; n, k, leading dimensions and batch strides are baked.
+Pure: text only, no device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..memory.data_types import data_type
+from .source import KernelSource
+
+GENERATOR_VERSION = "gemm_int8-1"
+#: the data types of C (oneDNN's matmul table for u8/s8 src and s8 weights)
+C_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
+           data_type.f16)
+#: the data types of the bias (oneDNN's table)
+BIAS_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
+              data_type.f16)
+A_TYPES = (data_type.u8, data_type.s8)
+ZP_KINDS = ("src", "wei", "dst")
+_STORAGE = {data_type.f32: "float", data_type.s32: "int", data_type.s8: "char",
+            data_type.u8: "uchar", data_type.bf16: "ushort", data_type.f16: "ushort"}
+_INTEGER = (data_type.s32, data_type.s8, data_type.u8)
+
+
+def kq(k: int) -> int:
+    """k quads: four consecutive k per packed ``uint``."""
+    return -(-k // 4)
+
+
+@dataclass(frozen=True)
+class Int8Params:
+    """Tuning parameters: ``rows`` of C per work-item, ``vecs`` columns per work-item (``lanes``
+    apart), ``lanes`` work-items per work-group along n (the panel is ``lanes * vecs``
+    columns), ``dot4``: accumulate with ``cl_khr_integer_dot_product``'s ``dot``."""
+
+    rows: int = 8
+    vecs: int = 1
+    lanes: int = 16
+    dot4: bool = False
+
+    @property
+    def panel(self) -> int:
+        return self.lanes * self.vecs
+
+
+@dataclass(frozen=True)
+class Int8GemmProblem:
+    """``C[t] = epilogue(op(A[t]) @ B[t])`` for ``t < batch``, row-major, ``op(A)`` ``m x k``
+    (stored ``k x m`` when ``trans_a``), B packed (:func:`build_pack`), C ``m x n``.
+
+    ``a_dt``/``c_dt`` are ``data_type`` values; ``stride_a``/``stride_c`` elements between
+    batch entries (0 broadcasts A); ``b_batched``: each entry has its own packed B (else one
+    B for all). Epilogue (float32 arithmetic as :mod:`pydnnl.kernels.gemm`'s): ``bias``
+    ``(layout, dims, nelems)`` of data type ``bias_dt``, ``post_ops`` a chain of
+    :mod:`pydnnl.kernels.post_ops`, ``scales`` ``(which, dims)`` entries (``src``, ``wei``,
+    ``dst``; float32 operands ``<which>_scale``), ``zero_points`` ``(which, dims)`` entries
+    (int32 operands ``<which>_zp``; dims broadcast over the destination as for scales; a src
+    zero point must be common). The destination position of C's element (t, i, j) is
+    ``epi_fixed`` (or t over ``epi_batch``) followed by (i, j)."""
+
+    m: int
+    n: int
+    k: int
+    a_dt: int = int(data_type.u8)
+    trans_a: bool = False
+    lda: int = 0
+    ldc: int = 0
+    c_dt: int = int(data_type.s32)
+    batch: int = 1
+    stride_a: int = 0
+    stride_c: int = 0
+    b_batched: bool = False
+    bias: tuple | None = None
+    bias_dt: int = int(data_type.f32)
+    post_ops: tuple = ()
+    scales: tuple = ()
+    zero_points: tuple = ()
+    epi_batch: tuple = ()
+    epi_fixed: tuple | None = None
+
+    def __post_init__(self):
+        def setf(name, value):
+            object.__setattr__(self, name, value)
+
+        for name in ("m", "n", "k", "batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"Int8GemmProblem: {name} must be a positive int, got {v!r}")
+            setf(name, int(v))
+        for name, allowed in (("a_dt", A_TYPES), ("c_dt", C_TYPES), ("bias_dt", BIAS_TYPES)):
+            dt = data_type(getattr(self, name))
+            if dt not in allowed:
+                raise ValueError(f"Int8GemmProblem: {name} must be one of "
+                                 f"{[t.name for t in allowed]}, got {dt.name}")
+            setf(name, int(dt))
+        need_a = self.m if self.trans_a else self.k
+        setf("lda", int(self.lda or need_a))
+        setf("ldc", int(self.ldc or self.n))
+        if self.lda < need_a or self.ldc < self.n:
+            raise ValueError(f"Int8GemmProblem: lda {self.lda} < {need_a} or ldc {self.ldc} "
+                             f"< n {self.n}")
+        for kind, entries in (("scales", self.scales), ("zero_points", self.zero_points)):
+            kinds = [w for w, _ in entries]
+            if any(w not in ZP_KINDS for w in kinds) or len(set(kinds)) != len(kinds):
+                raise ValueError(f"Int8GemmProblem: {kind} name each of {ZP_KINDS} at most "
+                                 f"once, got {kinds}")
+            setf(kind, tuple(sorted(((str(w), tuple(int(d) for d in dims))
+                                     for w, dims in entries), key=lambda e:
+                                    ZP_KINDS.index(e[0]))))
+        for w, dims in self.zero_points:
+            if w == "src" and any(d != 1 for d in dims):
+                raise ValueError(f"Int8GemmProblem: a src zero point must be common, got dims "
+                                 f"{dims}")
+
+    def zp(self, which: str) -> tuple | None:
+        """The dims of zero point ``which``, or None when it has none."""
+        return dict(self.zero_points).get(which)
+
+    @property
+    def integer_store(self) -> bool:
+        """Whether C is stored as the exact int32 result (s32 C, nothing in float)."""
+        return (data_type(self.c_dt) == data_type.s32 and not self.scales and not self.post_ops
+                and (self.bias is None or data_type(self.bias_dt) in _INTEGER))
+
+
+@dataclass(frozen=True)
+class PackProblem:
+    """``count`` B matrices (s8, ``k x n``, or ``n x k`` when ``trans_b``, leading dimension
+    ``ldb``, ``stride_b`` elements apart) into panels of ``panel`` columns, with column sums."""
+
+    n: int
+    k: int
+    ldb: int
+    trans_b: bool = False
+    panel: int = 16
+    count: int = 1
+    stride_b: int = 0
+
+    @property
+    def np_(self) -> int:
+        return -(-self.n // self.panel) * self.panel
+
+    @property
+    def packed_size(self) -> int:
+        """``uint`` elements of one packed matrix."""
+        return self.np_ * kq(self.k)
+
+
+def _c_mapper():
+    """pymbolic -> OpenCL C with float constants as float literals."""
+    from pymbolic.mapper.c_code import CCodeMapper
+
+    class _M(CCodeMapper):
+        def map_constant(self, x, enclosing_prec):
+            if isinstance(x, (float, np.floating)):
+                return repr(float(np.float32(x))) + "f"
+            return super().map_constant(x, enclosing_prec)
+
+        def map_floor_div(self, expr, enclosing_prec):
+            return f"(({self.rec(expr.numerator, 0)}) / ({self.rec(expr.denominator, 0)}))"
+
+        def map_remainder(self, expr, enclosing_prec):
+            return f"(({self.rec(expr.numerator, 0)}) % ({self.rec(expr.denominator, 0)}))"
+
+    return _M()
+
+
+def _c(expr) -> str:
+    return _c_mapper()(expr) if not isinstance(expr, (int, np.integer)) else str(int(expr))
+
+
+def _positions(pr: Int8GemmProblem) -> list:
+    """The destination position of C's element (``pd_t``, ``pd_i``, ``pd_j``) (pymbolic)."""
+    from pymbolic import var
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    if pr.epi_fixed is not None:
+        pos = list(pr.epi_fixed)
+    else:  # the batch index over the destination's batch dims, last fastest
+        pos, inner = [], 1
+        for d in reversed(pr.epi_batch):
+            e = var("pd_t") if inner == 1 else FloorDiv(var("pd_t"), inner)
+            pos.append(Remainder(e, d) if d > 1 else 0)
+            inner *= d
+        pos.reverse()
+    return pos + [var("pd_i"), var("pd_j")]
+
+
+def _bcast_index(dims: tuple, pos: list) -> str:
+    """C index of an operand with ``dims`` (each the destination's or 1), row-major, at
+    ``pos``; ``()``: one common value."""
+    idx, stride = 0, 1
+    for d, e in zip(reversed(dims), reversed(pos)):
+        if d > 1:
+            idx = idx + (e if stride == 1 else e * stride)
+            stride *= d
+    return _c(idx)
+
+
+def operand_names(pr: Int8GemmProblem) -> tuple[str, ...]:
+    """The epilogue's operand arguments (after ``a, bp, c``): ``wsum`` (a src zero point),
+    ``bias``, ``po<i>_src1``, the scales, the zero points."""
+    from .post_ops import arg_specs
+
+    return ((("wsum",) if pr.zp("src") is not None else ())
+            + (("bias",) if pr.bias is not None else ())
+            + tuple(spec[0] for spec in arg_specs(pr.post_ops))
+            + tuple(f"{w}_scale" for w, _ in pr.scales)
+            + tuple(f"{w}_zp" for w, _ in pr.zero_points))
+
+
+def _operand_ctype(pr: Int8GemmProblem, name: str) -> str:
+    from .post_ops import src1_c_type, src1_name
+
+    if name in ("wsum",) or name.endswith("_zp"):
+        return "int"
+    if name == "bias":
+        return _STORAGE[data_type(pr.bias_dt)]
+    for i, op in enumerate(pr.post_ops):
+        if op[0] == "binary" and src1_name(i) == name:
+            return src1_c_type(op)
+    return "float"
+
+
+def arg_names(pr: Int8GemmProblem) -> tuple[str, ...]:
+    """Every argument of the product kernel, in order."""
+    return (("a", "bp", "c") + operand_names(pr) + ("a_off", "bp_off", "c_off")
+            + (("ws_off",) if pr.zp("src") is not None else ()) + ("m",))
+
+
+def _helpers(pr: Int8GemmProblem) -> list[str]:
+    from .clhelpers import load_helper, store_helper
+    from .post_ops import helpers
+
+    out = [h[1] for h in helpers(pr.post_ops)]
+    c = data_type(pr.c_dt)
+    out.append(store_helper(c)[1])
+    out.append(load_helper(c)[1])
+    if pr.bias is not None:
+        out.append(load_helper(data_type(pr.bias_dt))[1])
+    return list(dict.fromkeys(out))
+
+
+def _store_value(pr: Int8GemmProblem) -> list[str]:
+    """C statements storing int ``pd_acc`` (and ``pd_asum``) at C's element (pd_t, pd_i,
+    pd_j) of ``C`` (pointer to this batch entry) at index ``pd_ci``."""
+    from pymbolic import var
+
+    from . import post_ops as po
+    from .clhelpers import load_helper, store_helper
+    from .reorder import _offset_expr
+
+    pos = _positions(pr)
+    lines = ["int pd_v = pd_acc;"]
+    zs, zw, zd = pr.zp("src"), pr.zp("wei"), pr.zp("dst")
+    if zs is not None:
+        lines.append("pd_v -= pd_zs * WS[pd_j];")
+    if zw is not None:
+        lines.append(f"const int pd_zw = wei_zp[{_bcast_index(zw, pos)}];")
+        lines.append("pd_v -= pd_zw * pd_asum;")
+        if zs is not None:
+            lines.append(f"pd_v += {pr.k} * pd_zs * pd_zw;")
+    bias_at = None
+    if pr.bias is not None:
+        layout, dims, _ = pr.bias
+        bias_at = "bias[" + _c(_offset_expr(layout, [0 if d == 1 else e
+                                                     for d, e in zip(dims, pos)])) + "]"
+    c_dt = data_type(pr.c_dt)
+    if pr.integer_store:
+        if bias_at is not None:
+            lines.append(f"pd_v += (int){bias_at};")
+        if zd is not None:
+            lines.append(f"pd_v += dst_zp[{_bcast_index(zd, pos)}];")
+        lines.append("C[pd_ci] = pd_v;")
+        return lines
+    value = var("pd_f")
+    lines.append("float pd_f = (float)pd_v;")
+    for w, dims in pr.scales:
+        if w != "dst":
+            value = value * var(f"pd_{w}_sc")
+            lines.append(f"const float pd_{w}_sc = {w}_scale[{_bcast_index(dims, pos)}];")
+    if bias_at is not None:
+        bload = load_helper(data_type(pr.bias_dt))[0]
+        value = value + var("pd_b")
+        lines.append(f"const float pd_b = {bload}({bias_at});")
+    expr = _c(value)
+    prior = None
+    if po.reads_prior(pr.post_ops):
+        prior = f"{load_helper(c_dt)[0]}(C[pd_ci])"
+
+    def src1(i, op):
+        return f"{po.src1_name(i)}[{_c(po.src1_offset(op, pos))}]"
+    expr = po.apply_c(expr, pr.post_ops, src1, prior)
+    for w, dims in pr.scales:
+        if w == "dst":
+            expr = f"({expr}) * (1.0f / dst_scale[{_bcast_index(dims, pos)}])"
+    if zd is not None:
+        expr = f"({expr}) + (float)dst_zp[{_bcast_index(zd, pos)}]"
+    lines.append(f"C[pd_ci] = {store_helper(c_dt)[0]}({expr});")
+    return lines
+
+
+def _dot(signed_a: bool, av: str, bv: str) -> str:
+    """C expression of the four products of packed ``av`` (A) and ``bv`` (B) summed."""
+    at = "char4" if signed_a else "uchar4"
+    return f"dot(as_{at}({av}), as_char4({bv}))"
+
+
+def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
+    """The product kernel of ``pr`` with ``p`` (see the module docstring); arguments
+    :func:`arg_names`; offsets in elements of each buffer's type (``bp_off``/``ws_off`` in
+    ``uint``/``int``)."""
+    R, V, L = p.rows, p.vecs, p.lanes
+    P = p.panel
+    KQ, K, N = kq(pr.k), pr.k, pr.n
+    full = K // 4  # k quads whose four k all exist
+    signed = data_type(pr.a_dt) == data_type.s8
+    at = "char" if signed else "uchar"
+    ct = _STORAGE[data_type(pr.c_dt)]
+    zs, zw = pr.zp("src") is not None, pr.zp("wei") is not None
+    ops = operand_names(pr)
+    args = [f"__global const {at}* restrict a", "__global const uint* restrict bp",
+            f"__global {ct}* restrict c"]
+    args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in ops]
+    args += ["long a_off", "long bp_off", "long c_off"] + (["long ws_off"] if zs else [])
+    args += ["long m"]
+    packed = -(-N // P) * P * KQ
+    w = []
+    w.append(f"__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))")
+    w.append(f"gemm_int8({', '.join(args)})")
+    w.append("{")
+    w.append("    const int lane = get_local_id(0);")
+    w.append("    const long pn = get_group_id(0);")
+    w.append(f"    const long i0 = get_group_id(1) * {R};")
+    w.append("    const long pd_t = " + ("get_group_id(2);" if pr.batch > 1 else "0;"))
+    w.append("    const long M = m;")
+    w.append(f"    __global const {at}* A = a + a_off + pd_t * {pr.stride_a}L;")
+    bstride = packed if pr.b_batched else 0
+    w.append(f"    __global const uint* B = bp + bp_off + pd_t * {bstride}L + pn * {KQ * P}L"
+             f" + lane;")
+    w.append(f"    __global {ct}* C = c + c_off + pd_t * {pr.stride_c}L;")
+    if zs:
+        w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
+                 f"{-(-N // P) * P if pr.b_batched else 0}L;")
+        w.append("    const int pd_zs = src_zp[0];")
+    # each row's A address, clamped into [0, m): rows past m compute but are not stored
+    for r in range(R):
+        w.append(f"    const long ar{r} = min(i0 + {r}, M - 1)"
+                 + (f" * {pr.lda}L;" if not pr.trans_a else ";"))
+    for r in range(R):
+        for v in range(V):
+            w.append(f"    int acc{r}_{v} = 0;")
+        if zw:
+            w.append(f"    int asum{r} = 0;")
+
+    def quad_body(q: str, tail: int | None) -> list[str]:
+        """One k quad: ``tail`` is the number of valid k in a last partial quad."""
+        out = []
+        for v in range(V):
+            out.append(f"        const uint b{v} = B[{q} * {P} + {v * L}];")
+            if not p.dot4:
+                for e in range(4):
+                    out.append(f"        const int b{v}_{e} = ((int)(b{v} << {24 - 8 * e})) "
+                               f">> 24;")
+        for r in range(R):
+            if tail is None and not pr.trans_a:
+                out.append(f"        const {at}4 a{r} = vload4({q}, A + ar{r});")
+            else:
+                es = []
+                for e in range(4):
+                    if tail is not None and e >= tail:
+                        es.append("0")
+                    elif pr.trans_a:
+                        es.append(f"A[({q} * 4 + {e}) * {pr.lda}L + ar{r}]")
+                    else:
+                        es.append(f"A[ar{r} + {q} * 4 + {e}]")
+                out.append(f"        const {at}4 a{r} = ({at}4)({', '.join(es)});")
+            if zw:
+                out.append(f"        asum{r} += (int)a{r}.x + (int)a{r}.y + (int)a{r}.z + "
+                           f"(int)a{r}.w;")
+            if p.dot4:
+                for v in range(V):
+                    out.append(f"        acc{r}_{v} += {_dot(signed, f'a{r}', f'b{v}')};")
+            else:
+                for v in range(V):
+                    terms = " + ".join(f"(int)a{r}.{c} * b{v}_{e}"
+                                       for e, c in enumerate("xyzw"))
+                    out.append(f"        acc{r}_{v} += {terms};")
+        return out
+
+    if full:
+        w.append(f"    for (int q = 0; q < {full}; q++) {{")
+        w += quad_body("q", None)
+        w.append("    }")
+    if K % 4:
+        w.append("    {")
+        w += quad_body(str(full), K % 4)
+        w.append("    }")
+    # the store
+    for r in range(R):
+        for v in range(V):
+            w.append("    {")
+            w.append(f"        const long pd_i = i0 + {r};")
+            w.append(f"        const long pd_j = pn * {P} + {v * L} + lane;")
+            w.append(f"        if (pd_i < M && pd_j < {N}) {{")
+            w.append(f"            const int pd_acc = acc{r}_{v};")
+            if zw:
+                w.append(f"            const int pd_asum = asum{r};")
+            w.append(f"            const long pd_ci = pd_i * {pr.ldc}L + pd_j;")
+            w += ["            " + ln for ln in _store_value(pr)]
+            w.append("        }")
+            w.append("    }")
+    w.append("}")
+    pre = []
+    if p.dot4:
+        pre.append("#pragma OPENCL EXTENSION cl_khr_integer_dot_product : enable")
+    source = "\n".join(pre + _helpers(pr) + w) + "\n"
+    gx = -(-N // P) * L
+    grid = (str(gx), f"((m + {R - 1}) // {R})") + ((str(pr.batch),) if pr.batch > 1 else ())
+    lsize = (L, 1) + ((1,) if pr.batch > 1 else ())
+    opts = ("-cl-std=CL3.0",) if p.dot4 else ()
+    return KernelSource("gemm_int8", source, None, lsize, arg_names(pr), opts, grid=grid)
+
+
+def build_pack(pk: PackProblem) -> KernelSource:
+    """The packing kernel of ``pk``: arguments ``b, bp, wsum, b_off, bp_off, ws_off``; one
+    work-item per (padded) column and matrix (grid ``(np_, count)``)."""
+    KQ, K, N, P = kq(pk.k), pk.k, pk.n, pk.panel
+    src = f"""__kernel void gemm_int8_pack(__global const char* restrict b,
+    __global uint* restrict bp, __global int* restrict wsum, long b_off, long bp_off,
+    long ws_off)
+{{
+    const long j = get_global_id(0);
+    const long t = get_global_id(1);
+    const long pn = j / {P}, jj = j % {P};
+    __global const char* Bt = b + b_off + t * {pk.stride_b}L;
+    __global uint* out = bp + bp_off + t * {pk.packed_size}L + pn * {KQ * P}L + jj;
+    const int live = j < {N};
+    int sum = 0;
+    for (int q = 0; q < {KQ}; q++) {{
+        uint u = 0;
+        for (int e = 0; e < 4; e++) {{
+            const int kk = q * 4 + e;
+            const int v = (live && kk < {K}) ? (int)Bt[{'j * %dL + kk' % pk.ldb if pk.trans_b
+                                                     else 'kk * %dL + j' % pk.ldb}] : 0;
+            sum += v;
+            u |= ((uint)(v & 255)) << (8 * e);
+        }}
+        out[q * {P}] = u;
+    }}
+    wsum[ws_off + t * {pk.np_}L + j] = sum;
+}}
+"""
+    return KernelSource("gemm_int8_pack", src, (pk.np_, pk.count), (1, 1),
+                        ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
+

@@ -1,0 +1,22 @@
+"""Device rules of the integer GEMM (:mod:`pydnnl.kernels.gemm_int8`): its register tile and
+whether it accumulates with ``cl_khr_integer_dot_product``.
+
+Measured on Intel's CPU runtime (2-core AVX-512 Xeon with VNNI, 1024^3 u8 x s8 -> s32,
+work-groups of 16 lanes along n, shared with other jobs): plain multiply-adds of the bytes
+99-116 GOP/s at 4-8 rows x 1 column per lane; the extension's ``dot(uchar4, char4)`` 20-23
+GOP/s and ``dot_acc_sat_4x8packed_us_int`` 8-12 GOP/s (the runtime calls them per lane
+instead of vectorizing them), so CPUs never take them. GPUs that report the extension have
+the instruction in hardware and take it.
+"""
+from __future__ import annotations
+
+from ...engine import DeviceInfo
+from ...kernels.gemm_int8 import Int8Params
+
+
+def default_params(info: DeviceInfo) -> Int8Params:
+    """The tile for ``info``: 8 rows x 1 column per lane, 16 lanes (a float vector of
+    AVX-512; a half warp); ``dot4`` where the device has integer dot products and is a GPU."""
+    lanes = 16 if info.is_cpu else max(16, min(info.simd_width, 64))
+    return Int8Params(rows=8 if info.is_cpu else 4, vecs=1, lanes=lanes,
+                      dot4=info.integer_dot_product and info.is_gpu)
