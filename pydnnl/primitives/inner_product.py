@@ -15,8 +15,14 @@ The forward takes scales (``set_scales_mask`` with ``ARG_SRC`` and ``ARG_DST`` m
 ``ARG_WEIGHTS`` 0 or 1: per output channel; values passed at execute as ``ARG_ATTR_SCALES |
 ARG_*`` f32 memories) fused into the GEMM's store: ``dst = post_ops(src_scale * wei_scale *
 (src . weights^T) + bias) / dst_scale``, oneDNN's int8 inner product's formula and masks.
-oneDNN v3 takes scales on inner products with int8 src only; pydnnl, which has no int8,
-takes them on f32, bf16 and f16 data. Zero points (integer data) are not implemented.
+oneDNN v3 takes scales on inner products with int8 src only; pydnnl takes them on f32, bf16
+and f16 data too.
+
+int8 forward (src u8 or s8, weights s8; dst and bias f32, s32, s8, u8 or bf16, oneDNN's
+table): the integer GEMM of :mod:`pydnnl.kernels.gemm_int8` (weights packed into the
+scratchpad at every execution, s32 accumulation, the epilogue in its store, rounded to nearest
+even and saturated into dst's type). oneDNN's inner product takes no zero points, nor does
+this one.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from ..constants import (
     prop_kind,
 )
 from ..error import invalid_arguments, runtime_error, unimplemented
+from ..kernels import gemm_int8 as gi
 from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.post_ops import reads_prior
 from ..kernels.reductions import ColSum, build_colsum
@@ -58,6 +65,8 @@ _NAMES = {ARG_SRC: "src_desc", ARG_DIFF_SRC: "diff_src_desc", ARG_WEIGHTS: "weig
           ARG_DIFF_WEIGHTS: "diff_weights_desc", ARG_DST: "dst_desc",
           ARG_DIFF_DST: "diff_dst_desc", ARG_BIAS: "bias_desc", ARG_DIFF_BIAS: "diff_bias_desc"}
 _OUTPUTS = (ARG_DST, ARG_DIFF_SRC, ARG_DIFF_WEIGHTS, ARG_DIFF_BIAS)
+# dst and bias data types of an int8 forward (oneDNN's table: no f16)
+_INT8_OUT = tuple(t for t in gi.C_TYPES if t != data_type.f16)
 
 
 def _plain(md: MemoryDesc) -> MemoryDesc:
@@ -143,17 +152,24 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
                 and OC > 1 and bias.strides[0] != 1:
             raise unimplemented(f"{kind}: diff_bias_desc must be dense, got strides "
                                 f"{list(bias.strides)}")
+        self._int8 = da == ARG_DST and src.data_type in gi.A_TYPES
+        if self._int8:
+            self._setup_int8(descs)
+            return
         for arg, md in descs.items():
             if md is not None and md.data_type not in _DATA_TYPES:
                 raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name}; f32, "
-                                    f"bf16 and f16 are implemented")
+                                    f"bf16 and f16 are implemented" + (
+                                        " (u8 and s8 src: forward only)"
+                                        if md.data_type in gi.A_TYPES else ""))
         self._scales, scales_text = (), ""
         if da != ARG_DST and (self._attr.scales or self._attr.zero_points):
             raise unimplemented(f"{kind}: scales and zero points apply to forward propagation "
                                 f"only (oneDNN's backward inner products take none)")
         if da == ARG_DST:  # src and dst common; weights common or per output channel (mask 1)
-            self._scales, scales_text = resolve_scales(kind, self._attr, (N, OC), 1, 1,
-                                                       "pydnnl has no int8 inner product")
+            self._scales, scales_text = resolve_scales(
+                kind, self._attr, (N, OC), 1, 1,
+                "this is no int8 inner product (its src is not u8 or s8)")
         self._post_ops, po_args = (), {}
         if len(self._attr.get_post_ops()):
             if da != ARG_DST:
@@ -191,6 +207,57 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
             f" attr-scales:{scales_text}" if self._scales else "") + (
             f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
         self._finish_scratchpad(scratch * 4)
+
+    def _setup_int8(self, descs: dict) -> None:
+        """u8/s8 src (forward): validated against oneDNN's int8 table, layouts resolved
+        (plain; weights as ``[OC, K]`` rows or with OC innermost), scales read (oneDNN's
+        inner product takes no zero points); the scratchpad sized by a dry plan."""
+        kind = self._kind
+        src, wei = descs[ARG_SRC], descs[ARG_WEIGHTS]
+        dst, bias = descs[ARG_DST], descs.get(ARG_BIAS)
+        if wei.data_type != data_type.s8:
+            raise unimplemented(f"{kind}: weights_desc data type {wei.data_type.name} with "
+                                f"src_desc data type {src.data_type.name}; int8 inner product "
+                                f"takes s8 weights")
+        for arg, md in ((ARG_DST, dst), (ARG_BIAS, bias)):
+            if md is not None and md.data_type != data_type.undef \
+                    and md.data_type not in _INT8_OUT:
+                raise unimplemented(f"{kind}: {_NAMES[arg]} data type {md.data_type.name} with "
+                                    f"int8 src; implemented: "
+                                    f"{', '.join(t.name for t in _INT8_OUT)}")
+        if self._attr.zero_points:
+            raise unimplemented(f"{kind}: zero points; oneDNN's inner product takes none (a "
+                                f"matmul over [N, K] x [K, OC] does)")
+        N, OC = src.dims[0], wei.dims[0]
+        self._scales, scales_text = resolve_scales(kind, self._attr, (N, OC), 1, 1, None)
+        self._post_ops, po_args = (), {}
+        if len(self._attr.get_post_ops()):
+            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
+        self._staged = {}
+        for arg, md in descs.items():
+            if md is None:
+                continue
+            if md.data_type == data_type.undef:
+                md = md.with_data_type(data_type.f32)
+            if md.is_any():
+                md = MemoryDesc(md.dims, md.data_type, _PLAIN[:len(md.dims)])
+            form = _weights_form(md) if arg == ARG_WEIGHTS else None
+            if (arg in (ARG_SRC, ARG_DST) and not _folds(md)) or (
+                    arg == ARG_WEIGHTS and (form is None or form[0] == "panel")):
+                raise unimplemented(f"{kind}: int8 {_NAMES[arg]} must be a plain row-major "
+                                    f"matrix (weights: OC outermost or innermost), got "
+                                    f"{md.format_name()}")
+            self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
+        self._args.update(po_args)
+        self._add_runtime_attr_args()  # ARG_ATTR_SCALES | ARG_*: f32, one per mask index
+        dry = Plan(self._engine, kind, dry=True)
+        _int8_steps(dry, self)
+        self._scratch_elems = dry.scratch_elems
+        self._impl = "gemm_int8:runtime"
+        self._info = f"mb{N}ic{math.prod(src.dims[1:])}oc{OC}" + (
+            f" attr-scales:{scales_text}" if self._scales else "") + (
+            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
+        self._finish_scratchpad(self._scratch_elems * 4)
 
     def _panel_width(self, dims, N: int, OC: int) -> int | None:
         """Columns per panel of packed B the forward's tuned GEMM reads (None: plain B)."""
@@ -290,6 +357,10 @@ class inner_product_forward(_ip_base):
 
     def _create(self) -> None:
         pd = self._pd
+        if pd._int8:
+            self._plan = Plan(pd.get_engine(), pd._kind)
+            _int8_steps(self._plan, pd)
+            return
         plan = self._plan = self._new_plan()
         src, wei = pd._args[ARG_SRC].md, pd._args[ARG_WEIGHTS].md
         N, OC, K = src.dims[0], wei.dims[0], math.prod(src.dims[1:])
@@ -415,3 +486,25 @@ class inner_product_backward_weights(_ip_base):
                 plan.reorder(ReorderProblem(tuple(b.dims), data_type.f32, b.data_type,
                                             (off, ((1, 1, ()),)), layout_of(b), off + OC,
                                             b.nelems_physical()), SCRATCH, Ref(ARG_DIFF_BIAS))
+
+
+def _int8_steps(plan: Plan, pd) -> None:
+    """The int8 forward's steps: the weights packed, one integer GEMM ``[N, K] x [K, OC]``."""
+    src, wei, dst = (pd._args[a].md for a in (ARG_SRC, ARG_WEIGHTS, ARG_DST))
+    N, OC, K = src.dims[0], wei.dims[0], math.prod(src.dims[1:])
+    form = _weights_form(wei)
+    trans_b = form[0] == "rows"
+    ldb = max(wei.strides[0], K) if trans_b else form[1]
+    operands, epi = dict(scale_operands(pd._scales)), {}
+    bias = pd._args.get(ARG_BIAS)
+    if bias is not None:
+        b = bias.md
+        epi = dict(bias=((b.offset0, ((1, 0, ()), (1, b.strides[0], ()))), (1, OC),
+                         b.nelems_physical()), bias_dt=int(b.data_type))
+        operands["bias"] = Ref(ARG_BIAS)
+    pr = gi.Int8GemmProblem(m=N, n=OC, k=K, a_dt=int(src.data_type),
+                            lda=max(src.strides[0], K), ldc=max(dst.strides[0], OC),
+                            c_dt=int(dst.data_type), post_ops=pd._post_ops, scales=pd._scales,
+                            **epi)
+    plan.gemm_int8(pr, Ref(ARG_SRC), src.offset0, Ref(ARG_WEIGHTS), wei.offset0, Ref(ARG_DST),
+                   dst.offset0, ldb=ldb, trans_b=trans_b, epilogue=operands, slot="int8_b")

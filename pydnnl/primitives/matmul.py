@@ -11,7 +11,14 @@ memories) run in the same store: ``dst = post_ops(src_scale * wei_scale * (src @
 bias) / dst_scale``, read from device memory at every execution. oneDNN's masks for
 floating-point data: src and dst 0 (one common scale; per-K src scales need groups, per-N or
 per-M dst scales are GPU-only in oneDNN), weights 0 or per column N (bit ``ndims - 1``).
-Zero points apply to integer data only, which pydnnl's matmul does not have.
+
+int8 (src u8 or s8, weights s8, oneDNN's table): the integer GEMM of
+:mod:`pydnnl.kernels.gemm_int8` (``Plan.gemm_int8``: weights packed into the scratchpad at every
+execution, s32 accumulation) with dst f32, s32, s8, u8, bf16 or f16 and bias f32, s32, s8, u8,
+bf16 or f16; zero points (``set_zero_points_mask``, s32 memories ``ARG_ATTR_ZERO_POINTS |
+ARG_*``): src 0, weights and dst 0 or per column N, compensated in the store: ``dst =
+post_ops(src_scale * wei_scale * sum_k (src - zp_src) * (wei - zp_wei) + bias) / dst_scale +
+zp_dst``, rounded to nearest even and saturated into dst's type.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from dataclasses import replace
 
 from ..constants import ARG_BIAS, ARG_DST, ARG_SRC, ARG_WEIGHTS
 from ..error import invalid_arguments, unimplemented
+from ..kernels import gemm_int8 as gi
 from ..kernels.post_ops import describe as describe_post_ops
 from ..kernels.post_ops import reads_prior
 from ..kernels.reorder import ReorderProblem, layout_of
@@ -29,7 +37,12 @@ from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import resolve as resolve_post_ops
-from .post_ops import resolve_scales, scale_operands
+from .post_ops import (
+    resolve_scales,
+    resolve_zero_points,
+    scale_operands,
+    zero_point_operands,
+)
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
@@ -148,6 +161,10 @@ class matmul(primitive):
             if b is not None and any(bd not in (1, dd) for bd, dd in zip(b.dims, dst.dims)):
                 raise invalid_arguments(f"matmul: bias_desc dims {list(b.dims)} must be 1 or "
                                         f"dst's {list(dst.dims)} in every dimension")
+            self._int8 = src.data_type in gi.A_TYPES
+            if self._int8:
+                self._init_int8(descs, nd)
+                return
             for arg, md in descs.items():
                 if md is not None and md.data_type not in _DATA_TYPES:
                     raise unimplemented(f"matmul: {_NAMES[arg]} data type "
@@ -156,7 +173,7 @@ class matmul(primitive):
             # the scales: src and dst common; weights common or per column N (bit nd - 1)
             self._scales, scales_text = resolve_scales(
                 "matmul", self._attr, tuple(dst.dims), 1 << (nd - 1), nd - 1,
-                "pydnnl has no int8 matmul")
+                "this is no int8 matmul (its src is not u8 or s8)")
             self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
             self._panel = self._tuned_panel(descs, M, K, N)
             self._convert: dict[int, int] = {}  # bf16/f16 argument -> its f32 copy's offset
@@ -186,6 +203,54 @@ class matmul(primitive):
                 f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
             self._finish_scratchpad(scratch * 4)
 
+        def _init_int8(self, descs: dict, nd: int) -> None:
+            """u8/s8 src: validated against oneDNN's int8 table, layouts resolved (plain),
+            the quantization attributes read; the scratchpad sized by a dry plan."""
+            wei = descs[ARG_WEIGHTS]
+            if wei.data_type != data_type.s8:
+                raise unimplemented(f"matmul: weights data type {wei.data_type.name} with src "
+                                    f"data type {descs[ARG_SRC].data_type.name}; int8 matmul "
+                                    f"takes s8 weights")
+            allowed = {ARG_DST: gi.C_TYPES, ARG_BIAS: gi.BIAS_TYPES}
+            for arg, md in descs.items():
+                if arg in allowed and md is not None:
+                    dt = md.data_type
+                    if dt != data_type.undef and dt not in allowed[arg]:
+                        raise unimplemented(
+                            f"matmul: {_NAMES[arg]} data type {dt.name} with int8 src; "
+                            f"implemented: {', '.join(t.name for t in allowed[arg])}")
+            dst = descs[ARG_DST]
+            ch = 1 << (nd - 1)  # per column N: the last dim of weights and dst
+            self._scales, scales_text = resolve_scales("matmul", self._attr, tuple(dst.dims),
+                                                       ch, nd - 1, None)
+            self._zps, zp_text = resolve_zero_points(
+                "matmul", self._attr, tuple(dst.dims), ch, nd - 1,
+                {ARG_SRC: (0,), ARG_WEIGHTS: (0, ch), ARG_DST: (0, ch)})
+            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
+            self._panel, self._convert = None, {}
+            for arg, md in descs.items():
+                if md is None:
+                    continue
+                if md.data_type == data_type.undef:
+                    md = md.with_data_type(data_type.f32)
+                md = _plain(md) if md.is_any() else md
+                if arg != ARG_BIAS and _matrix(md, _NAMES[arg])[0] and arg == ARG_DST:
+                    raise unimplemented("matmul: an int8 matmul's dst must have N innermost, "
+                                        f"got strides {list(md.strides)}")
+                self._args[arg] = ArgSpec(md, arg == ARG_DST)
+            self._args.update(po_args)
+            self._add_runtime_attr_args()  # scales f32, zero points s32, one per mask index
+            dry = Plan(self._engine, "matmul", dry=True)
+            _int8_steps(dry, self)
+            self._scratch_elems = dry.scratch_elems
+            self._impl = "gemm_int8:runtime"
+            src = descs[ARG_SRC]
+            self._info = f"{list(src.dims)}x{list(wei.dims)}" + (
+                f" attr-scales:{scales_text}" if self._scales else "") + (
+                f" attr-zero-points:{zp_text}" if self._zps else "") + (
+                f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
+            self._finish_scratchpad(self._scratch_elems * 4)
+
         def _tuned_panel(self, descs, M: int, K: int, N: int) -> int | None:
             """Columns per panel of the packed B this product's tuned GEMM reads, when B can
             be stored that way: one product (no batch) and a dst not transposed."""
@@ -199,6 +264,10 @@ class matmul(primitive):
 
     def _create(self) -> None:
         pd = self._pd
+        if pd._int8:
+            self._plan = Plan(pd.get_engine(), "matmul")
+            _int8_steps(self._plan, pd)
+            return
         plan = self._plan = Plan(pd.get_engine(), "matmul", scratch_elems=pd._scratch_elems)
         # each operand as the GEMM reads it: (buffer, desc, extra offset); bf16/f16 ones are
         # row-major f32 copies in the scratchpad
@@ -285,3 +354,46 @@ class matmul(primitive):
 
     def _execute(self, s, args) -> None:
         self._plan.execute(s, args)
+
+
+def _int8_steps(plan: Plan, pd) -> None:
+    """The int8 product's steps: one integer GEMM over every batch entry where each tensor's
+    batch dims fold into one stride, else one per entry (sharing one packing region)."""
+    md = {arg: spec.md for arg, spec in pd._args.items()
+          if arg in (ARG_SRC, ARG_WEIGHTS, ARG_BIAS, ARG_DST)}
+    src, wei, dst = md[ARG_SRC], md[ARG_WEIGHTS], md[ARG_DST]
+    batch = tuple(dst.dims[:-2])
+    M, K, N = src.dims[-2], src.dims[-1], wei.dims[-1]
+    ta, lda = _matrix(src, "src")
+    tb, ldb = _matrix(wei, "weights")
+    _, ldc = _matrix(dst, "dst")
+    operands = {**scale_operands(pd._scales), **zero_point_operands(pd._zps)}
+    epi = {}
+    bias = md.get(ARG_BIAS)
+    if bias is not None:
+        epi = dict(bias=(layout_of(bias), tuple(bias.dims), bias.nelems_physical()),
+                   bias_dt=int(bias.data_type))
+        operands["bias"] = Ref(ARG_BIAS)
+    base = gi.Int8GemmProblem(m=M, n=N, k=K, a_dt=int(src.data_type), trans_a=ta, lda=lda,
+                              ldc=ldc, c_dt=int(dst.data_type), post_ops=pd._post_ops,
+                              scales=pd._scales, zero_points=pd._zps, epi_batch=batch, **epi)
+    count = math.prod(batch)
+    strides = [_batch_stride(x, batch) for x in (src, wei, dst)]
+    refs = (Ref(ARG_SRC), Ref(ARG_WEIGHTS), Ref(ARG_DST))
+    if count == 1 or None not in strides:
+        sa, sb, sc = (s or 0 for s in strides)
+        pr = replace(base, batch=count, stride_a=sa, stride_c=sc, b_batched=count > 1 and sb > 0)
+        plan.gemm_int8(pr, refs[0], src.offset0, refs[1], wei.offset0, refs[2], dst.offset0,
+                       ldb=ldb, trans_b=tb, stride_b=sb, epilogue=operands, slot="int8_b")
+        return
+    for t in range(count):  # batch dims that fold into no single stride
+        idx, r = [], t
+        for d in reversed(batch):
+            idx.append(r % d)
+            r //= d
+        idx.reverse()
+        off = [x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
+                               for j, i in enumerate(idx)) for x in (src, wei, dst)]
+        pr = replace(base, epi_batch=(), epi_fixed=tuple(idx))
+        plan.gemm_int8(pr, refs[0], off[0], refs[1], off[1], refs[2], off[2], ldb=ldb,
+                       trans_b=tb, epilogue=operands, slot="int8_b")

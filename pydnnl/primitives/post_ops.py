@@ -8,6 +8,7 @@ from ..attr import _binary_op, _sum_op, primitive_attr
 from ..constants import (
     ARG_ATTR_MULTIPLE_POST_OP,
     ARG_ATTR_SCALES,
+    ARG_ATTR_ZERO_POINTS,
     ARG_DST,
     ARG_SRC,
     ARG_SRC_1,
@@ -95,12 +96,13 @@ _SCALE_KIND = {ARG_SRC: "src", ARG_WEIGHTS: "wei", ARG_DST: "dst"}
 
 
 def resolve_scales(kind: str, attr: primitive_attr, dst_dims: tuple, per_channel: int,
-                   channel_dim: int, int8: str) -> tuple[tuple, str]:
+                   channel_dim: int, int8: str | None) -> tuple[tuple, str]:
     """``(GemmShape.scales, verbose text)`` of ``attr``'s scales for a GEMM primitive with
     destination dims ``dst_dims``: src and dst take mask 0, weights 0 or ``per_channel`` (one
     scale per index of the destination's dim ``channel_dim``). Zero points raise
-    ``unimplemented`` (integer data: ``int8`` names what is missing)."""
-    if attr.zero_points:
+    ``unimplemented`` unless ``int8`` is None (integer data, whose zero points
+    :func:`resolve_zero_points` reads; else ``int8`` says why they do not apply)."""
+    if attr.zero_points and int8 is not None:
         args = ", ".join(arg_name(a) for a in attr.zero_points)
         raise unimplemented(f"{kind}: zero points ({args}) apply to integer (int8) data, and "
                             f"{int8}")
@@ -130,3 +132,39 @@ def scale_operands(scales: tuple) -> dict:
     ``<which>_scale`` bound to its execute argument ``ARG_ATTR_SCALES | ARG_*``."""
     arg_of = {kind: arg for arg, kind in _SCALE_KIND.items()}
     return {scale_name(w): Ref(ARG_ATTR_SCALES | arg_of[w]) for w, _ in scales}
+
+
+def resolve_zero_points(kind: str, attr: primitive_attr, dst_dims: tuple, per_channel: int,
+                        channel_dim: int, allowed: dict) -> tuple[tuple, str]:
+    """``(Int8GemmProblem.zero_points, verbose text)`` of ``attr``'s zero points for an int8
+    GEMM primitive with destination dims ``dst_dims``: ``allowed`` maps each argument that
+    takes zero points to the masks it takes, among 0 (common) and ``per_channel`` (one value
+    per index of the destination's dim ``channel_dim``); anything else raises
+    ``unimplemented`` naming the argument."""
+    entries, texts = {}, {}
+    for arg, mask in attr.zero_points.items():
+        masks = allowed.get(arg)
+        if masks is None:
+            names = ", ".join(arg_name(a) for a in allowed) or "no argument"
+            raise unimplemented(f"{kind}: zero points for {arg_name(arg)}; implemented for "
+                                f"{names}")
+        if mask not in masks:
+            said = " or ".join("0 (common)" if m == 0 else f"{m} (per output channel)"
+                               for m in masks)
+            raise unimplemented(f"{kind}: zero points mask {mask} for {arg_name(arg)}; "
+                                f"implemented: {said}")
+        dims = ()
+        if mask:
+            dims = tuple(d if i == channel_dim else 1 for i, d in enumerate(dst_dims))
+        entries[_SCALE_KIND[arg]], texts[_SCALE_KIND[arg]] = dims, mask
+    order = [w for w in ("src", "wei", "dst") if w in entries]
+    return (tuple((w, entries[w]) for w in order),
+            "+".join(f"{w}:{texts[w]}" for w in order))
+
+
+def zero_point_operands(zero_points: tuple) -> dict:
+    """The integer GEMM epilogue's operands of ``zero_points`` (from
+    :func:`resolve_zero_points`): each kernel argument ``<which>_zp`` bound to its execute
+    argument ``ARG_ATTR_ZERO_POINTS | ARG_*``."""
+    arg_of = {kind: arg for arg, kind in _SCALE_KIND.items()}
+    return {f"{w}_zp": Ref(ARG_ATTR_ZERO_POINTS | arg_of[w]) for w, _ in zero_points}

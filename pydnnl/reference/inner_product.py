@@ -30,3 +30,15 @@ def inner_product_backward_weights(src: np.ndarray, diff_dst: np.ndarray):
     x = np.asarray(src, np.float64).reshape(src.shape[0], -1)
     dw = (dd.T @ x).reshape((dd.shape[1],) + tuple(src.shape[1:]))
     return dw, dd.sum(axis=0)
+
+
+def inner_product_int8(src, weights, bias=None, src_scale=1.0, wei_scale=1.0, dst_scale=1.0,
+                       post_ops=None) -> np.ndarray:
+    """oneDNN's int8 inner product before the final conversion, in float64: ``post_ops(
+    src_scale * wei_scale * (src . weights^T) + bias) / dst_scale`` with the product exact
+    (int64); ``wei_scale`` a scalar or one per output channel ``[OC]``."""
+    from .matmul import matmul_int8
+
+    x = np.asarray(src).reshape(src.shape[0], -1)
+    w = np.asarray(weights).reshape(weights.shape[0], -1)
+    return matmul_int8(x, w.T, bias, src_scale, wei_scale, dst_scale, post_ops=post_ops)
