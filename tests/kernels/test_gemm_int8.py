@@ -1,0 +1,100 @@
+"""The integer GEMM kernels alone (``Plan.gemm_int8``: packing and product) against numpy's
+int64 product, exact: odd sizes that fill no tile (m, n, k not multiples of rows, the panel or
+4), A transposed or not, B transposed or not, a batch; with the integer dot product (devices
+that have ``cl_khr_integer_dot_product``) and plain multiply-adds (every device); one run
+under Oclgrind with its stderr read."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels.gemm_int8 import Int8GemmProblem, Int8Params
+from pydnnl.memory.data_types import data_type
+from pydnnl.runtime.plan import Plan, Ref
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
+
+
+def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0)):
+    """Run one integer GEMM of random data (zero points ``zp`` on A and B, common) and return
+    (got, want)."""
+    rng = np.random.default_rng(M * 100 + N + K)
+    lo, hi = (-128, 128) if signed else (0, 256)
+    a = rng.integers(lo, hi, (batch, M, K)).astype(np.int8 if signed else np.uint8)
+    b = rng.integers(-128, 128, (batch, K, N)).astype(np.int8)
+    a_st = np.ascontiguousarray(a.transpose(0, 2, 1)) if trans_a else a
+    b_st = np.ascontiguousarray(b.transpose(0, 2, 1)) if trans_b else b
+    zps = [("src", ()), ("wei", ())] if any(zp) else []
+    pr = Int8GemmProblem(m=M, n=N, k=K, a_dt=int(data_type.s8 if signed else data_type.u8),
+                         trans_a=trans_a, batch=batch, stride_a=M * K, stride_c=M * N,
+                         b_batched=batch > 1, zero_points=zps)
+    plan = Plan(eng, "test")
+    epi = {"src_zp": Ref("zs"), "wei_zp": Ref("zw")} if zps else {}
+    plan.gemm_int8(pr, Ref("a"), 0, Ref("b"), 0, Ref("c"), 0, ldb=K if trans_b else N,
+                   trans_b=trans_b, stride_b=K * N, epilogue=epi, params=params)
+
+    def mem(x, t):
+        return dnnl.memory(dnnl.memory.desc([x.size], t, "a"), eng, x.ravel())
+    mems = {"a": mem(a_st, data_type.s8 if signed else data_type.u8),
+            "b": mem(b_st, data_type.s8),
+            "c": dnnl.memory(dnnl.memory.desc([batch * M * N], data_type.s32, "a"), eng),
+            "zs": mem(np.array([zp[0]], np.int32), data_type.s32),
+            "zw": mem(np.array([zp[1]], np.int32), data_type.s32),
+            "scratch": dnnl.memory(dnnl.memory.desc([plan.scratch_bytes], data_type.u8, "a"),
+                                   eng)}
+    s = dnnl.stream(eng)
+    plan.run(s, {k: v.buffer for k, v in mems.items()})
+    s.wait()
+    want = (a.astype(np.int64) - zp[0]) @ (b.astype(np.int64) - zp[1])
+    return mems["c"].to_numpy().reshape(batch, M, N), want
+
+
+CASES = [  # M, N, K, trans_a, trans_b, signed A
+    (13, 37, 29, False, False, False),
+    (5, 50, 7, True, True, True),
+    (17, 3, 64, False, True, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:3])))
+def test_multiply_adds(engine, case):
+    M, N, K, ta, tb, sa = case
+    got, want = _product(engine, M, N, K, ta, tb, sa, Int8Params(rows=4, vecs=2, lanes=8),
+                         batch=2, zp=(3, -2))
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:3])))
+def test_dot_product(engine, case):
+    if not engine.info.integer_dot_product:
+        pytest.skip(f"{engine.info.platform} has no cl_khr_integer_dot_product")
+    M, N, K, ta, tb, sa = case
+    got, want = _product(engine, M, N, K, ta, tb, sa, Int8Params(rows=3, vecs=1, lanes=16,
+                                                                  dot4=True))
+    assert np.array_equal(got, want)
+
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, TESTS)
+import pydnnl as dnnl
+from pydnnl.kernels.gemm_int8 import Int8Params
+from test_gemm_int8 import _product
+eng = dnnl.engine.from_name("Oclgrind")
+got, want = _product(eng, 5, 11, 7, False, True, False, Int8Params(rows=2, vecs=2, lanes=4),
+                     batch=2, zp=(3, 1))
+print(json.dumps({"exact": bool((got == want).all())}))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="the Oclgrind platform is absent")
+def test_gemm_int8_oclgrind():
+    probe = PROBE.replace("TESTS", repr(str(pathlib.Path(__file__).parent)))
+    # unoptimized builds: Oclgrind's uninitialized-value plugin aborts on the ``freeze``
+    # instructions LLVM's optimizer emits for the packing kernel's guarded loads
+    assert run_probe(probe, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable") == {"exact": True}
