@@ -83,8 +83,7 @@ def find(prim_cls, args: tuple, kw: dict, exhaustive: bool = False) -> list[Conv
                     if spec.md.nelems():
                         m.write(rng.standard_normal(spec.md.dims).astype(np.float32) * 0.1)
                     mems[arg] = m
-            ms = time_launch(eng, lambda st, prim=prim, ppd=ppd, mems=mems:
-                             prim._plan.execute(st, mems, ppd._roles))
+            ms = time_launch(eng, lambda st, prim=prim, mems=mems: prim._execute(st, mems))
             results.append(ConvFindResult(name, _alg(pd_cls._op, s.family), ms,
                                           ppd.workspace_bytes(), ppd.get_solver_params()))
     if not results:

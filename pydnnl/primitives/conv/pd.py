@@ -16,6 +16,7 @@ from ...constants import (
     ARG_DIFF_SRC,
     ARG_DIFF_WEIGHTS,
     ARG_DST,
+    ARG_SCRATCHPAD,
     ARG_SRC,
     ARG_WEIGHTS,
     algorithm,
@@ -25,13 +26,16 @@ from ...conv_shapes import ConvGeometry, ConvProblem, validate_conv
 from ...error import error, invalid_arguments, out_of_memory, runtime_error, unimplemented
 from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
 from ...kernels.post_ops import describe as describe_post_ops
-from ...memory.data_types import data_type
+from ...kernels.post_ops import reads_prior
+from ...memory import memory
 from ...memory.desc import MemoryDesc
 from ...runtime.heuristics.conv import WORKSPACE_MEMORY_SHARE, workspace_limit
+from ...runtime.plan import ALIGN
 from ..base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
 from .find import FIND_FAMILY, ConvFindResult, find
+from .low_precision import Staging, add_steps, check_data_types, is_low, stage, user_key
 from .solvers import Solver, get_solver, heuristic_order, solvers
 
 _ACT_TAGS = {"nchw": {1: "abc", 2: "abcd", 3: "abcde"},
@@ -182,11 +186,7 @@ class conv_pd_base(bias_queries, primitive_desc_base):
 
     def _validate(self, descs: dict, dims: dict) -> ConvGeometry:
         by = {_LOGICAL[n]: md for n, md in descs.items()}
-        for md in descs.values():
-            if md is not None and md.data_type != data_type.f32:
-                got = ", ".join(f"{k} {m.data_type.name}" for k, m in descs.items()
-                                if m is not None)
-                raise unimplemented(f"{self._kind}: only f32 is implemented; got {got}")
+        check_data_types(self._kind, self._dir, descs)
         bias = by.get("bias")
         deconv = self._op == "deconvolution"
         geom = validate_conv(by["src"].dims, by["wei"].dims, dims["strides"], dims.get("dilates"),
@@ -280,7 +280,7 @@ class conv_pd_base(bias_queries, primitive_desc_base):
         for name in order:
             s = get_solver(name)
             descs = self._resolve_layouts(s)
-            problem = self._problem(descs)
+            problem, staging = self._problem(descs, 0)
             why = s.why_not(problem, self._engine) or ("" if s.is_applicable(problem, self._engine)
                                                         else "not applicable")
             if why:
@@ -292,14 +292,14 @@ class conv_pd_base(bias_queries, primitive_desc_base):
             if solver_params is not None and name == order[0]:
                 params.update(solver_params)
             try:
-                ws = _workspace(s, problem, params)
+                problem, staging, ws = self._sized(s, descs, problem, staging, params)
             except unimplemented as e:  # the solver cannot plan it: try the next one
                 reasons.append(str(e))
                 continue
             if ws > limit:  # a valid problem must not fail at allocation: try the next solver
                 too_big.append(f"{name}: workspace {ws} bytes")
                 continue
-            self._finish(s, params, descs, problem, ws)
+            self._finish(s, params, descs, problem, ws, staging)
             return
         if too_big:
             raise out_of_memory(
@@ -332,7 +332,7 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                 continue
             h = hint_md.get(lg)
             if h is not None and tuple(h.dims) == tuple(md.dims):
-                out[n] = h
+                out[n] = h if h.data_type == md.data_type else h.with_data_type(md.data_type)
                 continue
             if lg in ("src", "dst"):
                 other = by_logical["dst" if lg == "src" else "src"][1]
@@ -364,7 +364,33 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                 out.append(letters[role[r]])
         return "".join(out)
 
-    def _problem(self, descs: dict) -> ConvProblem:
+    def _sized(self, s: Solver, descs: dict, problem: ConvProblem, staging: Staging | None,
+               params: dict) -> tuple[ConvProblem, Staging | None, int]:
+        """``(problem, staging, scratchpad bytes)``: the solver's workspace, and for bf16/f16
+        arguments their f32 copies placed after it (a problem whose copies lie elsewhere
+        could need other regions, so the placement is repeated until it holds)."""
+        ws = _workspace(s, problem, params)
+        if staging is None:
+            return problem, None, ws
+        for _ in range(4):
+            need = -(-ws // 4)  # the solver's own scratchpad elements
+            if need <= staging.base:
+                return problem, staging, staging.end * 4
+            problem, staging = self._problem(descs, -(-need // ALIGN) * ALIGN)
+            ws = _workspace(s, problem, params)
+        raise unimplemented(f"{s.name}: its workspace changes with where the f32 copies of "
+                            f"the bf16/f16 arguments lie")
+
+    def _problem(self, descs: dict, base: int = 0) -> tuple[ConvProblem, Staging | None]:
+        """The solver's f32 problem of ``descs``, with the f32 copies of bf16/f16 arguments
+        from scratchpad element ``base`` on (their :class:`Staging`; None when all are
+        f32)."""
+        staging = None
+        if any(is_low(md) for md in descs.values()):
+            roles = {n: self._role(_LOGICAL[n]) for n in descs}
+            outputs = {n for n, _, out in _DESCS[self._dir] if out}
+            descs, staging = stage(descs, _LOGICAL, roles, outputs,
+                                   reads_prior(self._post_ops), base)
         by = {_LOGICAL[n]: md for n, md in descs.items()}
         wlay = grouped_layout(by["wei"], self._geom.grouped_weights)
         bias = by.get("bias")
@@ -376,32 +402,40 @@ class conv_pd_base(bias_queries, primitive_desc_base):
             src_n=src.nelems_physical(), wei_n=by["wei"].nelems_physical(),
             dst_n=dst.nelems_physical(), bias=layout_of(bias) if bias is not None else None,
             bias_n=bias.nelems_physical() if bias is not None else 0,
-            bias_of="src" if deconv else "dst", post_ops=self._post_ops)
+            bias_of="src" if deconv else "dst", post_ops=self._post_ops), staging
+
+    def _role(self, logical: str) -> str:
+        """The solver's buffer holding logical tensor ``logical`` (src/dst swap for a
+        deconvolution, which runs as the convolution it transposes)."""
+        if self._op == "deconvolution":
+            return {"src": "dst", "dst": "src"}.get(logical, logical)
+        return logical
 
     def _finish(self, s: Solver, params: dict, descs: dict, problem: ConvProblem,
-                ws: int) -> None:
+                ws: int, staging: Staging | None = None) -> None:
         self._solver = s
+        self._staging = staging
         self._params = params
         self._problem_ = problem
         self._descs = descs
         self._descs_by_logical = {_LOGICAL[n]: md for n, md in descs.items()}
-        deconv = self._op == "deconvolution"
         self._roles = {}
+        staged = staging.roles() if staging is not None else ()
         for name, arg, out in _DESCS[self._dir]:
             md = descs.get(name)
             if md is None:
                 continue
             self._args[arg] = ArgSpec(md, out, True)
-            lg = _LOGICAL[name]
-            role = {"src": "dst" if deconv else "src", "dst": "src" if deconv else "dst",
-                    "wei": "wei", "bias": "bias"}[lg]
-            self._roles[arg] = role
+            role = self._role(_LOGICAL[name])
+            # a bf16/f16 argument is bound under its own name; the role is its f32 copy
+            self._roles[arg] = user_key(role) if role in staged else role
         self._args.update(self._post_op_args)  # binary post-ops' operands, bound by number
         self._finish_scratchpad(ws)
-        self._impl = f"loopy:{s.name}"
+        self._impl = f"loopy:{s.name}" + (":f32_on_converted_copies" if staged else "")
         self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
                       f"{problem.describe()}") + (
-            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "")
+            f" attr-post-ops:{describe_post_ops(self._post_ops)}" if self._post_ops else "") + (
+            f" compute:{staging.describe().replace(' ', '_')}" if staged else "")
 
     # -- perf database -------------------------------------------------------------------------
     def find_key(self) -> str:
@@ -414,7 +448,8 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                  "pr" + "x".join(map(str, g.padding_r)), "gw" if g.grouped_weights else "w"]
         for n, md in self._user.items():
             parts.append(f"{n.replace('_desc', '')}:{'none' if md is None else md.format_name()}"
-                         f"@{0 if md is None else md.offset0}")
+                         f"@{0 if md is None else md.offset0}"
+                         + (f":{md.data_type.name}" if is_low(md) else ""))
         parts.append("po:" + repr(self._post_ops))
         return "-".join(parts)
 
@@ -466,9 +501,30 @@ class conv_primitive_base(primitive):
         except ValueError as e:  # a plan the dry run accepted must not fail as a bare error
             raise runtime_error(f"{pd._kind}: solver {pd._solver.name} failed to build its "
                                 f"plan: {e}") from e
+        self._scratch = None  # the scratchpad of library mode, when bf16/f16 copies need one
+        st = pd._staging
+        if st is not None:
+            if self._plan.scratch_elems > st.base:
+                raise runtime_error(
+                    f"{pd._kind}: solver {pd._solver.name} used {self._plan.scratch_elems} "
+                    f"scratchpad elements, its dry run {st.base}")
+            add_steps(self._plan, st)
 
-    def _execute(self, s, args) -> None:
-        self._plan.execute(s, args, self._pd._roles)
+    def _execute(self, s, args) -> list:
+        """Enqueue the plan; returns its launches' events (Find times them)."""
+        pd = self._pd
+        if pd._staging is None:
+            return self._plan.execute(s, args, pd._roles)
+        # the solver reads and writes the f32 copies, which lie in the scratchpad: its roles
+        # are bound to the scratchpad buffer, the user's memories under their own names
+        scratch = args.get(ARG_SCRATCHPAD)
+        if scratch is None:
+            if self._scratch is None:
+                self._scratch = memory(pd.scratchpad_desc(), pd.get_engine())
+            scratch = self._scratch
+            args = {**args, ARG_SCRATCHPAD: scratch}
+        return self._plan.execute(s, args, pd._roles,
+                                  **{role: scratch.buffer for role in pd._staging.roles()})
 
     @classmethod
     def find(cls, *args, exhaustive: bool = False, **kw) -> list[ConvFindResult]:
