@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .constants import algorithm, arg_name, scratchpad_mode
 from .error import invalid_arguments
 from .memory.data_types import as_data_type, data_type
@@ -180,26 +182,43 @@ class primitive_attr:
         return self._post_ops
 
     def set_rnn_data_qparams(self, scale: float, shift: float) -> None:
-        self._rnn_data_qparams = (float(scale), float(shift))
+        """int8 RNNs: data (states) are quantized as ``saturate(round(x * scale + shift))``;
+        oneDNN's default is scale 1, shift 0."""
+        self._rnn_data_qparams = (_finite(scale, "set_rnn_data_qparams: scale"),
+                                  _finite(shift, "set_rnn_data_qparams: shift"))
 
     def set_rnn_weights_qparams(self, mask: int, scales) -> None:
+        """int8 RNNs: the s8 weights are ``round(w * scale)``; mask 0 (one scale) or 24 (bits
+        3 and 4 of ldigo: one scale per gate and output channel, G * DHC of them)."""
         self._rnn_weights_qparams = (_check_mask(mask, "set_rnn_weights_qparams"),
-                                     tuple(float(s) for s in scales))
+                                     _scales(scales, "set_rnn_weights_qparams"))
 
     def set_rnn_weights_projection_qparams(self, mask: int, scales) -> None:
+        """int8 LSTMP: the projection weights' scales; mask 0 or 8 (bit 3 of ldio: per DIC)."""
         self._rnn_weights_projection_qparams = (
             _check_mask(mask, "set_rnn_weights_projection_qparams"),
-            tuple(float(s) for s in scales))
+            _scales(scales, "set_rnn_weights_projection_qparams"))
 
     def get_rnn_data_qparams(self):
+        """``(scale, shift)``, or None when not set (oneDNN's default (1, 0) applies)."""
         return self._rnn_data_qparams
 
     def get_rnn_weights_qparams(self):
+        """``(mask, scales)``, or None when not set (oneDNN's default (0, [1]) applies)."""
         return self._rnn_weights_qparams
+
+    def get_rnn_weights_projection_qparams(self):
+        """``(mask, scales)``, or None when not set (oneDNN's default (0, [1]) applies)."""
+        return self._rnn_weights_projection_qparams
+
+    def has_rnn_qparams(self) -> bool:
+        """Whether any RNN quantization parameter was set."""
+        return (self._rnn_data_qparams is not None or self._rnn_weights_qparams is not None
+                or self._rnn_weights_projection_qparams is not None)
 
     def is_default(self) -> bool:
         return (not self._scales and not self._zero_points and not len(self._post_ops)
-                and self._rnn_data_qparams is None and self._rnn_weights_qparams is None
+                and not self.has_rnn_qparams()
                 and self._scratchpad_mode == scratchpad_mode.library)
         # (the fpmath mode only permits: every primitive honours any mode)
 
@@ -214,3 +233,23 @@ def _check_mask(mask, what: str) -> int:
     if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
         raise invalid_arguments(f"{what}: mask must be a non-negative int, got {mask!r}")
     return mask
+
+
+def _finite(v, what: str) -> float:
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(float(v)):
+        raise invalid_arguments(f"{what} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _scales(scales, what: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(scales)
+    except TypeError:
+        raise invalid_arguments(f"{what}: scales must be a sequence of numbers, got "
+                                f"{type(scales).__name__}") from None
+    if not vals:
+        raise invalid_arguments(f"{what}: scales must hold at least one value (oneDNN: count > 0)")
+    return tuple(_finite(v, f"{what}: scales[{i}]") for i, v in enumerate(vals))

@@ -44,6 +44,13 @@ class ElementwiseProblem:
     # drops them in the last stage, where no later stage reads them (LSTM 512, N 64: 512 KB
     # of writes a step)
     store_gates: bool = True
+    # int8 inference (oneDNN's u8/s8 RNNs): (data_scale, data_shift, lo, hi). The GEMM results
+    # gx, gh are integer accumulators; a gate's pre-activation is (gx + gh) * dq[gate channel]
+    # + bias (dq = 1 / (weights scale * data scale), the data shift's compensation already in
+    # the bias), h_prev holds quantized values read as (h_prev - shift) / scale, and the h and
+    # rh written are quantized: clamp(rint(v * scale + shift), lo, hi) (oneDNN's
+    # ref_postgemm_lstm.cpp / ref_postgemm_gru.cpp)
+    quant: tuple | None = None
 
 
 def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
@@ -56,7 +63,7 @@ def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
     if p.fused_k:
         bufs += ["src", "u"]
     if any(n.startswith("gx_") for n in names):
-        bufs += ["gx", "bias"]
+        bufs += ["gx", "bias"] + (["dq"] if p.quant else [])
     if any(n.startswith("gh_") for n in names):
         bufs.append("gh")
     if "h_prev" in names:
@@ -85,7 +92,8 @@ def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
 
 def build_elementwise(p: ElementwiseProblem):
     """loopy TranslationUnit of one stage; args: buffers (see :func:`stage_buffers`), then
-    the int32 offsets of :data:`OFFSET_ARGS` and the int32 ``batch``."""
+    the int32 offsets of :data:`OFFSET_ARGS` (and ``dq_off`` when quantized) and the int32
+    ``batch``."""
     import loopy as lp
     from pymbolic import var
     from pymbolic.mapper.substitutor import substitute
@@ -106,8 +114,31 @@ def build_elementwise(p: ElementwiseProblem):
         return var("gates")[off("gates_off") + (n * G + gates.index(g)) * DHC + j]
 
     mapping = {}
-    for name in stage.inputs(()):
-        if name.startswith("gx_"):
+    inputs = stage.inputs(())
+    if p.quant:
+        if p.fused_k:
+            raise ValueError("rnn_elementwise: int8 stages take their GEMM results from gh")
+        for name in inputs:
+            if name.startswith("gx_") and "gh_" + name[3:] not in inputs:
+                raise ValueError(f"cell {spec.name}: int8 needs gh_{name[3:]} beside {name}")
+        q_scale, q_shift = np.float32(p.quant[0]), np.float32(p.quant[1])
+    for name in inputs:
+        if p.quant and name.startswith("gx_"):
+            # both GEMMs' integer sums first, then one dequantization (as oneDNN's s32 sum)
+            g = name[3:]
+            acc = (var("gx")[off("gx_off") + (n * G + gates.index(g)) * DHC + j]
+                   + var("gh")[off("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g))
+                               * DHC + j])
+            b = spec.bias_gate_index("gx", g)
+            mapping[name] = (acc * var("dq")[off("dq_off") + gates.index(g) * DHC + j]
+                             + var("bias")[off("bias_off") + b * DHC + j])
+        elif p.quant and name.startswith("gh_"):
+            mapping[name] = 0  # added with gx_ above
+        elif p.quant and name == "h_prev":
+            inv = np.float32(1) / q_scale
+            mapping[name] = (var("h_prev")[off("h_prev_off") + n * p.ld_h_prev + j]
+                             - q_shift) * inv
+        elif name.startswith("gx_"):
             g = name[3:]
             e = var("gx")[off("gx_off") + (n * G + gates.index(g)) * DHC + j]
             b = spec.bias_gate_index("gx", g)
@@ -196,9 +227,12 @@ def build_elementwise(p: ElementwiseProblem):
             target = var("rh")[off("rh_off") + n * DHC + j]
         else:
             continue  # an intermediate (e.g. u_tilde)
+        value = var(f"v_{a.name}")
+        if p.quant and a.name in ("h", "rh"):
+            value = var(quant_helper(p.quant)[0])(value)
         # one sequential chain: the explicit order is complete (a later stage reads gates
         # written by an earlier kernel, which loopy cannot tell apart from this one's stores)
-        stores.append(lp.Assignment(target, var(f"v_{a.name}"), id=f"s_{a.name}",
+        stores.append(lp.Assignment(target, value, id=f"s_{a.name}",
                                     depends_on=prev, depends_on_is_final=True,
                                     within_inames=frozenset(["n", "j"])))
         prev = frozenset([f"s_{a.name}"])
@@ -213,7 +247,8 @@ def build_elementwise(p: ElementwiseProblem):
         out = b in ("gates", "c", "h", "rh")
         args.append(lp.GlobalArg(b, np.float32, shape=None, is_output=out,
                                  is_input=not out or b == "gates"))
-    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS + SIZE_ARGS]
+    args += [lp.ValueArg(o, np.int32) for o in OFFSET_ARGS
+             + (("dq_off",) if "dq" in bufs else ()) + SIZE_ARGS]
     dom = (f"{{[n, j, k]: 0 <= n < batch and 0 <= j < {DHC} and 0 <= k < {p.fused_k}}}"
            if p.fused_k else f"{{[n, j]: 0 <= n < batch and 0 <= j < {DHC}}}")
     knl = lp.make_kernel(dom, insns + stores,
@@ -223,7 +258,23 @@ def build_elementwise(p: ElementwiseProblem):
     wg = min(p.wg, DHC)
     knl = lp.split_iname(knl, "j", wg, inner_tag="l.0", outer_tag="g.0")
     knl = lp.tag_inames(knl, {"n": "g.1"})
+    if p.quant:
+        from .clhelpers import register_helpers
+
+        knl = register_helpers(knl, [quant_helper(p.quant)])
     return knl
+
+
+def quant_helper(quant: tuple) -> tuple[str, str, type, type]:
+    """The OpenCL helper quantizing one value as oneDNN does (its ``qz_a1b0``): ``x * scale +
+    shift`` in f32, rounded to nearest even, saturated to [lo, hi]; returned as a float (the
+    emulated int8 path keeps quantized values in f32 buffers: integers, exact)."""
+    scale, shift, lo, hi = quant
+    name = "pd_rnn_quantize"
+    body = (f"static inline float {name}(float x) {{ return clamp(rint(x * "
+            f"{float(np.float32(scale)).hex()}f + {float(np.float32(shift)).hex()}f), "
+            f"{float(lo):.1f}f, {float(hi):.1f}f); }}")
+    return name, body, np.float32, np.float32
 
 
 class _FunctionInliner:

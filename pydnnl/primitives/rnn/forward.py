@@ -10,7 +10,7 @@ from ...constants import (
     rnn_direction,
     rnn_flags,
 )
-from ...error import invalid_arguments
+from ...error import invalid_arguments, unimplemented
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
 from ..signature import NUMBER, Signature, bind
@@ -94,6 +94,15 @@ class rnn_forward_pd_base(primitive_desc_base):
                                   activation=act, alpha=alpha, kind=self._kind, ext=ext)
         self._prop = prop_kind(a["prop_kind"])
         self._direction = rnn_direction(a["direction"])
+        self.int8 = None
+        if self.shape.int8 is not None:
+            from .int8 import int8_params
+
+            self.int8 = int8_params(self.shape, self._attr, self._kind)
+        elif self._attr.has_rnn_qparams():
+            raise unimplemented(
+                f"{self._kind}: RNN quantization parameters (set_rnn_*_qparams) apply to int8 "
+                f"(u8/s8 src_layer) RNNs only, got {self.shape.dt.name}")
         self._user_descs = dict(descs)
         self._descs: dict[str, MemoryDesc] = {}
         for name in DESC_NAMES:
@@ -114,11 +123,14 @@ class rnn_forward_pd_base(primitive_desc_base):
         self.scratch = scratch_regions(self)
         self._finish_scratchpad(self.scratch.nbytes())
         self._impl = "loopy:gemm+cell"
+        if self.int8 is not None:
+            self._impl += " int8 emulated: f32 accumulation"
         s = self.shape
         self._info = (f"alg:{self._spec.name} direction:{self._direction.name} "
                       f"prop:{self._prop.name} "
                       f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}"
-                      + (f" ext:{ext.describe().replace(' ', ',')}" if ext.any else ""))
+                      + (f" ext:{ext.describe().replace(' ', ',')}" if ext.any else "")
+                      + (f" {self.int8.describe()}" if self.int8 is not None else ""))
 
     def _activation(self, a: dict) -> str:
         """The vanilla RNN's activation (set as ``_activation_alg``); tanh for the others."""

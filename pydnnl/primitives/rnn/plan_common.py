@@ -131,8 +131,26 @@ def role_gemm(engine, s, role: str, shape) -> Gemm:
     """The launcher of the weight GEMM ``role``. The recurrences (roles ``iter*`` forward,
     ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); not with
     sequence lengths, whose steps launch only the running rows."""
+    if s.int8 is not None:
+        return int8_gemm(engine, s, role, shape)
     split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
     return get_gemm(engine, shape, static_b=True, split=split)
+
+
+def int8_gemm(engine, s, role: str, shape) -> Gemm:
+    """The GEMM of an int8 RNN's weight role: the one place that chooses it.
+
+    Emulated today: the u8/s8 operands are f32 copies holding their integer values, and a
+    strict f32 GEMM (no TF32/bf16 inputs, whatever the fpmath mode) sums the products. Each
+    product is exact (|u8 x s8| <= 255 * 128 < 2^24), and so is every partial sum while
+    k * 255 * 128 <= 2^24, i.e. k <= 514 for u8 data (k <= 1024 for s8 x s8): up to there the
+    result equals oneDNN's s32 accumulator. Beyond, a sum may round like any f32 GEMM's
+    (relative error <= k * 2^-24). A real integer GEMM (dot products, s32 accumulation)
+    would be returned here, reading u8/s8 buffers, with the plan keeping u8/s8 states."""
+    from dataclasses import replace
+
+    split = role.startswith("iter")
+    return get_gemm(engine, replace(shape, math="strict"), static_b=True, split=split)
 
 
 def reserve_packed(regions, engine, roles: dict, s) -> None:

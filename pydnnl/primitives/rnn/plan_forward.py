@@ -26,10 +26,20 @@ from ...constants import (
     rnn_direction,
 )
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
+from ...kernels.rnn_int8 import (
+    ColumnSums,
+    Finish,
+    ProjRequant,
+    Quantize,
+    build_column_sums,
+    build_finish,
+    build_proj_requant,
+    build_quantize,
+)
 from ...memory.data_types import data_type
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
-from ...runtime.plan import SCRATCH, Ref
+from ...runtime.plan import INDEX, SCRATCH, Ref
 from .layout import (
     Regions,
     dropout_active,
@@ -56,9 +66,10 @@ _DIRECT = ("src_layer_desc", "attention_desc", "weights_layer_desc", "weights_it
 def fused_recurrence(engine, s, training: bool) -> bool:
     """Whether the cell kernels compute their stage's recurrent GEMM themselves (see
     ``ElementwiseProblem.fused_k``) where the device rule says so; not when training an LBR
-    cell, whose backward reads the GEMM results from the workspace."""
+    cell, whose backward reads the GEMM results from the workspace; not for int8, whose
+    cells add the two GEMMs' integer sums before dequantizing them."""
     return (rnn_rules.fuse_recurrent_gemm(engine.info, s.N, s.SIC, s.G)
-            and not (training and lbr(s)))
+            and not (training and lbr(s)) and s.int8 is None)
 
 
 def weight_gemms(s, fused: bool = False) -> dict:
@@ -113,6 +124,8 @@ def scratch_regions(pd) -> Regions:
     if _sum_in_scratch(pd):
         r.add("ysum", pd._descs["dst_layer_desc"].nelems())
     reserve_no_bias(r, s)
+    if s.int8 is not None:
+        _reserve_int8(r, pd)
     fused = fused_recurrence(pd.get_engine(), s, pd.training)
     reserve_packed(r, pd.get_engine(), weight_gemms(s, fused), s)
     return r
@@ -123,6 +136,34 @@ def _sum_in_scratch(pd) -> bool:
     scratchpad, then rounded once (an accumulating reorder takes f32 only)."""
     return (pd.shape.direction == rnn_direction.bidirectional_sum
             and pd._descs["dst_layer_desc"].data_type != data_type.f32)
+
+
+def _reserve_int8(r: Regions, pd) -> None:
+    """The int8 path's regions: dequantization factors and scale products (copied from the
+    plan's constant table at each execution), the compensated bias and projection sums, and
+    the outputs before their final conversion."""
+    s, q = pd.shape, pd.int8
+    GD = s.G * s.DHC
+    r.add("q_dq", GD)
+    if q.compensated:
+        r.add("q_wsd", GD)
+        r.add("q_bias", s.L * s.D * s.Gb * s.DHC)
+    if s.projection:
+        r.add("q_pwsd", s.DIC)
+        if q.compensated:
+            r.add("q_pcomp", s.L * s.D * s.DIC)
+    r.add("q_out", s.T * s.N * s.DLC)
+    if s.with_dst_iter and q.types.dst_iter == data_type.f32:
+        r.add("q_iter", s.L * s.D * s.N * s.DIC)
+
+
+def quant_key(pd) -> tuple | None:
+    """(data scale, data shift, lo, hi) of an int8 primitive, None otherwise."""
+    q = getattr(pd, "int8", None)
+    if q is None:
+        return None
+    lo, hi = q.types.limits
+    return (q.data_scale, q.data_shift, float(lo), float(hi))
 
 
 def clip_key(s):
@@ -144,6 +185,9 @@ class ForwardPlanBuilder(PlanBuilder):
         sc = pd.scratch
 
         self.stage_inputs(_INPUTS, _DIRECT)
+        self.quant = quant_key(pd)
+        if self.quant is not None:
+            self._int8_prepare()
 
         # -- initial states into h0 / c0 ---------------------------------------------------------
         for name, reg, width in (("src_iter_desc", "h0", s.SIC), ("src_iter_c_desc", "c0", s.DHC)):
@@ -162,6 +206,11 @@ class ForwardPlanBuilder(PlanBuilder):
                                   region_desc(dims, ws_off[reg]))
             else:
                 self.plan.zero(Ref(self.ws_key), ws_off[reg], int(np.prod(dims)))
+            if reg == "h0" and self.quant is not None and (
+                    md is None or md.is_zero() or md.data_type == data_type.f32):
+                # oneDNN's copy_init_iter: f32 states are quantized, no state is q(0)
+                self.plan.kernel("rnn_int8_quantize", Quantize(self.quant), build_quantize,
+                                 x=Ref(self.ws_key), off=ws_off[reg], count=int(np.prod(dims)))
 
         # -- kernels -----------------------------------------------------------------------------
         DHC, N = s.DHC, s.N
@@ -185,7 +234,7 @@ class ForwardPlanBuilder(PlanBuilder):
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
                                     clip=clip_key(s), wg=rnn_rules.cell_wg(eng.info, DHC),
-                                    store_gates=pd.training, **fuse)
+                                    store_gates=pd.training, quant=self.quant, **fuse)
             kern = self.plan.get("rnn_elementwise", ep, build_elementwise)
             self.stage_kernels.append((st, kern, self.gemm.get(f"iter{k}"), f"iter{k}"))
 
@@ -351,16 +400,121 @@ class ForwardPlanBuilder(PlanBuilder):
                     "att_off": (att[1] + t * N) if att else 0, "gates_off": gates_off,
                     "gh_off": gh_off, "rh_off": sc["rh"] if "rh" in sc else 0,
                     "src": src_ref, "src_off": src_off, "u": u_ref, "u_off": u_off,
-                    "batch": N,
+                    "batch": N, "dq": scr, "dq_off": sc["q_dq"] if "q_dq" in sc else 0,
                 }
                 self.plan.launch(kern, rows=self.rows_at(t), **vals)
             if s.projection:
                 r_ref, r_base, r_step = self.wsrc["proj"]
                 self.plan.gemm(self.gemm["proj"], ws, h_out, r_ref, r_base + ld * r_step, ws,
                                self._reg("h", l, d, t, N * s.DIC), rows=self.rows_at(t))
+                if self.quant is not None:
+                    self._int8_requant_projection(self._reg("h", l, d, t, N * s.DIC), ld)
             prev_t = t
 
+    # -- int8 ------------------------------------------------------------------------------------
+    def _int8_prepare(self) -> None:
+        """Per execution, before the layers: the creation-time scale factors into the
+        scratchpad, and (u8 with a data shift) the compensated bias and projection sums. The
+        GEMMs read the f32 copies of the u8/s8 inputs and weights that stage_inputs made."""
+        s, pd, sc = self.s, self.pd, self.pd.scratch
+        q = pd.int8
+        consts = [("q_dq", q.dequant_factors())]
+        if q.compensated:
+            consts.append(("q_wsd", q.weights_data_scales()))
+        if s.projection:
+            consts.append(("q_pwsd", q.weights_data_scales(projection=True)))
+        for name, vals in consts:
+            # f32 bits ride in the plan's int32 table; the copy moves them unchanged
+            i_off = self.plan.index(np.asarray(vals, np.float32).view(np.int32))
+            self.add_reorder(INDEX, region_desc([vals.size], i_off), SCRATCH,
+                             region_desc([vals.size], sc[name]))
+        if not q.compensated:
+            return
+        (wl, wl_off), (wi, wi_off) = self.src["weights_layer_desc"], self.src["weights_iter_desc"]
+        b, b_off = self.src["bias_desc"]
+        self.plan.kernel("rnn_int8_colsums",
+                         ColumnSums(n=s.G * s.DHC, ka=s.SLC, kb=s.SIC, shift=q.data_shift,
+                                    bias=True), build_column_sums,
+                         out=SCRATCH, a=wl, b=wi, base=b, div=SCRATCH, out_off=sc["q_bias"],
+                         a_off=wl_off, b_off=wi_off, base_off=b_off, div_off=sc["q_wsd"],
+                         count=s.L * s.D)
+        self.src["bias_desc"] = (SCRATCH, sc["q_bias"])
+        if s.projection:
+            wp, wp_off = self.src["weights_projection_desc"]
+            self.plan.kernel("rnn_int8_colsums",
+                             ColumnSums(n=s.DIC, ka=s.DHC, kb=0, shift=q.data_shift, bias=False),
+                             build_column_sums, out=SCRATCH, a=wp, out_off=sc["q_pcomp"],
+                             a_off=wp_off, count=s.L * s.D)
+
+    def _int8_requant_projection(self, h_off: int, ld: int) -> None:
+        """The projection GEMM's integer sums at h_off, dequantized with the projection
+        scales and quantized again (oneDNN's lstm_projection_postgemm)."""
+        s, sc = self.s, self.pd.scratch
+        comp = self.pd.int8.compensated
+        self.plan.kernel("rnn_int8_proj_requant", ProjRequant(s.DIC, self.quant, comp),
+                         build_proj_requant, x=Ref(self.ws_key), div=SCRATCH, x_off=h_off,
+                         div_off=sc["q_pwsd"], nrows=s.N,
+                         **({"comp": SCRATCH, "comp_off": sc["q_pcomp"] + ld * s.DIC}
+                            if comp else {}))
+
+    def _int8_finish(self, off: int, count: int, saturate: bool, dequantize: bool,
+                     k: int = 1) -> None:
+        q = self.pd.int8
+        lo, hi = q.types.limits
+        self.plan.kernel("rnn_int8_finish",
+                         Finish(q.data_scale, q.data_shift, float(lo), float(hi), saturate,
+                                dequantize, k), build_finish, x=SCRATCH, off=off, count=count)
+
+    def _plan_int8_outputs(self) -> None:
+        """oneDNN's copy_res_layer / copy_res_iter for int8: the quantized states, as they are
+        (u8/s8 outputs) or dequantized, ``(q - shift) / scale`` (f32 outputs); the two
+        directions of bidirectional_sum add their quantized values, saturated to the data
+        type, and an f32 dst_layer then subtracts the shift twice."""
+        s, pd, sc = self.s, self.pd, self.pd.scratch
+        N, T, ws = s.N, s.T, Ref(self.ws_key)
+        types = pd.int8.types
+        top = s.L - 1
+        bisum = s.direction == rnn_direction.bidirectional_sum
+        DLC = s.DLC
+        for d in range(s.D):
+            src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
+            col = d * s.DIC if s.direction == rnn_direction.bidirectional_concat else 0
+            self.add_reorder(ws, src_md, SCRATCH,
+                             region_desc([T, N, s.DIC], sc["q_out"] + col,
+                                         strides=[N * DLC, DLC, 1]),
+                             beta=1.0 if bisum and d == 1 else 0.0)
+        deq = types.dst_layer == data_type.f32
+        if bisum or deq:
+            self._int8_finish(sc["q_out"], T * N * DLC, bisum, deq, 2 if bisum else 1)
+        self.add_reorder(SCRATCH, region_desc([T, N, DLC], sc["q_out"]), Ref(ARG_DST_LAYER),
+                         pd._descs["dst_layer_desc"])
+        for name, reg, width, arg in (("dst_iter_desc", "h", s.DIC, ARG_DST_ITER),
+                                      ("dst_iter_c_desc", "c", s.DHC, ARG_DST_ITER_C)):
+            md = pd._descs.get(name)
+            if md is None or md.is_zero():
+                continue
+            staged = reg == "h" and types.dst_iter == data_type.f32
+            for d in range(s.D):
+                t_last = T - 1 if self._ltr(d) else 0
+                base = self.ws_off[reg] + (d * T + t_last) * N * width
+                src_md = region_desc([s.L, 1, N, width], base,
+                                     strides=[s.D * T * N * width, 0, width, 1])
+                if staged:
+                    self.add_reorder(ws, src_md, SCRATCH, region_desc(
+                        [s.L, 1, N, width], sc["q_iter"] + d * N * width,
+                        strides=[s.D * N * width, 0, width, 1]))
+                else:
+                    self.add_reorder(ws, src_md, Ref(arg),
+                                     md.submemory_desc([s.L, 1, N, width], [0, d, 0, 0]))
+            if staged:
+                self._int8_finish(sc["q_iter"], s.L * s.D * N * width, False, True)
+                self.add_reorder(SCRATCH, region_desc([s.L, s.D, N, width], sc["q_iter"]),
+                                 Ref(arg), md)
+
     def _plan_outputs(self) -> None:
+        if self.quant is not None:
+            self._plan_int8_outputs()
+            return
         s, pd = self.s, self.pd
         N, T = s.N, s.T
         ws = Ref(self.ws_key)

@@ -18,6 +18,29 @@ DESC_NAMES = ("src_layer_desc", "src_iter_desc", "src_iter_c_desc", "attention_d
 
 
 @dataclass(frozen=True)
+class Int8Types:
+    """Data types of an int8 RNN (oneDNN's ``u8u8u8u8``, ``f32u8f32f32``, ... configurations,
+    named src_iter, src_layer, dst_iter, dst_layer): ``data`` is the quantized type of the
+    states (u8 or s8), the others are ``data`` or f32 (absent tensors count as ``data``)."""
+
+    data: data_type
+    src_iter: data_type
+    dst_iter: data_type
+    dst_layer: data_type
+
+    @property
+    def cfg(self) -> str:
+        """oneDNN benchdnn's name of the configuration (``u8u8u8f32``, ``f32s8f32s8``, ...)."""
+        return "".join(t.name for t in (self.src_iter, self.data, self.dst_iter,
+                                        self.dst_layer))
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """The range quantized values saturate to."""
+        return (0, 255) if self.data == data_type.u8 else (-128, 127)
+
+
+@dataclass(frozen=True)
 class RnnShape:
     """Sizes of one RNN problem (oneDNN's letters) and its cell's spec."""
 
@@ -43,6 +66,7 @@ class RnnShape:
     alpha: float
     dt: data_type
     ext: rnn_extensions = rnn_extensions()
+    int8: Int8Types | None = None  # the data types of an int8 (u8/s8) inference problem
 
     @property
     def cell(self) -> str:
@@ -294,14 +318,20 @@ def check_shapes(spec: CellSpec, prop: prop_kind, direction: rnn_direction, desc
             f"{kind}: extensions.cell_clip applies to LSTM only, got {spec.name}")
     if (ext.dropout or ext.skip_input or ext.no_bias or ext.cell_clip) and spec.has_attention:
         raise unimplemented(f"{kind}: extensions are not implemented for {spec.name}")
-    _check_data_types(descs, proj is not None, kind)
+    if descs["src_layer_desc"].data_type in _INT8:
+        if ext.any:
+            raise unimplemented(f"{kind}: rnn_extensions are not implemented for int8 RNNs")
+        int8 = check_int8_types(descs, spec, prop, kind)
+    else:
+        int8 = None
+        _check_data_types(descs, proj is not None, kind)
     dt = descs["src_layer_desc"].data_type
     return RnnShape(spec=spec, T=T, N=N, L=L, D=D, SLC=SLC, SIC=SIC, DHC=DHC, DIC=DIC, G=G,
                     Gb=Gb, direction=direction, with_src_iter=si is not None,
                     with_src_iter_c=sic is not None, with_dst_iter=di is not None,
                     with_dst_iter_c=dic is not None, peephole=peep is not None,
                     projection=proj is not None, activation=activation, alpha=float(alpha),
-                    dt=dt, ext=ext)
+                    dt=dt, ext=ext, int8=int8)
 
 
 _F32, _BF16, _F16 = data_type.f32, data_type.bf16, data_type.f16
@@ -318,8 +348,8 @@ def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
     cfg = next((c for c in _CONFIGS.values() if c[0] == data), None)
     if cfg is None:
         raise unimplemented(
-            f"{kind}: src_layer_desc data type {data.name} is not supported; expected f32, bf16 "
-            f"or f16 (int8 inference is not implemented)")
+            f"{kind}: src_layer_desc data type {data.name} is not supported; expected f32, bf16, "
+            f"f16, u8 or s8")
     for name, dt in present.items():
         allowed = cfg[1] if name == "bias_desc" else cfg[2] if name in (
             "src_iter_c_desc", "dst_iter_c_desc") else (data, _F32) if name == "attention_desc" \
@@ -331,3 +361,50 @@ def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
     if projection and data != _F32:
         raise unimplemented(
             f"{kind}: LSTM with projection is implemented for f32 only, got {data.name}")
+
+
+_U8, _S8 = data_type.u8, data_type.s8
+_INT8 = (_U8, _S8)
+
+
+def check_int8_types(descs: dict, spec: CellSpec, prop: prop_kind, kind: str) -> Int8Types:
+    """oneDNN's int8 configurations (its ``check_data_type_consistency_fwd``): forward
+    inference of LSTM (with projection, without peephole) or GRU; u8 (both cells) or s8 (LSTM
+    only: oneDNN's CPU runs s8 LSTMs only) src_layer; s8 weights (and projection weights); f32
+    bias and cell states; src_iter and dst_iter both of the data type or both f32; dst_layer of
+    the data type or f32. Every other combination is ``unimplemented``, oneDNN's status for a
+    data type configuration it lacks."""
+    present = {n: md.data_type for n, md in descs.items() if _present(md)}
+    data = present["src_layer_desc"]
+    if prop != prop_kind.forward_inference:
+        raise unimplemented(
+            f"{kind}: {data.name} RNNs run forward_inference only (as in oneDNN), got "
+            f"{prop.name}")
+    if spec.name not in ("vanilla_lstm", "vanilla_gru"):
+        raise unimplemented(
+            f"{kind}: int8 is implemented for LSTM and GRU only (as in oneDNN), got {spec.name}")
+    if data == _S8 and spec.name != "vanilla_lstm":
+        raise unimplemented(
+            f"{kind}: s8 src_layer_desc is supported for LSTM only (oneDNN runs GRU with u8 data), "
+            f"got {spec.name}")
+    if "weights_peephole_desc" in present:
+        raise unimplemented(f"{kind}: int8 LSTM with peephole is not supported (nor in oneDNN)")
+    allowed = {"weights_layer_desc": (_S8,), "weights_iter_desc": (_S8,),
+               "weights_projection_desc": (_S8,), "bias_desc": (_F32,),
+               "src_iter_c_desc": (_F32,), "dst_iter_c_desc": (_F32,),
+               "src_iter_desc": (data, _F32), "dst_iter_desc": (data, _F32),
+               "dst_layer_desc": (data, _F32), "src_layer_desc": (data,)}
+    for name, dt in present.items():
+        ok = allowed.get(name, ())
+        if dt not in ok:
+            raise unimplemented(
+                f"{kind}: with {data.name} src_layer_desc, {name} must be "
+                f"{' or '.join(a.name for a in ok)}, got {dt.name}")
+    si, di = present.get("src_iter_desc"), present.get("dst_iter_desc")
+    if si is not None and di is not None and si != di:
+        raise unimplemented(
+            f"{kind}: with {data.name} src_layer_desc, src_iter_desc and dst_iter_desc must "
+            f"both be {data.name} or both f32, got {si.name} and {di.name}")
+    state = si or di or data
+    return Int8Types(data=data, src_iter=state, dst_iter=state,
+                     dst_layer=present["dst_layer_desc"])
