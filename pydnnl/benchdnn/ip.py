@@ -1,6 +1,8 @@
 """benchdnn's inner product driver: ``--ip [--dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB]
-[--attr-scales=src:common:0.5+wei:per_oc+dst:common:2] [--attr-post-ops=...] mb64ic512oc2048``
-(spatial input too: ``mb2ic16ih7iw7oc10``; ``--attr-scales`` as in the matmul driver).
+[--dt=f32|u8:s8:s8] [--attr-scales=src:common:0.5+wei:per_oc+dst:common:2]
+[--attr-post-ops=...] mb64ic512oc2048`` (spatial input too: ``mb2ic16ih7iw7oc10``;
+``--dt`` and ``--attr-scales`` as in the matmul driver: u8 or s8 src makes an int8 forward,
+with small integer data, an f32 bias, and mode C checking oneDNN's quantized formula).
 
 Tensors are created with ``format_tag.any``. Checked against numpy in float64 (mode C); timed
 against numpy's matmul of the same product (``--compare=numpy``) or PyTorch's
@@ -29,7 +31,16 @@ from .common import (
     torch_tf32,
     torch_time_ms,
 )
-from .matmul import apply_scales, parse_scales, scale_values, set_scales
+from .matmul import (
+    apply_scales,
+    int8_args,
+    int8_error,
+    parse_dt,
+    parse_scales,
+    parse_zero_points,
+    scale_values,
+    set_scales,
+)
 
 DIRS = ("FWD_B", "FWD_D", "FWD_I", "BWD_D", "BWD_W", "BWD_WB")
 
@@ -54,8 +65,10 @@ class IpBench:
         mb, ic, sp, oc = parse(problem)
         self.dir, self.shape = d, (mb, ic, sp, oc)
         MD, F32, ANY = dnnl.memory.desc, dnnl.memory.data_type.f32, "any"
-        src, wei = MD([mb, ic, *sp], F32, ANY), MD([oc, ic, *sp], F32, ANY)
-        dst = MD([mb, oc], F32, ANY)
+        self.dts = parse_dt(opts.get("dt", ""))
+        self.int8 = self.dts[0].name in ("u8", "s8")
+        src, wei = MD([mb, ic, *sp], self.dts[0], ANY), MD([oc, ic, *sp], self.dts[1], ANY)
+        dst = MD([mb, oc], self.dts[2], ANY)
         bias = MD([oc], F32, ANY) if d in ("FWD_B", "BWD_WB") else None
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), [mb, oc])
         attr = dnnl.primitive_attr()
@@ -64,6 +77,11 @@ class IpBench:
             dnnl.ARG_SRC: [mb, ic, *sp], dnnl.ARG_WEIGHTS: [oc, ic, *sp],
             dnnl.ARG_DST: [mb, oc]}, {dnnl.ARG_SRC: 1, dnnl.ARG_WEIGHTS: 0, dnnl.ARG_DST: 1})
         set_scales(attr, self.scales)
+        zps = parse_zero_points(opts.get("attr-zero-points", ""), {
+            dnnl.ARG_SRC: [mb, ic, *sp], dnnl.ARG_WEIGHTS: [oc, ic, *sp],
+            dnnl.ARG_DST: [mb, oc]}, {dnnl.ARG_SRC: 1, dnnl.ARG_WEIGHTS: 0, dnnl.ARG_DST: 1})
+        for arg, (mask, _) in zps.items():  # oneDNN's inner product refuses them, as pydnnl
+            attr.set_zero_points_mask(arg, mask)
         self.tf32 = fpmath_attr(opts, attr)
         prop = (dnnl.prop_kind.forward_inference if d == "FWD_I"
                 else dnnl.prop_kind.forward_training)
@@ -82,7 +100,7 @@ class IpBench:
             cls = dnnl.inner_product_backward_weights
         self.prim = cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
-        self.values, self.args = random_args(self.pd, eng, seed)
+        self.values, self.args = (int8_args if self.int8 else random_args)(self.pd, eng, seed)
         self.scale_vals = scale_values(self, self.scales)
         self.stream = dnnl.stream(eng)
 
@@ -106,6 +124,17 @@ class IpBench:
             ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
             # the forward's masks: 0, or per output channel for weights (a row of dst)
             shaped = {a: s.reshape(1, -1) for a, s in self.scale_vals.items()}
+            if self.int8:
+                from ..reference.inner_product import inner_product_int8
+                from ..reference.post_ops import apply_post_ops
+
+                one = np.ones(1)
+                y = inner_product_int8(
+                    v[A.ARG_SRC], v[A.ARG_WEIGHTS], v.get(A.ARG_BIAS),
+                    shaped.get(A.ARG_SRC, one), shaped.get(A.ARG_WEIGHTS, one),
+                    shaped.get(A.ARG_DST, one),
+                    post_ops=lambda t: apply_post_ops(t, self.post_ops, prior, ops))
+                return int8_error(self.args[A.ARG_DST].to_numpy(), y, self.dts[2])
             ref = {A.ARG_DST: apply_scales(x @ w.reshape(oc, -1).T, v.get(A.ARG_BIAS, 0.0),
                                            self.post_ops, prior, ops, shaped)}
         elif self.dir == "BWD_D":
@@ -154,9 +183,11 @@ def run(eng, problem: str, opts: dict, mode: str, compare, min_seconds: float) -
     b = IpBench(eng, problem, opts)
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
-        line, failed = check_line("ip", desc, problem, b.check(), (
-            TF32_RTOL if b.tf32 else 1e-5) * max(
-            1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024)))
+        err, tol = b.check(), (TF32_RTOL if b.tf32 else 1e-5) * max(
+            1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024))
+        if b.int8:
+            err, tol = err
+        line, failed = check_line("ip", desc, problem, err, tol)
         print(line, flush=True)
         return failed
     tmin, tmed = time_ms(b.run, min_seconds, b.stream.wait)

@@ -1,6 +1,14 @@
-"""benchdnn's matmul driver: ``--matmul [--bia_dt=f32] [--bia_mask=M] [--stag=any] [--wtag=any]
-[--dtag=any] [--attr-scales=src:common:0.5+wei:per_oc+dst:common:2] [--attr-post-ops=...]
-MxK:KxN[:MxN]`` (batch dims too: ``2x3x4x5:2x1x5x6``).
+"""benchdnn's matmul driver: ``--matmul [--dt=f32|u8:s8:s8] [--bia_dt=f32] [--bia_mask=M]
+[--stag=any] [--wtag=any] [--dtag=any] [--attr-scales=src:common:0.5+wei:per_oc+dst:common:2]
+[--attr-zero-points=src:common:2+dst:common:1] [--attr-post-ops=...] MxK:KxN[:MxN]`` (batch
+dims too: ``2x3x4x5:2x1x5x6``).
+
+``--dt`` is ``src:wei:dst`` (one type: all three); u8 or s8 src makes an int8 matmul, whose
+tensors get small integers (src 0..8 or -4..4, weights -4..4, as benchdnn keeps int8 data
+small) and whose ``--attr-zero-points`` (benchdnn's ``ARG:POLICY:ZEROPOINT`` entries: common or
+per_oc) are checked in mode C with oneDNN's quantized formula
+(:func:`pydnnl.reference.matmul.matmul_int8`, rounded and saturated into dst's type): a
+quantized dst may differ by one unit where the exact value is a rounding tie away.
 
 ``--attr-scales`` takes benchdnn's ``ARG:POLICY[:SCALE[:f32]]`` entries joined by ``+``
 (:func:`parse_scales`); mode C checks oneDNN's formula ``post_ops(src_scale * wei_scale *
@@ -50,7 +58,7 @@ _SCALE_ARGS = {"src": dnnl.ARG_SRC, "wei": dnnl.ARG_WEIGHTS, "dst": dnnl.ARG_DST
 _SCALE_STEPS = (1.0, 0.5, 2.0, 4.0)
 
 
-def parse_scales(text: str, dims: dict, oc_dim: dict) -> dict:
+def parse_scales(text: str, dims: dict, oc_dim: dict, option: str = "--attr-scales") -> dict:
     """benchdnn's ``--attr-scales`` (``src:common:0.5+wei:per_oc``): ``{arg: (mask, scale)}``
     for ``ARG_SRC`` / ``ARG_WEIGHTS`` / ``ARG_DST``. Policies: ``common`` (mask 0),
     ``per_oc`` (the argument's output-channel dim ``oc_dim[arg]``), ``per_dim_<digits>``
@@ -60,7 +68,7 @@ def parse_scales(text: str, dims: dict, oc_dim: dict) -> dict:
     for entry in filter(None, text.split("+")):
         parts = entry.strip().split(":")
         if len(parts) < 2 or parts[0] not in _SCALE_ARGS:
-            raise invalid_arguments(f"--attr-scales: entry {entry!r}: expected "
+            raise invalid_arguments(f"{option}: entry {entry!r}: expected "
                                     f"src|wei|dst:POLICY[:SCALE], e.g. wei:per_oc")
         arg, policy = _SCALE_ARGS[parts[0]], parts[1]
         nd = len(dims[arg])
@@ -74,12 +82,12 @@ def parse_scales(text: str, dims: dict, oc_dim: dict) -> dict:
                 all(int(c) < nd for c in policy[8:]):
             mask = sum(1 << int(c) for c in set(policy[8:]))
         else:
-            raise invalid_arguments(f"--attr-scales: {entry}: policy must be common, per_oc, "
+            raise invalid_arguments(f"{option}: {entry}: policy must be common, per_oc, "
                                     f"per_tensor or per_dim_<dims> (of {nd}), got {policy}")
         try:
             scale = float(parts[2]) if len(parts) > 2 and parts[2] else 1.0
         except ValueError:
-            raise invalid_arguments(f"--attr-scales: {entry}: scale {parts[2]!r} is not a "
+            raise invalid_arguments(f"{option}: {entry}: value {parts[2]!r} is not a "
                                     f"number") from None
         if len(parts) > 3 and parts[3] not in ("", "f32"):
             raise unimplemented(f"--attr-scales: {entry}: scales of data type {parts[3]}; "
@@ -124,6 +132,73 @@ def apply_scales(prod, bias, post_ops, prior, ops, scales: dict):
     return v
 
 
+_DT = {t.name: t for t in dnnl.memory.data_type}
+
+
+def parse_dt(text: str, n: int = 3) -> list:
+    """``--dt``: ``src:wei:dst`` data type names (one name: every tensor)."""
+    names = text.split(":") if text else ["f32"]
+    if len(names) == 1:
+        names = names * n
+    if len(names) != n or any(x not in _DT for x in names):
+        raise invalid_arguments(f"--dt={text}: expected {n} data types joined by ':' "
+                                f"(src:wei:dst), e.g. u8:s8:f32")
+    return [_DT[x] for x in names]
+
+
+def parse_zero_points(text: str, dims: dict, oc_dim: dict) -> dict:
+    """benchdnn's ``--attr-zero-points`` (``src:common:2+dst:per_oc:1``): ``{arg: (mask,
+    value)}``; policies as :func:`parse_scales`' (the primitive decides which it takes)."""
+    out = {}
+    for arg, (mask, value) in parse_scales(text, dims, oc_dim, "--attr-zero-points").items():
+        if value != int(value):
+            raise invalid_arguments(f"--attr-zero-points: {value} is not an integer")
+        out[arg] = (mask, int(value))
+    return out
+
+
+def int8_args(pd, eng, seed: int) -> tuple[dict, dict]:
+    """``(values, memories)`` of an int8 problem: small integers in every integer tensor
+    (u8 0..8, s8 -4..4, s32 -50..50), standard-normal values in the others."""
+    rng = np.random.default_rng(seed)
+    ranges = {dnnl.memory.data_type.u8: (0, 9), dnnl.memory.data_type.s8: (-4, 5),
+              dnnl.memory.data_type.s32: (-50, 51)}
+    values, args = {}, {}
+    for arg, spec in pd.arg_specs().items():
+        t = spec.md.data_type
+        if t in ranges:
+            v = rng.integers(*ranges[t], spec.md.dims).astype(t.storage_dtype)
+        else:
+            v = rng.standard_normal(spec.md.dims).astype(np.float32)
+        values[arg], args[arg] = v, dnnl.memory(spec.md, eng, v)
+    return values, args
+
+
+def zero_point_values(b, zero_points: dict) -> None:
+    """The zero points' values (the given one at every index) into ``b.values``, ``b.args``
+    and ``b.zp_vals``."""
+    b.zp_vals = {}
+    for arg, (_, value) in zero_points.items():
+        key = dnnl.ARG_ATTR_ZERO_POINTS | arg
+        v = np.full(b.args[key].get_desc().dims, value, np.int32)
+        b.values[key] = v
+        b.args[key].write(v)
+        b.zp_vals[arg] = v
+
+
+def int8_error(got, y, dst_dt) -> tuple[float, float]:
+    """(relative error, tolerance) of an int8 primitive's dst against float64 ``y`` (before
+    conversion): integer dst one unit (a tie's other side), float dst its own half ulp and f32's
+    arithmetic."""
+    from ..reference.matmul import quantize
+
+    want = quantize(y, dst_dt.name)
+    top = max(float(np.abs(want).max()), 1.0)
+    err = float(np.abs(np.asarray(got, np.float64) - want).max()) / top
+    ulp = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}.get(dst_dt.name, 2.0 ** -20)
+    return err, (1.0 / top if dst_dt.name in ("s8", "u8", "s32") else 2 * ulp)
+
+
 class MatmulBench:
     """One matmul problem's primitive, memories and values."""
 
@@ -138,14 +213,18 @@ class MatmulBench:
         dd = dims[2] if len(dims) == 3 else [max(a, b) for a, b in zip(sd[:-2], wd[:-2])] + [
             sd[-2], wd[-1]]
         nd = len(dd)
-        MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
-        descs = [MD(sd, F32, _tag(opts, "stag", nd)), MD(wd, F32, _tag(opts, "wtag", nd))]
-        self.with_bias = opts.get("bia_dt", opts.get("bia-dt", "undef")).lower() == "f32"
+        MD = dnnl.memory.desc
+        self.dts = parse_dt(opts.get("dt", ""))
+        self.int8 = self.dts[0].name in ("u8", "s8")
+        descs = [MD(sd, self.dts[0], _tag(opts, "stag", nd)),
+                 MD(wd, self.dts[1], _tag(opts, "wtag", nd))]
+        bia = opts.get("bia_dt", opts.get("bia-dt", "undef")).lower()
+        self.with_bias = bia != "undef"
         if self.with_bias:
             mask = int(opts.get("bia_mask", opts.get("bia-mask", 1 << (nd - 1))))
-            descs.append(MD([d if mask >> i & 1 else 1 for i, d in enumerate(dd)], F32,
-                            "abcdefghijkl"[:nd]))
-        descs.append(MD(dd, F32, _tag(opts, "dtag", nd)))
+            descs.append(MD([d if mask >> i & 1 else 1 for i, d in enumerate(dd)],
+                            parse_dt(bia, 1)[0], "abcdefghijkl"[:nd]))
+        descs.append(MD(dd, self.dts[2], _tag(opts, "dtag", nd)))
         self.post_ops = parse_post_ops(opts.get("attr-post-ops", ""), dd, oc_dim=nd - 1)
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
@@ -154,14 +233,19 @@ class MatmulBench:
                                    {dnnl.ARG_SRC: nd - 1, dnnl.ARG_WEIGHTS: nd - 1,
                                     dnnl.ARG_DST: nd - 1})
         set_scales(attr, self.scales)
+        self.zero_points = parse_zero_points(opts.get("attr-zero-points", ""), self.scale_dims,
+                                             {a: nd - 1 for a in self.scale_dims})
+        for arg, (mask, _) in self.zero_points.items():
+            attr.set_zero_points_mask(arg, mask)
         self.tf32 = fpmath_attr(opts, attr)
         t0 = time.perf_counter()
         self.pd = dnnl.matmul.primitive_desc(eng, *descs, attr)
         self.prim = dnnl.matmul(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         self.dims = (sd, wd, dd)
-        self.values, self.args = random_args(self.pd, eng, seed)
+        self.values, self.args = (int8_args if self.int8 else random_args)(self.pd, eng, seed)
         self.scale_vals = scale_values(self, self.scales)
+        zero_point_values(self, self.zero_points)
         self.stream = dnnl.stream(eng)
 
     def run(self) -> None:
@@ -185,16 +269,36 @@ class MatmulBench:
         shaped = {a: self.scale_vals[a].reshape([d if m >> i & 1 else 1 for i, d in
                                                  enumerate(self.scale_dims[a])])
                   for a, (m, _) in self.scales.items()}
+        if self.int8:
+            return self._check_int8(v, prior, ops, shaped)
         ref = apply_scales(ref, v[dnnl.ARG_BIAS] if self.with_bias else 0.0, self.post_ops,
                            prior, ops, shaped)
         got = self.args[dnnl.ARG_DST].to_numpy()
         return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
+    def _check_int8(self, v, prior, ops, shaped) -> tuple[float, float]:
+        from ..reference.matmul import matmul_int8
+        from ..reference.post_ops import apply_post_ops
+
+        def zp(arg):
+            m = self.zero_points.get(arg, (0, 0))[0]
+            z = self.zp_vals.get(arg, np.zeros(1, np.int32))
+            return z.reshape([d if m >> i & 1 else 1 for i, d in enumerate(self.scale_dims[arg])])
+        one = np.ones(1)
+        y = matmul_int8(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
+                        v[dnnl.ARG_BIAS] if self.with_bias else None,
+                        shaped.get(dnnl.ARG_SRC, one), shaped.get(dnnl.ARG_WEIGHTS, one),
+                        shaped.get(dnnl.ARG_DST, one), zp(dnnl.ARG_SRC), zp(dnnl.ARG_WEIGHTS),
+                        zp(dnnl.ARG_DST),
+                        post_ops=lambda x: apply_post_ops(x, self.post_ops, prior, ops))
+        return int8_error(self.args[dnnl.ARG_DST].to_numpy(), y, self.dts[2])
+
+
 def _peer(b: MatmulBench, compare: str | None, eng, min_seconds: float):
     sd, wd, dd = b.dims
-    if compare == "numpy":
-        x, w = b.values[dnnl.ARG_SRC], b.values[dnnl.ARG_WEIGHTS]
+    if compare == "numpy":  # in f32 (int8 data too: numpy has no fast integer product)
+        x, w = (b.values[a].astype(np.float32) for a in (dnnl.ARG_SRC, dnnl.ARG_WEIGHTS))
         out = np.empty(dd, np.float32)
         return "numpy", time_ms(lambda: np.matmul(x, w, out=out), min_seconds)[0]
     if compare == "torch":
@@ -216,8 +320,11 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
     b = MatmulBench(eng, problem, opts)
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
-        line, failed = check_line("matmul", desc, problem, b.check(), (
-            TF32_RTOL if b.tf32 else 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024)))
+        err = b.check()
+        tol = (TF32_RTOL if b.tf32 else 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024))
+        if b.int8:
+            err, tol = err
+        line, failed = check_line("matmul", desc, problem, err, tol)
         print(line, flush=True)
         return failed
     tmin, tmed = time_ms(b.run, min_seconds, b.stream.wait)

@@ -454,7 +454,8 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
 
 def build_pack(pk: PackProblem) -> KernelSource:
     """The packing kernel of ``pk``: arguments ``b, bp, wsum, b_off, bp_off, ws_off``; one
-    work-item per (padded) column and matrix (grid ``(np_, count)``)."""
+    work-item per (padded) column and matrix (grid ``(np_, count)``; ``panel`` must be a
+    multiple of 64 or divide it)."""
     KQ, K, N, P = kq(pk.k), pk.k, pk.n, pk.panel
     src = f"""__kernel void gemm_int8_pack(__global const char* restrict b,
     __global uint* restrict bp, __global int* restrict wsum, long b_off, long bp_off,
@@ -481,6 +482,7 @@ def build_pack(pk: PackProblem) -> KernelSource:
     wsum[ws_off + t * {pk.np_}L + j] = sum;
 }}
 """
-    return KernelSource("gemm_int8_pack", src, (pk.np_, pk.count), (1, 1),
+    # a work-group of a panel's columns: the compilers vectorize the byte loads across them
+    return KernelSource("gemm_int8_pack", src, (pk.np_, pk.count), (min(P, 64), 1),
                         ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
 
