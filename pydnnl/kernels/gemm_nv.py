@@ -82,6 +82,8 @@ class NvTile:
     mma: str | None = None
     wm: int = 64
     wn: int = 32
+    #: 16-bit kinds: tiles kept packed in shared memory (see ``_Gen.packed``)
+    packed: bool = False
 
     @property
     def threads(self) -> int:
@@ -95,6 +97,9 @@ class NvTile:
                 raise ValueError(f"NvTile: mma must be None or one of {', '.join(MMA_KINDS)}, "
                                  f"got {self.mma!r}")
             kstep = MMA_KINDS[self.mma][0]
+            if self.packed and MMA_KINDS[self.mma][2] is None:
+                raise ValueError(f"NvTile: packed tiles need a 16-bit mma kind, got "
+                                 f"{self.mma!r}")
             if self.wm % 16 or self.wn % 8 or self.bk % kstep or self.bm % self.wm \
                     or self.bn % self.wn:
                 raise ValueError(f"NvTile: warp tile {self.wm}x{self.wn} (multiples of 16x8) "
@@ -169,7 +174,7 @@ class _Gen:
         self.nt = t.threads
         self.wx = t.bn // t.tn  # work-items along n
         # row padding of the shared tiles (keeps float4 alignment, spreads banks), see _pads
-        self.pa = self.pb = _pads(t)[0]
+        self.pa = self.pb = (_packed_pads() if t.packed else _pads(t))[0]
         # tensor cores with a plain A (rows along k): A stays m-major in shared memory, rows
         # padded (float4 stores as loaded; a fragment's reads conflict-free) instead of
         # transposed into k rows (4 scalar stores per float4, 4-way conflicts)
@@ -177,6 +182,16 @@ class _Gen:
         self.rak = t.bk + _pads(t)[1]
         self.sza = t.bm * self.rak if self.a_mmajor else t.bk * (t.bm + self.pa)
         self.szb = t.bk * (t.bn + self.pb)
+        # ``packed``: 16-bit kinds keep the tiles in shared memory as they are multiplied, one
+        # 32-bit word per pair of k (the smaller in the low half), rounded once when stored;
+        # half the bytes, so 32-deep slices fit. Pairs across two loaded rows are stored as
+        # 16-bit halves, which costs: see the rule in heuristics/gemm.py
+        self.packed = t.packed
+        if self.packed:
+            self.rak = t.bk // 2 + _packed_pads()[1]
+            kp = t.bk // 2
+            self.sza = t.bm * self.rak if self.a_mmajor else kp * (t.bm + self.pa)
+            self.szb = kp * (t.bn + self.pb)
         # sizes as C: constants, or the run-time ``m``/``ksize`` (int copies ``M``/``K``)
         self.M = "M" if pr.runtime_m else str(pr.m)
         self.K = "K" if pr.runtime_k else str(pr.k)
@@ -259,6 +274,8 @@ class _Gen:
         def sstore(name, buf):
             arr, pad, span = ("As", self.pa, t.bm) if name == "a" else ("Bs", self.pb, t.bn)
             row = span + pad
+            if self.packed:
+                return self._sstore_packed(w, name, buf, la if name == "a" else lb, arr, row)
             for i, (_, _, (r, c, transposed)) in enumerate(la if name == "a" else lb):
                 if name == "a" and self.a_mmajor:  # (k column r, m row c): as loaded
                     v = f"{cvt}4(r{name}[{i}])" if cvt else f"r{name}[{i}]"
@@ -425,6 +442,8 @@ class _Gen:
         def slice16():
             """m16n8k16: register r of A holds rows g (+8) at k 2q, 2q+1 (+8); of B, k 2q,
             2q+1 (+8) at column g; each pair converted into one register as it is read."""
+            if self.packed:
+                return slice_packed()
             if self.a_mmajor:  # the pair is adjacent: one float2
                 w(f"  __local const float* as = As + cur * {sza} + (wm0 + g) * {self.rak}"
                   " + 2 * q;")
@@ -447,6 +466,26 @@ class _Gen:
                 for r, dk in enumerate((0, 8)):
                     w(f"    const uint b{j}_{r} = pd_pack(bs[(kk + {dk}) * {rb} + {8 * j}], "
                       f"bs[(kk + {dk + 1}) * {rb} + {8 * j}]);")
+            mmas()
+            w("  }")
+
+        def slice_packed():
+            """The same registers read as stored: one 32-bit word each."""
+            if self.a_mmajor:
+                w(f"  __local const uint* as = As + cur * {sza} + (wm0 + g) * {self.rak} + q;")
+            else:
+                w(f"  __local const uint* as = As + cur * {sza} + q * {ra} + wm0 + g;")
+            w(f"  __local const uint* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
+            w("#pragma unroll")
+            w(f"  for (int kh = 0; kh < {t.bk // 2}; kh += 8) {{")
+            for i in range(mt):
+                for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
+                    at = (f"{16 * i + dm} * {self.rak} + kh + {dk}" if self.a_mmajor
+                          else f"(kh + {dk}) * {ra} + {16 * i + dm}")
+                    w(f"    const uint a{i}_{r} = as[{at}];")
+            for j in range(nt_):
+                for r, dk in enumerate((0, 4)):
+                    w(f"    const uint b{j}_{r} = bs[(kh + {dk}) * {rb} + {8 * j}];")
             mmas()
             w("  }")
 
@@ -473,6 +512,25 @@ class _Gen:
                         w(f"      *cp = {self._final(v, '*cp', f'col{j} + {e}', br)};")
                         w("    }")
                 w("  }")
+                w("}")
+
+    def _sstore_packed(self, w, name, buf, loads, arr, row) -> None:
+        """Store this work-item's float4s of ``name`` into the packed tile: pairs along k
+        into one word; a float4 across columns (one k) as four 16-bit halves."""
+        for i, (_, _, (r, c, transposed)) in enumerate(loads):
+            v = f"r{name}[{i}]"
+            if name == "a" and self.a_mmajor:  # (k column r, m row c): two pairs, one uint2
+                w(f"*(__local uint2*)&As[{buf} + {c} * {self.rak} + ({r}) / 2] = "
+                  f"(uint2)(pd_pack({v}.x, {v}.y), pd_pack({v}.z, {v}.w));")
+            elif transposed:  # along k at column r... (k offset r, column c)
+                w(f"{arr}[{buf} + (({r}) / 2) * {row} + {c}] = pd_pack({v}.x, {v}.y);")
+                w(f"{arr}[{buf} + (({r}) / 2 + 1) * {row} + {c}] = pd_pack({v}.z, {v}.w);")
+            else:  # k row r, columns c..c+3: the low or high half of four words
+                w("{")
+                w(f"  __local ushort* h = (__local ushort*){arr} + 2 * ({buf} + (({r}) / 2) * "
+                  f"{row} + {c}) + (({r}) & 1);")
+                for e, comp in enumerate("xyzw"):
+                    w(f"  h[{2 * e}] = (ushort)pd_pack({v}.{comp}, 0.0f);")
                 w("}")
 
     @property
@@ -590,6 +648,7 @@ class _Gen:
             return " + ".join(parts) or "0"
 
         sza, szb = self.sza, self.szb
+        stype = "uint" if self.packed else "float"
         vec = _vector_ops(pr)
         from .post_ops import helpers
 
@@ -599,8 +658,8 @@ class _Gen:
             f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
             f"{name}({', '.join(args)})",
             "{",
-            f"    __local float As[{2 * sza}] __attribute__((aligned(16)));",
-            f"    __local float Bs[{2 * szb}] __attribute__((aligned(16)));",
+            f"    __local {stype} As[{2 * sza}] __attribute__((aligned(16)));",
+            f"    __local {stype} Bs[{2 * szb}] __attribute__((aligned(16)));",
             "    const int tid = get_local_id(0);",
         ] + (["    const int M = (int)m;"] if pr.runtime_m else []) + (
             ["    const int K = (int)ksize;"] if pr.runtime_k else []) + [
@@ -666,9 +725,21 @@ def _pads(tile: NvTile) -> tuple[int, int]:
     return 4, 4
 
 
+def _packed_pads() -> tuple[int, int]:
+    """Padding of packed tiles (in words): k-pair rows of span + 8 put a fragment's reads
+    (rows q, columns g) in 32 banks; an m-major A's rows of bk/2 + 4 likewise (rows g,
+    words q)."""
+    return 8, 4
+
+
 def smem_bytes(tile: NvTile) -> int:
     """Shared memory of a kernel with ``tile`` (double-buffered A and B; the larger of the two
     A layouts, so that the bound holds for every problem)."""
+    if tile.packed:
+        pad, apad = _packed_pads()
+        kp = tile.bk // 2
+        a = max(kp * (tile.bm + pad), tile.bm * (kp + apad))
+        return 2 * (a + kp * (tile.bn + pad)) * 4
     pad, apad = _pads(tile)
     a = max(tile.bk * (tile.bm + pad), tile.bm * (tile.bk + apad) if tile.mma else 0)
     return 2 * (a + tile.bk * (tile.bn + pad)) * 4

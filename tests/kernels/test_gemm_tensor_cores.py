@@ -50,6 +50,14 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
     assert _pick(1024, 1024, 1024, "bf16") == (64, 128, "bf16")
     assert _pick(4096, 4096, 4096, "f16") == (128, 128, "f16")
     assert _pick(64, 2048, 512, "bf16") == (32, 64, None)
+    # big blocks of a 16-bit kind with a plain A keep their tiles packed, 32 deep
+    big = nv_tile(H100, GemmProblem(m=4096, n=4096, k=4096, lda=4096, ldb=4096, ldc=4096),
+                  "bf16")
+    assert (big.packed, big.bk) == (True, 32)
+    assert not nv_tile(H100, GemmProblem(m=4096, n=4096, k=4096, lda=4096, ldb=4096,
+                                         ldc=4096, trans_a=True), "bf16").packed
+    assert not nv_tile(H100, GemmProblem(m=4096, n=4096, k=4096, lda=4096, ldb=4096,
+                                         ldc=4096), "tf32").packed
 
 
 def test_tile_checks_name_the_bad_field():
@@ -57,6 +65,8 @@ def test_tile_checks_name_the_bad_field():
         NvTile(64, 128, 16, 8, 8, mma="int8").check()
     with pytest.raises(ValueError, match="multiple of 16"):  # m16n8k16 needs 16-deep slices
         NvTile(64, 128, 8, 8, 8, mma="bf16", wm=32, wn=32).check()
+    with pytest.raises(ValueError, match="packed"):
+        NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32, packed=True).check()
     with pytest.raises(ValueError, match="warp tile 24x32"):
         NvTile(64, 128, 16, 8, 8, mma="tf32", wm=24, wn=32).check()
 
@@ -99,9 +109,14 @@ def _rel(got, want):
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
+PACKED = NvTile(128, 128, 32, 8, 8, mma="bf16", wm=64, wn=64, packed=True)
+TC_ALL = TC + [PACKED]
+
+
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("tile", range(len(TC)))
-@pytest.mark.parametrize("kind", ["tf32", "bf16", "f16"])
+@pytest.mark.parametrize("tile,kind", [(t, k) for t in range(len(TC_ALL))
+                                       for k in ("tf32", "bf16", "f16")
+                                       if not (TC_ALL[t].packed and k == "tf32")])
 def test_tensor_core_kernel_against_float64(engine, stream, ta, tb, tile, kind):
     _nvidia(engine)
     from dataclasses import replace
@@ -114,7 +129,7 @@ def test_tensor_core_kernel_against_float64(engine, stream, ta, tb, tile, kind):
     B = rng.standard_normal((k, n)).astype(np.float32)
     pr = GemmProblem(m=m, n=n, k=k, trans_a=ta, trans_b=tb, lda=m if ta else k,
                      ldb=k if tb else n, ldc=n, beta=1.0, runtime_offsets=True)
-    src = build_gemm_nv(pr, replace(TC[tile], mma=kind))
+    src = build_gemm_nv(pr, replace(TC_ALL[tile], mma=kind))
     C0 = rng.standard_normal((m, n)).astype(np.float32)
     mem = {w: dnnl.memory(dnnl.memory.desc([v.size], dnnl.memory.data_type.f32, "a"), engine,
                           v.ravel())
