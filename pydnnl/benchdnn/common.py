@@ -107,24 +107,39 @@ def copy_gbs(eng, nbytes: int, min_seconds: float = 0.5) -> float:
 
 
 # --attr-fpmath: tf32 rounds each input to 10 mantissa bits, so a K-long dot product is off by
-# about 2^-11 * sqrt(K) of its scale; benchdnn likewise relaxes its threshold for tf32
+# about 2^-11 * sqrt(K) of its scale; benchdnn likewise relaxes its threshold for tf32. f16
+# keeps 10 bits too, bf16 7 (8x the rounding)
 TF32_RTOL = 2e-3
+FPMATH_RTOL = {"tf32": TF32_RTOL, "f16": TF32_RTOL, "bf16": 8 * TF32_RTOL}
+# the spacing at 1 of each reduced format, for formulas written in epsilons
+FPMATH_EPS = {"tf32": 2.0 ** -10, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
 
 
-def fpmath_attr(opts: dict, attr):
-    """Apply ``--attr-fpmath=MODE[:true]`` to ``attr``; returns whether TF32 is allowed."""
-    import pydnnl as dnnl
-
+def fpmath_attr(opts: dict, attr) -> str:
+    """Apply ``--attr-fpmath=MODE[:true]`` to ``attr``; returns the reduced format the mode
+    lets GEMMs compute in (``"tf32"`` for tf32 and any, ``"bf16"``, ``"f16"``) or ``""``
+    for strict. Checks then allow that format's rounding (:data:`FPMATH_RTOL`): devices
+    without such tensor cores compute in f32 all the same, well within it."""
     text = str(opts.get("attr-fpmath", "")).strip()
     if not text:
-        return False
+        return ""
     mode, _, to_int = text.partition(":")
     attr.set_fpmath_mode(mode, to_int.lower() == "true")
-    return attr.get_fpmath_mode() in (dnnl.fpmath_mode.tf32, dnnl.fpmath_mode.any)
+    from ..runtime.fpmath import gemm_math
+
+    kind = gemm_math(attr.get_fpmath_mode())
+    return "" if kind == "strict" else kind
 
 
-def torch_tf32(device: str | None, allow: bool) -> None:
-    """The CUDA peer computes as pydnnl may: TF32 where the fpmath mode allows it."""
+def fpmath_rtol(kind: str, strict: float) -> float:
+    """The relative tolerance of a check under ``kind`` (:func:`fpmath_attr`), ``strict``
+    without one."""
+    return FPMATH_RTOL.get(kind, strict)
+
+
+def torch_tf32(device: str | None, allow) -> None:
+    """The CUDA peer computes as pydnnl may: TF32 where the fpmath mode allows a reduced
+    format (PyTorch has no bf16/f16 mode for f32 products; TF32 is its nearest)."""
     if device == "cuda":
         import torch
 

@@ -19,9 +19,9 @@ import pydnnl as dnnl
 
 from ..error import invalid_arguments
 from .common import (
-    TF32_RTOL,
     check_line,
     fpmath_attr,
+    fpmath_rtol,
     parse_post_ops,
     perf_line,
     post_op_operands,
@@ -183,7 +183,7 @@ def run(eng, problem: str, opts: dict, mode: str, compare, min_seconds: float) -
     b = IpBench(eng, problem, opts)
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
-        err, tol = b.check(), (TF32_RTOL if b.tf32 else 1e-5) * max(
+        err, tol = b.check(), fpmath_rtol(b.tf32, 1e-5) * max(
             1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024))
         if b.int8:
             err, tol = err

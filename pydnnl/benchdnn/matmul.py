@@ -28,9 +28,9 @@ import pydnnl as dnnl
 
 from ..error import invalid_arguments, unimplemented
 from .common import (
-    TF32_RTOL,
     check_line,
     fpmath_attr,
+    fpmath_rtol,
     parse_dims_list,
     parse_post_ops,
     perf_line,
@@ -321,7 +321,7 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
         err = b.check()
-        tol = (TF32_RTOL if b.tf32 else 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024))
+        tol = fpmath_rtol(b.tf32, 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024))
         if b.int8:
             err, tol = err
         line, failed = check_line("matmul", desc, problem, err, tol)
