@@ -58,6 +58,38 @@ def rnn_invalid(p, o) -> str:
     return ""
 
 
+def _rnn_cfg(cfg: str, R) -> str:
+    if cfg == "f32:f32:f32":
+        return "f32"
+    if cfg not in R.CFGS:
+        raise SystemExit(f"--cfg: expected one of {', '.join(R.CFGS)}, got {cfg}")
+    return cfg
+
+
+def _rnn_scaling(v: str) -> str:
+    if v not in ("common", "per_oc"):
+        raise SystemExit(f"--scaling: expected common or per_oc, got {v}")
+    return v
+
+
+def rnn_not_supported(p, o, trivial: bool) -> str:
+    """oneDNN benchdnn's ``skip_unimplemented_prb`` rules for data types: int8 runs
+    forward inference of LSTM and GRU with trivial strides; LSTM with projection has no
+    bf16/f16 configuration. The reason, or ''."""
+    from . import rnn as R
+
+    if R.int8_cfg(o.cfg) is not None:
+        if o.alg not in ("VANILLA_LSTM", "VANILLA_GRU"):
+            return f"int8 cfg {o.cfg} is LSTM and GRU only"
+        if o.prop != "FWD_I":
+            return f"int8 cfg {o.cfg} is forward inference only"
+        if not trivial:
+            return "int8 with non-trivial strides"
+    elif o.with_projection and o.cfg != "f32":
+        return f"LSTM with projection in {o.cfg}"
+    return ""
+
+
 def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     from . import rnn as R
 
@@ -88,7 +120,9 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
                          with_projection=parse_bool("--with-projection",
                                                     combo.get("with-projection", "false")),
                          seq_lengths=combo.get("seq-lengths") or None,
-                         fpmath=combo.get("attr-fpmath", "") or "")
+                         fpmath=combo.get("attr-fpmath", "") or "",
+                         cfg=_rnn_cfg(combo.get("cfg", "") or "f32", R),
+                         scaling=_rnn_scaling(combo.get("scaling", "") or "common"))
         trivial = parse_bool("--trivial-strides", combo.get("trivial-strides", "true"))
         skip_nl = parse_bool("--skip-nonlinear", combo.get("skip-nonlinear", "false"))
     except invalid_arguments as e:
@@ -104,13 +138,11 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     if not trivial and (tag.split(":")[0] == "any" or tag.split(":")[-1] == "any"):
         summary.report(S.SKIPPED, f"{S.INVALID_CASE}: non-trivial strides with tag any", repro)
         return
+    why = rnn_not_supported(p, o, trivial)
+    if why:
+        summary.report(S.SKIPPED, f"{S.CASE_NOT_SUPPORTED}: {why}", repro)
+        return
     missing = []
-    if combo.get("cfg", "") not in _F32_CFGS:
-        missing.append(f"--cfg={combo['cfg']}: pydnnl.benchdnn creates f32 RNN problems only "
-                       "(int8 RNNs are not implemented; bf16/f16 ones are tested in "
-                       "tests/primitives/rnn)")
-    if combo.get("scaling", ""):
-        missing.append("--scaling: pydnnl RNNs take no int8 scales")
     if not trivial:
         missing.append("--trivial-strides=false: the benchmark creates dense tensors only")
     if skip_nl:
@@ -143,6 +175,13 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
             print(f"kernel,{desc},{p.to_str()},{name},global={'x'.join(map(str, size or ()))},"
                   f"launches={count},total_ms={ms:.4f},per_launch_us={ms / count * 1e3:.2f}",
                   flush=True)
+        return
+    if mode == "C" and b.q is not None:
+        err = b.check_int8()
+        ok = err <= 1.0
+        print(f"check,{'passed' if ok else 'FAILED'},{repro},max_err_steps={err:.2f},"
+              f"tolerance=1 step", flush=True)
+        summary.report(S.PASSED if ok else S.FAILED, "", repro)
         return
     if mode == "C":
         err = b.check() if b.bwd is None else b.check_backward()
@@ -185,14 +224,12 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
                           stag=combo.get("stag", "") or "any",
                           wtag=combo.get("wtag", "") or "any",
                           dtag=combo.get("dtag", "") or "any",
-                          fpmath=combo.get("attr-fpmath", "") or "")
+                          fpmath=combo.get("attr-fpmath", "") or "",
+                          dt=C.parse_dt(C.dt_option(combo)))
     except invalid_arguments as e:
         raise SystemExit(f"--{driver}: {e}") from None
     repro = _repro(driver, combo, mode, p.to_str())
     missing = []
-    dt = combo.get("dt", "") or combo.get("cfg", "")
-    if dt not in _F32_CFGS:
-        missing.append(f"--dt={dt}: pydnnl convolutions compute in f32 only")
     for k in ("attr-scales", "attr-zero-points"):
         if combo.get(k, ""):
             missing.append(f"--{k}={combo[k]}: pydnnl convolutions take no {k[5:]}")

@@ -23,6 +23,45 @@ DIRECTIONS = {"left2right": "unidirectional_left2right", "right2left": "unidirec
 PROPS = {"FWD_I": "forward_inference", "FWD_D": "forward_training", "BWD_DW": "backward"}
 F32_EPS = 2.0 ** -23
 TF32_EPS = 2.0 ** -10  # the spacing of TF32 (10 mantissa bits) at 1, as F32_EPS is of f32
+# benchdnn's epsilon_dt of the data type a configuration's threshold uses
+CFG_EPS = {"f32": F32_EPS, "bf16": 2.0 ** -7, "bf16f32": 2.0 ** -7, "f16": 2.0 ** -10,
+           "f16f32": 2.0 ** -10}
+
+# oneDNN benchdnn's --cfg names (tests/benchdnn/rnn/cfg.cpp): the data type of each tensor
+# kind. Kinds: src_layer, src_iter, src_iter_c, weights (layer and iter), peephole,
+# projection, bias, dst_layer, dst_iter, dst_iter_c.
+_K = ("src_layer", "src_iter", "src_iter_c", "weights", "peephole", "projection", "bias",
+      "dst_layer", "dst_iter", "dst_iter_c")
+
+
+def _cfg(*types: str) -> dict[str, str]:
+    return dict(zip(_K, types))
+
+
+CFGS = {
+    "f32": _cfg(*["f32"] * 10),
+    "bf16": _cfg("bf16", "bf16", "bf16", "bf16", "f32", "f32", "bf16", "bf16", "bf16", "bf16"),
+    "bf16f32": _cfg("bf16", "bf16", "f32", "bf16", "f32", "f32", "f32", "bf16", "bf16", "f32"),
+    "f16": _cfg("f16", "f16", "f16", "f16", "f32", "f32", "f16", "f16", "f16", "f16"),
+    "f16f32": _cfg("f16", "f16", "f32", "f16", "f32", "f32", "f32", "f16", "f16", "f32"),
+}
+# int8 names are src_iter, src_layer, dst_iter, dst_layer: s8 weights, f32 bias and c state
+for _q in ("u8", "s8"):
+    for _it in (_q, "f32"):
+        for _dl in (_q, "f32"):
+            CFGS[f"{_it}{_q}{_it}{_dl}"] = _cfg(_q, _it, "f32", "s8", "f32", "s8", "f32", _dl,
+                                               _it, "f32")
+# benchdnn's int8 quantization (rnn_aux.cpp, set_qparams): data generated in [0, 127] (u8,
+# mean 28) or [0, 64] (s8), from reals in [-1, 1]: scale = range / 2, u8 shift = the mean;
+# s8 weights in [-64, 64]: scales 64 * (1 + i / n) (n = 1 with --scaling=common)
+INT8_QPARAMS = {"u8": (63.5, 28.0), "s8": (32.0, 0.0)}
+INT8_DATA = {"u8": (0, 127, 28.0, 16.0), "s8": (0, 64, 8.0, 32.0)}  # min, max, mean, stddev
+
+
+def int8_cfg(cfg: str) -> str | None:
+    """The quantized data type of an int8 configuration (``u8``/``s8``), else None."""
+    t = CFGS[cfg]["src_layer"]
+    return t if t in ("u8", "s8") else None
 
 
 def tolerance(p: RnnProblem, o: RnnOptions) -> float:
@@ -37,8 +76,9 @@ def tolerance(p: RnnProblem, o: RnnOptions) -> float:
         acc *= p.sic
     if o.prop == "BWD_DW":
         acc *= max(g * p.dhc, p.mb)
+    eps = TF32_EPS if o.tf32 else CFG_EPS.get(o.cfg, F32_EPS)
     return (4 * (2 if o.prop == "BWD_DW" else 1) * (2 if o.direction == "sum" else 1)
-            * float(np.ceil(np.log2(acc * p.t))) * (TF32_EPS if o.tf32 else F32_EPS))
+            * float(np.ceil(np.log2(acc * p.t))) * eps)
 
 
 ACTIVATIONS = {"RELU": "eltwise_relu", "TANH": "eltwise_tanh", "LOGISTIC": "eltwise_logistic"}
@@ -105,6 +145,8 @@ class RnnOptions:
     with_projection: bool = False
     seq_lengths: str | None = None  # "spread" (evenly over [1, T]) or "3:5:1:..."
     fpmath: str = ""  # benchdnn's --attr-fpmath
+    cfg: str = "f32"  # benchdnn's --cfg (CFGS)
+    scaling: str = "common"  # int8 weights scales: common (mask 0) or per_oc (mask 24 / 8)
 
     @property
     def tf32(self) -> bool:
@@ -131,23 +173,46 @@ def _descs(p: RnnProblem, o: RnnOptions):
     dic = p.dic if o.with_projection else p.dhc
     dlc = dic * (2 if o.direction == "concat" else 1)
     md = dnnl.memory.desc
-    d = {"src_layer_desc": md([p.t, p.mb, p.slc], dt.f32, tag.tnc),
-         "src_iter_desc": md([p.l, D, p.mb, p.sic], dt.f32, tag.ldnc),
-         "weights_layer_desc": md([p.l, D, p.slc, G, p.dhc], dt.f32, tag.any),
-         "weights_iter_desc": md([p.l, D, p.sic, G, p.dhc], dt.f32, tag.any),
-         "bias_desc": md([p.l, D, cell.n_bias_gates, p.dhc], dt.f32, tag.ldgo),
-         "dst_layer_desc": md([p.t, p.mb, dlc], dt.f32, tag.tnc),
-         "dst_iter_desc": md([p.l, D, p.mb, dic], dt.f32, tag.ldnc)}
+    c = {k: getattr(dt, v) for k, v in CFGS[o.cfg].items()}
+    d = {"src_layer_desc": md([p.t, p.mb, p.slc], c["src_layer"], tag.tnc),
+         "src_iter_desc": md([p.l, D, p.mb, p.sic], c["src_iter"], tag.ldnc),
+         "weights_layer_desc": md([p.l, D, p.slc, G, p.dhc], c["weights"], tag.any),
+         "weights_iter_desc": md([p.l, D, p.sic, G, p.dhc], c["weights"], tag.any),
+         "bias_desc": md([p.l, D, cell.n_bias_gates, p.dhc], c["bias"], tag.ldgo),
+         "dst_layer_desc": md([p.t, p.mb, dlc], c["dst_layer"], tag.tnc),
+         "dst_iter_desc": md([p.l, D, p.mb, dic], c["dst_iter"], tag.ldnc)}
     if cell.has_cell_state:
-        d["src_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], dt.f32, tag.ldnc)
-        d["dst_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], dt.f32, tag.ldnc)
+        d["src_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], c["src_iter_c"], tag.ldnc)
+        d["dst_iter_c_desc"] = md([p.l, D, p.mb, p.dhc], c["dst_iter_c"], tag.ldnc)
     if o.with_peephole:
-        d["weights_peephole_desc"] = md([p.l, D, 3, p.dhc], dt.f32, tag.ldgo)
+        d["weights_peephole_desc"] = md([p.l, D, 3, p.dhc], c["peephole"], tag.ldgo)
     if o.with_projection:
-        d["weights_projection_desc"] = md([p.l, D, p.dhc, dic], dt.f32, tag.any)
-    if cell.has_attention:
-        d["attention_desc"] = md([p.t, p.mb, 1], dt.f32, tag.tnc)
+        d["weights_projection_desc"] = md([p.l, D, p.dhc, dic], c["projection"], tag.any)
+    if cell.has_attention:  # benchdnn's AUGRU_ATTENTION entry: the data type
+        d["attention_desc"] = md([p.t, p.mb, 1], c["src_layer"], tag.tnc)
     return cell, d
+
+
+def int8_scales(p: RnnProblem, o: RnnOptions, cell) -> tuple[np.ndarray, np.ndarray]:
+    """benchdnn's weights (G * DHC) and projection (DIC) scales for --scaling."""
+    def sc(n):
+        n = n if o.scaling == "per_oc" else 1
+        return 64.0 * (1.0 + np.arange(n) / n)
+
+    return sc(cell.n_gates * p.dhc), sc(p.dic if o.with_projection else 1)
+
+
+def int8_attr(attr, p: RnnProblem, o: RnnOptions, cell) -> None:
+    """The quantization attributes of an int8 configuration."""
+    q = int8_cfg(o.cfg)
+    if q is None:
+        return
+    attr.set_rnn_data_qparams(*INT8_QPARAMS[q])
+    w, pr = int8_scales(p, o, cell)
+    per_oc = o.scaling == "per_oc"
+    attr.set_rnn_weights_qparams(24 if per_oc else 0, w.tolist())
+    if o.with_projection:
+        attr.set_rnn_weights_projection_qparams(8 if per_oc else 0, pr.tolist())
 
 
 def create(eng, p: RnnProblem, o: RnnOptions):
@@ -165,6 +230,7 @@ def create(eng, p: RnnProblem, o: RnnOptions):
     ext = dnnl.rnn_extensions(seq_lengths=lens) if lens else None
     attr = dnnl.primitive_attr()
     fpmath_attr({"attr-fpmath": o.fpmath}, attr)
+    int8_attr(attr, p, o, cell)
     pd = cls.primitive_desc(eng, prop, *act, direction, **descs, attr=attr, extensions=ext)
     prim = cls(pd)
     bpd = bwd = None
@@ -227,18 +293,26 @@ class RnnBench:
         rng = np.random.default_rng(seed)
         self.values = {}
         self.args = {}
+        self.q = int8_cfg(o.cfg)
         for arg, spec in self.pd.arg_specs().items():
             if arg == dnnl.ARG_WORKSPACE or spec.output:
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
-            scale = 1.0 / np.sqrt(max(spec.md.dims[-1], 1)) if len(spec.md.dims) == 5 else 1.0
-            if arg == dnnl.ARG_WEIGHTS_PROJECTION:  # sums dhc terms: keep outputs O(1)
-                scale = 1.0 / np.sqrt(max(spec.md.dims[2], 1))
-            v = (rng.standard_normal(spec.md.dims) * scale).astype(np.float32)
-            if arg == dnnl.ARG_AUGRU_ATTENTION:
-                v = rng.random(spec.md.dims).astype(np.float32)
-            self.values[arg] = v
+            if self.q is not None:
+                v = self._int8_values(rng, arg, spec.md)
+            else:
+                scale = (1.0 / np.sqrt(max(spec.md.dims[-1], 1)) if len(spec.md.dims) == 5
+                         else 1.0)
+                if arg == dnnl.ARG_WEIGHTS_PROJECTION:  # sums dhc terms: keep outputs O(1)
+                    scale = 1.0 / np.sqrt(max(spec.md.dims[2], 1))
+                v = (rng.standard_normal(spec.md.dims) * scale).astype(np.float32)
+                if arg == dnnl.ARG_AUGRU_ATTENTION:
+                    v = rng.random(spec.md.dims).astype(np.float32)
             self.args[arg] = dnnl.memory(spec.md, eng, v)
+            # bf16/f16 inputs: the reference gets the values the memory holds
+            self.values[arg] = (v if spec.md.data_type == dnnl.memory.data_type.f32
+                                or self.q is not None
+                                else self.args[arg].to_numpy().astype(np.float32))
         self.bargs = {}
         if self.bwd is not None:
             for arg, spec in self.bpd.arg_specs().items():
@@ -250,6 +324,21 @@ class RnnBench:
                     v = rng.standard_normal(spec.md.dims).astype(np.float32)
                     self.bargs[arg] = dnnl.memory(spec.md, eng, v)
         self.stream = dnnl.stream(eng)
+
+    def _int8_values(self, rng, arg, md) -> np.ndarray:
+        """benchdnn's int8 data: quantized values of the cfg's distribution, s8 weights in
+        [-64, 64], f32 states in [0, 1), small f32 bias and cell states."""
+        t = md.data_type
+        if t == dnnl.memory.data_type.f32:
+            if arg == dnnl.ARG_SRC_ITER:
+                return rng.random(md.dims).astype(np.float32)
+            return (rng.standard_normal(md.dims) * 0.5).astype(np.float32)
+        if t == dnnl.memory.data_type.s8 and arg in (
+                dnnl.ARG_WEIGHTS_LAYER, dnnl.ARG_WEIGHTS_ITER, dnnl.ARG_WEIGHTS_PROJECTION):
+            return np.clip(np.rint(rng.normal(0.0, 32.0, md.dims)), -64, 64).astype(np.int8)
+        lo, hi, mean, std = INT8_DATA[self.q]
+        v = np.clip(np.rint(rng.normal(mean, std, md.dims)), lo, hi)
+        return v.astype(np.uint8 if self.q == "u8" else np.int8)
 
     def flops(self) -> int:
         """Forward GEMM flops; backward adds twice as many (data and weight gradients)."""
@@ -300,6 +389,53 @@ class RnnBench:
             if len(times) >= 1000:
                 break
         return times
+
+    def _int8_reference(self) -> dict:
+        from ..reference.rnn_int8 import rnn_int8_forward
+
+        v, o, c = self.values, self.o, CFGS[self.o.cfg]
+        w, pr = int8_scales(self.p, o, self.cell)
+        scale, shift = INT8_QPARAMS[self.q]
+        return rnn_int8_forward(
+            self.cell.name, v[dnnl.ARG_SRC_LAYER], v.get(dnnl.ARG_SRC_ITER),
+            v.get(dnnl.ARG_SRC_ITER_C), v[dnnl.ARG_WEIGHTS_LAYER], v[dnnl.ARG_WEIGHTS_ITER],
+            v[dnnl.ARG_BIAS], direction=DIRECTIONS[o.direction], data_scale=scale,
+            data_shift=shift, weights_scales=w, data_type=self.q, src_iter_dt=c["src_iter"],
+            weights_projection=v.get(dnnl.ARG_WEIGHTS_PROJECTION), projection_scales=pr,
+            dst_layer_dt=c["dst_layer"], dst_iter_dt=c["dst_iter"])
+
+    def check_int8(self) -> float:
+        """The int8 check, in quantization steps (pass: <= 1). Quantized outputs (and f32
+        ones in units of 1 / scale; 2 / scale for a bidirectional sum) may differ from the
+        float64 reference by one step where f32 rounding put a value on the other side of a
+        rounding boundary: at most one step everywhere, and in at most 3% of the elements.
+        The f32 cell state is checked with benchdnn's approach for int8 dst_iter_c (norms):
+        its relative L2 error must stay under 1e-3 (a rounded-over state moves the next
+        pre-activations by at most 64 / (64 * scale))."""
+        self.run()
+        self.stream.wait()
+        ref, c = self._int8_reference(), CFGS[self.o.cfg]
+        scale = INT8_QPARAMS[self.q][0]
+        worst = 0.0
+        for arg, key, t in ((dnnl.ARG_DST_LAYER, "dst_layer", c["dst_layer"]),
+                            (dnnl.ARG_DST_ITER, "dst_iter", c["dst_iter"])):
+            if arg not in self.args:
+                continue
+            r = ref[key]
+            got = self.args[arg].to_numpy().astype(np.float64).reshape(r.shape)
+            unit = 1.0 if t != "f32" else 1.0 / scale
+            if t == "f32" and key == "dst_layer" and self.o.direction == "sum":
+                unit *= 2
+            steps = np.abs(got - r) / unit
+            worst = max(worst, float(steps.max()))
+            if np.mean(steps > 1e-3) > 0.03:
+                worst = max(worst, 2.0)
+        if dnnl.ARG_DST_ITER_C in self.args and ref["dst_iter_c"] is not None:
+            r = ref["dst_iter_c"]
+            got = self.args[dnnl.ARG_DST_ITER_C].to_numpy().reshape(r.shape)
+            rel = float(np.linalg.norm(got - r) / max(np.linalg.norm(r), 1e-30))
+            worst = max(worst, rel / 1e-3)
+        return worst
 
     def _reference(self):
         from ..reference.rnn import rnn_forward

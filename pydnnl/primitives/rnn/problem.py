@@ -342,7 +342,8 @@ _CONFIGS = {"f32": (_F32, (_F32,), (_F32,)), "bf16": (_BF16, (_F32, _BF16), (_F3
 
 def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
     """Accept oneDNN's configurations: all f32; bf16 data with f32 (or bf16) bias and cell
-    state; all f16 (f32 bias/cell state allowed). Computation is f32 in every case."""
+    state; all f16 (f32 bias/cell state allowed); f32 peephole weights with bf16/f16 data.
+    Computation is f32 in every case."""
     present = {n: md.data_type for n, md in descs.items() if _present(md)}
     data = present["src_layer_desc"]
     cfg = next((c for c in _CONFIGS.values() if c[0] == data), None)
@@ -351,9 +352,11 @@ def _check_data_types(descs: dict, projection: bool, kind: str) -> None:
             f"{kind}: src_layer_desc data type {data.name} is not supported; expected f32, bf16, "
             f"f16, u8 or s8")
     for name, dt in present.items():
+        # peephole weights: oneDNN's bf16/f16 LSTMs take them in f32 (the data type is
+        # accepted too, as pydnnl always did)
         allowed = cfg[1] if name == "bias_desc" else cfg[2] if name in (
-            "src_iter_c_desc", "dst_iter_c_desc") else (data, _F32) if name == "attention_desc" \
-            else (data,)
+            "src_iter_c_desc", "dst_iter_c_desc") else (data, _F32) if name in (
+            "attention_desc", "weights_peephole_desc") else (data,)
         if dt not in allowed:
             raise invalid_arguments(
                 f"{kind}: with {data.name} src_layer_desc, {name} must be "
