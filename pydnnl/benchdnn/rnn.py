@@ -10,7 +10,7 @@ import numpy as np
 import pydnnl as dnnl
 
 from ..cells import get_cell
-from .common import fpmath_attr, torch_tf32
+from .common import FPMATH_EPS, fpmath_attr, torch_tf32
 
 ALGS = {"VANILLA_RNN": ("vanilla_rnn", "vanilla_rnn_forward"),
         "VANILLA_LSTM": ("vanilla_lstm", "lstm_forward"),
@@ -22,7 +22,6 @@ DIRECTIONS = {"left2right": "unidirectional_left2right", "right2left": "unidirec
               "concat": "bidirectional_concat", "sum": "bidirectional_sum"}
 PROPS = {"FWD_I": "forward_inference", "FWD_D": "forward_training", "BWD_DW": "backward"}
 F32_EPS = 2.0 ** -23
-TF32_EPS = 2.0 ** -10  # the spacing of TF32 (10 mantissa bits) at 1, as F32_EPS is of f32
 # benchdnn's epsilon_dt of the data type a configuration's threshold uses
 CFG_EPS = {"f32": F32_EPS, "bf16": 2.0 ** -7, "bf16f32": 2.0 ** -7, "f16": 2.0 ** -10,
            "f16f32": 2.0 ** -10}
@@ -68,7 +67,8 @@ def tolerance(p: RnnProblem, o: RnnOptions) -> float:
     """oneDNN benchdnn's f32 RNN threshold (its ``setup_cmp``): 4 * ceil(log2(accumulated
     terms * T)) * eps, doubled for backward and for bidirectional sum. ``--mode=C`` applies it
     to max |pydnnl - float64 reference| / max |reference| of each output, benchdnn's L-inf
-    norm check. With ``--attr-fpmath=tf32`` (or any) the same formula with TF32's epsilon.
+    norm check. With ``--attr-fpmath=tf32`` (or any, bf16, f16) the same formula with that
+    format's epsilon.
     """
     g = get_cell(ALGS[o.alg][0]).n_gates
     acc = 2 * g + 1  # two GEMMs and the bias per gate
@@ -76,7 +76,8 @@ def tolerance(p: RnnProblem, o: RnnOptions) -> float:
         acc *= p.sic
     if o.prop == "BWD_DW":
         acc *= max(g * p.dhc, p.mb)
-    eps = TF32_EPS if o.tf32 else CFG_EPS.get(o.cfg, F32_EPS)
+    eps = max(FPMATH_EPS[o.reduced], CFG_EPS.get(o.cfg, F32_EPS)) if o.reduced \
+        else CFG_EPS.get(o.cfg, F32_EPS)
     return (4 * (2 if o.prop == "BWD_DW" else 1) * (2 if o.direction == "sum" else 1)
             * float(np.ceil(np.log2(acc * p.t))) * eps)
 
@@ -149,9 +150,20 @@ class RnnOptions:
     scaling: str = "common"  # int8 weights scales: common (mask 0) or per_oc (mask 24 / 8)
 
     @property
+    def reduced(self) -> str:
+        """The reduced format the fpmath mode lets the cell GEMMs compute in (``"tf32"``,
+        ``"bf16"``, ``"f16"``), or ``""`` (strict)."""
+        from ..runtime.fpmath import gemm_math, parse
+
+        mode = self.fpmath.partition(":")[0].strip()
+        kind = gemm_math(parse(mode, "--attr-fpmath")) if mode else "strict"
+        return "" if kind == "strict" else kind
+
+    @property
     def tf32(self) -> bool:
-        """Whether the fpmath mode lets the cell GEMMs run on TF32."""
-        return self.fpmath.partition(":")[0].strip().lower() in ("tf32", "any")
+        """Whether the fpmath mode lets the cell GEMMs run on tensor cores (TF32 for the
+        CUDA peer, which has no bf16/f16 mode for f32 RNNs)."""
+        return bool(self.reduced)
 
 
 def lengths_for(p: RnnProblem, o: RnnOptions) -> tuple[int, ...] | None:
