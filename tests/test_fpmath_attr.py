@@ -48,3 +48,31 @@ def test_plans_take_the_mode_in_force():
     assert Plan(None, dry=True).math == "strict"
     with fpmath.scope(dnnl.fpmath_mode.any):
         assert Plan(None, dry=True).math == "tf32"
+
+
+def test_bf16_and_f16_operands_take_their_tensor_cores_under_strict(cpu_engine):
+    """bf16 (f16) operands multiply exactly on bf16 (f16) tensor cores: under the default
+    strict mode a matmul or inner product whose operands are all of one such type builds its
+    plans in that format's mode; mixed types, f32 and an explicit mode keep the attribute's."""
+    MD, dt, F = dnnl.memory.desc, dnnl.memory.data_type, dnnl.fpmath_mode
+
+    def mm(a, b, c, mode=None):
+        attr = dnnl.primitive_attr()
+        if mode is not None:
+            attr.set_fpmath_mode(mode)
+        return dnnl.matmul.primitive_desc(cpu_engine, MD([8, 16], a, "ab"),
+                                          MD([16, 4], b, "ab"), MD([8, 4], c, "ab"),
+                                          attr=attr)._fpmath_mode()
+
+    assert mm(dt.bf16, dt.bf16, dt.f32) == F.bf16
+    assert mm(dt.f16, dt.f16, dt.f16) == F.f16
+    assert mm(dt.f32, dt.f32, dt.f32) == F.strict
+    assert mm(dt.bf16, dt.f16, dt.f32) == F.strict
+    assert mm(dt.bf16, dt.bf16, dt.bf16, F.tf32) == F.tf32
+
+    def ip(d):
+        return dnnl.inner_product_forward.primitive_desc(
+            cpu_engine, dnnl.prop_kind.forward_inference, MD([4, 16], d, "ab"),
+            MD([8, 16], d, "ab"), MD([4, 8], d, "ab"))._fpmath_mode()
+
+    assert ip(dt.bf16) == F.bf16 and ip(dt.f32) == F.strict

@@ -34,7 +34,19 @@ def random_args(pd, eng, seed: int = 0) -> tuple[dict, dict]:
     for arg, spec in pd.arg_specs().items():
         values[arg] = rng.standard_normal(spec.md.dims).astype(np.float32)
         args[arg] = dnnl.memory(spec.md, eng, values[arg])
+        if spec.md.data_type.name != "f32":  # the values as stored (bf16/f16: rounded)
+            values[arg] = args[arg].to_numpy().astype(np.float32)
     return values, args
+
+
+# an output stored in bf16 (f16) is off by up to half its spacing, 2^-9 (2^-12) of its
+# magnitude, so of the largest |reference|; twice that leaves room for the f32 chain before it
+STORE_RTOL = {"bf16": 2.0 ** -8, "f16": 2.0 ** -10}
+
+
+def store_rtol(dts) -> float:
+    """The rounding allowance of outputs of any of the data types ``dts``."""
+    return max((STORE_RTOL.get(getattr(d, "name", str(d)), 0.0) for d in dts), default=0.0)
 
 
 def parse_dims(text: str) -> list[int]:

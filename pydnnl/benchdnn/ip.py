@@ -26,6 +26,7 @@ from .common import (
     perf_line,
     post_op_operands,
     random_args,
+    store_rtol,
     time_ms,
     torch_device,
     torch_tf32,
@@ -184,7 +185,7 @@ def run(eng, problem: str, opts: dict, mode: str, compare, min_seconds: float) -
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
         err, tol = b.check(), fpmath_rtol(b.tf32, 1e-5) * max(
-            1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024))
+            1.0, np.sqrt(b.flops() / (2 * b.shape[0] * b.shape[3]) / 1024)) + store_rtol(b.dts)
         if b.int8:
             err, tol = err
         line, failed = check_line("ip", desc, problem, err, tol)

@@ -36,6 +36,7 @@ from .common import (
     perf_line,
     post_op_operands,
     random_args,
+    store_rtol,
     time_ms,
     torch_device,
     torch_tf32,
@@ -321,7 +322,8 @@ def run(eng, problem: str, opts: dict, mode: str, compare: str | None,
     desc = " ".join(f"--{k}={v}" for k, v in sorted(opts.items()))
     if mode == "C":
         err = b.check()
-        tol = fpmath_rtol(b.tf32, 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024))
+        tol = fpmath_rtol(b.tf32, 1e-5) * max(1.0, np.sqrt(b.dims[0][-1] / 1024)) \
+            + store_rtol(b.dts[2:])
         if b.int8:
             err, tol = err
         line, failed = check_line("matmul", desc, problem, err, tol)

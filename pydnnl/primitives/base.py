@@ -109,9 +109,24 @@ class primitive_desc_base:
     def get_engine(self) -> _engine:
         return self._engine
 
+    #: the data types of the operands this primitive's GEMMs multiply (GEMM-based pds set it)
+    _gemm_input_dts: tuple = ()
+
+    def _fpmath_mode(self):
+        """The fpmath mode its plans are built under: the attribute's; under the default
+        (strict) mode with bf16 (or f16) operands only, that format's: its tensor cores
+        multiply such values exactly, with f32 accumulation, as oneDNN computes bf16 data."""
+        from ..constants import fpmath_mode
+
+        mode = self._attr.get_fpmath_mode()
+        dts = {dt.name for dt in self._gemm_input_dts}
+        if mode == fpmath_mode.strict and len(dts) == 1 and dts <= {"bf16", "f16"}:
+            return fpmath_mode[dts.pop()]
+        return mode
+
     def _gemm_math(self) -> str:
-        """What this primitive's GEMMs may compute in (its attribute's fpmath mode)."""
-        return fpmath.gemm_math(self._attr.get_fpmath_mode())
+        """What this primitive's GEMMs may compute in (:meth:`_fpmath_mode`)."""
+        return fpmath.gemm_math(self._fpmath_mode())
 
     def get_primitive_attr(self) -> primitive_attr:
         return self._attr
@@ -293,7 +308,7 @@ class primitive:
         self._pd = pd
         t0 = time.perf_counter()
         # the plans built here give their GEMMs the math the attribute's fpmath mode allows
-        with fpmath.scope(pd._attr.get_fpmath_mode()):
+        with fpmath.scope(pd._fpmath_mode()):
             self._create()
         if verbose.enabled():
             verbose.line("create", pd._kind, pd._impl, pd._verbose_mds(), pd._info,

@@ -162,6 +162,10 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
                                     f"bf16 and f16 are implemented" + (
                                         " (u8 and s8 src: forward only)"
                                         if md.data_type in gi.A_TYPES else ""))
+        # bf16/f16 products only where every tensor of the three is that type (the one
+        # written included: conservative, and the same test for every direction)
+        self._gemm_input_dts = tuple(descs[a].data_type for a in (sa, wa, da)
+                                     if descs.get(a) is not None)
         self._scales, scales_text = (), ""
         if da != ARG_DST and (self._attr.scales or self._attr.zero_points):
             raise unimplemented(f"{kind}: scales and zero points apply to forward propagation "

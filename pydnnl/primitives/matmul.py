@@ -175,6 +175,7 @@ class matmul(primitive):
                 "matmul", self._attr, tuple(dst.dims), 1 << (nd - 1), nd - 1,
                 "this is no int8 matmul (its src is not u8 or s8)")
             self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
+            self._gemm_input_dts = (src.data_type, wei.data_type)
             self._panel = self._tuned_panel(descs, M, K, N)
             self._convert: dict[int, int] = {}  # bf16/f16 argument -> its f32 copy's offset
             scratch = 0
