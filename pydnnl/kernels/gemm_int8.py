@@ -38,7 +38,7 @@ import numpy as np
 from ..memory.data_types import data_type
 from .source import KernelSource
 
-GENERATOR_VERSION = "gemm_int8-1"
+GENERATOR_VERSION = "gemm_int8-2"
 #: the data types of C (oneDNN's matmul table for u8/s8 src and s8 weights)
 C_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
            data_type.f16)
@@ -67,6 +67,9 @@ class Int8Params:
     vecs: int = 1
     lanes: int = 16
     dot4: bool = False
+    #: NVIDIA tensor cores (inline-PTX ``mma.sync.m16n8k32``, :func:`mma_covers`): 64 x 64
+    #: blocks of four warps, the panel (``lanes * vecs``) 64 columns
+    mma: bool = False
 
     @property
     def panel(self) -> int:
@@ -336,10 +339,112 @@ def _dot(signed_a: bool, av: str, bv: str) -> str:
     return f"dot(as_{at}({av}), as_char4({bv}))"
 
 
+MMA_BLOCK = 64  # C block (rows and columns) of the tensor-core kernel: 2 x 2 warps of 32 x 32
+
+
+def mma_covers(pr: Int8GemmProblem, p: Int8Params) -> bool:
+    """Whether the tensor-core kernel computes ``pr``: k a multiple of 32 (whole mma steps: A
+    is never read past a row), A not transposed, no weights zero point (its row sums are
+    counted by the other kernel's loop), the panel one block wide."""
+    return (p.mma and p.panel == MMA_BLOCK and pr.k % 32 == 0 and not pr.trans_a
+            and pr.zp("wei") is None)
+
+
+def _build_mma(pr: Int8GemmProblem) -> KernelSource:
+    """The tensor-core product: one work-group of four warps per 64 x 64 block of C, each
+    warp 32 x 32 as 2 x 4 m16n8 accumulators of ``mma.sync.aligned.m16n8k32`` (s32). Lane
+    ``g = lane / 4, q = lane % 4``: its A registers hold rows g (+8) at k 4q..4q+3 (+16), read
+    from A as four bytes; its B registers are the packed words (k quad q (+4), column g) as
+    stored; accumulators rows g (+8), columns 2q, 2q + 1. Operands are read from global memory
+    (L1) directly: no shared tiles."""
+    B_ = MMA_BLOCK
+    KQ, K, N = kq(pr.k), pr.k, pr.n
+    signed = data_type(pr.a_dt) == data_type.s8
+    at = "char" if signed else "uchar"
+    ptx_a = "s8" if signed else "u8"
+    ct = _STORAGE[data_type(pr.c_dt)]
+    zs = pr.zp("src") is not None
+    ops = operand_names(pr)
+    args = [f"__global const {at}* restrict a", "__global const uint* restrict bp",
+            f"__global {ct}* restrict c"]
+    args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in ops]
+    args += ["long a_off", "long bp_off", "long c_off"] + (["long ws_off"] if zs else [])
+    args += ["long m"]
+    packed = -(-N // B_) * B_ * KQ
+    mt, nt = 2, 4
+    w = [f"__kernel void __attribute__((reqd_work_group_size({4 * 32}, 1, 1)))",
+         f"gemm_int8({', '.join(args)})", "{",
+         "    const int tid = get_local_id(0), lane = tid & 31, wid = tid >> 5;",
+         "    const int g = lane >> 2, q = lane & 3;",
+         "    const long pn = get_group_id(0);",
+         f"    const long m0 = get_group_id(1) * {B_} + (wid >> 1) * 32;",
+         "    const int wn0 = (wid & 1) * 32;",
+         "    const long pd_t = " + ("get_group_id(2);" if pr.batch > 1 else "0;"),
+         "    const long M = m;",
+         f"    __global const {at}* A = a + a_off + pd_t * {pr.stride_a}L;",
+         f"    __global const uint* B = bp + bp_off + pd_t * {packed if pr.b_batched else 0}L"
+         f" + pn * {KQ * B_}L + wn0 + g;",
+         f"    __global {ct}* C = c + c_off + pd_t * {pr.stride_c}L;"]
+    if zs:
+        w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
+                 f"{-(-N // B_) * B_ if pr.b_batched else 0}L;")
+        w.append("    const int pd_zs = src_zp[0];")
+    # this lane's A rows (clamped into [0, m): rows past m compute but are not stored)
+    for i in range(mt):
+        for h in range(2):
+            w.append(f"    __global const {at}* ar{i}_{h} = A + min(m0 + {16 * i + 8 * h} + g, "
+                     f"M - 1) * {pr.lda}L + 4 * q;")
+    w.append(f"    int acc[{mt}][{nt}][4];")
+    w.append("#pragma unroll")
+    w.append(f"    for (int i = 0; i < {mt}; ++i)")
+    w.append("#pragma unroll")
+    w.append(f"        for (int j = 0; j < {nt}; ++j)")
+    w.append("            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;")
+    w.append(f"    for (int k0 = 0; k0 < {K}; k0 += 32) {{")
+    w.append("        const int kq0 = k0 >> 2;")
+    for i in range(mt):
+        for r, (h, dk) in enumerate(((0, 0), (1, 0), (0, 16), (1, 16))):
+            w.append(f"        const uint a{i}_{r} = as_uint(vload4(0, ar{i}_{h} + k0 + {dk}));")
+    for j in range(nt):
+        for r, dq in enumerate((0, 4)):
+            w.append(f"        const uint b{j}_{r} = B[(kq0 + q + {dq}) * {B_} + {8 * j}];")
+    for i in range(mt):
+        for j in range(nt):
+            c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
+            w.append(f'        asm("mma.sync.aligned.m16n8k32.row.col.s32.{ptx_a}.s8.s32 "')
+            w.append('            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+                     '{%10, %11, %12, %13};"')
+            w.append(f'            : "=r"({c[0]}), "=r"({c[1]}), "=r"({c[2]}), "=r"({c[3]})')
+            w.append(f'            : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
+                     f'"r"(b{j}_0), "r"(b{j}_1),')
+            w.append(f'              "r"({c[0]}), "r"({c[1]}), "r"({c[2]}), "r"({c[3]}));')
+    w.append("    }")
+    for i in range(mt):
+        for j in range(nt):
+            for e in range(4):
+                w.append("    {")
+                w.append(f"        const long pd_i = m0 + {16 * i + 8 * (e // 2)} + g;")
+                w.append(f"        const long pd_j = pn * {B_} + wn0 + {8 * j} + 2 * q + {e % 2};")
+                w.append(f"        if (pd_i < M && pd_j < {N}) {{")
+                w.append(f"            const int pd_acc = acc[{i}][{j}][{e}];")
+                w.append(f"            const long pd_ci = pd_i * {pr.ldc}L + pd_j;")
+                w += ["            " + ln for ln in _store_value(pr)]
+                w.append("        }")
+                w.append("    }")
+    w.append("}")
+    source = "\n".join(_helpers(pr) + w) + "\n"
+    grid = (str(-(-N // B_) * 128), f"((m + {B_ - 1}) // {B_})") + (
+        (str(pr.batch),) if pr.batch > 1 else ())
+    lsize = (128, 1) + ((1,) if pr.batch > 1 else ())
+    return KernelSource("gemm_int8", source, None, lsize, arg_names(pr), (), grid=grid)
+
+
 def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     """The product kernel of ``pr`` with ``p`` (see the module docstring); arguments
     :func:`arg_names`; offsets in elements of each buffer's type (``bp_off``/``ws_off`` in
     ``uint``/``int``)."""
+    if mma_covers(pr, p):
+        return _build_mma(pr)
     R, V, L = p.rows, p.vecs, p.lanes
     P = p.panel
     KQ, K, N = kq(pr.k), pr.k, pr.n

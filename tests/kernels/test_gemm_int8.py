@@ -29,12 +29,12 @@ def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0))
     b = rng.integers(-128, 128, (batch, K, N)).astype(np.int8)
     a_st = np.ascontiguousarray(a.transpose(0, 2, 1)) if trans_a else a
     b_st = np.ascontiguousarray(b.transpose(0, 2, 1)) if trans_b else b
-    zps = [("src", ()), ("wei", ())] if any(zp) else []
+    zps = [(w, ()) for w, z in zip(("src", "wei"), zp) if z]
     pr = Int8GemmProblem(m=M, n=N, k=K, a_dt=int(data_type.s8 if signed else data_type.u8),
                          trans_a=trans_a, batch=batch, stride_a=M * K, stride_c=M * N,
                          b_batched=batch > 1, zero_points=zps)
     plan = Plan(eng, "test")
-    epi = {"src_zp": Ref("zs"), "wei_zp": Ref("zw")} if zps else {}
+    epi = {f"{w}_zp": Ref("zs" if w == "src" else "zw") for w, _ in zps}
     plan.gemm_int8(pr, Ref("a"), 0, Ref("b"), 0, Ref("c"), 0, ldb=K if trans_b else N,
                    trans_b=trans_b, stride_b=K * N, epilogue=epi, params=params)
 
@@ -66,6 +66,53 @@ def test_multiply_adds(engine, case):
     M, N, K, ta, tb, sa = case
     got, want = _product(engine, M, N, K, ta, tb, sa, Int8Params(rows=4, vecs=2, lanes=8),
                          batch=2, zp=(3, -2))
+    assert np.array_equal(got, want)
+
+
+MMA_CASES = [  # M, N, K, trans_b, signed A, zero points (src only: the mma kernel's cover)
+    (70, 100, 96, False, False, (5, 0)),
+    (64, 64, 32, True, True, (0, 0)),
+    (3, 130, 64, False, True, (-7, 0)),
+]
+
+
+def test_mma_cover_and_rule():
+    """The tensor-core kernel covers k in whole mma steps, A not transposed, no weights zero
+    point; NVIDIA devices with mma.sync get it by default, others never."""
+    from types import SimpleNamespace
+
+    from pydnnl.kernels.gemm_int8 import build_gemm_int8, mma_covers
+    from pydnnl.runtime.heuristics.gemm_int8 import default_params
+
+    p = Int8Params(rows=4, lanes=64, mma=True)
+    base = dict(m=70, n=100, k=96)
+    assert mma_covers(Int8GemmProblem(**base), p)
+    assert not mma_covers(Int8GemmProblem(**base, zero_points=[("wei", ())]), p)
+    assert not mma_covers(Int8GemmProblem(m=70, n=100, k=100), p)
+    assert not mma_covers(Int8GemmProblem(**base, trans_a=True), p)
+    src = build_gemm_int8(Int8GemmProblem(**base, a_dt=int(data_type.s8)), p).source
+    assert src.count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") == 8
+    h100 = SimpleNamespace(is_gpu=True, is_cpu=False, vendor_family="nvidia", inline_ptx=True,
+                           arch="sm_90", simd_width=32, integer_dot_product=False)
+    assert default_params(h100).mma
+    assert not default_params(SimpleNamespace(**{**vars(h100), "arch": "sm_75"})).mma
+
+
+@pytest.mark.parametrize("case", MMA_CASES, ids=lambda c: "x".join(map(str, c[:3])))
+def test_mma(engine, case):
+    """On NVIDIA GPUs: the tensor-core kernel, exact."""
+    from pydnnl.runtime.heuristics.gemm import _tensor_cores
+
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"
+            and _tensor_cores(engine.info)):
+        pytest.skip("int8 mma.sync runs on NVIDIA GPUs of compute capability 8.0 on")
+    from pydnnl.kernels.gemm_int8 import mma_covers
+
+    M, N, K, tb, sa, zp = case
+    p = Int8Params(rows=4, lanes=64, mma=True)
+    assert mma_covers(Int8GemmProblem(m=M, n=N, k=K, zero_points=[("src", ())] if zp[0]
+                                      else []), p)
+    got, want = _product(engine, M, N, K, False, tb, sa, p, batch=2, zp=zp)
     assert np.array_equal(got, want)
 
 

@@ -11,12 +11,18 @@ the instruction in hardware and take it.
 from __future__ import annotations
 
 from ...engine import DeviceInfo
-from ...kernels.gemm_int8 import Int8Params
+from ...kernels.gemm_int8 import MMA_BLOCK, Int8Params
 
 
 def default_params(info: DeviceInfo) -> Int8Params:
     """The tile for ``info``: 8 rows x 1 column per lane, 16 lanes (a float vector of
-    AVX-512; a half warp); ``dot4`` where the device has integer dot products and is a GPU."""
+    AVX-512; a half warp); ``dot4`` where the device has integer dot products and is a GPU;
+    NVIDIA GPUs with mma.sync (compute capability 8.0 on) take the tensor-core kernel where
+    it covers the problem (panels of its 64-column blocks, else 4 rows x 64 lanes)."""
+    from .gemm import _tensor_cores
+
+    if info.is_gpu and info.vendor_family == "nvidia" and _tensor_cores(info):
+        return Int8Params(rows=4, vecs=1, lanes=MMA_BLOCK, mma=True)
     lanes = 16 if info.is_cpu else max(16, min(info.simd_width, 64))
     return Int8Params(rows=8 if info.is_cpu else 4, vecs=1, lanes=lanes,
                       dot4=info.integer_dot_product and info.is_gpu)
