@@ -38,7 +38,7 @@ import numpy as np
 from ..memory.data_types import data_type
 from .source import KernelSource
 
-GENERATOR_VERSION = "gemm_int8-2"
+GENERATOR_VERSION = "gemm_int8-5"
 #: the data types of C (oneDNN's matmul table for u8/s8 src and s8 weights)
 C_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
            data_type.f16)
@@ -168,6 +168,9 @@ class PackProblem:
     panel: int = 16
     count: int = 1
     stride_b: int = 0
+    #: work-items per column, each packing every ``ksplit``-th k quad, their column sums
+    #: combined in local memory (GPUs: one work-item walking a whole column is latency-bound)
+    ksplit: int = 1
 
     @property
     def np_(self) -> int:
@@ -352,11 +355,13 @@ def mma_covers(pr: Int8GemmProblem, p: Int8Params) -> bool:
 
 def _build_mma(pr: Int8GemmProblem) -> KernelSource:
     """The tensor-core product: one work-group of four warps per 64 x 64 block of C, each
-    warp 32 x 32 as 2 x 4 m16n8 accumulators of ``mma.sync.aligned.m16n8k32`` (s32). Lane
-    ``g = lane / 4, q = lane % 4``: its A registers hold rows g (+8) at k 4q..4q+3 (+16), read
-    from A as four bytes; its B registers are the packed words (k quad q (+4), column g) as
-    stored; accumulators rows g (+8), columns 2q, 2q + 1. Operands are read from global memory
-    (L1) directly: no shared tiles."""
+    warp 32 x 32 as 2 x 4 m16n8 accumulators of ``mma.sync.aligned.m16n8k32`` (s32). Per
+    32-deep k step the group stages A's 64 x 32 bytes and B's 8 x 64 packed words in shared
+    memory (each work-item one 16-byte piece of each, loaded from global memory into
+    registers while the previous step is multiplied; two buffers, one barrier per step).
+    Lane ``g = lane / 4, q = lane % 4`` reads its A registers (rows g (+8), k 4q..4q+3 (+16))
+    and B registers (k quad q (+4), column g) as single words: rows of 8 + 4 and 64 + 8
+    words put each warp's reads in 32 banks; accumulators rows g (+8), columns 2q, 2q + 1."""
     B_ = MMA_BLOCK
     KQ, K, N = kq(pr.k), pr.k, pr.n
     signed = data_type(pr.a_dt) == data_type.s8
@@ -372,42 +377,67 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
     args += ["long m"]
     packed = -(-N // B_) * B_ * KQ
     mt, nt = 2, 4
+    ra, rb = 8 + 4, B_ + 8  # shared row lengths in words (A: 8 k quads; B: 64 columns)
+    sza, szb = B_ * ra, 8 * rb
     w = [f"__kernel void __attribute__((reqd_work_group_size({4 * 32}, 1, 1)))",
          f"gemm_int8({', '.join(args)})", "{",
+         f"    __local uint As[{2 * sza}] __attribute__((aligned(16)));",
+         f"    __local uint Bs[{2 * szb}] __attribute__((aligned(16)));",
          "    const int tid = get_local_id(0), lane = tid & 31, wid = tid >> 5;",
          "    const int g = lane >> 2, q = lane & 3;",
          "    const long pn = get_group_id(0);",
-         f"    const long m0 = get_group_id(1) * {B_} + (wid >> 1) * 32;",
-         "    const int wn0 = (wid & 1) * 32;",
+         f"    const long mb = get_group_id(1) * {B_};",
+         "    const int wm0 = (wid >> 1) * 32, wn0 = (wid & 1) * 32;",
+         "    const long m0 = mb + wm0;",
          "    const long pd_t = " + ("get_group_id(2);" if pr.batch > 1 else "0;"),
          "    const long M = m;",
          f"    __global const {at}* A = a + a_off + pd_t * {pr.stride_a}L;",
          f"    __global const uint* B = bp + bp_off + pd_t * {packed if pr.b_batched else 0}L"
-         f" + pn * {KQ * B_}L + wn0 + g;",
+         f" + pn * {KQ * B_}L;",
          f"    __global {ct}* C = c + c_off + pd_t * {pr.stride_c}L;"]
     if zs:
         w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
                  f"{-(-N // B_) * B_ if pr.b_batched else 0}L;")
         w.append("    const int pd_zs = src_zp[0];")
-    # this lane's A rows (clamped into [0, m): rows past m compute but are not stored)
+    # this work-item's pieces: A row tid / 2 (clamped into [0, m): rows past m are computed,
+    # not stored), bytes 16 (tid % 2) ..; B k quad tid / 16, columns 4 (tid % 16) ..
+    w += [f"    __global const {at}* ag = A + min(mb + (tid >> 1), M - 1) * {pr.lda}L"
+          " + (tid & 1) * 16;",
+          "    __global const uint* bg = B + (tid >> 4) * 64 + (tid & 15) * 4;",
+          f"    const int as_at = (tid >> 1) * {ra} + (tid & 1) * 4;",
+          f"    const int bs_at = (tid >> 4) * {rb} + (tid & 15) * 4;",
+          # 16-byte loads where every piece is 16-byte aligned (tested once per group: the
+          # offsets are run-time), else element-wise ones
+          f"    const bool avec = {'1' if pr.lda % 16 == 0 and pr.stride_a % 16 == 0 else '0'}"
+          " && ((a_off & 15) == 0);",
+          "    const bool bvec = (bp_off & 3) == 0;",
+          "    uint4 pa = avec ? *(__global const uint4*)ag : as_uint4(vload16(0, ag));",
+          "    uint4 pb = bvec ? *(__global const uint4*)bg : vload4(0, bg);",
+          "    *(__local uint4*)&As[as_at] = pa;",
+          "    *(__local uint4*)&Bs[bs_at] = pb;",
+          "    barrier(CLK_LOCAL_MEM_FENCE);",
+          f"    int acc[{mt}][{nt}][4];",
+          "#pragma unroll",
+          f"    for (int i = 0; i < {mt}; ++i)",
+          "#pragma unroll",
+          f"        for (int j = 0; j < {nt}; ++j)",
+          "            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;",
+          f"    for (int st = 0; st < {K // 32}; ++st) {{",
+          "        const int cur = st & 1;",
+          f"        if (st + 1 < {K // 32}) {{",
+          "            pa = avec ? *(__global const uint4*)(ag + (st + 1) * 32)"
+          " : as_uint4(vload16(0, ag + (st + 1) * 32));",
+          f"            pb = bvec ? *(__global const uint4*)(bg + (st + 1) * {8 * B_})"
+          f" : vload4(0, bg + (st + 1) * {8 * B_});",
+          "        }",
+          f"        __local const uint* as = As + cur * {sza} + (wm0 + g) * {ra} + q;",
+          f"        __local const uint* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;"]
     for i in range(mt):
-        for h in range(2):
-            w.append(f"    __global const {at}* ar{i}_{h} = A + min(m0 + {16 * i + 8 * h} + g, "
-                     f"M - 1) * {pr.lda}L + 4 * q;")
-    w.append(f"    int acc[{mt}][{nt}][4];")
-    w.append("#pragma unroll")
-    w.append(f"    for (int i = 0; i < {mt}; ++i)")
-    w.append("#pragma unroll")
-    w.append(f"        for (int j = 0; j < {nt}; ++j)")
-    w.append("            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;")
-    w.append(f"    for (int k0 = 0; k0 < {K}; k0 += 32) {{")
-    w.append("        const int kq0 = k0 >> 2;")
-    for i in range(mt):
-        for r, (h, dk) in enumerate(((0, 0), (1, 0), (0, 16), (1, 16))):
-            w.append(f"        const uint a{i}_{r} = as_uint(vload4(0, ar{i}_{h} + k0 + {dk}));")
+        for r, (h, dq) in enumerate(((0, 0), (1, 0), (0, 4), (1, 4))):
+            w.append(f"        const uint a{i}_{r} = as[{(16 * i + 8 * h) * ra + dq}];")
     for j in range(nt):
         for r, dq in enumerate((0, 4)):
-            w.append(f"        const uint b{j}_{r} = B[(kq0 + q + {dq}) * {B_} + {8 * j}];")
+            w.append(f"        const uint b{j}_{r} = bs[{dq * rb + 8 * j}];")
     for i in range(mt):
         for j in range(nt):
             c = [f"acc[{i}][{j}][{e}]" for e in range(4)]
@@ -418,7 +448,12 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
             w.append(f'            : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
                      f'"r"(b{j}_0), "r"(b{j}_1),')
             w.append(f'              "r"({c[0]}), "r"({c[1]}), "r"({c[2]}), "r"({c[3]}));')
-    w.append("    }")
+    w += [f"        if (st + 1 < {K // 32}) {{",
+          f"            *(__local uint4*)&As[(cur ^ 1) * {sza} + as_at] = pa;",
+          f"            *(__local uint4*)&Bs[(cur ^ 1) * {szb} + bs_at] = pb;",
+          "        }",
+          "        barrier(CLK_LOCAL_MEM_FENCE);",
+          "    }"]
     for i in range(mt):
         for j in range(nt):
             for e in range(4):
@@ -560,20 +595,24 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
 def build_pack(pk: PackProblem) -> KernelSource:
     """The packing kernel of ``pk``: arguments ``b, bp, wsum, b_off, bp_off, ws_off``; one
     work-item per (padded) column and matrix (grid ``(np_, count)``; ``panel`` must be a
-    multiple of 64 or divide it)."""
+    multiple of 64 or divide it), or ``ksplit`` of them (grid ``(np_, ksplit, count)``)."""
     KQ, K, N, P = kq(pk.k), pk.k, pk.n, pk.panel
-    src = f"""__kernel void gemm_int8_pack(__global const char* restrict b,
+    S = pk.ksplit
+    t_id = "get_global_id(2)" if S > 1 else "get_global_id(1)"
+    head = f"""__kernel void gemm_int8_pack(__global const char* restrict b,
     __global uint* restrict bp, __global int* restrict wsum, long b_off, long bp_off,
     long ws_off)
 {{
     const long j = get_global_id(0);
-    const long t = get_global_id(1);
+    const long t = {t_id};
     const long pn = j / {P}, jj = j % {P};
     __global const char* Bt = b + b_off + t * {pk.stride_b}L;
     __global uint* out = bp + bp_off + t * {pk.packed_size}L + pn * {KQ * P}L + jj;
     const int live = j < {N};
     int sum = 0;
-    for (int q = 0; q < {KQ}; q++) {{
+"""
+    q0, qstep = ("(int)get_local_id(1)", S) if S > 1 else ("0", 1)
+    body = f"""    for (int q = {q0}; q < {KQ}; q += {qstep}) {{
         uint u = 0;
         for (int e = 0; e < 4; e++) {{
             const int kk = q * 4 + e;
@@ -584,10 +623,22 @@ def build_pack(pk: PackProblem) -> KernelSource:
         }}
         out[q * {P}] = u;
     }}
-    wsum[ws_off + t * {pk.np_}L + j] = sum;
+"""
+    if S == 1:
+        tail = "    wsum[ws_off + t * %dL + j] = sum;\n}\n" % pk.np_
+        # a work-group of a panel's columns: the compilers vectorize the byte loads across them
+        return KernelSource("gemm_int8_pack", head + body + tail, (pk.np_, pk.count),
+                            (min(P, 64), 1), ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
+    W = min(P, 64)
+    tail = f"""    __local int part[{S}][{W}];
+    const int lx = get_local_id(0), ly = get_local_id(1);
+    part[ly][lx] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ly == 0) {{
+        for (int r = 1; r < {S}; r++) sum += part[r][lx];
+        wsum[ws_off + t * {pk.np_}L + j] = sum;
+    }}
 }}
 """
-    # a work-group of a panel's columns: the compilers vectorize the byte loads across them
-    return KernelSource("gemm_int8_pack", src, (pk.np_, pk.count), (min(P, 64), 1),
-                        ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
-
+    return KernelSource("gemm_int8_pack", head + body + tail, (pk.np_, S, pk.count),
+                        (W, S, 1), ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))

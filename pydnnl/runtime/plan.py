@@ -385,12 +385,13 @@ class Plan:
         post-op operands come from their execute arguments); ``params`` (an
         ``Int8Params``) default to the device rule's."""
         from ..kernels import gemm_int8 as gi
-        from .heuristics.gemm_int8 import default_params
+        from .heuristics.gemm_int8 import default_params, pack_split
 
         p = params if params is not None else default_params(self.engine.info)
         count = problem.batch if problem.b_batched else 1
         pk = gi.PackProblem(n=problem.n, k=problem.k, ldb=int(ldb), trans_b=bool(trans_b),
-                            panel=p.panel, count=count, stride_b=int(stride_b))
+                            panel=p.panel, count=count, stride_b=int(stride_b),
+                            ksplit=pack_split(self.engine.info))
         bp_off = self.alloc(count * pk.packed_size, slot)
         ws_off = self.alloc(count * pk.np_, None if slot is None else slot + ":sums")
         if self.dry:

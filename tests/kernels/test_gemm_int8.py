@@ -76,6 +76,17 @@ MMA_CASES = [  # M, N, K, trans_b, signed A, zero points (src only: the mma kern
 ]
 
 
+def test_pack_split_across_work_items(engine, monkeypatch):
+    """The packing kernel with several work-items per column (the GPUs' rule) packs the same
+    words and column sums: the product with a src zero point (its sums) stays exact."""
+    import pydnnl.runtime.heuristics.gemm_int8 as rules
+
+    monkeypatch.setattr(rules, "pack_split", lambda info: 4)
+    got, want = _product(engine, 13, 37, 29, False, False, False,
+                         Int8Params(rows=4, vecs=2, lanes=8), batch=2, zp=(3, 0))
+    assert np.array_equal(got, want)
+
+
 def test_mma_cover_and_rule():
     """The tensor-core kernel covers k in whole mma steps, A not transposed, no weights zero
     point; NVIDIA devices with mma.sync get it by default, others never."""
