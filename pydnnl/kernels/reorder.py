@@ -4,6 +4,11 @@ One work-item per logical element: ``dst[off_dst(x)] = cvt(src[off_src(x)])``, w
 offset is a sum of per-dimension terms read off the memory descs (strides and inner blocks), so
 plain, strided and blocked layouts share one generator. With attributes the value is
 ``src_scale * (src - src_zp) / dst_scale + dst_zp`` (oneDNN v3 reorder semantics).
+
+int8 RNN quantization (oneDNN's ``rnn_data_qparams`` / ``rnn_weights_qparams`` reorders) is
+``x * scale + shift`` for data, with the product and the sum each rounded to f32, and
+``x * scale[masked index]`` for weights; the destination's saturating round-half-even
+conversion to u8/s8 follows.
 """
 from __future__ import annotations
 
@@ -31,6 +36,11 @@ class ReorderProblem:
     src_zp_mask: int | None = None
     dst_zp_mask: int | None = None
     beta: float = 0.0  # dst = convert(value) + beta * dst (accumulate; f32 only)
+    #: RNN data quantization: ``src * rnn_scale + rnn_shift`` (two f32 scalar arguments)
+    rnn_data: bool = False
+    #: RNN weights quantization: ``src * rnn_wscale[e]``, e the index over the masked dims of
+    #: an f32 array argument (mask 0: one scale)
+    rnn_weights_mask: int | None = None
     #: the kernel takes ``src_off``, ``dst_off`` (added to the layouts' offsets) and ``d0``
     #: (dims[0]) as int64 arguments: one program for every placement and outer size (see
     #: :func:`runtime_form`)
@@ -57,9 +67,7 @@ def contiguous_copy(p: ReorderProblem) -> tuple[int, int, int] | None:
     """``(src_offset, dst_offset, count)`` in elements when ``p`` copies one contiguous range
     to another unchanged (same data type, no scales, no accumulation, both layouts dense
     row-major over the same dims): a buffer copy then does it without a kernel. Else None."""
-    if (p.src_dt != p.dst_dt or p.beta != 0.0 or p.src_scale_mask is not None
-            or p.dst_scale_mask is not None or p.src_zp_mask is not None
-            or p.dst_zp_mask is not None):
+    if p.src_dt != p.dst_dt or p.beta != 0.0 or _scaled(p):
         return None
     count = 1
     for d in range(len(p.dims) - 1, -1, -1):
@@ -75,9 +83,7 @@ def runtime_form(p: ReorderProblem) -> ReorderProblem | None:
     """The problem's kernel-cache form with run-time offsets and outer size (offsets 0,
     dims[0] 1), or None where dim 0 is blocked on either side or scales or zero points
     apply (their operands are sized by the dims)."""
-    if (p.runtime or not p.dims or p.src_scale_mask is not None
-            or p.dst_scale_mask is not None or p.src_zp_mask is not None
-            or p.dst_zp_mask is not None):
+    if p.runtime or not p.dims or _scaled(p):
         return None
     for layout in (p.src_layout, p.dst_layout):
         blk, _stride, inner = layout[1][0]
@@ -85,6 +91,35 @@ def runtime_form(p: ReorderProblem) -> ReorderProblem | None:
             return None
     return replace(p, dims=(1,) + tuple(p.dims[1:]), src_layout=(0, p.src_layout[1]),
                    dst_layout=(0, p.dst_layout[1]), src_nelems=0, dst_nelems=0, runtime=True)
+
+
+def _scaled(p: ReorderProblem) -> bool:
+    """Whether any scale, zero point or RNN quantization applies."""
+    return (p.src_scale_mask is not None or p.dst_scale_mask is not None
+            or p.src_zp_mask is not None or p.dst_zp_mask is not None or p.rnn_data
+            or p.rnn_weights_mask is not None)
+
+
+# x * scale + shift with each operation rounded to f32 (as oneDNN's rnn_data_reorder): a
+# contracted fma would round once and resolve some ties of the quantization differently
+_RNN_DATA = ("pd_rnn_quantize_data",
+             "static inline float pd_rnn_quantize_data(float x, float scale, float shift) {\n"
+             "#pragma OPENCL FP_CONTRACT OFF\n"
+             "    float p = x * scale;\n    return p + shift;\n}",
+             (np.float32, np.float32, np.float32), np.float32)
+
+
+def _check_rnn(p: ReorderProblem) -> None:
+    if not (p.rnn_data or p.rnn_weights_mask is not None):
+        return
+    if p.rnn_data and p.rnn_weights_mask is not None:
+        raise ValueError("reorder: rnn_data and rnn_weights_mask exclude each other")
+    if (p.src_scale_mask is not None or p.dst_scale_mask is not None
+            or p.src_zp_mask is not None or p.dst_zp_mask is not None or p.beta != 0.0):
+        raise ValueError("reorder: RNN quantization takes no scales, zero points or beta")
+    if p.src_dt != data_type.f32 or p.dst_dt not in (data_type.u8, data_type.s8):
+        raise ValueError(f"reorder: RNN quantization converts f32 to u8/s8, got "
+                         f"{p.src_dt.name} -> {p.dst_dt.name}")
 
 
 def layout_of(md: MemoryDesc) -> tuple:
@@ -133,7 +168,8 @@ def _pick_local_dim(p: ReorderProblem, dims) -> int:
 
 
 def build_reorder(p: ReorderProblem, params: dict | None = None):
-    """loopy TranslationUnit ``reorder(src, dst[, src_scale, dst_scale, src_zp, dst_zp])``."""
+    """loopy TranslationUnit ``reorder(src, dst[, src_zp, src_scale, dst_scale, dst_zp]
+    [, rnn_scale, rnn_shift | rnn_wscale])``."""
     import loopy as lp
     from pymbolic import var
 
@@ -151,8 +187,8 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
         f"0 <= {n} < {v}" for n, v in zip(names, bounds)) + "}"
     src_size, dst_size = (None, None) if p.runtime else ((p.src_nelems,), (p.dst_nelems,))
 
-    same = (p.src_dt == p.dst_dt and p.src_scale_mask is None and p.dst_scale_mask is None
-            and p.src_zp_mask is None and p.dst_zp_mask is None)
+    _check_rnn(p)
+    same = p.src_dt == p.dst_dt and not _scaled(p)
     if p.beta != 0.0 and not (p.src_dt == p.dst_dt == data_type.f32):
         raise ValueError("reorder with beta (accumulate) needs f32 src and dst")
     args = [lp.GlobalArg("src", _np_storage(p.src_dt), shape=src_size),
@@ -169,6 +205,14 @@ def build_reorder(p: ReorderProblem, params: dict | None = None):
         ld, st = load_helper(p.src_dt, ct), store_helper(p.dst_dt, ct)
         helpers += [ld, st]
         value = var(ld[0])(src_val)
+        if p.rnn_data:
+            helpers.append(_RNN_DATA)
+            value = var(_RNN_DATA[0])(value, var("rnn_scale"), var("rnn_shift"))
+            args += [lp.ValueArg("rnn_scale", np.float32), lp.ValueArg("rnn_shift", np.float32)]
+        if p.rnn_weights_mask is not None:
+            e, n = _masked_index(p.rnn_weights_mask, p.dims, idx)
+            args.append(lp.GlobalArg("rnn_wscale", np.float32, shape=(n,)))
+            value = value * var("rnn_wscale")[e]
         for name, mask, kind in (("src_zp", p.src_zp_mask, "zp"),
                                  ("src_scale", p.src_scale_mask, "scale"),
                                  ("dst_scale", p.dst_scale_mask, "scale"),
