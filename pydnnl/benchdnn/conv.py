@@ -6,6 +6,13 @@ does by default, so the timed primitive runs in the layouts its solver chose (re
 user layouts are not timed). The backward directions build the forward descriptor first and
 pass it as the hint, as a training framework would. A deconvolution problem (``--deconv``)
 runs the deconvolution primitives and is checked against the deconvolution reference.
+
+Data types (``--dt``): one type for every tensor (``f32``, ``bf16``, ``f16``) or benchdnn's
+``SRC:WEI:DST`` (``bf16:bf16:f32``); for the backward directions these name diff_src,
+weights or diff_weights, and diff_dst, as in benchdnn. The deprecated ``--cfg`` names
+(``bf16bf16bf16``, ``f16``, ``bf16bf16f32``, ``f32bf16bf16``...) mean what benchdnn read them
+as. The bias (or diff_bias) takes the output's type (dst in forward, diff_weights in backward
+weights). Combinations outside oneDNN's table are the primitive's ``unimplemented``.
 """
 from __future__ import annotations
 
@@ -29,6 +36,49 @@ DIRS = {"FWD_B": ("fwd", "forward_training", True),
         "BWD_D": ("bwd_d", "forward_training", False),
         "BWD_W": ("bwd_w", "forward_training", False),
         "BWD_WB": ("bwd_w", "forward_training", True)}
+# benchdnn's deprecated --cfg names (its handle_legacy_cfg): src, weights, dst data types
+_LEGACY_CFGS = {
+    "f32": "f32", "f32_wino": "f32", "f64": "f64", "f16": "f16", "bf16bf16bf16": "bf16",
+    "bf16bf16f32": "bf16:bf16:f32", "bf16bf16f16": "bf16:bf16:f16",
+    "bf16bf16s8": "bf16:bf16:s8", "bf16bf16u8": "bf16:bf16:u8",
+    "f32bf16bf16": "f32:bf16:bf16", "bf16f32bf16": "bf16:f32:bf16",
+    "f16f16f32": "f16:f16:f32", "f16f16s8": "f16:f16:s8", "f16f16u8": "f16:f16:u8",
+    "f32f16f16": "f32:f16:f16", "f16f32f16": "f16:f32:f16",
+    "f32f32s8": "f32:f32:s8", "f32f32u8": "f32:f32:u8",
+    **{f"{a}s8{d}": f"{a}:s8:{d}" for a in ("u8", "s8")
+       for d in ("f32", "f16", "bf16", "s32", "s8", "u8")},
+}
+# unit roundoff of an output type: its rounding is within 2^-p of the value for p
+# significant bits (bf16 8, f16 11); f32 outputs are the computation's own
+OUTPUT_ROUNDOFF = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 0.0}
+
+
+def parse_dt(text: str) -> tuple[str, str, str]:
+    """``(src, weights, dst)`` data type names of a benchdnn ``--dt`` (one type or
+    ``SRC:WEI:DST``) or deprecated ``--cfg`` value; raises invalid_arguments naming it."""
+    t = text.strip().lower() or "f32"
+    t = _LEGACY_CFGS.get(t, t)
+    parts = t.split(":")
+    if len(parts) == 1:
+        parts *= 3
+    known = dnnl.memory.data_type.__members__
+    if len(parts) != 3 or any(p not in known or p == "undef" for p in parts):
+        raise invalid_arguments(f"--dt: expected a data type or SRC:WEI:DST (f32, bf16, f16, "
+                                f"...) or a --cfg name such as bf16bf16bf16, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def dt_option(opts: dict) -> str:
+    """The data type text of a problem's options: ``--dt`` or the deprecated ``--cfg`` (both
+    set one setting in benchdnn, the later winning; the options in effect here no longer
+    say which came later, so two that disagree raise invalid_arguments)."""
+    dt, cfg = opts.get("dt", "") or "", opts.get("cfg", "") or ""
+    if dt and cfg and parse_dt(dt) != parse_dt(cfg):
+        raise invalid_arguments(f"--dt={dt} and --cfg={cfg} are both in effect and disagree; "
+                                f"give one of them (--reset clears both)")
+    return dt or cfg
+
+
 # benchdnn's --alg spellings (any case); a solver name pins that solver
 _ALG_NAMES = {"direct": "direct", "winograd": "winograd", "wino": "winograd", "auto": "auto"}
 
@@ -63,16 +113,24 @@ class ConvOptions:
     wtag: str = "any"
     dtag: str = "any"
     fpmath: str = ""  # benchdnn's --attr-fpmath (strict, tf32, bf16, f16, any)
+    dt: tuple = ("f32", "f32", "f32")  # src (diff_src), weights (diff_weights), dst (diff_dst)
 
     @property
     def tf32(self) -> bool:
         """Whether the fpmath mode lets the convolution's products run on TF32."""
         return self.fpmath.partition(":")[0].strip().lower() in ("tf32", "any")
 
+    @property
+    def output_dt(self) -> str:
+        """The data type of the direction's output (and of its bias)."""
+        return self.dt[{"fwd": 2, "bwd_d": 0, "bwd_w": 1}[DIRS[self.dir][0]]]
+
     def to_str(self) -> str:
+        dts = "" if self.dt == ("f32",) * 3 else (
+            self.dt[0] if len(set(self.dt)) == 1 else ":".join(self.dt))
         tags = "".join(f" --{k}={v}" for k, v in (("stag", self.stag), ("wtag", self.wtag),
                                                    ("dtag", self.dtag)) if v != "any")
-        return f"--dir={self.dir} --alg={self.alg}" + (
+        return (f"--dt={dts} " if dts else "") + f"--dir={self.dir} --alg={self.alg}" + (
             f" --attr-post-ops={self.post_ops}" if self.post_ops else "") + tags + (
             f" --attr-fpmath={self.fpmath}" if self.fpmath else "")
 
@@ -131,11 +189,15 @@ class ConvBench:
         dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
         md = dnnl.memory.desc
         nd = len(p.src_dims())
-        src_md = md(p.src_dims(), dt.f32, _tag(o.stag, nd, "stag"))
-        wei_md = md(p.weights_dims(), dt.f32,
-                    tag.any if o.wtag == "any" else _tag(o.wtag, len(p.weights_dims()), "wtag"))
-        dst_md = md(p.dst_dims(), dt.f32, _tag(o.dtag, nd, "dtag"))
-        bias_md = md(p.bias_dims(), dt.f32, tag.any) if self.with_bias else None
+        s_dt, w_dt, d_dt = (getattr(dt, n) for n in o.dt)
+        stag = _tag(o.stag, nd, "stag")
+        wtag = tag.any if o.wtag == "any" else _tag(o.wtag, len(p.weights_dims()), "wtag")
+        dtag = _tag(o.dtag, nd, "dtag")
+        src_md = md(p.src_dims(), s_dt, stag)
+        wei_md = md(p.weights_dims(), w_dt, wtag)
+        dst_md = md(p.dst_dims(), d_dt, dtag)
+        bias_md = md(p.bias_dims(), getattr(dt, o.output_dt), tag.any) if self.with_bias \
+            else None
         geo = (list(p.strides), list(p.dilates), list(p.padding_l), list(p.padding_r))
         alg, solver = _algorithm_and_solver(o.alg, p.deconvolution)
         op = "deconvolution" if p.deconvolution else "convolution"
@@ -154,7 +216,12 @@ class ConvBench:
                 eng, prop, alg, src_md, wei_md, bias_md, dst_md, *geo, attr, **pin)
             self.prim = fwd_cls(self.pd)
         else:
-            hint = self._hint(fwd_cls, eng, prop, src_md, wei_md, dst_md, geo, solver)
+            # the hint gives layouts only: a forward of the data's type (weights in backward
+            # data, src in backward weights: the types oneDNN's table pairs)
+            h_dt = w_dt if self.direction == "bwd_d" else s_dt
+            hint = self._hint(fwd_cls, eng, prop, md(p.src_dims(), h_dt, stag),
+                              md(p.weights_dims(), h_dt, wtag), md(p.dst_dims(), h_dt, dtag),
+                              geo, solver)
             if self.direction == "bwd_d":
                 self.pd = bwd_d_cls.primitive_desc(
                     eng, alg, src_md, wei_md, dst_md, *geo, hint, **pin)
@@ -172,8 +239,9 @@ class ConvBench:
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
             v = rng.standard_normal(spec.md.dims).astype(np.float32)
-            self.values[arg] = v
             self.args[arg] = dnnl.memory(spec.md, eng, v)
+            # the reference reads what the memory holds (rounded to bf16/f16)
+            self.values[arg] = self.args[arg].to_numpy().astype(np.float32)
         self.stream = dnnl.stream(eng)
 
     @staticmethod
@@ -220,11 +288,16 @@ class ConvBench:
     def tolerance(self) -> float:
         """Accepted max error relative to the output's magnitude: 1e-5 (3e-5 for Winograd and
         2e-5 for FFT, whose transforms round more), growing with the square root of the summed
-        terms past 1024 (float32 rounding of long sums)."""
+        terms past 1024 (float32 rounding of long sums). bf16/f16 data is computed in f32 on
+        the rounded inputs the reference reads too, so only a bf16/f16 output adds its own
+        rounding: at most its unit roundoff (2^-8 bf16, 2^-11 f16) of each value, so of the
+        magnitude, on top of the f32 figure."""
         base = {"winograd_f2x3": 3e-5, "fft": 2e-5}.get(self.pd.get_solver(), 1e-5)
         if self.o.tf32 and self.eng.info.is_gpu and self.eng.info.inline_ptx:
             base = TF32_RTOL  # products on TF32 tensor cores (10-bit mantissa inputs)
-        return base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
+        f32 = base * max(1.0, float(np.sqrt(_reduction_length(self.p, self.direction) / 1024)))
+        u = OUTPUT_ROUNDOFF.get(self.o.output_dt, 0.0)
+        return f32 + u * (1.0 + f32)
 
     def check(self) -> float:
         """Max error of every output relative to its magnitude, against the float64 numpy
@@ -302,8 +375,8 @@ def torch_problem(p: ConvProblem, o: ConvOptions, device: str = "cpu"):
     Forward: ``torch.nn.functional.conv1d/2d/3d``; backward:
     ``torch.ops.aten.convolution_backward`` asking for the wanted gradients only (no autograd
     graph)."""
-    if p.deconvolution:
-        return None  # the peer comparison covers convolutions only
+    if p.deconvolution or o.dt != ("f32",) * 3:
+        return None  # the peer comparison covers f32 convolutions only
     try:
         import torch
         import torch.nn.functional as F
@@ -414,6 +487,7 @@ def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
         if peer is None:
             why = ("torch is not installed" if not torch_available() else
                    "deconvolution" if p.deconvolution else
+                   "the peer runs f32 only" if o.dt != ("f32",) * 3 else
                    "no CUDA device for torch" if dev == "cuda" else "not comparable")
             line += f",torch=n/a ({why})"
         else:
@@ -423,5 +497,6 @@ def run(eng, p: ConvProblem, o: ConvOptions, mode: str, compare: str | None,
     return 0
 
 
-__all__ = ["DIRS", "ConvOptions", "ConvBench", "parse_dir", "parse_alg", "torch_problem",
+__all__ = ["DIRS", "ConvOptions", "ConvBench", "parse_dir", "parse_alg", "parse_dt", "dt_option",
+           "torch_problem",
            "torch_time", "torch_available", "run"]

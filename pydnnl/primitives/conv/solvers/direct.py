@@ -61,10 +61,11 @@ class DirectSolver(Solver):
         return [{"tile": t, "wg": wg} for t in tiles for wg in (8, 16, 32, 64)]
 
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
-        if not (params or {}).get("pad", True):
-            return 0
         plan = Plan(None, self.name, {}, dry=True)
-        _prepad(plan, problem)
+        if (params or {}).get("pad", True):
+            _prepad(plan, problem)
+        if problem.kind == "bwd_w" and problem.bias is not None:  # its partial sums
+            add_bias_grad(plan, problem)
         return plan.scratch_bytes
 
     def build_plan(self, problem: ConvProblem, params: dict, engine) -> Plan:
