@@ -38,7 +38,7 @@ import numpy as np
 from ..memory.data_types import data_type
 from .source import KernelSource
 
-GENERATOR_VERSION = "gemm_int8-5"
+GENERATOR_VERSION = "gemm_int8-6"
 #: the data types of C (oneDNN's matmul table for u8/s8 src and s8 weights)
 C_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
            data_type.f16)
@@ -343,26 +343,29 @@ def _dot(signed_a: bool, av: str, bv: str) -> str:
 
 
 MMA_BLOCK = 64  # C block (rows and columns) of the tensor-core kernel: 2 x 2 warps of 32 x 32
+MMA_BLOCKS = (64, 128)  # the blocks it is generated for (the panel is one block wide)
 
 
 def mma_covers(pr: Int8GemmProblem, p: Int8Params) -> bool:
     """Whether the tensor-core kernel computes ``pr``: k a multiple of 32 (whole mma steps: A
     is never read past a row), A not transposed, no weights zero point (its row sums are
     counted by the other kernel's loop), the panel one block wide."""
-    return (p.mma and p.panel == MMA_BLOCK and pr.k % 32 == 0 and not pr.trans_a
+    return (p.mma and p.panel in MMA_BLOCKS and pr.k % 32 == 0 and not pr.trans_a
             and pr.zp("wei") is None)
 
 
-def _build_mma(pr: Int8GemmProblem) -> KernelSource:
-    """The tensor-core product: one work-group of four warps per 64 x 64 block of C, each
-    warp 32 x 32 as 2 x 4 m16n8 accumulators of ``mma.sync.aligned.m16n8k32`` (s32). Per
-    32-deep k step the group stages A's 64 x 32 bytes and B's 8 x 64 packed words in shared
-    memory (each work-item one 16-byte piece of each, loaded from global memory into
+def _build_mma(pr: Int8GemmProblem, block: int) -> KernelSource:
+    """The tensor-core product: one work-group of four warps per ``block`` x ``block`` piece
+    of C (64: each warp 32 x 32 as 2 x 4 m16n8 accumulators of ``mma.sync.aligned.m16n8k32``,
+    s32; 128: 64 x 64, 4 x 8). Per 32-deep k step the group stages A's block x 32 bytes and
+    B's 8 x block packed words in shared memory (each work-item block / 64 16-byte pieces of
+    each, loaded from global memory into
     registers while the previous step is multiplied; two buffers, one barrier per step).
     Lane ``g = lane / 4, q = lane % 4`` reads its A registers (rows g (+8), k 4q..4q+3 (+16))
     and B registers (k quad q (+4), column g) as single words: rows of 8 + 4 and 64 + 8
     words put each warp's reads in 32 banks; accumulators rows g (+8), columns 2q, 2q + 1."""
-    B_ = MMA_BLOCK
+    B_ = block
+    per = B_ // 64  # 16-byte pieces of A and of B per work-item and step
     KQ, K, N = kq(pr.k), pr.k, pr.n
     signed = data_type(pr.a_dt) == data_type.s8
     at = "char" if signed else "uchar"
@@ -376,8 +379,8 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
     args += ["long a_off", "long bp_off", "long c_off"] + (["long ws_off"] if zs else [])
     args += ["long m"]
     packed = -(-N // B_) * B_ * KQ
-    mt, nt = 2, 4
-    ra, rb = 8 + 4, B_ + 8  # shared row lengths in words (A: 8 k quads; B: 64 columns)
+    mt, nt = B_ // 32, B_ // 16
+    ra, rb = 8 + 4, B_ + 8  # shared row lengths in words (A: 8 k quads; B: block columns)
     sza, szb = B_ * ra, 8 * rb
     w = [f"__kernel void __attribute__((reqd_work_group_size({4 * 32}, 1, 1)))",
          f"gemm_int8({', '.join(args)})", "{",
@@ -387,7 +390,7 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
          "    const int g = lane >> 2, q = lane & 3;",
          "    const long pn = get_group_id(0);",
          f"    const long mb = get_group_id(1) * {B_};",
-         "    const int wm0 = (wid >> 1) * 32, wn0 = (wid & 1) * 32;",
+         f"    const int wm0 = (wid >> 1) * {B_ // 2}, wn0 = (wid & 1) * {B_ // 2};",
          "    const long m0 = mb + wm0;",
          "    const long pd_t = " + ("get_group_id(2);" if pr.batch > 1 else "0;"),
          "    const long M = m;",
@@ -399,23 +402,26 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
         w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
                  f"{-(-N // B_) * B_ if pr.b_batched else 0}L;")
         w.append("    const int pd_zs = src_zp[0];")
-    # this work-item's pieces: A row tid / 2 (clamped into [0, m): rows past m are computed,
-    # not stored), bytes 16 (tid % 2) ..; B k quad tid / 16, columns 4 (tid % 16) ..
-    w += [f"    __global const {at}* ag = A + min(mb + (tid >> 1), M - 1) * {pr.lda}L"
-          " + (tid & 1) * 16;",
-          "    __global const uint* bg = B + (tid >> 4) * 64 + (tid & 15) * 4;",
-          f"    const int as_at = (tid >> 1) * {ra} + (tid & 1) * 4;",
-          f"    const int bs_at = (tid >> 4) * {rb} + (tid & 15) * 4;",
-          # 16-byte loads where every piece is 16-byte aligned (tested once per group: the
-          # offsets are run-time), else element-wise ones
-          f"    const bool avec = {'1' if pr.lda % 16 == 0 and pr.stride_a % 16 == 0 else '0'}"
-          " && ((a_off & 15) == 0);",
-          "    const bool bvec = (bp_off & 3) == 0;",
-          "    uint4 pa = avec ? *(__global const uint4*)ag : as_uint4(vload16(0, ag));",
-          "    uint4 pb = bvec ? *(__global const uint4*)bg : vload4(0, bg);",
-          "    *(__local uint4*)&As[as_at] = pa;",
-          "    *(__local uint4*)&Bs[bs_at] = pb;",
-          "    barrier(CLK_LOCAL_MEM_FENCE);",
+    # this work-item's pieces c = tid + 128 i: A row c / 2 (clamped into [0, m): rows past m
+    # are computed, not stored), bytes 16 (c % 2) ..; B k quad c / (block / 4), columns
+    # 4 (c % (block / 4)) ..
+    q4 = B_ // 4
+    w += [f"    const bool avec = {'1' if pr.lda % 16 == 0 and pr.stride_a % 16 == 0 else '0'}"
+          " && ((a_off & 15) == 0);",  # 16-byte loads where every piece is aligned
+          "    const bool bvec = (bp_off & 3) == 0;"]
+    for i in range(per):
+        c = f"(tid + {128 * i})"
+        w += [f"    __global const {at}* ag{i} = A + min(mb + ({c} >> 1), M - 1) * "
+              f"{pr.lda}L + ({c} & 1) * 16;",
+              f"    __global const uint* bg{i} = B + ({c} / {q4}) * {B_} + ({c} % {q4}) * 4;",
+              f"    const int as_at{i} = ({c} >> 1) * {ra} + ({c} & 1) * 4;",
+              f"    const int bs_at{i} = ({c} / {q4}) * {rb} + ({c} % {q4}) * 4;",
+              f"    uint4 pa{i} = avec ? *(__global const uint4*)ag{i} : "
+              f"as_uint4(vload16(0, ag{i}));",
+              f"    uint4 pb{i} = bvec ? *(__global const uint4*)bg{i} : vload4(0, bg{i});",
+              f"    *(__local uint4*)&As[as_at{i}] = pa{i};",
+              f"    *(__local uint4*)&Bs[bs_at{i}] = pb{i};"]
+    w += ["    barrier(CLK_LOCAL_MEM_FENCE);",
           f"    int acc[{mt}][{nt}][4];",
           "#pragma unroll",
           f"    for (int i = 0; i < {mt}; ++i)",
@@ -424,12 +430,13 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
           "            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;",
           f"    for (int st = 0; st < {K // 32}; ++st) {{",
           "        const int cur = st & 1;",
-          f"        if (st + 1 < {K // 32}) {{",
-          "            pa = avec ? *(__global const uint4*)(ag + (st + 1) * 32)"
-          " : as_uint4(vload16(0, ag + (st + 1) * 32));",
-          f"            pb = bvec ? *(__global const uint4*)(bg + (st + 1) * {8 * B_})"
-          f" : vload4(0, bg + (st + 1) * {8 * B_});",
-          "        }",
+          f"        if (st + 1 < {K // 32}) {{"]
+    for i in range(per):  # the next step's pieces, while this one is multiplied
+        w += [f"            pa{i} = avec ? *(__global const uint4*)(ag{i} + (st + 1) * 32)"
+              f" : as_uint4(vload16(0, ag{i} + (st + 1) * 32));",
+              f"            pb{i} = bvec ? *(__global const uint4*)(bg{i} + (st + 1) * "
+              f"{8 * B_}) : vload4(0, bg{i} + (st + 1) * {8 * B_});"]
+    w += ["        }",
           f"        __local const uint* as = As + cur * {sza} + (wm0 + g) * {ra} + q;",
           f"        __local const uint* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;"]
     for i in range(mt):
@@ -448,12 +455,11 @@ def _build_mma(pr: Int8GemmProblem) -> KernelSource:
             w.append(f'            : "r"(a{i}_0), "r"(a{i}_1), "r"(a{i}_2), "r"(a{i}_3), '
                      f'"r"(b{j}_0), "r"(b{j}_1),')
             w.append(f'              "r"({c[0]}), "r"({c[1]}), "r"({c[2]}), "r"({c[3]}));')
-    w += [f"        if (st + 1 < {K // 32}) {{",
-          f"            *(__local uint4*)&As[(cur ^ 1) * {sza} + as_at] = pa;",
-          f"            *(__local uint4*)&Bs[(cur ^ 1) * {szb} + bs_at] = pb;",
-          "        }",
-          "        barrier(CLK_LOCAL_MEM_FENCE);",
-          "    }"]
+    w.append(f"        if (st + 1 < {K // 32}) {{")
+    for i in range(per):
+        w += [f"            *(__local uint4*)&As[(cur ^ 1) * {sza} + as_at{i}] = pa{i};",
+              f"            *(__local uint4*)&Bs[(cur ^ 1) * {szb} + bs_at{i}] = pb{i};"]
+    w += ["        }", "        barrier(CLK_LOCAL_MEM_FENCE);", "    }"]
     for i in range(mt):
         for j in range(nt):
             for e in range(4):
@@ -479,7 +485,7 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     :func:`arg_names`; offsets in elements of each buffer's type (``bp_off``/``ws_off`` in
     ``uint``/``int``)."""
     if mma_covers(pr, p):
-        return _build_mma(pr)
+        return _build_mma(pr, p.panel)
     R, V, L = p.rows, p.vecs, p.lanes
     P = p.panel
     KQ, K, N = kq(pr.k), pr.k, pr.n

@@ -387,7 +387,7 @@ class Plan:
         from ..kernels import gemm_int8 as gi
         from .heuristics.gemm_int8 import default_params, pack_split
 
-        p = params if params is not None else default_params(self.engine.info)
+        p = params if params is not None else default_params(self.engine.info, problem)
         count = problem.batch if problem.b_batched else 1
         pk = gi.PackProblem(n=problem.n, k=problem.k, ldb=int(ldb), trans_b=bool(trans_b),
                             panel=p.panel, count=count, stride_b=int(stride_b),

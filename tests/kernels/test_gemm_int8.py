@@ -69,10 +69,12 @@ def test_multiply_adds(engine, case):
     assert np.array_equal(got, want)
 
 
-MMA_CASES = [  # M, N, K, trans_b, signed A, zero points (src only: the mma kernel's cover)
-    (70, 100, 96, False, False, (5, 0)),
-    (64, 64, 32, True, True, (0, 0)),
-    (3, 130, 64, False, True, (-7, 0)),
+MMA_CASES = [  # M, N, K, trans_b, signed A, zero points (src only: the mma kernel's cover), block
+    (70, 100, 96, False, False, (5, 0), 64),
+    (64, 64, 32, True, True, (0, 0), 64),
+    (3, 130, 64, False, True, (-7, 0), 64),
+    (200, 260, 96, False, False, (4, 0), 128),
+    (5, 70, 32, True, True, (0, 0), 128),
 ]
 
 
@@ -103,9 +105,14 @@ def test_mma_cover_and_rule():
     assert not mma_covers(Int8GemmProblem(**base, trans_a=True), p)
     src = build_gemm_int8(Int8GemmProblem(**base, a_dt=int(data_type.s8)), p).source
     assert src.count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") == 8
+    big = build_gemm_int8(Int8GemmProblem(**base), Int8Params(rows=4, lanes=128, mma=True))
+    assert big.source.count("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32") == 32
     h100 = SimpleNamespace(is_gpu=True, is_cpu=False, vendor_family="nvidia", inline_ptx=True,
                            arch="sm_90", simd_width=32, integer_dot_product=False)
     assert default_params(h100).mma
+    h100.compute_units = 132
+    assert default_params(h100, Int8GemmProblem(m=4096, n=4096, k=4096)).panel == 128
+    assert default_params(h100, Int8GemmProblem(m=1024, n=1024, k=1024)).panel == 64
     assert not default_params(SimpleNamespace(**{**vars(h100), "arch": "sm_75"})).mma
 
 
@@ -119,8 +126,8 @@ def test_mma(engine, case):
         pytest.skip("int8 mma.sync runs on NVIDIA GPUs of compute capability 8.0 on")
     from pydnnl.kernels.gemm_int8 import mma_covers
 
-    M, N, K, tb, sa, zp = case
-    p = Int8Params(rows=4, lanes=64, mma=True)
+    M, N, K, tb, sa, zp, block = case
+    p = Int8Params(rows=4, lanes=block, mma=True)
     assert mma_covers(Int8GemmProblem(m=M, n=N, k=K, zero_points=[("src", ())] if zp[0]
                                       else []), p)
     got, want = _product(engine, M, N, K, False, tb, sa, p, batch=2, zp=zp)
