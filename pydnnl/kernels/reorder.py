@@ -102,6 +102,7 @@ def _scaled(p: ReorderProblem) -> bool:
 
 # x * scale + shift with each operation rounded to f32 (as oneDNN's rnn_data_reorder): a
 # contracted fma would round once and resolve some ties of the quantization differently
+# (NVIDIA's OpenCL compiler contracts the plain expression; Intel's CPU runtime and PoCL did not)
 _RNN_DATA = ("pd_rnn_quantize_data",
              "static inline float pd_rnn_quantize_data(float x, float scale, float shift) {\n"
              "#pragma OPENCL FP_CONTRACT OFF\n"
