@@ -47,7 +47,12 @@ CI_RUNS = [
     ("rnn", "rnn/test_gru_ci", ""),
     ("rnn", "rnn/test_augru_ci", ""),
     ("rnn", "rnn/test_rnn_ci", ""),
-    ("conv", "conv/test_conv_ci", "conv_basic_2d:"),  # 1d, 3d: the long run (docs/status.md)
+    # 6 of the 18 2-D shapes, one per family with its channel tail or stride (every data type,
+    # direction, layout and post-op of the list runs on each); the others and 1-D, 3-D: the
+    # long run (docs/status.md)
+    ("conv", "conv/test_conv_ci",
+     "conv_basic_2d:(1st_stride_tail|1x1_tail|3x3_stride_tail|gemm_tail|grouped_stride_tail"
+     "|depthwise_tail)"),
     # 6 of the 48 shapes (about 25 s with an empty kernel cache on 2 cores): 1-D, 2-D and 3-D,
     # channel tails, the kernel-less-than-padding "gemm" case, groups and depthwise; every
     # direction, layout and post-op of the list runs on each
