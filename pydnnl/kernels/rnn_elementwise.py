@@ -251,9 +251,11 @@ def build_elementwise(p: ElementwiseProblem):
              + (("dq_off",) if "dq" in bufs else ()) + SIZE_ARGS]
     dom = (f"{{[n, j, k]: 0 <= n < batch and 0 <= j < {DHC} and 0 <= k < {p.fused_k}}}"
            if p.fused_k else f"{{[n, j]: 0 <= n < batch and 0 <= j < {DHC}}}")
+    # the plain OpenCL target: the device code is PyOpenCLTarget's, whose first use imported
+    # its host-side library (random123, mako: 50-60 ms of a first creation)
     knl = lp.make_kernel(dom, insns + stores,
                          args + temps, name=f"rnn_{spec.name}_s{p.stage}",
-                         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+                         lang_version=(2018, 2), target=lp.OpenCLTarget(),
                          seq_dependencies=False)
     wg = min(p.wg, DHC)
     knl = lp.split_iname(knl, "j", wg, inner_tag="l.0", outer_tag="g.0")

@@ -7,6 +7,8 @@ the execute-time buffers.
 """
 from __future__ import annotations
 
+import threading
+
 from ..engine import _cl
 from ..error import runtime_error
 from ..kernels.source import KernelSource, launch_size, scalar_types
@@ -16,34 +18,44 @@ class Kernel:
     """A built OpenCL kernel: ``kernel(stream, buf_a, buf_b, ...)``. Its launch size is fixed,
     or computed from the runtime size arguments of each call (see ``KernelSource.grid``)."""
 
-    def __init__(self, context, device, src: KernelSource, binary_path=None):
+    def __init__(self, context, device, src: KernelSource, binary_path=None,
+                 defer: bool = False):
         """``binary_path``: where the program binary for this device is kept (see
         :mod:`pydnnl.runtime.kernel_cache`): read instead of compiling when it is there,
-        written after a compilation when it is not. None compiles (pyopencl may cache)."""
-        import warnings
-
-        cl = _cl()
+        written after a compilation when it is not. None compiles (pyopencl may cache).
+        A compilation runs on the build thread (:func:`warm_up`); ``defer`` returns while
+        it runs: :attr:`program` and :meth:`wait` finish it (and raise its error)."""
         self.src = src
-        self.program = _from_binary(context, device, src, binary_path) if binary_path else None
-        #: "binary" (read from the kernel cache) or "source" (compiled here)
-        self.built_from = "source" if self.program is None else "binary"
-        if self.program is None:
-            try:
-                with warnings.catch_warnings():
-                    # drivers print informational build logs; pyopencl turns them into warnings
-                    warnings.simplefilter("ignore", cl.CompilerWarning)
-                    prg = cl.Program(context, src.source)
-                    if binary_path is not None:  # our cache keeps the binary: not pyopencl's
-                        self.program = prg.build(options=list(src.build_options),
-                                                 devices=[device], cache_dir=False)
-                        _store_binary(self.program, binary_path)
-                    else:
-                        self.program = prg.build(options=list(src.build_options),
-                                                 devices=[device])
-            except cl.Error as e:
-                raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
         self.name = src.name
         self.scalar_types = scalar_types(src)  # numpy type per scalar argument, else None
+        self._program = _from_binary(context, device, src, binary_path) if binary_path else None
+        #: "binary" (read from the kernel cache) or "source" (compiled here)
+        self.built_from = "source" if self._program is None else "binary"
+        self._pending = None
+        if self._program is None:
+            self._pending = _build_thread().submit(_from_source, context, device, src,
+                                                   binary_path)
+            if not defer:
+                self.wait()
+
+    def wait(self) -> None:
+        """Finish the compilation (a no-op once built); raises its ``runtime_error``."""
+        pending = self._pending
+        if pending is not None:
+            self._program = pending.result()
+            self._pending = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the compilation has ended in an error (which :meth:`wait` raises)."""
+        p = self._pending
+        return p is not None and p.done() and p.exception() is not None
+
+    @property
+    def program(self):
+        """The built ``cl.Program`` (waits for a compilation still running)."""
+        self.wait()
+        return self._program
 
     @property
     def kernel(self):
@@ -70,6 +82,68 @@ class Kernel:
         return BoundKernel(self, args)
 
 
+# -- compilation -----------------------------------------------------------------------------
+# Every compilation from source runs on one thread. An OpenCL compiler's first build on a
+# thread pays its set-up there (Intel's CPU runtime: 100-200 ms, again on each new thread),
+# so one long-lived thread pays it once, and it can pay it early (:func:`warm_up`) while the
+# caller's thread generates the first kernel. Intel's runtime runs one build at a time, so
+# more threads would not compile faster (three at once took longer than one after the other).
+_THREAD = None
+_THREAD_LOCK = threading.Lock()
+# warnings.catch_warnings swaps process-wide state: this module's uses take turns
+_WARNINGS_LOCK = threading.Lock()
+_warmed: set = set()
+_WARM_UP_SOURCE = "__kernel void pydnnl_warm_up(__global int *x) { x[0] = 0; }"
+
+
+def _build_thread():
+    global _THREAD
+    with _THREAD_LOCK:
+        if _THREAD is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _THREAD = ThreadPoolExecutor(1, thread_name_prefix="pydnnl-build")
+        return _THREAD
+
+
+def warm_up(context, device) -> None:
+    """Start the OpenCL compiler for ``device`` on the build thread (once per context and
+    device), for a caller about to generate a kernel it will compile: the compiler's set-up
+    then runs beside the generation instead of before the first compilation."""
+    key = (context.int_ptr, device.int_ptr)
+    with _THREAD_LOCK:
+        if key in _warmed:
+            return
+        _warmed.add(key)
+    src = KernelSource("pydnnl_warm_up", _WARM_UP_SOURCE, (1,), (1,), ("x",))
+    _build_thread().submit(_from_source, context, device, src, None, True)
+
+
+def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool = False):
+    """The program compiled from ``src`` (its binary stored at ``binary_path`` when given);
+    a failed build raises ``runtime_error`` (a warm-up's failure is left to the real builds)."""
+    import warnings
+
+    cl = _cl()
+    try:
+        with _WARNINGS_LOCK, warnings.catch_warnings():
+            # drivers print informational build logs; pyopencl turns them into warnings
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            prg = cl.Program(context, src.source)
+            if binary_path is not None or warm_up:  # our cache keeps the binary: not pyopencl's
+                program = prg.build(options=list(src.build_options), devices=[device],
+                                    cache_dir=False)
+            else:
+                program = prg.build(options=list(src.build_options), devices=[device])
+    except cl.Error as e:
+        if warm_up:
+            return None
+        raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
+    if binary_path is not None:
+        _store_binary(program, binary_path)
+    return program
+
+
 def _from_binary(context, device, src: KernelSource, path):
     """The program built from the binary at ``path``, or None (absent, unreadable, or
     refused by the driver: the caller compiles the source again)."""
@@ -81,7 +155,7 @@ def _from_binary(context, device, src: KernelSource, path):
     import warnings
 
     try:
-        with warnings.catch_warnings():
+        with _WARNINGS_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", cl.CompilerWarning)
             prg = cl.Program(context, [device], [binary])
             return prg.build(options=list(src.build_options), devices=[device])

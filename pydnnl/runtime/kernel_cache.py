@@ -7,7 +7,9 @@ nor regenerates. Next to each source, one program binary per device and driver
 (``<family>-<hash>.<device hash>.bin``) spares a second process the OpenCL compilation too,
 also where pyopencl keeps no binaries (it leaves NVIDIA's builds to the driver).
 ``PYDNNL_NO_KERNEL_CACHE=1`` turns both off; ``PYOPENCL_NO_CACHE=1`` turns off the binaries
-(kernel checkers want source builds).
+(kernel checkers want source builds). Compilations run on one build thread, whose compiler
+starts while the first kernel is generated; within :func:`deferred_builds` they also overlap
+the generation of the kernels that follow.
 """
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ import functools
 import hashlib
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from ..kernels.source import KernelSource, source_from_loopy
-from .kernel import Kernel
+from .kernel import Kernel, warm_up
 
 # Bump when generators change in a way their keys do not capture (the sources of the kernel
 # generators and cell specs are hashed into every key as well).
@@ -90,7 +93,7 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
     mkey = (engine.context.int_ptr, engine.device.int_ptr, family, key)
     with _lock:
         k = _mem_cache.get(mkey)
-    if k is not None:
+    if k is not None and not k.failed:  # (a deferred build that failed is tried again)
         return k
     h = _key_hash_fast(family, key)
     path = cache_dir() / f"{family}-{h}.json"
@@ -101,6 +104,7 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
         except (OSError, ValueError, KeyError):
             src = None
     if src is None:
+        warm_up(engine.context, engine.device)  # the compiler starts while we generate
         built = build()
         src = built if isinstance(built, KernelSource) else source_from_loopy(built)
         try:
@@ -110,7 +114,53 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
             tmp.replace(path)
         except OSError:
             pass  # a read-only cache only costs time
-    k = Kernel(engine.context, engine.device, src, _binary_path(engine, path, src))
+    pending = getattr(_deferred, "kernels", None)
+    k = Kernel(engine.context, engine.device, src, _binary_path(engine, path, src),
+               defer=pending is not None)
+    if pending is not None:
+        pending.append(k)
     with _lock:
         _mem_cache[mkey] = k
     return k
+
+
+_deferred = threading.local()
+
+
+@contextmanager
+def deferred_builds(wait: bool = True):
+    """Within, :func:`get_kernel` returns while the kernel compiles on the build thread, so
+    that the caller generates its next kernel meanwhile. Yields the list of kernels asked
+    for inside. Leaving waits for every compilation started inside and raises the first
+    failure; with ``wait=False`` it leaves them running, and the caller finishes them with
+    :func:`finish_builds` before anything launches them (a launch would wait for its own
+    build): e.g. a primitive descriptor's kernels, finished by its primitive's creation."""
+    outer = getattr(_deferred, "kernels", None)
+    mine: list[Kernel] = []
+    _deferred.kernels = mine
+    try:
+        yield mine
+    except BaseException:
+        _finish(mine, raise_first=False)
+        raise
+    else:
+        if wait:
+            finish_builds(mine)
+    finally:
+        _deferred.kernels = outer
+
+
+def finish_builds(kernels) -> None:
+    """Wait for the compilation of each of ``kernels``; raises the first that failed."""
+    _finish(kernels, raise_first=True)
+
+
+def _finish(kernels, raise_first: bool) -> None:
+    error = None
+    for k in kernels:
+        try:
+            k.wait()
+        except Exception as e:  # every build is waited for; the first error wins
+            error = error or e
+    if error is not None and raise_first:
+        raise error

@@ -1,0 +1,92 @@
+"""Compilations on the kernel cache's build thread: a kernel asked for inside
+``deferred_builds`` is built when the block is left and computes what numpy does; a build
+that fails raises there (and, asked again, fails again rather than being served from the
+cache); outside a block a failing build raises at once, as before."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.error import runtime_error
+from pydnnl.kernels.source import KernelSource
+from pydnnl.runtime import kernel_cache
+
+
+def _scale_source(name: str, factor: int) -> KernelSource:
+    return KernelSource(name, f"__kernel void {name}(__global float *x) "
+                              f"{{ x[get_global_id(0)] *= {factor}.0f; }}",
+                        (8,), (1,), ("x",))
+
+
+def _broken_source(name: str) -> KernelSource:
+    return KernelSource(name, f"__kernel void {name}(__global float *x) {{ x[0] = y; }}",
+                        (1,), (1,), ("x",))
+
+
+@pytest.fixture()
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYDNNL_CACHE_DIR", str(tmp_path))
+    return str(tmp_path)  # in every key: nothing comes from another test's memory cache
+
+
+def _run(engine, kernel, x: np.ndarray) -> np.ndarray:
+    import pyopencl as cl
+
+    s = dnnl.stream(engine)
+    buf = cl.Buffer(engine.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=x)
+    kernel(s, buf)
+    out = np.empty_like(x)
+    cl.enqueue_copy(s.queue, out, buf)
+    s.wait()
+    return out
+
+
+def test_deferred_builds_are_built_on_leaving(first_engine, fresh_cache):
+    x = np.arange(8, dtype=np.float32)
+    with kernel_cache.deferred_builds():
+        k3 = kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 3),
+                                     lambda: _scale_source("scale3", 3))
+        k5 = kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 5),
+                                     lambda: _scale_source("scale5", 5))
+        # the same request inside the block gets the same (pending) kernel
+        assert kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 3),
+                                       lambda: _scale_source("scale3", 3)) is k3
+    assert k3.built_from == k5.built_from == "source"
+    np.testing.assert_array_equal(_run(first_engine, k3, x), 3 * x)
+    np.testing.assert_array_equal(_run(first_engine, k5, x), 5 * x)
+
+
+def test_failed_deferred_build_raises_on_leaving(first_engine, fresh_cache):
+    key = (fresh_cache, "broken")
+    with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
+        with kernel_cache.deferred_builds():
+            kernel_cache.get_kernel(first_engine, "test_broken", key,
+                                    lambda: _broken_source("broken_k"))
+    # not served from the memory cache: compiled again, and failing at once outside a block
+    with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
+        kernel_cache.get_kernel(first_engine, "test_broken", key,
+                                lambda: _broken_source("broken_k"))
+
+
+def test_error_inside_the_block_wins(first_engine, fresh_cache):
+    """An exception raised inside the block propagates; its builds are still waited for."""
+    with pytest.raises(KeyError, match="mine"):
+        with kernel_cache.deferred_builds():
+            k = kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 7),
+                                        lambda: _scale_source("scale7", 7))
+            raise KeyError("mine")
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(_run(first_engine, k, x), 7 * x)
+
+
+def test_builds_left_running_are_finished_later(first_engine, fresh_cache):
+    """``wait=False``: the block hands its kernels over; ``finish_builds`` completes them."""
+    with kernel_cache.deferred_builds(wait=False) as pending:
+        k = kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 9),
+                                    lambda: _scale_source("scale9", 9))
+    assert pending == [k]
+    kernel_cache.finish_builds(pending)
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(_run(first_engine, k, x), 9 * x)
