@@ -7,6 +7,7 @@ the execute-time buffers.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from ..engine import _cl
@@ -106,6 +107,17 @@ def _build_thread():
         return _THREAD
 
 
+def _after_fork_in_child() -> None:
+    # a forked child has none of its parent's threads: it starts its own build thread
+    global _THREAD, _THREAD_LOCK, _WARNINGS_LOCK
+    _THREAD, _THREAD_LOCK, _WARNINGS_LOCK = None, threading.Lock(), threading.Lock()
+    _warmed.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def warm_up(context, device) -> None:
     """Start the OpenCL compiler for ``device`` on the build thread (once per context and
     device), for a caller about to generate a kernel it will compile: the compiler's set-up
@@ -164,8 +176,6 @@ def _from_binary(context, device, src: KernelSource, path):
 
 
 def _store_binary(program, path) -> None:
-    import os
-
     cl = _cl()
     try:
         binary = program.get_info(cl.program_info.BINARIES)[0]
