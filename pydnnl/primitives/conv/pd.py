@@ -34,6 +34,7 @@ from ...runtime.plan import ALIGN
 from ..base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
+from . import int8
 from .find import FIND_FAMILY, ConvFindResult, find
 from .low_precision import Staging, add_steps, check_data_types, is_low, stage, user_key
 from .solvers import Solver, get_solver, heuristic_order, solvers
@@ -111,7 +112,15 @@ class conv_pd_base(bias_queries, primitive_desc_base):
         self._alg = self._check_alg(a["algorithm"])
         self._hint = self._check_hint_type(a.get("hint_fwd_pd"))
         self._user = descs
+        self._int8 = self._dir == "fwd" and int8.is_int8(self._dir, descs)
         self._geom = self._validate(descs, dims)
+        if self._int8:  # u8/s8 src: the integer GEMM (no solver choice)
+            if a["solver"] not in (None, int8.SOLVER):
+                raise invalid_arguments(f"{self._kind}: solver {a['solver']!r} with int8 src; "
+                                        f"the int8 convolution's solver is {int8.SOLVER}")
+            self._dims = dims
+            int8.init(self, descs)
+            return
         self._check_hint_geometry()
         self._post_ops = self._check_attr()
         self._dims = dims
@@ -186,7 +195,8 @@ class conv_pd_base(bias_queries, primitive_desc_base):
 
     def _validate(self, descs: dict, dims: dict) -> ConvGeometry:
         by = {_LOGICAL[n]: md for n, md in descs.items()}
-        check_data_types(self._kind, self._dir, descs)
+        if not getattr(self, "_int8", False):
+            check_data_types(self._kind, self._dir, descs)
         bias = by.get("bias")
         deconv = self._op == "deconvolution"
         geom = validate_conv(by["src"].dims, by["wei"].dims, dims["strides"], dims.get("dilates"),
@@ -494,6 +504,9 @@ class conv_primitive_base(primitive):
 
     def _create(self) -> None:
         pd = self._pd
+        if getattr(pd, "_int8", False):
+            self._plan = int8.build_plan(pd)
+            return
         try:
             self._plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
         except error:
@@ -513,6 +526,8 @@ class conv_primitive_base(primitive):
     def _execute(self, s, args) -> list:
         """Enqueue the plan; returns its launches' events (Find times them)."""
         pd = self._pd
+        if getattr(pd, "_int8", False):
+            return self._plan.execute(s, args)
         if pd._staging is None:
             return self._plan.execute(s, args, pd._roles)
         # the solver reads and writes the f32 copies, which lie in the scratchpad: its roles

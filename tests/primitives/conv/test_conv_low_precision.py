@@ -232,7 +232,7 @@ REFUSED = [
     ("fwd", {"dst": DT.f16}, "dst_desc"),  # bf16 data: dst bf16 or f32
     ("fwd", {"bias": DT.f16}, "bias_desc"),
     ("fwd", {"src": DT.f32}, "weights_desc"),  # f32 src: everything f32
-    ("fwd", {"src": DT.s8, "wei": DT.s8}, "src_desc"),  # int8 is not implemented
+    ("fwd", {"src": DT.s8, "wei": DT.u8}, "weights_desc"),  # int8 takes s8 weights only
     ("bwd_d", {"src": DT.f16}, "diff_src_desc"),  # diff_src bf16 or f32
     ("bwd_d", {"wei": DT.f32}, "weights_desc"),
     ("bwd_w", {"wei": DT.f16}, "diff_weights_desc"),  # diff_weights bf16 or f32

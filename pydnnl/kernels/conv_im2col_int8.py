@@ -1,0 +1,112 @@
+"""The byte im2col of an int8 convolution: the A matrix of :mod:`pydnnl.kernels.gemm_int8`.
+
+``col[col_off + ((n * G + g) * P + p) * Kf + kf] = src[n, g*ICg + ic, p * stride - pad + tap *
+(dil + 1)]`` for output point ``p`` and kernel row ``kf``, which runs ``ic`` major and taps minor
+(``ick``, the order of ``goihw`` weights) or taps major (``kic``, ``gohwi`` weights). A
+position in the padding holds the src zero point (0 without one): the GEMM subtracts ``zp_src``
+times each weight column's full sum, so a padded tap contributes ``(zp_src - zp_src) * w =
+0``, as oneDNN's reference skips padded taps. The zero point is stored saturated into src's
+type (a zero point outside it has no representable real 0).
+
+One work-item per byte of col, ``kf`` fastest (consecutive work-items write consecutive
+bytes). Every size is baked; the offsets and the zero point's buffer are arguments.
+Pure: text only, no device.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..memory.data_types import data_type
+from .source import KernelSource
+
+GENERATOR_VERSION = "conv_im2col_int8-1"
+
+
+@dataclass(frozen=True)
+class Im2colInt8:
+    """Sizes and src strides (elements) of one int8 im2col; spatial tuples have 1 to 3
+    entries (oneDNN dilation: 0 is dense)."""
+
+    src_dt: int
+    mb: int
+    groups: int
+    icg: int
+    src_sp: tuple
+    dst_sp: tuple
+    kernel: tuple
+    strides: tuple
+    dilates: tuple
+    padding_l: tuple
+    s_n: int
+    s_c: int
+    s_sp: tuple
+    kf_order: str = "ick"
+    zero_point: bool = False
+
+    @property
+    def P(self) -> int:
+        return math.prod(self.dst_sp)
+
+    @property
+    def K(self) -> int:
+        return math.prod(self.kernel)
+
+    @property
+    def kf(self) -> int:
+        return self.icg * self.K
+
+    @property
+    def col_bytes(self) -> int:
+        return self.mb * self.groups * self.P * self.kf
+
+
+def _pad3(t: tuple, fill: int) -> tuple:
+    return (fill,) * (3 - len(t)) + tuple(int(v) for v in t)
+
+
+def build_im2col_int8(p: Im2colInt8) -> KernelSource:
+    """The kernel of ``p``: arguments ``src, col, src_off, col_off`` (+ ``zp``, an int
+    buffer whose first entry is the src zero point); grid ``(Kf, P, mb * groups)``."""
+    dt = data_type(p.src_dt)
+    ctype = {data_type.u8: "uchar", data_type.s8: "char"}[dt]
+    lo, hi = (0, 255) if dt == data_type.u8 else (-128, 127)
+    isp, osp = _pad3(p.src_sp, 1), _pad3(p.dst_sp, 1)
+    ks, st = _pad3(p.kernel, 1), _pad3(p.strides, 1)
+    dl, pl = _pad3(p.dilates, 0), _pad3(p.padding_l, 0)
+    ss = _pad3(p.s_sp, 0)
+    K = p.K
+    if p.kf_order == "ick":
+        split = f"const long ic = kf / {K}, tap = kf - ic * {K};"
+    else:
+        split = f"const long tap = kf / {p.icg}, ic = kf - tap * {p.icg};"
+    fill = (f"(({ctype})clamp(zp[0], {lo}, {hi}))" if p.zero_point else f"(({ctype})0)")
+    zp_arg = ", __global const int* restrict zp" if p.zero_point else ""
+    src = f"""__kernel void conv_im2col_int8(__global const {ctype}* restrict src,
+    __global {ctype}* restrict col, long src_off, long col_off{zp_arg}) {{
+    const long kf = get_global_id(0), p = get_global_id(1), ng = get_global_id(2);
+    // remainders as differences: a division and its remainder side by side make LLVM emit
+    // `freeze`, which Oclgrind's uninitialized-value checker cannot run
+    const long n = ng / {p.groups}, g = ng - n * {p.groups};
+    {split}
+    const long kr = tap / {ks[2]}, kw = tap - kr * {ks[2]};
+    const long kd = kr / {ks[1]}, kh = kr - kd * {ks[1]};
+    const long orow = p / {osp[2]}, ow = p - orow * {osp[2]};
+    const long od = orow / {osp[1]}, oh = orow - od * {osp[1]};
+    const long id = od * {st[0]} - {pl[0]} + kd * {dl[0] + 1};
+    const long ih = oh * {st[1]} - {pl[1]} + kh * {dl[1] + 1};
+    const long iw = ow * {st[2]} - {pl[2]} + kw * {dl[2] + 1};
+    const bool inside = id >= 0 && id < {isp[0]} && ih >= 0 && ih < {isp[1]}
+                        && iw >= 0 && iw < {isp[2]};
+    {ctype} v = {fill};
+    if (inside)
+        v = src[src_off + n * {p.s_n} + (g * {p.icg} + ic) * {p.s_c} + id * {ss[0]}
+                + ih * {ss[1]} + iw * {ss[2]}];
+    col[col_off + (ng * {p.P} + p) * {p.kf} + kf] = v;
+}}
+"""
+    names = ("src", "col", "src_off", "col_off") + (("zp",) if p.zero_point else ())
+    return KernelSource("conv_im2col_int8", src, (p.kf, p.P, p.mb * p.groups), None, names)
+
+
+__all__ = ["Im2colInt8", "build_im2col_int8", "GENERATOR_VERSION"]

@@ -1,0 +1,300 @@
+"""int8 convolution forward (oneDNN v3's quantization model): src u8 or s8, weights s8, s32
+accumulation, on the integer GEMM of :mod:`pydnnl.kernels.gemm_int8`.
+
+``dst = post_ops(src_scale * wei_scale[oc] * sum (src - zp_src) * wei + bias) / dst_scale +
+zp_dst``, rounded to nearest even and saturated into dst's type (f32, s32, s8, u8, bf16, f16).
+Scales (``set_scales_mask``): src and dst 0, weights 0 or per output channel (mask 1, grouped
+weights 3); zero points (``set_zero_points_mask``): src and dst 0.
+
+Plan: a byte im2col of src into the scratchpad (:mod:`pydnnl.kernels.conv_im2col_int8`; padded
+taps hold ``zp_src`` so that the GEMM's compensation cancels them), then the integer GEMM
+``[P, Kf] x [Kf, OCg]`` per group and image, its store writing dst (channels-last dst
+directly, any other plain dst through a channels-last copy in the scratchpad and a reorder).
+
+The GEMM's epilogue sees a destination position ``(g, p, j)`` (group, output point, channel in
+the group): the per-channel operands (weights scales, bias) and the binary post-ops' operands
+are re-expressed over those dims; an operand varying over images is offset per image.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ...constants import (
+    ARG_ATTR_ZERO_POINTS,
+    ARG_BIAS,
+    ARG_DST,
+    ARG_SRC,
+    ARG_WEIGHTS,
+    algorithm,
+    arg_name,
+)
+from ...error import invalid_arguments, unimplemented
+from ...kernels import gemm_int8 as gi
+from ...kernels.conv_common import grouped_layout, layout_of, plain_strides
+from ...kernels.conv_im2col_int8 import GENERATOR_VERSION, Im2colInt8, build_im2col_int8
+from ...kernels.post_ops import describe as describe_post_ops
+from ...kernels.post_ops import reads_prior
+from ...kernels.reorder import ReorderProblem
+from ...memory.data_types import data_type
+from ...memory.desc import MemoryDesc
+from ...runtime.plan import SCRATCH, Plan, Ref
+from ..base import ArgSpec
+from ..post_ops import binary_arg, scale_operands, zero_point_operands
+from ..post_ops import resolve as resolve_post_ops
+from .problem import act_matrix, flat_stride, wei_matrix
+
+SOLVER = "im2col_gemm_int8"
+SRC_TYPES = gi.A_TYPES
+_WHICH = {ARG_SRC: "src", ARG_WEIGHTS: "wei", ARG_DST: "dst"}
+_NHWC = {1: "acb", 2: "acdb", 3: "acdeb"}
+_GOIHW = {1: "abc", 2: "abcd", 3: "abcde"}
+
+
+class Int8Solver:
+    """What the descriptor's solver queries report for an int8 convolution."""
+
+    name = SOLVER
+    family = "direct"
+
+
+def is_int8(direction: str, descs: dict) -> bool:
+    """Whether the problem's leading data tensor is u8 or s8 (oneDNN's int8 convolution)."""
+    lead = {"fwd": "src_desc", "bwd_d": "diff_dst_desc", "bwd_w": "src_desc"}[direction]
+    md = descs.get(lead)
+    return md is not None and md.data_type in SRC_TYPES
+
+
+def check_types(kind: str, descs: dict) -> None:
+    """oneDNN's int8 forward table: weights s8, dst and bias of the integer GEMM's types."""
+    src, wei = descs["src_desc"], descs["weights_desc"]
+    if wei.data_type != data_type.s8:
+        raise unimplemented(f"{kind}: weights_desc data type {wei.data_type.name} with src "
+                            f"data type {src.data_type.name}; an int8 convolution takes s8 "
+                            f"weights")
+    for name, allowed in (("dst_desc", gi.C_TYPES), ("bias_desc", gi.BIAS_TYPES)):
+        md = descs.get(name)
+        if md is not None and md.data_type not in allowed:
+            raise unimplemented(f"{kind}: {name} data type {md.data_type.name} with int8 src; "
+                                f"implemented: {', '.join(t.name for t in allowed)}")
+
+
+def _resolve(descs: dict, nsp: int, grouped: bool) -> dict:
+    """``any`` resolved: activations channels-last (the integer GEMM's rows), weights plain
+    (``goihw``: each output channel's row of the GEMM's transposed B)."""
+    out = {}
+    for n, md in descs.items():
+        if md is None or not md.is_any():
+            out[n] = md
+        elif n == "bias_desc":
+            out[n] = MemoryDesc(md.dims, md.data_type, "a")
+        elif n == "weights_desc":
+            out[n] = MemoryDesc(md.dims, md.data_type,
+                                "abcdefghijkl"[:len(md.dims)] if grouped else _GOIHW[nsp])
+        else:
+            other = descs["dst_desc" if n == "src_desc" else "src_desc"]
+            tag = _NHWC[nsp]
+            if not other.is_any() and other.tag is not None and other.tag.canonical in (
+                    _NHWC[nsp], _GOIHW[nsp]):
+                tag = other.tag.canonical
+            out[n] = MemoryDesc(md.dims, md.data_type, tag)
+    return out
+
+
+def _operand_layout(kind: str, what: str, md: MemoryDesc, G: int, OCg: int,
+                    dst_sp: tuple) -> tuple[tuple, tuple, bool]:
+    """``(layout, dims, varies over images)`` of an operand over the destination's dims,
+    re-expressed over the epilogue's positions ``(g, p, j)``."""
+    st = plain_strides(layout_of(md))
+    if st is None:
+        raise unimplemented(f"{kind}: {what} in a blocked layout with int8 src")
+    dims = tuple(md.dims)
+    sn, sc, ssp = st[0], st[1], st[2:]
+    per_c = dims[1] != 1
+    sp = dims[2:]
+    if all(v == 1 for v in sp):
+        sp_dim, sp_stride = 1, 0
+    elif tuple(sp) == tuple(dst_sp):
+        sp_stride = flat_stride(ssp, sp)
+        if sp_stride is None:
+            raise unimplemented(f"{kind}: {what}: its spatial dims {list(sp)} do not flatten "
+                                f"into one stride (strides {list(ssp)})")
+        sp_dim = math.prod(sp)
+    else:
+        raise unimplemented(f"{kind}: {what} dims {list(dims)}: broadcast over some spatial "
+                            f"dims only is not implemented with int8 src")
+    per = ((1, OCg * sc if per_c else 0, ()), (1, sp_stride, ()), (1, sc if per_c else 0, ()))
+    pdims = (G if per_c else 1, sp_dim, OCg if per_c else 1)
+    return (md.offset0, per), pdims, dims[0] != 1 and sn != 0
+
+
+def init(pd, descs: dict) -> None:
+    """Set up int8 forward descriptor ``pd`` (its geometry validated): layouts, the
+    quantization attributes, the post-ops, the scratchpad (from a dry plan)."""
+    kind, g = pd._kind, pd._geom
+    if pd._op != "convolution":
+        raise unimplemented(f"{kind}: int8 (src {descs['src_desc'].data_type.name}) is "
+                            f"implemented for convolution_forward only")
+    if pd._alg == algorithm.convolution_winograd:
+        raise unimplemented(f"{kind}: algorithm convolution_winograd with int8 src; "
+                            f"implemented: convolution_direct, convolution_auto")
+    check_types(kind, descs)
+    nsp = len(g.kernel)
+    descs = _resolve(descs, nsp, g.grouped_weights)
+    G, OC = g.groups, g.oc
+    OCg = OC // G
+    dst = descs["dst_desc"]
+    # quantization attributes over the epilogue's positions (g, p, j)
+    attr = pd._attr
+    per_oc = 3 if g.grouped_weights else 1
+    scales, texts = [], []
+    for arg, mask in attr.scales.items():
+        allowed = (0, per_oc) if arg == ARG_WEIGHTS else (0,)
+        if arg not in _WHICH:
+            raise unimplemented(f"{kind}: scales for {arg_name(arg)}; oneDNN's convolution "
+                                f"takes scales for ARG_SRC, ARG_WEIGHTS and ARG_DST only")
+        if mask not in allowed:
+            raise unimplemented(
+                f"{kind}: scales mask {mask} for {arg_name(arg)}; implemented: "
+                + (f"0 (common) or {per_oc} (per output channel)" if arg == ARG_WEIGHTS
+                   else "0 (one common scale)"))
+        scales.append((_WHICH[arg], (G, 1, OCg) if mask else ()))
+        texts.append(f"{_WHICH[arg]}:{mask}")
+    zps, ztexts = [], []
+    for arg, mask in attr.zero_points.items():
+        if arg not in (ARG_SRC, ARG_DST):
+            raise unimplemented(f"{kind}: zero points for {arg_name(arg)}; implemented for "
+                                f"ARG_SRC and ARG_DST")
+        if mask != 0:
+            raise unimplemented(f"{kind}: zero points mask {mask} for {arg_name(arg)}; "
+                                f"implemented: 0 (common)")
+        zps.append((_WHICH[arg], ()))
+        ztexts.append(f"{_WHICH[arg]}:0")
+    chain, po_args = resolve_post_ops(kind, attr, dst) if attr.get_post_ops().ops else ((), {})
+    epi_chain, per_image = [], []
+    for i, op in enumerate(chain):
+        if op[0] == "binary":
+            md = po_args[binary_arg(i)].md
+            lay, dims, varies = _operand_layout(kind, f"post-op {i} (binary) src1", md, G,
+                                                OCg, g.dst_spatial)
+            epi_chain.append(("binary", op[1], lay, dims, op[4]))
+            if varies:
+                per_image.append((i, md.strides[0]))
+        else:
+            epi_chain.append(op)
+    pd._int8 = True
+    pd._solver = Int8Solver()
+    pd._params = {}
+    pd._post_ops = chain
+    pd._descs = descs
+    pd._descs_by_logical = {"src": descs["src_desc"], "wei": descs["weights_desc"],
+                            "dst": dst, "bias": descs.get("bias_desc")}
+    pd._q = {"scales": tuple(scales), "zero_points": tuple(zps), "chain": tuple(epi_chain),
+             "per_image": tuple(per_image)}
+    for name, arg, out in (("src_desc", ARG_SRC, False), ("weights_desc", ARG_WEIGHTS, False),
+                           ("bias_desc", ARG_BIAS, False), ("dst_desc", ARG_DST, True)):
+        if descs.get(name) is not None:
+            pd._args[arg] = ArgSpec(descs[name], out, True)
+    pd._args.update(po_args)
+    pd._add_runtime_attr_args()
+    dry = Plan(pd._engine, kind, dry=True)
+    steps(dry, pd)
+    pd._finish_scratchpad(dry.scratch_elems * 4)
+    pd._impl = f"loopy:{SOLVER}"
+    pd._info = (f"alg:{pd._alg.name} prop:{pd._prop.name} solver:{SOLVER} "
+                f"mb{g.mb}g{G}ic{g.ic}oc{OC}_k{'x'.join(map(str, g.kernel))}"
+                f"_s{'x'.join(map(str, g.strides))}_p{'x'.join(map(str, g.padding_l))}") + (
+        f" attr-scales:{'+'.join(texts)}" if texts else "") + (
+        f" attr-zero-points:{'+'.join(ztexts)}" if ztexts else "") + (
+        f" attr-post-ops:{describe_post_ops(chain)}" if chain else "")
+
+
+def _shift(chain: tuple, per_image: tuple, n: int) -> tuple:
+    """The chain with the operands that vary over images moved to image ``n``."""
+    if not per_image or n == 0:
+        return chain
+    out = list(chain)
+    for i, sn in per_image:
+        op = out[i]
+        (off0, per) = op[2]
+        out[i] = (op[0], op[1], (off0 + n * sn, per), op[3], op[4])
+    return tuple(out)
+
+
+def steps(plan: Plan, pd) -> None:
+    """The int8 convolution's steps into ``plan`` (dry or not)."""
+    g, q, kind = pd._geom, pd._q, pd._kind
+    descs = pd._descs
+    src, wei, dst, bias = (descs["src_desc"], descs["weights_desc"], descs["dst_desc"],
+                           descs.get("bias_desc"))
+    G, IC, OC, N = g.groups, g.ic, g.oc, g.mb
+    ICg, OCg = IC // G, OC // G
+    nsp = len(g.kernel)
+    P = math.prod(g.dst_spatial)
+    st = plain_strides(layout_of(src))
+    if st is None:
+        raise unimplemented(f"{kind}: src_desc in a blocked layout with int8 src")
+    wm = wei_matrix(grouped_layout(wei, g.grouped_weights), OCg, ICg, tuple(g.kernel))
+    if wm is None:
+        raise unimplemented(f"{kind}: weights_desc layout {wei.format_name()}: an int8 "
+                            f"convolution reads plain weights")
+    im = Im2colInt8(int(src.data_type), N, G, ICg, tuple(g.src_spatial), tuple(g.dst_spatial),
+                    tuple(g.kernel), tuple(g.strides), tuple(g.dilates), tuple(g.padding_l),
+                    st[0], st[1], tuple(st[2:]), wm.kf_order,
+                    any(w == "src" for w, _ in q["zero_points"]))
+    Kf = im.kf
+    col_off = plan.alloc(-(-im.col_bytes // 4), "int8_col")
+    zp = {"zp": Ref(ARG_ATTR_ZERO_POINTS | ARG_SRC)} if im.zero_point else {}
+    plan.kernel("conv_im2col_int8", (GENERATOR_VERSION, im), lambda key: build_im2col_int8(key[1]),
+                src=Ref(ARG_SRC), col=SCRATCH, src_off=src.offset0, col_off=col_off * 4, **zp)
+    # C: dst itself when channels-last, else a channels-last copy in the scratchpad
+    am = act_matrix(layout_of(dst), N, OC, tuple(g.dst_spatial), "hwc")
+    staged = None
+    c_ref, c_off0, ldc, c_sn = Ref(ARG_DST), dst.offset0, None, None
+    if am is not None and am.mode == "hwc":
+        ldc, c_sn = am.ld, am.sn
+    else:
+        size = dst.data_type.itemsize
+        off = plan.alloc(-(-N * P * OC * size // 4), "int8_dst")
+        staged = MemoryDesc(dst.dims, dst.data_type, _NHWC[nsp]).with_data_type(dst.data_type)
+        staged.offset0 = off * 4 // size
+        c_ref, c_off0, ldc, c_sn = SCRATCH, staged.offset0, OC, P * OC
+        if reads_prior(pd._post_ops):  # a sum post-op reads dst's prior content
+            plan.reorder(ReorderProblem.between(dst, staged), Ref(ARG_DST), SCRATCH)
+    operands = {**scale_operands(q["scales"]), **zero_point_operands(q["zero_points"])}
+    epi = {}
+    if bias is not None:
+        bst = plain_strides(layout_of(bias))[0]
+        epi = dict(bias=((bias.offset0, ((1, OCg * bst, ()), (1, 0, ()), (1, bst, ()))),
+                         (G, 1, OCg), bias.nelems_physical()), bias_dt=int(bias.data_type))
+        operands["bias"] = Ref(ARG_BIAS)
+    tb = wm.form == "ok"
+    base = gi.Int8GemmProblem(m=P, n=OCg, k=Kf, a_dt=int(src.data_type), lda=Kf, ldc=ldc,
+                              c_dt=int(dst.data_type), scales=q["scales"],
+                              zero_points=q["zero_points"], post_ops=q["chain"], **epi)
+    if G == 1 and not q["per_image"]:  # one launch over the images
+        pr = replace(base, batch=N, stride_a=P * Kf, stride_c=c_sn, epi_batch=(N,))
+        plan.gemm_int8(pr, SCRATCH, col_off * 4, Ref(ARG_WEIGHTS), wm.offset(0), c_ref,
+                       c_off0, ldb=wm.ld, trans_b=tb, epilogue=operands, slot="int8_b")
+    else:  # per image, one launch over the groups (each its own weights)
+        for n in range(N):
+            pr = replace(base, batch=G, stride_a=P * Kf, stride_c=OCg, epi_batch=(G,),
+                         b_batched=G > 1, post_ops=_shift(q["chain"], q["per_image"], n))
+            plan.gemm_int8(pr, SCRATCH, col_off * 4 + n * G * P * Kf, Ref(ARG_WEIGHTS),
+                           wm.offset(0), c_ref, c_off0 + n * c_sn, ldb=wm.ld, trans_b=tb,
+                           stride_b=wm.sg, epilogue=operands, slot="int8_b")
+    if staged is not None:
+        plan.reorder(ReorderProblem.between(staged, dst), SCRATCH, Ref(ARG_DST))
+
+
+def build_plan(pd) -> Plan:
+    plan = Plan(pd._engine, pd._kind)
+    steps(plan, pd)
+    if plan.scratch_elems * 4 > pd.workspace_bytes():
+        raise invalid_arguments(f"{pd._kind}: the int8 plan needs {plan.scratch_elems * 4} "
+                                f"bytes of scratchpad, the descriptor reserved "
+                                f"{pd.workspace_bytes()}")
+    return plan
+
+
+__all__ = ["is_int8", "init", "build_plan", "steps", "SOLVER"]

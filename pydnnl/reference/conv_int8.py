@@ -1,0 +1,66 @@
+"""Reference int8 convolution forward (oneDNN v3's quantization model) in int64/float64 numpy.
+
+``post_ops(src_scale * wei_scale[oc] * sum (src - zp_src) * wei + bias) / dst_scale + zp_dst``
+before the destination's rounding (:func:`pydnnl.reference.matmul.quantize`). Padded taps are
+skipped, as oneDNN's reference does: with a src zero point they contribute nothing (not
+``(0 - zp_src) * wei``).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+
+def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, zp_src=0):
+    """The exact accumulator ``sum (src - zp_src) * wei`` over the taps inside src (int64),
+    ``[N, OC, out...]``. ``src`` ``[N, IC, in...]``; ``wei`` ``[G, OCg, ICg, k...]`` (or
+    ``[OC, IC, k...]`` when ``groups`` is 1); oneDNN dilation (0 = dense)."""
+    src = np.asarray(src, np.int64) - int(zp_src)
+    N, IC = src.shape[:2]
+    nsp = src.ndim - 2
+    w = np.asarray(wei, np.int64)
+    if w.ndim == nsp + 2:
+        w = w[None]
+    G, OCg, ICg = w.shape[:3]
+    ks = w.shape[3:]
+    dil = tuple(dilates) if dilates is not None else (0,) * nsp
+    out = np.zeros((N, G * OCg) + tuple(dst_sp), np.int64)
+    for g in range(G):
+        xs = src[:, g * ICg:(g + 1) * ICg]
+        for tap in itertools.product(*(range(k) for k in ks)):
+            # input index of every output point for this tap, and which lie inside src
+            idx, ok = [], np.ones(tuple(dst_sp), bool)
+            for d in range(nsp):
+                o = np.arange(dst_sp[d]) * strides[d] - padding_l[d] + tap[d] * (dil[d] + 1)
+                shape = [1] * nsp
+                shape[d] = dst_sp[d]
+                inside = (o >= 0) & (o < src.shape[2 + d])
+                ok = ok & inside.reshape(shape)
+                idx.append(np.clip(o, 0, src.shape[2 + d] - 1).reshape(shape))
+            patch = xs[(slice(None), slice(None)) + tuple(np.broadcast_arrays(*idx))]
+            patch = patch * ok  # [N, ICg, out...], padded taps 0
+            wt = w[(g, slice(None), slice(None)) + tap]  # [OCg, ICg]
+            out[:, g * OCg:(g + 1) * OCg] += np.einsum("oi,ni...->no...", wt, patch)
+    return out
+
+
+def conv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, bias=None,
+              src_scale=1.0, wei_scale=1.0, dst_scale=1.0, zp_src=0, zp_dst=0,
+              post_ops=None) -> np.ndarray:
+    """The float64 result before dst's rounding; ``wei_scale`` a scalar or ``[OC]``;
+    ``post_ops`` a callable on the float64 ``[N, OC, out...]`` value."""
+    acc = conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates, groups, zp_src)
+    nsp = acc.ndim - 2
+    per_c = (1, -1) + (1,) * nsp
+    ws = np.asarray(wei_scale, np.float64)
+    ws = ws.reshape(per_c) if ws.ndim else ws
+    y = float(src_scale) * ws * acc.astype(np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64).reshape(per_c)
+    if post_ops is not None:
+        y = post_ops(y)
+    return y / float(dst_scale) + float(zp_dst)
+
+
+__all__ = ["conv_int8", "conv_int8_acc"]
