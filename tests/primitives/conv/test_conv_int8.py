@@ -226,7 +226,7 @@ def test_conv_int8_refusals(engine, case):
         attr.set_zero_points_mask(SRC, 2)
     want = {"weights-u8": "weights_desc", "wei-mask-2": "ARG_WEIGHTS", "wei-zp":
             "ARG_WEIGHTS", "src-zp-per-c": "ARG_SRC", "winograd": "winograd",
-            "deconvolution": "deconvolution", "backward-data": "int8"}[case]
+            "deconvolution": "deconvolution", "backward-data": "diff_dst_desc"}[case]
     with pytest.raises((unimplemented, invalid_arguments), match=want):
         if case == "deconvolution":
             dnnl.deconvolution_forward.primitive_desc(
