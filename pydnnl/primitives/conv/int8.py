@@ -6,7 +6,8 @@ zp_dst``, rounded to nearest even and saturated into dst's type (f32, s32, s8, u
 Scales (``set_scales_mask``): src and dst 0, weights 0 or per output channel (mask 1, grouped
 weights 3); zero points (``set_zero_points_mask``): src and dst 0.
 
-Plan: a byte im2col of src into the scratchpad (:mod:`pydnnl.kernels.conv_im2col_int8`; padded
+Plan: (a 1x1, stride-1, unpadded convolution over channels-last src reads src itself) a byte
+im2col of src into the scratchpad (:mod:`pydnnl.kernels.conv_im2col_int8`; padded
 taps hold ``zp_src`` so that the GEMM's compensation cancels them), then the integer GEMM
 ``[P, Kf] x [Kf, OCg]`` per group and image, its store writing dst (channels-last dst
 directly, any other plain dst through a channels-last copy in the scratchpad and a reorder).
@@ -243,10 +244,20 @@ def steps(plan: Plan, pd) -> None:
                     st[0], st[1], tuple(st[2:]), wm.kf_order,
                     any(w == "src" for w, _ in q["zero_points"]))
     Kf = im.kf
-    col_off = plan.alloc(-(-im.col_bytes // 4), "int8_col")
-    zp = {"zp": Ref(ARG_ATTR_ZERO_POINTS | ARG_SRC)} if im.zero_point else {}
-    plan.kernel("conv_im2col_int8", (GENERATOR_VERSION, im), lambda key: build_im2col_int8(key[1]),
-                src=Ref(ARG_SRC), col=SCRATCH, src_off=src.offset0, col_off=col_off * 4, **zp)
+    # a 1x1, stride-1, unpadded convolution over channels-last src: A is src itself
+    sm = act_matrix(layout_of(src), N, IC, tuple(g.src_spatial), "hwc")
+    direct_a = (sm is not None and sm.mode == "hwc" and all(k == 1 for k in g.kernel)
+                and all(v == 1 for v in g.strides) and not any(g.padding_l)
+                and not any(g.padding_r))
+    if direct_a:
+        a_ref, a_off0, lda, a_sn, a_sg = Ref(ARG_SRC), src.offset0, sm.ld, sm.sn, ICg
+    else:
+        col_off = plan.alloc(-(-im.col_bytes // 4), "int8_col")
+        zp = {"zp": Ref(ARG_ATTR_ZERO_POINTS | ARG_SRC)} if im.zero_point else {}
+        plan.kernel("conv_im2col_int8", (GENERATOR_VERSION, im),
+                    lambda key: build_im2col_int8(key[1]), src=Ref(ARG_SRC), col=SCRATCH,
+                    src_off=src.offset0, col_off=col_off * 4, **zp)
+        a_ref, a_off0, lda, a_sn, a_sg = SCRATCH, col_off * 4, Kf, G * P * Kf, P * Kf
     # C: dst itself when channels-last, else a channels-last copy in the scratchpad
     am = act_matrix(layout_of(dst), N, OC, tuple(g.dst_spatial), "hwc")
     staged = None
@@ -269,18 +280,18 @@ def steps(plan: Plan, pd) -> None:
                          (G, 1, OCg), bias.nelems_physical()), bias_dt=int(bias.data_type))
         operands["bias"] = Ref(ARG_BIAS)
     tb = wm.form == "ok"
-    base = gi.Int8GemmProblem(m=P, n=OCg, k=Kf, a_dt=int(src.data_type), lda=Kf, ldc=ldc,
+    base = gi.Int8GemmProblem(m=P, n=OCg, k=Kf, a_dt=int(src.data_type), lda=lda, ldc=ldc,
                               c_dt=int(dst.data_type), scales=q["scales"],
                               zero_points=q["zero_points"], post_ops=q["chain"], **epi)
     if G == 1 and not q["per_image"]:  # one launch over the images
-        pr = replace(base, batch=N, stride_a=P * Kf, stride_c=c_sn, epi_batch=(N,))
-        plan.gemm_int8(pr, SCRATCH, col_off * 4, Ref(ARG_WEIGHTS), wm.offset(0), c_ref,
+        pr = replace(base, batch=N, stride_a=a_sn, stride_c=c_sn, epi_batch=(N,))
+        plan.gemm_int8(pr, a_ref, a_off0, Ref(ARG_WEIGHTS), wm.offset(0), c_ref,
                        c_off0, ldb=wm.ld, trans_b=tb, epilogue=operands, slot="int8_b")
     else:  # per image, one launch over the groups (each its own weights)
         for n in range(N):
-            pr = replace(base, batch=G, stride_a=P * Kf, stride_c=OCg, epi_batch=(G,),
+            pr = replace(base, batch=G, stride_a=a_sg, stride_c=OCg, epi_batch=(G,),
                          b_batched=G > 1, post_ops=_shift(q["chain"], q["per_image"], n))
-            plan.gemm_int8(pr, SCRATCH, col_off * 4 + n * G * P * Kf, Ref(ARG_WEIGHTS),
+            plan.gemm_int8(pr, a_ref, a_off0 + n * a_sn, Ref(ARG_WEIGHTS),
                            wm.offset(0), c_ref, c_off0 + n * c_sn, ldb=wm.ld, trans_b=tb,
                            stride_b=wm.sg, epilogue=operands, slot="int8_b")
     if staged is not None:

@@ -177,6 +177,14 @@ def test_conv_int8_1x1_nhwc_and_3d(engine):
     got = _run(engine, pd, {SRC: x, WEI: w}, sc)
     y = conv_int8(x, w, (1, 1), (0, 0), dsp, src_scale=sc[SRC], dst_scale=sc[DST])
     _check(got, y, dt.u8, np.abs(y).max() * float(sc[DST]))
+    # grouped 1x1 over channels-last src: the GEMM reads src itself (no im2col bytes)
+    pd, wdims, dsp = _problem(engine, dt.s8, dt.s32, g=2, ic=8, oc=6, sp=(5, 4), k=(1, 1),
+                              s=(1, 1), p=(0, 0), act="nhwc")
+    assert pd.scratchpad_desc().get_size() < 2 * 8 * 5 * 4
+    x, w = _ints(rng, (2, 8, 5, 4), dt.s8), _ints(rng, wdims, dt.s8)
+    got = _run(engine, pd, {SRC: x, WEI: w})
+    want = conv_int8_acc(x, w, (1, 1), (0, 0), dsp)
+    assert np.array_equal(got, want.astype(np.float64))
     pd, wdims, dsp = _problem(engine, dt.s8, dt.f32, mb=1, ic=3, oc=4, sp=(5, 6, 5),
                               k=(2, 3, 2), s=(1, 2, 1), p=(1, 1, 0), dil=(1, 0, 0))
     x, w = _ints(rng, (1, 3, 5, 6, 5), dt.s8), _ints(rng, wdims, dt.s8)
