@@ -225,14 +225,13 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
                           wtag=combo.get("wtag", "") or "any",
                           dtag=combo.get("dtag", "") or "any",
                           fpmath=combo.get("attr-fpmath", "") or "",
-                          dt=C.parse_dt(C.dt_option(combo)))
+                          dt=C.parse_dt(C.dt_option(combo)),
+                          scales=combo.get("attr-scales", "") or "",
+                          zero_points=combo.get("attr-zero-points", "") or "")
     except invalid_arguments as e:
         raise SystemExit(f"--{driver}: {e}") from None
     repro = _repro(driver, combo, mode, p.to_str())
     missing = []
-    for k in ("attr-scales", "attr-zero-points"):
-        if combo.get(k, ""):
-            missing.append(f"--{k}={combo[k]}: pydnnl convolutions take no {k[5:]}")
     if o.post_ops:
         from .common import parse_post_ops
 

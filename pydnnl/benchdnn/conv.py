@@ -13,6 +13,12 @@ weights or diff_weights, and diff_dst, as in benchdnn. The deprecated ``--cfg`` 
 (``bf16bf16bf16``, ``f16``, ``bf16bf16f32``, ``f32bf16bf16``...) mean what benchdnn read them
 as. The bias (or diff_bias) takes the output's type (dst in forward, diff_weights in backward
 weights). Combinations outside oneDNN's table are the primitive's ``unimplemented``.
+
+int8 forward (``--dt=u8:s8:s8`` and the like): ``--attr-scales`` and ``--attr-zero-points`` take
+benchdnn's ``ARG:POLICY[:VALUE]`` entries (the matmul driver's parsing; ``wei:per_oc`` covers
+both dims of grouped weights), the tensors hold small integers, and mode C checks oneDNN's
+quantized formula (:func:`pydnnl.reference.conv_int8.conv_int8`): an integer dst within one
+unit (a .5 tie's other side), a float dst within its half ulp and f32's arithmetic.
 """
 from __future__ import annotations
 
@@ -114,6 +120,8 @@ class ConvOptions:
     dtag: str = "any"
     fpmath: str = ""  # benchdnn's --attr-fpmath (strict, tf32, bf16, f16, any)
     dt: tuple = ("f32", "f32", "f32")  # src (diff_src), weights (diff_weights), dst (diff_dst)
+    scales: str = ""  # benchdnn's --attr-scales (int8 forward)
+    zero_points: str = ""  # benchdnn's --attr-zero-points (int8 forward)
 
     @property
     def tf32(self) -> bool:
@@ -132,7 +140,14 @@ class ConvOptions:
                                                    ("dtag", self.dtag)) if v != "any")
         return (f"--dt={dts} " if dts else "") + f"--dir={self.dir} --alg={self.alg}" + (
             f" --attr-post-ops={self.post_ops}" if self.post_ops else "") + tags + (
-            f" --attr-fpmath={self.fpmath}" if self.fpmath else "")
+            f" --attr-fpmath={self.fpmath}" if self.fpmath else "") + (
+            f" --attr-scales={self.scales}" if self.scales else "") + (
+            f" --attr-zero-points={self.zero_points}" if self.zero_points else "")
+
+    @property
+    def int8(self) -> bool:
+        """u8/s8 src in forward propagation: oneDNN's int8 convolution."""
+        return self.dt[0] in ("u8", "s8") and DIRS[self.dir][0] == "fwd"
 
 
 _PLAIN = {3: "ncw", 4: "nchw", 5: "ncdhw"}
@@ -209,6 +224,7 @@ class ConvBench:
         attr = dnnl.primitive_attr()
         attr.set_post_ops(self.post_ops)
         fpmath_attr({"attr-fpmath": o.fpmath}, attr)
+        self.scales, self.zero_points = self._quantization(p, o, attr)
         self.attr = attr
         t0 = time.perf_counter()
         if self.direction == "fwd":
@@ -234,6 +250,10 @@ class ConvBench:
         rng = np.random.default_rng(seed)
         self.values: dict[int, np.ndarray] = {}
         self.args: dict[int, dnnl.memory] = {}
+        self.stream = dnnl.stream(eng)
+        if o.int8:
+            self._int8_values(eng, seed)
+            return
         for arg, spec in self.pd.arg_specs().items():
             if spec.output and not (arg == dnnl.ARG_DST and len(self.post_ops)):
                 self.args[arg] = dnnl.memory(spec.md, eng)
@@ -242,7 +262,70 @@ class ConvBench:
             self.args[arg] = dnnl.memory(spec.md, eng, v)
             # the reference reads what the memory holds (rounded to bf16/f16)
             self.values[arg] = self.args[arg].to_numpy().astype(np.float32)
-        self.stream = dnnl.stream(eng)
+
+    @staticmethod
+    def _quantization(p: ConvProblem, o: ConvOptions, attr) -> tuple[dict, dict]:
+        """``--attr-scales`` / ``--attr-zero-points`` (matmul's parsing) set on ``attr``;
+        benchdnn's ``per_oc`` weights policy covers both dims of grouped weights."""
+        from .matmul import parse_scales, parse_zero_points, set_scales
+
+        if not (o.scales or o.zero_points):
+            return {}, {}
+        if not o.int8:
+            raise unimplemented("--attr-scales/--attr-zero-points: implemented for int8 "
+                                "(u8/s8 src) convolution forward only")
+        grouped = len(p.weights_dims()) == len(p.src_dims()) + 1
+        dims = {dnnl.ARG_SRC: p.src_dims(), dnnl.ARG_WEIGHTS: p.weights_dims(),
+                dnnl.ARG_DST: p.dst_dims()}
+        oc_dim = {dnnl.ARG_SRC: 1, dnnl.ARG_WEIGHTS: 0, dnnl.ARG_DST: 1}
+        scales = parse_scales(o.scales, dims, oc_dim)
+        if grouped and scales.get(dnnl.ARG_WEIGHTS, (0,))[0] == 1:
+            scales[dnnl.ARG_WEIGHTS] = (3, scales[dnnl.ARG_WEIGHTS][1])
+        zps = parse_zero_points(o.zero_points, dims, oc_dim)
+        set_scales(attr, scales)
+        for arg, (mask, _) in zps.items():
+            attr.set_zero_points_mask(arg, mask)
+        return scales, zps
+
+    def _int8_values(self, eng, seed: int) -> None:
+        """Small integers in the integer tensors, the scales' and zero points' values
+        (matmul's choices); float tensors read back as stored."""
+        from .matmul import int8_args, scale_values, zero_point_values
+
+        self.values, self.args = int8_args(self.pd, eng, seed)
+        for arg, m in self.args.items():
+            if m.get_desc().data_type in (dnnl.memory.data_type.bf16, dnnl.memory.data_type.f16):
+                self.values[arg] = m.to_numpy().astype(np.float32)
+        self.scale_vals = scale_values(self, self.scales)
+        zero_point_values(self, self.zero_points)
+
+    def _check_int8(self) -> float:
+        """Max error relative to dst's magnitude against oneDNN's quantized formula
+        (:func:`pydnnl.reference.conv_int8.conv_int8`); the tolerance (one unit of an integer
+        dst, a float dst's half ulp) is kept for :meth:`tolerance`."""
+        from ..primitives.post_ops import binary_arg
+        from ..reference.conv_int8 import conv_int8
+        from ..reference.post_ops import apply_post_ops
+        from .matmul import int8_error
+
+        v, p = self.values, self.p
+        prior = v[dnnl.ARG_DST].astype(np.float64)
+        self.run()
+        self.stream.wait()
+        ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+        sc = {a: self.scale_vals[a] for a in self.scale_vals}
+        zp = {a: int(z.reshape(-1)[0]) for a, z in self.zp_vals.items()}
+        groups = p.weights_dims()[0] if len(p.weights_dims()) == len(p.src_dims()) + 1 else 1
+        y = conv_int8(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS], p.strides, p.padding_l,
+                      p.dst_dims()[2:], p.dilates, groups, v.get(dnnl.ARG_BIAS),
+                      float(sc[dnnl.ARG_SRC][0]) if dnnl.ARG_SRC in sc else 1.0,
+                      sc.get(dnnl.ARG_WEIGHTS, 1.0),
+                      float(sc[dnnl.ARG_DST][0]) if dnnl.ARG_DST in sc else 1.0,
+                      zp.get(dnnl.ARG_SRC, 0), zp.get(dnnl.ARG_DST, 0),
+                      post_ops=lambda x: apply_post_ops(x, self.post_ops, prior, ops))
+        err, self._int8_tol = int8_error(self.args[dnnl.ARG_DST].to_numpy(), y,
+                                         getattr(dnnl.memory.data_type, self.o.dt[2]))
+        return err
 
     @staticmethod
     def _hint(fwd_cls, eng, prop, src_md, wei_md, dst_md, geo, solver):
@@ -292,6 +375,8 @@ class ConvBench:
         the rounded inputs the reference reads too, so only a bf16/f16 output adds its own
         rounding: at most its unit roundoff (2^-8 bf16, 2^-11 f16) of each value, so of the
         magnitude, on top of the f32 figure."""
+        if self.o.int8:
+            return self._int8_tol
         base = {"winograd_f2x3": 3e-5, "fft": 2e-5}.get(self.pd.get_solver(), 1e-5)
         if self.o.tf32 and self.eng.info.is_gpu and self.eng.info.inline_ptx:
             base = TF32_RTOL  # products on TF32 tensor cores (10-bit mantissa inputs)
@@ -304,6 +389,8 @@ class ConvBench:
         reference (:mod:`pydnnl.reference.conv`; its deconv_* functions for a deconvolution)."""
         from ..reference import conv as R
 
+        if self.o.int8:
+            return self._check_int8()
         self.run()
         self.stream.wait()
         p, v = self.p, self.values
