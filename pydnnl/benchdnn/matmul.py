@@ -82,6 +82,9 @@ def parse_scales(text: str, dims: dict, oc_dim: dict, option: str = "--attr-scal
         elif policy.startswith("per_dim_") and policy[8:].isdigit() and \
                 all(int(c) < nd for c in policy[8:]):
             mask = sum(1 << int(c) for c in set(policy[8:]))
+        elif policy == "host_scalar":  # oneDNN's value passed on the host, not in a memory
+            raise unimplemented(f"{option}: {entry}: host_scalar values are not implemented "
+                                f"(scales and zero points are device memories)")
         else:
             raise invalid_arguments(f"{option}: {entry}: policy must be common, per_oc, "
                                     f"per_tensor or per_dim_<dims> (of {nd}), got {policy}")
