@@ -342,6 +342,17 @@ def _dot(signed_a: bool, av: str, bv: str) -> str:
     return f"dot(as_{at}({av}), as_char4({bv}))"
 
 
+def _product_params(pr: Int8GemmProblem) -> list[str]:
+    """The product kernels' parameter declarations, in :func:`arg_names` order."""
+    at = "char" if data_type(pr.a_dt) == data_type.s8 else "uchar"
+    ct = _STORAGE[data_type(pr.c_dt)]
+    args = [f"__global const {at}* restrict a", "__global const uint* restrict bp",
+            f"__global {ct}* restrict c"]
+    args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in operand_names(pr)]
+    args += ["long a_off", "long bp_off", "long c_off"]
+    return args + (["long ws_off"] if pr.zp("src") is not None else []) + ["long m"]
+
+
 MMA_BLOCK = 64  # C block (rows and columns) of the tensor-core kernel: 2 x 2 warps of 32 x 32
 MMA_BLOCKS = (64, 128)  # the blocks it is generated for (the panel is one block wide)
 
@@ -372,12 +383,7 @@ def _build_mma(pr: Int8GemmProblem, block: int) -> KernelSource:
     ptx_a = "s8" if signed else "u8"
     ct = _STORAGE[data_type(pr.c_dt)]
     zs = pr.zp("src") is not None
-    ops = operand_names(pr)
-    args = [f"__global const {at}* restrict a", "__global const uint* restrict bp",
-            f"__global {ct}* restrict c"]
-    args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in ops]
-    args += ["long a_off", "long bp_off", "long c_off"] + (["long ws_off"] if zs else [])
-    args += ["long m"]
+    args = _product_params(pr)
     packed = -(-N // B_) * B_ * KQ
     mt, nt = B_ // 32, B_ // 16
     ra, rb = 8 + 4, B_ + 8  # shared row lengths in words (A: 8 k quads; B: block columns)
@@ -494,12 +500,7 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     at = "char" if signed else "uchar"
     ct = _STORAGE[data_type(pr.c_dt)]
     zs, zw = pr.zp("src") is not None, pr.zp("wei") is not None
-    ops = operand_names(pr)
-    args = [f"__global const {at}* restrict a", "__global const uint* restrict bp",
-            f"__global {ct}* restrict c"]
-    args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in ops]
-    args += ["long a_off", "long bp_off", "long c_off"] + (["long ws_off"] if zs else [])
-    args += ["long m"]
+    args = _product_params(pr)
     packed = -(-N // P) * P * KQ
     w = []
     w.append(f"__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))")

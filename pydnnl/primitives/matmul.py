@@ -22,6 +22,7 @@ zp_dst``, rounded to nearest even and saturated into dst's type.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -84,6 +85,17 @@ def _panel_width(md: MemoryDesc) -> int | None:
     w = int(md.inner_blks[0])
     same = MemoryDesc(md.dims, md.data_type, _panel_tag(len(md.dims), w))
     return w if md == same else None
+
+
+def _batch_entries(batch) -> list[tuple[int, ...]]:
+    """Every index over the batch dims ``batch``, the last fastest."""
+    return list(itertools.product(*(range(d) for d in batch)))
+
+
+def _entry_offset(x: MemoryDesc, idx) -> int:
+    """Element offset of batch entry ``idx`` of ``x`` (its size-1 batch dims broadcast)."""
+    return x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
+                           for j, i in enumerate(idx))
 
 
 def _batch_stride(md: MemoryDesc, batch: tuple[int, ...]) -> int | None:
@@ -327,16 +339,9 @@ class matmul(primitive):
             self._convert_out(plan, md)
             return
         needs_pos = bias is not None or any(op[0] == "binary" for op in pd._post_ops)
-        for t in range(count):  # batch dims that fold into no single stride
-            idx, r = [], t
-            for d in reversed(batch):
-                idx.append(r % d)
-                r //= d
-            idx.reverse()
-
+        for idx in _batch_entries(batch):  # batch dims that fold into no single stride
             def off(arg, x, idx=idx):
-                return base[arg] + x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
-                                                   for j, i in enumerate(idx))
+                return base[arg] + _entry_offset(x, idx)
             # an epilogue reading operands at positions is specialised to this batch entry
             sh = replace(shape, epi_fixed=tuple(idx)) if needs_pos else shape
             plan.gemm(sh, a_ref, off(first[0], first[1]), b_ref, off(second[0], second[1]),
@@ -387,14 +392,8 @@ def _int8_steps(plan: Plan, pd) -> None:
         plan.gemm_int8(pr, refs[0], src.offset0, refs[1], wei.offset0, refs[2], dst.offset0,
                        ldb=ldb, trans_b=tb, stride_b=sb, epilogue=operands, slot="int8_b")
         return
-    for t in range(count):  # batch dims that fold into no single stride
-        idx, r = [], t
-        for d in reversed(batch):
-            idx.append(r % d)
-            r //= d
-        idx.reverse()
-        off = [x.offset0 + sum((i if x.dims[j] > 1 else 0) * x.strides[j]
-                               for j, i in enumerate(idx)) for x in (src, wei, dst)]
+    for idx in _batch_entries(batch):  # batch dims that fold into no single stride
+        off = [_entry_offset(x, idx) for x in (src, wei, dst)]
         pr = replace(base, epi_batch=(), epi_fixed=tuple(idx))
         plan.gemm_int8(pr, refs[0], off[0], refs[1], off[1], refs[2], off[2], ldb=ldb,
                        trans_b=tb, epilogue=operands, slot="int8_b")

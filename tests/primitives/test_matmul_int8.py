@@ -24,28 +24,13 @@ from pydnnl.reference.matmul import matmul_int8, quantize
 from pydnnl.reference.post_ops import apply_post_ops
 
 dt = dnnl.memory.data_type
+from int8_helpers import ints, quant_attr  # noqa: E402
+
 MD, A = dnnl.memory.desc, dnnl.algorithm
 S, Z = dnnl.ARG_ATTR_SCALES, dnnl.ARG_ATTR_ZERO_POINTS
 SRC, WEI, DST, BIAS = dnnl.ARG_SRC, dnnl.ARG_WEIGHTS, dnnl.ARG_DST, dnnl.ARG_BIAS
-_NP = {dt.u8: np.uint8, dt.s8: np.int8, dt.s32: np.int32, dt.f32: np.float32}
 # half an ulp relative to the value: 24, 8 and 11 significant bits
 _EPS = {dt.f32: 2.0 ** -24, dt.bf16: 2.0 ** -8, dt.f16: 2.0 ** -11}
-
-
-def _ints(rng, shape, t):
-    lo, hi = (0, 256) if t == dt.u8 else (-128, 128)
-    return rng.integers(lo, hi, shape).astype(_NP[t])
-
-
-def _attr(scales=None, zps=None, po=None):
-    attr = dnnl.primitive_attr()
-    for arg, mask in (scales or {}).items():
-        attr.set_scales_mask(arg, mask)
-    for arg, mask in (zps or {}).items():
-        attr.set_zero_points_mask(arg, mask)
-    if po is not None:
-        attr.set_post_ops(po)
-    return attr
 
 
 def _run(engine, pd, prim, tensors: dict, scales=None, zps=None, ops=None, prior=None):
@@ -97,14 +82,14 @@ def test_matmul_int8_dst_types(engine, src_t, dst_t):
     """Scales src common, weights per N, dst common; zero points on src and dst (and weights
     for s8 src); an f32 bias."""
     rng = np.random.default_rng(int(src_t) * 7 + int(dst_t))
-    x, w = _ints(rng, (M, K), src_t), _ints(rng, (K, N), dt.s8)
+    x, w = ints(rng, (M, K), src_t), ints(rng, (K, N), dt.s8)
     bias = rng.standard_normal((1, N)).astype(np.float32) * 8
     zps = {SRC: 3 if src_t == dt.s8 else 128, DST: 5 if dst_t != dt.s8 else -4}
     if src_t == dt.s8:
         zps[WEI] = -2
     sc = {SRC: np.float32(0.05), WEI: rng.uniform(0.01, 0.03, N).astype(np.float32),
           DST: np.float32(0.5)}
-    attr = _attr({SRC: 0, WEI: 2, DST: 0}, {a: 0 for a in zps})
+    attr = quant_attr({SRC: 0, WEI: 2, DST: 0}, {a: 0 for a in zps})
     pd = dnnl.matmul.primitive_desc(engine, MD([M, K], src_t, "ab"), MD([K, N], dt.s8, "ab"),
                                     MD([1, N], dt.f32, "ab"), MD([M, N], dst_t, "ab"), attr)
     assert pd.impl_info_str().startswith("gemm_int8") if hasattr(pd, "impl_info_str") else True
@@ -117,10 +102,10 @@ def test_matmul_int8_dst_types(engine, src_t, dst_t):
 def test_matmul_int8_s32_exact(engine):
     """u8 x s8 -> s32 with zero points on all three and an s32 bias: exact."""
     rng = np.random.default_rng(5)
-    x, w = _ints(rng, (M, K), dt.u8), _ints(rng, (K, N), dt.s8)
+    x, w = ints(rng, (M, K), dt.u8), ints(rng, (K, N), dt.s8)
     bias = rng.integers(-1000, 1000, (M, N)).astype(np.int32)
     zps = {SRC: 77, WEI: -3, DST: 1000}
-    attr = _attr(zps={a: 0 for a in zps})
+    attr = quant_attr(zps={a: 0 for a in zps})
     pd = dnnl.matmul.primitive_desc(engine, MD([M, K], dt.u8, "ab"), MD([K, N], dt.s8, "ab"),
                                     MD([M, N], dt.s32, "ab"), MD([M, N], dt.s32, "ab"), attr)
     got = _run(engine, pd, dnnl.matmul(pd), {SRC: x, WEI: w, BIAS: bias}, zps=zps)
@@ -133,8 +118,8 @@ def test_matmul_int8_post_ops(first_engine):
     points per column N."""
     eng = first_engine
     rng = np.random.default_rng(11)
-    x, w = _ints(rng, (M, K), dt.u8), _ints(rng, (K, N), dt.s8)
-    prior = _ints(rng, (M, N), dt.s8)
+    x, w = ints(rng, (M, K), dt.u8), ints(rng, (K, N), dt.s8)
+    prior = ints(rng, (M, N), dt.s8)
     po = dnnl.post_ops()
     po.append_sum(0.5, 3)
     po.append_eltwise(A.eltwise_clip, -20.0, 30.0)
@@ -142,7 +127,7 @@ def test_matmul_int8_post_ops(first_engine):
     ops = {2: rng.standard_normal((M, 1)).astype(np.float32) * 4}
     zps = {SRC: 100, WEI: rng.integers(-3, 4, N), DST: rng.integers(-5, 6, N)}
     sc = {SRC: np.float32(0.02), WEI: np.float32(0.04)}
-    attr = _attr({SRC: 0, WEI: 0}, {SRC: 0, WEI: 2, DST: 2}, po)
+    attr = quant_attr({SRC: 0, WEI: 0}, {SRC: 0, WEI: 2, DST: 2}, po)
     pd = dnnl.matmul.primitive_desc(eng, MD([M, K], dt.u8, "ab"), MD([K, N], dt.s8, "ab"),
                                     MD([M, N], dt.s8, "ab"), attr)
     got = _run(eng, pd, dnnl.matmul(pd), {SRC: x, WEI: w}, sc, zps, ops, prior)
@@ -158,7 +143,7 @@ def test_matmul_int8_batched(first_engine, sdims, wdims):
     (one GEMM per entry); a binary operand per batch entry; s32 dst through a scale."""
     eng = first_engine
     rng = np.random.default_rng(len(sdims))
-    x, w = _ints(rng, sdims, dt.s8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, sdims, dt.s8), ints(rng, wdims, dt.s8)
     ddims = tuple(max(a, b) for a, b in zip(sdims[:-2], wdims[:-2])) + (M, N)
     nd = len(ddims)
     bdims = ddims[:-2] + (1, 1)
@@ -166,7 +151,7 @@ def test_matmul_int8_batched(first_engine, sdims, wdims):
     po.append_binary(A.binary_mul, MD(list(bdims), dt.f32, "abcd"[:nd]))
     ops = {0: rng.uniform(0.5, 2, bdims).astype(np.float32)}
     tag = "abcd"[:nd]
-    attr = _attr({SRC: 0}, {SRC: 0}, po)
+    attr = quant_attr({SRC: 0}, {SRC: 0}, po)
     pd = dnnl.matmul.primitive_desc(eng, MD(list(sdims), dt.s8, tag), MD(list(wdims), dt.s8, tag),
                                     MD(list(ddims), dt.s32, tag), attr)
     got = _run(eng, pd, dnnl.matmul(pd), {SRC: x, WEI: w}, {SRC: 0.5}, {SRC: -7}, ops)
@@ -178,10 +163,10 @@ def test_matmul_int8_transposed(first_engine):
     """src and weights transposed in memory (strides), dst plain."""
     eng = first_engine
     rng = np.random.default_rng(2)
-    x, w = _ints(rng, (M, K), dt.u8), _ints(rng, (K, N), dt.s8)
+    x, w = ints(rng, (M, K), dt.u8), ints(rng, (K, N), dt.s8)
     smd = MD([M, K], dt.u8, "ba")
     wmd = MD([K, N], dt.s8, "ba")
-    attr = _attr(zps={SRC: 0, WEI: 0})
+    attr = quant_attr(zps={SRC: 0, WEI: 0})
     pd = dnnl.matmul.primitive_desc(eng, smd, wmd, MD([M, N], dt.s32, "ab"), attr)
     s = dnnl.stream(eng)
     mem = {SRC: dnnl.memory(smd, eng, x), WEI: dnnl.memory(wmd, eng, w),  # stored transposed
@@ -205,15 +190,15 @@ def test_matmul_int8_errors(first_engine):
     with pytest.raises(unimplemented, match="dst"):
         dnnl.matmul.primitive_desc(eng, u8, s8, MD([M, N], dt.f64, "ab"))
     with pytest.raises(unimplemented, match="ARG_SRC"):
-        dnnl.matmul.primitive_desc(eng, u8, s8, dst, _attr(zps={SRC: 2}))  # per K
+        dnnl.matmul.primitive_desc(eng, u8, s8, dst, quant_attr(zps={SRC: 2}))  # per K
     with pytest.raises(unimplemented, match="ARG_DST"):
-        dnnl.matmul.primitive_desc(eng, u8, s8, dst, _attr(zps={DST: 1}))  # per M
+        dnnl.matmul.primitive_desc(eng, u8, s8, dst, quant_attr(zps={DST: 1}))  # per M
     with pytest.raises(unimplemented, match="ARG_WEIGHTS"):
-        dnnl.matmul.primitive_desc(eng, u8, s8, dst, _attr({WEI: 1}))  # scales per K
+        dnnl.matmul.primitive_desc(eng, u8, s8, dst, quant_attr({WEI: 1}))  # scales per K
     with pytest.raises(unimplemented, match="zero points"):  # f32: no zero points
         dnnl.matmul.primitive_desc(eng, MD([M, K], dt.f32, "ab"), MD([K, N], dt.f32, "ab"),
-                                   MD([M, N], dt.f32, "ab"), _attr(zps={SRC: 0}))
-    pd = dnnl.matmul.primitive_desc(eng, u8, s8, dst, _attr(zps={SRC: 0}))
+                                   MD([M, N], dt.f32, "ab"), quant_attr(zps={SRC: 0}))
+    pd = dnnl.matmul.primitive_desc(eng, u8, s8, dst, quant_attr(zps={SRC: 0}))
     s = dnnl.stream(eng)
     before = np.full((M, N), 42, np.int8)
     d = dnnl.memory(dst, eng, before)
@@ -231,13 +216,13 @@ def test_inner_product_int8(engine):
     scale, an s32 bias and a relu."""
     rng = np.random.default_rng(8)
     mb, ic, hw, oc = 5, 3, 3, 17
-    x, w = _ints(rng, (mb, ic, hw, hw), dt.u8), _ints(rng, (oc, ic, hw, hw), dt.s8)
+    x, w = ints(rng, (mb, ic, hw, hw), dt.u8), ints(rng, (oc, ic, hw, hw), dt.s8)
     bias = rng.integers(-200, 200, oc).astype(np.int32)
     sc = {SRC: np.float32(0.03), WEI: rng.uniform(0.01, 0.05, oc).astype(np.float32),
           DST: np.float32(0.25)}
     po = dnnl.post_ops()
     po.append_eltwise(A.eltwise_relu, 0.0, 0.0)
-    attr = _attr({SRC: 0, WEI: 1, DST: 0}, po=po)
+    attr = quant_attr({SRC: 0, WEI: 1, DST: 0}, po=po)
     pd = dnnl.inner_product_forward.primitive_desc(
         engine, dnnl.prop_kind.forward_inference, MD([mb, ic, hw, hw], dt.u8, "abcd"),
         MD([oc, ic, hw, hw], dt.s8, "any"), MD([oc], dt.s32, "a"), MD([mb, oc], dt.s8, "ab"),
@@ -254,7 +239,7 @@ def test_inner_product_int8_errors(first_engine):
     fwd = dnnl.prop_kind.forward_inference
     with pytest.raises(unimplemented, match="zero points"):
         dnnl.inner_product_forward.primitive_desc(eng, fwd, src, wei, MD([4, 6], dt.s8, "ab"),
-                                                  _attr(zps={SRC: 0}))
+                                                  quant_attr(zps={SRC: 0}))
     with pytest.raises(unimplemented, match="dst_desc data type f16"):
         dnnl.inner_product_forward.primitive_desc(eng, fwd, src, wei, MD([4, 6], dt.f16, "ab"))
     with pytest.raises(unimplemented, match="weights_desc"):

@@ -14,6 +14,9 @@ an ulp each, with margin).
 """
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 
@@ -24,28 +27,14 @@ from pydnnl.reference.eltwise import eltwise_forward
 from pydnnl.reference.matmul import quantize
 
 dt = dnnl.memory.data_type
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+from int8_helpers import ints, quant_attr  # noqa: E402
+
 MD, A, PK = dnnl.memory.desc, dnnl.algorithm, dnnl.prop_kind
 S, Z = dnnl.ARG_ATTR_SCALES, dnnl.ARG_ATTR_ZERO_POINTS
 SRC, WEI, DST, BIAS = dnnl.ARG_SRC, dnnl.ARG_WEIGHTS, dnnl.ARG_DST, dnnl.ARG_BIAS
-_NP = {dt.u8: np.uint8, dt.s8: np.int8, dt.s32: np.int32, dt.f32: np.float32}
 _ACT = {1: {"nchw": "abc", "nhwc": "acb"}, 2: {"nchw": "abcd", "nhwc": "acdb"},
         3: {"nchw": "abcde", "nhwc": "acdeb"}}
-
-
-def _ints(rng, shape, t):
-    lo, hi = (0, 256) if t == dt.u8 else (-128, 128)
-    return rng.integers(lo, hi, shape).astype(_NP[t])
-
-
-def _attr(scales=None, zps=None, po=None):
-    attr = dnnl.primitive_attr()
-    for arg, mask in (scales or {}).items():
-        attr.set_scales_mask(arg, mask)
-    for arg, mask in (zps or {}).items():
-        attr.set_zero_points_mask(arg, mask)
-    if po is not None:
-        attr.set_post_ops(po)
-    return attr
 
 
 def _out(i, k, s, pl, pr, d=0):
@@ -111,7 +100,7 @@ def test_conv_int8_s32_exact(engine):
     """u8 src, s32 dst, no float stage: the exact integer, strided and padded, nchw."""
     rng = np.random.default_rng(1)
     pd, wdims, dsp = _problem(engine, dt.u8, dt.s32)
-    x, w = _ints(rng, (2, 4, 7, 6), dt.u8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, 4, 7, 6), dt.u8), ints(rng, wdims, dt.s8)
     got = _run(engine, pd, {SRC: x, WEI: w})
     assert np.array_equal(got, conv_int8_acc(x, w, (2, 1), (1, 1), dsp).astype(np.float64))
 
@@ -120,10 +109,10 @@ def test_conv_int8_zero_points_padding_exact(engine):
     """A src zero point with padding: padded taps contribute nothing (oneDNN's reference
     skips them); s32 bias and dst zero point added in int32: exact. nhwc, s8 src."""
     rng = np.random.default_rng(2)
-    attr = _attr(zps={SRC: 0, DST: 0})
+    attr = quant_attr(zps={SRC: 0, DST: 0})
     pd, wdims, dsp = _problem(engine, dt.s8, dt.s32, act="nhwc", bias_t=dt.s32, attr=attr,
                               s=(1, 2), p=(2, 1))
-    x, w = _ints(rng, (2, 4, 7, 6), dt.s8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, 4, 7, 6), dt.s8), ints(rng, wdims, dt.s8)
     bias = rng.integers(-1000, 1000, 6).astype(np.int32)
     got = _run(engine, pd, {SRC: x, WEI: w, BIAS: bias}, zps={SRC: -7, DST: 11})
     want = conv_int8_acc(x, w, (1, 2), (2, 1), dsp, zp_src=-7) + bias.reshape(1, -1, 1, 1) + 11
@@ -137,9 +126,9 @@ def test_conv_int8_dst_types(engine, src_t, dst_t, act):
     """Scales src common, weights per output channel, dst common; src and dst zero points;
     an f32 bias."""
     rng = np.random.default_rng(int(src_t) * 7 + int(dst_t))
-    attr = _attr({SRC: 0, WEI: 1, DST: 0}, {SRC: 0, DST: 0})
+    attr = quant_attr({SRC: 0, WEI: 1, DST: 0}, {SRC: 0, DST: 0})
     pd, wdims, dsp = _problem(engine, src_t, dst_t, act=act, bias_t=dt.f32, attr=attr)
-    x, w = _ints(rng, (2, 4, 7, 6), src_t), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, 4, 7, 6), src_t), ints(rng, wdims, dt.s8)
     bias = (rng.standard_normal(6) * 8).astype(np.float32)
     zps = {SRC: 128 if src_t == dt.u8 else 3, DST: -4 if dst_t == dt.s8 else 5}
     sc = {SRC: np.float32(0.05), WEI: rng.uniform(0.01, 0.03, 6).astype(np.float32),
@@ -156,9 +145,9 @@ def test_conv_int8_groups_per_oc(engine, g, ic, oc, act):
     """Grouped and depthwise weights with per-output-channel scales (mask 3 over
     [G, OCg]), u8 src, s8 dst."""
     rng = np.random.default_rng(g)
-    attr = _attr({WEI: 3, DST: 0}, {SRC: 0})
+    attr = quant_attr({WEI: 3, DST: 0}, {SRC: 0})
     pd, wdims, dsp = _problem(engine, dt.u8, dt.s8, g=g, ic=ic, oc=oc, act=act, attr=attr)
-    x, w = _ints(rng, (2, ic, 7, 6), dt.u8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, ic, 7, 6), dt.u8), ints(rng, wdims, dt.s8)
     sc = {WEI: rng.uniform(0.002, 0.01, oc).astype(np.float32), DST: np.float32(0.25)}
     got = _run(engine, pd, {SRC: x, WEI: w}, sc, {SRC: 100})
     y = conv_int8(x, w, (2, 1), (1, 1), dsp, groups=g, wei_scale=sc[WEI], dst_scale=sc[DST],
@@ -169,10 +158,10 @@ def test_conv_int8_groups_per_oc(engine, g, ic, oc, act):
 def test_conv_int8_1x1_nhwc_and_3d(engine):
     """A 1x1 stride-1 nhwc convolution (u8 -> u8) and a dilated 3-D one (s8 -> f32)."""
     rng = np.random.default_rng(4)
-    attr = _attr({SRC: 0, DST: 0})
+    attr = quant_attr({SRC: 0, DST: 0})
     pd, wdims, dsp = _problem(engine, dt.u8, dt.u8, ic=8, oc=5, sp=(5, 4), k=(1, 1), s=(1, 1),
                               p=(0, 0), act="nhwc", attr=attr)
-    x, w = _ints(rng, (2, 8, 5, 4), dt.u8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, 8, 5, 4), dt.u8), ints(rng, wdims, dt.s8)
     sc = {SRC: np.float32(0.01), DST: np.float32(0.1)}
     got = _run(engine, pd, {SRC: x, WEI: w}, sc)
     y = conv_int8(x, w, (1, 1), (0, 0), dsp, src_scale=sc[SRC], dst_scale=sc[DST])
@@ -181,13 +170,13 @@ def test_conv_int8_1x1_nhwc_and_3d(engine):
     pd, wdims, dsp = _problem(engine, dt.s8, dt.s32, g=2, ic=8, oc=6, sp=(5, 4), k=(1, 1),
                               s=(1, 1), p=(0, 0), act="nhwc")
     assert pd.scratchpad_desc().get_size() < 2 * 8 * 5 * 4
-    x, w = _ints(rng, (2, 8, 5, 4), dt.s8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (2, 8, 5, 4), dt.s8), ints(rng, wdims, dt.s8)
     got = _run(engine, pd, {SRC: x, WEI: w})
     want = conv_int8_acc(x, w, (1, 1), (0, 0), dsp)
     assert np.array_equal(got, want.astype(np.float64))
     pd, wdims, dsp = _problem(engine, dt.s8, dt.f32, mb=1, ic=3, oc=4, sp=(5, 6, 5),
                               k=(2, 3, 2), s=(1, 2, 1), p=(1, 1, 0), dil=(1, 0, 0))
-    x, w = _ints(rng, (1, 3, 5, 6, 5), dt.s8), _ints(rng, wdims, dt.s8)
+    x, w = ints(rng, (1, 3, 5, 6, 5), dt.s8), ints(rng, wdims, dt.s8)
     got = _run(engine, pd, {SRC: x, WEI: w})
     want = conv_int8_acc(x, w, (1, 2, 1), (1, 1, 0), dsp, dilates=(1, 0, 0))
     assert np.array_equal(got, want.astype(np.float64))  # |acc| < 2^24: f32 holds it
@@ -201,11 +190,11 @@ def test_conv_int8_post_op_chain(engine):
     po.append_eltwise(A.eltwise_relu, 0.0, 0.0)
     po.append_sum(0.5)
     po.append_binary(A.binary_add, MD([1, 6, 1], dt.f32, "abc"))
-    attr = _attr({SRC: 0, WEI: 0, DST: 0}, po=po)
+    attr = quant_attr({SRC: 0, WEI: 0, DST: 0}, po=po)
     pd, wdims, dsp = _problem(engine, dt.s8, dt.u8, sp=(11,), k=(3,), s=(2,), p=(1,),
                               attr=attr)
-    x, w = _ints(rng, (2, 4, 11), dt.s8), _ints(rng, wdims, dt.s8)
-    prior = _ints(rng, (2, 6) + dsp, dt.u8)
+    x, w = ints(rng, (2, 4, 11), dt.s8), ints(rng, wdims, dt.s8)
+    prior = ints(rng, (2, 6) + dsp, dt.u8)
     add = (rng.standard_normal((1, 6, 1)) * 4).astype(np.float32)
     sc = {SRC: np.float32(0.03), WEI: np.float32(0.02), DST: np.float32(0.25)}
     got = _run(engine, pd, {SRC: x, WEI: w}, sc, ops={2: add}, prior=prior)
@@ -256,16 +245,16 @@ import json, sys
 import numpy as np
 import pydnnl as dnnl
 sys.path.insert(0, TESTS)
-from test_conv_int8 import _attr, _ints, _problem, _run
+from test_conv_int8 import _problem, _run, ints, quant_attr
 from pydnnl.reference.conv_int8 import conv_int8_acc
 
 dt = dnnl.memory.data_type
 eng = dnnl.engine.from_name("Oclgrind")
 rng = np.random.default_rng(3)
-attr = _attr(zps={dnnl.ARG_SRC: 0})
+attr = quant_attr(zps={dnnl.ARG_SRC: 0})
 pd, wdims, dsp = _problem(eng, dt.u8, dt.s32, mb=1, g=2, ic=4, oc=4, sp=(4, 3), k=(3, 2),
                           s=(2, 1), p=(1, 1), act="nchw", attr=attr)
-x, w = _ints(rng, (1, 4, 4, 3), dt.u8), _ints(rng, wdims, dt.s8)
+x, w = ints(rng, (1, 4, 4, 3), dt.u8), ints(rng, wdims, dt.s8)
 got = _run(eng, pd, {dnnl.ARG_SRC: x, dnnl.ARG_WEIGHTS: w}, zps={dnnl.ARG_SRC: 9})
 want = conv_int8_acc(x, w, (2, 1), (1, 1), dsp, zp_src=9)
 print(json.dumps({"exact": bool(np.array_equal(got, want))}))
