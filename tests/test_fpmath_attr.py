@@ -76,3 +76,22 @@ def test_bf16_and_f16_operands_take_their_tensor_cores_under_strict(cpu_engine):
             MD([8, 16], d, "ab"), MD([4, 8], d, "ab"))._fpmath_mode()
 
     assert ip(dt.bf16) == F.bf16 and ip(dt.f32) == F.strict
+
+
+def test_bf16_convolution_through_im2col_takes_bf16_tensor_cores(cpu_engine):
+    """A bf16 convolution whose GEMM multiplies the values themselves (im2col) builds in bf16
+    mode; a solver multiplying transforms of them (Winograd) keeps strict."""
+    MD, dt, F = dnnl.memory.desc, dnnl.memory.data_type, dnnl.fpmath_mode
+
+    def conv(d, solver, k):
+        alg = dnnl.algorithm.convolution_winograd if solver.startswith("winograd") \
+            else dnnl.algorithm.convolution_direct
+        return dnnl.convolution_forward.primitive_desc(
+            cpu_engine, dnnl.prop_kind.forward_training, alg,
+            MD([2, 16, 8, 8], d, "any"), MD([8, 16, k, k], d, "any"),
+            MD([2, 8, 8, 8], d, "any"), [1, 1], [k // 2] * 2, [k // 2] * 2,
+            solver=solver)._fpmath_mode()
+
+    assert conv(dt.bf16, "im2col_gemm", 1) == F.bf16
+    assert conv(dt.f32, "im2col_gemm", 1) == F.strict
+    assert conv(dt.bf16, "winograd_f2x3", 3) == F.strict

@@ -56,6 +56,9 @@ _LOGICAL = {"src_desc": "src", "diff_src_desc": "src", "weights_desc": "wei",
             "diff_weights_desc": "wei", "bias_desc": "bias", "diff_bias_desc": "bias",
             "dst_desc": "dst", "diff_dst_desc": "dst"}
 _DIMS = ("strides", "dilates", "padding_l", "padding_r")
+# solvers whose GEMM reads the tensors' own values (im2col copies them): bf16/f16 inputs stay
+# exact there; Winograd and FFT multiply transforms of them
+_EXACT_GEMM_SOLVERS = ("im2col_gemm",)
 
 
 def _signature(kind: str, direction: str) -> Signature:
@@ -441,6 +444,13 @@ class conv_pd_base(bias_queries, primitive_desc_base):
             self._roles[arg] = user_key(role) if role in staged else role
         self._args.update(self._post_op_args)  # binary post-ops' operands, bound by number
         self._finish_scratchpad(ws)
+        if staged and s.name in _EXACT_GEMM_SOLVERS:
+            # the GEMM multiplies the bf16/f16 values themselves (copied, not transformed):
+            # where every operand it reads is of one such type, that format's tensor cores
+            # multiply them exactly (primitive_desc_base._fpmath_mode)
+            self._gemm_input_dts = tuple(
+                md.data_type for name, _, out in _DESCS[self._dir]
+                if not out and _LOGICAL[name] != "bias" and (md := descs.get(name)) is not None)
         self._impl = f"loopy:{s.name}" + (":f32_on_converted_copies" if staged else "")
         self._info = (f"alg:{self._alg.name} prop:{self._prop.name} solver:{s.name} "
                       f"{problem.describe()}") + (
