@@ -484,6 +484,23 @@ def run_forward(engine, stream, p: Problem, fpd, fprim=None) -> dict[int, dnnl.m
     return args
 
 
+def expected_outputs(p) -> set[str]:
+    """The gradient names backward must produce for problem ``p`` (test-side list)."""
+    c = p.c
+    out = {"diff_src_layer", "diff_weights_layer", "diff_weights_iter", "diff_bias"}
+    if p.with_iter:
+        out.add("diff_src_iter")
+        if c.has_c:
+            out.add("diff_src_iter_c")
+    if c.peephole:
+        out.add("diff_weights_peephole")
+    if c.projection:
+        out.add("diff_weights_projection")
+    if c.augru:
+        out.add("diff_attention")
+    return out
+
+
 SENTINEL = 7.25
 
 

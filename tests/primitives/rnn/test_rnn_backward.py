@@ -33,6 +33,7 @@ from rnn_bwd_helpers import (  # noqa: E402
     bwd_pd,
     diff_descs,
     dims_of,
+    expected_outputs,
     fd_check,
     fwd_descs,
     fwd_pd,
@@ -62,23 +63,6 @@ CASE_IDS = [f"{cfg}-{d}-L{L}-{'iter' if it else 'noiter'}" for cfg, d, L, it in 
 _RUNS: dict = {}
 
 
-def _expected_outputs(p) -> set[str]:
-    """The gradient names backward must produce for problem ``p`` (test-side list)."""
-    c = p.c
-    out = {"diff_src_layer", "diff_weights_layer", "diff_weights_iter", "diff_bias"}
-    if p.with_iter:
-        out.add("diff_src_iter")
-        if c.has_c:
-            out.add("diff_src_iter_c")
-    if c.peephole:
-        out.add("diff_weights_peephole")
-    if c.projection:
-        out.add("diff_weights_projection")
-    if c.augru:
-        out.add("diff_attention")
-    return out
-
-
 def primitive_gradients(engine, stream, p) -> dict[str, np.ndarray]:
     """forward_training then backward (overwrite) on the device; once per (device, problem)."""
     key = (id(engine), p)
@@ -95,7 +79,7 @@ def primitive_gradients(engine, stream, p) -> dict[str, np.ndarray]:
 def test_gradients_match_reference(engine, stream, cfg, direction, L, with_iter):
     p = problem(cfg, direction, L, with_iter=with_iter)
     got = primitive_gradients(engine, stream, p)
-    assert set(got) == _expected_outputs(p)
+    assert set(got) == expected_outputs(p)
     ref = ref_gradients(p)
     for name, g in got.items():
         assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {direction} L{L} {name}")
@@ -289,7 +273,7 @@ def test_absent_diff_dst_iter_means_zero(engine, stream, cfg, ddi, ddic):
     got = gradients(run_backward(engine, stream, p, bpd, fargs))
     ref = ref_gradients(p, ddi=ddi, ddic=ddic)
     full = ref_gradients(p)
-    assert set(got) == _expected_outputs(p)
+    assert set(got) == expected_outputs(p)
     for name, g in got.items():
         assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {name}")
     # the omitted gradient did matter: the result differs from the full problem's

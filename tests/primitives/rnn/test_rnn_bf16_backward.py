@@ -44,6 +44,7 @@ from rnn_bwd_helpers import (  # noqa: E402
     diff_descs,
     diff_memories,
     dims_of,
+    expected_outputs,
     fwd_descs,
     fwd_pd,
     gradients,
@@ -122,20 +123,6 @@ def ref_bf16(p) -> tuple[dict, tuple]:
                              a["diff_dst_iter_c"])
         _REF[p] = (grads, (dl, di, dc))
     return _REF[p]
-
-
-def expected_outputs(p) -> set[str]:
-    c = p.c
-    out = {"diff_src_layer", "diff_weights_layer", "diff_weights_iter", "diff_bias"}
-    if p.with_iter:
-        out.add("diff_src_iter")
-        if c.has_c:
-            out.add("diff_src_iter_c")
-    if c.peephole:
-        out.add("diff_weights_peephole")
-    if c.augru:
-        out.add("diff_attention")
-    return out
 
 
 # name -> (problem, bias data type, cell-state data type)
