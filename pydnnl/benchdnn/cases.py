@@ -199,8 +199,8 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     if compare == "torch":
         dev = "cuda" if eng.info.is_gpu else "cpu"
         peer = R.torch_time(p, o, device=dev, min_seconds=min_seconds)
-        line += (f",torch_ms={peer:.3f},speed_vs_torch={peer / tmed:.2f}x" if peer is not None
-                 else ",torch=n/a")
+        line += (f",torch_ms={peer:.3f},torch_mode={R.torch_peer(o, dev)},"
+                 f"speed_vs_torch={peer / tmed:.2f}x" if peer is not None else ",torch=n/a")
     print(line, flush=True)
 
 

@@ -1,6 +1,7 @@
 """benchdnn's RNN driver: problem syntax, creation, timing, correctness, peer comparison."""
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass, replace
@@ -508,11 +509,32 @@ class RnnBench:
         return err
 
 
+def torch_peer(o: RnnOptions, device: str = "cpu") -> str | None:
+    """How PyTorch runs the configuration ``o.cfg`` (issue: the same data types side by side):
+    ``"f32"``; ``"autocast_bf16"`` / ``"autocast_f16"`` (``torch.autocast``) for the bf16 and
+    f16 configurations; ``"dynamic_qint8"`` (``torch.ao.quantization.quantize_dynamic``:
+    s8 weights, activations quantized per call, CPU only) for LSTM inference in an int8
+    configuration. None where PyTorch has no counterpart (int8 training, int8 GRU/RNN, int8
+    on a GPU)."""
+    half = CFGS[o.cfg]["src_layer"]
+    if half == "f32":
+        return "f32"
+    if half in ("bf16", "f16"):
+        return f"autocast_{half}"
+    if o.prop == "FWD_I" and o.alg == "VANILLA_LSTM" and device == "cpu":
+        return "dynamic_qint8"
+    return None
+
+
 def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: float = 1.0):
-    """Median ms of the same problem with torch.nn.{RNN,LSTM,GRU}, or None if not comparable."""
+    """Median ms of the same problem with torch.nn.{RNN,LSTM,GRU} run as :func:`torch_peer`
+    says, or None if not comparable."""
     try:
         import torch
     except ImportError:
+        return None
+    peer = torch_peer(o, device)
+    if peer is None:
         return None
     if o.alg not in ("VANILLA_LSTM", "LBR_GRU", "VANILLA_RNN") or o.with_peephole:
         return None  # torch.nn.GRU is linear-before-reset; no peephole in torch
@@ -534,6 +556,13 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
     if p.l > 1 and bidir:
         return None  # torch stacks bidirectional layers differently from oneDNN
     m = m.to(device)
+    if peer == "dynamic_qint8":
+        from torch.ao.quantization import quantize_dynamic
+
+        m = quantize_dynamic(m, {torch.nn.LSTM}, dtype=torch.qint8)
+    amp = (torch.autocast(device_type=device, dtype=getattr(torch, {"autocast_bf16": "bfloat16",
+           "autocast_f16": "float16"}[peer])) if peer.startswith("autocast")
+           else contextlib.nullcontext())
     # cuDNN's RNNs use TF32 by default (allow_tf32): only where --attr-fpmath lets pydnnl too
     torch_tf32("cuda" if device.startswith("cuda") else device, o.tf32)
     x = torch.randn(p.t, p.mb, p.slc, device=device)
@@ -554,7 +583,7 @@ def torch_time(p: RnnProblem, o: RnnOptions, device: str = "cpu", min_seconds: f
         if backward:
             y.backward(torch.ones_like(y))
 
-    with ctx:
+    with ctx, amp:
         for _ in range(2):
             step()
         sync()

@@ -53,3 +53,19 @@ def test_int8_skips_and_refusals(capsys):
 def test_unknown_cfg_is_refused():
     with pytest.raises(SystemExit, match="--cfg"):
         main(["--rnn", "--mode=C", "--cfg=u8u8", "l1t2mb2sic4"])
+
+
+def test_torch_peer_runs_the_same_configuration():
+    """--compare=torch times PyTorch in the configuration's precision: autocast for bf16/f16,
+    dynamic int8 quantization for int8 LSTM inference on a CPU, nothing it cannot match."""
+    from pydnnl.benchdnn.rnn import RnnOptions, torch_peer
+
+    assert torch_peer(RnnOptions(cfg="f32")) == "f32"
+    for cfg, mode in (("bf16", "autocast_bf16"), ("bf16f32", "autocast_bf16"),
+                      ("f16", "autocast_f16"), ("f16f32", "autocast_f16")):
+        assert torch_peer(RnnOptions(cfg=cfg, prop="BWD_DW"), "cuda") == mode
+    assert torch_peer(RnnOptions(cfg="u8u8u8u8")) == "dynamic_qint8"
+    assert torch_peer(RnnOptions(cfg="f32s8f32f32")) == "dynamic_qint8"
+    assert torch_peer(RnnOptions(cfg="u8u8u8u8"), "cuda") is None  # quantized ops: CPU only
+    assert torch_peer(RnnOptions(cfg="u8u8u8u8", alg="VANILLA_GRU")) is None
+    assert torch_peer(RnnOptions(cfg="u8u8u8u8", prop="FWD_D")) is None
