@@ -106,3 +106,24 @@ def register_helpers(tu, helpers):
     knl = tu.default_entrypoint
     knl = knl.copy(preambles=tuple(knl.preambles) + (("50_pydnnl_helpers", text),))
     return tu.with_kernel(knl)
+
+
+def c_mapper():
+    """pymbolic -> OpenCL C for the hand-written kernel families: float constants as float
+    literals (no double arithmetic), integer division and remainder as C's ``/`` and ``%``
+    (operands known non-negative)."""
+    from pymbolic.mapper.c_code import CCodeMapper
+
+    class _M(CCodeMapper):
+        def map_constant(self, x, enclosing_prec):
+            if isinstance(x, (float, np.floating)):
+                return repr(float(np.float32(x))) + "f"
+            return super().map_constant(x, enclosing_prec)
+
+        def map_floor_div(self, expr, enclosing_prec):
+            return f"(({self.rec(expr.numerator, 0)}) / ({self.rec(expr.denominator, 0)}))"
+
+        def map_remainder(self, expr, enclosing_prec):
+            return f"(({self.rec(expr.numerator, 0)}) % ({self.rec(expr.denominator, 0)}))"
+
+    return _M()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..memory.data_types import data_type
+from .clhelpers import c_mapper as _c_mapper
 from .source import KernelSource
 
 GENERATOR_VERSION = "gemm_int8-6"
@@ -180,25 +181,6 @@ class PackProblem:
     def packed_size(self) -> int:
         """``uint`` elements of one packed matrix."""
         return self.np_ * kq(self.k)
-
-
-def _c_mapper():
-    """pymbolic -> OpenCL C with float constants as float literals."""
-    from pymbolic.mapper.c_code import CCodeMapper
-
-    class _M(CCodeMapper):
-        def map_constant(self, x, enclosing_prec):
-            if isinstance(x, (float, np.floating)):
-                return repr(float(np.float32(x))) + "f"
-            return super().map_constant(x, enclosing_prec)
-
-        def map_floor_div(self, expr, enclosing_prec):
-            return f"(({self.rec(expr.numerator, 0)}) / ({self.rec(expr.denominator, 0)}))"
-
-        def map_remainder(self, expr, enclosing_prec):
-            return f"(({self.rec(expr.numerator, 0)}) % ({self.rec(expr.denominator, 0)}))"
-
-    return _M()
 
 
 def _c(expr) -> str:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .clhelpers import c_mapper as _c_mapper
 from .gemm import GemmProblem, has_epilogue, scale_names
 from .source import KernelSource
 
@@ -149,19 +150,6 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
     epi = [pr.bias[2]] if pr.bias is not None else []
     epi += [op[4] for op in pr.post_ops if op[0] == "binary"]
     return max([pr.extent("a"), pr.extent("b"), pr.extent("c")] + epi) < 2 ** 31 - 1
-
-
-def _c_mapper():
-    """pymbolic -> OpenCL C, float constants as float literals (no double arithmetic)."""
-    from pymbolic.mapper.c_code import CCodeMapper
-
-    class _M(CCodeMapper):
-        def map_constant(self, x, enclosing_prec):
-            if isinstance(x, (float, np.floating)):
-                return _f(x)
-            return super().map_constant(x, enclosing_prec)
-
-    return _M()
 
 
 def _f(x: float) -> str:
