@@ -102,8 +102,8 @@ def test_fpmath_mode_reaches_the_plans_gemms():
 
 def _nvidia(engine):
     if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
-        pytest.skip("the tensor-core kinds (tf32, bf16, f16) run on NVIDIA GPUs (inline PTX mma.sync) "
-                    "only")
+        pytest.skip("the tensor-core kinds (tf32, bf16, f16) run on NVIDIA GPUs (inline PTX "
+                    "mma.sync) only")
 
 
 def _rel(got, want):
