@@ -41,6 +41,7 @@ from .common import (
     parse_dims_list,
     parse_post_ops,
     perf_line,
+    post_op_operand,
     post_op_operands,
     time_ms,
     torch_device,
@@ -256,9 +257,8 @@ def run_one(eng, d0, d1, alg, stags, dtag, inplace, scales, post_ops, mode, comp
         args[ARG_ATTR_SCALES | arg] = dnnl.memory(MD([1], F32, "a"), eng, np.float32([v]))
     po_srcs = {}
     for i, pdims in post_op_operands(po).items():
-        po_srcs[i] = data(pdims, 10 + i, nonzero=True)
-        args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
-            MD(pdims, F32, "abcdefghijkl"[:nd]), eng, po_srcs[i])
+        args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1], po_srcs[i] = post_op_operand(
+            po.get_params_binary(i)[1], eng, data(pdims, 10 + i, nonzero=True))
     if mode == "C":
         prim.execute(s, args)
         s.wait()

@@ -33,10 +33,38 @@ def random_args(pd, eng, seed: int = 0) -> tuple[dict, dict]:
     values, args = {}, {}
     for arg, spec in pd.arg_specs().items():
         values[arg] = rng.standard_normal(spec.md.dims).astype(np.float32)
-        args[arg] = dnnl.memory(spec.md, eng, values[arg])
+        args[arg] = dnnl.memory(spec.md, eng, typed_values(values[arg], spec.md.data_type))
         if spec.md.data_type.name != "f32":  # the values as stored (bf16/f16: rounded)
             values[arg] = args[arg].to_numpy().astype(np.float32)
     return values, args
+
+
+_INT_TYPES = {"s8": np.int8, "u8": np.uint8, "s32": np.int32}
+
+
+def typed_values(values: np.ndarray, dt) -> np.ndarray:
+    """``values`` (float32) in a form a memory of data type ``dt`` takes: integer types get
+    nonzero integers away from zero (``u8``: of the magnitude), so that a ``div`` operand
+    never divides by zero; floating types get ``values`` (a bf16/f16 memory rounds them)."""
+    name = getattr(dt, "name", str(dt))
+    if name not in _INT_TYPES:
+        return values
+    v = values.astype(np.float64)
+    ints = np.where(v >= 0, np.floor(v) + 1, np.ceil(v) - 1)
+    if name == "u8":
+        ints = np.abs(ints)
+    return np.clip(ints, -127, 127).astype(_INT_TYPES[name])
+
+
+def post_op_operand(md, eng, values: np.ndarray):
+    """``(memory, stored)``: a memory of the binary post-op operand desc ``md`` holding
+    ``values`` as its data type stores them (:func:`typed_values`), and those stored values
+    as float32 for the reference."""
+    import pydnnl as dnnl
+
+    mem = dnnl.memory(md, eng, typed_values(values, md.data_type))
+    stored = values if md.data_type.name == "f32" else mem.to_numpy().astype(np.float32)
+    return mem, stored
 
 
 # an output stored in bf16 (f16) is off by up to half its spacing, 2^-9 (2^-12) of its
@@ -210,10 +238,15 @@ def check_line(driver: str, desc: str, problem: str, err: float, tol: float) -> 
 _BINARY_NAMES = ("add", "mul", "max", "min", "div", "sub", "ge", "gt", "le", "lt", "eq", "ne")
 
 
+# binary post-op operand data types (converted to f32 on load by every fusing family)
+POST_OP_OPERAND_TYPES = ("f32", "bf16", "f16", "s8", "u8", "s32")
+
+
 def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
     """A ``pydnnl.post_ops`` from benchdnn's ``--attr-post-ops`` syntax: entries joined by
     ``+``: ``sum[:scale[:zero_point]]``, an eltwise ``relu[:alpha[:beta]]`` (any
-    ``eltwise_*`` name) or a binary ``add[:f32[:policy]]`` with policy ``common`` (one value,
+    ``eltwise_*`` name) or a binary ``add[:<data type>[:policy]]`` (data type one of
+    :data:`POST_OP_OPERAND_TYPES`, f32 by default) with policy ``common`` (one value,
     the default), ``per_oc`` (along dim ``oc_dim``), ``per_tensor`` (dst's dims) or
     ``per_dim_<d>``."""
     import pydnnl as dnnl
@@ -227,8 +260,10 @@ def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
         if name == "sum":
             po.append_sum(float(rest[0]) if rest else 1.0, int(rest[1]) if len(rest) > 1 else 0)
         elif name in _BINARY_NAMES:
-            if rest and rest[0].lower() not in ("f32", ""):
-                raise invalid_arguments(f"--attr-post-ops: {entry}: only f32 operands")
+            odt = rest[0].lower() if rest and rest[0] else "f32"
+            if odt not in POST_OP_OPERAND_TYPES:
+                raise invalid_arguments(f"--attr-post-ops: {entry}: operand data type must be "
+                                        f"one of {', '.join(POST_OP_OPERAND_TYPES)}, got {odt}")
             policy = rest[1].lower() if len(rest) > 1 else "common"
             dims = [1] * len(dst_dims)
             if policy == "per_oc":
@@ -246,7 +281,7 @@ def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
                                         f"per_oc, per_tensor or per_dim_<d>, got {policy}")
             tag = "abcdefghijkl"[:len(dims)]
             po.append_binary(getattr(dnnl.algorithm, f"binary_{name}"),
-                             dnnl.memory.desc(dims, dnnl.memory.data_type.f32, tag))
+                             dnnl.memory.desc(dims, getattr(dnnl.memory.data_type, odt), tag))
         else:
             alg = getattr(dnnl.algorithm, f"eltwise_{name}", None)
             if alg is None:

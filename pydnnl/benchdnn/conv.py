@@ -32,7 +32,14 @@ import pydnnl as dnnl
 from ..constants import arg_name
 from ..error import invalid_arguments, runtime_error, unimplemented
 from ..primitives.conv.solvers import solvers
-from .common import TF32_RTOL, fpmath_attr, parse_post_ops, post_op_operands, torch_tf32
+from .common import (
+    TF32_RTOL,
+    fpmath_attr,
+    parse_post_ops,
+    post_op_operands,
+    torch_tf32,
+    typed_values,
+)
 from .conv_problem import ConvProblem
 
 # benchdnn's --dir values: (direction, forward prop_kind, with bias)
@@ -259,8 +266,8 @@ class ConvBench:
                 self.args[arg] = dnnl.memory(spec.md, eng)
                 continue
             v = rng.standard_normal(spec.md.dims).astype(np.float32)
-            self.args[arg] = dnnl.memory(spec.md, eng, v)
-            # the reference reads what the memory holds (rounded to bf16/f16)
+            self.args[arg] = dnnl.memory(spec.md, eng, typed_values(v, spec.md.data_type))
+            # the reference reads what the memory holds (rounded to bf16/f16; integers)
             self.values[arg] = self.args[arg].to_numpy().astype(np.float32)
 
     @staticmethod

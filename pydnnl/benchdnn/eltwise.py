@@ -44,6 +44,7 @@ from .common import (
     parse_dims,
     parse_post_ops,
     perf_line,
+    post_op_operand,
     post_op_operands,
     time_ms,
     torch_device,
@@ -218,10 +219,9 @@ def run_one(eng, dims, alg, alpha, beta, prop, tag_text, inplace, mode, compare,
         out = dst
         nbytes = 2 * x.size * typ.itemsize
         for i, pdims in post_op_operands(po).items():  # integers and halves, no zero (div)
-            po_srcs[i] = data(pdims, 10 + i, nonzero=True)
-            args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
-                po.get_params_binary(i)[1], eng, po_srcs[i])
-            nbytes += po_srcs[i].nbytes
+            args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1], po_srcs[i] = post_op_operand(
+                po.get_params_binary(i)[1], eng, data(pdims, 10 + i, nonzero=True))
+            nbytes += po.get_params_binary(i)[1].get_size()
     else:
         uses_dst = alg.name.endswith("_use_dst_for_bwd")
         v = ref_fwd(alg, x, alpha, beta).astype(np.float32) if uses_dst else x

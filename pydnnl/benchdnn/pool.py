@@ -52,6 +52,7 @@ from .common import (
     copy_gbs,
     parse_post_ops,
     perf_line,
+    post_op_operand,
     post_op_operands,
     time_ms,
     torch_device,
@@ -299,9 +300,8 @@ def run_one(eng, p: PoolDesc, alg, prop, tag_text, mode, compare, min_seconds,
     fargs = {ARG_SRC: src, ARG_DST: dst}
     po_srcs: dict[int, np.ndarray] = {}
     for i, pdims in post_op_operands(po).items():  # integers and halves, no zero (div)
-        po_srcs[i] = data(pdims, 10 + i, nonzero=True)
-        fargs[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
-            po.get_params_binary(i)[1], eng, po_srcs[i])
+        fargs[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1], po_srcs[i] = post_op_operand(
+            po.get_params_binary(i)[1], eng, data(pdims, 10 + i, nonzero=True))
     ws = None
     if not fpd.workspace_desc().is_zero():
         ws = fargs[ARG_WORKSPACE] = dnnl.memory(fpd.workspace_desc(), eng)

@@ -41,6 +41,7 @@ from .common import (
     parse_dims,
     parse_post_ops,
     perf_line,
+    post_op_operand,
     post_op_operands,
     time_ms,
     torch_device,
@@ -199,10 +200,9 @@ def run_one(eng, dims, prop, alg, axis, stag, dtag, inplace, mode, compare,
         # error by up to 5 relative to max(1, |result|) (an add cancelling)
         tol = TOLERANCES[ddt] + 4 * TOLERANCE * po.len()
         for i, pdims in post_op_operands(po).items():  # integers and halves, no zero (div)
-            po_srcs[i] = data(pdims, 10 + i, nonzero=True)
-            args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1] = dnnl.memory(
-                po.get_params_binary(i)[1], eng, po_srcs[i])
-            nbytes += po_srcs[i].nbytes
+            args[ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1], po_srcs[i] = post_op_operand(
+                po.get_params_binary(i)[1], eng, data(pdims, 10 + i, nonzero=True))
+            nbytes += po.get_params_binary(i)[1].get_size()
     else:
         dst = dnnl.memory(pd.dst_desc(), eng, ref_fwd(alg, x, axis).astype(np.float32))
         y = np.asarray(dst.to_numpy(), np.float64)
