@@ -127,3 +127,21 @@ def c_mapper():
             return f"(({self.rec(expr.numerator, 0)}) % ({self.rec(expr.denominator, 0)}))"
 
     return _M()
+
+
+def batch_position(epi_fixed, epi_batch, t: str) -> list:
+    """The destination position's leading (batch) entries of a batched GEMM's element, as
+    pymbolic: ``epi_fixed`` when given, else the batch index ``t`` (a variable name) taken
+    apart over the destination's batch dims ``epi_batch``, last fastest."""
+    from pymbolic import var
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    if epi_fixed is not None:
+        return list(epi_fixed)
+    pos, inner = [], 1
+    for d in reversed(epi_batch):
+        e = var(t) if inner == 1 else FloorDiv(var(t), inner)
+        pos.append(Remainder(e, d) if d > 1 else 0)
+        inner *= d
+    pos.reverse()
+    return pos

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..memory.data_types import data_type
+from .clhelpers import batch_position
 from .clhelpers import c_mapper as _c_mapper
 from .source import KernelSource
 
@@ -190,18 +191,8 @@ def _c(expr) -> str:
 def _positions(pr: Int8GemmProblem) -> list:
     """The destination position of C's element (``pd_t``, ``pd_i``, ``pd_j``) (pymbolic)."""
     from pymbolic import var
-    from pymbolic.primitives import FloorDiv, Remainder
 
-    if pr.epi_fixed is not None:
-        pos = list(pr.epi_fixed)
-    else:  # the batch index over the destination's batch dims, last fastest
-        pos, inner = [], 1
-        for d in reversed(pr.epi_batch):
-            e = var("pd_t") if inner == 1 else FloorDiv(var("pd_t"), inner)
-            pos.append(Remainder(e, d) if d > 1 else 0)
-            inner *= d
-        pos.reverse()
-    return pos + [var("pd_i"), var("pd_j")]
+    return batch_position(pr.epi_fixed, pr.epi_batch, "pd_t") + [var("pd_i"), var("pd_j")]
 
 
 def _bcast_index(dims: tuple, pos: list) -> str:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .clhelpers import batch_position
 from .clhelpers import c_mapper as _c_mapper
 from .gemm import GemmProblem, has_epilogue, scale_names
 from .source import KernelSource
@@ -560,19 +561,8 @@ class _Gen:
 
     def _positions(self, row, c) -> list:
         """The destination position of C's element (``row``, ``c``) (pymbolic expressions)."""
-        from pymbolic import var
-        from pymbolic.primitives import FloorDiv, Remainder
-
         pr = self.pr
-        if pr.epi_fixed is not None:
-            pos = list(pr.epi_fixed)
-        else:  # the batch index over the destination's batch dims, last fastest
-            pos, inner = [], 1
-            for d in reversed(pr.epi_batch):
-                e = var("bt") if inner == 1 else FloorDiv(var("bt"), inner)
-                pos.append(Remainder(e, d) if d > 1 else 0)
-                inner *= d
-            pos.reverse()
+        pos = batch_position(pr.epi_fixed, pr.epi_batch, "bt")
         return pos + ([c, row] if pr.epi_swap else [row, c])
 
     def _final(self, v: str, old: str, col: str, bias_reg: str | None = None) -> str:
