@@ -30,6 +30,11 @@ class _binary_op:
     src1_desc: object  # a pydnnl.memory.desc
 
 
+@dataclass(frozen=True)
+class _prelu_op:
+    mask: int
+
+
 class post_ops:
     """An ordered list of operations applied to a primitive's result."""
 
@@ -44,7 +49,7 @@ class post_ops:
     def kind(self, index: int) -> str:
         op = self._ops[index]
         return ("sum" if isinstance(op, _sum_op) else "binary" if isinstance(op, _binary_op)
-                else "eltwise")
+                else "prelu" if isinstance(op, _prelu_op) else "eltwise")
 
     def append_sum(self, scale: float = 1.0, zero_point: int = 0,
                    data_type=data_type.undef) -> None:
@@ -78,6 +83,23 @@ class post_ops:
             raise invalid_arguments(f"post_ops.append_binary: src1_desc must be a memory.desc, "
                                     f"got {src1_desc!r}")
         self._ops.append(_binary_op(alg, src1_desc))
+
+    def append_prelu(self, mask: int) -> None:
+        """dst = dst > 0 ? dst : weights * dst (``dnnl::post_ops::append_prelu``): the f32
+        weights are passed at execute as ``ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_WEIGHTS``, in a
+        plain layout whose dim ``d`` is the destination's where bit ``d`` of ``mask`` is set
+        and 1 (broadcast) elsewhere."""
+        if isinstance(mask, bool) or not isinstance(mask, (int, np.integer)) or mask < 0:
+            raise invalid_arguments(f"post_ops.append_prelu: mask must be a non-negative int, "
+                                    f"got {mask!r}")
+        self._ops.append(_prelu_op(int(mask)))
+
+    def get_params_prelu(self, index: int) -> int:
+        """The mask of prelu entry ``index``."""
+        op = self._ops[index]
+        if not isinstance(op, _prelu_op):
+            raise invalid_arguments(f"post_ops.get_params_prelu: entry {index} is not a prelu")
+        return op.mask
 
     def get_params_binary(self, index: int):
         """``(algorithm, src1_desc)`` of binary entry ``index``."""

@@ -270,6 +270,11 @@ def arg_name(arg: int) -> str:
                        (ARG_ATTR_ZERO_POINTS, "ARG_ATTR_ZERO_POINTS")):
         if isinstance(arg, int) and arg & flag and (arg & ~flag) in _ARG_NAMES:
             return f"{name}|{_ARG_NAMES[arg & ~flag]}"
+    base = ARG_ATTR_MULTIPLE_POST_OP_BASE
+    if isinstance(arg, int) and arg >= base and arg % base in _ARG_NAMES:
+        rest = arg % base  # a binary operand's ARG_SRC_1 shares its number with ARG_SRC_ITER
+        return (f"ARG_ATTR_MULTIPLE_POST_OP({arg // base - 1})|"
+                f"{'ARG_SRC_1' if rest == ARG_SRC_1 else _ARG_NAMES[rest]}")
     return f"ARG({arg})"
 
 

@@ -245,7 +245,8 @@ POST_OP_OPERAND_TYPES = ("f32", "bf16", "f16", "s8", "u8", "s32")
 def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
     """A ``pydnnl.post_ops`` from benchdnn's ``--attr-post-ops`` syntax: entries joined by
     ``+``: ``sum[:scale[:zero_point]]``, an eltwise ``relu[:alpha[:beta]]`` (any
-    ``eltwise_*`` name) or a binary ``add[:<data type>[:policy]]`` (data type one of
+    ``eltwise_*`` name), ``prelu[:policy]`` (f32 weights) or a binary
+    ``add[:<data type>[:policy]]`` (data type one of
     :data:`POST_OP_OPERAND_TYPES`, f32 by default) with policy ``common`` (one value,
     the default), ``per_oc`` (along dim ``oc_dim``), ``per_tensor`` (dst's dims) or
     ``per_dim_<d>``."""
@@ -259,6 +260,17 @@ def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
         name = name.lower()
         if name == "sum":
             po.append_sum(float(rest[0]) if rest else 1.0, int(rest[1]) if len(rest) > 1 else 0)
+        elif name == "prelu":
+            policy = rest[0].lower() if rest and rest[0] else "common"
+            nd = len(dst_dims)
+            masks = {"common": 0, "per_oc": 1 << oc_dim, "per_tensor": (1 << nd) - 1}
+            if policy.startswith("per_dim_") and policy[8:].isdigit() and int(policy[8:]) < nd:
+                masks[policy] = 1 << int(policy[8:])
+            if policy not in masks:
+                raise invalid_arguments(f"--attr-post-ops: {entry}: policy must be common, "
+                                        f"per_oc, per_tensor or per_dim_<d> (d < {nd}), got "
+                                        f"{policy}")
+            po.append_prelu(masks[policy])
         elif name in _BINARY_NAMES:
             odt = rest[0].lower() if rest and rest[0] else "f32"
             if odt not in POST_OP_OPERAND_TYPES:
@@ -293,9 +305,23 @@ def parse_post_ops(text: str, dst_dims, oc_dim: int = 1):
 
 
 def post_op_operands(po) -> dict[int, list[int]]:
-    """Post-op index -> binary operand dims of ``po``."""
+    """Post-op index -> binary operand dims of ``po`` (binary entries only; prelu weights:
+    :func:`post_op_arg`)."""
     return {i: list(po.get_params_binary(i)[1].dims) for i in range(po.len())
             if po.kind(i) == "binary"}
+
+
+def post_op_arg(po, i: int) -> int:
+    """The execute argument of post-op ``i``'s operand: a binary entry's ``src1`` or a prelu
+    entry's weights."""
+    from ..primitives.post_ops import binary_arg, prelu_arg
+
+    return prelu_arg(i) if po.kind(i) == "prelu" else binary_arg(i)
+
+
+def operand_entries(po) -> list[int]:
+    """The indices of ``po``'s entries that read an operand (binary and prelu)."""
+    return [i for i in range(po.len()) if po.kind(i) in ("binary", "prelu")]
 
 
 class TorchPostOps:

@@ -36,7 +36,6 @@ from .common import (
     TF32_RTOL,
     fpmath_attr,
     parse_post_ops,
-    post_op_operands,
     torch_tf32,
     typed_values,
 )
@@ -310,16 +309,16 @@ class ConvBench:
         """Max error relative to dst's magnitude against oneDNN's quantized formula
         (:func:`pydnnl.reference.conv_int8.conv_int8`); the tolerance (one unit of an integer
         dst, a float dst's half ulp) is kept for :meth:`tolerance`."""
-        from ..primitives.post_ops import binary_arg
         from ..reference.conv_int8 import conv_int8
         from ..reference.post_ops import apply_post_ops
+        from .common import operand_entries, post_op_arg
         from .matmul import int8_error
 
         v, p = self.values, self.p
         prior = v[dnnl.ARG_DST].astype(np.float64)
         self.run()
         self.stream.wait()
-        ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+        ops = {i: v[post_op_arg(self.post_ops, i)] for i in operand_entries(self.post_ops)}
         sc = {a: self.scale_vals[a] for a in self.scale_vals}
         zp = {a: int(z.reshape(-1)[0]) for a, z in self.zp_vals.items()}
         groups = p.weights_dims()[0] if len(p.weights_dims()) == len(p.src_dims()) + 1 else 1
@@ -409,10 +408,10 @@ class ConvBench:
             ref = {dnnl.ARG_DST: forward(v[dnnl.ARG_SRC], v[dnnl.ARG_WEIGHTS],
                                          v.get(dnnl.ARG_BIAS), *geo, dtype=np.float64)}
             if len(self.post_ops):  # dst held the prior content sum entries read
-                from ..primitives.post_ops import binary_arg
                 from ..reference.post_ops import apply_post_ops
+                from .common import operand_entries, post_op_arg
 
-                ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+                ops = {i: v[post_op_arg(self.post_ops, i)] for i in operand_entries(self.post_ops)}
                 ref[dnnl.ARG_DST] = apply_post_ops(ref[dnnl.ARG_DST], self.post_ops,
                                                    v[dnnl.ARG_DST], ops)
         elif self.direction == "bwd_d":

@@ -24,7 +24,6 @@ from .common import (
     fpmath_rtol,
     parse_post_ops,
     perf_line,
-    post_op_operands,
     random_args,
     store_rtol,
     time_ms,
@@ -113,7 +112,7 @@ class IpBench:
         return 2.0 * mb * oc * ic * int(np.prod(sp))
 
     def check(self) -> float:
-        from ..primitives.post_ops import binary_arg
+        from .common import operand_entries, post_op_arg
 
         prior = self.values.get(dnnl.ARG_DST)
         self.run()
@@ -122,7 +121,7 @@ class IpBench:
         A = dnnl
         if self.dir.startswith("FWD"):
             x, w = v[A.ARG_SRC].reshape(mb, -1).astype(np.float64), v[A.ARG_WEIGHTS]
-            ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+            ops = {i: v[post_op_arg(self.post_ops, i)] for i in operand_entries(self.post_ops)}
             # the forward's masks: 0, or per output channel for weights (a row of dst)
             shaped = {a: s.reshape(1, -1) for a, s in self.scale_vals.items()}
             if self.int8:

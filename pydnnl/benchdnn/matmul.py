@@ -34,7 +34,6 @@ from .common import (
     parse_dims_list,
     parse_post_ops,
     perf_line,
-    post_op_operands,
     random_args,
     store_rtol,
     time_ms,
@@ -260,14 +259,14 @@ class MatmulBench:
         return 2.0 * np.prod(dd) * sd[-1]
 
     def check(self) -> float:
-        from ..primitives.post_ops import binary_arg
+        from .common import operand_entries, post_op_arg
 
         prior = self.values[dnnl.ARG_DST]
         self.run()
         self.stream.wait()
         v = self.values
         ref = np.matmul(v[dnnl.ARG_SRC].astype(np.float64), v[dnnl.ARG_WEIGHTS])
-        ops = {i: v[binary_arg(i)] for i in post_op_operands(self.post_ops)}
+        ops = {i: v[post_op_arg(self.post_ops, i)] for i in operand_entries(self.post_ops)}
         # each scale over its argument's dims where its mask has them: with the masks
         # matmul takes (no K) they line up with dst's trailing dims
         shaped = {a: self.scale_vals[a].reshape([d if m >> i & 1 else 1 for i, d in

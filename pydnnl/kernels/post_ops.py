@@ -9,9 +9,11 @@ A chain is a tuple of hashable entries, in the order the user appended them:
   destination's content before the primitive ran);
 - ``("eltwise", alg, alpha, beta)``: ``v = eltwise(v)``, ``alg`` an ``algorithm`` value (the
   formulas of :mod:`pydnnl.kernels.eltwise_ops`);
-- ``("binary", alg, layout, dims, nelems)``: ``v = v op src1[pos]``; ``src1`` is the kernel
-  argument ``po<i>_src1`` (``i`` the entry's index) with the reorder-style ``layout`` over
-  ``dims``, each dim equal to the destination's or 1 (read at index 0: broadcast). ``alg`` is
+- ``("binary", alg, layout, dims, nelems)``: ``v = v op src1[pos]`` (``alg`` :data:`PRELU`:
+  a prelu entry, ``v = v > 0 ? v : src1[pos] * v``, its f32 weights the operand); ``src1``
+  is the kernel argument ``po<i>_src1`` (``i`` the entry's index) with the reorder-style
+  ``layout`` over ``dims``, each dim equal to the destination's or 1 (read at index 0:
+  broadcast). ``alg`` is
   the ``algorithm`` value for an f32 operand, or ``(alg, dt)`` for an operand of another
   :data:`SRC1_TYPES` data type ``dt`` (``data_type`` value): the type rides with the algorithm,
   the one field every primitive keeps when it re-lays an operand out, so an f32 entry (and its
@@ -43,6 +45,22 @@ _HELPER_C = {
     A.binary_ne: "return a != b ? 1.0f : 0.0f;",
 }
 BINARY_ALGS = frozenset(_ARITH) | frozenset(_HELPER_C)
+
+
+class _Prelu:
+    """The ``alg`` of a prelu entry (oneDNN's ``append_prelu``): a binary entry whose f32
+    operand holds the weights, ``v = v > 0 ? v : w * v``."""
+
+    name = "prelu"
+
+    def __repr__(self):
+        return "PRELU"
+
+
+#: the ``alg`` field of a prelu entry in a chain (a string: chains are cache keys)
+PRELU = "prelu"
+_PRELU_ALG = _Prelu()
+_HELPER_C[_PRELU_ALG] = "return a > 0.0f ? a : a * b;"
 #: data types a binary entry's operand may have (oneDNN's: read as f32, the op in f32)
 SRC1_TYPES = (data_type.f32, data_type.bf16, data_type.f16, data_type.s8, data_type.u8,
               data_type.s32)
@@ -62,7 +80,9 @@ def binary_entry_alg(alg, dt) -> object:
 
 
 def binary_alg(op: tuple) -> algorithm:
-    """The algorithm of binary entry ``op``."""
+    """The algorithm of binary entry ``op`` (a prelu entry's: an object named ``prelu``)."""
+    if op[1] == PRELU:
+        return _PRELU_ALG
     return algorithm(op[1][0] if isinstance(op[1], tuple) else op[1])
 
 
@@ -141,7 +161,7 @@ def binary_value(alg, a, b):
     """``a op b`` for binary algorithm ``alg`` (pymbolic; comparisons give 1.0 / 0.0)."""
     from pymbolic import var
 
-    alg = algorithm(alg)
+    alg = alg if alg is _PRELU_ALG else algorithm(alg)
     op = _ARITH.get(alg)
     if op == "+":
         return a + b

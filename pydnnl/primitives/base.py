@@ -9,9 +9,12 @@ import numpy as np
 from .. import verbose
 from ..attr import primitive_attr
 from ..constants import (
+    ARG_ATTR_MULTIPLE_POST_OP,
     ARG_ATTR_SCALES,
     ARG_ATTR_ZERO_POINTS,
     ARG_SCRATCHPAD,
+    ARG_SRC_1,
+    ARG_WEIGHTS,
     ARG_WORKSPACE,
     arg_name,
     query,
@@ -200,6 +203,16 @@ class primitive_desc_base:
                         for a, s in self._args.items() if a < ARG_ATTR_SCALES)
 
 
+def _bind_prelu_weights(args: dict) -> dict:
+    """``args`` with each prelu post-op's weights (``ARG_ATTR_MULTIPLE_POST_OP(i) |
+    ARG_WEIGHTS``) also bound as entry ``i``'s binary operand (``... | ARG_SRC_1``), the
+    argument the fusing kernels read entry ``i``'s operand from."""
+    base = ARG_ATTR_MULTIPLE_POST_OP(0)
+    extra = {a - ARG_WEIGHTS + ARG_SRC_1: m for a, m in args.items()
+             if a >= base and a % base == ARG_WEIGHTS}
+    return {**args, **extra} if extra else args
+
+
 def check_in_place(kind: str, args: dict, inputs, output: int) -> None:
     """An input sharing ``output``'s buffer must have its desc (in-place use); raises
     invalid_arguments naming both arguments otherwise."""
@@ -330,6 +343,7 @@ class primitive:
     def execute(self, s: _stream, args: dict[int, memory]) -> None:
         """Validate ``args`` (``{ARG_*: memory}``) and enqueue the work on stream ``s``."""
         self._check_args(s, args)
+        args = _bind_prelu_weights(args)
         if verbose.enabled():
             s.wait()
             t0 = time.perf_counter()

@@ -50,8 +50,8 @@ from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, get_gemm, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
+from .post_ops import WITH_PRELU, resolve_scales, scale_operands
 from .post_ops import resolve as resolve_post_ops
-from .post_ops import resolve_scales, scale_operands
 from .signature import Signature, bind
 
 _PLAIN = "abcdefghijkl"
@@ -178,7 +178,7 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
         if len(self._attr.get_post_ops()):
             if da != ARG_DST:
                 raise unimplemented(f"{kind}: post-ops apply to forward propagation only")
-            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
+            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst, allowed=WITH_PRELU)
         self._staged: dict[int, int] = {}
         scratch = 0
         for arg, md in descs.items():
@@ -236,7 +236,7 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
         self._scales, scales_text = resolve_scales(kind, self._attr, (N, OC), 1, 1, None)
         self._post_ops, po_args = (), {}
         if len(self._attr.get_post_ops()):
-            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst)
+            self._post_ops, po_args = resolve_post_ops(kind, self._attr, dst, allowed=WITH_PRELU)
         self._staged = {}
         for arg, md in descs.items():
             if md is None:

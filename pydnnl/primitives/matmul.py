@@ -37,13 +37,14 @@ from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, packed_panel
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
-from .post_ops import resolve as resolve_post_ops
 from .post_ops import (
+    WITH_PRELU,
     resolve_scales,
     resolve_zero_points,
     scale_operands,
     zero_point_operands,
 )
+from .post_ops import resolve as resolve_post_ops
 from .signature import Signature, bind
 
 _NAMES = {ARG_SRC: "src", ARG_WEIGHTS: "weights", ARG_BIAS: "bias", ARG_DST: "dst"}
@@ -186,7 +187,8 @@ class matmul(primitive):
             self._scales, scales_text = resolve_scales(
                 "matmul", self._attr, tuple(dst.dims), 1 << (nd - 1), nd - 1,
                 "this is no int8 matmul (its src is not u8 or s8)")
-            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
+            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst,
+                                                       allowed=WITH_PRELU)
             self._gemm_input_dts = (src.data_type, wei.data_type)
             self._panel = self._tuned_panel(descs, M, K, N)
             self._convert: dict[int, int] = {}  # bf16/f16 argument -> its f32 copy's offset
@@ -239,7 +241,8 @@ class matmul(primitive):
             self._zps, zp_text = resolve_zero_points(
                 "matmul", self._attr, tuple(dst.dims), ch, nd - 1,
                 {ARG_SRC: (0,), ARG_WEIGHTS: (0, ch), ARG_DST: (0, ch)})
-            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst)
+            self._post_ops, po_args = resolve_post_ops("matmul", self._attr, dst,
+                                                       allowed=WITH_PRELU)
             self._panel, self._convert = None, {}
             for arg, md in descs.items():
                 if md is None:

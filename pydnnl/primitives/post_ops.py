@@ -4,7 +4,7 @@ kernels fuse (:mod:`pydnnl.kernels.post_ops`), plus the execute arguments of bin
 (:func:`resolve_scales`)."""
 from __future__ import annotations
 
-from ..attr import _binary_op, _sum_op, primitive_attr
+from ..attr import _binary_op, _prelu_op, _sum_op, primitive_attr
 from ..constants import (
     ARG_ATTR_MULTIPLE_POST_OP,
     ARG_ATTR_SCALES,
@@ -18,7 +18,7 @@ from ..constants import (
 from ..error import invalid_arguments, unimplemented
 from ..kernels import eltwise_ops
 from ..kernels.gemm import scale_name
-from ..kernels.post_ops import BINARY_ALGS, SRC1_TYPES, binary_entry_alg
+from ..kernels.post_ops import BINARY_ALGS, PRELU, SRC1_TYPES, binary_entry_alg
 from ..kernels.reorder import layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
@@ -31,12 +31,24 @@ def binary_arg(i: int) -> int:
     return ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_SRC_1
 
 
+def prelu_arg(i: int) -> int:
+    """The execute argument of prelu post-op ``i``'s weights (oneDNN's)."""
+    return ARG_ATTR_MULTIPLE_POST_OP(i) | ARG_WEIGHTS
+
+
+def operand_arg(i: int, entry: tuple) -> int:
+    """The execute argument of chain entry ``i``'s operand (binary or prelu)."""
+    return prelu_arg(i) if entry[1] == PRELU else binary_arg(i)
+
+
 _KINDS = ("sum", "eltwise", "binary")
+#: the kinds of convolution, deconvolution, matmul and inner product (oneDNN's prelu post-op)
+WITH_PRELU = _KINDS + ("prelu",)
 
 
 def _entry_kind(op) -> str:
-    return "sum" if isinstance(op, _sum_op) else "binary" if isinstance(op, _binary_op) \
-        else "eltwise"
+    return ("sum" if isinstance(op, _sum_op) else "binary" if isinstance(op, _binary_op)
+            else "prelu" if isinstance(op, _prelu_op) else "eltwise")
 
 
 def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
@@ -58,6 +70,14 @@ def resolve(kind: str, attr: primitive_attr, dst: MemoryDesc,
                 raise unimplemented(f"{kind}: post-op {i} (sum) with data type "
                                     f"{op.data_type.name}; only f32 is implemented")
             chain.append(("sum", float(op.scale), int(op.zero_point)))
+        elif isinstance(op, _prelu_op):
+            if op.mask >> len(dst.dims):
+                raise invalid_arguments(f"{kind}: post-op {i} (prelu): mask {op.mask} names a "
+                                        f"dim past the destination's {len(dst.dims)}")
+            dims = [d if op.mask >> k & 1 else 1 for k, d in enumerate(dst.dims)]
+            md = MemoryDesc(dims, data_type.f32, "abcdefghijkl"[:len(dims)])
+            chain.append(("binary", PRELU, layout_of(md), tuple(md.dims), md.nelems_physical()))
+            args[prelu_arg(i)] = ArgSpec(md, False)
         elif isinstance(op, _binary_op):
             if op.alg not in BINARY_ALGS:
                 raise unimplemented(f"{kind}: post-op {i}: binary {op.alg.name} is not "

@@ -29,6 +29,9 @@ def apply_post_ops(dst, ops, prior=None, binary_srcs=None) -> np.ndarray:
         elif kind == "eltwise":
             alg, alpha, beta = ops.get_params_eltwise(i)
             y = np.asarray(eltwise_forward(alg, y, alpha, beta), np.float64)
+        elif kind == "prelu":
+            w = np.asarray(binary_srcs[i], np.float64)
+            y = np.where(y > 0, y, y * w)
         else:
             alg, _ = ops.get_params_binary(i)
             y = _BINARY[algorithm(alg)](y, np.asarray(binary_srcs[i], np.float64)).astype(

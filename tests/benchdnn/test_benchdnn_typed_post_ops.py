@@ -1,6 +1,7 @@
 """benchdnn's ``--attr-post-ops`` with typed binary operands (``add:s8:per_oc``, as oneDNN's
-input files write them): the operand memory has that data type and mode C checks the fused
-chain against the float64 reference on the values the operand stores."""
+input files write them) and prelu entries (``prelu:per_oc``): the operand memory has that
+data type and mode C checks the fused chain against the float64 reference on the values the
+operand stores."""
 from __future__ import annotations
 
 import pathlib
@@ -27,6 +28,8 @@ def test_parser_gives_each_operand_its_data_type():
     assert dims == [[1, 3, 1], [2, 3, 4], [1, 1, 1], [2, 1, 1], [1, 1, 1], [1, 1, 1]]
     with pytest.raises(dnnl.invalid_arguments, match="operand data type must be one of"):
         parse_post_ops("add:f64", [2, 3])
+    po = parse_post_ops("prelu:per_oc+prelu+prelu:per_tensor+prelu:per_dim_0", [2, 3, 4])
+    assert [po.get_params_prelu(i) for i in range(po.len())] == [2, 0, 7, 1]
 
 
 def test_typed_values_are_nonzero_integers_away_from_zero():
@@ -48,7 +51,10 @@ def test_typed_values_are_nonzero_integers_away_from_zero():
     ["--softmax", "--attr-post-ops=mul:u8:per_tensor", "4x10"],
     ["--pool", "--alg=max", "--attr-post-ops=add:s32:per_oc", "mb2ic3ih6oh3kh2sh2"],
     ["--binary", "--attr-post-ops=mul:s8:per_tensor", "2x3x4:2x3x4"],
-], ids=["matmul", "ip", "conv", "conv_int8", "eltwise", "softmax", "pool", "binary"])
+    ["--matmul", "--attr-post-ops=prelu:per_oc+add:s8:per_tensor", "4x8:8x5"],
+    ["--conv", "--dir=FWD_B", "--attr-post-ops=sum:0.5+prelu:per_oc", "mb2ic3ih5oc17oh5kh3ph1"],
+], ids=["matmul", "ip", "conv", "conv_int8", "eltwise", "softmax", "pool", "binary",
+        "matmul_prelu", "conv_prelu"])
 def test_typed_operands_check_against_the_reference(argv, capsys):
     rc = main([argv[0], "--mode=C", *argv[1:]])
     out = capsys.readouterr().out

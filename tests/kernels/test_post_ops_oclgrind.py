@@ -84,6 +84,25 @@ dnnl.convolution_forward(pd).execute(s, args)
 s.wait()
 ref = R.conv_forward(x, w, None, (1, 1), (0, 0), (1, 1), (1, 1), dtype=np.float64)
 results["conv"] = close(D.to_numpy(), apply_post_ops(ref, po, prior, ops))
+
+# the same convolution with a per-channel prelu (its weights read as a binary operand)
+po = dnnl.post_ops()
+po.append_prelu(2)
+attr = dnnl.primitive_attr()
+attr.set_post_ops(po)
+pd = dnnl.convolution_forward.primitive_desc(
+    eng, dnnl.prop_kind.forward_inference, A.convolution_direct, MD([1, 3, 5, 5], F32, "abcd"),
+    MD([4, 3, 3, 3], F32, "abcd"), MD([1, 4, 5, 5], F32, "abcd"), [1, 1], [1, 1], [1, 1],
+    attr=attr, solver="direct")
+pw = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
+D = dnnl.memory(pd.dst_desc(), eng)
+args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), eng, x),
+        dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), eng, w), dnnl.ARG_DST: D,
+        dnnl.ARG_ATTR_MULTIPLE_POST_OP(0) | dnnl.ARG_WEIGHTS:
+            dnnl.memory(MD([1, 4, 1, 1], F32, "abcd"), eng, pw)}
+dnnl.convolution_forward(pd).execute(s, args)
+s.wait()
+results["conv_prelu"] = close(D.to_numpy(), np.where(ref > 0, ref, ref * pw))
 print(json.dumps(results))
 """
 
@@ -93,7 +112,7 @@ def test_fused_post_ops_under_oclgrind():
     # unoptimized builds: Oclgrind's uninitialized-value plugin aborts on the ``freeze``
     # instructions LLVM's optimizer emits for the convolution's index arithmetic
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {"matmul": True, "conv": True}, results
+    assert results == {"matmul": True, "conv": True, "conv_prelu": True}, results
 
 
 PROBE_ELTWISE_SOFTMAX_POOL = r"""

@@ -41,7 +41,7 @@ from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ...runtime.plan import SCRATCH, Plan, Ref
 from ..base import ArgSpec
-from ..post_ops import binary_arg, scale_operands, zero_point_operands
+from ..post_ops import WITH_PRELU, operand_arg, scale_operands, zero_point_operands
 from ..post_ops import resolve as resolve_post_ops
 from .problem import act_matrix, flat_stride, wei_matrix
 
@@ -171,11 +171,12 @@ def init(pd, descs: dict) -> None:
                                 f"implemented: 0 (common)")
         zps.append((_WHICH[arg], ()))
         ztexts.append(f"{_WHICH[arg]}:0")
-    chain, po_args = resolve_post_ops(kind, attr, dst) if attr.get_post_ops().ops else ((), {})
+    chain, po_args = (resolve_post_ops(kind, attr, dst, allowed=WITH_PRELU)
+                      if attr.get_post_ops().ops else ((), {}))
     epi_chain, per_image = [], []
     for i, op in enumerate(chain):
         if op[0] == "binary":
-            md = po_args[binary_arg(i)].md
+            md = po_args[operand_arg(i, op)].md
             lay, dims, varies = _operand_layout(kind, f"post-op {i} (binary) src1", md, G,
                                                 OCg, g.dst_spatial)
             epi_chain.append(("binary", op[1], lay, dims, op[4]))

@@ -32,6 +32,7 @@ from ...memory.desc import MemoryDesc
 from ...runtime.heuristics.conv import WORKSPACE_MEMORY_SHARE, workspace_limit
 from ...runtime.plan import ALIGN
 from ..base import ArgSpec, bias_queries, primitive, primitive_desc_base
+from ..post_ops import WITH_PRELU
 from ..post_ops import resolve as resolve_post_ops
 from ..signature import BOOL, DIMS, Signature, bind
 from . import int8
@@ -246,7 +247,8 @@ class conv_pd_base(bias_queries, primitive_desc_base):
         self._post_op_args = {}
         if not ops:
             return ()
-        chain, self._post_op_args = resolve_post_ops(self._kind, a, self._user["dst_desc"])
+        chain, self._post_op_args = resolve_post_ops(self._kind, a, self._user["dst_desc"],
+                                                         allowed=WITH_PRELU)
         return chain
 
     # -- solver choice and layouts -------------------------------------------------------------
