@@ -55,7 +55,8 @@ def run_probe(probe: str, **extra_env) -> dict:
     Oclgrind on; fail on any report; return the dict."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
     env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
-               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1", **extra_env)
+               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1")
+    env.update(extra_env)
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr

@@ -26,6 +26,7 @@ from ...constants import (
     rnn_direction,
 )
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
+from ...kernels.rnn_persistent import PersistentProblem, build_persistent
 from ...kernels.rnn_int8 import (
     ColumnSums,
     Finish,
@@ -70,6 +71,16 @@ def fused_recurrence(engine, s, training: bool) -> bool:
     cells add the two GEMMs' integer sums before dequantizing them."""
     return (rnn_rules.fuse_recurrent_gemm(engine.info, s.N, s.SIC, s.G)
             and not (training and lbr(s)) and s.int8 is None)
+
+
+def persistent_recurrence(engine, s, training: bool) -> bool:
+    """Whether one launch runs all steps of a layer and direction (one work-group, see
+    :mod:`pydnnl.kernels.rnn_persistent`) where the device rule says so: not with sequence
+    lengths (the running rows change from step to step), a projection (its GEMM sits between
+    steps) or int8."""
+    return (s.ext.seq_lengths is None and not s.projection and s.int8 is None
+            and s.SIC == s.DHC == s.DIC
+            and rnn_rules.persistent_recurrence(engine.info, s.N, s.DHC, s.G))
 
 
 def weight_gemms(s, fused: bool = False) -> dict:
@@ -126,8 +137,10 @@ def scratch_regions(pd) -> Regions:
     reserve_no_bias(r, s)
     if s.int8 is not None:
         _reserve_int8(r, pd)
-    fused = fused_recurrence(pd.get_engine(), s, pd.training)
-    reserve_packed(r, pd.get_engine(), weight_gemms(s, fused), s)
+    eng = pd.get_engine()
+    fused = (fused_recurrence(eng, s, pd.training)
+             or persistent_recurrence(eng, s, pd.training))
+    reserve_packed(r, eng, weight_gemms(s, fused), s)
     return r
 
 
@@ -214,15 +227,22 @@ class ForwardPlanBuilder(PlanBuilder):
 
         # -- kernels -----------------------------------------------------------------------------
         DHC, N = s.DHC, s.N
-        self.fused = fused_recurrence(eng, s, pd.training)
-        roles = weight_gemms(s, self.fused)
+        self.persistent = persistent_recurrence(eng, s, pd.training)
+        self.fused = not self.persistent and fused_recurrence(eng, s, pd.training)
+        roles = weight_gemms(s, self.fused or self.persistent)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         self.stage_kernels = []
         GD = s.G * DHC
-        for k, st in enumerate(spec.forward_stages(s.peephole)):
+        if self.persistent:
+            self.recurrence = self.plan.get("rnn_persistent", PersistentProblem(
+                spec.name, s.peephole, s.activation, s.alpha, DHC, N, clip=clip_key(s),
+                store_gates=pd.training, store_gh=pd.training and lbr(s),
+                u_private=rnn_rules.persistent_private_weights(eng.info, s.G, DHC)),
+                build_persistent)
+        for k, st in enumerate(spec.forward_stages(s.peephole) if not self.persistent else ()):
             fuse = {}
             if self.fused:
                 g0 = spec.gate_names.index(st.recurrent_gemm.gates[0])
@@ -349,6 +369,9 @@ class ForwardPlanBuilder(PlanBuilder):
         peep = self.src.get("weights_peephole_desc")
         att = self.src.get("attention_desc")
         training = pd.training
+        if self.persistent:
+            self._plan_recurrence(l, d, b_ref, b_off, peep, att)
+            return
         order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
         prev_t = None
         for t in order:
@@ -410,6 +433,31 @@ class ForwardPlanBuilder(PlanBuilder):
                 if self.quant is not None:
                     self._int8_requant_projection(self._reg("h", l, d, t, N * s.DIC), ld)
             prev_t = t
+
+    def _plan_recurrence(self, l: int, d: int, b_ref, b_off: int, peep, att) -> None:
+        """All steps of layer l, direction d, in one launch: offsets are those of step 0 (the
+        kernel adds t times a step's size)."""
+        s, pd = self.s, self.pd
+        N, DHC = s.N, s.DHC
+        ws, ld = Ref(self.ws_key), l * s.D + d
+        u_ref, u_base = self.src["weights_iter_desc"]
+        none = (SCRATCH, 0)  # arguments the cell does not read
+        gates = ((ws, self._reg("gates", l, d, 0, N * s.G * DHC)) if pd.training else none)
+        gh = (ws, self._reg("gh", l, d, 0, N * s.G * DHC)) if "gh" in self.ws_off else none
+        vals = {
+            "gx": SCRATCH, "gx_off": pd.scratch["gx"], "bias": b_ref, "bias_off": b_off,
+            "u": u_ref, "u_off": u_base + ld * s.SIC * s.G * DHC,
+            "h0": ws, "h0_off": self.ws_off["h0"] + ld * N * s.SIC,
+            "c0": ws, "c0_off": self.ws_off["c0"] + ld * N * DHC if "c0" in self.ws_off else 0,
+            "h": ws, "h_off": self._reg("h", l, d, 0, N * s.DIC),
+            "c": ws, "c_off": self._reg("c", l, d, 0, N * DHC) if "c" in self.ws_off else 0,
+            "gates": gates[0], "gates_off": gates[1], "gh": gh[0], "gh_off": gh[1],
+            "peep": peep[0] if peep else SCRATCH,
+            "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
+            "att": att[0] if att else SCRATCH, "att_off": att[1] if att else 0,
+            "steps": s.T, "reverse": 0 if self._ltr(d) else 1,
+        }
+        self.plan.launch(self.recurrence, **vals)
 
     # -- int8 ------------------------------------------------------------------------------------
     def _int8_prepare(self) -> None:

@@ -20,6 +20,29 @@ def fuse_recurrent_gemm(info, batch: int, sic: int, gates: int) -> bool:
     return info.is_gpu and batch <= FUSED_MAX_N and sic * gates <= FUSED_MAX_MACS
 
 
+# One work-group walks the whole sequence of a layer and direction (kernels/rnn_persistent.py)
+# when its batch x channels items fit one work-group and a step's recurrent multiply-adds
+# (batch x gates x channels^2) are few enough for one compute unit to beat the per-step
+# launches. The weights stay in registers when a work-item's columns are at most
+# PERSISTENT_PRIVATE_U floats. (Limits set from the measurements in docs/performance.md,
+# "One-launch recurrence".)
+PERSISTENT_MAX_ITEMS = 1024
+PERSISTENT_MAX_MACS = 1 << 20
+PERSISTENT_PRIVATE_U = 128
+
+
+def persistent_recurrence(info, batch: int, dhc: int, gates: int) -> bool:
+    """Whether one work-group runs every step of a layer's recurrence in one launch."""
+    items = batch * dhc
+    return (items <= min(info.max_work_group_size, PERSISTENT_MAX_ITEMS)
+            and batch * gates * dhc * dhc <= PERSISTENT_MAX_MACS)
+
+
+def persistent_private_weights(info, gates: int, dhc: int) -> bool:
+    """Whether the one-launch recurrence keeps a work-item's weight columns in registers."""
+    return gates * dhc <= PERSISTENT_PRIVATE_U
+
+
 # Work-items per work-group of the cell kernels along the channels. Intel's CPU runtime pays
 # per work-group: the digits LSTM's cells (64 x 128 units) ran 27 us per step forward and 29
 # backward with 32, 19 and 19 with 128 (AVX-512 Xeon). GPUs keep 32 (one warp).

@@ -21,6 +21,12 @@ INFER = dnnl.prop_kind.forward_inference
 TRAIN = dnnl.prop_kind.forward_training
 
 
+@pytest.fixture(autouse=True)
+def per_step(monkeypatch):
+    """Steps launched one by one: small problems would take the one-launch recurrence."""
+    monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+
+
 @pytest.fixture
 def fused(monkeypatch):
     rule = plan_forward.fused_recurrence

@@ -1,0 +1,186 @@
+"""Generator of the one-launch RNN recurrence: every time step of one layer and direction
+inside one work-group.
+
+The per-step path launches a recurrent GEMM and a cell kernel (or one fused kernel) per time
+step; each enqueue costs 17 us on an NVIDIA GPU and 85-150 us on a CPU runtime, far more than
+a small problem's step computes. Here one work-group of ``batch * dhc`` work-items walks the
+whole sequence: work-item (n, j) owns output channel j of batch row n, keeps its cell state
+in a register, and reads the previous hidden state from local memory, where every item left
+its new h at the end of the step. Steps are separated by local barriers only, so the kernel
+needs no grid-wide synchronization and runs on any OpenCL device.
+
+The recurrent weights are read as they lie (``[SIC][G * DHC]``, consecutive items reading
+consecutive columns) or, when a work-item's columns are few enough, loaded into registers once
+(``u_private``). The formulas are the cell spec's (:mod:`pydnnl.cells`), printed as C. The
+layer GEMM (``gx = x @ W`` over all steps) runs before, as on the per-step path; the kernel
+writes the same workspace regions the per-step kernels write (h, c, activated gates, the LBR
+recurrent GEMM results), so backward does not know which path ran forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cells import get_cell
+from .source import KernelSource
+
+# run-time arguments after the buffers: element offsets of step 0, then the step count and
+# the direction (1: the last step first)
+OFFSET_ARGS = ("gx_off", "bias_off", "u_off", "h0_off", "c0_off", "h_off", "c_off",
+               "gates_off", "gh_off", "peep_off", "att_off")
+SIZE_ARGS = ("steps", "reverse")
+
+
+@dataclass(frozen=True)
+class PersistentProblem:
+    """What the one-launch recurrence depends on (the kernel-cache key)."""
+
+    cell: str
+    peephole: bool
+    activation: str  # vanilla RNN: "relu", "tanh", "logistic"
+    alpha: float
+    dhc: int  # channels (the recurrent GEMM's k as well: SIC == DHC == DIC here)
+    batch: int  # rows: the work-group holds batch * dhc items
+    clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
+    store_gates: bool = False  # training: the activated gates of every step
+    store_gh: bool = False  # training an LBR cell: the recurrent GEMM results of every step
+    u_private: bool = False  # weights in registers, loaded once
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.dhc
+
+
+def buffers(p: PersistentProblem) -> tuple[str, ...]:
+    """The buffer arguments, in order (unused ones are still passed: one signature)."""
+    return ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att")
+
+
+def build_persistent(p: PersistentProblem) -> KernelSource:
+    """OpenCL C of the whole recurrence; launched as one work-group of ``p.items`` items."""
+    from pymbolic import var
+    from pymbolic.mapper.substitutor import substitute
+
+    from .clhelpers import c_mapper
+    from .rnn_elementwise import _FunctionInliner
+
+    spec = get_cell(p.cell)
+    stages = spec.forward_stages(p.peephole, p.clip is not None)
+    gates = spec.gate_names
+    G, DHC, N = spec.n_gates, p.dhc, p.batch
+    if p.store_gh and len(stages) != 1:
+        raise ValueError(f"rnn_persistent: cell {spec.name}: recurrent GEMM results are kept "
+                         "for one-stage (LBR) cells only")
+    cm = c_mapper()
+    inline = _FunctionInliner(p.activation, p.alpha, p.clip)
+    f = "float"
+    body: list[str] = []
+    emit = body.append
+
+    def wcol(gi: int) -> str:
+        return f"{gi * DHC} + j"
+
+    # -- weights in registers -----------------------------------------------------------------
+    if p.u_private:
+        for si, st in enumerate(stages):
+            for g in st.recurrent_gemm.gates:
+                gi = gates.index(g)
+                emit(f"  {f} w_{g}[{DHC}];")
+                emit(f"  for (int k = 0; k < {DHC}; ++k) w_{g}[k] = "
+                     f"u[u_off + k * {G * DHC} + {wcol(gi)}];")
+    emit(f"  hl[lid] = h0[h0_off + lid];")
+    if spec.has_cell_state:
+        emit("  float c_prev = c0[c0_off + lid];")
+    emit("  barrier(CLK_LOCAL_MEM_FENCE);")
+    emit("  for (int s = 0; s < steps; ++s) {")
+    emit("    const int t = reverse ? steps - 1 - s : s;")
+    emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
+    emit("    const float h_prev = hl[lid];")
+    known: dict[str, object] = {}  # cell variable -> C expression
+    for si, st in enumerate(stages):
+        src = "hl" if st.recurrent_gemm.source == "h_prev" else "rl"
+        gg = st.recurrent_gemm.gates
+        for g in gg:
+            emit(f"    float acc_{g} = 0.0f;")
+        emit(f"    for (int k = 0; k < {DHC}; ++k) {{")
+        emit(f"      const float x = {src}[n * {DHC} + k];")
+        for g in gg:
+            w = (f"w_{g}[k]" if p.u_private
+                 else f"u[u_off + k * {G * DHC} + {wcol(gates.index(g))}]")
+            emit(f"      acc_{g} = fma(x, {w}, acc_{g});")
+        emit("    }")
+        if p.store_gh:
+            for g in gg:
+                emit(f"    gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                     f"{gates.index(g) * DHC} + j] = acc_{g};")
+        mapping: dict[str, object] = {}
+        for name in st.inputs(()):
+            if name.startswith("gx_"):
+                g = name[3:]
+                e = f"gx[gxo + {gates.index(g) * DHC}]"
+                b = spec.bias_gate_index("gx", g)
+                if b is not None:
+                    e += f" + bias[bias_off + {b * DHC} + j]"
+            elif name.startswith("gh_"):
+                g = name[3:]
+                e = f"acc_{g}"
+                b = spec.bias_gate_index("gh", g)
+                if b is not None:
+                    e += f" + bias[bias_off + {b * DHC} + j]"
+            elif name == "h_prev":
+                e = "h_prev"
+            elif name == "c_prev":
+                e = "c_prev"
+            elif name in ("p_i", "p_f", "p_o"):
+                e = f"peep[peep_off + {'ifo'.index(name[2]) * DHC} + j]"
+            elif name == "att":
+                e = f"att[att_off + t * {N} + n]"
+            elif name in known:
+                continue
+            else:
+                raise ValueError(f"cell {spec.name} stage {si}: no value for input {name!r}")
+            emit(f"    const float in{si}_{name} = {e};")
+            mapping[name] = var(f"in{si}_{name}")
+        for name in known:
+            mapping[name] = var(f"v_{name}")
+        for a in st.assignments:
+            expr = inline(substitute(a.expr, mapping))
+            emit(f"    const float v_{a.name} = {cm(expr)};")
+            mapping[a.name] = var(f"v_{a.name}")
+            known[a.name] = a
+        if "rh" in st.assigned:
+            # the next stage's GEMM reads every item's rh; hl is not written before it
+            emit("    rl[lid] = v_rh;")
+            emit("    barrier(CLK_LOCAL_MEM_FENCE);")
+    if len(stages) == 1:
+        emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* every item has read h_prev */")
+    emit("    hl[lid] = v_h;")
+    emit(f"    h[h_off + t * {N * DHC} + lid] = v_h;")
+    if spec.has_cell_state:
+        emit(f"    c[c_off + t * {N * DHC} + lid] = v_c;")
+        emit("    c_prev = v_c;")
+    if p.store_gates:
+        for st in stages:
+            for a in st.assignments:
+                if a.name in gates:
+                    emit(f"    gates[gates_off + t * {N * G * DHC} + n * {G * DHC} + "
+                         f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
+    emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* h of this step is complete */")
+    emit("  }")
+
+    name = f"pydnnl_rnn_persist_{spec.name}"
+    params = [f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}float *{b}"
+              for b in buffers(p)]
+    params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+    locals_ = [f"  __local float hl[{p.items}];"]
+    if spec.reads_reset_state:
+        locals_.append(f"  __local float rl[{p.items}];")
+    source = "\n".join(
+        [f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
+         f"{name}({', '.join(params)})", "{",
+         "  const int lid = get_local_id(0);",
+         # (j as lid - n * DHC: Oclgrind cannot follow the freeze LLVM puts on a div/rem pair)
+         f"  const int n = lid / {DHC}, j = lid - n * {DHC};"]
+        + locals_ + body + ["}", ""])
+    return KernelSource(name, source, (p.items,), (p.items,),
+                        buffers(p) + OFFSET_ARGS + SIZE_ARGS)
+

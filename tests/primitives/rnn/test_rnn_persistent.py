@@ -1,0 +1,151 @@
+"""The one-launch recurrence (kernels/rnn_persistent.py): one work-group walks all steps of a
+layer and direction. Outputs against the float64 reference with the path forced on and off
+(so the per-step kernels keep their coverage on the small shapes the suite uses), weights in
+registers and read as they lie, a training workspace the unchanged backward turns into the
+same gradients, and the kernels under Oclgrind with stderr read."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels"))
+
+from rnn_ext_helpers import Problem, assert_close, run  # noqa: E402
+
+import pydnnl as dnnl  # noqa: E402
+from pydnnl.primitives.rnn import plan_forward  # noqa: E402
+from pydnnl.runtime.heuristics import rnn as rnn_rules  # noqa: E402
+
+INFER = dnnl.prop_kind.forward_inference
+TRAIN = dnnl.prop_kind.forward_training
+
+CASES = {
+    "lstm_bi_concat_L2": Problem("lstm", 6, 3, 4, 4, L=2, direction="bidirectional_concat"),
+    "lstm_clip_r2l": Problem("lstm", 5, 2, 3, 4, direction="unidirectional_right2left",
+                             ext=dnnl.rnn_extensions(cell_clip=(-0.3, 0.4))),
+    "gru_sum": Problem("gru", 7, 3, 5, 6, direction="bidirectional_sum"),
+    "lbr_gru_L2": Problem("lbr_gru", 5, 2, 5, 5, L=2),
+    "rnn_r2l": Problem("rnn", 9, 4, 3, 5, direction="unidirectional_right2left"),
+    "lstm_long": Problem("lstm", 40, 2, 3, 8),
+}
+
+
+def _force(monkeypatch, on: bool, private: bool | None = None):
+    monkeypatch.setattr(plan_forward, "persistent_recurrence",
+                        lambda engine, s, training: on and s.ext.seq_lengths is None)
+    if private is not None:
+        monkeypatch.setattr(rnn_rules, "persistent_private_weights",
+                            lambda info, gates, dhc: private)
+
+
+def _reference(p, a) -> dict:
+    y, h, c, _ = p.reference(a)
+    return {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}
+
+
+def _launches(fwd) -> list[str]:
+    return [getattr(st, "name", "") for st in fwd._plan.plan.steps]
+
+
+def test_small_problems_take_one_launch_per_layer(engine, stream):
+    """The device rule picks the path for a small problem; a layer and direction is one
+    launch (no GEMM or cell kernel per step)."""
+    p = CASES["lstm_bi_concat_L2"]
+    out, _, fwd = run(engine, stream, p, p.arrays(1), prop=INFER)
+    assert fwd._plan.persistent
+    names = _launches(fwd)
+    assert sum("rnn_persist" in n for n in names) == p.L * p.D
+    assert not any("rnn_vanilla_lstm" in n for n in names)  # no per-step cell kernels
+    for k, got in out.items():
+        assert_close(got, _reference(p, p.arrays(1))[k], k)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("path", ["per_step", "one_launch_private", "one_launch_global"])
+def test_inference_matches_reference(engine, stream, monkeypatch, name, path):
+    _force(monkeypatch, path != "per_step", path == "one_launch_private")
+    p = CASES[name]
+    a = p.arrays(7)
+    out, _, fwd = run(engine, stream, p, a, prop=INFER)
+    assert fwd._plan.persistent == (path != "per_step")
+    want = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, want[k], f"{path} {name} {k}")
+
+
+@pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "gru_sum", "lbr_gru_L2", "rnn_r2l",
+                                  "lstm_clip_r2l"])
+def test_training_workspace_gives_the_same_gradients(engine, stream, monkeypatch, name):
+    p = CASES[name]
+    a = p.arrays(11)
+    rng = np.random.default_rng(3)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    _force(monkeypatch, False)
+    out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    _force(monkeypatch, True, name != "gru_sum")
+    out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert fwd1._plan.persistent and not fwd0._plan.persistent
+    want = _reference(p, a)
+    for k, got in out1.items():
+        assert_close(got, want[k], f"one-launch training {name} {k}")
+    for k in g0:
+        assert_close(g1[k], g0[k], f"gradient after a one-launch forward {name} {k}")
+
+
+def test_rule_limits():
+    """The rule's bounds: a work-group's items, a step's multiply-adds."""
+    class Info:
+        max_work_group_size = 1024
+
+    assert rnn_rules.persistent_recurrence(Info, 1, 32, 4)  # the T=1000 tiny LSTM
+    assert not rnn_rules.persistent_recurrence(Info, 64, 512, 4)  # LSTM 512, N 64
+    assert not rnn_rules.persistent_recurrence(Info, 2, 1024, 1)  # 2048 items
+    Info.max_work_group_size = 256
+    assert not rnn_rules.persistent_recurrence(Info, 8, 64, 4)  # 512 items > 256
+
+
+PROBE = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, HELPERS)
+import pydnnl as dnnl
+from pydnnl.primitives.rnn import plan_forward
+from pydnnl.runtime.heuristics import rnn as rnn_rules
+from rnn_ext_helpers import Problem, run
+
+eng = dnnl.engine.from_name("Oclgrind")
+s = dnnl.stream(eng)
+plan_forward.persistent_recurrence = lambda engine, sh, training: True
+results = {}
+for name, p, private, prop in [
+        ("lstm_train", Problem("lstm", 3, 2, 3, 4), True, dnnl.prop_kind.forward_training),
+        ("gru_r2l", Problem("gru", 3, 2, 3, 4, direction="unidirectional_right2left"), False,
+         dnnl.prop_kind.forward_inference),
+        ("lbr_gru_train", Problem("lbr_gru", 3, 2, 3, 4), False,
+         dnnl.prop_kind.forward_training),
+        ("rnn", Problem("rnn", 3, 3, 2, 3), True, dnnl.prop_kind.forward_inference)]:
+    rnn_rules.persistent_private_weights = lambda info, g, dhc, v=private: v
+    a = p.arrays(5)
+    out, _, fwd = run(eng, s, p, a, prop=prop)
+    y = p.reference(a)[0]
+    results[name] = bool(fwd._plan.persistent and np.allclose(out["dst_layer"], y, rtol=1e-5,
+                                                              atol=1e-6))
+print(json.dumps(results))
+"""
+
+
+def test_one_launch_kernels_under_oclgrind():
+    """Out-of-bounds accesses, data races (the local h and rh every item reads) and API
+    misuse. The uninitialized-value check stays off, as for the int8 RNN plan: Oclgrind does
+    not count the plan's buffer fills and copies into the states as writes."""
+    from oclgrind_helpers import has_oclgrind, run_probe
+
+    if not has_oclgrind():
+        pytest.skip("Oclgrind is not installed")
+    helpers = str(pathlib.Path(__file__).resolve().parent)
+    results = run_probe(f"HELPERS = {helpers!r}\n" + PROBE, OCLGRIND_UNINITIALIZED="0")
+    assert results and all(results.values()), results
