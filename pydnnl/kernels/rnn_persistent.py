@@ -81,13 +81,13 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
 
     # -- weights in registers -----------------------------------------------------------------
     if p.u_private:
-        for si, st in enumerate(stages):
+        for st in stages:
             for g in st.recurrent_gemm.gates:
                 gi = gates.index(g)
                 emit(f"  {f} w_{g}[{DHC}];")
                 emit(f"  for (int k = 0; k < {DHC}; ++k) w_{g}[k] = "
                      f"u[u_off + k * {G * DHC} + {wcol(gi)}];")
-    emit(f"  hl[lid] = h0[h0_off + lid];")
+    emit("  hl[lid] = h0[h0_off + lid];")
     if spec.has_cell_state:
         emit("  float c_prev = c0[c0_off + lid];")
     emit("  barrier(CLK_LOCAL_MEM_FENCE);")

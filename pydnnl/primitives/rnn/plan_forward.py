@@ -26,7 +26,6 @@ from ...constants import (
     rnn_direction,
 )
 from ...kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
-from ...kernels.rnn_persistent import PersistentProblem, build_persistent
 from ...kernels.rnn_int8 import (
     ColumnSums,
     Finish,
@@ -37,6 +36,7 @@ from ...kernels.rnn_int8 import (
     build_proj_requant,
     build_quantize,
 )
+from ...kernels.rnn_persistent import PersistentProblem, build_persistent
 from ...memory.data_types import data_type
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
