@@ -21,21 +21,32 @@ def fuse_recurrent_gemm(info, batch: int, sic: int, gates: int) -> bool:
 
 
 # One work-group walks the whole sequence of a layer and direction (kernels/rnn_persistent.py)
-# when its batch x channels items fit one work-group and a step's recurrent multiply-adds
-# (batch x gates x channels^2) are few enough for one compute unit to beat the per-step
-# launches. The weights stay in registers when a work-item's columns are at most
-# PERSISTENT_PRIVATE_U floats. (Limits set from the measurements in docs/performance.md,
-# "One-launch recurrence".)
+# when its batch x channels items fit one work-group and one compute unit does a step faster
+# than the per-step launches (LSTM FWD_I, T = 100 unless said, median ms, off -> one launch):
+# - NVIDIA H200: the weights are read from L2 every step, so their size decides. 64 KiB or
+#   less wins: 32 channels N 1 T 1000 13.7 -> 0.63 (cuDNN 0.46), 64 channels N 1 / 8 / 16
+#   1.06 -> 0.33, 1.09 -> 0.44, 1.87 -> 0.73, GRU 64 N 8 1.99 -> 0.42; 256 KiB loses: 128
+#   channels N 1 / 4 / 8 1.06 -> 2.20, 1.08 -> 1.90, 1.09 -> 1.83; 512 channels N 1 (T 50)
+#   1.11 -> 4.33.
+# - 2-core AVX-512 Xeon, Intel's runtime (one core runs the work-group): a step's
+#   multiply-adds decide. 64 Ki or fewer win: 32 channels N 1 T 1000 16.6 -> 0.45, 64 N 1
+#   1.43 -> 0.42, 128 N 1 1.67 -> 1.52; more lose: 64 N 8 1.51 -> 3.06, 128 N 4 2.05 -> 6.10,
+#   256 N 1 3.00 -> 6.48.
+# The weights stay in registers when a work-item's columns are at most PERSISTENT_PRIVATE_U
+# floats (32 channels, 4 gates).
 PERSISTENT_MAX_ITEMS = 1024
-PERSISTENT_MAX_MACS = 1 << 20
+PERSISTENT_GPU_MAX_WEIGHT_BYTES = 64 << 10
+PERSISTENT_CPU_MAX_MACS = 1 << 16
 PERSISTENT_PRIVATE_U = 128
 
 
 def persistent_recurrence(info, batch: int, dhc: int, gates: int) -> bool:
     """Whether one work-group runs every step of a layer's recurrence in one launch."""
-    items = batch * dhc
-    return (items <= min(info.max_work_group_size, PERSISTENT_MAX_ITEMS)
-            and batch * gates * dhc * dhc <= PERSISTENT_MAX_MACS)
+    if batch * dhc > min(info.max_work_group_size, PERSISTENT_MAX_ITEMS):
+        return False
+    if info.is_gpu:
+        return gates * dhc * dhc * 4 <= PERSISTENT_GPU_MAX_WEIGHT_BYTES
+    return batch * gates * dhc * dhc <= PERSISTENT_CPU_MAX_MACS
 
 
 def persistent_private_weights(info, gates: int, dhc: int) -> bool:

@@ -97,15 +97,24 @@ def test_training_workspace_gives_the_same_gradients(engine, stream, monkeypatch
 
 
 def test_rule_limits():
-    """The rule's bounds: a work-group's items, a step's multiply-adds."""
-    class Info:
-        max_work_group_size = 1024
+    """The rule's bounds: a work-group's items; on GPUs the weights' size, on CPUs a step's
+    multiply-adds."""
+    class Gpu:
+        max_work_group_size, is_gpu = 1024, True
 
-    assert rnn_rules.persistent_recurrence(Info, 1, 32, 4)  # the T=1000 tiny LSTM
-    assert not rnn_rules.persistent_recurrence(Info, 64, 512, 4)  # LSTM 512, N 64
-    assert not rnn_rules.persistent_recurrence(Info, 2, 1024, 1)  # 2048 items
-    Info.max_work_group_size = 256
-    assert not rnn_rules.persistent_recurrence(Info, 8, 64, 4)  # 512 items > 256
+    class Cpu:
+        max_work_group_size, is_gpu = 8192, False
+
+    for info in (Gpu, Cpu):
+        assert rnn_rules.persistent_recurrence(info, 1, 32, 4)  # the T=1000 tiny LSTM
+        assert rnn_rules.persistent_recurrence(info, 1, 64, 4)
+        assert not rnn_rules.persistent_recurrence(info, 64, 512, 4)  # LSTM 512, N 64
+        assert not rnn_rules.persistent_recurrence(info, 2, 1024, 1)  # 2048 items
+    assert rnn_rules.persistent_recurrence(Gpu, 16, 64, 4)  # 64 KiB of weights
+    assert not rnn_rules.persistent_recurrence(Cpu, 16, 64, 4)  # 256 Ki multiply-adds
+    assert not rnn_rules.persistent_recurrence(Gpu, 1, 128, 4)  # 256 KiB of weights
+    Gpu.max_work_group_size = 256
+    assert not rnn_rules.persistent_recurrence(Gpu, 8, 64, 4)  # 512 items > 256
 
 
 PROBE = r"""
