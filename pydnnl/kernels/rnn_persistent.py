@@ -57,12 +57,6 @@ def buffers(p: PersistentProblem) -> tuple[str, ...]:
 
 def build_persistent(p: PersistentProblem) -> KernelSource:
     """OpenCL C of the whole recurrence; launched as one work-group of ``p.items`` items."""
-    from pymbolic import var
-    from pymbolic.mapper.substitutor import substitute
-
-    from .clhelpers import c_mapper
-    from .rnn_elementwise import _FunctionInliner
-
     spec = get_cell(p.cell)
     stages = spec.forward_stages(p.peephole, p.clip is not None)
     gates = spec.gate_names
@@ -70,8 +64,6 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent: cell {spec.name}: recurrent GEMM results are kept "
                          "for one-stage (LBR) cells only")
-    cm = c_mapper()
-    inline = _FunctionInliner(p.activation, p.alpha, p.clip)
     f = "float"
     body: list[str] = []
     emit = body.append
@@ -95,7 +87,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     emit("    const int t = reverse ? steps - 1 - s : s;")
     emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
     emit("    const float h_prev = hl[lid];")
-    known: dict[str, object] = {}  # cell variable -> C expression
+    known: set[str] = set()  # cell values computed so far this step
     for si, st in enumerate(stages):
         src = "hl" if st.recurrent_gemm.source == "h_prev" else "rl"
         gg = st.recurrent_gemm.gates
@@ -112,41 +104,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
             for g in gg:
                 emit(f"    gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
                      f"{gates.index(g) * DHC} + j] = acc_{g};")
-        mapping: dict[str, object] = {}
-        for name in st.inputs(()):
-            if name.startswith("gx_"):
-                g = name[3:]
-                e = f"gx[gxo + {gates.index(g) * DHC}]"
-                b = spec.bias_gate_index("gx", g)
-                if b is not None:
-                    e += f" + bias[bias_off + {b * DHC} + j]"
-            elif name.startswith("gh_"):
-                g = name[3:]
-                e = f"acc_{g}"
-                b = spec.bias_gate_index("gh", g)
-                if b is not None:
-                    e += f" + bias[bias_off + {b * DHC} + j]"
-            elif name == "h_prev":
-                e = "h_prev"
-            elif name == "c_prev":
-                e = "c_prev"
-            elif name in ("p_i", "p_f", "p_o"):
-                e = f"peep[peep_off + {'ifo'.index(name[2]) * DHC} + j]"
-            elif name == "att":
-                e = f"att[att_off + t * {N} + n]"
-            elif name in known:
-                continue
-            else:
-                raise ValueError(f"cell {spec.name} stage {si}: no value for input {name!r}")
-            emit(f"    const float in{si}_{name} = {e};")
-            mapping[name] = var(f"in{si}_{name}")
-        for name in known:
-            mapping[name] = var(f"v_{name}")
-        for a in st.assignments:
-            expr = inline(substitute(a.expr, mapping))
-            emit(f"    const float v_{a.name} = {cm(expr)};")
-            mapping[a.name] = var(f"v_{a.name}")
-            known[a.name] = a
+        body += cell_lines(spec, si, st, known, p.activation, p.alpha, p.clip, N, DHC)
         if "rh" in st.assigned:
             # the next stage's GEMM reads every item's rh; hl is not written before it
             emit("    rl[lid] = v_rh;")
@@ -154,16 +112,9 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     if len(stages) == 1:
         emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* every item has read h_prev */")
     emit("    hl[lid] = v_h;")
-    emit(f"    h[h_off + t * {N * DHC} + lid] = v_h;")
+    body += store_lines(spec, stages, p.store_gates, N, DHC)
     if spec.has_cell_state:
-        emit(f"    c[c_off + t * {N * DHC} + lid] = v_c;")
         emit("    c_prev = v_c;")
-    if p.store_gates:
-        for st in stages:
-            for a in st.assignments:
-                if a.name in gates:
-                    emit(f"    gates[gates_off + t * {N * G * DHC} + n * {G * DHC} + "
-                         f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
     emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* h of this step is complete */")
     emit("  }")
 
@@ -184,3 +135,72 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     return KernelSource(name, source, (p.items,), (p.items,),
                         buffers(p) + OFFSET_ARGS + SIZE_ARGS)
 
+
+def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, clip, N: int,
+               DHC: int) -> list[str]:
+    """C statements of stage ``si``'s formulas, for the one-launch kernels: they read the C
+    names ``n``, ``j``, ``t``, ``gxo`` (gx offset of this row and channel), ``acc_<gate>``
+    (the stage's recurrent sums), ``h_prev``, ``c_prev`` and the buffers; every value is left
+    in ``v_<name>``. ``known`` (values of earlier stages) is updated."""
+    from pymbolic import var
+    from pymbolic.mapper.substitutor import substitute
+
+    from .clhelpers import c_mapper
+    from .rnn_elementwise import _FunctionInliner
+
+    cm = c_mapper()
+    inline = _FunctionInliner(activation, alpha, clip)
+    gates = spec.gate_names
+    out = []
+    mapping: dict[str, object] = {}
+    for name in st.inputs(()):
+        if name.startswith("gx_"):
+            g = name[3:]
+            e = f"gx[gxo + {gates.index(g) * DHC}]"
+            b = spec.bias_gate_index("gx", g)
+            if b is not None:
+                e += f" + bias[bias_off + {b * DHC} + j]"
+        elif name.startswith("gh_"):
+            g = name[3:]
+            e = f"acc_{g}"
+            b = spec.bias_gate_index("gh", g)
+            if b is not None:
+                e += f" + bias[bias_off + {b * DHC} + j]"
+        elif name == "h_prev":
+            e = "h_prev"
+        elif name == "c_prev":
+            e = "c_prev"
+        elif name in ("p_i", "p_f", "p_o"):
+            e = f"peep[peep_off + {'ifo'.index(name[2]) * DHC} + j]"
+        elif name == "att":
+            e = f"att[att_off + t * {N} + n]"
+        elif name in known:
+            continue
+        else:
+            raise ValueError(f"cell {spec.name} stage {si}: no value for input {name!r}")
+        out.append(f"    const float in{si}_{name} = {e};")
+        mapping[name] = var(f"in{si}_{name}")
+    for name in known:
+        mapping[name] = var(f"v_{name}")
+    for a in st.assignments:
+        expr = inline(substitute(a.expr, mapping))
+        out.append(f"    const float v_{a.name} = {cm(expr)};")
+        mapping[a.name] = var(f"v_{a.name}")
+        known.add(a.name)
+    return out
+
+
+def store_lines(spec, stages, store_gates: bool, N: int, DHC: int) -> list[str]:
+    """C statements storing a step's h, c and (``store_gates``) activated gates of row n,
+    channel j."""
+    G, gates = spec.n_gates, spec.gate_names
+    out = [f"    h[h_off + t * {N * DHC} + n * {DHC} + j] = v_h;"]
+    if spec.has_cell_state:
+        out.append(f"    c[c_off + t * {N * DHC} + n * {DHC} + j] = v_c;")
+    if store_gates:
+        for st in stages:
+            for a in st.assignments:
+                if a.name in gates:
+                    out.append(f"    gates[gates_off + t * {N * G * DHC} + n * {G * DHC} + "
+                               f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
+    return out
