@@ -137,11 +137,12 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
 
 
 def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, clip, N: int,
-               DHC: int) -> list[str]:
+               DHC: int, gx_loaded: bool = False) -> list[str]:
     """C statements of stage ``si``'s formulas, for the one-launch kernels: they read the C
     names ``n``, ``j``, ``t``, ``gxo`` (gx offset of this row and channel), ``acc_<gate>``
     (the stage's recurrent sums), ``h_prev``, ``c_prev`` and the buffers; every value is left
-    in ``v_<name>``. ``known`` (values of earlier stages) is updated."""
+    in ``v_<name>``. ``known`` (values of earlier stages) is updated. ``gx_loaded``: the
+    layer GEMM's values were read earlier into ``pgx_<gate>``."""
     from pymbolic import var
     from pymbolic.mapper.substitutor import substitute
 
@@ -156,7 +157,7 @@ def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, cli
     for name in st.inputs(()):
         if name.startswith("gx_"):
             g = name[3:]
-            e = f"gx[gxo + {gates.index(g) * DHC}]"
+            e = f"pgx_{g}" if gx_loaded else f"gx[gxo + {gates.index(g) * DHC}]"
             b = spec.bias_gate_index("gx", g)
             if b is not None:
                 e += f" + bias[bias_off + {b * DHC} + j]"

@@ -37,6 +37,7 @@ from ...kernels.rnn_int8 import (
     build_quantize,
 )
 from ...kernels.rnn_persistent import PersistentProblem, build_persistent
+from ...kernels.rnn_persistent_grid import GridProblem, build_grid
 from ...memory.data_types import data_type
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
@@ -81,6 +82,24 @@ def persistent_recurrence(engine, s, training: bool) -> bool:
     return (s.ext.seq_lengths is None and not s.projection and s.int8 is None
             and s.SIC == s.DHC == s.DIC
             and rnn_rules.persistent_recurrence(engine.info, s.N, s.DHC, s.G))
+
+
+def grid_problem(engine, s, training: bool) -> GridProblem | None:
+    """The grid-wide one-launch recurrence of this problem (several work-groups meeting at a
+    barrier each step, see :mod:`pydnnl.kernels.rnn_persistent_grid`) where the device rule
+    gives it channels per group; None otherwise. Same exclusions as the one-group form."""
+    if not (s.ext.seq_lengths is None and not s.projection and s.int8 is None
+            and s.SIC == s.DHC == s.DIC):
+        return None
+
+    def make(jb):
+        return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
+                           clip=clip_key(s), store_gates=training,
+                           store_gh=training and lbr(s))
+
+    jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC,
+                                   lambda jb: make(jb).local_bytes(s.G))
+    return None if jb is None else make(jb)
 
 
 def weight_gemms(s, fused: bool = False) -> dict:
@@ -138,8 +157,11 @@ def scratch_regions(pd) -> Regions:
     if s.int8 is not None:
         _reserve_int8(r, pd)
     eng = pd.get_engine()
-    fused = (fused_recurrence(eng, s, pd.training)
-             or persistent_recurrence(eng, s, pd.training))
+    one_launch = persistent_recurrence(eng, s, pd.training)
+    grid = None if one_launch else grid_problem(eng, s, pd.training)
+    if grid is not None:
+        r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
+    fused = one_launch or grid is not None or fused_recurrence(eng, s, pd.training)
     reserve_packed(r, eng, weight_gemms(s, fused), s)
     return r
 
@@ -228,8 +250,10 @@ class ForwardPlanBuilder(PlanBuilder):
         # -- kernels -----------------------------------------------------------------------------
         DHC, N = s.DHC, s.N
         self.persistent = persistent_recurrence(eng, s, pd.training)
-        self.fused = not self.persistent and fused_recurrence(eng, s, pd.training)
-        roles = weight_gemms(s, self.fused or self.persistent)
+        grid = None if self.persistent else grid_problem(eng, s, pd.training)
+        self.grid = grid is not None
+        self.fused = not (self.persistent or self.grid) and fused_recurrence(eng, s, pd.training)
+        roles = weight_gemms(s, self.fused or self.persistent or self.grid)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
@@ -242,7 +266,11 @@ class ForwardPlanBuilder(PlanBuilder):
                 store_gates=pd.training, store_gh=pd.training and lbr(s),
                 u_private=rnn_rules.persistent_private_weights(eng.info, s.G, DHC)),
                 build_persistent)
-        for k, st in enumerate(spec.forward_stages(s.peephole) if not self.persistent else ()):
+        if self.grid:
+            self.recurrence = self.plan.get("rnn_persistent_grid", grid, build_grid)
+            self.plan.zero(SCRATCH, pd.scratch["grid_bar"], 2 * s.L * s.D)
+        for k, st in enumerate(spec.forward_stages(s.peephole)
+                               if not (self.persistent or self.grid) else ()):
             fuse = {}
             if self.fused:
                 g0 = spec.gate_names.index(st.recurrent_gemm.gates[0])
@@ -369,7 +397,7 @@ class ForwardPlanBuilder(PlanBuilder):
         peep = self.src.get("weights_peephole_desc")
         att = self.src.get("attention_desc")
         training = pd.training
-        if self.persistent:
+        if self.persistent or self.grid:
             self._plan_recurrence(l, d, b_ref, b_off, peep, att)
             return
         order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
@@ -435,8 +463,8 @@ class ForwardPlanBuilder(PlanBuilder):
             prev_t = t
 
     def _plan_recurrence(self, l: int, d: int, b_ref, b_off: int, peep, att) -> None:
-        """All steps of layer l, direction d, in one launch: offsets are those of step 0 (the
-        kernel adds t times a step's size)."""
+        """All steps of layer l, direction d, in one launch (one work-group, or the grid-wide
+        form): offsets are those of step 0 (the kernel adds t times a step's size)."""
         s, pd = self.s, self.pd
         N, DHC = s.N, s.DHC
         ws, ld = Ref(self.ws_key), l * s.D + d
@@ -457,6 +485,9 @@ class ForwardPlanBuilder(PlanBuilder):
             "att": att[0] if att else SCRATCH, "att_off": att[1] if att else 0,
             "steps": s.T, "reverse": 0 if self._ltr(d) else 1,
         }
+        if self.grid:
+            vals.update(rh=SCRATCH, rh_off=pd.scratch["rh"] if "rh" in pd.scratch else 0,
+                        bar=SCRATCH, bar_off=pd.scratch["grid_bar"] + 2 * ld)
         self.plan.launch(self.recurrence, **vals)
 
     # -- int8 ------------------------------------------------------------------------------------

@@ -49,6 +49,27 @@ def persistent_recurrence(info, batch: int, dhc: int, gates: int) -> bool:
     return batch * gates * dhc * dhc <= PERSISTENT_CPU_MAX_MACS
 
 
+# On NVIDIA GPUs (inline PTX for the fences), larger recurrences run as one launch of up to
+# one work-group per compute unit (kernels/rnn_persistent_grid.py): each group keeps its
+# channels' weights in local memory, steps meet at a grid-wide barrier (about 2 us on an
+# H200). A group holds jb = ceil(channels / compute units) channels of every batch row; the
+# path is taken when that fits one group (items, local memory).
+GRID_MAX_ITEMS = 1024
+
+
+def grid_recurrence(info, batch: int, dhc: int, local_bytes) -> int | None:
+    """Channels per work-group of the grid-wide one-launch recurrence, or None where it does
+    not apply; ``local_bytes(jb)`` is the local memory a group of ``jb`` channels needs."""
+    if not (info.is_gpu and info.inline_ptx) or info.compute_units < 2:
+        return None
+    jb = -(-dhc // info.compute_units)
+    if batch * jb > min(GRID_MAX_ITEMS, info.max_work_group_size):
+        return None
+    if local_bytes(jb) > info.local_mem_bytes:
+        return None
+    return jb
+
+
 def persistent_private_weights(info, gates: int, dhc: int) -> bool:
     """Whether the one-launch recurrence keeps a work-item's weight columns in registers."""
     return gates * dhc <= PERSISTENT_PRIVATE_U

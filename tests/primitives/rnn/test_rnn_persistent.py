@@ -158,3 +158,81 @@ def test_one_launch_kernels_under_oclgrind():
     helpers = str(pathlib.Path(__file__).resolve().parent)
     results = run_probe(f"HELPERS = {helpers!r}\n" + PROBE, OCLGRIND_UNINITIALIZED="0")
     assert results and all(results.values()), results
+
+
+# -- the grid-wide form (NVIDIA GPUs: inline-PTX fences) ---------------------------------------
+GRID_CASES = {
+    "lstm_bi_concat_L2": Problem("lstm", 6, 3, 40, 40, L=2, direction="bidirectional_concat"),
+    "lstm_clip_r2l": Problem("lstm", 5, 2, 3, 300, direction="unidirectional_right2left",
+                             ext=dnnl.rnn_extensions(cell_clip=(-0.3, 0.4))),
+    "gru_sum": Problem("gru", 7, 3, 5, 270, direction="bidirectional_sum"),
+    "lbr_gru_L2": Problem("lbr_gru", 5, 2, 133, 133, L=2),
+    "rnn_r2l": Problem("rnn", 9, 4, 3, 500, direction="unidirectional_right2left"),
+}
+
+
+def _needs_grid(engine):
+    if not engine.info.inline_ptx:
+        pytest.skip("the grid-wide recurrence needs inline PTX (an NVIDIA GPU)")
+
+
+def _grid_arrays(p, seed):
+    """Inputs whose recurrence contracts: with hundreds of channels and the helpers' weights
+    a vanilla RNN is chaotic (float32 and float64 references differ by 6e-4 at 500
+    channels), which would test the problem's conditioning, not the kernel."""
+    a = p.arrays(seed)
+    a["weights_iter"] = a["weights_iter"] * (2.0 / np.sqrt(p.dic))
+    return a
+
+
+def _force_grid(monkeypatch):
+    monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+
+
+@pytest.mark.parametrize("name", list(GRID_CASES))
+def test_grid_inference_matches_reference(engine, stream, monkeypatch, name):
+    _needs_grid(engine)
+    _force_grid(monkeypatch)
+    p = GRID_CASES[name]
+    a = _grid_arrays(p, 7)
+    out, _, fwd = run(engine, stream, p, a, prop=INFER)
+    assert fwd._plan.grid
+    want = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, want[k], f"grid {name} {k}")
+
+
+@pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "gru_sum", "lbr_gru_L2"])
+def test_grid_training_workspace_gives_the_same_gradients(engine, stream, monkeypatch, name):
+    _needs_grid(engine)
+    p = GRID_CASES[name]
+    a = _grid_arrays(p, 11)
+    rng = np.random.default_rng(3)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    _force(monkeypatch, False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    monkeypatch.undo()
+    _force_grid(monkeypatch)
+    out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert fwd1._plan.grid and not fwd0._plan.grid
+    for k, got in out1.items():
+        assert_close(got, out0[k], f"grid training {name} {k}")
+    for k in g0:
+        assert_close(g1[k], g0[k], f"gradient after a grid forward {name} {k}")
+
+
+def test_grid_rule():
+    """Channels per group: all channels over the compute units, when a group fits."""
+    class Nv:
+        is_gpu, inline_ptx, compute_units = True, True, 132
+        max_work_group_size, local_mem_bytes = 1024, 48 << 10
+
+    def local(g, n, dhc):
+        return lambda jb: 4 * (-(-dhc // 32) * 32 * jb * g + n * 33)
+
+    assert rnn_rules.grid_recurrence(Nv, 64, 512, local(4, 64, 512)) == 4
+    assert rnn_rules.grid_recurrence(Nv, 1, 1760, local(4, 1, 1760)) is None  # 394 KiB
+    assert rnn_rules.grid_recurrence(Nv, 512, 512, local(4, 512, 512)) is None  # 2048 items
+    Nv.inline_ptx = False
+    assert rnn_rules.grid_recurrence(Nv, 64, 512, local(4, 64, 512)) is None

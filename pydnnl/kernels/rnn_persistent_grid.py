@@ -1,0 +1,219 @@
+"""Generator of the grid-wide one-launch RNN recurrence: a layer and direction's whole
+sequence in one launch of several work-groups, steps separated by a grid-wide barrier.
+
+Work-group w owns channels ``[w * jb, (w + 1) * jb)`` of every gate and every batch row. It
+loads its slice of the recurrent weights into local memory once (``[k][jj][gate]``: one
+work-item reads its channel's gates together) and keeps it there across all steps; work-item
+(n, jj) keeps the cell state of its row and channel in a register. Each step stages the
+previous hidden state (written by every work-group, read around the L1 cache with volatile
+loads) through local memory in chunks of ``kc`` columns, computes its gates' sums and the
+cell, writes h, and meets the other work-groups at the barrier. A vanilla GRU meets them once
+more between its two stages (its second GEMM reads every channel of r * h_prev).
+
+The barrier is a monotonic arrival counter in global memory: group leaders fence (NVIDIA's
+``membar.gl`` through inline PTX), add one, and spin on volatile reads until the count
+reaches ``nwg`` times the barrier's number. It is correct only if all work-groups are
+resident at once: the device rule launches no more groups than the device has compute
+units, each sized (local memory, work-items) so that one fits on a unit. A spin that lasts
+too long gives up and raises a flag word the plan leaves for tests and debugging, instead of
+hanging the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cells import get_cell
+from .rnn_persistent import cell_lines, store_lines
+from .source import KernelSource
+
+OFFSET_ARGS = ("gx_off", "bias_off", "u_off", "h0_off", "c0_off", "h_off", "c_off",
+               "gates_off", "gh_off", "peep_off", "att_off", "rh_off", "bar_off")
+SIZE_ARGS = ("steps", "reverse")
+BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att", "rh", "bar")
+# spins of a barrier wait before it gives up (each a volatile read of L2: ~1 us); the flag word
+# follows the counter
+SPIN_LIMIT = 1 << 24
+
+
+@dataclass(frozen=True)
+class GridProblem:
+    """What the grid-wide recurrence depends on (the kernel-cache key)."""
+
+    cell: str
+    peephole: bool
+    activation: str
+    alpha: float
+    dhc: int  # channels, the recurrent GEMM's k too (SIC == DHC)
+    batch: int
+    jb: int  # channels per work-group
+    kc: int = 32  # columns of h staged in local memory at a time
+    clip: tuple | None = None
+    store_gates: bool = False
+    store_gh: bool = False
+
+    @property
+    def groups(self) -> int:
+        return -(-self.dhc // self.jb)
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.jb
+
+    @property
+    def k_padded(self) -> int:
+        return -(-self.dhc // self.kc) * self.kc
+
+    def local_bytes(self, gates: int) -> int:
+        return 4 * (self.k_padded * self.jb * gates + self.batch * (self.kc + 1))
+
+
+def barriers_per_step(cell: str) -> int:
+    """Grid barriers one step takes (one more per stage reading r * h_prev)."""
+    spec = get_cell(cell)
+    return 1 + sum(st.recurrent_gemm.source == "rh" for st in spec.forward_stages())
+
+
+def build_grid(p: GridProblem) -> KernelSource:
+    """OpenCL C (with inline PTX fences) of the whole recurrence; launched as ``p.groups``
+    work-groups of ``p.items`` items."""
+    spec = get_cell(p.cell)
+    stages = spec.forward_stages(p.peephole, p.clip is not None)
+    gates = spec.gate_names
+    G, DHC, N, JB, KC, KP = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded
+    if p.store_gh and len(stages) != 1:
+        raise ValueError(f"rnn_persistent_grid: cell {spec.name}: recurrent GEMM results are "
+                         "kept for one-stage (LBR) cells only")
+    body: list[str] = []
+    emit = body.append
+    # the weight slice, zero past the last channel and past k = DHC
+    emit(f"  for (int i = lid; i < {KP * JB * G}; i += {p.items}) {{")
+    emit(f"    const int k = i / {JB * G}, r = i - k * {JB * G};")
+    emit(f"    const int q = r / {G}, g = r - q * {G};")
+    emit(f"    us[i] = (k < {DHC} && j0 + q < {DHC}) ? "
+         f"u[u_off + k * {G * DHC} + g * {DHC} + j0 + q] : 0.0f;")
+    emit("  }")
+    if spec.has_cell_state:
+        emit(f"  float c_prev = c0[c0_off + n * {DHC} + j];")
+    emit("  int epoch = 0;")
+    emit("  for (int s = 0; s < steps; ++s) {")
+    emit("    const int t = reverse ? steps - 1 - s : s;")
+    emit("    const int tp = reverse ? t + 1 : t - 1;")
+    emit(f"    volatile __global const float *hp = s == 0 ? h0 + h0_off : "
+         f"h + h_off + tp * {N * DHC};")
+    emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
+    if any("h_prev" in st.inputs(()) for st in stages):
+        emit(f"    const float h_prev = hp[n * {DHC} + j];")
+    # the layer GEMM's values do not depend on h: read before the step's first wait
+    for st in stages:
+        for name in st.inputs(()):
+            if name.startswith("gx_"):
+                emit(f"    const float pgx_{name[3:]} = gx[gxo + {gates.index(name[3:]) * DHC}];")
+    R = -(-N * KC // p.items)  # staged values per item and chunk
+    known: set[str] = set()
+    for si, st in enumerate(stages):
+        src = "hp" if st.recurrent_gemm.source == "h_prev" else "rp"
+        if src == "rp":
+            emit("    volatile __global const float *rp = rh + rh_off;")
+        gg = st.recurrent_gemm.gates
+        for g in gg:
+            emit(f"    float acc_{g} = 0.0f;")
+        # chunk kc + KC is loaded into registers while chunk kc is multiplied: the L2's
+        # latency hides behind the arithmetic
+        pre = f"pre{si}"
+        emit(f"    float {pre}[{R}];")
+
+        def load(kc: str, pre=pre, src=src) -> None:
+            emit(f"      for (int q = 0; q < {R}; ++q) {{")
+            emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
+            emit(f"        {pre}[q] = (i < {N * KC} && {kc} + kk < {DHC}) ? "
+                 f"{src}[r * {DHC} + {kc} + kk] : 0.0f;")
+            emit("      }")
+
+        emit("    {")
+        load("0")
+        emit("    }")
+        emit(f"    for (int kc = 0; kc < {KP}; kc += {KC}) {{")
+        emit("      barrier(CLK_LOCAL_MEM_FENCE);")
+        emit(f"      for (int q = 0; q < {R}; ++q) {{")
+        emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
+        emit(f"        if (i < {N * KC}) hs[r * {KC + 1} + kk] = {pre}[q];")
+        emit("      }")
+        emit("      barrier(CLK_LOCAL_MEM_FENCE);")
+        emit(f"      if (kc + {KC} < {KP}) {{")
+        load(f"(kc + {KC})")
+        emit("      }")
+        emit(f"      const __local float *w = us + (kc * {JB} + jj) * {G};")
+        emit("      #pragma unroll 8")
+        emit(f"      for (int kk = 0; kk < {KC}; ++kk) {{")
+        emit(f"        const float x = hs[n * {KC + 1} + kk];")
+        g0 = gates.index(gg[0])
+        contiguous = [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg)))
+        if contiguous and len(gg) in (2, 3, 4):
+            # the stage's gates of this channel side by side: one vector read
+            emit(f"        const float{len(gg)} wv = vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
+            for c, g in zip("xyzw", gg):
+                emit(f"        acc_{g} = fma(x, wv.{c}, acc_{g});")
+        else:
+            for g in gg:
+                emit(f"        acc_{g} = fma(x, w[kk * {JB * G} + {gates.index(g)}], acc_{g});")
+        emit("      }")
+        emit("    }")
+        if p.store_gh:
+            for g in gg:
+                emit(f"    if (valid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                     f"{gates.index(g) * DHC} + j] = acc_{g};")
+        # the formulas run on every item (an item past the last channel computes channel
+        # DHC - 1 again, so that values stay in scope across stages); only valid ones store
+        body.extend(cell_lines(spec, si, st, known, p.activation, p.alpha, p.clip, N, DHC,
+                               gx_loaded=True))
+        if "rh" in st.assigned:
+            emit(f"    if (valid) rh[rh_off + n * {DHC} + j] = v_rh;")
+        else:
+            emit("    if (valid) {")
+            body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
+            emit("    }")
+            if spec.has_cell_state:
+                emit("    c_prev = v_c;")
+        # every group's rh (or h) is written before any group reads it
+        emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
+    emit("  }")
+
+    name = f"pydnnl_rnn_grid_{spec.name}"
+    out_bufs = ("h", "c", "gates", "gh", "rh")
+    params = []
+    for b in BUFFERS:
+        if b == "bar":
+            params.append("__global int *bar")
+        else:
+            params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
+    params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+    sync = "\n".join([
+        "static void pd_grid_sync(__global int *bar, int groups, int epoch)",
+        "{",
+        "  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+        "  if (get_local_id(0) == 0) {",
+        "    asm volatile(\"membar.gl;\" ::: \"memory\");",
+        "    atomic_add(bar, 1);",
+        "    volatile __global int *c = bar;",
+        "    const int target = groups * epoch;",
+        "    int spins = 0;",
+        f"    while (c[0] < target) {{ if (++spins > {SPIN_LIMIT}) {{ c[1] = 1; break; }} }}",
+        "    asm volatile(\"membar.gl;\" ::: \"memory\");",
+        "  }",
+        "  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+        "}",
+    ])
+    source = "\n".join(
+        [sync, "",
+         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
+         f"{name}({', '.join(params)})", "{",
+         "  const int lid = get_local_id(0);",
+         f"  const int n = lid / {JB}, jj = lid - n * {JB};",
+         f"  const int j0 = get_group_id(0) * {JB};",
+         f"  const bool valid = j0 + jj < {DHC};",
+         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
+         f"  __local float us[{KP * JB * G}];",
+         f"  __local float hs[{N * (KC + 1)}];"]
+        + body + ["}", ""])
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
