@@ -23,8 +23,9 @@ TRAIN = dnnl.prop_kind.forward_training
 
 @pytest.fixture(autouse=True)
 def per_step(monkeypatch):
-    """Steps launched one by one: small problems would take the one-launch recurrence."""
+    """Steps launched one by one: small problems would take a one-launch recurrence."""
     monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
 
 
 @pytest.fixture

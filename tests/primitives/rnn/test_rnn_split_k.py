@@ -34,6 +34,7 @@ def forced_split(monkeypatch):
     # the forward's recurrent GEMMs run per step (small problems take the one-launch
     # recurrence, which has none)
     monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
     matmul._cache.clear()
     yield
     matmul._cache.clear()
