@@ -191,9 +191,12 @@ def backward_buffers(p: BackwardElementwiseProblem) -> dict[str, bool]:
     return dict(analyze(p).buffers)
 
 
-def build_elementwise_bwd(p: BackwardElementwiseProblem):
-    """loopy TranslationUnit of one backward stage: buffers, then int32 offsets."""
-    import loopy as lp
+def stage_ops(p: BackwardElementwiseProblem, emit, store) -> None:
+    """The backward stage as a sequence of calls: ``emit(name, expr)`` evaluates a private
+    value (it returns the variable that holds it), ``store(target, expr, id)`` writes a buffer
+    element; expressions are pymbolic over the buffers (``var(buf)[offset + index]``), the
+    offset arguments of :data:`OFFSET_ARGS`, ``n`` (batch row) and ``j`` (channel). The loopy
+    kernel and the grid-wide one-launch backward print the same sequence."""
     from pymbolic import var
     from pymbolic.mapper.substitutor import substitute
 
@@ -206,25 +209,6 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
     G, DHC = spec.n_gates, p.dhc
     gates = spec.gate_names
     n, j = var("n"), var("j")
-    insns, temps = [], []
-    chain = [None]
-
-    def dep():
-        return frozenset([chain[0]]) if chain[0] else frozenset()
-
-    def emit(name, expr):
-        tname = f"t_{name}"
-        temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
-                                          address_space=lp.AddressSpace.PRIVATE))
-        insns.append(lp.Assignment(var(tname), expr, id=f"i_{name}", depends_on_is_final=True,
-                                   depends_on=dep(), within_inames=frozenset(["n", "j"])))
-        chain[0] = f"i_{name}"
-        return var(tname)
-
-    def store(target, expr, sid):
-        insns.append(lp.Assignment(target, expr, id=sid, depends_on_is_final=True,
-                                   depends_on=dep(), within_inames=frozenset(["n", "j"])))
-        chain[0] = sid
 
     def gate_at(buf, off, g):
         return var(buf)[var(off) + (n * G + gates.index(g)) * DHC + j]
@@ -308,6 +292,38 @@ def build_elementwise_bwd(p: BackwardElementwiseProblem):
                   f"s_d{pn}")
     for g in an.carried_out:
         store(gate_at("carry", "carry_off", g), adj.get(g, zero), f"s_carry_{g}")
+
+
+
+def build_elementwise_bwd(p: BackwardElementwiseProblem):
+    """loopy TranslationUnit of one backward stage: buffers, then int32 offsets."""
+    import loopy as lp
+    from pymbolic import var
+
+    spec = get_cell(p.cell)
+    bufs = dict(analyze(p).buffers)
+    DHC = p.dhc
+    insns, temps = [], []
+    chain = [None]
+
+    def dep():
+        return frozenset([chain[0]]) if chain[0] else frozenset()
+
+    def emit(name, expr):
+        tname = f"t_{name}"
+        temps.append(lp.TemporaryVariable(tname, np.float32, shape=(),
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.Assignment(var(tname), expr, id=f"i_{name}", depends_on_is_final=True,
+                                   depends_on=dep(), within_inames=frozenset(["n", "j"])))
+        chain[0] = f"i_{name}"
+        return var(tname)
+
+    def store(target, expr, sid):
+        insns.append(lp.Assignment(target, expr, id=sid, depends_on_is_final=True,
+                                   depends_on=dep(), within_inames=frozenset(["n", "j"])))
+        chain[0] = sid
+
+    stage_ops(p, emit, store)
 
     ids = [i.id for i in insns]
     nosync = frozenset((i, "any") for i in ids)

@@ -187,7 +187,29 @@ def build_grid(p: GridProblem) -> KernelSource:
         else:
             params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
     params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
-    sync = "\n".join([
+    sync = grid_sync_source()
+    source = "\n".join(
+        [sync, "",
+         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
+         f"{name}({', '.join(params)})", "{",
+         "  const int lid = get_local_id(0);",
+         f"  const int n = lid / {JB}, jj = lid - n * {JB};",
+         f"  const int j0 = get_group_id(0) * {JB};",
+         f"  const bool valid = j0 + jj < {DHC};",
+         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
+         f"  __local float us[{KP * JB * G}];",
+         f"  __local float hs[{N * (KC + 1)}];"]
+        + body + ["}", ""])
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
+
+def grid_sync_source() -> str:
+    """The grid barrier both grid-wide kernels call: ``pd_grid_sync(counter, groups, k)``
+    returns once ``groups`` work-groups have arrived ``k`` times (the counter only grows; the
+    plan zeroes it before the launch). Group leaders order their group's writes before their
+    arrival and the others' writes before their return with ``membar.gl``."""
+    return "\n".join([
         "static void pd_grid_sync(__global int *bar, int groups, int epoch)",
         "{",
         "  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
@@ -203,17 +225,3 @@ def build_grid(p: GridProblem) -> KernelSource:
         "  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
         "}",
     ])
-    source = "\n".join(
-        [sync, "",
-         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
-         f"{name}({', '.join(params)})", "{",
-         "  const int lid = get_local_id(0);",
-         f"  const int n = lid / {JB}, jj = lid - n * {JB};",
-         f"  const int j0 = get_group_id(0) * {JB};",
-         f"  const bool valid = j0 + jj < {DHC};",
-         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
-         f"  __local float us[{KP * JB * G}];",
-         f"  __local float hs[{N * (KC + 1)}];"]
-        + body + ["}", ""])
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
-                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)

@@ -172,11 +172,12 @@ class rnn_backward_pd_base(fwd.rnn_forward_pd_base):
             self._args[arg] = ArgSpec(resolved, written, True)
         self._args[ARG_WORKSPACE] = ArgSpec(hint.workspace_desc(), False, True)
         self.ws_regions = hint.ws_regions
-        from .plan_backward import scratch_regions
+        from .plan_backward import grid_backward, scratch_regions
 
         self.scratch = scratch_regions(self)
         self._finish_scratchpad(self.scratch.nbytes())
-        self._impl = "loopy:gemm+cell"
+        self._impl = ("loopy:gemm+grid" if grid_backward(self.get_engine(), self.shape) is not None
+                      else "loopy:gemm+cell")
         s = self.shape
         self._info = (f"alg:{self._spec.name} direction:{self._direction.name} prop:backward "
                       f"l{s.L}t{s.T}mb{s.N}sic{s.SIC}slc{s.SLC}dhc{s.DHC}dic{s.DIC}"

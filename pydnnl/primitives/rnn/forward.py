@@ -122,7 +122,9 @@ class rnn_forward_pd_base(primitive_desc_base):
 
         self.scratch = scratch_regions(self)
         self._finish_scratchpad(self.scratch.nbytes())
-        self._impl = "loopy:gemm+cell"
+        from .plan_forward import recurrence_kind
+
+        self._impl = f"loopy:gemm+{recurrence_kind(self.get_engine(), self.shape, self.training)}"
         if self.int8 is not None:
             self._impl += " int8 emulated: f32 accumulation"
         s = self.shape

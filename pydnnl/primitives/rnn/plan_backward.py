@@ -54,6 +54,7 @@ from ...kernels.rnn_elementwise_bwd import (
     backward_buffers,
     build_elementwise_bwd,
 )
+from ...kernels.rnn_persistent_grid_bwd import GridBackwardProblem, build_grid_bwd, supported
 from ...runtime.gemm import GemmShape, get_gemm
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import SCRATCH, Ref
@@ -80,7 +81,27 @@ def _canon(pd, name: str) -> bool:
             and md == kernel_desc(name.replace("diff_", "", 1), md))
 
 
-def weight_gemms(s) -> dict:
+def grid_backward(engine, s) -> GridBackwardProblem | None:
+    """The grid-wide one-launch backward of this problem (NVIDIA GPUs, one-stage cells; see
+    :mod:`pydnnl.kernels.rnn_persistent_grid_bwd`) where the device rule gives it channels per
+    work-group; None otherwise (sequence lengths, projections and several stages run per step)."""
+    if not (s.ext.seq_lengths is None and not s.projection and s.SIC == s.DHC == s.DIC
+            and supported(s.spec.name, s.peephole)):
+        return None
+
+    def make(jb):
+        from .plan_forward import clip_key
+
+        first = first_dhp_writer(s.spec, s.peephole)
+        return GridBackwardProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N,
+                                   jb, clip=clip_key(s), dhp_assign=first == ("elementwise", 0))
+
+    jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC,
+                                   lambda jb: make(jb).local_bytes(s.G))
+    return None if jb is None else make(jb)
+
+
+def weight_gemms(s, grid: bool = False) -> dict:
     """GEMMs of the backward that read weights (transposed): role -> (shape, weights desc,
     first column, matrices, elements between matrices)."""
 
@@ -93,7 +114,7 @@ def weight_gemms(s) -> dict:
                                                ldc=s.SLC, trans_b=True, beta=beta),
                                      "weights_layer_desc", 0, s.L * s.D, s.SLC * GD)
     first = first_dhp_writer(spec, s.peephole)
-    for k, st in enumerate(spec.forward_stages(s.peephole)):
+    for k, st in enumerate(spec.forward_stages(s.peephole) if not grid else ()):
         gates = st.recurrent_gemm.gates
         g0, ng = spec.gate_names.index(gates[0]), len(gates)
         beta = 0.0 if st.recurrent_gemm.source == "rh" or first == ("gemm", k) else 1.0
@@ -190,7 +211,10 @@ def scratch_regions(pd) -> Regions:
         r.add("wga", rows * max(s.SLC, s.layer_in, s.SIC, s.DIC, s.DHC))
         r.add("wgb", rows * (max(s.G * s.DHC, s.DIC) + 64))
     reserve_no_bias(r, s)
-    reserve_packed(r, pd.get_engine(), weight_gemms(s), s)
+    grid = grid_backward(pd.get_engine(), s)
+    if grid is not None:
+        r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
+    reserve_packed(r, pd.get_engine(), weight_gemms(s, grid is not None), s)
     return r
 
 
@@ -251,14 +275,19 @@ class BackwardPlanBuilder(PlanBuilder):
                                     self.seq.sort_index(s.L * s.D))
 
         # -- kernels -----------------------------------------------------------------------------
+        grid = grid_backward(eng, s)
+        self.grid = grid is not None
+        if self.grid:
+            self.recurrence = self.plan.get("rnn_persistent_grid_bwd", grid, build_grid_bwd)
+            self.plan.zero(scr, sc["grid_bar"], 2 * s.L * s.D)
         self.gemm, self.wsrc = {}, {}
-        for role, (shape, src_name, col, count, stride) in weight_gemms(s).items():
+        for role, (shape, src_name, col, count, stride) in weight_gemms(s, self.grid).items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         stages = spec.forward_stages(s.peephole)
         first = first_dhp_writer(spec, s.peephole)
         self.stage_kernels = []
-        for k, st in enumerate(stages):
+        for k, st in enumerate(stages if not self.grid else ()):
             bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha,
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
@@ -370,6 +399,10 @@ class BackwardPlanBuilder(PlanBuilder):
         order = list(range(T)) if self._ltr(d) else list(range(T - 1, -1, -1))
         per_g = N * G * DHC
         seq, ltr = self.seq, self._ltr(d)
+        if self.grid:
+            self._plan_grid_layer(l, d, b_ref, b_off, peep, att)
+            self._plan_weight_grads(l, d, order)
+            return
         sfx = "" if seq is None else "s"  # sorted copies of the state gradients
         for k in range(T):
             t = order[T - 1 - k]
@@ -467,6 +500,46 @@ class BackwardPlanBuilder(PlanBuilder):
                     if not last and b > a:  # their rows are padding from now on
                         self.plan.zero(scr, nxt + a * w, (b - a) * w)
         self._plan_weight_grads(l, d, order)
+
+    def _plan_grid_layer(self, l: int, d: int, b_ref, b_off: int, peep, att) -> None:
+        """Every step of layer l, direction d, in one launch (the grid-wide backward): the
+        offsets of step 0 and the buffers the per-step plan alternates between."""
+        s, sc = self.s, self.pd.scratch
+        N, DHC, T = s.N, s.DHC, s.T
+        ws, scr = Ref("ws"), SCRATCH
+        ld = l * s.D + d
+        per_g = N * s.G * DHC
+        u_ref, u_base = self.src["weights_iter_desc"]
+        last_parity = "dh%d" % (T % 2)
+        vals = {
+            "gates": ws, "c": ws, "c_prev": ws, "h_prev": ws, "gh": ws,
+            "att": att[0] if att else scr, "peep": peep[0] if peep else scr, "bias": b_ref,
+            "dh_a": scr, "dh_b": scr, "dc": scr, "dc_prev": scr, "dhp": scr, "datt": scr,
+            "dpeep": scr, "dgx": scr, "dgh": scr, "u": u_ref, "bar": scr,
+            "gates0": self._reg("gates", l, d, 0, per_g),
+            "c0r": self._reg("c", l, d, 0, N * DHC) if "c" in self.ws_off else 0,
+            "cinit": self.ws_off["c0"] + ld * N * DHC if "c0" in self.ws_off else 0,
+            "h0r": self._reg("h", l, d, 0, N * s.DIC),
+            "hinit": self.ws_off["h0"] + ld * N * s.SIC,
+            "att0": att[1] if att else 0,
+            "peep_b": (peep[1] + ld * 3 * DHC) if peep else 0, "bias_b": b_off,
+            "gh0": self._reg("gh", l, d, 0, per_g) if "gh" in self.ws_off else 0,
+            "dhl0": self._dhl(d), "dgx0": sc["dgx"], "dgh0": sc["dgh"],
+            "datt0": sc["datt"] if "datt" in sc else 0,
+            "dpeep0": sc["dpeep"] if "dpeep" in sc else 0,
+            "dh_first": (sc["ddi"] + ld * N * s.DIC) if "ddi" in sc else sc["zero"],
+            "dc_first": (sc["ddic"] + ld * N * DHC) if "ddic" in sc else sc["zero"],
+            "dh_buf0": sc["dh0"], "dh_buf1": sc["dh1"],
+            "dc_buf0": sc["dc0"] if "dc0" in sc else 0,
+            "dc_buf1": sc["dc1"] if "dc1" in sc else 0,
+            "dh_last": (sc["dsi"] + ld * N * s.SIC) if "dsi" in sc else sc[last_parity],
+            "dc_last": ((sc["dsic"] + ld * N * DHC) if "dsic" in sc
+                        else sc["dc%d" % (T % 2)] if "dc0" in sc else 0),
+            "u_off": u_base + ld * s.SIC * s.G * DHC,
+            "bar_off": sc["grid_bar"] + 2 * ld,
+            "steps": T, "reverse": 0 if self._ltr(d) else 1,
+        }
+        self.plan.launch(self.recurrence, **vals)
 
     def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:
         s, pd = self.s, self.pd

@@ -102,6 +102,17 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
     return None if jb is None else make(jb)
 
 
+def recurrence_kind(engine, s, training: bool) -> str:
+    """How the forward runs its recurrence, as ``impl_info_str`` says it: ``cell`` (a
+    recurrent GEMM and a cell kernel per step), ``fused_cell`` (one kernel per step),
+    ``one_group`` or ``grid`` (one launch per layer and direction)."""
+    if persistent_recurrence(engine, s, training):
+        return "one_group"
+    if grid_problem(engine, s, training) is not None:
+        return "grid"
+    return "fused_cell" if fused_recurrence(engine, s, training) else "cell"
+
+
 def weight_gemms(s, fused: bool = False) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell

@@ -57,6 +57,7 @@ def test_small_problems_take_one_launch_per_layer(engine, stream):
     p = CASES["lstm_bi_concat_L2"]
     out, _, fwd = run(engine, stream, p, p.arrays(1), prop=INFER)
     assert fwd._plan.persistent
+    assert fwd._pd.impl_info_str() == "loopy:gemm+one_group"
     names = _launches(fwd)
     assert sum("rnn_persist" in n for n in names) == p.L * p.D
     assert not any("rnn_vanilla_lstm" in n for n in names)  # no per-step cell kernels
@@ -196,30 +197,43 @@ def test_grid_inference_matches_reference(engine, stream, monkeypatch, name):
     p = GRID_CASES[name]
     a = _grid_arrays(p, 7)
     out, _, fwd = run(engine, stream, p, a, prop=INFER)
-    assert fwd._plan.grid
+    assert fwd._plan.grid and fwd._pd.impl_info_str() == "loopy:gemm+grid"
     want = _reference(p, a)
     for k, got in out.items():
         assert_close(got, want[k], f"grid {name} {k}")
 
 
-@pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "gru_sum", "lbr_gru_L2"])
-def test_grid_training_workspace_gives_the_same_gradients(engine, stream, monkeypatch, name):
+GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]
+
+
+@pytest.mark.parametrize("name", GRID_BWD)
+def test_grid_training_gives_the_same_gradients(engine, stream, monkeypatch, name):
+    """Forward and backward in their grid-wide forms (the vanilla GRU's backward, two stages,
+    runs per step) against both run per step."""
     _needs_grid(engine)
+    from pydnnl.primitives.rnn import plan_backward
+
     p = GRID_CASES[name]
     a = _grid_arrays(p, 11)
     rng = np.random.default_rng(3)
     dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
     _force(monkeypatch, False)
     monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
     out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     monkeypatch.undo()
     _force_grid(monkeypatch)
+    taken = []
+    rule = plan_backward.grid_backward
+    monkeypatch.setattr(plan_backward, "grid_backward",
+                        lambda engine, s: taken.append(rule(engine, s)) or taken[-1])
     out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     assert fwd1._plan.grid and not fwd0._plan.grid
+    assert (taken[-1] is not None) == (p.cell != "gru")
     for k, got in out1.items():
         assert_close(got, out0[k], f"grid training {name} {k}")
     for k in g0:
-        assert_close(g1[k], g0[k], f"gradient after a grid forward {name} {k}")
+        assert_close(g1[k], g0[k], f"gradient of the grid forms {name} {k}")
 
 
 def test_grid_rule():
