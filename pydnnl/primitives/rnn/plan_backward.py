@@ -86,7 +86,7 @@ def grid_backward(engine, s) -> GridBackwardProblem | None:
     :mod:`pydnnl.kernels.rnn_persistent_grid_bwd`) where the device rule gives it channels per
     work-group; None otherwise (sequence lengths, projections and several stages run per step)."""
     if not (s.ext.seq_lengths is None and not s.projection and s.SIC == s.DHC == s.DIC
-            and supported(s.spec.name, s.peephole)):
+            and supported(s.spec.name, s.peephole) and s.G <= rnn_rules.GRID_BWD_MAX_GATES):
         return None
 
     def make(jb):
@@ -287,7 +287,12 @@ class BackwardPlanBuilder(PlanBuilder):
         stages = spec.forward_stages(s.peephole)
         first = first_dhp_writer(spec, s.peephole)
         self.stage_kernels = []
-        for k, st in enumerate(stages if not self.grid else ()):
+        for k, st in enumerate(stages):
+            gates = st.recurrent_gemm.gates
+            if self.grid:  # no per-step kernels; the weight gradients still read each stage
+                self.stage_kernels.append((st, None, None, None,
+                                           spec.gate_names.index(gates[0]), len(gates)))
+                continue
             bp = BackwardElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha,
                                             DHC, ld_h_prev=s.SIC,
                                             ld_dh=DHC if s.projection else s.DIC,
@@ -295,7 +300,6 @@ class BackwardPlanBuilder(PlanBuilder):
                                             dhp_assign=first == ("elementwise", k),
                                             wg=rnn_rules.cell_wg(self.engine.info, DHC))
             kern = self.plan.get("rnn_elementwise_bwd", bp, build_elementwise_bwd)
-            gates = st.recurrent_gemm.gates
             g0 = spec.gate_names.index(gates[0])
             ng = len(gates)
             # gradient to the GEMM's source: rh (written) or h_prev (accumulated)

@@ -23,7 +23,7 @@ from rnn_bwd_helpers import (  # noqa: E402
     run_forward,
 )
 
-from pydnnl.primitives.rnn import plan_forward  # noqa: E402
+from pydnnl.primitives.rnn import plan_backward, plan_forward  # noqa: E402
 from pydnnl.runtime import gemm as matmul  # noqa: E402
 from pydnnl.runtime.heuristics import gemm as rules  # noqa: E402
 
@@ -35,6 +35,7 @@ def forced_split(monkeypatch):
     # recurrence, which has none)
     monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
     monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
     matmul._cache.clear()
     yield
     matmul._cache.clear()
