@@ -47,6 +47,7 @@ class GridProblem:
     batch: int
     jb: int  # channels per work-group
     kc: int = 32  # columns of h staged in local memory at a time
+    rn: int = 1  # batch rows per work-item (one-stage cells): rn h values per weight read
     clip: tuple | None = None
     store_gates: bool = False
     store_gh: bool = False
@@ -57,7 +58,7 @@ class GridProblem:
 
     @property
     def items(self) -> int:
-        return self.batch * self.jb
+        return -(-self.batch // self.rn) * self.jb
 
     @property
     def k_padded(self) -> int:
@@ -80,6 +81,9 @@ def build_grid(p: GridProblem) -> KernelSource:
     stages = spec.forward_stages(p.peephole, p.clip is not None)
     gates = spec.gate_names
     G, DHC, N, JB, KC, KP = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded
+    RN = p.rn
+    if RN > 1:
+        return _build_row_tiled(p, spec, stages)
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent_grid: cell {spec.name}: recurrent GEMM results are "
                          "kept for one-stage (LBR) cells only")
@@ -179,14 +183,7 @@ def build_grid(p: GridProblem) -> KernelSource:
     emit("  }")
 
     name = f"pydnnl_rnn_grid_{spec.name}"
-    out_bufs = ("h", "c", "gates", "gh", "rh")
-    params = []
-    for b in BUFFERS:
-        if b == "bar":
-            params.append("__global int *bar")
-        else:
-            params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
-    params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+    params = _params()
     sync = grid_sync_source()
     source = "\n".join(
         [sync, "",
@@ -202,6 +199,142 @@ def build_grid(p: GridProblem) -> KernelSource:
         + body + ["}", ""])
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
+
+def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
+    """The one-stage form with ``p.rn`` batch rows per work-item: each weight vector read from
+    local memory serves rn rows (the one-row form reads one weight vector per multiply-add
+    group and is bound by local-memory reads)."""
+    gates = spec.gate_names
+    G, DHC, N, JB, KC, KP, RN = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded, p.rn
+    if len(stages) != 1:
+        raise ValueError(f"rnn_persistent_grid: cell {spec.name}: rows per item need one stage")
+    st = stages[0]
+    gg = st.recurrent_gemm.gates
+    gx_names = [name[3:] for name in st.inputs(()) if name.startswith("gx_")]
+    body: list[str] = []
+    emit = body.append
+    emit(f"  for (int i = lid; i < {KP * JB * G}; i += {p.items}) {{")
+    emit(f"    const int k = i / {JB * G}, r = i - k * {JB * G};")
+    emit(f"    const int q = r / {G}, g = r - q * {G};")
+    emit(f"    us[i] = (k < {DHC} && j0 + q < {DHC}) ? "
+         f"u[u_off + k * {G * DHC} + g * {DHC} + j0 + q] : 0.0f;")
+    emit("  }")
+    if spec.has_cell_state:
+        emit(f"  float cs[{RN}];")
+        emit(f"  for (int r = 0; r < {RN}; ++r) "
+             f"cs[r] = c0[c0_off + min(nb * {RN} + r, {N - 1}) * {DHC} + j];")
+    emit("  int epoch = 0;")
+    emit("  for (int s = 0; s < steps; ++s) {")
+    emit("    const int t = reverse ? steps - 1 - s : s;")
+    emit("    const int tp = reverse ? t + 1 : t - 1;")
+    emit(f"    volatile __global const float *hp = s == 0 ? h0 + h0_off : "
+         f"h + h_off + tp * {N * DHC};")
+    for g in gx_names:
+        emit(f"    float pgx_{g}_r[{RN}];")
+    emit("    #pragma unroll")
+    emit(f"    for (int r = 0; r < {RN}; ++r) {{")
+    emit(f"      const int n = min(nb * {RN} + r, {N - 1});")
+    for g in gx_names:
+        emit(f"      pgx_{g}_r[r] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
+             f"{gates.index(g) * DHC} + j];")
+    emit("    }")
+    for g in gg:
+        emit(f"    float acc_{g}_r[{RN}];")
+        emit(f"    for (int r = 0; r < {RN}; ++r) acc_{g}_r[r] = 0.0f;")
+    R = -(-N * KC // p.items)
+    emit(f"    float pre[{R}];")
+
+    def load(kc: str) -> None:
+        emit(f"      for (int q = 0; q < {R}; ++q) {{")
+        emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
+        emit(f"        pre[q] = (i < {N * KC} && {kc} + kk < {DHC}) ? "
+             f"hp[r * {DHC} + {kc} + kk] : 0.0f;")
+        emit("      }")
+
+    emit("    {")
+    load("0")
+    emit("    }")
+    emit(f"    for (int kc = 0; kc < {KP}; kc += {KC}) {{")
+    emit("      barrier(CLK_LOCAL_MEM_FENCE);")
+    emit(f"      for (int q = 0; q < {R}; ++q) {{")
+    emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
+    emit(f"        if (i < {N * KC}) hs[r * {KC + 1} + kk] = pre[q];")
+    emit("      }")
+    emit("      barrier(CLK_LOCAL_MEM_FENCE);")
+    emit(f"      if (kc + {KC} < {KP}) {{")
+    load(f"(kc + {KC})")
+    emit("      }")
+    emit(f"      const __local float *w = us + (kc * {JB} + jj) * {G};")
+    emit("      #pragma unroll 4")
+    emit(f"      for (int kk = 0; kk < {KC}; ++kk) {{")
+    g0 = gates.index(gg[0])
+    if [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg))) and len(gg) in (2, 3, 4):
+        emit(f"        const float{len(gg)} wv = vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
+        wexpr = {g: f"wv.{c}" for c, g in zip("xyzw", gg)}
+    else:
+        wexpr = {g: f"w[kk * {JB * G} + {gates.index(g)}]" for g in gg}
+    emit("        #pragma unroll")
+    emit(f"        for (int r = 0; r < {RN}; ++r) {{")
+    emit(f"          const float x = hs[min(nb * {RN} + r, {N - 1}) * {KC + 1} + kk];")
+    for g in gg:
+        emit(f"          acc_{g}_r[r] = fma(x, {wexpr[g]}, acc_{g}_r[r]);")
+    emit("        }")
+    emit("      }")
+    emit("    }")
+    emit("    #pragma unroll")
+    emit(f"    for (int r = 0; r < {RN}; ++r) {{")
+    emit(f"    const int n = min(nb * {RN} + r, {N - 1});")
+    emit(f"    const bool rvalid = valid && nb * {RN} + r < {N};")
+    for g in gg:
+        emit(f"    const float acc_{g} = acc_{g}_r[r];")
+    for g in gx_names:
+        emit(f"    const float pgx_{g} = pgx_{g}_r[r];")
+    if "h_prev" in st.inputs(()):
+        emit(f"    const float h_prev = hp[n * {DHC} + j];")
+    if spec.has_cell_state:
+        emit("    const float c_prev = cs[r];")
+    if p.store_gh:
+        for g in gg:
+            emit(f"    if (rvalid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                 f"{gates.index(g) * DHC} + j] = acc_{g};")
+    body.extend(cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC,
+                           gx_loaded=True))
+    emit("    if (rvalid) {")
+    body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
+    emit("    }")
+    if spec.has_cell_state:
+        emit("    cs[r] = v_c;")
+    emit("    }")
+    emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
+    emit("  }")
+    name = f"pydnnl_rnn_grid_{spec.name}"
+    params = _params()
+    source = "\n".join(
+        [grid_sync_source(), "",
+         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
+         f"{name}({', '.join(params)})", "{",
+         "  const int lid = get_local_id(0);",
+         f"  const int nb = lid / {JB}, jj = lid - nb * {JB};",
+         f"  const int j0 = get_group_id(0) * {JB};",
+         f"  const bool valid = j0 + jj < {DHC};",
+         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
+         f"  __local float us[{KP * JB * G}];",
+         f"  __local float hs[{N * (KC + 1)}];"]
+        + body + ["}", ""])
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
+
+def _params() -> list[str]:
+    out_bufs = ("h", "c", "gates", "gh", "rh")
+    params = []
+    for b in BUFFERS:
+        if b == "bar":
+            params.append("__global int *bar")
+        else:
+            params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
+    return params + [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
 
 
 def grid_sync_source() -> str:

@@ -92,8 +92,11 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
             and s.SIC == s.DHC == s.DIC):
         return None
 
+    one_stage = len(s.spec.forward_stages(s.peephole)) == 1
+
     def make(jb):
         return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
+                           rn=rnn_rules.grid_rows_per_item(s.N) if one_stage else 1,
                            clip=clip_key(s), store_gates=training,
                            store_gh=training and lbr(s))
 

@@ -70,6 +70,21 @@ def grid_recurrence(info, batch: int, dhc: int, local_bytes) -> int | None:
     return jb
 
 
+# Batch rows per work-item of the grid-wide forward (one-stage cells; a vanilla GRU's two
+# stages keep one): each weight vector read from local memory then serves that many rows, but
+# the group has that many times fewer work-items to hide latency with. H200, grid kernel's
+# device time (ms) for 1 / 2 / 4 rows: LSTM 512 N 64 T 50 0.866 / 0.797 / 1.075; LSTM 256
+# N 200 T 28 0.490 / 0.428 / 0.827; LSTM 512 N 16 0.514 / 0.793 (2 rows); LBR-GRU and
+# vanilla RNN 512 N 64 at 4 rows 0.98 and 0.95 against 0.72 and 0.64. So two rows from
+# GRID_ROWS_MIN_BATCH rows up, else one.
+GRID_ROWS_MIN_BATCH = 64
+
+
+def grid_rows_per_item(batch: int) -> int:
+    """Rows per work-item of the grid-wide forward for ``batch`` rows."""
+    return 2 if batch >= GRID_ROWS_MIN_BATCH else 1
+
+
 # The backward's grid-wide form (kernels/rnn_persistent_grid_bwd.py) is taken for cells of at
 # most GRID_BWD_MAX_GATES gates. Its dh_prev = dG U^T reads one dG value and one weight from
 # local memory per multiply-add over all G x channels columns; measured on an H200 (forward +

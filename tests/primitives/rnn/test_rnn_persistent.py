@@ -190,10 +190,14 @@ def _force_grid(monkeypatch):
     monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3])
 @pytest.mark.parametrize("name", list(GRID_CASES))
-def test_grid_inference_matches_reference(engine, stream, monkeypatch, name):
+def test_grid_inference_matches_reference(engine, stream, monkeypatch, name, rows):
+    """Every cell kind, one to three batch rows per work-item (one-stage cells; three leaves
+    a ragged last item)."""
     _needs_grid(engine)
     _force_grid(monkeypatch)
+    monkeypatch.setattr(rnn_rules, "grid_rows_per_item", lambda batch: rows)
     p = GRID_CASES[name]
     a = _grid_arrays(p, 7)
     out, _, fwd = run(engine, stream, p, a, prop=INFER)
