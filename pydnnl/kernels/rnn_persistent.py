@@ -27,7 +27,10 @@ from .source import KernelSource
 # the direction (1: the last step first)
 OFFSET_ARGS = ("gx_off", "bias_off", "u_off", "h0_off", "c0_off", "h_off", "c_off",
                "gates_off", "gh_off", "peep_off", "att_off")
-SIZE_ARGS = ("steps", "reverse")
+SIZE_ARGS = ("steps", "reverse", "batch")
+# the work-group's local arrays hold this many rows x channels (the device rule keeps the
+# item count within it)
+MAX_ITEMS = 1024
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,10 @@ class PersistentProblem:
     activation: str  # vanilla RNN: "relu", "tanh", "logistic"
     alpha: float
     dhc: int  # channels (the recurrent GEMM's k as well: SIC == DHC == DIC here)
-    batch: int  # rows: the work-group holds batch * dhc items
     clip: tuple | None = None  # LSTM cell-state clip (min, max, nan_to_min)
     store_gates: bool = False  # training: the activated gates of every step
     store_gh: bool = False  # training an LBR cell: the recurrent GEMM results of every step
     u_private: bool = False  # weights in registers, loaded once
-
-    @property
-    def items(self) -> int:
-        return self.batch * self.dhc
 
 
 def buffers(p: PersistentProblem) -> tuple[str, ...]:
@@ -56,11 +54,12 @@ def buffers(p: PersistentProblem) -> tuple[str, ...]:
 
 
 def build_persistent(p: PersistentProblem) -> KernelSource:
-    """OpenCL C of the whole recurrence; launched as one work-group of ``p.items`` items."""
+    """OpenCL C of the whole recurrence; launched as one work-group of ``batch * dhc``
+    items (``batch`` is a run-time argument, at most ``MAX_ITEMS / dhc``)."""
     spec = get_cell(p.cell)
     stages = spec.forward_stages(p.peephole, p.clip is not None)
     gates = spec.gate_names
-    G, DHC, N = spec.n_gates, p.dhc, p.batch
+    G, DHC, N = spec.n_gates, p.dhc, "batch"
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent: cell {spec.name}: recurrent GEMM results are kept "
                          "for one-stage (LBR) cells only")
@@ -85,7 +84,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     emit("  barrier(CLK_LOCAL_MEM_FENCE);")
     emit("  for (int s = 0; s < steps; ++s) {")
     emit("    const int t = reverse ? steps - 1 - s : s;")
-    emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
+    emit(f"    const int gxo = gx_off + t * batch * {G * DHC} + n * {G * DHC} + j;")
     emit("    const float h_prev = hl[lid];")
     known: set[str] = set()  # cell values computed so far this step
     for si, st in enumerate(stages):
@@ -102,7 +101,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
         emit("    }")
         if p.store_gh:
             for g in gg:
-                emit(f"    gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                emit(f"    gh[gh_off + t * batch * {G * DHC} + n * {G * DHC} + "
                      f"{gates.index(g) * DHC} + j] = acc_{g};")
         body += cell_lines(spec, si, st, known, p.activation, p.alpha, p.clip, N, DHC)
         if "rh" in st.assigned:
@@ -122,18 +121,18 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     params = [f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}float *{b}"
               for b in buffers(p)]
     params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
-    locals_ = [f"  __local float hl[{p.items}];"]
+    locals_ = [f"  __local float hl[{MAX_ITEMS}];"]
     if spec.reads_reset_state:
-        locals_.append(f"  __local float rl[{p.items}];")
+        locals_.append(f"  __local float rl[{MAX_ITEMS}];")
     source = "\n".join(
-        [f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
-         f"{name}({', '.join(params)})", "{",
+        [f"__kernel void {name}({', '.join(params)})", "{",
          "  const int lid = get_local_id(0);",
          # (j as lid - n * DHC: Oclgrind cannot follow the freeze LLVM puts on a div/rem pair)
          f"  const int n = lid / {DHC}, j = lid - n * {DHC};"]
         + locals_ + body + ["}", ""])
-    return KernelSource(name, source, (p.items,), (p.items,),
-                        buffers(p) + OFFSET_ARGS + SIZE_ARGS)
+    items = f"batch * {DHC}"
+    return KernelSource(name, source, None, None, buffers(p) + OFFSET_ARGS + SIZE_ARGS,
+                        grid=(items,), local_grid=(items,))
 
 
 def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, clip, N: int,
@@ -174,7 +173,7 @@ def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, cli
         elif name in ("p_i", "p_f", "p_o"):
             e = f"peep[peep_off + {'ifo'.index(name[2]) * DHC} + j]"
         elif name == "att":
-            e = f"att[att_off + t * {N} + n]"
+            e = f"att[att_off + t * {N} + n]"  # N: an int or a C expression
         elif name in known:
             continue
         else:
@@ -193,15 +192,19 @@ def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, cli
 
 def store_lines(spec, stages, store_gates: bool, N: int, DHC: int) -> list[str]:
     """C statements storing a step's h, c and (``store_gates``) activated gates of row n,
-    channel j."""
+    channel j; ``N`` (rows) is an int or a C expression."""
     G, gates = spec.n_gates, spec.gate_names
-    out = [f"    h[h_off + t * {N * DHC} + n * {DHC} + j] = v_h;"]
+
+    def step(k: int) -> str:  # elements of a step holding k values per row and channel
+        return str(N * k * DHC) if isinstance(N, int) else f"{N} * {k * DHC}"
+
+    out = [f"    h[h_off + t * {step(1)} + n * {DHC} + j] = v_h;"]
     if spec.has_cell_state:
-        out.append(f"    c[c_off + t * {N * DHC} + n * {DHC} + j] = v_c;")
+        out.append(f"    c[c_off + t * {step(1)} + n * {DHC} + j] = v_c;")
     if store_gates:
         for st in stages:
             for a in st.assignments:
                 if a.name in gates:
-                    out.append(f"    gates[gates_off + t * {N * G * DHC} + n * {G * DHC} + "
+                    out.append(f"    gates[gates_off + t * {step(G)} + n * {G * DHC} + "
                                f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
     return out

@@ -28,11 +28,18 @@ def size_var(name: str):
     return var(name)
 
 
+def _expression_type():
+    """pymbolic's expression base class: ``ExpressionNode`` (2024.2 on); the older name
+    ``Expression`` warns on every access in those versions, which the kernel generators make
+    hundreds of thousands of times in a test run."""
+    import pymbolic.primitives as prim
+
+    return getattr(prim, "ExpressionNode", None) or prim.Expression
+
+
 def is_var(x) -> bool:
     """Whether ``x`` is an expression (a size variable or built from one) rather than an int."""
-    from pymbolic.primitives import Expression
-
-    return isinstance(x, Expression)
+    return isinstance(x, _expression_type())
 
 
 def free_vars(obj) -> list[str]:

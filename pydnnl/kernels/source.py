@@ -24,6 +24,8 @@ class KernelSource:
     ``grid``, when set, holds the global size per axis as integer expressions over the
     kernel's runtime size arguments (``global_size`` is then None): one program serves every
     value of those sizes, and :func:`launch_size` evaluates the grid per launch.
+    ``local_grid`` does the same for the work-group size (``local_size`` is then None): a
+    kernel of one work-group whose item count follows a size (:func:`local_launch_size`).
     """
 
     name: str
@@ -33,25 +35,29 @@ class KernelSource:
     arg_names: tuple[str, ...]
     build_options: tuple[str, ...] = ()
     grid: tuple[str, ...] | None = None
+    local_grid: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"name": self.name, "source": self.source,
-                           "global_size": None if self.global_size is None
-                           else list(self.global_size),
-                           "local_size": None if self.local_size is None else list(self.local_size),
-                           "arg_names": list(self.arg_names),
-                           "build_options": list(self.build_options),
-                           "grid": None if self.grid is None else list(self.grid)})
+        d = {"name": self.name, "source": self.source,
+             "global_size": None if self.global_size is None else list(self.global_size),
+             "local_size": None if self.local_size is None else list(self.local_size),
+             "arg_names": list(self.arg_names),
+             "build_options": list(self.build_options),
+             "grid": None if self.grid is None else list(self.grid)}
+        if self.local_grid is not None:
+            d["local_grid"] = list(self.local_grid)
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> "KernelSource":
         d = json.loads(text)
-        grid = d.get("grid")
+        grid, local_grid = d.get("grid"), d.get("local_grid")
         return cls(d["name"], d["source"],
                    None if d["global_size"] is None else tuple(d["global_size"]),
                    None if d["local_size"] is None else tuple(d["local_size"]),
                    tuple(d["arg_names"]), tuple(d.get("build_options", ())),
-                   None if grid is None else tuple(grid))
+                   None if grid is None else tuple(grid),
+                   None if local_grid is None else tuple(local_grid))
 
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
@@ -89,6 +95,15 @@ def launch_size(src: KernelSource, args) -> tuple[int, ...]:
         return src.global_size
     values = args if isinstance(args, dict) else dict(zip(src.arg_names, args))
     return tuple(max(eval_size(e, values), 1) for e in src.grid)
+
+
+def local_launch_size(src: KernelSource, args) -> tuple[int, ...] | None:
+    """The work-group size of one launch of ``src``: fixed, or its ``local_grid`` evaluated
+    over the sizes in ``args`` (as in :func:`launch_size`)."""
+    if src.local_grid is None:
+        return src.local_size
+    values = args if isinstance(args, dict) else dict(zip(src.arg_names, args))
+    return tuple(max(eval_size(e, values), 1) for e in src.local_grid)
 
 
 def source_from_loopy(tu) -> KernelSource:

@@ -12,7 +12,7 @@ import threading
 
 from ..engine import _cl
 from ..error import runtime_error
-from ..kernels.source import KernelSource, launch_size, scalar_types
+from ..kernels.source import KernelSource, launch_size, local_launch_size, scalar_types
 
 
 class Kernel:
@@ -74,7 +74,7 @@ class Kernel:
         self.kernel.set_args(*args)
         gsize = launch_size(self.src, args)
         evt = cl.enqueue_nd_range_kernel(stream.queue, self.kernel, gsize,
-                                         self.src.local_size, wait_for=wait_for)
+                                         local_launch_size(self.src, args), wait_for=wait_for)
         stream.record(self.name, evt, gsize)
         return evt
 
@@ -210,13 +210,12 @@ class BoundKernel:
             else:
                 self.k.set_arg(i, a)
         self.current = [None] * len(args)
+        values = {n: v for n, v in zip(kernel.src.arg_names, args) if not hasattr(v, "key")}
         if kernel.src.grid is not None:
-            by_name = dict(zip(kernel.src.arg_names, args))
-            self.gsize = launch_size(kernel.src, {n: v for n, v in by_name.items()
-                                                  if not hasattr(v, "key")})
+            self.gsize = launch_size(kernel.src, values)
         else:
             self.gsize = kernel.src.global_size
-        self.lsize = kernel.src.local_size
+        self.lsize = local_launch_size(kernel.src, values)
 
     def launch(self, stream, bufs, wait_for=None):
         cl = _cl()

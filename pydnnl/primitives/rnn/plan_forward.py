@@ -276,7 +276,7 @@ class ForwardPlanBuilder(PlanBuilder):
         GD = s.G * DHC
         if self.persistent:
             self.recurrence = self.plan.get("rnn_persistent", PersistentProblem(
-                spec.name, s.peephole, s.activation, s.alpha, DHC, N, clip=clip_key(s),
+                spec.name, s.peephole, s.activation, s.alpha, DHC, clip=clip_key(s),
                 store_gates=pd.training, store_gh=pd.training and lbr(s),
                 u_private=rnn_rules.persistent_private_weights(eng.info, s.G, DHC)),
                 build_persistent)
@@ -497,7 +497,7 @@ class ForwardPlanBuilder(PlanBuilder):
             "peep": peep[0] if peep else SCRATCH,
             "peep_off": (peep[1] + ld * 3 * DHC) if peep else 0,
             "att": att[0] if att else SCRATCH, "att_off": att[1] if att else 0,
-            "steps": s.T, "reverse": 0 if self._ltr(d) else 1,
+            "steps": s.T, "reverse": 0 if self._ltr(d) else 1, "batch": N,
         }
         if self.grid:
             vals.update(rh=SCRATCH, rh_off=pd.scratch["rh"] if "rh" in pd.scratch else 0,

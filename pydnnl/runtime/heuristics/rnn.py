@@ -1,6 +1,8 @@
 """Device rules of the RNN family, each next to the measurement behind it."""
 from __future__ import annotations
 
+from ...kernels.rnn_persistent import MAX_ITEMS
+
 # Batches up to FUSED_MAX_N run each step's recurrent GEMM inside the cell kernel on GPUs,
 # one launch per step instead of two, as long as a work-item's serial dot products (SIC
 # multiply-adds per gate, G gates) stay within FUSED_MAX_MACS. Measured on an H100 (LSTM,
@@ -34,7 +36,7 @@ def fuse_recurrent_gemm(info, batch: int, sic: int, gates: int) -> bool:
 #   256 N 1 3.00 -> 6.48.
 # The weights stay in registers when a work-item's columns are at most PERSISTENT_PRIVATE_U
 # floats (32 channels, 4 gates).
-PERSISTENT_MAX_ITEMS = 1024
+PERSISTENT_MAX_ITEMS = MAX_ITEMS  # what the kernel's local arrays hold
 PERSISTENT_GPU_MAX_WEIGHT_BYTES = 64 << 10
 PERSISTENT_CPU_MAX_MACS = 1 << 16
 PERSISTENT_PRIVATE_U = 128
