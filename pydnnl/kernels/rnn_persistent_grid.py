@@ -87,15 +87,8 @@ def build_grid(p: GridProblem) -> KernelSource:
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent_grid: cell {spec.name}: recurrent GEMM results are "
                          "kept for one-stage (LBR) cells only")
-    body: list[str] = []
+    body: list[str] = weight_slice_lines(KP, JB, G, DHC, p.items)
     emit = body.append
-    # the weight slice, zero past the last channel and past k = DHC
-    emit(f"  for (int i = lid; i < {KP * JB * G}; i += {p.items}) {{")
-    emit(f"    const int k = i / {JB * G}, r = i - k * {JB * G};")
-    emit(f"    const int q = r / {G}, g = r - q * {G};")
-    emit(f"    us[i] = (k < {DHC} && j0 + q < {DHC}) ? "
-         f"u[u_off + k * {G * DHC} + g * {DHC} + j0 + q] : 0.0f;")
-    emit("  }")
     if spec.has_cell_state:
         emit(f"  float c_prev = c0[c0_off + n * {DHC} + j];")
     emit("  int epoch = 0;")
@@ -112,7 +105,6 @@ def build_grid(p: GridProblem) -> KernelSource:
         for name in st.inputs(()):
             if name.startswith("gx_"):
                 emit(f"    const float pgx_{name[3:]} = gx[gxo + {gates.index(name[3:]) * DHC}];")
-    R = -(-N * KC // p.items)  # staged values per item and chunk
     known: set[str] = set()
     for si, st in enumerate(stages):
         src = "hp" if st.recurrent_gemm.source == "h_prev" else "rp"
@@ -123,45 +115,22 @@ def build_grid(p: GridProblem) -> KernelSource:
             emit(f"    float acc_{g} = 0.0f;")
         # chunk kc + KC is loaded into registers while chunk kc is multiplied: the L2's
         # latency hides behind the arithmetic
-        pre = f"pre{si}"
-        emit(f"    float {pre}[{R}];")
-
-        def load(kc: str, pre=pre, src=src) -> None:
-            emit(f"      for (int q = 0; q < {R}; ++q) {{")
-            emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
-            emit(f"        {pre}[q] = (i < {N * KC} && {kc} + kk < {DHC}) ? "
-                 f"{src}[r * {DHC} + {kc} + kk] : 0.0f;")
-            emit("      }")
-
-        emit("    {")
-        load("0")
-        emit("    }")
-        emit(f"    for (int kc = 0; kc < {KP}; kc += {KC}) {{")
-        emit("      barrier(CLK_LOCAL_MEM_FENCE);")
-        emit(f"      for (int q = 0; q < {R}; ++q) {{")
-        emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
-        emit(f"        if (i < {N * KC}) hs[r * {KC + 1} + kk] = {pre}[q];")
-        emit("      }")
-        emit("      barrier(CLK_LOCAL_MEM_FENCE);")
-        emit(f"      if (kc + {KC} < {KP}) {{")
-        load(f"(kc + {KC})")
-        emit("      }")
-        emit(f"      const __local float *w = us + (kc * {JB} + jj) * {G};")
-        emit("      #pragma unroll 8")
-        emit(f"      for (int kk = 0; kk < {KC}; ++kk) {{")
-        emit(f"        const float x = hs[n * {KC + 1} + kk];")
+        compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {G};",
+                   "      #pragma unroll 8",
+                   f"      for (int kk = 0; kk < {KC}; ++kk) {{",
+                   f"        const float x = hs[n * {KC + 1} + kk];"]
         g0 = gates.index(gg[0])
         contiguous = [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg)))
         if contiguous and len(gg) in (2, 3, 4):
             # the stage's gates of this channel side by side: one vector read
-            emit(f"        const float{len(gg)} wv = vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
-            for c, g in zip("xyzw", gg):
-                emit(f"        acc_{g} = fma(x, wv.{c}, acc_{g});")
+            compute.append(f"        const float{len(gg)} wv = "
+                           f"vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
+            compute += [f"        acc_{g} = fma(x, wv.{c}, acc_{g});" for c, g in zip("xyzw", gg)]
         else:
-            for g in gg:
-                emit(f"        acc_{g} = fma(x, w[kk * {JB * G} + {gates.index(g)}], acc_{g});")
-        emit("      }")
-        emit("    }")
+            compute += [f"        acc_{g} = fma(x, w[kk * {JB * G} + {gates.index(g)}], acc_{g});"
+                        for g in gg]
+        compute.append("      }")
+        body.extend(chunk_loop_lines(f"pre{si}", src, N, DHC, KP, KC, p.items, compute))
         if p.store_gh:
             for g in gg:
                 emit(f"    if (valid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
@@ -182,23 +151,14 @@ def build_grid(p: GridProblem) -> KernelSource:
         emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
 
-    name = f"pydnnl_rnn_grid_{spec.name}"
-    params = _params()
-    sync = grid_sync_source()
-    source = "\n".join(
-        [sync, "",
-         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
-         f"{name}({', '.join(params)})", "{",
-         "  const int lid = get_local_id(0);",
-         f"  const int n = lid / {JB}, jj = lid - n * {JB};",
-         f"  const int j0 = get_group_id(0) * {JB};",
-         f"  const bool valid = j0 + jj < {DHC};",
-         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
-         f"  __local float us[{KP * JB * G}];",
-         f"  __local float hs[{N * (KC + 1)}];"]
-        + body + ["}", ""])
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+    source = kernel_lines(source_name(spec), _params(), p.items, "n", JB, DHC, KP * JB * G,
+                          N * (KC + 1), body)
+    return KernelSource(source_name(spec), source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
+
+def source_name(spec) -> str:
+    return f"pydnnl_rnn_grid_{spec.name}"
 
 
 def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
@@ -212,14 +172,8 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     st = stages[0]
     gg = st.recurrent_gemm.gates
     gx_names = [name[3:] for name in st.inputs(()) if name.startswith("gx_")]
-    body: list[str] = []
+    body: list[str] = weight_slice_lines(KP, JB, G, DHC, p.items)
     emit = body.append
-    emit(f"  for (int i = lid; i < {KP * JB * G}; i += {p.items}) {{")
-    emit(f"    const int k = i / {JB * G}, r = i - k * {JB * G};")
-    emit(f"    const int q = r / {G}, g = r - q * {G};")
-    emit(f"    us[i] = (k < {DHC} && j0 + q < {DHC}) ? "
-         f"u[u_off + k * {G * DHC} + g * {DHC} + j0 + q] : 0.0f;")
-    emit("  }")
     if spec.has_cell_state:
         emit(f"  float cs[{RN}];")
         emit(f"  for (int r = 0; r < {RN}; ++r) "
@@ -242,46 +196,22 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     for g in gg:
         emit(f"    float acc_{g}_r[{RN}];")
         emit(f"    for (int r = 0; r < {RN}; ++r) acc_{g}_r[r] = 0.0f;")
-    R = -(-N * KC // p.items)
-    emit(f"    float pre[{R}];")
-
-    def load(kc: str) -> None:
-        emit(f"      for (int q = 0; q < {R}; ++q) {{")
-        emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
-        emit(f"        pre[q] = (i < {N * KC} && {kc} + kk < {DHC}) ? "
-             f"hp[r * {DHC} + {kc} + kk] : 0.0f;")
-        emit("      }")
-
-    emit("    {")
-    load("0")
-    emit("    }")
-    emit(f"    for (int kc = 0; kc < {KP}; kc += {KC}) {{")
-    emit("      barrier(CLK_LOCAL_MEM_FENCE);")
-    emit(f"      for (int q = 0; q < {R}; ++q) {{")
-    emit(f"        const int i = lid + q * {p.items}, r = i / {KC}, kk = i - r * {KC};")
-    emit(f"        if (i < {N * KC}) hs[r * {KC + 1} + kk] = pre[q];")
-    emit("      }")
-    emit("      barrier(CLK_LOCAL_MEM_FENCE);")
-    emit(f"      if (kc + {KC} < {KP}) {{")
-    load(f"(kc + {KC})")
-    emit("      }")
-    emit(f"      const __local float *w = us + (kc * {JB} + jj) * {G};")
-    emit("      #pragma unroll 4")
-    emit(f"      for (int kk = 0; kk < {KC}; ++kk) {{")
+    compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {G};",
+               "      #pragma unroll 4",
+               f"      for (int kk = 0; kk < {KC}; ++kk) {{"]
     g0 = gates.index(gg[0])
     if [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg))) and len(gg) in (2, 3, 4):
-        emit(f"        const float{len(gg)} wv = vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
+        compute.append(f"        const float{len(gg)} wv = "
+                       f"vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
         wexpr = {g: f"wv.{c}" for c, g in zip("xyzw", gg)}
     else:
         wexpr = {g: f"w[kk * {JB * G} + {gates.index(g)}]" for g in gg}
-    emit("        #pragma unroll")
-    emit(f"        for (int r = 0; r < {RN}; ++r) {{")
-    emit(f"          const float x = hs[min(nb * {RN} + r, {N - 1}) * {KC + 1} + kk];")
-    for g in gg:
-        emit(f"          acc_{g}_r[r] = fma(x, {wexpr[g]}, acc_{g}_r[r]);")
-    emit("        }")
-    emit("      }")
-    emit("    }")
+    compute += ["        #pragma unroll",
+                f"        for (int r = 0; r < {RN}; ++r) {{",
+                f"          const float x = hs[min(nb * {RN} + r, {N - 1}) * {KC + 1} + kk];"]
+    compute += [f"          acc_{g}_r[r] = fma(x, {wexpr[g]}, acc_{g}_r[r]);" for g in gg]
+    compute += ["        }", "      }"]
+    body.extend(chunk_loop_lines("pre", "hp", N, DHC, KP, KC, p.items, compute))
     emit("    #pragma unroll")
     emit(f"    for (int r = 0; r < {RN}; ++r) {{")
     emit(f"    const int n = min(nb * {RN} + r, {N - 1});")
@@ -308,21 +238,9 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     emit("    }")
     emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
-    name = f"pydnnl_rnn_grid_{spec.name}"
-    params = _params()
-    source = "\n".join(
-        [grid_sync_source(), "",
-         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
-         f"{name}({', '.join(params)})", "{",
-         "  const int lid = get_local_id(0);",
-         f"  const int nb = lid / {JB}, jj = lid - nb * {JB};",
-         f"  const int j0 = get_group_id(0) * {JB};",
-         f"  const bool valid = j0 + jj < {DHC};",
-         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
-         f"  __local float us[{KP * JB * G}];",
-         f"  __local float hs[{N * (KC + 1)}];"]
-        + body + ["}", ""])
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+    source = kernel_lines(source_name(spec), _params(), p.items, "nb", JB, DHC, KP * JB * G,
+                          N * (KC + 1), body)
+    return KernelSource(source_name(spec), source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
 
 
@@ -335,6 +253,62 @@ def _params() -> list[str]:
         else:
             params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
     return params + [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+
+
+def weight_slice_lines(kp: int, jb: int, g: int, dhc: int, items: int) -> list[str]:
+    """Load the group's slice of the recurrent weights into local memory, ``us[k][jj][gate]``,
+    zero past the last channel and past k = dhc."""
+    return [f"  for (int i = lid; i < {kp * jb * g}; i += {items}) {{",
+            f"    const int k = i / {jb * g}, r = i - k * {jb * g};",
+            f"    const int q = r / {g}, g = r - q * {g};",
+            f"    us[i] = (k < {dhc} && j0 + q < {dhc}) ? "
+            f"u[u_off + k * {g * dhc} + g * {dhc} + j0 + q] : 0.0f;",
+            "  }"]
+
+
+def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int, items: int,
+                     compute: list[str], idx: str = "kk") -> list[str]:
+    """The staged product every grid kernel runs: ``rows x width`` values of ``src`` (written
+    by other groups, read volatile) go through local memory ``hs`` in chunks of ``kc``
+    columns, the next chunk loaded into the registers ``pre`` while ``compute`` (the
+    statements of one chunk, reading ``hs`` and the chunk start ``kc``) runs on this one."""
+    R = -(-rows * kc // items)
+
+    def load(start: str) -> list[str]:
+        return [f"      for (int q = 0; q < {R}; ++q) {{",
+                f"        const int i = lid + q * {items}, r = i / {kc}, {idx} = i - r * {kc};",
+                f"        {pre}[q] = (i < {rows * kc} && {start} + {idx} < {width}) ? "
+                f"{src}[r * {width} + {start} + {idx}] : 0.0f;",
+                "      }"]
+
+    return ([f"    float {pre}[{R}];", "    {"] + load("0") + ["    }",
+            f"    for (int kc = 0; kc < {kp}; kc += {kc}) {{",
+            "      barrier(CLK_LOCAL_MEM_FENCE);",
+            f"      for (int q = 0; q < {R}; ++q) {{",
+            f"        const int i = lid + q * {items}, r = i / {kc}, {idx} = i - r * {kc};",
+            f"        if (i < {rows * kc}) hs[r * {kc + 1} + {idx}] = {pre}[q];",
+            "      }",
+            "      barrier(CLK_LOCAL_MEM_FENCE);",
+            f"      if (kc + {kc} < {kp}) {{"] + load(f"(kc + {kc})") + ["      }"]
+            + compute + ["    }"])
+
+
+def kernel_lines(name: str, params: list[str], items: int, row: str, jb: int, dhc: int,
+                 us_size: int, hs_size: int, body: list[str]) -> str:
+    """A grid kernel's source: the barrier, the signature, the item's position (``row`` the
+    name of its batch row, or first row), the local arrays, then ``body``."""
+    return "\n".join(
+        [grid_sync_source(), "",
+         f"__kernel void __attribute__((reqd_work_group_size({items}, 1, 1)))",
+         f"{name}({', '.join(params)})", "{",
+         "  const int lid = get_local_id(0);",
+         f"  const int {row} = lid / {jb}, jj = lid - {row} * {jb};",
+         f"  const int j0 = get_group_id(0) * {jb};",
+         f"  const bool valid = j0 + jj < {dhc};",
+         f"  const int j = min(j0 + jj, {dhc - 1});  /* reads stay in bounds */",
+         f"  __local float us[{us_size}];",
+         f"  __local float hs[{hs_size}];"]
+        + body + ["}", ""])
 
 
 def grid_sync_source() -> str:

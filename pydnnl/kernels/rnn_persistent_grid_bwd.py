@@ -25,7 +25,7 @@ from .rnn_elementwise_bwd import (
     analyze,
     stage_ops,
 )
-from .rnn_persistent_grid import grid_sync_source
+from .rnn_persistent_grid import chunk_loop_lines, kernel_lines
 from .source import KernelSource
 
 BUFFERS = ("gates", "c", "c_prev", "h_prev", "att", "peep", "gh", "bias", "dh_a", "dh_b", "dc",
@@ -144,34 +144,11 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     emit_line(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit_line("    volatile __global const float *dg = dgh + dgh_off;")
     emit_line("    float acc = 0.0f;")
-    R = -(-N * KC // p.items)
-    emit_line(f"    float pre[{R}];")
-
-    def load(kc: str) -> None:
-        emit_line(f"      for (int q = 0; q < {R}; ++q) {{")
-        emit_line(f"        const int i = lid + q * {p.items}, r = i / {KC}, cc = i - r * {KC};")
-        emit_line(f"        pre[q] = (i < {N * KC} && {kc} + cc < {GD}) ? "
-                  f"dg[r * {GD} + {kc} + cc] : 0.0f;")
-        emit_line("      }")
-
-    emit_line("    {")
-    load("0")
-    emit_line("    }")
-    emit_line(f"    for (int kc = 0; kc < {KP}; kc += {KC}) {{")
-    emit_line("      barrier(CLK_LOCAL_MEM_FENCE);")
-    emit_line(f"      for (int q = 0; q < {R}; ++q) {{")
-    emit_line(f"        const int i = lid + q * {p.items}, r = i / {KC}, cc = i - r * {KC};")
-    emit_line(f"        if (i < {N * KC}) hs[r * {KC + 1} + cc] = pre[q];")
-    emit_line("      }")
-    emit_line("      barrier(CLK_LOCAL_MEM_FENCE);")
-    emit_line(f"      if (kc + {KC} < {KP}) {{")
-    load(f"(kc + {KC})")
-    emit_line("      }")
-    emit_line(f"      const __local float *w = us + kc * {JB} + jj;")
-    emit_line("      #pragma unroll 8")
-    emit_line(f"      for (int cc = 0; cc < {KC}; ++cc)")
-    emit_line(f"        acc = fma(hs[n * {KC + 1} + cc], w[cc * {JB}], acc);")
-    emit_line("    }")
+    body.extend(chunk_loop_lines("pre", "dg", N, GD, KP, KC, p.items, [
+        f"      const __local float *w = us + kc * {JB} + jj;",
+        "      #pragma unroll 8",
+        f"      for (int cc = 0; cc < {KC}; ++cc)",
+        f"        acc = fma(hs[n * {KC + 1} + cc], w[cc * {JB}], acc);"], idx="cc"))
     target = f"dhp[dhp_off + n * {DHC} + j]"
     emit_line(f"    if (valid) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
     emit_line("  }")
@@ -179,18 +156,6 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     name = f"pydnnl_rnn_grid_bwd_{spec.name}"
     params = ["__global int *bar" if b == "bar" else f"__global float *{b}" for b in BUFFERS]
     params += [f"int {a}" for a in BASE_ARGS + SIZE_ARGS]
-    sync = grid_sync_source()
-    source = "\n".join(
-        [sync, "",
-         f"__kernel void __attribute__((reqd_work_group_size({p.items}, 1, 1)))",
-         f"{name}({', '.join(params)})", "{",
-         "  const int lid = get_local_id(0);",
-         f"  const int n = lid / {JB}, jj = lid - n * {JB};",
-         f"  const int j0 = get_group_id(0) * {JB};",
-         f"  const bool valid = j0 + jj < {DHC};",
-         f"  const int j = min(j0 + jj, {DHC - 1});  /* reads stay in bounds */",
-         f"  __local float us[{KP * JB}];",
-         f"  __local float hs[{N * (KC + 1)}];"]
-        + body + ["}", ""])
+    source = kernel_lines(name, params, p.items, "n", JB, DHC, KP * JB, N * (KC + 1), body)
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + BASE_ARGS + SIZE_ARGS)
