@@ -48,9 +48,8 @@ class PersistentProblem:
     u_private: bool = False  # weights in registers, loaded once
 
 
-def buffers(p: PersistentProblem) -> tuple[str, ...]:
-    """The buffer arguments, in order (unused ones are still passed: one signature)."""
-    return ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att")
+# the buffer arguments, in order (the ones a cell does not read are still passed: one signature)
+BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att")
 
 
 def build_persistent(p: PersistentProblem) -> KernelSource:
@@ -119,7 +118,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
 
     name = f"pydnnl_rnn_persist_{spec.name}"
     params = [f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}float *{b}"
-              for b in buffers(p)]
+              for b in BUFFERS]
     params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
     locals_ = [f"  __local float hl[{MAX_ITEMS}];"]
     if spec.reads_reset_state:
@@ -131,7 +130,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
          f"  const int n = lid / {DHC}, j = lid - n * {DHC};"]
         + locals_ + body + ["}", ""])
     items = f"batch * {DHC}"
-    return KernelSource(name, source, None, None, buffers(p) + OFFSET_ARGS + SIZE_ARGS,
+    return KernelSource(name, source, None, None, BUFFERS + OFFSET_ARGS + SIZE_ARGS,
                         grid=(items,), local_grid=(items,))
 
 

@@ -151,14 +151,17 @@ def build_grid(p: GridProblem) -> KernelSource:
         emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
 
-    source = kernel_lines(source_name(spec), _params(), p.items, "n", JB, DHC, KP * JB * G,
-                          N * (KC + 1), body)
-    return KernelSource(source_name(spec), source, (p.groups * p.items,), (p.items,),
+    return _forward_source(p, spec, "n", body)
+
+
+def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSource:
+    """The forward kernel around ``body`` (``row``: the name of the item's batch row, or of
+    its first row)."""
+    name = f"pydnnl_rnn_grid_{spec.name}"
+    source = kernel_lines(name, _params(), p.items, row, p.jb, p.dhc,
+                          p.k_padded * p.jb * spec.n_gates, p.batch * (p.kc + 1), body)
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
-
-
-def source_name(spec) -> str:
-    return f"pydnnl_rnn_grid_{spec.name}"
 
 
 def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
@@ -238,10 +241,7 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     emit("    }")
     emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
-    source = kernel_lines(source_name(spec), _params(), p.items, "nb", JB, DHC, KP * JB * G,
-                          N * (KC + 1), body)
-    return KernelSource(source_name(spec), source, (p.groups * p.items,), (p.items,),
-                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+    return _forward_source(p, spec, "nb", body)
 
 
 def _params() -> list[str]:
