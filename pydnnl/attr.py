@@ -5,9 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .constants import algorithm, arg_name, scratchpad_mode
-from .error import invalid_arguments
+from .constants import ARG_SRC, ARG_WEIGHTS, algorithm, arg_name, scratchpad_mode
+from .error import invalid_arguments, unimplemented
 from .memory.data_types import as_data_type, data_type
+from .memory.data_types import data_type as _dt
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,10 @@ class primitive_attr:
         self._scratchpad_mode = scratchpad_mode.library
         self._scales: dict[int, int] = {}
         self._zero_points: dict[int, int] = {}
+        # (data type, on the host) of each entry: host entries are one value passed as a
+        # host-scalar memory (set_host_scale / set_host_zero_point)
+        self._scale_types: dict[int, tuple[data_type, bool]] = {}
+        self._zero_point_types: dict[int, tuple[data_type, bool]] = {}
         self._post_ops = post_ops()
         self._rnn_data_qparams: tuple[float, float] | None = None
         self._rnn_weights_qparams: tuple[int, tuple[float, ...]] | None = None
@@ -174,17 +179,99 @@ class primitive_attr:
         return self._fpmath_apply_to_int
 
     def set_scales_mask(self, arg: int, mask: int) -> None:
-        """Scales for ``arg``: mask 0 is one scale, bit d set means one scale per index of dim d."""
-        self._scales[int(arg)] = _check_mask(mask, f"set_scales_mask({arg_name(arg)})")
+        """Scales for ``arg``: mask 0 is one scale, bit d set means one scale per index of dim d;
+        f32 values in a device memory passed at execute as ``ARG_ATTR_SCALES | arg``."""
+        self.set_scales(arg, mask, [], data_type.f32, False, _what="set_scales_mask")
 
     def set_zero_points_mask(self, arg: int, mask: int) -> None:
-        self._zero_points[int(arg)] = _check_mask(mask, f"set_zero_points_mask({arg_name(arg)})")
+        """Zero points for ``arg`` (mask as in :meth:`set_scales_mask`): s32 values in a device
+        memory passed at execute as ``ARG_ATTR_ZERO_POINTS | arg``."""
+        self.set_zero_points(arg, mask, [], data_type.s32, False, _what="set_zero_points_mask")
+
+    def set_scales(self, arg: int, mask: int, groups=(), data_type=data_type.f32,
+                   is_on_host: bool = False, *, _what: str = "set_scales") -> None:
+        """``dnnl::primitive_attr::set_scales``: ``is_on_host`` makes the scale one value in
+        a host-scalar memory of ``data_type`` (f32, bf16 or f16; ``mask`` 0, no groups), as
+        :meth:`set_host_scale`. Scales in a device memory are f32 here; groups are not
+        implemented."""
+        arg, what = _check_arg(arg, _what), f"{_what}({arg_name(arg)})"
+        mask = _check_mask(mask, what)
+        dt = _quant_type(data_type, what, "scales", (_dt.f32, _dt.bf16, _dt.f16))
+        self._check_groups(groups, what)
+        host = _check_host(is_on_host, mask, what)
+        if not host and dt != _dt.f32:
+            raise unimplemented(f"{what}: scales of data type {dt.name} in a device memory are "
+                                f"not implemented; expected f32 (or a host scalar)")
+        self._scales[arg], self._scale_types[arg] = mask, (dt, host)
+
+    def set_zero_points(self, arg: int, mask: int, groups=(), data_type=data_type.s32,
+                        is_on_host: bool = False, *, _what: str = "set_zero_points") -> None:
+        """``dnnl::primitive_attr::set_zero_points``: ``is_on_host`` makes the zero point
+        one value in a host-scalar memory of ``data_type`` (s32; s8 or u8 for src and
+        weights; ``mask`` 0, no groups), as :meth:`set_host_zero_point`. Zero points in a
+        device memory are s32 here; groups are not implemented."""
+        arg, what = _check_arg(arg, _what), f"{_what}({arg_name(arg)})"
+        mask = _check_mask(mask, what)
+        dt = _quant_type(data_type, what, "zero points", (_dt.s32, _dt.s8, _dt.u8))
+        if dt != _dt.s32 and arg not in (ARG_SRC, ARG_WEIGHTS):
+            raise invalid_arguments(f"{what}: zero points of {arg_name(arg)} are s32 (s8 and u8 "
+                                    f"serve src and weights only), got {dt.name}")
+        self._check_groups(groups, what)
+        host = _check_host(is_on_host, mask, what)
+        if not host and dt != _dt.s32:
+            raise unimplemented(f"{what}: zero points of data type {dt.name} in a device memory "
+                                f"are not implemented; expected s32 (or a host scalar)")
+        self._zero_points[arg], self._zero_point_types[arg] = mask, (dt, host)
+
+    def set_host_scale(self, arg: int, data_type=data_type.f32) -> None:
+        """One scale for ``arg`` passed at execute as a host-scalar memory
+        (``memory(memory.desc.host_scalar(data_type), value)``) under ``ARG_ATTR_SCALES |
+        arg`` (``dnnl::primitive_attr::set_host_scale``; mask 0)."""
+        self.set_scales(arg, 0, [], data_type, True, _what="set_host_scale")
+
+    def set_host_zero_point(self, arg: int, data_type=data_type.s32) -> None:
+        """One zero point for ``arg`` passed at execute as a host-scalar memory under
+        ``ARG_ATTR_ZERO_POINTS | arg`` (``dnnl::primitive_attr::set_host_zero_point``;
+        mask 0)."""
+        self.set_zero_points(arg, 0, [], data_type, True, _what="set_host_zero_point")
+
+    @staticmethod
+    def _check_groups(groups, what: str) -> None:
+        try:
+            g = list(groups)
+        except TypeError:
+            raise invalid_arguments(f"{what}: groups must be a list of ints, got "
+                                    f"{groups!r}") from None
+        if g:
+            raise unimplemented(f"{what}: groups {g} are not implemented; expected []")
 
     def get_scales_mask(self, arg: int) -> int | None:
         return self._scales.get(int(arg))
 
     def get_zero_points_mask(self, arg: int) -> int | None:
         return self._zero_points.get(int(arg))
+
+    def get_scales(self, arg: int):
+        """``(mask, groups, data_type, is_on_host)`` of ``arg``'s scales, as
+        :meth:`set_scales` takes them; None where none were set."""
+        if int(arg) not in self._scales:
+            return None
+        return (self._scales[int(arg)], [], *self._scale_types[int(arg)])
+
+    def get_zero_points(self, arg: int):
+        """``(mask, groups, data_type, is_on_host)`` of ``arg``'s zero points; None where none
+        were set."""
+        if int(arg) not in self._zero_points:
+            return None
+        return (self._zero_points[int(arg)], [], *self._zero_point_types[int(arg)])
+
+    def scales_on_host(self, arg: int) -> bool:
+        """Whether ``arg``'s scale is a host scalar (:meth:`set_host_scale`)."""
+        return self._scale_types.get(int(arg), (None, False))[1]
+
+    def zero_point_on_host(self, arg: int) -> bool:
+        """Whether ``arg``'s zero point is a host scalar (:meth:`set_host_zero_point`)."""
+        return self._zero_point_types.get(int(arg), (None, False))[1]
 
     @property
     def scales(self) -> dict[int, int]:
@@ -246,7 +333,9 @@ class primitive_attr:
 
     def key(self) -> tuple:
         return (int(self._scratchpad_mode), tuple(sorted(self._scales.items())),
-                tuple(sorted(self._zero_points.items())), self._post_ops.key(),
+                tuple(sorted(self._zero_points.items())),
+                tuple(sorted(self._scale_types.items())),
+                tuple(sorted(self._zero_point_types.items())), self._post_ops.key(),
                 self._rnn_data_qparams, self._rnn_weights_qparams,
                 self._rnn_weights_projection_qparams, int(self._fpmath))
 
@@ -255,6 +344,27 @@ def _check_mask(mask, what: str) -> int:
     if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
         raise invalid_arguments(f"{what}: mask must be a non-negative int, got {mask!r}")
     return mask
+
+
+def _check_arg(arg, what: str) -> int:
+    if isinstance(arg, bool) or not isinstance(arg, (int, np.integer)) or arg < 0:
+        raise invalid_arguments(f"{what}: arg must be a non-negative ARG_* number, got {arg!r}")
+    return int(arg)
+
+
+def _quant_type(dt, what: str, kind: str, allowed) -> data_type:
+    dt = as_data_type(dt)
+    if dt not in allowed:
+        raise invalid_arguments(f"{what}: {kind} of data type {dt.name}; expected "
+                                f"{', '.join(t.name for t in allowed)}")
+    return dt
+
+
+def _check_host(is_on_host, mask: int, what: str) -> bool:
+    host = bool(is_on_host)
+    if host and mask != 0:
+        raise invalid_arguments(f"{what}: a host scalar is one value: expected mask 0, got {mask}")
+    return host
 
 
 def _finite(v, what: str) -> float:

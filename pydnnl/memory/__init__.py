@@ -6,7 +6,7 @@ import numpy as np
 from ..engine import _cl
 from ..engine import engine as _engine
 from ..error import invalid_arguments
-from .data_types import data_type, from_storage, to_storage
+from .data_types import _INT_RANGE, data_type, from_storage, to_storage
 from .desc import MemoryDesc, format_kind
 from .format_tags import FormatTag, format_tag
 from .pool import BufferPool
@@ -20,6 +20,11 @@ class memory:
     ``array`` is a numpy array of shape ``desc.get_dims()``, laid out into whatever physical
     layout the desc has (plain, strided or blocked). A ``pyopencl.Buffer`` of at least
     ``desc.get_size()`` bytes may be passed instead to use it as the storage.
+
+    ``memory(memory.desc.host_scalar(dt), value)`` holds one number on the host (oneDNN's
+    host-scalar memory): no engine, no buffer; ``get_host_scalar_value()`` and
+    ``set_host_scalar_value(v)`` read and replace it. It is passed at execute as a scale or
+    zero point the attribute declared with ``set_host_scale`` / ``set_host_zero_point``.
     """
 
     desc = MemoryDesc
@@ -31,6 +36,16 @@ class memory:
         if not isinstance(desc, MemoryDesc):
             raise invalid_arguments(
                 f"memory: desc must be a memory.desc, got {type(desc).__name__}")
+        if desc.is_host_scalar():
+            if isinstance(engine, _engine) or data is not None:
+                raise invalid_arguments(
+                    f"memory: {desc!r} is a host scalar: expected memory(desc, value) with no "
+                    f"engine, got {type(engine).__name__}"
+                    + ("" if data is None else f" and {type(data).__name__}"))
+            self._desc, self._engine = desc, None
+            self._buffer, self._pooled = None, False
+            self._value = _scalar_storage(desc.data_type, engine, "memory")
+            return
         if not isinstance(engine, _engine):
             raise invalid_arguments(
                 f"memory: engine must be a pydnnl.engine, got {type(engine).__name__}")
@@ -56,15 +71,45 @@ class memory:
     def get_desc(self) -> MemoryDesc:
         return self._desc
 
-    def get_engine(self) -> _engine:
+    def get_engine(self) -> _engine | None:
+        """The engine the buffer lives on; None for a host scalar."""
         return self._engine
+
+    def is_host_scalar(self) -> bool:
+        """Whether this memory holds a host scalar (``memory(desc.host_scalar(dt), value)``)."""
+        return self._desc.is_host_scalar()
+
+    def get_host_scalar_value(self):
+        """The value of a host-scalar memory, as a numpy scalar of its type (bf16 as
+        float32)."""
+        self._need_host_scalar("get_host_scalar_value")
+        return from_storage(self._value, self._desc.data_type)[0]
+
+    def set_host_scalar_value(self, value) -> None:
+        """Replace the value of a host-scalar memory (checked as at creation)."""
+        self._need_host_scalar("set_host_scalar_value")
+        self._value = _scalar_storage(self._desc.data_type, value,
+                                      "memory.set_host_scalar_value")
+
+    def _need_host_scalar(self, what: str) -> None:
+        if not self._desc.is_host_scalar():
+            raise invalid_arguments(f"memory.{what}: expected a host-scalar memory, got one of "
+                                    f"{self._desc!r}")
+
+    def _no_buffer(self, what: str) -> None:
+        if self._desc.is_host_scalar():
+            raise invalid_arguments(
+                f"memory.{what}: {self._desc!r} lives on the host and has no device buffer; "
+                f"use get_host_scalar_value() / set_host_scalar_value()")
 
     def get_data_handle(self):
         """The ``pyopencl.Buffer`` holding the data."""
+        self._no_buffer("get_data_handle")
         return self._buffer
 
     def set_data_handle(self, buffer) -> None:
         """Use another ``pyopencl.Buffer`` (of at least ``get_desc().get_size()`` bytes)."""
+        self._no_buffer("set_data_handle")
         if not isinstance(buffer, _cl().MemoryObjectHolder):
             raise invalid_arguments(
                 f"memory.set_data_handle: expected a pyopencl.Buffer, "
@@ -79,6 +124,7 @@ class memory:
     @property
     def buffer(self):
         """The underlying ``pyopencl.Buffer``."""
+        self._no_buffer("buffer")
         return self._buffer
 
     # -- host access ----------------------------------------------------------------------------
@@ -89,10 +135,14 @@ class memory:
         ``stream.wait()`` first when kernels writing this memory may still run.
         """
         raw = self.read_raw()
+        if self._desc.is_host_scalar():
+            return from_storage(raw, self._desc.data_type)
         return from_storage(self._desc.unpack(raw), self._desc.data_type)
 
     def read_raw(self) -> np.ndarray:
         """The storage elements as laid out on the device (padding included)."""
+        if self._desc.is_host_scalar():
+            return self._value.copy()
         n = self._desc.nelems_physical()
         host = np.empty(n, dtype=self._desc.data_type.storage_dtype)
         if n:
@@ -101,6 +151,13 @@ class memory:
 
     def write(self, array) -> None:
         """Copy a logical array (shape ``dims``) into the memory's layout."""
+        if self._desc.is_host_scalar():
+            arr = np.asarray(array)
+            if arr.size != 1:
+                raise invalid_arguments(f"memory.write: a host scalar takes one value, got an "
+                                        f"array of shape {list(arr.shape)}")
+            self.set_host_scalar_value(arr.reshape(-1)[0])
+            return
         self._write_values(_check_values(self._desc, array, "memory.write"))
 
     def _write_values(self, values: np.ndarray) -> None:
@@ -118,6 +175,8 @@ class memory:
         return a if dtype is None else a.astype(dtype)
 
     def __repr__(self) -> str:
+        if self._desc.is_host_scalar():
+            return f"memory({self._desc!r}, {self.get_host_scalar_value().item()!r})"
         return f"memory({self._desc!r}, {self._engine!r})"
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -131,6 +190,26 @@ class memory:
             self._release()
         except Exception:  # interpreter shutdown
             pass
+
+
+def _scalar_storage(dt: data_type, value, what: str) -> np.ndarray:
+    """A host scalar's value checked against ``dt`` and stored as one element of its storage
+    type: a real number; for an integer type, a whole number inside the type's range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise invalid_arguments(
+            f"{what}: a host scalar of {dt.name} takes a real number, got {value!r} "
+            f"({type(value).__name__})")
+    if not dt.is_float:
+        lo, hi = _INT_RANGE[dt]
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+            raise invalid_arguments(
+                f"{what}: a host scalar of {dt.name} takes a whole number, got {value!r}")
+        if not lo <= int(value) <= hi:
+            raise invalid_arguments(
+                f"{what}: a host scalar of {dt.name} takes a value in [{lo}, {hi}], got {value!r}")
+        return np.array([int(value)], dt.storage_dtype)
+    return to_storage(np.array([value], np.float64 if dt == data_type.f64 else np.float32), dt)
 
 
 def _check_values(desc: MemoryDesc, data, what: str) -> np.ndarray:

@@ -32,6 +32,10 @@ class format_kind(enum.IntEnum):
     undef = 0
     any = 1
     blocked = 2
+    #: one value held on the host (``memory.desc.host_scalar(dt)``): a scale or zero point
+    #: passed at execute without a device buffer (oneDNN's value 5; 3 and 4, opaque and
+    #: sparse, do not exist here)
+    host_scalar = 5
 
 
 def _round_up(x: int, m: int) -> int:
@@ -177,6 +181,23 @@ class MemoryDesc:
                 f"{nbytes} bytes; expected at most {INT64_MAX} (an int64 byte offset)")
 
     @classmethod
+    def host_scalar(cls, data_type) -> "MemoryDesc":
+        """The desc of one value of ``data_type`` that lives on the host
+        (``dnnl::memory::desc::host_scalar``): one dim of size 1, format kind ``host_scalar``,
+        no layout; ``get_size()`` is the type's size. A memory made from it
+        (``memory(desc, value)``) is passed at execute as a scale or zero point set with
+        ``primitive_attr.set_host_scale`` / ``set_host_zero_point``."""
+        dt = as_data_type(data_type)
+        if dt == dt.undef:
+            raise invalid_arguments("memory.desc.host_scalar: data_type undef cannot describe "
+                                    "a value")
+        md = cls.__new__(cls)
+        md.dims, md.data_type, md.format_kind = (1,), dt, format_kind.host_scalar
+        md.strides, md.inner_blks, md.inner_idxs = (), (), ()
+        md.padded_dims, md.offset0, md.tag = (1,), 0, None
+        return md
+
+    @classmethod
     def _make(cls, dims, dt, strides, inner_blks, inner_idxs, padded_dims, offset0, tag):
         md = cls.__new__(cls)
         md.dims, md.data_type, md.format_kind = tuple(dims), dt, format_kind.blocked
@@ -219,8 +240,14 @@ class MemoryDesc:
     def is_any(self) -> bool:
         return self.format_kind == format_kind.any
 
+    def is_host_scalar(self) -> bool:
+        """Whether this is a host scalar's desc (:meth:`host_scalar`)."""
+        return self.format_kind == format_kind.host_scalar
+
     def get_size(self) -> int:
         """Bytes needed to hold the tensor in this layout, padding (and offset0) included."""
+        if self.format_kind == format_kind.host_scalar:
+            return self.data_type.itemsize
         return self.nelems_physical() * self.data_type.itemsize
 
     def nelems(self) -> int:
@@ -255,6 +282,8 @@ class MemoryDesc:
         """The tag name when built from a tag, else a oneDNN-like description of the strides."""
         if self.is_zero():
             return "undef"
+        if self.is_host_scalar():
+            return "host_scalar"
         if self.tag is not None:
             return self.tag.name
         return "strides:" + "x".join(str(s) for s in self.strides)
@@ -320,6 +349,9 @@ class MemoryDesc:
                 f"the layout it chose")
         if self.format_kind == format_kind.undef:
             raise invalid_arguments(f"{what}: the memory desc is the zero desc")
+        if self.format_kind == format_kind.host_scalar:
+            raise invalid_arguments(
+                f"{what}: the memory desc describes a host scalar, which has no device layout")
 
     # -- transformations ---------------------------------------------------------------------------
     def reshape(self, dims, allow_empty: bool = False) -> "MemoryDesc":
@@ -407,6 +439,8 @@ class MemoryDesc:
     def __repr__(self) -> str:
         if self.is_zero():
             return "memory.desc()"
+        if self.is_host_scalar():
+            return f"memory.desc.host_scalar({self.data_type.name})"
         return (f"memory.desc({list(self.dims)}, {self.data_type.name}, {self.format_name()})")
 
     def short_str(self) -> str:

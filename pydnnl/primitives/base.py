@@ -82,14 +82,20 @@ class primitive_desc_base:
         """Scales and zero points set in the attributes become required arguments."""
         from ..memory.data_types import data_type
 
-        for base, masks, dt in ((ARG_ATTR_SCALES, self._attr.scales, data_type.f32),
-                                (ARG_ATTR_ZERO_POINTS, self._attr.zero_points, data_type.s32)):
+        attr = self._attr
+        for base, masks, dt, get in (
+                (ARG_ATTR_SCALES, attr.scales, data_type.f32, attr.get_scales),
+                (ARG_ATTR_ZERO_POINTS, attr.zero_points, data_type.s32, attr.get_zero_points)):
             for arg, mask in masks.items():
                 target = self._args.get(arg)
                 if target is None:
                     raise invalid_arguments(
                         f"{self._kind}: attribute scales/zero points set for {arg_name(arg)}, "
                         f"which this primitive does not take")
+                _, _, host_dt, on_host = get(arg)
+                if on_host:  # one value in a host-scalar memory (set_host_scale, ...)
+                    self._args[base | arg] = ArgSpec(MemoryDesc.host_scalar(host_dt), False, True)
+                    continue
                 n = 1
                 for d, v in enumerate(target.md.dims):
                     if mask >> d & 1:
@@ -213,6 +219,19 @@ def _bind_prelu_weights(args: dict) -> dict:
     return {**args, **extra} if extra else args
 
 
+def _host_scalar_mismatch(kind: str, label: str, got: MemoryDesc, want: MemoryDesc) -> str:
+    """The message of an execute argument that is a host scalar where a device memory is
+    expected, or the other way round."""
+    if want.is_host_scalar():
+        return (f"{kind}.execute: argument {label} must be a host-scalar memory "
+                f"(memory(memory.desc.host_scalar({want.data_type.name}), value)), as the "
+                f"attribute's set_host_scale/set_host_zero_point declared; got a device memory "
+                f"of {got!r}")
+    return (f"{kind}.execute: argument {label} must be a device memory of {want!r}; got a host "
+            f"scalar ({got!r}), which the attribute did not declare (set_host_scale / "
+            f"set_host_zero_point)")
+
+
 def check_in_place(kind: str, args: dict, inputs, output: int) -> None:
     """An input sharing ``output``'s buffer must have its desc (in-place use); raises
     invalid_arguments naming both arguments otherwise."""
@@ -279,7 +298,8 @@ def check_no_alias(pd: primitive_desc_base, args: dict) -> None:
     outputs = [a for a, sp in pd._args.items() if sp.output and a in args]
     if not outputs:
         return
-    spans = {a: _storage_span(m) for a, m in args.items()}
+    # a host scalar has no device storage to overlap
+    spans = {a: _storage_span(m) for a, m in args.items() if not m.get_desc().is_host_scalar()}
     for o in outputs:
         so = spans[o]
         for a, sa in spans.items():
@@ -331,6 +351,16 @@ class primitive:
         return self._pd
 
     @property
+    def _host_scalars(self):
+        """Device copies of this primitive's host-scalar arguments (made on first use)."""
+        stage = self.__dict__.get("_host_scalar_stage")
+        if stage is None:
+            from ..runtime.host_scalars import HostScalarStage
+
+            stage = self.__dict__.setdefault("_host_scalar_stage", HostScalarStage())
+        return stage
+
+    @property
     def primitive_desc(self) -> primitive_desc_base:
         return self._pd
 
@@ -344,6 +374,9 @@ class primitive:
         """Validate ``args`` (``{ARG_*: memory}``) and enqueue the work on stream ``s``."""
         self._check_args(s, args)
         args = _bind_prelu_weights(args)
+        if any(m.get_desc().is_host_scalar() for m in args.values()):
+            # the kernels read host-scalar scales and zero points from device copies
+            args = self._host_scalars.device_args(args, self._pd._arg_engine)
         if verbose.enabled():
             s.wait()
             t0 = time.perf_counter()
@@ -385,11 +418,13 @@ class primitive:
                         f"(expected {spec.md!r})")
                 continue
             md = m.get_desc()
+            if md.is_host_scalar() != spec.md.is_host_scalar():
+                raise invalid_arguments(_host_scalar_mismatch(kind, pd._arg_label(a), md, spec.md))
             if md is not spec.md and md != spec.md:
                 raise invalid_arguments(
                     f"{kind}.execute: argument {pd._arg_label(a)} has desc {m.get_desc()!r}, "
                     f"the primitive expects {spec.md!r}")
-            if m.get_engine() != pd._arg_engine(a):
+            if not md.is_host_scalar() and m.get_engine() != pd._arg_engine(a):
                 raise invalid_arguments(
                     f"{kind}.execute: argument {pd._arg_label(a)} lives on {m.get_engine()!r}, the "
                     f"primitive expects it on {pd._arg_engine(a)!r}")
