@@ -48,17 +48,19 @@ def test_correctness_mode_every_direction_and_type(capsys):
     rc = main(["--conv", "--mode=C", "--dir=FWD_B,BWD_D,BWD_WB", "--dt=bf16,f16", desc,
                "--dir=FWD_D", "--dt=bf16:bf16:f32", desc,
                "--reset", "--dir=BWD_W", "--cfg=bf16f32bf16", desc,
-               "--reset", "--dir=FWD_B", "--dt=f32:bf16:f32", desc])
+               "--reset", "--dir=FWD_B", "--dt=f32:bf16:f32,f32:f16:f32", desc,
+               "--reset", "--dir=FWD_B", "--dt=f32:bf16:bf16", desc])
     out = capsys.readouterr().out
     assert rc == 0, out
     checks = [ln for ln in out.splitlines() if ln.startswith("check,")]
-    assert len(checks) == 8 and all(",passed," in ln for ln in checks), out
+    assert len(checks) == 10 and all(",passed," in ln for ln in checks), out
     assert sum("--dt=bf16 " in ln for ln in checks) == 3
     assert any("--dt=bf16:f32:bf16 --dir=BWD_W" in ln for ln in checks)
-    # weights of another type than src: outside the table, the primitive's own message
+    assert any("--dt=f32:f16:f32 --dir=FWD_B" in ln for ln in checks)
+    # f32 src with bf16 weights takes an f32 dst only: the primitive's own message
     unimpl = [ln for ln in out.splitlines() if re.match(r"\d+:UNIMPLEMENTED", ln)]
-    assert len(unimpl) == 1 and "weights_desc data type bf16 with src_desc f32" in unimpl[0]
-    assert re.search(r"tests:9 passed:8 .*unimplemented:1 .*failed:0", out), out
+    assert len(unimpl) == 1 and "dst_desc data type bf16 with src_desc f32" in unimpl[0]
+    assert re.search(r"tests:11 passed:10 .*unimplemented:1 .*failed:0", out), out
 
 
 def test_deconvolution_with_bf16(capsys):

@@ -1,6 +1,12 @@
 """bf16 and f16 convolutions: the data type combinations oneDNN admits, and the f32 copies
 the solvers compute on.
 
+Besides bf16/f16 data, oneDNN's implementations admit f32 data with bf16 or f16 weights
+(benchdnn's ``--dt=f32:bf16:f32``, ``f32:f16:f32``) where the weights are read, in forward
+and backward data propagation (its reference convolutions and deconvolutions: weights of
+another type only when they are bf16/f16 and the data f32; the output and bias then f32):
+the weights are converted exactly to f32 and the whole computation is f32's.
+
 Every solver computes in f32. A bf16 or f16 tensor gets an f32 copy in the scratchpad, placed
 after the solver's own regions: inputs are converted into their copies before the solver's
 steps, outputs out of theirs after them (round to nearest even). Products therefore
@@ -28,12 +34,16 @@ _RULES = {
     "bwd_d": ("diff_dst_desc", ("weights_desc",), ("diff_src_desc",)),
     "bwd_w": ("src_desc", ("diff_dst_desc",), ("diff_weights_desc", "diff_bias_desc")),
 }
+# directions whose f32 data may read bf16/f16 weights (oneDNN's ref_convolution_fwd_t and
+# ref_convolution_bwd_data_t: "src_type != wei_type implies wei_type in (f16, bf16) and
+# src_type == f32"; deconvolutions run as those)
+_F32_DATA_LOW_WEIGHTS = ("fwd", "bwd_d")
 
 
 def check_data_types(kind: str, direction: str, descs: dict) -> None:
     """Raise :class:`unimplemented` naming the descriptor whose data type oneDNN's table
-    does not pair with the others (f32 throughout, or bf16/f16 data with the listed f32
-    outputs and bias)."""
+    does not pair with the others (f32 throughout, bf16/f16 data with the listed f32
+    outputs and bias, or f32 data with bf16/f16 weights where they are read)."""
     lead, same, either = _RULES[direction]
     dt = descs[lead].data_type
     if dt not in FLOATS:
@@ -44,6 +54,9 @@ def check_data_types(kind: str, direction: str, descs: dict) -> None:
         if md is None:
             continue
         ok = (dt,) if name in same or dt == data_type.f32 else (dt, data_type.f32)
+        if (name == "weights_desc" and dt == data_type.f32
+                and direction in _F32_DATA_LOW_WEIGHTS):
+            ok = FLOATS
         if md.data_type not in ok:
             raise unimplemented(
                 f"{kind}: {name} data type {md.data_type.name} with {lead} "

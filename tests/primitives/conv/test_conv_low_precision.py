@@ -67,15 +67,16 @@ def _assert_close(got, ref, scale, out_dt, solver, what):
 
 
 def run(engine, stream, op, direction, case, dt, *, out_dt=None, bias_dt=None, bias=True,
-        post_ops=(), solver=None, attr=None, tags=None):
+        post_ops=(), solver=None, attr=None, tags=None, wei_dt=None):
     """Run one direction with ``dt`` data (``out_dt``: the output's type, default ``dt``;
-    ``bias_dt`` likewise) and check every output against the float64 reference of the values
-    the memories hold. Returns the primitive descriptor."""
+    ``bias_dt`` likewise; ``wei_dt``: the weights' type in forward and backward data, default
+    ``dt``) and check every output against the float64 reference of the values the memories
+    hold. Returns the primitive descriptor."""
     rng = np.random.default_rng(7)
     deconv = op == "deconv"
     geo = case.geom(deconv)
     sdims, wdims, ddims = (case.mb, case.ic, *case.insp), case.wdims(), geo.dst_dims()
-    out_dt, bias_dt = out_dt or dt, bias_dt or out_dt or dt
+    out_dt, bias_dt, wei_dt = out_dt or dt, bias_dt or out_dt or dt, wei_dt or dt
     t = {"src": "any", "wei": "any", "dst": "any", **(tags or {})}
     fwd, bwd_d, bwd_w = (PRIMS[(op, d)] for d in ("fwd", "bwd_d", "bwd_w"))
     alg = dnnl.algorithm.convolution_auto
@@ -87,7 +88,7 @@ def run(engine, stream, op, direction, case, dt, *, out_dt=None, bias_dt=None, b
     if direction == "fwd":
         bmd = MD([case.oc], bias_dt, "any") if bias else None
         pd = fwd.primitive_desc(engine, FWD, alg, MD(sdims, dt, t["src"]),
-                                MD(wdims, dt, t["wei"]), bmd, MD(ddims, out_dt, t["dst"]),
+                                MD(wdims, wei_dt, t["wei"]), bmd, MD(ddims, out_dt, t["dst"]),
                                 *geom, attr, **pin)
         X, W = _mem(engine, pd.src_desc(), rng), _mem(engine, pd.weights_desc(), rng)
         Y = _mem(engine, pd.dst_desc(), rng)  # the prior content a sum post-op reads
@@ -109,8 +110,8 @@ def run(engine, stream, op, direction, case, dt, *, out_dt=None, bias_dt=None, b
                               MD(wdims, dt, t["wei"]), None, MD(ddims, dt, t["dst"]), *geom)
     if direction == "bwd_d":
         pd = bwd_d.primitive_desc(engine, alg, MD(sdims, out_dt, t["src"]),
-                                  MD(wdims, dt, t["wei"]), MD(ddims, dt, t["dst"]), *geom, hint,
-                                  attr, **pin)
+                                  MD(wdims, wei_dt, t["wei"]), MD(ddims, dt, t["dst"]), *geom,
+                                  hint, attr, **pin)
         DX, W = _mem(engine, pd.diff_src_desc(), rng), _mem(engine, pd.weights_desc(), rng)
         DY = _mem(engine, pd.diff_dst_desc(), rng)
         bwd_d(pd).execute(stream, {dnnl.ARG_DIFF_DST: DY, dnnl.ARG_WEIGHTS: W,
@@ -174,6 +175,67 @@ def test_matches_reference(first_engine, op, direction, case, out_dt, bias_dt, d
     assert pd.impl_info_str().endswith(":f32_on_converted_copies")
 
 
+# f32 data with bf16/f16 weights (benchdnn's --dt=f32:bf16:f32 and f32:f16:f32): forward and
+# backward data of convolutions and deconvolutions, as oneDNN's reference implementations
+# admit; the output and bias are f32, so the f32 bound alone applies
+MIXED = [
+    ("conv", "fwd", C2D),
+    ("conv", "fwd", C3D),
+    ("conv", "fwd", STRIDED),
+    ("conv", "fwd", GROUPED),
+    ("conv", "bwd_d", STRIDED),
+    ("conv", "bwd_d", GROUPED),
+    ("deconv", "fwd", DECONV),
+    ("deconv", "bwd_d", DECONV),
+]
+
+
+@pytest.mark.parametrize("wei_dt", LOW, ids=LOW_IDS)
+@pytest.mark.parametrize("op, direction, case", MIXED,
+                         ids=[f"{o}-{d}-{c}" for o, d, c in MIXED])
+def test_f32_data_with_low_precision_weights(first_engine, op, direction, case, wei_dt):
+    pd = run(first_engine, dnnl.stream(first_engine), op, direction, case, DT.f32,
+             wei_dt=wei_dt)
+    assert pd.weights_desc().data_type == wei_dt
+    data = pd.src_desc() if direction == "fwd" else pd.diff_dst_desc()
+    assert data.data_type == DT.f32
+    assert pd.impl_info_str().endswith(":f32_on_converted_copies")
+
+
+@pytest.mark.parametrize("wei_dt", LOW, ids=LOW_IDS)
+def test_f32_data_low_precision_weights_post_ops_channels_last(engine, stream, wei_dt):
+    """dst = relu(2 * (conv + bias + dst_prior) + 1), nhwc, on every device."""
+    attr, ops = post_ops_attr([("sum", 1.0), (dnnl.algorithm.eltwise_linear, 2.0, 1.0),
+                               (dnnl.algorithm.eltwise_relu, 0.0, 0.0)])
+    run(engine, stream, "conv", "fwd", STRIDED, DT.f32, wei_dt=wei_dt, attr=attr,
+        post_ops=ops, tags={"src": "nhwc", "dst": "nhwc"})
+
+
+@pytest.mark.parametrize("wei_dt", LOW, ids=LOW_IDS)
+def test_low_precision_weights_are_converted_exactly(engine, stream, wei_dt):
+    """A 1x1 convolution of one-hot f32 src reproduces each weight: dst[0, o, 0, w] =
+    W[o, w] exactly, so the f32 copy of the weights holds their values unchanged (huge,
+    tiny and subnormal ones included)."""
+    oc, ic = 5, 6
+    rng = np.random.default_rng(11)
+    span = 12 if wei_dt == DT.f16 else 40  # f16's finite range ends below 2^16
+    w = rng.standard_normal((oc, ic, 1, 1)) * 2.0 ** rng.integers(-span, span, (oc, ic, 1, 1))
+    w[0, 0] = 2.0 ** -20 if wei_dt == DT.f16 else 2.0 ** -130  # subnormal in each type
+    pd = dnnl.convolution_forward.primitive_desc(
+        engine, FWD, dnnl.algorithm.convolution_auto, MD([1, ic, 1, ic], DT.f32, "nchw"),
+        MD([oc, ic, 1, 1], wei_dt, "oihw"), None, MD([1, oc, 1, ic], DT.f32, "nchw"),
+        [1, 1], [0, 0], [0, 0])
+    W = dnnl.memory(pd.weights_desc(), engine, w.astype(np.float32))
+    X = dnnl.memory(pd.src_desc(), engine, np.eye(ic, dtype=np.float32).reshape(1, ic, 1, ic))
+    Y = dnnl.memory(pd.dst_desc(), engine)
+    dnnl.convolution_forward(pd).execute(stream, {dnnl.ARG_SRC: X, dnnl.ARG_WEIGHTS: W,
+                                                  dnnl.ARG_DST: Y})
+    stream.wait()
+    stored = W.to_numpy().astype(np.float32).reshape(oc, ic)  # the bf16/f16 values, widened
+    assert stored[0, 0] != 0.0
+    np.testing.assert_array_equal(Y.to_numpy().reshape(oc, ic), stored)
+
+
 @pytest.mark.parametrize("dt", LOW, ids=LOW_IDS)
 def test_relu_sum_post_ops_read_the_rounded_prior_dst(engine, stream, dt):
     """dst = 0.5 * dst_prior + relu(conv + bias): the prior bf16/f16 dst is converted in
@@ -231,12 +293,16 @@ REFUSED = [
     ("fwd", {"wei": DT.f32}, "weights_desc"),  # src bf16 pairs with bf16 weights only
     ("fwd", {"dst": DT.f16}, "dst_desc"),  # bf16 data: dst bf16 or f32
     ("fwd", {"bias": DT.f16}, "bias_desc"),
-    ("fwd", {"src": DT.f32}, "weights_desc"),  # f32 src: everything f32
+    ("fwd", {"src": DT.f32}, "dst_desc"),  # f32 src with bf16 weights: dst f32
+    ("fwd", {"src": DT.f32, "dst": DT.f32}, "bias_desc"),  # ... and bias f32
+    ("fwd", {"src": DT.f32, "wei": DT.s8, "dst": DT.f32, "bias": DT.f32}, "weights_desc"),
+    ("bwd_d", {"dst": DT.f32}, "diff_src_desc"),  # f32 diff_dst with bf16 weights: f32
     ("fwd", {"src": DT.s8, "wei": DT.u8}, "weights_desc"),  # int8 takes s8 weights only
     ("bwd_d", {"src": DT.f16}, "diff_src_desc"),  # diff_src bf16 or f32
     ("bwd_d", {"wei": DT.f32}, "weights_desc"),
     ("bwd_w", {"wei": DT.f16}, "diff_weights_desc"),  # diff_weights bf16 or f32
     ("bwd_w", {"dst": DT.f32}, "diff_dst_desc"),
+    ("bwd_w", {"src": DT.f32, "dst": DT.f32}, "diff_weights_desc"),  # not where written
 ]
 
 
