@@ -27,16 +27,25 @@ def check_options(driver: str, opts: dict, known, compare: str | None,
 def random_args(pd, eng, seed: int = 0) -> tuple[dict, dict]:
     """``(values, memories)``: standard-normal f32 values for every argument of ``pd`` and
     memories holding them in the primitive's layouts."""
-    import pydnnl as dnnl
 
     rng = np.random.default_rng(seed)
     values, args = {}, {}
     for arg, spec in pd.arg_specs().items():
         values[arg] = rng.standard_normal(spec.md.dims).astype(np.float32)
-        args[arg] = dnnl.memory(spec.md, eng, typed_values(values[arg], spec.md.data_type))
+        args[arg] = argument_memory(spec.md, eng, typed_values(values[arg], spec.md.data_type))
         if spec.md.data_type.name != "f32":  # the values as stored (bf16/f16: rounded)
             values[arg] = args[arg].to_numpy().astype(np.float32)
     return values, args
+
+
+def argument_memory(md, eng, values: np.ndarray):
+    """A memory of ``md`` on ``eng`` holding ``values``; a host scalar's desc (a scale or
+    zero point passed on the host) gets a host-scalar memory of the first value."""
+    import pydnnl as dnnl
+
+    if md.is_host_scalar():
+        return dnnl.memory(md, np.asarray(values).reshape(-1)[0].item())
+    return dnnl.memory(md, eng, values)
 
 
 _INT_TYPES = {"s8": np.int8, "u8": np.uint8, "s32": np.int32}

@@ -273,7 +273,7 @@ class ConvBench:
     def _quantization(p: ConvProblem, o: ConvOptions, attr) -> tuple[dict, dict]:
         """``--attr-scales`` / ``--attr-zero-points`` (matmul's parsing) set on ``attr``;
         benchdnn's ``per_oc`` weights policy covers both dims of grouped weights."""
-        from .matmul import parse_scales, parse_zero_points, set_scales
+        from .matmul import parse_scales, parse_zero_points, set_scales, set_zero_points
 
         if not (o.scales or o.zero_points):
             return {}, {}
@@ -289,8 +289,7 @@ class ConvBench:
             scales[dnnl.ARG_WEIGHTS] = (3, scales[dnnl.ARG_WEIGHTS][1])
         zps = parse_zero_points(o.zero_points, dims, oc_dim)
         set_scales(attr, scales)
-        for arg, (mask, _) in zps.items():
-            attr.set_zero_points_mask(arg, mask)
+        set_zero_points(attr, zps)
         return scales, zps
 
     def _int8_values(self, eng, seed: int) -> None:

@@ -40,6 +40,7 @@ from .matmul import (
     parse_zero_points,
     scale_values,
     set_scales,
+    set_zero_points,
 )
 
 DIRS = ("FWD_B", "FWD_D", "FWD_I", "BWD_D", "BWD_W", "BWD_WB")
@@ -80,8 +81,7 @@ class IpBench:
         zps = parse_zero_points(opts.get("attr-zero-points", ""), {
             dnnl.ARG_SRC: [mb, ic, *sp], dnnl.ARG_WEIGHTS: [oc, ic, *sp],
             dnnl.ARG_DST: [mb, oc]}, {dnnl.ARG_SRC: 1, dnnl.ARG_WEIGHTS: 0, dnnl.ARG_DST: 1})
-        for arg, (mask, _) in zps.items():  # oneDNN's inner product refuses them, as pydnnl
-            attr.set_zero_points_mask(arg, mask)
+        set_zero_points(attr, zps)  # oneDNN's inner product refuses them, as pydnnl
         self.tf32 = fpmath_attr(opts, attr)
         prop = (dnnl.prop_kind.forward_inference if d == "FWD_I"
                 else dnnl.prop_kind.forward_training)

@@ -28,6 +28,7 @@ import pydnnl as dnnl
 
 from ..error import invalid_arguments, unimplemented
 from .common import (
+    argument_memory,
     check_line,
     fpmath_attr,
     fpmath_rtol,
@@ -58,9 +59,26 @@ _SCALE_ARGS = {"src": dnnl.ARG_SRC, "wei": dnnl.ARG_WEIGHTS, "dst": dnnl.ARG_DST
 _SCALE_STEPS = (1.0, 0.5, 2.0, 4.0)
 
 
+class QuantEntry(tuple):
+    """One ``--attr-scales`` / ``--attr-zero-points`` entry: the pair ``(mask, value)``, with
+    ``host`` (benchdnn's ``host_scalar`` policy: mask 0, the value passed in a host-scalar
+    memory) and ``dt`` (the data type named in the entry, "" for the default)."""
+
+    def __new__(cls, mask: int, value, host: bool = False, dt: str = ""):
+        e = super().__new__(cls, (mask, value))
+        e.host, e.dt = host, dt
+        return e
+
+
+# data types an entry may name: (in a device memory, as a host scalar)
+_QUANT_DTS = {"--attr-scales": (("f32",), ("f32", "bf16", "f16")),
+              "--attr-zero-points": (("s32",), ("s32", "s8", "u8"))}
+
+
 def parse_scales(text: str, dims: dict, oc_dim: dict, option: str = "--attr-scales") -> dict:
-    """benchdnn's ``--attr-scales`` (``src:common:0.5+wei:per_oc``): ``{arg: (mask, scale)}``
-    for ``ARG_SRC`` / ``ARG_WEIGHTS`` / ``ARG_DST``. Policies: ``common`` (mask 0),
+    """benchdnn's ``--attr-scales`` (``src:common:0.5+wei:per_oc+dst:host_scalar:2``):
+    ``{arg: QuantEntry(mask, scale)}`` for ``ARG_SRC`` / ``ARG_WEIGHTS`` / ``ARG_DST``.
+    Policies: ``common`` (mask 0), ``host_scalar`` (mask 0, the value a host scalar),
     ``per_oc`` (the argument's output-channel dim ``oc_dim[arg]``), ``per_dim_<digits>``
     (those dims), ``per_tensor`` (every dim); ``dims[arg]`` are the argument's dims. The
     primitive decides which masks it takes."""
@@ -72,7 +90,8 @@ def parse_scales(text: str, dims: dict, oc_dim: dict, option: str = "--attr-scal
                                     f"src|wei|dst:POLICY[:SCALE], e.g. wei:per_oc")
         arg, policy = _SCALE_ARGS[parts[0]], parts[1]
         nd = len(dims[arg])
-        if policy == "common":
+        host = policy == "host_scalar"  # oneDNN's value passed on the host, not in a memory
+        if policy in ("common", "host_scalar"):
             mask = 0
         elif policy == "per_oc":
             mask = 1 << oc_dim[arg]
@@ -81,29 +100,45 @@ def parse_scales(text: str, dims: dict, oc_dim: dict, option: str = "--attr-scal
         elif policy.startswith("per_dim_") and policy[8:].isdigit() and \
                 all(int(c) < nd for c in policy[8:]):
             mask = sum(1 << int(c) for c in set(policy[8:]))
-        elif policy == "host_scalar":  # oneDNN's value passed on the host, not in a memory
-            raise unimplemented(f"{option}: {entry}: host_scalar values are not implemented "
-                                f"(scales and zero points are device memories)")
         else:
-            raise invalid_arguments(f"{option}: {entry}: policy must be common, per_oc, "
-                                    f"per_tensor or per_dim_<dims> (of {nd}), got {policy}")
+            raise invalid_arguments(f"{option}: {entry}: policy must be common, host_scalar, "
+                                    f"per_oc, per_tensor or per_dim_<dims> (of {nd}), got "
+                                    f"{policy}")
         try:
             scale = float(parts[2]) if len(parts) > 2 and parts[2] else 1.0
         except ValueError:
             raise invalid_arguments(f"{option}: {entry}: value {parts[2]!r} is not a "
                                     f"number") from None
-        if len(parts) > 3 and parts[3] not in ("", "f32"):
-            raise unimplemented(f"--attr-scales: {entry}: scales of data type {parts[3]}; "
-                                f"only f32")
+        dt = parts[3] if len(parts) > 3 else ""
+        device_dts, host_dts = _QUANT_DTS.get(option, _QUANT_DTS["--attr-scales"])
+        if dt and dt not in (host_dts if host else device_dts):
+            raise unimplemented(f"{option}: {entry}: data type {dt}; expected "
+                                f"{' or '.join(host_dts if host else device_dts)}"
+                                + ("" if host else " (other types only as host_scalar)"))
         if len(parts) > 4:
-            raise unimplemented(f"--attr-scales: {entry}: scale groups are not implemented")
-        out[arg] = (mask, scale)
+            raise unimplemented(f"{option}: {entry}: groups are not implemented")
+        out[arg] = QuantEntry(mask, scale, host, dt)
     return out
 
 
 def set_scales(attr, scales: dict) -> None:
-    for arg, (mask, _) in scales.items():
-        attr.set_scales_mask(arg, mask)
+    """The scales of :func:`parse_scales` on ``attr`` (host scalars through
+    ``set_host_scale``)."""
+    for arg, e in scales.items():
+        if getattr(e, "host", False):
+            attr.set_host_scale(arg, e.dt or "f32")
+        else:
+            attr.set_scales_mask(arg, e[0])
+
+
+def set_zero_points(attr, zero_points: dict) -> None:
+    """The zero points of :func:`parse_zero_points` on ``attr`` (host scalars through
+    ``set_host_zero_point``)."""
+    for arg, e in zero_points.items():
+        if getattr(e, "host", False):
+            attr.set_host_zero_point(arg, e.dt or "s32")
+        else:
+            attr.set_zero_points_mask(arg, e[0])
 
 
 def scale_values(b, scales: dict) -> dict:
@@ -114,8 +149,9 @@ def scale_values(b, scales: dict) -> dict:
         key = dnnl.ARG_ATTR_SCALES | arg
         n = int(np.prod(b.pd.query_md(dnnl.query.exec_arg_md, key).dims))
         v = np.array([scale * _SCALE_STEPS[i % 4] for i in range(n)], np.float32)
-        b.values[key] = v
         b.args[key].write(v)
+        v = b.args[key].to_numpy().astype(np.float32)  # as stored (a bf16/f16 host scalar)
+        b.values[key] = v
         out[arg] = v
     return out
 
@@ -153,10 +189,11 @@ def parse_zero_points(text: str, dims: dict, oc_dim: dict) -> dict:
     """benchdnn's ``--attr-zero-points`` (``src:common:2+dst:per_oc:1``): ``{arg: (mask,
     value)}``; policies as :func:`parse_scales`' (the primitive decides which it takes)."""
     out = {}
-    for arg, (mask, value) in parse_scales(text, dims, oc_dim, "--attr-zero-points").items():
+    for arg, e in parse_scales(text, dims, oc_dim, "--attr-zero-points").items():
+        mask, value = e
         if value != int(value):
             raise invalid_arguments(f"--attr-zero-points: {value} is not an integer")
-        out[arg] = (mask, int(value))
+        out[arg] = QuantEntry(mask, int(value), e.host, e.dt)
     return out
 
 
@@ -173,7 +210,7 @@ def int8_args(pd, eng, seed: int) -> tuple[dict, dict]:
             v = rng.integers(*ranges[t], spec.md.dims).astype(t.storage_dtype)
         else:
             v = rng.standard_normal(spec.md.dims).astype(np.float32)
-        values[arg], args[arg] = v, dnnl.memory(spec.md, eng, v)
+        values[arg], args[arg] = v, argument_memory(spec.md, eng, v)
     return values, args
 
 
@@ -238,8 +275,7 @@ class MatmulBench:
         set_scales(attr, self.scales)
         self.zero_points = parse_zero_points(opts.get("attr-zero-points", ""), self.scale_dims,
                                              {a: nd - 1 for a in self.scale_dims})
-        for arg, (mask, _) in self.zero_points.items():
-            attr.set_zero_points_mask(arg, mask)
+        set_zero_points(attr, self.zero_points)
         self.tf32 = fpmath_attr(opts, attr)
         t0 = time.perf_counter()
         self.pd = dnnl.matmul.primitive_desc(eng, *descs, attr)
