@@ -155,11 +155,12 @@ def bind(sig: Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
     out.update(zip(form + sig.tail, rest))
     out.update(kw)
     for n, v in out.items():
-        if isinstance(v, MemoryDesc) and v.is_host_scalar():
+        if isinstance(v, (MemoryDesc, memory)) and v.is_host_scalar():
+            what = "memory.desc" if isinstance(v, MemoryDesc) else "memory"
             raise invalid_arguments(
                 f"{where}: {n} is {v!r}; a host scalar serves only as a scale or zero point "
                 f"passed at execute (primitive_attr.set_host_scale / set_host_zero_point), "
-                f"expected a tensor's memory.desc")
+                f"expected a tensor's {what}")
     return out
 
 

@@ -354,3 +354,43 @@ def test_host_scalar_kind_mismatch(engine, case):
         assert w in str(e.value), str(e.value)
     s.wait()
     assert np.array_equal(args[DST].to_numpy(), sentinel)
+
+
+# -- reorder and binary ----------------------------------------------------------------------
+def test_reorder_and_binary_host_scalars(engine):
+    """A quantizing reorder (f32 -> s8, dst scale and zero point) and a binary add with a
+    scaled src1, host scalars against device memories and numpy."""
+    x = np.linspace(-20, 20, 12, dtype=np.float32).reshape(3, 4)
+    res = {}
+    for host in (False, True):
+        attr = _attr(host, {dnnl.ARG_TO: dt.f32}, {dnnl.ARG_TO: dt.s32})
+        src = dnnl.memory(MD([3, 4], dt.f32, "ab"), engine, x)
+        dst = dnnl.memory(MD([3, 4], dt.s8, "ba"), engine)
+        pd = dnnl.reorder.primitive_desc(src, dst, attr)
+        s = dnnl.stream(engine)
+        q = _quant_args(pd, engine, {S | dnnl.ARG_TO: 0.25, Z | dnnl.ARG_TO: -3})
+        dnnl.reorder(pd).execute(s, {dnnl.ARG_FROM: src, dnnl.ARG_TO: dst, **q})
+        s.wait()
+        res["reorder", host] = dst.to_numpy()
+    assert np.array_equal(res["reorder", True], res["reorder", False])
+    assert np.array_equal(res["reorder", True], quantize(x / 0.25 - 3, "s8"))
+    y = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for host in (False, True):
+        attr = _attr(host, {dnnl.ARG_SRC_1: dt.f16}, {})
+        md = MD([3, 4], dt.f32, "ab")
+        pd = dnnl.binary.primitive_desc(engine, A.binary_add, md, md, md, attr)
+        s = dnnl.stream(engine)
+        args = {dnnl.ARG_SRC_0: dnnl.memory(md, engine, x),
+                dnnl.ARG_SRC_1: dnnl.memory(md, engine, y), dnnl.ARG_DST: dnnl.memory(md, engine),
+                **_quant_args(pd, engine, {S | dnnl.ARG_SRC_1: 1.5})}
+        dnnl.binary(pd).execute(s, args)
+        s.wait()
+        res["binary", host] = args[dnnl.ARG_DST].to_numpy()
+    assert np.array_equal(res["binary", True], res["binary", False])
+    assert np.allclose(res["binary", True], x + 1.5 * y, rtol=1e-6, atol=1e-6)
+
+
+def test_host_scalar_memory_refused_as_tensor(engine):
+    dst = dnnl.memory(MD([1], dt.s8, "a"), engine)
+    with pytest.raises(invalid_arguments, match=r"src is memory\(memory.desc.host_scalar\(f32\)"):
+        dnnl.reorder(dnnl.memory(MD.host_scalar(dt.f32), 1.0), dst)
