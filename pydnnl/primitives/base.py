@@ -374,9 +374,12 @@ class primitive:
         """Validate ``args`` (``{ARG_*: memory}``) and enqueue the work on stream ``s``."""
         self._check_args(s, args)
         args = _bind_prelu_weights(args)
-        if any(m.get_desc().is_host_scalar() for m in args.values()):
-            # the kernels read host-scalar scales and zero points from device copies
-            args = self._host_scalars.device_args(args, self._pd._arg_engine)
+        host = self.__dict__.get("_host_args")
+        if host is None:  # the arguments the descriptor declared host scalars (checked above)
+            host = self.__dict__["_host_args"] = tuple(
+                a for a, sp in self._pd._args.items() if sp.md.is_host_scalar())
+        if host:  # the kernels read host-scalar scales and zero points from device copies
+            args = self._host_scalars.device_args(args, host, self._pd._arg_engine)
         if verbose.enabled():
             s.wait()
             t0 = time.perf_counter()

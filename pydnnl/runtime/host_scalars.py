@@ -31,18 +31,16 @@ class HostScalarStage:
         self._bufs: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def device_args(self, args: dict, engine_of) -> dict:
-        """``args`` with each host-scalar memory replaced by a device memory holding its value:
-        s32 under an ``ARG_ATTR_ZERO_POINTS`` key, f32 otherwise (scales);
-        ``engine_of(arg)`` is the engine the argument's kernels run on."""
-        out = None
-        for a, m in args.items():
-            if not m.get_desc().is_host_scalar():
-                continue
-            if out is None:
-                out = dict(args)
-            out[a] = self._device_memory(a, m.get_host_scalar_value(), engine_of(a))
-        return args if out is None else out
+    def device_args(self, args: dict, keys, engine_of) -> dict:
+        """``args`` with the host-scalar memories under ``keys`` replaced by device memories
+        holding their values: s32 under an ``ARG_ATTR_ZERO_POINTS`` key, f32 otherwise
+        (scales); ``engine_of(arg)`` is the engine the argument's kernels run on."""
+        out = dict(args)
+        for a in keys:
+            m = args.get(a)
+            if m is not None:
+                out[a] = self._device_memory(a, m.get_host_scalar_value(), engine_of(a))
+        return out
 
     def _device_memory(self, arg: int, value, engine):
         from ..memory import memory

@@ -394,3 +394,29 @@ def test_host_scalar_memory_refused_as_tensor(engine):
     dst = dnnl.memory(MD([1], dt.s8, "a"), engine)
     with pytest.raises(invalid_arguments, match=r"src is memory\(memory.desc.host_scalar\(f32\)"):
         dnnl.reorder(dnnl.memory(MD.host_scalar(dt.f32), 1.0), dst)
+
+
+def test_host_values_back_to_back_out_of_order(engine):
+    """Two executions queued without a wait between them, each with its own host scale and
+    dst: each result has its own value (a device copy is never rewritten under a kernel)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    attr = _attr(True, {SRC: dt.f32}, {SRC: dt.s32})
+    pd = dnnl.matmul.primitive_desc(engine, MD([M, K], dt.u8, "ab"), MD([K, N], dt.s8, "ab"),
+                                    MD([M, N], dt.f32, "ab"), attr)
+    prim = dnnl.matmul(pd)
+    s = dnnl.stream(engine, dnnl.stream.flags.out_of_order)
+    srcm, weim = dnnl.memory(pd.src_desc(), engine, a), dnnl.memory(pd.weights_desc(), engine, b)
+    runs = [(0.5, 3), (0.25, 100), (0.5, 3)]
+    dsts = []
+    for scale, zp in runs:
+        dst = dnnl.memory(pd.dst_desc(), engine)
+        prim.execute(s, {SRC: srcm, WEI: weim, DST: dst,
+                         S | SRC: dnnl.memory(MD.host_scalar(dt.f32), scale),
+                         Z | SRC: dnnl.memory(MD.host_scalar(dt.s32), zp)})
+        dsts.append(dst)
+    s.wait()
+    for (scale, zp), dst in zip(runs, dsts):
+        y = matmul_int8(a, b, None, scale, 1.0, 1.0, zp)
+        _check(dst.to_numpy().astype(np.float64), y, dt.f32, float(np.abs(y).max()))
