@@ -3,10 +3,11 @@
 ``col[col_off + ((n * G + g) * P + p) * Kf + kf] = src[n, g*ICg + ic, p * stride - pad + tap *
 (dil + 1)]`` for output point ``p`` and kernel row ``kf``, which runs ``ic`` major and taps minor
 (``ick``, the order of ``goihw`` weights) or taps major (``kic``, ``gohwi`` weights). A
-position in the padding holds the src zero point (0 without one): the GEMM subtracts ``zp_src``
-times each weight column's full sum, so a padded tap contributes ``(zp_src - zp_src) * w =
-0``, as oneDNN's reference skips padded taps. The zero point is stored saturated into src's
-type (a zero point outside it has no representable real 0).
+position in the padding holds the src zero point (0 without one; with one per input channel,
+that of the tap's channel): the GEMM subtracts ``zp_src`` times each weight column's full sum
+(per channel: the sum of ``zp_src[ic] * w``), so a padded tap contributes ``(zp_src -
+zp_src) * w = 0``, as oneDNN's reference skips padded taps. The zero point is stored
+saturated into src's type (a zero point outside it has no representable real 0).
 
 One work-item per byte of col, ``kf`` fastest (consecutive work-items write consecutive
 bytes). Every size is baked; the offsets and the zero point's buffer are arguments.
@@ -43,6 +44,8 @@ class Im2colInt8:
     s_sp: tuple
     kf_order: str = "ick"
     zero_point: bool = False
+    #: the zero point buffer holds one per input channel (``zp[g * icg + ic]``), not one
+    zp_per_channel: bool = False
 
     @property
     def P(self) -> int:
@@ -67,7 +70,8 @@ def _pad3(t: tuple, fill: int) -> tuple:
 
 def build_im2col_int8(p: Im2colInt8) -> KernelSource:
     """The kernel of ``p``: arguments ``src, col, src_off, col_off`` (+ ``zp``, an int
-    buffer whose first entry is the src zero point); grid ``(Kf, P, mb * groups)``."""
+    buffer whose first entry is the src zero point, or its entry ``g * icg + ic`` per
+    channel); grid ``(Kf, P, mb * groups)``."""
     dt = data_type(p.src_dt)
     ctype = {data_type.u8: "uchar", data_type.s8: "char"}[dt]
     lo, hi = (0, 255) if dt == data_type.u8 else (-128, 127)
@@ -80,7 +84,9 @@ def build_im2col_int8(p: Im2colInt8) -> KernelSource:
         split = f"const long ic = kf / {K}, tap = kf - ic * {K};"
     else:
         split = f"const long tap = kf / {p.icg}, ic = kf - tap * {p.icg};"
-    fill = (f"(({ctype})clamp(zp[0], {lo}, {hi}))" if p.zero_point else f"(({ctype})0)")
+    zp_at = f"g * {p.icg} + ic" if p.zp_per_channel else "0"
+    fill = (f"(({ctype})clamp(zp[{zp_at}], {lo}, {hi}))" if p.zero_point
+            else f"(({ctype})0)")
     zp_arg = ", __global const int* restrict zp" if p.zero_point else ""
     src = f"""__kernel void conv_im2col_int8(__global const {ctype}* restrict src,
     __global {ctype}* restrict col, long src_off, long col_off{zp_arg}) {{

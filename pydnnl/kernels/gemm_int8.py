@@ -7,8 +7,10 @@ Two kernels make one product:
   leading dimension) into panels of ``P`` columns whose element ``(q, j)`` is one ``uint``
   holding B's four consecutive k ``4q .. 4q+3`` of column ``j`` (k past K and columns past N
   are zeros), plus each column's sum over k (``wsum``, int), which compensates a src zero
-  point. Panel ``p`` of matrix ``t`` starts at ``t * packed_size + p * KQ * P`` (``KQ`` k
-  quads): one lane reads one ``uint`` per k quad, the lanes of a work-group consecutive ones.
+  point; with per-k weights (``PackProblem.kweights``: a src zero point that varies along k,
+  such as a convolution's per-input-channel one) each column's sum of ``w[k] * B[k, j]``.
+  Panel ``p`` of matrix ``t`` starts at ``t * packed_size + p * KQ * P`` (``KQ`` k quads):
+  one lane reads one ``uint`` per k quad, the lanes of a work-group consecutive ones.
 * **product** (:func:`build_gemm_int8`): one work-group of ``lanes`` work-items per panel
   (grid axis 0), each work-item ``rows`` rows of C (axis 1) by ``vecs`` columns ``lanes``
   apart, the batch on axis 2. Per k quad it reads four bytes of each of its A rows (one
@@ -20,7 +22,8 @@ The store (fused epilogue) follows oneDNN v3's quantization model, at destinatio
 ``pos`` of C's element ``(i, j)``:
 
 ``acc - zp_src * wsum[j] - zp_wei * rowsum(A)[i] + K * zp_src * zp_wei`` (exact, int32; the
-row sums are counted in the product's own loop, only when a weights zero point is set), then
+row sums are counted in the product's own loop, only when a weights zero point is set; with
+a src zero point per k, ``acc - wsum[j]``, the sums weighted by it), then
 ``post_ops(src_scale * wei_scale * acc + bias) * (1 / dst_scale) + zp_dst``, rounded to nearest
 even and saturated into C's data type. A s32 C with no scale, post-op or float bias is stored
 as the exact integer (bias and dst zero point added in int32).
@@ -90,8 +93,11 @@ class Int8GemmProblem:
     :mod:`pydnnl.kernels.post_ops`, ``scales`` ``(which, dims)`` entries (``src``, ``wei``,
     ``dst``; float32 operands ``<which>_scale``), ``zero_points`` ``(which, dims)`` entries
     (int32 operands ``<which>_zp``; dims broadcast over the destination as for scales; a src
-    zero point must be common). The destination position of C's element (t, i, j) is
-    ``epi_fixed`` (or t over ``epi_batch``) followed by (i, j)."""
+    zero point must be common). ``src_zp_k``: a src zero point that varies along k instead
+    (no ``src`` entry, no weights zero point): B is packed with its column sums weighted by
+    it (:class:`PackProblem` ``kweights``) and the store subtracts them. The destination
+    position of C's element (t, i, j) is ``epi_fixed`` (or t over ``epi_batch``) followed by
+    (i, j)."""
 
     m: int
     n: int
@@ -112,6 +118,7 @@ class Int8GemmProblem:
     zero_points: tuple = ()
     epi_batch: tuple = ()
     epi_fixed: tuple | None = None
+    src_zp_k: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -146,10 +153,19 @@ class Int8GemmProblem:
             if w == "src" and any(d != 1 for d in dims):
                 raise ValueError(f"Int8GemmProblem: a src zero point must be common, got dims "
                                  f"{dims}")
+        setf("src_zp_k", bool(self.src_zp_k))
+        if self.src_zp_k and (self.zp("src") is not None or self.zp("wei") is not None):
+            raise ValueError("Int8GemmProblem: src_zp_k (a src zero point per k) excludes a "
+                             "common src zero point and a weights zero point")
 
     def zp(self, which: str) -> tuple | None:
         """The dims of zero point ``which``, or None when it has none."""
         return dict(self.zero_points).get(which)
+
+    @property
+    def compensated(self) -> bool:
+        """Whether the store subtracts the packed column sums (a src zero point)."""
+        return self.src_zp_k or self.zp("src") is not None
 
     @property
     def integer_store(self) -> bool:
@@ -173,6 +189,10 @@ class PackProblem:
     #: work-items per column, each packing every ``ksplit``-th k quad, their column sums
     #: combined in local memory (GPUs: one work-item walking a whole column is latency-bound)
     ksplit: int = 1
+    #: ``(div, mod, t_stride)``: the column sums weight B's row ``kk`` of matrix ``t`` by
+    #: ``kw[t * t_stride + (kk / div) % mod]`` (an int buffer argument ``kw``); None: plain
+    #: sums
+    kweights: tuple | None = None
 
     @property
     def np_(self) -> int:
@@ -211,7 +231,7 @@ def operand_names(pr: Int8GemmProblem) -> tuple[str, ...]:
     ``bias``, ``po<i>_src1``, the scales, the zero points."""
     from .post_ops import arg_specs
 
-    return ((("wsum",) if pr.zp("src") is not None else ())
+    return ((("wsum",) if pr.compensated else ())
             + (("bias",) if pr.bias is not None else ())
             + tuple(spec[0] for spec in arg_specs(pr.post_ops))
             + tuple(f"{w}_scale" for w, _ in pr.scales)
@@ -234,7 +254,7 @@ def _operand_ctype(pr: Int8GemmProblem, name: str) -> str:
 def arg_names(pr: Int8GemmProblem) -> tuple[str, ...]:
     """Every argument of the product kernel, in order."""
     return (("a", "bp", "c") + operand_names(pr) + ("a_off", "bp_off", "c_off")
-            + (("ws_off",) if pr.zp("src") is not None else ()) + ("m",))
+            + (("ws_off",) if pr.compensated else ()) + ("m",))
 
 
 def _helpers(pr: Int8GemmProblem) -> list[str]:
@@ -264,6 +284,8 @@ def _store_value(pr: Int8GemmProblem) -> list[str]:
     zs, zw, zd = pr.zp("src"), pr.zp("wei"), pr.zp("dst")
     if zs is not None:
         lines.append("pd_v -= pd_zs * WS[pd_j];")
+    elif pr.src_zp_k:
+        lines.append("pd_v -= WS[pd_j];")
     if zw is not None:
         lines.append(f"const int pd_zw = wei_zp[{_bcast_index(zw, pos)}];")
         lines.append("pd_v -= pd_zw * pd_asum;")
@@ -323,7 +345,7 @@ def _product_params(pr: Int8GemmProblem) -> list[str]:
             f"__global {ct}* restrict c"]
     args += [f"__global const {_operand_ctype(pr, n)}* restrict {n}" for n in operand_names(pr)]
     args += ["long a_off", "long bp_off", "long c_off"]
-    return args + (["long ws_off"] if pr.zp("src") is not None else []) + ["long m"]
+    return args + (["long ws_off"] if pr.compensated else []) + ["long m"]
 
 
 MMA_BLOCK = 64  # C block (rows and columns) of the tensor-core kernel: 2 x 2 warps of 32 x 32
@@ -355,7 +377,7 @@ def _build_mma(pr: Int8GemmProblem, block: int) -> KernelSource:
     at = "char" if signed else "uchar"
     ptx_a = "s8" if signed else "u8"
     ct = _STORAGE[data_type(pr.c_dt)]
-    zs = pr.zp("src") is not None
+    zs = pr.compensated
     args = _product_params(pr)
     packed = -(-N // B_) * B_ * KQ
     mt, nt = B_ // 32, B_ // 16
@@ -380,7 +402,8 @@ def _build_mma(pr: Int8GemmProblem, block: int) -> KernelSource:
     if zs:
         w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
                  f"{-(-N // B_) * B_ if pr.b_batched else 0}L;")
-        w.append("    const int pd_zs = src_zp[0];")
+        if not pr.src_zp_k:
+            w.append("    const int pd_zs = src_zp[0];")
     # this work-item's pieces c = tid + 128 i: A row c / 2 (clamped into [0, m): rows past m
     # are computed, not stored), bytes 16 (c % 2) ..; B k quad c / (block / 4), columns
     # 4 (c % (block / 4)) ..
@@ -472,7 +495,7 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     signed = data_type(pr.a_dt) == data_type.s8
     at = "char" if signed else "uchar"
     ct = _STORAGE[data_type(pr.c_dt)]
-    zs, zw = pr.zp("src") is not None, pr.zp("wei") is not None
+    zs, zw = pr.compensated, pr.zp("wei") is not None
     args = _product_params(pr)
     packed = -(-N // P) * P * KQ
     w = []
@@ -492,7 +515,8 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     if zs:
         w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
                  f"{-(-N // P) * P if pr.b_batched else 0}L;")
-        w.append("    const int pd_zs = src_zp[0];")
+        if not pr.src_zp_k:
+            w.append("    const int pd_zs = src_zp[0];")
     # each row's A address, clamped into [0, m): rows past m compute but are not stored
     for r in range(R):
         w.append(f"    const long ar{r} = min(i0 + {r}, M - 1)"
@@ -573,15 +597,25 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
 
 
 def build_pack(pk: PackProblem) -> KernelSource:
-    """The packing kernel of ``pk``: arguments ``b, bp, wsum, b_off, bp_off, ws_off``; one
-    work-item per (padded) column and matrix (grid ``(np_, count)``; ``panel`` must be a
-    multiple of 64 or divide it), or ``ksplit`` of them (grid ``(np_, ksplit, count)``)."""
+    """The packing kernel of ``pk``: arguments ``b, bp, wsum, b_off, bp_off, ws_off`` (and
+    ``kw`` with ``kweights``); one work-item per (padded) column and matrix (grid
+    ``(np_, count)``; ``panel`` must be a multiple of 64 or divide it), or ``ksplit`` of them
+    (grid ``(np_, ksplit, count)``)."""
     KQ, K, N, P = kq(pk.k), pk.k, pk.n, pk.panel
     S = pk.ksplit
     t_id = "get_global_id(2)" if S > 1 else "get_global_id(1)"
+    kw_arg = ", __global const int* restrict kw" if pk.kweights is not None else ""
+    names = ("b", "bp", "wsum", "b_off", "bp_off", "ws_off") + (
+        ("kw",) if pk.kweights is not None else ())
+    if pk.kweights is None:
+        add = "sum += v;"
+    else:
+        div, mod, ts = (int(v) for v in pk.kweights)
+        idx = "kk" if div == 1 else f"kk / {div}"
+        add = f"if (kk < {K}) sum += v * kw[t * {ts}L + ({idx}) % {mod}];"
     head = f"""__kernel void gemm_int8_pack(__global const char* restrict b,
     __global uint* restrict bp, __global int* restrict wsum, long b_off, long bp_off,
-    long ws_off)
+    long ws_off{kw_arg})
 {{
     const long j = get_global_id(0);
     const long t = {t_id};
@@ -598,7 +632,7 @@ def build_pack(pk: PackProblem) -> KernelSource:
             const int kk = q * 4 + e;
             const int v = (live && kk < {K}) ? (int)Bt[{'j * %dL + kk' % pk.ldb if pk.trans_b
                                                      else 'kk * %dL + j' % pk.ldb}] : 0;
-            sum += v;
+            {add}
             u |= ((uint)(v & 255)) << (8 * e);
         }}
         out[q * {P}] = u;
@@ -608,7 +642,7 @@ def build_pack(pk: PackProblem) -> KernelSource:
         tail = "    wsum[ws_off + t * %dL + j] = sum;\n}\n" % pk.np_
         # a work-group of a panel's columns: the compilers vectorize the byte loads across them
         return KernelSource("gemm_int8_pack", head + body + tail, (pk.np_, pk.count),
-                            (min(P, 64), 1), ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
+                            (min(P, 64), 1), names)
     W = min(P, 64)
     tail = f"""    __local int part[{S}][{W}];
     const int lx = get_local_id(0), ly = get_local_id(1);
@@ -621,4 +655,4 @@ def build_pack(pk: PackProblem) -> KernelSource:
 }}
 """
     return KernelSource("gemm_int8_pack", head + body + tail, (pk.np_, S, pk.count),
-                        (W, S, 1), ("b", "bp", "wsum", "b_off", "bp_off", "ws_off"))
+                        (W, S, 1), names)

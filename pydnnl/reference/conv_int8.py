@@ -3,7 +3,8 @@
 ``post_ops(src_scale * wei_scale[oc] * sum (src - zp_src) * wei + bias) / dst_scale + zp_dst``
 before the destination's rounding (:func:`pydnnl.reference.matmul.quantize`). Padded taps are
 skipped, as oneDNN's reference does: with a src zero point they contribute nothing (not
-``(0 - zp_src) * wei``).
+``(0 - zp_src) * wei``). Zero points are common (a scalar) or per channel (``zp_src[IC]``
+over src's channels, ``zp_dst[OC]`` over dst's: oneDNN's mask 2).
 """
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import numpy as np
 def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, zp_src=0):
     """The exact accumulator ``sum (src - zp_src) * wei`` over the taps inside src (int64),
     ``[N, OC, out...]``. ``src`` ``[N, IC, in...]``; ``wei`` ``[G, OCg, ICg, k...]`` (or
-    ``[OC, IC, k...]`` when ``groups`` is 1); oneDNN dilation (0 = dense)."""
-    src = np.asarray(src, np.int64) - int(zp_src)
+    ``[OC, IC, k...]`` when ``groups`` is 1); oneDNN dilation (0 = dense); ``zp_src`` a
+    scalar or one per input channel."""
+    src = np.asarray(src, np.int64)
     N, IC = src.shape[:2]
     nsp = src.ndim - 2
+    zp = np.asarray(zp_src, np.int64)
+    src = src - (zp.reshape((1, IC) + (1,) * nsp) if zp.size > 1 else zp.reshape(()))
     w = np.asarray(wei, np.int64)
     if w.ndim == nsp + 2:
         w = w[None]
@@ -48,8 +52,9 @@ def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, 
 def conv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, bias=None,
               src_scale=1.0, wei_scale=1.0, dst_scale=1.0, zp_src=0, zp_dst=0,
               post_ops=None) -> np.ndarray:
-    """The float64 result before dst's rounding; ``wei_scale`` a scalar or ``[OC]``;
-    ``post_ops`` a callable on the float64 ``[N, OC, out...]`` value."""
+    """The float64 result before dst's rounding; ``wei_scale`` and ``zp_dst`` a scalar or
+    ``[OC]``, ``zp_src`` a scalar or ``[IC]``; ``post_ops`` a callable on the float64
+    ``[N, OC, out...]`` value."""
     acc = conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates, groups, zp_src)
     nsp = acc.ndim - 2
     per_c = (1, -1) + (1,) * nsp
@@ -60,7 +65,8 @@ def conv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, bias
         y = y + np.asarray(bias, np.float64).reshape(per_c)
     if post_ops is not None:
         y = post_ops(y)
-    return y / float(dst_scale) + float(zp_dst)
+    zd = np.asarray(zp_dst, np.float64)
+    return y / float(dst_scale) + (zd.reshape(per_c) if zd.size > 1 else zd.reshape(()))
 
 
 __all__ = ["conv_int8", "conv_int8_acc"]

@@ -373,7 +373,7 @@ class Plan:
 
     def gemm_int8(self, problem, a, a_off, b, b_off, c, c_off, ldb: int,
                   trans_b: bool = False, stride_b: int = 0, epilogue: dict | None = None,
-                  params=None, slot: str | None = None) -> None:
+                  params=None, slot: str | None = None, kweights: tuple | None = None) -> None:
         """Add an integer GEMM ``C = epilogue(op(A) @ op(B))``, ``problem`` an
         :class:`~pydnnl.kernels.gemm_int8.Int8GemmProblem` (A u8/s8 at ``a_off`` of ``a``,
         C at ``c_off`` of ``c``, in elements of their types). B (s8, ``k x n`` at ``b_off``
@@ -383,7 +383,9 @@ class Plan:
         compensation); one launch then computes every batch entry. ``epilogue`` binds the
         epilogue's operands by kernel argument (``bias``, ``src_scale``, ``wei_zp``, ...;
         post-op operands come from their execute arguments); ``params`` (an
-        ``Int8Params``) default to the device rule's."""
+        ``Int8Params``) default to the device rule's. ``kweights`` ``(div, mod, t_stride,
+        ref)``: with ``problem.src_zp_k``, the per-k weights of the column sums (the src zero
+        points in ``ref``, see ``PackProblem.kweights``)."""
         from ..kernels import gemm_int8 as gi
         from .heuristics.gemm_int8 import default_params, pack_split
 
@@ -391,7 +393,8 @@ class Plan:
         count = problem.batch if problem.b_batched else 1
         pk = gi.PackProblem(n=problem.n, k=problem.k, ldb=int(ldb), trans_b=bool(trans_b),
                             panel=p.panel, count=count, stride_b=int(stride_b),
-                            ksplit=pack_split(self.engine.info))
+                            ksplit=pack_split(self.engine.info),
+                            kweights=None if kweights is None else tuple(kweights[:3]))
         bp_off = self.alloc(count * pk.packed_size, slot)
         ws_off = self.alloc(count * pk.np_, None if slot is None else slot + ":sums")
         if self.dry:
@@ -399,11 +402,12 @@ class Plan:
             return
         self.launch(self.get("gemm_int8_pack", (gi.GENERATOR_VERSION, pk), lambda _:
                              gi.build_pack(pk)),
-                    b=b, bp=SCRATCH, wsum=SCRATCH, b_off=b_off, bp_off=bp_off, ws_off=ws_off)
+                    b=b, bp=SCRATCH, wsum=SCRATCH, b_off=b_off, bp_off=bp_off, ws_off=ws_off,
+                    **({} if kweights is None else {"kw": kweights[3]}))
         kern = self.get("gemm_int8", (gi.GENERATOR_VERSION, replace(problem, m=1), p),
                         lambda key: gi.build_gemm_int8(key[1], p))
         named = dict(epilogue or {})
-        if problem.zp("src") is not None:
+        if problem.compensated:
             named.update(wsum=SCRATCH, ws_off=ws_off)
         self.launch(kern, a=a, bp=SCRATCH, c=c, a_off=a_off, bp_off=bp_off, c_off=c_off,
                     m=problem.m, **named)

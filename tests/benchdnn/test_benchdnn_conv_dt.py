@@ -88,3 +88,15 @@ def test_the_reference_reads_the_rounded_inputs_and_the_output_type_sets_the_tol
     wide = conv_drv.ConvBench(cpu_engine, p, conv_drv.ConvOptions(
         dir="FWD_B", dt=("bf16", "bf16", "f32")))  # an f32 dst is not rounded again
     assert wide.tolerance() <= 3e-5 and wide.check() <= wide.tolerance()
+
+
+def test_int8_per_channel_zero_points(capsys):
+    """benchdnn's per_dim_1 zero points on an int8 convolution (src per input channel, dst
+    per output channel or common), grouped, strided and padded, checked against the int64
+    reference with the varied per-channel values the bench fills."""
+    desc = "g2mb2ic8ih7oc6oh4kh3sh2ph1"
+    rc = main(["--conv", "--mode=C", "--dir=FWD_I", "--dt=u8:s8:s32,s8:s8:f32",
+               "--attr-zero-points=src:per_dim_1+dst:per_dim_1,src:per_dim_1+dst:common:1",
+               desc])
+    out = capsys.readouterr().out
+    assert rc == 0 and re.search(r"tests:4 passed:4 ", out), out

@@ -1,8 +1,9 @@
 """The integer GEMM kernels alone (``Plan.gemm_int8``: packing and product) against numpy's
 int64 product, exact: odd sizes that fill no tile (m, n, k not multiples of rows, the panel or
 4), A transposed or not, B transposed or not, a batch; with the integer dot product (devices
-that have ``cl_khr_integer_dot_product``) and plain multiply-adds (every device); one run
-under Oclgrind with its stderr read."""
+that have ``cl_khr_integer_dot_product``) and plain multiply-adds (every device); a src zero
+point per k (column sums weighted by it in the packing); one run under Oclgrind with its
+stderr read."""
 from __future__ import annotations
 
 import pathlib
@@ -20,9 +21,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
 
 
-def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0)):
-    """Run one integer GEMM of random data (zero points ``zp`` on A and B, common) and return
-    (got, want)."""
+def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0),
+             kweights=None):
+    """Run one integer GEMM of random data (zero points ``zp`` on A and B, common; or with
+    ``kweights`` ``(div, mod)`` a src zero point per k, ``zk[t, (k // div) % mod]`` for batch
+    entry t) and return (got, want)."""
     rng = np.random.default_rng(M * 100 + N + K)
     lo, hi = (-128, 128) if signed else (0, 256)
     a = rng.integers(lo, hi, (batch, M, K)).astype(np.int8 if signed else np.uint8)
@@ -32,11 +35,18 @@ def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0))
     zps = [(w, ()) for w, z in zip(("src", "wei"), zp) if z]
     pr = Int8GemmProblem(m=M, n=N, k=K, a_dt=int(data_type.s8 if signed else data_type.u8),
                          trans_a=trans_a, batch=batch, stride_a=M * K, stride_c=M * N,
-                         b_batched=batch > 1, zero_points=zps)
+                         b_batched=batch > 1, zero_points=zps, src_zp_k=kweights is not None)
     plan = Plan(eng, "test")
     epi = {f"{w}_zp": Ref("zs" if w == "src" else "zw") for w, _ in zps}
+    zk = np.zeros((batch, 1), np.int32)
+    kw = None
+    if kweights is not None:
+        div, mod = kweights
+        zk = rng.integers(-300, 300, (batch, mod)).astype(np.int32)
+        kw = (div, mod, mod, Ref("zk"))
     plan.gemm_int8(pr, Ref("a"), 0, Ref("b"), 0, Ref("c"), 0, ldb=K if trans_b else N,
-                   trans_b=trans_b, stride_b=K * N, epilogue=epi, params=params)
+                   trans_b=trans_b, stride_b=K * N, epilogue=epi, params=params,
+                   kweights=kw)
 
     def mem(x, t):
         return dnnl.memory(dnnl.memory.desc([x.size], t, "a"), eng, x.ravel())
@@ -45,12 +55,16 @@ def _product(eng, M, N, K, trans_a, trans_b, signed, params, batch=1, zp=(0, 0))
             "c": dnnl.memory(dnnl.memory.desc([batch * M * N], data_type.s32, "a"), eng),
             "zs": mem(np.array([zp[0]], np.int32), data_type.s32),
             "zw": mem(np.array([zp[1]], np.int32), data_type.s32),
+            "zk": mem(zk, data_type.s32),
             "scratch": dnnl.memory(dnnl.memory.desc([plan.scratch_bytes], data_type.u8, "a"),
                                    eng)}
     s = dnnl.stream(eng)
     plan.run(s, {k: v.buffer for k, v in mems.items()})
     s.wait()
-    want = (a.astype(np.int64) - zp[0]) @ (b.astype(np.int64) - zp[1])
+    a_zp = zp[0]
+    if kweights is not None:  # zk over k: entry (k // div) % mod of each batch entry's row
+        a_zp = zk[:, (np.arange(K) // kweights[0]) % kweights[1]][:, None, :].astype(np.int64)
+    want = (a.astype(np.int64) - a_zp) @ (b.astype(np.int64) - zp[1])
     return mems["c"].to_numpy().reshape(batch, M, N), want
 
 
@@ -76,6 +90,35 @@ MMA_CASES = [  # M, N, K, trans_b, signed A, zero points (src only: the mma kern
     (200, 260, 96, False, False, (4, 0), 128),
     (5, 70, 32, True, True, (0, 0), 128),
 ]
+
+
+KW_CASES = [  # M, N, K, trans_b, signed A, (div, mod): a convolution's src zero point per
+    # input channel over k = ic * taps + tap (div taps) or tap * ICg + ic (div 1)
+    (13, 37, 27, False, False, (9, 3)),
+    (6, 20, 30, True, True, (1, 5)),
+    (9, 5, 7, False, False, (1, 7)),
+]
+
+
+@pytest.mark.parametrize("split", [1, 4], ids=["one-per-column", "split"])
+@pytest.mark.parametrize("case", KW_CASES, ids=lambda c: "x".join(map(str, c[:3])))
+def test_src_zero_point_per_k(engine, case, split, monkeypatch):
+    """A src zero point per k: the packing's column sums weighted by it (each batch entry its
+    own), subtracted in the store; exact, with one or several work-items per column."""
+    import pydnnl.runtime.heuristics.gemm_int8 as rules
+
+    monkeypatch.setattr(rules, "pack_split", lambda info: split)
+    M, N, K, tb, sa, kw = case
+    got, want = _product(engine, M, N, K, False, tb, sa, Int8Params(rows=4, vecs=2, lanes=8),
+                         batch=2, kweights=kw)
+    assert np.array_equal(got, want)
+
+
+def test_src_zero_point_per_k_excludes_the_others():
+    with pytest.raises(ValueError, match="src_zp_k"):
+        Int8GemmProblem(m=4, n=4, k=4, src_zp_k=True, zero_points=[("src", ())])
+    with pytest.raises(ValueError, match="src_zp_k"):
+        Int8GemmProblem(m=4, n=4, k=4, src_zp_k=True, zero_points=[("wei", ())])
 
 
 def test_pack_split_across_work_items(engine, monkeypatch):
@@ -153,7 +196,9 @@ from test_gemm_int8 import _product
 eng = dnnl.engine.from_name("Oclgrind")
 got, want = _product(eng, 5, 11, 7, False, True, False, Int8Params(rows=2, vecs=2, lanes=4),
                      batch=2, zp=(3, 1))
-print(json.dumps({"exact": bool((got == want).all())}))
+got_k, want_k = _product(eng, 5, 11, 6, False, False, False,
+                         Int8Params(rows=2, vecs=2, lanes=4), batch=2, kweights=(2, 3))
+print(json.dumps({"exact": bool((got == want).all()), "per_k": bool((got_k == want_k).all())}))
 """
 
 
@@ -162,4 +207,5 @@ def test_gemm_int8_oclgrind():
     probe = PROBE.replace("TESTS", repr(str(pathlib.Path(__file__).parent)))
     # unoptimized builds: Oclgrind's uninitialized-value plugin aborts on the ``freeze``
     # instructions LLVM's optimizer emits for the packing kernel's guarded loads
-    assert run_probe(probe, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable") == {"exact": True}
+    assert run_probe(probe, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable") == {"exact": True,
+                                                                         "per_k": True}

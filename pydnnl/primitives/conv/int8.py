@@ -4,13 +4,19 @@ accumulation, on the integer GEMM of :mod:`pydnnl.kernels.gemm_int8`.
 ``dst = post_ops(src_scale * wei_scale[oc] * sum (src - zp_src) * wei + bias) / dst_scale +
 zp_dst``, rounded to nearest even and saturated into dst's type (f32, s32, s8, u8, bf16, f16).
 Scales (``set_scales_mask``): src and dst 0, weights 0 or per output channel (mask 1, grouped
-weights 3); zero points (``set_zero_points_mask``): src and dst 0.
+weights 3); zero points (``set_zero_points_mask``): src 0 or per input channel (mask 2,
+``zp_src[g * IC/G + ic]``), dst 0 or per output channel (mask 2).
 
 Plan: (a 1x1, stride-1, unpadded convolution over channels-last src reads src itself) a byte
 im2col of src into the scratchpad (:mod:`pydnnl.kernels.conv_im2col_int8`; padded
-taps hold ``zp_src`` so that the GEMM's compensation cancels them), then the integer GEMM
+taps hold ``zp_src``, their channel's where it is per channel, so that the GEMM's
+compensation cancels them), then the integer GEMM
 ``[P, Kf] x [Kf, OCg]`` per group and image, its store writing dst (channels-last dst
 directly, any other plain dst through a channels-last copy in the scratchpad and a reorder).
+The compensation of a common src zero point is ``zp_src`` times each weight column's sum, of
+per-channel ones each column's sum of ``zp_src[ic] * w``: both counted by the GEMM's packing
+of the weights (:class:`~pydnnl.kernels.gemm_int8.PackProblem` ``kweights``), which reads
+every weight at each execution anyway, and subtracted exactly in int32 by its store.
 
 The GEMM's epilogue sees a destination position ``(g, p, j)`` (group, output point, channel in
 the group): the per-channel operands (weights scales, bias) and the binary post-ops' operands
@@ -161,16 +167,20 @@ def init(pd, descs: dict) -> None:
                    else "0 (one common scale)"))
         scales.append((_WHICH[arg], (G, 1, OCg) if mask else ()))
         texts.append(f"{_WHICH[arg]}:{mask}")
-    zps, ztexts = [], []
+    zps, ztexts, src_zp_k = [], [], False
     for arg, mask in attr.zero_points.items():
         if arg not in (ARG_SRC, ARG_DST):
             raise unimplemented(f"{kind}: zero points for {arg_name(arg)}; implemented for "
                                 f"ARG_SRC and ARG_DST")
-        if mask != 0:
-            raise unimplemented(f"{kind}: zero points mask {mask} for {arg_name(arg)}; "
-                                f"implemented: 0 (common)")
-        zps.append((_WHICH[arg], ()))
-        ztexts.append(f"{_WHICH[arg]}:0")
+        if mask not in (0, 2):  # oneDNN's convolution: 0 or 1 << 1 (the channel dim)
+            raise unimplemented(
+                f"{kind}: zero points mask {mask} for {arg_name(arg)}; implemented: 0 "
+                f"(common) or 2 (per {'input' if arg == ARG_SRC else 'output'} channel)")
+        if arg == ARG_SRC and mask:
+            src_zp_k = True  # per input channel: the GEMM's compensation weighted per k
+        else:
+            zps.append((_WHICH[arg], (G, 1, OCg) if mask else ()))
+        ztexts.append(f"{_WHICH[arg]}:{mask}")
     chain, po_args = (resolve_post_ops(kind, attr, dst, allowed=WITH_PRELU)
                       if attr.get_post_ops().ops else ((), {}))
     epi_chain, per_image = [], []
@@ -192,7 +202,7 @@ def init(pd, descs: dict) -> None:
     pd._descs_by_logical = {"src": descs["src_desc"], "wei": descs["weights_desc"],
                             "dst": dst, "bias": descs.get("bias_desc")}
     pd._q = {"scales": tuple(scales), "zero_points": tuple(zps), "chain": tuple(epi_chain),
-             "per_image": tuple(per_image)}
+             "per_image": tuple(per_image), "src_zp_k": src_zp_k}
     for name, arg, out in (("src_desc", ARG_SRC, False), ("weights_desc", ARG_WEIGHTS, False),
                            ("bias_desc", ARG_BIAS, False), ("dst_desc", ARG_DST, True)):
         if descs.get(name) is not None:
@@ -243,7 +253,8 @@ def steps(plan: Plan, pd) -> None:
     im = Im2colInt8(int(src.data_type), N, G, ICg, tuple(g.src_spatial), tuple(g.dst_spatial),
                     tuple(g.kernel), tuple(g.strides), tuple(g.dilates), tuple(g.padding_l),
                     st[0], st[1], tuple(st[2:]), wm.kf_order,
-                    any(w == "src" for w, _ in q["zero_points"]))
+                    any(w == "src" for w, _ in q["zero_points"]) or q["src_zp_k"],
+                    q["src_zp_k"])
     Kf = im.kf
     # a 1x1, stride-1, unpadded convolution over channels-last src: A is src itself
     sm = act_matrix(layout_of(src), N, IC, tuple(g.src_spatial), "hwc")
@@ -283,18 +294,26 @@ def steps(plan: Plan, pd) -> None:
     tb = wm.form == "ok"
     base = gi.Int8GemmProblem(m=P, n=OCg, k=Kf, a_dt=int(src.data_type), lda=lda, ldc=ldc,
                               c_dt=int(dst.data_type), scales=q["scales"],
-                              zero_points=q["zero_points"], post_ops=q["chain"], **epi)
+                              zero_points=q["zero_points"], post_ops=q["chain"],
+                              src_zp_k=q["src_zp_k"], **epi)
+    # per-channel src zero points weight row kf of the weights of group t by
+    # zp[t * ICg + ic(kf)] (ic major: kf / K; taps major or 1x1: kf % ICg)
+    kw = None
+    if q["src_zp_k"]:
+        div = math.prod(g.kernel) if wm.kf_order == "ick" and not direct_a else 1
+        kw = (div, ICg, ICg, Ref(ARG_ATTR_ZERO_POINTS | ARG_SRC))
     if G == 1 and not q["per_image"]:  # one launch over the images
         pr = replace(base, batch=N, stride_a=a_sn, stride_c=c_sn, epi_batch=(N,))
         plan.gemm_int8(pr, a_ref, a_off0, Ref(ARG_WEIGHTS), wm.offset(0), c_ref,
-                       c_off0, ldb=wm.ld, trans_b=tb, epilogue=operands, slot="int8_b")
+                       c_off0, ldb=wm.ld, trans_b=tb, epilogue=operands, slot="int8_b",
+                       kweights=kw)
     else:  # per image, one launch over the groups (each its own weights)
         for n in range(N):
             pr = replace(base, batch=G, stride_a=a_sg, stride_c=OCg, epi_batch=(G,),
                          b_batched=G > 1, post_ops=_shift(q["chain"], q["per_image"], n))
             plan.gemm_int8(pr, a_ref, a_off0 + n * a_sn, Ref(ARG_WEIGHTS),
                            wm.offset(0), c_ref, c_off0 + n * c_sn, ldb=wm.ld, trans_b=tb,
-                           stride_b=wm.sg, epilogue=operands, slot="int8_b")
+                           stride_b=wm.sg, epilogue=operands, slot="int8_b", kweights=kw)
     if staged is not None:
         plan.reorder(ReorderProblem.between(staged, dst), SCRATCH, Ref(ARG_DST))
 

@@ -119,6 +119,61 @@ def test_conv_int8_zero_points_padding_exact(engine):
     assert np.array_equal(got, want.astype(np.float64))
 
 
+# per-channel zero points (oneDNN's mask 2: src per input channel, dst per output channel):
+# (src type, groups, ic, oc, activation layout, dst zero point mask, kernel, strides, padding)
+PER_CHANNEL = [
+    (dt.u8, 1, 5, 6, "nchw", 2, (3, 3), (2, 1), (1, 1)),
+    (dt.s8, 1, 4, 3, "nhwc", 0, (3, 2), (1, 2), (2, 1)),
+    (dt.u8, 2, 6, 4, "nhwc", 2, (3, 3), (2, 2), (1, 1)),  # grouped: zp[g * ICg + ic]
+    (dt.s8, 3, 3, 3, "nchw", 2, (3, 3), (1, 1), (1, 1)),  # depthwise
+    (dt.u8, 1, 7, 5, "nhwc", 2, (1, 1), (1, 1), (0, 0)),  # 1x1: the GEMM reads src itself
+]
+
+
+@pytest.mark.parametrize("src_t,g,ic,oc,act,dst_mask,k,s,p", PER_CHANNEL,
+                         ids=[f"{c[0].name}-g{c[1]}-{c[4]}-dst{c[5]}-k{c[6][0]}x{c[6][1]}"
+                              for c in PER_CHANNEL])
+def test_conv_int8_per_channel_zero_points_exact(engine, src_t, g, ic, oc, act, dst_mask, k,
+                                                  s, p):
+    """Src zero points per input channel (each padded tap holds its own channel's, so it
+    cancels) and dst zero points per output channel or common, s32 dst with an s32 bias: the
+    exact integer against int64 numpy, padded, strided and grouped problems included."""
+    rng = np.random.default_rng(ic * 10 + oc + g)
+    attr = quant_attr(zps={SRC: 2, DST: dst_mask})
+    pd, wdims, dsp = _problem(engine, src_t, dt.s32, g=g, ic=ic, oc=oc, k=k, s=s, p=p,
+                              act=act, bias_t=dt.s32, attr=attr)
+    assert list(pd.query_md(dnnl.query.exec_arg_md, Z | SRC).dims) == [ic]
+    assert list(pd.query_md(dnnl.query.exec_arg_md, Z | DST).dims) == [oc if dst_mask else 1]
+    x, w = ints(rng, (2, ic, 7, 6), src_t), ints(rng, wdims, dt.s8)
+    lo, hi = (0, 256) if src_t == dt.u8 else (-128, 128)  # representable: padding cancels
+    zs = rng.integers(lo, hi, ic).astype(np.int32)
+    zd = rng.integers(-300, 300, oc if dst_mask else 1).astype(np.int32)
+    bias = rng.integers(-1000, 1000, oc).astype(np.int32)
+    got = _run(engine, pd, {SRC: x, WEI: w, BIAS: bias}, zps={SRC: zs, DST: zd})
+    want = conv_int8_acc(x, w, s, p, dsp, groups=g, zp_src=zs) + bias.reshape(1, -1, 1, 1)
+    want = want + (zd.reshape(1, -1, 1, 1) if dst_mask else zd[0])
+    assert np.array_equal(got, want.astype(np.float64))
+
+
+def test_conv_int8_per_channel_zero_points_scaled_u8_dst(engine):
+    """Per-channel src and dst zero points in the float path: scales (weights per output
+    channel), an f32 bias, u8 dst; the zero points need not fit src's type without padding."""
+    rng = np.random.default_rng(21)
+    attr = quant_attr({SRC: 0, WEI: 1, DST: 0}, {SRC: 2, DST: 2})
+    pd, wdims, dsp = _problem(engine, dt.u8, dt.u8, ic=6, oc=5, k=(2, 2), s=(1, 1), p=(0, 0),
+                              act="nhwc", bias_t=dt.f32, attr=attr)
+    x, w = ints(rng, (2, 6, 7, 6), dt.u8), ints(rng, wdims, dt.s8)
+    zs = rng.integers(-400, 400, 6).astype(np.int32)  # outside u8: no padding to fill
+    zd = rng.integers(0, 256, 5).astype(np.int32)
+    bias = (rng.standard_normal(5) * 8).astype(np.float32)
+    sc = {SRC: np.float32(0.02), WEI: rng.uniform(0.01, 0.03, 5).astype(np.float32),
+          DST: np.float32(2.0)}
+    got = _run(engine, pd, {SRC: x, WEI: w, BIAS: bias}, sc, {SRC: zs, DST: zd})
+    y = conv_int8(x, w, (1, 1), (0, 0), dsp, bias=bias, src_scale=sc[SRC], wei_scale=sc[WEI],
+                  dst_scale=sc[DST], zp_src=zs, zp_dst=zd)
+    _check(got, y, dt.u8, np.abs(y).max() * float(sc[DST]) + np.abs(bias).max() + 255)
+
+
 @pytest.mark.parametrize("src_t,dst_t,act", [(dt.u8, dt.f32, "nchw"), (dt.s8, dt.s8, "nhwc"),
                                              (dt.u8, dt.u8, "nhwc"), (dt.s8, dt.s32, "nchw")],
                          ids=lambda v: getattr(v, "name", v))
@@ -207,8 +262,9 @@ def test_conv_int8_post_op_chain(engine):
     _check(got, y, dt.u8, np.abs(y).max() * float(sc[DST]) + 255)
 
 
-@pytest.mark.parametrize("case", ["weights-u8", "wei-mask-2", "wei-zp", "src-zp-per-c",
-                                  "winograd", "deconvolution", "backward-data"])
+@pytest.mark.parametrize("case", ["weights-u8", "wei-mask-2", "wei-zp", "src-zp-per-mb",
+                                  "dst-zp-mask-3", "winograd", "deconvolution",
+                                  "backward-data"])
 def test_conv_int8_refusals(engine, case):
     """What oneDNN's int8 convolution or this implementation does not take raises, naming
     the argument (at creation: dst is never written)."""
@@ -219,10 +275,13 @@ def test_conv_int8_refusals(engine, case):
         attr.set_scales_mask(WEI, 2)
     if case == "wei-zp":
         attr.set_zero_points_mask(WEI, 0)
-    if case == "src-zp-per-c":
-        attr.set_zero_points_mask(SRC, 2)
+    if case == "src-zp-per-mb":  # oneDNN's convolution takes masks 0 and 2 only
+        attr.set_zero_points_mask(SRC, 1)
+    if case == "dst-zp-mask-3":
+        attr.set_zero_points_mask(DST, 3)
     want = {"weights-u8": "weights_desc", "wei-mask-2": "ARG_WEIGHTS", "wei-zp":
-            "ARG_WEIGHTS", "src-zp-per-c": "ARG_SRC", "winograd": "winograd",
+            "ARG_WEIGHTS", "src-zp-per-mb": "mask 1 for ARG_SRC",
+            "dst-zp-mask-3": "mask 3 for ARG_DST", "winograd": "winograd",
             "deconvolution": "deconvolution", "backward-data": "diff_dst_desc"}[case]
     with pytest.raises((unimplemented, invalid_arguments), match=want):
         if case == "deconvolution":
@@ -257,12 +316,23 @@ pd, wdims, dsp = _problem(eng, dt.u8, dt.s32, mb=1, g=2, ic=4, oc=4, sp=(4, 3), 
 x, w = ints(rng, (1, 4, 4, 3), dt.u8), ints(rng, wdims, dt.s8)
 got = _run(eng, pd, {dnnl.ARG_SRC: x, dnnl.ARG_WEIGHTS: w}, zps={dnnl.ARG_SRC: 9})
 want = conv_int8_acc(x, w, (2, 1), (1, 1), dsp, zp_src=9)
-print(json.dumps({"exact": bool(np.array_equal(got, want))}))
+# per-channel src and dst zero points: the padding filled per channel, the weighted sums
+attr = quant_attr(zps={dnnl.ARG_SRC: 2, dnnl.ARG_DST: 2})
+pd, wdims, dsp = _problem(eng, dt.s8, dt.s32, mb=1, g=2, ic=4, oc=4, sp=(4, 3), k=(3, 2),
+                          s=(2, 1), p=(1, 1), act="nhwc", attr=attr)
+x, w = ints(rng, (1, 4, 4, 3), dt.s8), ints(rng, wdims, dt.s8)
+zs, zd = np.array([5, -3, 100, -128], np.int32), np.array([1, -2, 3, 7], np.int32)
+got_c = _run(eng, pd, {dnnl.ARG_SRC: x, dnnl.ARG_WEIGHTS: w},
+             zps={dnnl.ARG_SRC: zs, dnnl.ARG_DST: zd})
+want_c = conv_int8_acc(x, w, (2, 1), (1, 1), dsp, groups=2, zp_src=zs) + zd.reshape(1, -1, 1, 1)
+print(json.dumps({"exact": bool(np.array_equal(got, want)),
+                  "per_channel": bool(np.array_equal(got_c, want_c))}))
 """
 
 
 def test_conv_int8_oclgrind():
-    """The byte im2col (padding filled with the src zero point), the grouped integer GEMM and
+    """The byte im2col (padding filled with the src zero point, common or per channel), the
+    grouped integer GEMM (column sums weighted per k for per-channel src zero points) and
     the staged nchw store under Oclgrind: no invalid access, race or uninitialized read."""
     import pathlib
     import sys
@@ -277,4 +347,4 @@ def test_conv_int8_oclgrind():
     # instructions LLVM's optimizer emits for the integer GEMM's packing kernel
     out = run_probe(f"TESTS = {str(here)!r}\n" + _OCLGRIND_PROBE,
                     OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert out["exact"]
+    assert out["exact"] and out["per_channel"]
