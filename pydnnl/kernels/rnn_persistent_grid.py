@@ -33,6 +33,7 @@ BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att"
 # spins of a barrier wait before it gives up (each a volatile read of L2: ~1 us); the flag word
 # follows the counter
 SPIN_LIMIT = 1 << 24
+WARP = 32  # lanes of NVIDIA's shfl.sync
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class GridProblem:
     jb: int  # channels per work-group
     kc: int = 32  # columns of h staged in local memory at a time
     rn: int = 1  # batch rows per work-item (one-stage cells): rn h values per weight read
+    ks: int = 1  # work-items sharing one output's k range (lanes of one warp, one-stage cells)
     clip: tuple | None = None
     store_gates: bool = False
     store_gh: bool = False
@@ -58,14 +60,38 @@ class GridProblem:
 
     @property
     def items(self) -> int:
-        return -(-self.batch // self.rn) * self.jb
+        n = -(-self.batch // self.rn) * self.jb * self.ks
+        # shuffles take whole warps: a split group is rounded up to them (the extra items
+        # compute clamped rows and store nothing)
+        return n if self.ks == 1 else -(-n // WARP) * WARP
 
     @property
     def k_padded(self) -> int:
         return -(-self.dhc // self.kc) * self.kc
 
     def local_bytes(self, gates: int) -> int:
-        return 4 * (self.k_padded * self.jb * gates + self.batch * (self.kc + 1))
+        return 4 * (self.k_padded * self.jb * gate_stride(gates) + self.batch * (self.kc + 1))
+
+
+def gate_stride(gates: int) -> int:
+    """Floats between one channel's gates and the next channel's in the local weight slice:
+    three gates take four, so that a channel's gates are one aligned vector read."""
+    return 4 if gates == 3 else gates
+
+
+def weight_reads(gg, gates, base: str, gs: int) -> tuple[list[str], dict]:
+    """Statements and per-gate expressions reading the stage's gates ``gg`` of one channel
+    from local memory at ``base`` (a channel's gates at stride 1, ``gs`` floats apart per
+    channel): one aligned vector read where the gates are the first 2, 3 or 4 of the slot,
+    else one read per gate."""
+    g0 = gates.index(gg[0])
+    contiguous = [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg)))
+    width = {2: 2, 3: 4, 4: 4}.get(len(gg))
+    if contiguous and width and g0 % width == 0 and gs % width == 0:
+        vec = f"float{width}"
+        return ([f"        const {vec} wv = *(const __local {vec} *)({base} + {g0});"],
+                {g: f"wv.{c}" for c, g in zip("xyzw", gg)})
+    return [], {g: f"{base}[{gates.index(g)}]" for g in gg}
 
 
 def barriers_per_step(cell: str) -> int:
@@ -82,11 +108,12 @@ def build_grid(p: GridProblem) -> KernelSource:
     gates = spec.gate_names
     G, DHC, N, JB, KC, KP = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded
     RN = p.rn
-    if RN > 1:
+    if RN > 1 or p.ks > 1:
         return _build_row_tiled(p, spec, stages)
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent_grid: cell {spec.name}: recurrent GEMM results are "
                          "kept for one-stage (LBR) cells only")
+    GS = gate_stride(G)
     body: list[str] = weight_slice_lines(KP, JB, G, DHC, p.items)
     emit = body.append
     if spec.has_cell_state:
@@ -115,20 +142,13 @@ def build_grid(p: GridProblem) -> KernelSource:
             emit(f"    float acc_{g} = 0.0f;")
         # chunk kc + KC is loaded into registers while chunk kc is multiplied: the L2's
         # latency hides behind the arithmetic
-        compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {G};",
+        compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {GS};",
                    "      #pragma unroll 8",
                    f"      for (int kk = 0; kk < {KC}; ++kk) {{",
                    f"        const float x = hs[n * {KC + 1} + kk];"]
-        g0 = gates.index(gg[0])
-        contiguous = [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg)))
-        if contiguous and len(gg) in (2, 3, 4):
-            # the stage's gates of this channel side by side: one vector read
-            compute.append(f"        const float{len(gg)} wv = "
-                           f"vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
-            compute += [f"        acc_{g} = fma(x, wv.{c}, acc_{g});" for c, g in zip("xyzw", gg)]
-        else:
-            compute += [f"        acc_{g} = fma(x, w[kk * {JB * G} + {gates.index(g)}], acc_{g});"
-                        for g in gg]
+        reads, wexpr = weight_reads(gg, gates, f"(w + kk * {JB * GS})", GS)
+        compute += reads
+        compute += [f"        acc_{g} = fma(x, {wexpr[g]}, acc_{g});" for g in gg]
         compute.append("      }")
         body.extend(chunk_loop_lines(f"pre{si}", src, N, DHC, KP, KC, p.items, compute))
         if p.store_gh:
@@ -159,7 +179,8 @@ def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSo
     its first row)."""
     name = f"pydnnl_rnn_grid_{spec.name}"
     source = kernel_lines(name, _params(), p.items, row, p.jb, p.dhc,
-                          p.k_padded * p.jb * spec.n_gates, p.batch * (p.kc + 1), body)
+                          p.k_padded * p.jb * gate_stride(spec.n_gates), p.batch * (p.kc + 1),
+                          body, p.ks)
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
 
@@ -170,11 +191,16 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     group and is bound by local-memory reads)."""
     gates = spec.gate_names
     G, DHC, N, JB, KC, KP, RN = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded, p.rn
+    KS = p.ks
     if len(stages) != 1:
         raise ValueError(f"rnn_persistent_grid: cell {spec.name}: rows per item need one stage")
+    if KS & (KS - 1) or KS > WARP or KC % KS:
+        raise ValueError(f"rnn_persistent_grid: k split {KS}: expected a power of two <= "
+                         f"{WARP} dividing the chunk ({KC})")
     st = stages[0]
     gg = st.recurrent_gemm.gates
     gx_names = [name[3:] for name in st.inputs(()) if name.startswith("gx_")]
+    GS = gate_stride(G)
     body: list[str] = weight_slice_lines(KP, JB, G, DHC, p.items)
     emit = body.append
     if spec.has_cell_state:
@@ -199,26 +225,36 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     for g in gg:
         emit(f"    float acc_{g}_r[{RN}];")
         emit(f"    for (int r = 0; r < {RN}; ++r) acc_{g}_r[r] = 0.0f;")
-    compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {G};",
-               "      #pragma unroll 4",
-               f"      for (int kk = 0; kk < {KC}; ++kk) {{"]
-    g0 = gates.index(gg[0])
-    if [gates.index(g) for g in gg] == list(range(g0, g0 + len(gg))) and len(gg) in (2, 3, 4):
-        compute.append(f"        const float{len(gg)} wv = "
-                       f"vload{len(gg)}(0, w + kk * {JB * G} + {g0});")
-        wexpr = {g: f"wv.{c}" for c, g in zip("xyzw", gg)}
+    # with a k split, lane kp of each KS lanes takes columns kp, kp + KS, ... of a chunk
+    if KS > 1:
+        compute = [f"      const __local float *w = us + ((kc + kp) * {JB} + jj) * {GS};",
+                   "      #pragma unroll 4",
+                   f"      for (int kq = 0; kq < {KC // KS}; ++kq) {{",
+                   f"        const int kk = kq * {KS} + kp;"]
     else:
-        wexpr = {g: f"w[kk * {JB * G} + {gates.index(g)}]" for g in gg}
+        compute = [f"      const __local float *w = us + (kc * {JB} + jj) * {GS};",
+                   "      #pragma unroll 4",
+                   f"      for (int kk = 0; kk < {KC}; ++kk) {{"]
+    kq = "kq" if KS > 1 else "kk"
+    reads, wexpr = weight_reads(gg, gates, f"(w + {kq} * {KS * JB * GS})", GS)
+    compute += reads
     compute += ["        #pragma unroll",
                 f"        for (int r = 0; r < {RN}; ++r) {{",
                 f"          const float x = hs[min(nb * {RN} + r, {N - 1}) * {KC + 1} + kk];"]
     compute += [f"          acc_{g}_r[r] = fma(x, {wexpr[g]}, acc_{g}_r[r]);" for g in gg]
     compute += ["        }", "      }"]
     body.extend(chunk_loop_lines("pre", "hp", N, DHC, KP, KC, p.items, compute))
+    if KS > 1:  # the KS partial sums meet in every lane of their group (butterfly shuffles)
+        emit("    #pragma unroll")
+        emit(f"    for (int r = 0; r < {RN}; ++r) {{")
+        for g in gg:
+            emit(f"      for (int m = {KS // 2}; m > 0; m >>= 1) "
+                 f"acc_{g}_r[r] += pd_shfl_xor(acc_{g}_r[r], m);")
+        emit("    }")
     emit("    #pragma unroll")
     emit(f"    for (int r = 0; r < {RN}; ++r) {{")
     emit(f"    const int n = min(nb * {RN} + r, {N - 1});")
-    emit(f"    const bool rvalid = valid && nb * {RN} + r < {N};")
+    emit(f"    const bool rvalid = valid && nb * {RN} + r < {N}{' && kp == 0' if KS > 1 else ''};")
     for g in gg:
         emit(f"    const float acc_{g} = acc_{g}_r[r];")
     for g in gx_names:
@@ -256,12 +292,14 @@ def _params() -> list[str]:
 
 
 def weight_slice_lines(kp: int, jb: int, g: int, dhc: int, items: int) -> list[str]:
-    """Load the group's slice of the recurrent weights into local memory, ``us[k][jj][gate]``,
-    zero past the last channel and past k = dhc."""
-    return [f"  for (int i = lid; i < {kp * jb * g}; i += {items}) {{",
-            f"    const int k = i / {jb * g}, r = i - k * {jb * g};",
-            f"    const int q = r / {g}, g = r - q * {g};",
-            f"    us[i] = (k < {dhc} && j0 + q < {dhc}) ? "
+    """Load the group's slice of the recurrent weights into local memory, ``us[k][jj][gate]``
+    (:func:`gate_stride` floats per channel), zero past the last channel and gate and past
+    k = dhc."""
+    gs = gate_stride(g)
+    return [f"  for (int i = lid; i < {kp * jb * gs}; i += {items}) {{",
+            f"    const int k = i / {jb * gs}, r = i - k * {jb * gs};",
+            f"    const int q = r / {gs}, g = r - q * {gs};",
+            f"    us[i] = (k < {dhc} && j0 + q < {dhc}{f' && g < {g}' if gs != g else ''}) ? "
             f"u[u_off + k * {g * dhc} + g * {dhc} + j0 + q] : 0.0f;",
             "  }"]
 
@@ -275,10 +313,11 @@ def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int
     R = -(-rows * kc // items)
 
     def load(start: str) -> list[str]:
+        val = f"{src}[r * {width} + {start} + {idx}]"
         return [f"      for (int q = 0; q < {R}; ++q) {{",
                 f"        const int i = lid + q * {items}, r = i / {kc}, {idx} = i - r * {kc};",
                 f"        {pre}[q] = (i < {rows * kc} && {start} + {idx} < {width}) ? "
-                f"{src}[r * {width} + {start} + {idx}] : 0.0f;",
+                f"{val} : 0.0f;",
                 "      }"]
 
     return ([f"    float {pre}[{R}];", "    {"] + load("0") + ["    }",
@@ -294,21 +333,40 @@ def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int
 
 
 def kernel_lines(name: str, params: list[str], items: int, row: str, jb: int, dhc: int,
-                 us_size: int, hs_size: int, body: list[str]) -> str:
+                 us_size: int, hs_size: int, body: list[str], ks: int = 1) -> str:
     """A grid kernel's source: the barrier, the signature, the item's position (``row`` the
-    name of its batch row, or first row), the local arrays, then ``body``."""
+    name of its batch row, or first row; with a k split ``ks``, ``kp`` its lane of the
+    output's ``ks`` lanes), the local arrays, then ``body``."""
+    pos = ([f"  const int {row} = lid / {jb}, jj = lid - {row} * {jb};"] if ks == 1 else
+           [f"  const int kp = lid % {ks}, lq = lid / {ks};",
+            f"  const int {row} = lq / {jb}, jj = lq - {row} * {jb};"])
     return "\n".join(
-        [grid_sync_source(), "",
+        [grid_sync_source()] + ([shuffle_source()] if ks > 1 else []) + ["",
          f"__kernel void __attribute__((reqd_work_group_size({items}, 1, 1)))",
          f"{name}({', '.join(params)})", "{",
-         "  const int lid = get_local_id(0);",
-         f"  const int {row} = lid / {jb}, jj = lid - {row} * {jb};",
+         "  const int lid = get_local_id(0);"] + pos + [
          f"  const int j0 = get_group_id(0) * {jb};",
          f"  const bool valid = j0 + jj < {dhc};",
          f"  const int j = min(j0 + jj, {dhc - 1});  /* reads stay in bounds */",
-         f"  __local float us[{us_size}];",
+         # float4 storage: vector reads of the weight slice are aligned
+         f"  __local float4 us4[{-(-us_size // 4)}];",
+         "  __local float *us = (__local float *)us4;",
          f"  __local float hs[{hs_size}];"]
         + body + ["}", ""])
+
+
+def shuffle_source() -> str:
+    """``pd_shfl_xor(v, m)``: lane ``laneid ^ m``'s ``v`` (NVIDIA's ``shfl.sync.bfly``; every
+    lane of the warp takes part)."""
+    return "\n".join([
+        "static inline float pd_shfl_xor(float v, int m)",
+        "{",
+        "  uint r;",
+        "  asm volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=r\"(r) "
+        ": \"r\"(as_uint(v)), \"r\"(m));",
+        "  return as_float(r);",
+        "}",
+    ])
 
 
 def grid_sync_source() -> str:

@@ -94,15 +94,20 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
 
     one_stage = len(s.spec.forward_stages(s.peephole)) == 1
 
-    def make(jb):
+    def make(jb, kc=32, ks=1):
         return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
-                           rn=rnn_rules.grid_rows_per_item(s.N) if one_stage else 1,
-                           clip=clip_key(s), store_gates=training,
+                           kc=kc, rn=rnn_rules.grid_rows_per_item(s.N) if one_stage else 1,
+                           ks=ks, clip=clip_key(s), store_gates=training,
                            store_gh=training and lbr(s))
 
-    jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC,
-                                   lambda jb: make(jb).local_bytes(s.G))
-    return None if jb is None else make(jb)
+    info = engine.info
+    jb = rnn_rules.grid_recurrence(info, s.N, s.DHC, lambda jb: make(jb).local_bytes(s.G))
+    if jb is None:
+        return None
+    kc = rnn_rules.grid_chunk_columns(
+        s.DHC, lambda kc: make(jb, kc).local_bytes(s.G) <= info.local_mem_bytes)
+    ks = rnn_rules.grid_k_split(info, make(jb).items) if one_stage else 1
+    return make(jb, kc, ks)
 
 
 def recurrence_kind(engine, s, training: bool) -> str:

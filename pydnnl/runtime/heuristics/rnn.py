@@ -87,6 +87,51 @@ def grid_rows_per_item(batch: int) -> int:
     return 2 if batch >= GRID_ROWS_MIN_BATCH else 1
 
 
+# A group has few work-items where the batch is small (one row and 4 channels: 4 items), and
+# each walks all channels of h alone, latency after latency. One-stage cells then split each
+# output's k range over ks lanes of a warp, which add their partial sums by shuffles; and
+# every grid kernel stages h in the widest chunk of GRID_CHUNK_COLUMNS its local memory holds
+# (fewer chunks, fewer local barriers and L2 round trips a step). H100, LSTM 512 T 50, grid
+# kernel's us per step, unsplit 32-column chunks -> split (ks) and chunk (kc):
+# - N 1: 9.47 -> ks 8 5.81, ks 16 5.11; ks 8 kc 64 4.34, kc 128 4.07; ks 16 kc 64 3.75,
+#   kc 128 3.17 (LBR-GRU 9.33 -> 3.03, vanilla RNN 7.58 -> 2.74 at ks 16 kc 128)
+# - N 4: 7.70 -> ks 2 6.55, ks 4 5.86; ks 4 kc 64 4.75, kc 128 4.53; ks 8 kc 64 5.06
+# - N 8: 7.99 -> ks 2 6.50; ks 2 kc 64 6.01; ks 4 kc 64 5.62, kc 128 5.23
+# - N 16: 8.18 -> ks 2 7.47, ks 4 9.39; ks 2 kc 64 6.98, kc 128 6.42; ks 4 kc 64 8.63
+#   (LBR-GRU 7.92 -> ks 2 kc 64 6.81)
+# - N 32: 11.33 -> ks 2 11.56; kc 64 alone 15.34; ks 2 kc 64 10.52
+# - N 64 (2 rows per item, only 32 columns fit): 15.9 -> ks 2 13.8, ks 4 19.0 (LBR-GRU 15.1 ->
+#   13.4, vanilla RNN 11.4 -> 11.0); the two-stage GRU, unsplit: kc 32 23.7, kc 64 21.3
+# So: the smallest split that gives the group GRID_SPLIT_ITEMS items, at least 2 and at most
+# GRID_MAX_K_SPLIT, unless the group (rounded up to whole warps) would outgrow the device.
+GRID_SPLIT_ITEMS = 128
+GRID_MAX_K_SPLIT = 16
+GRID_CHUNK_COLUMNS = (128, 64, 32)
+
+
+def grid_k_split(info, items: int) -> int:
+    """Lanes sharing one output's k range in a grid-wide forward group of ``items`` unsplit
+    work-items (one-stage cells; the group is then rounded up to whole warps)."""
+    ks = 2
+    while ks < GRID_MAX_K_SPLIT and items * ks < GRID_SPLIT_ITEMS:
+        ks *= 2
+    warp = info.simd_width
+    if -(-items * ks // warp) * warp > min(GRID_MAX_ITEMS, info.max_work_group_size):
+        return 1
+    return ks
+
+
+def grid_chunk_columns(dhc: int, fits) -> int:
+    """Columns of h a grid-wide forward group stages at a time: the widest of
+    GRID_CHUNK_COLUMNS that ``fits(kc)`` (its local memory) and pads k no further than
+    32-column chunks would."""
+    k32 = -(-dhc // 32) * 32
+    for kc in GRID_CHUNK_COLUMNS:
+        if k32 % kc == 0 and fits(kc):
+            return kc
+    return 32
+
+
 # The backward's grid-wide form (kernels/rnn_persistent_grid_bwd.py) is taken for cells of at
 # most GRID_BWD_MAX_GATES gates. Its dh_prev = dG U^T reads one dG value and one weight from
 # local memory per multiply-add over all G x channels columns; measured on an H200 (forward +

@@ -207,6 +207,27 @@ def test_grid_inference_matches_reference(engine, stream, monkeypatch, name, row
         assert_close(got, want[k], f"grid {name} {k}")
 
 
+@pytest.mark.parametrize("ks, kc", [(1, 64), (2, 32), (4, 128), (16, 64)])
+@pytest.mark.parametrize("name", ["lstm_clip_r2l", "lbr_gru_L2", "rnn_r2l"])
+def test_grid_k_split_and_chunks_match_reference(engine, stream, monkeypatch, name, ks, kc):
+    """Each output's k range split over ks lanes (their sums met by shuffles, the group
+    rounded up to whole warps) and h staged kc columns at a time, whatever the rules say."""
+    _needs_grid(engine)
+    _force_grid(monkeypatch)
+    monkeypatch.setattr(rnn_rules, "grid_k_split", lambda info, items: ks)
+    monkeypatch.setattr(rnn_rules, "grid_chunk_columns", lambda dhc, fits: kc)
+    built = []
+    build = plan_forward.build_grid
+    monkeypatch.setattr(plan_forward, "build_grid", lambda p: built.append(p) or build(p))
+    p = GRID_CASES[name]
+    a = _grid_arrays(p, 5)
+    out, _, fwd = run(engine, stream, p, a, prop=INFER)
+    assert fwd._plan.grid and built and all(g.ks == ks and g.kc == kc for g in built)
+    want = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, want[k], f"grid {name} ks {ks} kc {kc} {k}")
+
+
 GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]
 
 
@@ -255,3 +276,18 @@ def test_grid_rule():
     assert rnn_rules.grid_recurrence(Nv, 512, 512, local(4, 512, 512)) is None  # 2048 items
     Nv.inline_ptx = False
     assert rnn_rules.grid_recurrence(Nv, 64, 512, local(4, 64, 512)) is None
+
+
+def test_grid_split_and_chunk_rules():
+    """The k split fills a group to 128 items (2 to 16 lanes) unless whole warps outgrow the
+    device; the chunk is the widest that fits and pads k no further than 32 columns do."""
+    class Nv:
+        simd_width, max_work_group_size = 32, 1024
+
+    assert [rnn_rules.grid_k_split(Nv, n) for n in (4, 16, 32, 64, 128, 512)] == \
+        [16, 8, 4, 2, 2, 2]
+    assert rnn_rules.grid_k_split(Nv, 1000) == 1  # 2000 items
+    assert rnn_rules.grid_chunk_columns(512, lambda kc: True) == 128
+    assert rnn_rules.grid_chunk_columns(512, lambda kc: kc <= 64) == 64
+    assert rnn_rules.grid_chunk_columns(300, lambda kc: True) == 64  # 320 columns
+    assert rnn_rules.grid_chunk_columns(270, lambda kc: True) == 32  # 288 columns
