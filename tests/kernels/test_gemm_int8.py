@@ -177,6 +177,23 @@ def test_mma(engine, case):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("block", [64, 128])
+def test_mma_src_zero_point_per_k(engine, block):
+    """On NVIDIA GPUs: the tensor-core kernel's store subtracts the per-k weighted sums."""
+    from pydnnl.runtime.heuristics.gemm import _tensor_cores
+
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"
+            and _tensor_cores(engine.info)):
+        pytest.skip("int8 mma.sync runs on NVIDIA GPUs of compute capability 8.0 on")
+    from pydnnl.kernels.gemm_int8 import mma_covers
+
+    p = Int8Params(rows=4, lanes=block, mma=True)
+    assert mma_covers(Int8GemmProblem(m=70, n=100, k=96, src_zp_k=True), p)
+    got, want = _product(engine, 70, 100, 96, False, False, False, p, batch=2,
+                         kweights=(9, 8))
+    assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:3])))
 def test_dot_product(engine, case):
     if not engine.info.integer_dot_product:
