@@ -305,11 +305,12 @@ def weight_slice_lines(kp: int, jb: int, g: int, dhc: int, items: int) -> list[s
 
 
 def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int, items: int,
-                     compute: list[str], idx: str = "kk") -> list[str]:
+                     compute: list[str], idx: str = "kk", pad: int = 1) -> list[str]:
     """The staged product every grid kernel runs: ``rows x width`` values of ``src`` (written
     by other groups, read volatile) go through local memory ``hs`` in chunks of ``kc``
-    columns, the next chunk loaded into the registers ``pre`` while ``compute`` (the
-    statements of one chunk, reading ``hs`` and the chunk start ``kc``) runs on this one."""
+    columns (rows ``kc + pad`` floats apart), the next chunk loaded into the registers ``pre``
+    while ``compute`` (the statements of one chunk, reading ``hs`` and the chunk start
+    ``kc``) runs on this one."""
     R = -(-rows * kc // items)
 
     def load(start: str) -> list[str]:
@@ -325,7 +326,7 @@ def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int
             "      barrier(CLK_LOCAL_MEM_FENCE);",
             f"      for (int q = 0; q < {R}; ++q) {{",
             f"        const int i = lid + q * {items}, r = i / {kc}, {idx} = i - r * {kc};",
-            f"        if (i < {rows * kc}) hs[r * {kc + 1} + {idx}] = {pre}[q];",
+            f"        if (i < {rows * kc}) hs[r * {kc + pad} + {idx}] = {pre}[q];",
             "      }",
             "      barrier(CLK_LOCAL_MEM_FENCE);",
             f"      if (kc + {kc} < {kp}) {{"] + load(f"(kc + {kc})") + ["      }"]
@@ -351,7 +352,8 @@ def kernel_lines(name: str, params: list[str], items: int, row: str, jb: int, dh
          # float4 storage: vector reads of the weight slice are aligned
          f"  __local float4 us4[{-(-us_size // 4)}];",
          "  __local float *us = (__local float *)us4;",
-         f"  __local float hs[{hs_size}];"]
+         f"  __local float4 hs4[{-(-hs_size // 4)}];",
+         "  __local float *hs = (__local float *)hs4;"]
         + body + ["}", ""])
 
 

@@ -35,6 +35,9 @@ BASE_ARGS = ("gates0", "c0r", "cinit", "h0r", "hinit", "att0", "peep_b", "bias_b
              "dhl0", "dgx0", "dgh0", "datt0", "dpeep0", "dh_first", "dc_first", "dh_buf0",
              "dh_buf1", "dc_buf0", "dc_buf1", "dh_last", "dc_last", "u_off", "bar_off")
 SIZE_ARGS = ("steps", "reverse")
+# floats past each local row (a channel's weights, a row of the dG chunk): rows stay 16-byte
+# aligned for vector reads while neighbouring rows start in different banks
+PAD = 4
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class GridBackwardProblem:
         return -(-gates * self.dhc // self.kc) * self.kc
 
     def local_bytes(self, gates: int) -> int:
-        return 4 * (self.k_padded(gates) * self.jb + self.batch * (self.kc + 1))
+        return 4 * ((self.k_padded(gates) + PAD) * self.jb + self.batch * (self.kc + PAD))
 
     def stage(self) -> BackwardElementwiseProblem:
         """The per-step kernel's problem whose statements this kernel prints."""
@@ -105,8 +108,10 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     def store(target, expr, sid):
         emit_line(f"    if (valid) {cm(target)} = {cm(expr)};")
 
-    emit_line(f"  for (int i = lid; i < {KP * JB}; i += {p.items}) {{")
-    emit_line(f"    const int c = i / {JB}, q = i - c * {JB};")
+    # the group's rows of U, us[jj][c]: a work-item reads four columns of its row at once
+    KR = KP + PAD
+    emit_line(f"  for (int i = lid; i < {KR * JB}; i += {p.items}) {{")
+    emit_line(f"    const int q = i / {KR}, c = i - q * {KR};")
     emit_line(f"    us[i] = (c < {GD} && j0 + q < {DHC}) ? u[u_off + (j0 + q) * {GD} + c] : 0.0f;")
     emit_line("  }")
     emit_line("  int epoch = 0;")
@@ -143,12 +148,14 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     # every group's gate gradients of this step are written before any group reads them
     emit_line(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit_line("    volatile __global const float *dg = dgh + dgh_off;")
-    emit_line("    float acc = 0.0f;")
+    emit_line("    float4 acc4 = (float4)(0.0f);")
     body.extend(chunk_loop_lines("pre", "dg", N, GD, KP, KC, p.items, [
-        f"      const __local float *w = us + kc * {JB} + jj;",
-        "      #pragma unroll 8",
-        f"      for (int cc = 0; cc < {KC}; ++cc)",
-        f"        acc = fma(hs[n * {KC + 1} + cc], w[cc * {JB}], acc);"], idx="cc"))
+        f"      const __local float4 *w4 = (const __local float4 *)(us + jj * {KR} + kc);",
+        f"      const __local float4 *x4 = (const __local float4 *)(hs + n * {KC + PAD});",
+        "      #pragma unroll 4",
+        f"      for (int c4 = 0; c4 < {KC // 4}; ++c4)",
+        "        acc4 = fma(x4[c4], w4[c4], acc4);"], idx="cc", pad=PAD))
+    emit_line("    const float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
     target = f"dhp[dhp_off + n * {DHC} + j]"
     emit_line(f"    if (valid) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
     emit_line("  }")
@@ -156,6 +163,6 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     name = f"pydnnl_rnn_grid_bwd_{spec.name}"
     params = ["__global int *bar" if b == "bar" else f"__global float *{b}" for b in BUFFERS]
     params += [f"int {a}" for a in BASE_ARGS + SIZE_ARGS]
-    source = kernel_lines(name, params, p.items, "n", JB, DHC, KP * JB, N * (KC + 1), body)
+    source = kernel_lines(name, params, p.items, "n", JB, DHC, KR * JB, N * (KC + PAD), body)
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + BASE_ARGS + SIZE_ARGS)

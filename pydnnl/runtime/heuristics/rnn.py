@@ -133,12 +133,15 @@ def grid_chunk_columns(dhc: int, fits) -> int:
 
 
 # The backward's grid-wide form (kernels/rnn_persistent_grid_bwd.py) is taken for cells of at
-# most GRID_BWD_MAX_GATES gates. Its dh_prev = dG U^T reads one dG value and one weight from
-# local memory per multiply-add over all G x channels columns; measured on an H200 (forward +
-# backward, N 64, T 50, forward grid-wide in both; per-step backward -> grid-wide, median ms):
-# vanilla RNN 512 3.52 -> 2.24 and LBR-GRU 512 4.13 -> 3.88 win, LSTM 512 4.41 -> 4.93 and
-# LSTM 256 2.95 -> 3.14 lose.
-GRID_BWD_MAX_GATES = 3
+# most GRID_BWD_MAX_GATES gates. Its dh_prev = dG U^T first read one dG value and one weight
+# from local memory per multiply-add; measured on an H200 (forward + backward, N 64, T 50,
+# forward grid-wide in both; per-step backward -> grid-wide, median ms): vanilla RNN 512 3.52
+# -> 2.24 and LBR-GRU 512 4.13 -> 3.88 won, LSTM 512 4.41 -> 4.93 and LSTM 256 2.95 -> 3.14
+# lost. Reading both four columns at a time (aligned vectors, rows padded off each other's
+# banks), every cell kind wins (H200, two rounds): LSTM 512 4.40-4.43 -> 4.12-4.14, LSTM 256
+# 2.91-2.99 -> 2.42-2.48, LBR-GRU 512 4.17-4.21 -> 3.65-3.78, vanilla RNN 512 3.21-3.25 ->
+# 1.82-1.93.
+GRID_BWD_MAX_GATES = 4
 
 
 def persistent_private_weights(info, gates: int, dhc: int) -> bool:

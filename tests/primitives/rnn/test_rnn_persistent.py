@@ -216,13 +216,14 @@ def test_grid_k_split_and_chunks_match_reference(engine, stream, monkeypatch, na
     _force_grid(monkeypatch)
     monkeypatch.setattr(rnn_rules, "grid_k_split", lambda info, items: ks)
     monkeypatch.setattr(rnn_rules, "grid_chunk_columns", lambda dhc, fits: kc)
-    built = []
-    build = plan_forward.build_grid
-    monkeypatch.setattr(plan_forward, "build_grid", lambda p: built.append(p) or build(p))
+    planned = []
+    rule = plan_forward.grid_problem
+    monkeypatch.setattr(plan_forward, "grid_problem",
+                        lambda *a: planned.append(rule(*a)) or planned[-1])
     p = GRID_CASES[name]
     a = _grid_arrays(p, 5)
     out, _, fwd = run(engine, stream, p, a, prop=INFER)
-    assert fwd._plan.grid and built and all(g.ks == ks and g.kc == kc for g in built)
+    assert fwd._plan.grid and planned and all(g.ks == ks and g.kc == kc for g in planned)
     want = _reference(p, a)
     for k, got in out.items():
         assert_close(got, want[k], f"grid {name} ks {ks} kc {kc} {k}")
@@ -248,7 +249,6 @@ def test_grid_training_gives_the_same_gradients(engine, stream, monkeypatch, nam
     out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     monkeypatch.undo()
     _force_grid(monkeypatch)
-    monkeypatch.setattr(rnn_rules, "GRID_BWD_MAX_GATES", 4)  # LSTM's backward too
     taken = []
     rule = plan_backward.grid_backward
     monkeypatch.setattr(plan_backward, "grid_backward",
