@@ -17,8 +17,9 @@ weights). Combinations outside oneDNN's table are the primitive's ``unimplemente
 int8 forward (``--dt=u8:s8:s8`` and the like): ``--attr-scales`` and ``--attr-zero-points`` take
 benchdnn's ``ARG:POLICY[:VALUE]`` entries (the matmul driver's parsing; ``wei:per_oc`` covers
 both dims of grouped weights), the tensors hold small integers, and mode C checks oneDNN's
-quantized formula (:func:`pydnnl.reference.conv_int8.conv_int8`): an integer dst within one
-unit (a .5 tie's other side), a float dst within its half ulp and f32's arithmetic.
+quantized formula (:func:`pydnnl.reference.conv_int8.conv_int8`; ``deconv_int8`` for
+``--deconv``): an integer dst within one unit (a .5 tie's other side), a float dst within its
+half ulp and f32's arithmetic.
 """
 from __future__ import annotations
 
@@ -279,7 +280,7 @@ class ConvBench:
             return {}, {}
         if not o.int8:
             raise unimplemented("--attr-scales/--attr-zero-points: implemented for int8 "
-                                "(u8/s8 src) convolution forward only")
+                                "(u8/s8 src) convolution and deconvolution forward only")
         grouped = len(p.weights_dims()) == len(p.src_dims()) + 1
         dims = {dnnl.ARG_SRC: p.src_dims(), dnnl.ARG_WEIGHTS: p.weights_dims(),
                 dnnl.ARG_DST: p.dst_dims()}
@@ -338,7 +339,8 @@ class ConvBench:
                       sc.get(dnnl.ARG_WEIGHTS, 1.0),
                       float(sc[dnnl.ARG_DST][0]) if dnnl.ARG_DST in sc else 1.0,
                       zp.get(dnnl.ARG_SRC, 0), zp.get(dnnl.ARG_DST, 0),
-                      post_ops=lambda x: apply_post_ops(x, self.post_ops, prior, ops))
+                      post_ops=lambda x: apply_post_ops(x, self.post_ops, prior, ops),
+                      deconvolution=p.deconvolution)
         err, self._int8_tol = int8_error(self.args[dnnl.ARG_DST].to_numpy(), y,
                                          getattr(dnnl.memory.data_type, self.o.dt[2]))
         return err

@@ -12,6 +12,13 @@ saturated into src's type (a zero point outside it has no representable real 0).
 One work-item per byte of col, ``kf`` fastest (consecutive work-items write consecutive
 bytes). Every size is baked; the offsets and the zero point's buffer are arguments.
 Pure: text only, no device.
+
+Transposed (``transposed``, an int8 deconvolution): output point ``p`` and tap ``tap`` read the
+src position ``i`` with ``i * stride - pad + tap * (dil + 1) = p`` (per spatial dim), the one
+whose product the deconvolution adds into ``p``; where no such ``i`` exists (``p + pad - tap *
+(dil + 1)`` not a multiple of the stride, or ``i`` outside src) the byte holds the src zero
+point, as a padded tap does, so that it cancels in the GEMM. The GEMM then multiplies these
+rows by the deconvolution's own ``[OC/G, IC/G * K]`` weights, unflipped.
 """
 from __future__ import annotations
 
@@ -46,6 +53,8 @@ class Im2colInt8:
     zero_point: bool = False
     #: the zero point buffer holds one per input channel (``zp[g * icg + ic]``), not one
     zp_per_channel: bool = False
+    #: a deconvolution's gather (src position from output point and tap), see the module
+    transposed: bool = False
 
     @property
     def P(self) -> int:
@@ -66,6 +75,30 @@ class Im2colInt8:
 
 def _pad3(t: tuple, fill: int) -> tuple:
     return (fill,) * (3 - len(t)) + tuple(int(v) for v in t)
+
+
+def _positions(transposed: bool, isp: tuple, st: tuple, dl: tuple, pl: tuple) -> str:
+    """The statements that set ``id, ih, iw`` (the src position of output point ``od, oh, ow``
+    and tap ``kd, kh, kw``) and ``inside`` (whether it exists)."""
+    names = (("id", "od", "kd"), ("ih", "oh", "kh"), ("iw", "ow", "kw"))
+    if not transposed:
+        lines = [f"    const long {i} = {o} * {st[d]} - {pl[d]} + {k} * {dl[d] + 1};"
+                 for d, (i, o, k) in enumerate(names)]
+        cond = [f"{i} >= 0 && {i} < {isp[d]}" for d, (i, _, _) in enumerate(names)]
+        return "\n".join(lines) + ("\n    const bool inside = " + cond[0] + " && " + cond[1]
+                                   + "\n                        && " + cond[2] + ";\n")
+    # t = i * stride: i exists where t is a multiple of the stride (C division truncates
+    # toward zero: a negative t either leaves a remainder or gives a negative i)
+    lines, cond = [], []
+    for d, (i, o, k) in enumerate(names):
+        t = f"{o} + {pl[d]} - {k} * {dl[d] + 1}"
+        if st[d] == 1:
+            lines.append(f"    const long {i} = {t};")
+        else:
+            lines.append(f"    const long t{i[1]} = {t}, {i} = t{i[1]} / {st[d]};")
+            cond.append(f"t{i[1]} - {i} * {st[d]} == 0")
+        cond.append(f"{i} >= 0 && {i} < {isp[d]}")
+    return "\n".join(lines) + "\n    const bool inside = " + "\n        && ".join(cond) + ";\n"
 
 
 def build_im2col_int8(p: Im2colInt8) -> KernelSource:
@@ -99,12 +132,7 @@ def build_im2col_int8(p: Im2colInt8) -> KernelSource:
     const long kd = kr / {ks[1]}, kh = kr - kd * {ks[1]};
     const long orow = p / {osp[2]}, ow = p - orow * {osp[2]};
     const long od = orow / {osp[1]}, oh = orow - od * {osp[1]};
-    const long id = od * {st[0]} - {pl[0]} + kd * {dl[0] + 1};
-    const long ih = oh * {st[1]} - {pl[1]} + kh * {dl[1] + 1};
-    const long iw = ow * {st[2]} - {pl[2]} + kw * {dl[2] + 1};
-    const bool inside = id >= 0 && id < {isp[0]} && ih >= 0 && ih < {isp[1]}
-                        && iw >= 0 && iw < {isp[2]};
-    {ctype} v = {fill};
+{_positions(p.transposed, isp, st, dl, pl)}    {ctype} v = {fill};
     if (inside)
         v = src[src_off + n * {p.s_n} + (g * {p.icg} + ic) * {p.s_c} + id * {ss[0]}
                 + ih * {ss[1]} + iw * {ss[2]}];

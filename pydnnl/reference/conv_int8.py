@@ -5,6 +5,11 @@ before the destination's rounding (:func:`pydnnl.reference.matmul.quantize`). Pa
 skipped, as oneDNN's reference does: with a src zero point they contribute nothing (not
 ``(0 - zp_src) * wei``). Zero points are common (a scalar) or per channel (``zp_src[IC]``
 over src's channels, ``zp_dst[OC]`` over dst's: oneDNN's mask 2).
+
+The deconvolution (:func:`deconv_int8`) scatters instead: each src position adds
+``(src - zp_src) * wei`` into the output points its taps reach (oneDNN's deconvolution weights
+``[G, OC/G, IC/G, k...]``), so an output point no src position reaches gets nothing from the
+zero point either.
 """
 from __future__ import annotations
 
@@ -49,13 +54,54 @@ def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, 
     return out
 
 
+def deconv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, zp_src=0):
+    """The exact accumulator of a deconvolution, ``[N, OC, out...]`` (int64): every src
+    position ``i`` adds ``(src[i] - zp_src) * wei[tap]`` into output point ``i * stride -
+    padding_l + tap * (dil + 1)`` where that lies inside ``dst_sp``. ``wei`` ``[G, OCg, ICg,
+    k...]`` (or ``[OC, IC, k...]``); other arguments as :func:`conv_int8_acc`."""
+    src = np.asarray(src, np.int64)
+    N, IC = src.shape[:2]
+    nsp = src.ndim - 2
+    zp = np.asarray(zp_src, np.int64)
+    src = src - (zp.reshape((1, IC) + (1,) * nsp) if zp.size > 1 else zp.reshape(()))
+    w = np.asarray(wei, np.int64)
+    if w.ndim == nsp + 2:
+        w = w[None]
+    G, OCg, ICg = w.shape[:3]
+    ks = w.shape[3:]
+    dil = tuple(dilates) if dilates is not None else (0,) * nsp
+    out = np.zeros((N, G * OCg) + tuple(dst_sp), np.int64)
+    for g in range(G):
+        xs = src[:, g * ICg:(g + 1) * ICg]
+        for tap in itertools.product(*(range(k) for k in ks)):
+            # the output point each src position reaches through this tap; one tap maps src
+            # positions to distinct points, so a fancy-indexed add adds each once
+            src_idx, dst_idx = [], []
+            for d in range(nsp):
+                o = np.arange(src.shape[2 + d]) * strides[d] - padding_l[d] + tap[d] * (
+                    dil[d] + 1)
+                keep = (o >= 0) & (o < dst_sp[d])
+                src_idx.append(np.nonzero(keep)[0])
+                dst_idx.append(o[keep])
+            if any(len(i) == 0 for i in src_idx):
+                continue
+            patch = xs[(slice(None), slice(None)) + np.ix_(*src_idx)]  # [N, ICg, reached...]
+            wt = w[(g, slice(None), slice(None)) + tap]  # [OCg, ICg]
+            part = np.einsum("oi,ni...->no...", wt, patch)
+            view = out[:, g * OCg:(g + 1) * OCg]
+            view[(slice(None), slice(None)) + np.ix_(*dst_idx)] += part
+    return out
+
+
 def conv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, bias=None,
               src_scale=1.0, wei_scale=1.0, dst_scale=1.0, zp_src=0, zp_dst=0,
-              post_ops=None) -> np.ndarray:
+              post_ops=None, deconvolution=False) -> np.ndarray:
     """The float64 result before dst's rounding; ``wei_scale`` and ``zp_dst`` a scalar or
     ``[OC]``, ``zp_src`` a scalar or ``[IC]``; ``post_ops`` a callable on the float64
-    ``[N, OC, out...]`` value."""
-    acc = conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates, groups, zp_src)
+    ``[N, OC, out...]`` value; ``deconvolution``: the accumulator of :func:`deconv_int8_acc`
+    (oneDNN's deconvolution weights and output size)."""
+    acc_of = deconv_int8_acc if deconvolution else conv_int8_acc
+    acc = acc_of(src, wei, strides, padding_l, dst_sp, dilates, groups, zp_src)
     nsp = acc.ndim - 2
     per_c = (1, -1) + (1,) * nsp
     ws = np.asarray(wei_scale, np.float64)
@@ -69,4 +115,10 @@ def conv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, bias
     return y / float(dst_scale) + (zd.reshape(per_c) if zd.size > 1 else zd.reshape(()))
 
 
-__all__ = ["conv_int8", "conv_int8_acc"]
+def deconv_int8(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, **kw):
+    """:func:`conv_int8` of a deconvolution (the same keywords)."""
+    return conv_int8(src, wei, strides, padding_l, dst_sp, dilates, groups,
+                     deconvolution=True, **kw)
+
+
+__all__ = ["conv_int8", "conv_int8_acc", "deconv_int8", "deconv_int8_acc"]

@@ -18,6 +18,14 @@ per-channel ones each column's sum of ``zp_src[ic] * w``: both counted by the GE
 of the weights (:class:`~pydnnl.kernels.gemm_int8.PackProblem` ``kweights``), which reads
 every weight at each execution anyway, and subtracted exactly in int32 by its store.
 
+int8 deconvolution forward (solver ``deconv_im2col_gemm_int8``) is the same plan over a transposed
+im2col: output point ``p`` and tap ``k`` gather the src position ``i`` with ``i * stride - pad +
+k * (dil + 1) = p``, the byte holding ``zp_src`` (its channel's) where none exists (between
+strides or outside src), so that the deconvolution's sum of ``(src - zp_src) * wei`` over the
+src positions that reach ``p`` comes out of the same GEMM, compensation and store, with the
+deconvolution's ``[G, OC/G, IC/G, k...]`` weights as they are. oneDNN's deconvolution takes the
+same attributes (its ``deconv_attr_check``), so the checks below serve both.
+
 The GEMM's epilogue sees a destination position ``(g, p, j)`` (group, output point, channel in
 the group): the per-channel operands (weights scales, bias) and the binary post-ops' operands
 are re-expressed over those dims; an operand varying over images is offset per image.
@@ -52,6 +60,7 @@ from ..post_ops import resolve as resolve_post_ops
 from .problem import act_matrix, flat_stride, wei_matrix
 
 SOLVER = "im2col_gemm_int8"
+DECONV_SOLVER = "deconv_im2col_gemm_int8"
 SRC_TYPES = gi.A_TYPES
 _WHICH = {ARG_SRC: "src", ARG_WEIGHTS: "wei", ARG_DST: "dst"}
 _NHWC = {1: "acb", 2: "acdb", 3: "acdeb"}
@@ -63,6 +72,17 @@ class Int8Solver:
 
     name = SOLVER
     family = "direct"
+
+
+class Int8DeconvSolver(Int8Solver):
+    """What the descriptor's solver queries report for an int8 deconvolution."""
+
+    name = DECONV_SOLVER
+
+
+def solver_name(op: str) -> str:
+    """The int8 solver of ``op`` (``convolution`` or ``deconvolution``)."""
+    return DECONV_SOLVER if op == "deconvolution" else SOLVER
 
 
 def is_int8(direction: str, descs: dict) -> bool:
@@ -139,12 +159,11 @@ def init(pd, descs: dict) -> None:
     """Set up int8 forward descriptor ``pd`` (its geometry validated): layouts, the
     quantization attributes, the post-ops, the scratchpad (from a dry plan)."""
     kind, g = pd._kind, pd._geom
-    if pd._op != "convolution":
-        raise unimplemented(f"{kind}: int8 (src {descs['src_desc'].data_type.name}) is "
-                            f"implemented for convolution_forward only")
-    if pd._alg == algorithm.convolution_winograd:
-        raise unimplemented(f"{kind}: algorithm convolution_winograd with int8 src; "
-                            f"implemented: convolution_direct, convolution_auto")
+    deconv = pd._op == "deconvolution"
+    if pd._alg in (algorithm.convolution_winograd, algorithm.deconvolution_winograd):
+        direct = "deconvolution_direct" if deconv else "convolution_direct"
+        raise unimplemented(f"{kind}: algorithm {pd._alg.name} with int8 src; "
+                            f"implemented: {direct}, convolution_auto")
     check_types(kind, descs)
     nsp = len(g.kernel)
     descs = _resolve(descs, nsp, g.grouped_weights)
@@ -195,7 +214,7 @@ def init(pd, descs: dict) -> None:
         else:
             epi_chain.append(op)
     pd._int8 = True
-    pd._solver = Int8Solver()
+    pd._solver = Int8DeconvSolver() if deconv else Int8Solver()
     pd._params = {}
     pd._post_ops = chain
     pd._descs = descs
@@ -212,8 +231,9 @@ def init(pd, descs: dict) -> None:
     dry = Plan(pd._engine, kind, dry=True)
     steps(dry, pd)
     pd._finish_scratchpad(dry.scratch_elems * 4)
-    pd._impl = f"loopy:{SOLVER}"
-    pd._info = (f"alg:{pd._alg.name} prop:{pd._prop.name} solver:{SOLVER} "
+    name = solver_name(pd._op)
+    pd._impl = f"loopy:{name}"
+    pd._info = (f"alg:{pd._alg.name} prop:{pd._prop.name} solver:{name} "
                 f"mb{g.mb}g{G}ic{g.ic}oc{OC}_k{'x'.join(map(str, g.kernel))}"
                 f"_s{'x'.join(map(str, g.strides))}_p{'x'.join(map(str, g.padding_l))}") + (
         f" attr-scales:{'+'.join(texts)}" if texts else "") + (
@@ -254,9 +274,10 @@ def steps(plan: Plan, pd) -> None:
                     tuple(g.kernel), tuple(g.strides), tuple(g.dilates), tuple(g.padding_l),
                     st[0], st[1], tuple(st[2:]), wm.kf_order,
                     any(w == "src" for w, _ in q["zero_points"]) or q["src_zp_k"],
-                    q["src_zp_k"])
+                    q["src_zp_k"], pd._op == "deconvolution")
     Kf = im.kf
-    # a 1x1, stride-1, unpadded convolution over channels-last src: A is src itself
+    # a 1x1, stride-1, unpadded convolution over channels-last src: A is src itself (so is a
+    # deconvolution's: each output point is its own src point's product)
     sm = act_matrix(layout_of(src), N, IC, tuple(g.src_spatial), "hwc")
     direct_a = (sm is not None and sm.mode == "hwc" and all(k == 1 for k in g.kernel)
                 and all(v == 1 for v in g.strides) and not any(g.padding_l)
@@ -328,4 +349,4 @@ def build_plan(pd) -> Plan:
     return plan
 
 
-__all__ = ["is_int8", "init", "build_plan", "steps", "SOLVER"]
+__all__ = ["is_int8", "init", "build_plan", "steps", "SOLVER", "DECONV_SOLVER", "solver_name"]

@@ -48,7 +48,7 @@ def check_data_types(kind: str, direction: str, descs: dict) -> None:
     dt = descs[lead].data_type
     if dt not in FLOATS:
         raise unimplemented(f"{kind}: {lead} data type {dt.name}; implemented: f32, bf16, "
-                            f"f16, and u8/s8 src for convolution forward (f8 and f64 are not)")
+                            f"f16, and u8/s8 src for (de)convolution forward (f8 and f64 are not)")
     for name in same + either:
         md = descs.get(name)
         if md is None:

@@ -119,9 +119,10 @@ class conv_pd_base(bias_queries, primitive_desc_base):
         self._int8 = self._dir == "fwd" and int8.is_int8(self._dir, descs)
         self._geom = self._validate(descs, dims)
         if self._int8:  # u8/s8 src: the integer GEMM (no solver choice)
-            if a["solver"] not in (None, int8.SOLVER):
+            name = int8.solver_name(self._op)
+            if a["solver"] not in (None, name):
                 raise invalid_arguments(f"{self._kind}: solver {a['solver']!r} with int8 src; "
-                                        f"the int8 convolution's solver is {int8.SOLVER}")
+                                        f"the int8 {self._op}'s solver is {name}")
             self._dims = dims
             int8.init(self, descs)
             return

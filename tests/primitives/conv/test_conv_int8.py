@@ -285,8 +285,8 @@ def test_conv_int8_refusals(engine, case):
             "deconvolution": "deconvolution", "backward-data": "diff_dst_desc"}[case]
     with pytest.raises((unimplemented, invalid_arguments), match=want):
         if case == "deconvolution":
-            dnnl.deconvolution_forward.primitive_desc(
-                engine, PK.forward_inference, A.deconvolution_direct, src, wei, dst, [1, 1],
+            dnnl.deconvolution_forward.primitive_desc(  # int8 deconvolution: not Winograd
+                engine, PK.forward_inference, A.deconvolution_winograd, src, wei, dst, [1, 1],
                 [1, 1], [1, 1])
         elif case == "backward-data":
             dnnl.convolution_backward_data.primitive_desc(
