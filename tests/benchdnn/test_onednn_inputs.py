@@ -53,7 +53,7 @@ CI_RUNS = [
     ("conv", "conv/test_conv_ci",
      "conv_basic_2d:(1st_stride_tail|1x1_tail|3x3_stride_tail|gemm_tail|grouped_stride_tail"
      "|depthwise_tail)"),
-    # 6 of the 48 shapes (about 25 s with an empty kernel cache on 2 cores): 1-D, 2-D and 3-D,
+    # 6 of the 48 shapes (about 2 minutes on 2 shared cores with int8 running): 1-D, 2-D and 3-D,
     # channel tails, the kernel-less-than-padding "gemm" case, groups and depthwise; every
     # direction, layout and post-op of the list runs on each
     ("deconv", "deconv/test_deconv_ci",
@@ -75,6 +75,12 @@ def test_onednn_ci_list_runs_unchanged(driver, path, match):
     if driver == "deconv":  # every forward and backward direction is checked, bias included
         for d in ("FWD_B", "FWD_D", "BWD_D", "BWD_W", "BWD_WB"):
             assert re.search(rf"^\d+:PASSED __REPRO: --deconv .*--dir={d} ", out, re.M), d
+        # int8 inference (u8/s8 src, s8 weights) runs and passes, zero points included
+        for dts in ("u8:s8:s32", "s8:s8:f32"):
+            assert re.search(rf"^\d+:PASSED __REPRO: --deconv .*--dir=FWD_I .*--dt={dts} ",
+                             out, re.M), dts
+        assert re.search(r"^\d+:PASSED __REPRO: --deconv .*--dt=(s8:s8:s8|u8:s8:s32) .*"
+                         r"--attr-zero-points=src:common:31", out, re.M)
     for ln in out.splitlines():  # a SKIPPED carries oneDNN's reason, an UNIMPLEMENTED ours
         if re.match(r"\d+:(SKIPPED|UNIMPLEMENTED) ", ln):
             assert re.match(r"\d+:[A-Z]+ \(.+\) __REPRO: ", ln), ln
