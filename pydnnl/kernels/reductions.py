@@ -16,6 +16,9 @@ class ColSum:
     ld: int
     accumulate: bool = True
     wg: int = 32
+    # work-items per column, each summing every row_lanes-th row, combined in local memory
+    # (GPUs: one work-item per column leaves the device nearly idle on a few thousand columns)
+    row_lanes: int = 1
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def _args(lp, names_out, names_in, offsets):
 
 
 def build_colsum(p: ColSum):
+    if p.row_lanes > 1:
+        return _colsum_lanes(p)
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -68,6 +73,43 @@ def build_colsum(p: ColSum):
                          name="pydnnl_colsum",
                          lang_version=(2018, 2), target=lp.PyOpenCLTarget())
     return lp.split_iname(knl, "j", min(p.wg, p.width), inner_tag="l.0", outer_tag="g.0")
+
+
+def _colsum_lanes(p: ColSum):
+    """The column sum with ``row_lanes`` work-items per column (OpenCL C): work-group
+    ``(wg columns, row_lanes)``; lane l sums rows l, l + row_lanes, ...; a local-memory tree
+    adds the lanes."""
+    from .source import KernelSource
+
+    cw, rl = min(p.wg, p.width), p.row_lanes
+    if rl & (rl - 1):
+        raise ValueError(f"colsum: row_lanes {rl}: expected a power of two")
+    out = "out[o_off + j] + part[0][cj]" if p.accumulate else "part[0][cj]"
+    src = "\n".join([
+        f"__kernel void __attribute__((reqd_work_group_size({cw}, {rl}, 1)))",
+        "pydnnl_colsum_lanes(__global float *out, __global const float *src, int o_off,",
+        "                    int i_off, int nrows)",
+        "{",
+        "  const int cj = get_local_id(0), rl = get_local_id(1);",
+        f"  const int j = get_group_id(0) * {cw} + cj;",
+        f"  __local float part[{rl}][{cw + 1}];",
+        "  float acc = 0.0f;",
+        f"  if (j < {p.width}) {{",
+        "    const __global float *col = src + i_off + j;",
+        "    #pragma unroll 4",
+        f"    for (int r = rl; r < nrows; r += {rl}) acc += col[(long)r * {p.ld}];",
+        "  }",
+        "  part[rl][cj] = acc;",
+        f"  for (int h = {rl // 2}; h > 0; h >>= 1) {{",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "    if (rl < h) part[rl][cj] += part[rl + h][cj];",
+        "  }",
+        f"  if (rl == 0 && j < {p.width}) out[o_off + j] = {out};",
+        "}",
+        ""])
+    groups = -(-p.width // cw)
+    return KernelSource("pydnnl_colsum_lanes", src, (groups * cw, rl), (cw, rl),
+                        ("out", "src", "o_off", "i_off", "nrows"))
 
 
 def build_rowsum(p: RowSum):

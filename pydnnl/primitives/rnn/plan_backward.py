@@ -57,6 +57,7 @@ from ...kernels.rnn_elementwise_bwd import (
 from ...kernels.rnn_persistent_grid_bwd import GridBackwardProblem, build_grid_bwd, supported
 from ...runtime.gemm import GemmShape, get_gemm
 from ...runtime.heuristics import rnn as rnn_rules
+from ...runtime.heuristics.reduction import colsum_row_lanes
 from ...runtime.plan import SCRATCH, Ref
 from .layout import Regions, dropout_active, kernel_desc, region_desc, xin_offset
 from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
@@ -602,6 +603,7 @@ class BackwardPlanBuilder(PlanBuilder):
         # bias: column sums of the gate gradients; bias gates whose gate gradients lie side
         # by side in one buffer go in one launch (LSTM: the four gates at once)
         db_ref, db_off = self.dw.get("diff_bias_desc", (None, 0))
+        lanes = colsum_row_lanes(self.engine.info)
         runs: list[list] = []  # [first bias gate, source offset, gates, source region]
         for b, bg in enumerate(self.spec.bias_gates if db_ref is not None else ()):
             region = "dgx" if bg.target == "gx" else "dgh"
@@ -611,12 +613,12 @@ class BackwardPlanBuilder(PlanBuilder):
             else:
                 runs.append([b, src, 1, region])
         for b, src, count, _ in runs:
-            self.plan.kernel("colsum", ColSum(width=count * DHC, ld=GD),
+            self.plan.kernel("colsum", ColSum(width=count * DHC, ld=GD, row_lanes=lanes),
                              build_colsum, out=db_ref, src=scr,
                              o_off=db_off + (ld * s.Gb + b) * DHC, i_off=src, nrows=T * N)
         if s.peephole:
             dp_ref, dp_off = self.dw["diff_weights_peephole_desc"]
-            self.plan.kernel("colsum", ColSum(width=3 * DHC, ld=3 * DHC),
+            self.plan.kernel("colsum", ColSum(width=3 * DHC, ld=3 * DHC, row_lanes=lanes),
                              build_colsum, out=dp_ref, src=scr, o_off=dp_off + ld * 3 * DHC,
                              i_off=sc["dpeep"], nrows=T * N)
         if s.projection:
