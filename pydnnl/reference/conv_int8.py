@@ -18,11 +18,9 @@ import itertools
 import numpy as np
 
 
-def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, zp_src=0):
-    """The exact accumulator ``sum (src - zp_src) * wei`` over the taps inside src (int64),
-    ``[N, OC, out...]``. ``src`` ``[N, IC, in...]``; ``wei`` ``[G, OCg, ICg, k...]`` (or
-    ``[OC, IC, k...]`` when ``groups`` is 1); oneDNN dilation (0 = dense); ``zp_src`` a
-    scalar or one per input channel."""
+def _int64_operands(src, wei, dilates, zp_src, dst_sp):
+    """``src - zp_src`` and the weights as int64 (weights with their group dim), the dilation
+    per spatial dim and a zero int64 output ``[N, OC, dst_sp...]``."""
     src = np.asarray(src, np.int64)
     N, IC = src.shape[:2]
     nsp = src.ndim - 2
@@ -31,10 +29,17 @@ def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, 
     w = np.asarray(wei, np.int64)
     if w.ndim == nsp + 2:
         w = w[None]
-    G, OCg, ICg = w.shape[:3]
-    ks = w.shape[3:]
     dil = tuple(dilates) if dilates is not None else (0,) * nsp
-    out = np.zeros((N, G * OCg) + tuple(dst_sp), np.int64)
+    return src, w, dil, np.zeros((N, w.shape[0] * w.shape[1]) + tuple(dst_sp), np.int64)
+
+
+def conv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1, zp_src=0):
+    """The exact accumulator ``sum (src - zp_src) * wei`` over the taps inside src (int64),
+    ``[N, OC, out...]``. ``src`` ``[N, IC, in...]``; ``wei`` ``[G, OCg, ICg, k...]`` (or
+    ``[OC, IC, k...]`` when ``groups`` is 1); oneDNN dilation (0 = dense); ``zp_src`` a
+    scalar or one per input channel."""
+    src, w, dil, out = _int64_operands(src, wei, dilates, zp_src, dst_sp)
+    nsp, (G, OCg, ICg), ks = src.ndim - 2, w.shape[:3], w.shape[3:]
     for g in range(G):
         xs = src[:, g * ICg:(g + 1) * ICg]
         for tap in itertools.product(*(range(k) for k in ks)):
@@ -59,18 +64,8 @@ def deconv_int8_acc(src, wei, strides, padding_l, dst_sp, dilates=None, groups=1
     position ``i`` adds ``(src[i] - zp_src) * wei[tap]`` into output point ``i * stride -
     padding_l + tap * (dil + 1)`` where that lies inside ``dst_sp``. ``wei`` ``[G, OCg, ICg,
     k...]`` (or ``[OC, IC, k...]``); other arguments as :func:`conv_int8_acc`."""
-    src = np.asarray(src, np.int64)
-    N, IC = src.shape[:2]
-    nsp = src.ndim - 2
-    zp = np.asarray(zp_src, np.int64)
-    src = src - (zp.reshape((1, IC) + (1,) * nsp) if zp.size > 1 else zp.reshape(()))
-    w = np.asarray(wei, np.int64)
-    if w.ndim == nsp + 2:
-        w = w[None]
-    G, OCg, ICg = w.shape[:3]
-    ks = w.shape[3:]
-    dil = tuple(dilates) if dilates is not None else (0,) * nsp
-    out = np.zeros((N, G * OCg) + tuple(dst_sp), np.int64)
+    src, w, dil, out = _int64_operands(src, wei, dilates, zp_src, dst_sp)
+    nsp, (G, OCg, ICg), ks = src.ndim - 2, w.shape[:3], w.shape[3:]
     for g in range(G):
         xs = src[:, g * ICg:(g + 1) * ICg]
         for tap in itertools.product(*(range(k) for k in ks)):

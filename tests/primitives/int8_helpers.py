@@ -25,3 +25,29 @@ def quant_attr(scales=None, zps=None, po=None):
     if po is not None:
         attr.set_post_ops(po)
     return attr
+
+
+def run_int8(primitive, engine, pd, tensors, scales=None, zps=None, ops=None, prior=None):
+    """Execute ``primitive(pd)`` with numpy ``tensors`` (logical dims) by argument, runtime
+    scales / zero points ``{arg: values}``, binary post-op operands ``{index: array}`` and a
+    ``prior`` dst (for sum); returns dst as float64 in logical dims."""
+    s = dnnl.stream(engine)
+
+    def filled(md, v):
+        return dnnl.memory(md, engine, np.ascontiguousarray(v))
+
+    args = {arg: filled(pd.query_md(dnnl.query.exec_arg_md, arg), v)
+            for arg, v in tensors.items()}
+    dmd = pd.dst_desc()
+    args[dnnl.ARG_DST] = filled(dmd, prior) if prior is not None else dnnl.memory(dmd, engine)
+    for base, vals, t in ((dnnl.ARG_ATTR_SCALES, scales, np.float32),
+                          (dnnl.ARG_ATTR_ZERO_POINTS, zps, np.int32)):
+        for arg, v in (vals or {}).items():
+            args[base | arg] = dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, base | arg),
+                                           engine, np.asarray(v, t).reshape(-1))
+    for i, v in (ops or {}).items():
+        arg = dnnl.ARG_ATTR_MULTIPLE_POST_OP(i) | dnnl.ARG_SRC_1
+        args[arg] = filled(pd.query_md(dnnl.query.exec_arg_md, arg), v)
+    primitive(pd).execute(s, args)
+    s.wait()
+    return args[dnnl.ARG_DST].to_numpy().astype(np.float64)

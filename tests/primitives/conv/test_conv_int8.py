@@ -28,7 +28,7 @@ from pydnnl.reference.matmul import quantize
 
 dt = dnnl.memory.data_type
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
-from int8_helpers import ints, quant_attr  # noqa: E402
+from int8_helpers import ints, quant_attr, run_int8  # noqa: E402
 
 MD, A, PK = dnnl.memory.desc, dnnl.algorithm, dnnl.prop_kind
 S, Z = dnnl.ARG_ATTR_SCALES, dnnl.ARG_ATTR_ZERO_POINTS
@@ -61,28 +61,8 @@ def _problem(engine, src_t, dst_t, mb=2, g=1, ic=4, oc=6, sp=(7, 6), k=(3, 3), s
 
 
 def _run(engine, pd, tensors, scales=None, zps=None, ops=None, prior=None):
-    """Execute with numpy ``tensors`` (logical dims) by argument; returns dst as float64 in
-    logical dims."""
-    s = dnnl.stream(engine)
-    args = {}
-    for arg, v in tensors.items():
-        args[arg] = _filled(pd.query_md(dnnl.query.exec_arg_md, arg), engine, v)
-    dmd = pd.dst_desc()
-    args[DST] = _filled(dmd, engine, prior) if prior is not None else dnnl.memory(dmd, engine)
-    for base, vals, t in ((S, scales, np.float32), (Z, zps, np.int32)):
-        for arg, v in (vals or {}).items():
-            args[base | arg] = dnnl.memory(pd.query_md(dnnl.query.exec_arg_md, base | arg),
-                                           engine, np.asarray(v, t).reshape(-1))
-    for i, v in (ops or {}).items():
-        arg = dnnl.ARG_ATTR_MULTIPLE_POST_OP(i) | dnnl.ARG_SRC_1
-        args[arg] = _filled(pd.query_md(dnnl.query.exec_arg_md, arg), engine, v)
-    dnnl.convolution_forward(pd).execute(s, args)
-    s.wait()
-    return args[DST].to_numpy().astype(np.float64)
-
-
-def _filled(md, engine, v):
-    return dnnl.memory(md, engine, np.ascontiguousarray(v))
+    """Execute with numpy ``tensors`` (logical dims) by argument; dst as float64."""
+    return run_int8(dnnl.convolution_forward, engine, pd, tensors, scales, zps, ops, prior)
 
 
 def _check(got, y, t, scale_chain):
