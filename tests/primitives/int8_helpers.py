@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import pydnnl as dnnl
+from pydnnl.reference.matmul import quantize
 
 dt = dnnl.memory.data_type
 NP = {dt.u8: np.uint8, dt.s8: np.int8, dt.s32: np.int32, dt.f32: np.float32}
@@ -51,3 +52,18 @@ def run_int8(primitive, engine, pd, tensors, scales=None, zps=None, ops=None, pr
     primitive(pd).execute(s, args)
     s.wait()
     return args[dnnl.ARG_DST].to_numpy().astype(np.float64)
+
+
+def check_quantized(got, y, t, scale_chain):
+    """``got`` (a dst of integer or f32 type ``t``, as float64) against the float64 value
+    ``y`` before conversion: an integer dst is ``y`` rounded half to even and saturated, one
+    unit off at most next to a .5 tie (f32 float stages may land either side); an f32 dst
+    within 16 f32 ulps of ``scale_chain``, the largest magnitude in the float chain."""
+    want = quantize(y, t.name)
+    if t in (dt.s8, dt.u8, dt.s32):
+        assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
+        tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4 * max(1.0, np.abs(y).max())
+        assert np.array_equal(got[~tie], want[~tie])
+        return
+    tol = 16 * 2.0 ** -24 * scale_chain
+    assert np.all(np.abs(got - y) <= tol), np.abs(got - y).max()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from int8_helpers import check_quantized  # noqa: E402
 
 import pydnnl as dnnl
 from pydnnl.error import invalid_arguments, unimplemented
@@ -29,15 +30,7 @@ SRC, WEI, DST, BIAS = dnnl.ARG_SRC, dnnl.ARG_WEIGHTS, dnnl.ARG_DST, dnnl.ARG_BIA
 NP = {dt.u8: np.uint8, dt.s8: np.int8, dt.s32: np.int32, dt.f32: np.float32}
 
 
-def _check(got, y, t, scale_chain):
-    want = quantize(y, t.name)
-    if t in (dt.s8, dt.u8, dt.s32):
-        assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
-        tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4 * max(1.0, np.abs(y).max())
-        assert np.array_equal(got[~tie], want[~tie])
-        return
-    tol = 16 * 2.0 ** -24 * scale_chain
-    assert np.all(np.abs(got - y) <= tol), np.abs(got - y).max()
+_check = check_quantized
 
 
 def _attr(host: bool, scales: dict, zps: dict) -> dnnl.primitive_attr:

@@ -24,11 +24,10 @@ import pydnnl as dnnl
 from pydnnl.error import invalid_arguments, unimplemented
 from pydnnl.reference.conv_int8 import conv_int8, conv_int8_acc
 from pydnnl.reference.eltwise import eltwise_forward
-from pydnnl.reference.matmul import quantize
 
 dt = dnnl.memory.data_type
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
-from int8_helpers import ints, quant_attr, run_int8  # noqa: E402
+from int8_helpers import check_quantized, ints, quant_attr, run_int8  # noqa: E402
 
 MD, A, PK = dnnl.memory.desc, dnnl.algorithm, dnnl.prop_kind
 S, Z = dnnl.ARG_ATTR_SCALES, dnnl.ARG_ATTR_ZERO_POINTS
@@ -65,15 +64,7 @@ def _run(engine, pd, tensors, scales=None, zps=None, ops=None, prior=None):
     return run_int8(dnnl.convolution_forward, engine, pd, tensors, scales, zps, ops, prior)
 
 
-def _check(got, y, t, scale_chain):
-    want = quantize(y, t.name)
-    if t in (dt.s8, dt.u8, dt.s32):
-        assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
-        tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4 * max(1.0, np.abs(y).max())
-        assert np.array_equal(got[~tie], want[~tie])
-        return
-    tol = 16 * 2.0 ** -24 * scale_chain
-    assert np.all(np.abs(got - y) <= tol), np.abs(got - y).max()
+_check = check_quantized
 
 
 def test_conv_int8_s32_exact(engine):
