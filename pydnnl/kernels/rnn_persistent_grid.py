@@ -50,6 +50,9 @@ class GridProblem:
     kc: int = 32  # columns of h staged in local memory at a time
     rn: int = 1  # batch rows per work-item (one-stage cells): rn h values per weight read
     ks: int = 1  # work-items sharing one output's k range (lanes of one warp, one-stage cells)
+    # staged rows of h unpadded, columns XOR-swizzled by row (one-stage cells): a row is
+    # kc floats, so a wider chunk fits where the padded rows would not
+    swizzle: bool = False
     clip: tuple | None = None
     store_gates: bool = False
     store_gh: bool = False
@@ -69,8 +72,13 @@ class GridProblem:
     def k_padded(self) -> int:
         return -(-self.dhc // self.kc) * self.kc
 
+    @property
+    def hs_row(self) -> int:
+        """Floats between staged rows of h."""
+        return self.kc if self.swizzle else self.kc + 1
+
     def local_bytes(self, gates: int) -> int:
-        return 4 * (self.k_padded * self.jb * gate_stride(gates) + self.batch * (self.kc + 1))
+        return 4 * (self.k_padded * self.jb * gate_stride(gates) + self.batch * self.hs_row)
 
 
 def gate_stride(gates: int) -> int:
@@ -108,7 +116,7 @@ def build_grid(p: GridProblem) -> KernelSource:
     gates = spec.gate_names
     G, DHC, N, JB, KC, KP = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded
     RN = p.rn
-    if RN > 1 or p.ks > 1:
+    if RN > 1 or p.ks > 1 or p.swizzle:
         return _build_row_tiled(p, spec, stages)
     if p.store_gh and len(stages) != 1:
         raise ValueError(f"rnn_persistent_grid: cell {spec.name}: recurrent GEMM results are "
@@ -179,7 +187,7 @@ def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSo
     its first row)."""
     name = f"pydnnl_rnn_grid_{spec.name}"
     source = kernel_lines(name, _params(), p.items, row, p.jb, p.dhc,
-                          p.k_padded * p.jb * gate_stride(spec.n_gates), p.batch * (p.kc + 1),
+                          p.k_padded * p.jb * gate_stride(spec.n_gates), p.batch * p.hs_row,
                           body, p.ks)
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
@@ -240,10 +248,12 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     compute += reads
     compute += ["        #pragma unroll",
                 f"        for (int r = 0; r < {RN}; ++r) {{",
-                f"          const float x = hs[min(nb * {RN} + r, {N - 1}) * {KC + 1} + kk];"]
+                f"          const int hr = min(nb * {RN} + r, {N - 1});",
+                f"          const float x = hs[{hs_at('hr', 'kk', KC, p.swizzle)}];"]
     compute += [f"          acc_{g}_r[r] = fma(x, {wexpr[g]}, acc_{g}_r[r]);" for g in gg]
     compute += ["        }", "      }"]
-    body.extend(chunk_loop_lines("pre", "hp", N, DHC, KP, KC, p.items, compute))
+    body.extend(chunk_loop_lines("pre", "hp", N, DHC, KP, KC, p.items, compute,
+                                 swizzle=p.swizzle))
     if KS > 1:  # the KS partial sums meet in every lane of their group (butterfly shuffles)
         emit("    #pragma unroll")
         emit(f"    for (int r = 0; r < {RN}; ++r) {{")
@@ -304,8 +314,18 @@ def weight_slice_lines(kp: int, jb: int, g: int, dhc: int, items: int) -> list[s
             "  }"]
 
 
+def hs_at(row: str, col: str, kc: int, swizzle: bool, pad: int = 1) -> str:
+    """Index of the staged value (row, column) in ``hs``: rows ``kc + pad`` floats apart, or
+    ``kc`` apart with the column XOR-ed by the row's low bits (neighbouring rows' same column
+    then lies in different banks without padding)."""
+    if swizzle:
+        return f"{row} * {kc} + ({col} ^ ({row} & {min(kc, 32) - 1}))"
+    return f"{row} * {kc + pad} + {col}"
+
+
 def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int, items: int,
-                     compute: list[str], idx: str = "kk", pad: int = 1) -> list[str]:
+                     compute: list[str], idx: str = "kk", pad: int = 1,
+                     swizzle: bool = False) -> list[str]:
     """The staged product every grid kernel runs: ``rows x width`` values of ``src`` (written
     by other groups, read volatile) go through local memory ``hs`` in chunks of ``kc``
     columns (rows ``kc + pad`` floats apart), the next chunk loaded into the registers ``pre``
@@ -326,7 +346,7 @@ def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int
             "      barrier(CLK_LOCAL_MEM_FENCE);",
             f"      for (int q = 0; q < {R}; ++q) {{",
             f"        const int i = lid + q * {items}, r = i / {kc}, {idx} = i - r * {kc};",
-            f"        if (i < {rows * kc}) hs[r * {kc + pad} + {idx}] = {pre}[q];",
+            f"        if (i < {rows * kc}) hs[{hs_at('r', idx, kc, swizzle, pad)}] = {pre}[q];",
             "      }",
             "      barrier(CLK_LOCAL_MEM_FENCE);",
             f"      if (kc + {kc} < {kp}) {{"] + load(f"(kc + {kc})") + ["      }"]

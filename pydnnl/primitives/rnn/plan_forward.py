@@ -94,20 +94,28 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
 
     one_stage = len(s.spec.forward_stages(s.peephole)) == 1
 
-    def make(jb, kc=32, ks=1):
+    def make(jb, kc=32, ks=1, swizzle=False):
         return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
                            kc=kc, rn=rnn_rules.grid_rows_per_item(s.N) if one_stage else 1,
-                           ks=ks, clip=clip_key(s), store_gates=training,
+                           ks=ks, swizzle=swizzle, clip=clip_key(s), store_gates=training,
                            store_gh=training and lbr(s))
 
     info = engine.info
     jb = rnn_rules.grid_recurrence(info, s.N, s.DHC, lambda jb: make(jb).local_bytes(s.G))
     if jb is None:
         return None
-    kc = rnn_rules.grid_chunk_columns(
-        s.DHC, lambda kc: make(jb, kc).local_bytes(s.G) <= info.local_mem_bytes)
+
+    def chunk(swizzle):
+        return rnn_rules.grid_chunk_columns(
+            s.DHC, lambda kc: make(jb, kc, swizzle=swizzle).local_bytes(s.G)
+            <= info.local_mem_bytes)
+
+    kc = chunk(False)
+    # one-stage cells stage unpadded, swizzled rows where that lets a wider chunk fit
+    swizzle = one_stage and chunk(True) > kc
+    kc = chunk(True) if swizzle else kc
     ks = rnn_rules.grid_k_split(info, make(jb).items) if one_stage else 1
-    return make(jb, kc, ks)
+    return make(jb, kc, ks, swizzle)
 
 
 def recurrence_kind(engine, s, training: bool) -> str:

@@ -5,6 +5,7 @@ registers and read as they lie, a training workspace the unchanged backward turn
 same gradients, and the kernels under Oclgrind with stderr read."""
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 
@@ -207,23 +208,29 @@ def test_grid_inference_matches_reference(engine, stream, monkeypatch, name, row
         assert_close(got, want[k], f"grid {name} {k}")
 
 
-@pytest.mark.parametrize("ks, kc", [(1, 64), (2, 32), (4, 128), (16, 64)])
+@pytest.mark.parametrize("ks, kc, swizzle", [(1, 64, True), (2, 32, True), (4, 128, False),
+                                             (16, 64, True)])
 @pytest.mark.parametrize("name", ["lstm_clip_r2l", "lbr_gru_L2", "rnn_r2l"])
-def test_grid_k_split_and_chunks_match_reference(engine, stream, monkeypatch, name, ks, kc):
+def test_grid_k_split_and_chunks_match_reference(engine, stream, monkeypatch, name, ks, kc,
+                                                  swizzle):
     """Each output's k range split over ks lanes (their sums met by shuffles, the group
-    rounded up to whole warps) and h staged kc columns at a time, whatever the rules say."""
+    rounded up to whole warps) and h staged kc columns at a time (rows padded, or swizzled),
+    whatever the rules say."""
     _needs_grid(engine)
     _force_grid(monkeypatch)
-    monkeypatch.setattr(rnn_rules, "grid_k_split", lambda info, items: ks)
-    monkeypatch.setattr(rnn_rules, "grid_chunk_columns", lambda dhc, fits: kc)
     planned = []
     rule = plan_forward.grid_problem
-    monkeypatch.setattr(plan_forward, "grid_problem",
-                        lambda *a: planned.append(rule(*a)) or planned[-1])
+
+    def forced(*a):
+        planned.append(dataclasses.replace(rule(*a), ks=ks, kc=kc, swizzle=swizzle))
+        return planned[-1]
+
+    monkeypatch.setattr(plan_forward, "grid_problem", forced)
     p = GRID_CASES[name]
     a = _grid_arrays(p, 5)
     out, _, fwd = run(engine, stream, p, a, prop=INFER)
-    assert fwd._plan.grid and planned and all(g.ks == ks and g.kc == kc for g in planned)
+    assert fwd._plan.grid and planned and all(g.ks == ks and g.kc == kc and g.swizzle == swizzle
+                                              for g in planned)
     want = _reference(p, a)
     for k, got in out.items():
         assert_close(got, want[k], f"grid {name} ks {ks} kc {kc} {k}")
