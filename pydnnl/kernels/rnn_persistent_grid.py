@@ -126,12 +126,7 @@ def build_grid(p: GridProblem) -> KernelSource:
     emit = body.append
     if spec.has_cell_state:
         emit(f"  float c_prev = c0[c0_off + n * {DHC} + j];")
-    emit("  int epoch = 0;")
-    emit("  for (int s = 0; s < steps; ++s) {")
-    emit("    const int t = reverse ? steps - 1 - s : s;")
-    emit("    const int tp = reverse ? t + 1 : t - 1;")
-    emit(f"    volatile __global const float *hp = s == 0 ? h0 + h0_off : "
-         f"h + h_off + tp * {N * DHC};")
+    body.extend(step_head_lines(N, DHC))
     emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
     if any("h_prev" in st.inputs(()) for st in stages):
         emit(f"    const float h_prev = hp[n * {DHC} + j];")
@@ -215,12 +210,7 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"  float cs[{RN}];")
         emit(f"  for (int r = 0; r < {RN}; ++r) "
              f"cs[r] = c0[c0_off + min(nb * {RN} + r, {N - 1}) * {DHC} + j];")
-    emit("  int epoch = 0;")
-    emit("  for (int s = 0; s < steps; ++s) {")
-    emit("    const int t = reverse ? steps - 1 - s : s;")
-    emit("    const int tp = reverse ? t + 1 : t - 1;")
-    emit(f"    volatile __global const float *hp = s == 0 ? h0 + h0_off : "
-         f"h + h_off + tp * {N * DHC};")
+    body.extend(step_head_lines(N, DHC))
     for g in gx_names:
         emit(f"    float pgx_{g}_r[{RN}];")
     emit("    #pragma unroll")
@@ -299,6 +289,18 @@ def _params() -> list[str]:
         else:
             params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
     return params + [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+
+
+def step_head_lines(rows: int, dhc: int) -> list[str]:
+    """The forward kernels' step loop up to its body: the barrier epoch, the loop over steps,
+    this step's time index ``t`` and the previous one's ``tp``, and ``hp``, the previous
+    hidden state (h0 at the first step), read volatile since other groups write it."""
+    return ["  int epoch = 0;",
+            "  for (int s = 0; s < steps; ++s) {",
+            "    const int t = reverse ? steps - 1 - s : s;",
+            "    const int tp = reverse ? t + 1 : t - 1;",
+            f"    volatile __global const float *hp = s == 0 ? h0 + h0_off : "
+            f"h + h_off + tp * {rows * dhc};"]
 
 
 def weight_slice_lines(kp: int, jb: int, g: int, dhc: int, items: int) -> list[str]:

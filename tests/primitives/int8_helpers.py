@@ -54,16 +54,17 @@ def run_int8(primitive, engine, pd, tensors, scales=None, zps=None, ops=None, pr
     return args[dnnl.ARG_DST].to_numpy().astype(np.float64)
 
 
-def check_quantized(got, y, t, scale_chain):
-    """``got`` (a dst of integer or f32 type ``t``, as float64) against the float64 value
+def check_quantized(got, y, t, scale_chain, eps=0.0):
+    """``got`` (a dst of integer or float type ``t``, as float64) against the float64 value
     ``y`` before conversion: an integer dst is ``y`` rounded half to even and saturated, one
-    unit off at most next to a .5 tie (f32 float stages may land either side); an f32 dst
-    within 16 f32 ulps of ``scale_chain``, the largest magnitude in the float chain."""
+    unit off at most next to a .5 tie (f32 float stages may land either side); a float dst
+    within 16 f32 ulps of ``scale_chain``, the largest magnitude in the float chain, plus
+    ``eps`` relative (a bf16/f16 dst's rounding)."""
     want = quantize(y, t.name)
     if t in (dt.s8, dt.u8, dt.s32):
         assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
         tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4 * max(1.0, np.abs(y).max())
         assert np.array_equal(got[~tie], want[~tie])
         return
-    tol = 16 * 2.0 ** -24 * scale_chain
+    tol = 16 * 2.0 ** -24 * scale_chain + eps * np.abs(y)
     assert np.all(np.abs(got - y) <= tol), np.abs(got - y).max()

@@ -20,11 +20,11 @@ import pytest
 import pydnnl as dnnl
 from pydnnl.error import invalid_arguments, unimplemented
 from pydnnl.reference.inner_product import inner_product_int8
-from pydnnl.reference.matmul import matmul_int8, quantize
+from pydnnl.reference.matmul import matmul_int8
 from pydnnl.reference.post_ops import apply_post_ops
 
 dt = dnnl.memory.data_type
-from int8_helpers import ints, quant_attr  # noqa: E402
+from int8_helpers import check_quantized, ints, quant_attr  # noqa: E402
 
 MD, A = dnnl.memory.desc, dnnl.algorithm
 S, Z = dnnl.ARG_ATTR_SCALES, dnnl.ARG_ATTR_ZERO_POINTS
@@ -61,15 +61,7 @@ def _as_float(mem) -> np.ndarray:
 def _check(got, y, t, scale_chain):
     """``got`` (dst of type ``t``) against float64 ``y`` (before conversion); see the module
     docstring. ``scale_chain``: the largest magnitude in the float chain."""
-    want = quantize(y, t.name)
-    if t in (dt.s8, dt.u8, dt.s32):
-        assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
-        # away from ties nothing differs: only values within f32 reach of a .5 may
-        tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4 * max(1.0, np.abs(y).max())
-        assert np.array_equal(got[~tie], want[~tie])
-        return
-    tol = 16 * 2.0 ** -24 * scale_chain + _EPS[t] * np.abs(y)
-    assert np.all(np.abs(got - y) <= tol), np.abs(got - y).max()
+    check_quantized(got, y, t, scale_chain, _EPS.get(t, 0.0))
 
 
 M, K, N = 13, 37, 21
