@@ -129,16 +129,47 @@ def recurrence_kind(engine, s, training: bool) -> str:
     return "fused_cell" if fused_recurrence(engine, s, training) else "cell"
 
 
-def weight_gemms(s, fused: bool = False) -> dict:
+def layer_chunk_steps(engine, s, training: bool) -> int:
+    """Time steps per launch of the layer GEMM: all T, or (the device rule
+    ``layer_gemm_steps``) chunks of steps launched just before the steps that read their gx,
+    where every step runs its own recurrent GEMM and cell kernels (no sequence lengths, no
+    int8, not the one-launch recurrences, which read every step's gx in one launch)."""
+    if (s.ext.seq_lengths is not None or s.int8 is not None
+            or persistent_recurrence(engine, s, training)
+            or grid_problem(engine, s, training) is not None):
+        return s.T
+    return rnn_rules.layer_gemm_steps(engine.info, s.T, s.N * s.G * s.DHC * 4)
+
+
+def h_in_dst(pd) -> bool:
+    """Whether the per-step kernels write the top layer's h straight into dst_layer instead
+    of a state region copied there at the end (LSTM 512 inference: a 1.1 ms copy of 6.5 MB):
+    inference (training keeps h in the workspace), one direction, f32 dst_layer laid out
+    as the state region ([T, N, DIC] dense), no sequence lengths, projection, dropout, int8
+    or one-launch recurrence."""
+    s = pd.shape
+    if pd.training or s.D != 1 or s.ext.seq_lengths is not None or s.projection \
+            or s.int8 is not None or dropout_active(s, pd.training):
+        return False
+    md = pd._descs["dst_layer_desc"]
+    if md != region_desc([s.T, s.N, s.DIC], 0):
+        return False
+    eng = pd.get_engine()
+    return not (persistent_recurrence(eng, s, False) or grid_problem(eng, s, False) is not None)
+
+
+def weight_gemms(s, fused: bool = False, chunk: int | None = None) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
-    kernels compute them)."""
+    kernels compute them); ``chunk``: the layer GEMM covers that many steps a launch
+    (:func:`layer_chunk_steps`), else all rows."""
     G, DHC, N = s.G, s.DHC, s.N
 
     spec = s.spec
     roles = {}
     if not (s.ext.skip_input and s.L == 1):  # a lone skip-input layer has no input GEMM
-        roles["layer"] = (GemmShape(m=layer_rows(s), n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
+        m = layer_rows(s) if chunk is None or chunk >= s.T else chunk * N
+        roles["layer"] = (GemmShape(m=m, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
                                     ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
                           s.SLC * G * DHC)
     for k, st in enumerate(spec.forward_stages(s.peephole) if not fused else ()):
@@ -189,7 +220,7 @@ def scratch_regions(pd) -> Regions:
     if grid is not None:
         r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
     fused = one_launch or grid is not None or fused_recurrence(eng, s, pd.training)
-    reserve_packed(r, eng, weight_gemms(s, fused), s)
+    reserve_packed(r, eng, weight_gemms(s, fused, layer_chunk_steps(eng, s, pd.training)), s)
     return r
 
 
@@ -280,7 +311,9 @@ class ForwardPlanBuilder(PlanBuilder):
         grid = None if self.persistent else grid_problem(eng, s, pd.training)
         self.grid = grid is not None
         self.fused = not (self.persistent or self.grid) and fused_recurrence(eng, s, pd.training)
-        roles = weight_gemms(s, self.fused or self.persistent or self.grid)
+        self.chunk = layer_chunk_steps(eng, s, pd.training)
+        self.h_in_dst = h_in_dst(pd)
+        roles = weight_gemms(s, self.fused or self.persistent or self.grid, self.chunk)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
@@ -415,10 +448,12 @@ class ForwardPlanBuilder(PlanBuilder):
             for g in range(G):
                 self.add_reorder(a_ref, region_desc(rows + [DHC], a_off), scr,
                                  region_desc(rows + [DHC], sc["gx"] + g * DHC, strides=gx_view))
-        else:
+        elif self.chunk >= T:
             w_ref, w_off, w_step = self.wsrc["layer"]
             self.plan.gemm(self.gemm["layer"], a_ref, a_off, w_ref, w_off + ld * w_step, scr,
                            sc["gx"])
+        else:
+            chunks = self._layer_chunks(a_ref, a_off, ld)
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")
@@ -430,6 +465,10 @@ class ForwardPlanBuilder(PlanBuilder):
         order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
         prev_t = None
         for t in order:
+            if l == 0 and s.ext.skip_input or self.chunk >= T:
+                pass
+            elif (prev_t is None or t // self.chunk != prev_t // self.chunk):
+                chunks(t // self.chunk)  # this chunk's gx, just before its steps read it
             if seq is not None and prev_t is not None and not self._ltr(d):
                 # sequences whose last step is t start here, from the initial state: put it
                 # where this step reads the previous state (padding rows of step t + 1)
@@ -439,17 +478,18 @@ class ForwardPlanBuilder(PlanBuilder):
                         self.add_copy_rows(ws, self.ws_off[reg + "0"] + (ld * N + a) * width, ws,
                                            self._reg(reg, l, d, prev_t, N * width) + a * width,
                                            b - a, width)
+            h_prev_ref = ws
             if prev_t is None:
                 h_prev_off = self.ws_off["h0"] + ld * N * s.SIC
                 c_prev_off = self.ws_off["c0"] + ld * N * DHC if "c0" in self.ws_off else 0
             else:
-                h_prev_off = self._reg("h", l, d, prev_t, N * s.DIC)
+                h_prev_ref, h_prev_off = self._h_at(l, d, prev_t)
                 c_prev_off = self._reg("c", l, d, prev_t, N * DHC) if "c" in self.ws_off else 0
             gates_off = (self._reg("gates", l, d, t, N * G * DHC) if training
                          else self.ws_off["gates"])
             gh_base = self._reg("gh", l, d, t, N * G * DHC) if "gh" in self.ws_off else None
-            h_out = (self._reg("ht", l, d, t, N * DHC) if s.projection
-                     else self._reg("h", l, d, t, N * s.DIC))
+            h_ref, h_out = ((ws, self._reg("ht", l, d, t, N * DHC)) if s.projection
+                            else self._h_at(l, d, t))
             c_out = self._reg("c", l, d, t, N * DHC) if "c" in self.ws_off else 0
             gh_col = 0
             for st, kern, gemm, role in self.stage_kernels:
@@ -462,14 +502,16 @@ class ForwardPlanBuilder(PlanBuilder):
                     gh_ref, gh_off = scr, sc["gh"] + gh_col
                 gh_col += N * ng * DHC
                 # the GEMM's source: h_prev, or rh = r * h_prev written by the previous stage
-                src_ref, src_off = ((ws, h_prev_off) if st.recurrent_gemm.source == "h_prev"
+                src_ref, src_off = ((h_prev_ref, h_prev_off)
+                                    if st.recurrent_gemm.source == "h_prev"
                                     else (scr, sc["rh"]))
                 if gemm is not None:
                     self.plan.gemm(gemm, src_ref, src_off, u_ref, u_off, gh_ref, gh_off,
                                    rows=self.rows_at(t))
                 vals = {
                     "gates": ws if training else Ref(self.ws_key), "gx": scr, "bias": b_ref,
-                    "gh": gh_ref, "h_prev": ws, "c_prev": ws, "c": ws, "h": ws, "rh": scr,
+                    "gh": gh_ref, "h_prev": h_prev_ref, "c_prev": ws, "c": ws, "h": h_ref,
+                    "rh": scr,
                     "peep": peep[0] if peep else None, "att": att[0] if att else None,
                     "gx_off": sc["gx"] + (t * N if seq is None else int(seq.off[t])) * G * DHC,
                     "bias_off": b_off,
@@ -488,6 +530,27 @@ class ForwardPlanBuilder(PlanBuilder):
                 if self.quant is not None:
                     self._int8_requant_projection(self._reg("h", l, d, t, N * s.DIC), ld)
             prev_t = t
+
+    def _h_at(self, l: int, d: int, t: int) -> tuple[Ref, int]:
+        """Where step t of layer l, direction d, keeps its h: the state region, or
+        (``h_in_dst``, the top layer) the user's dst_layer itself."""
+        s = self.s
+        if self.h_in_dst and l == s.L - 1:
+            return Ref(ARG_DST_LAYER), t * s.N * s.DIC
+        return Ref(self.ws_key), self._reg("h", l, d, t, s.N * s.DIC)
+
+    def _layer_chunks(self, a_ref, a_off: int, ld: int):
+        """A function adding the layer GEMM of chunk ``i`` (steps ``i * chunk`` on) of layer
+        and direction ``ld``, whose input starts at ``a_off`` of ``a_ref``."""
+        g = self.gemm["layer"]
+        rows = self.chunk * self.s.N
+        w_ref, w_off, w_step = self.wsrc["layer"]
+        gx = self.pd.scratch["gx"]
+
+        def add(i: int) -> None:
+            self.plan.gemm(g, a_ref, a_off + i * rows * g.shape.lda, w_ref, w_off + ld * w_step,
+                           SCRATCH, gx + i * rows * g.shape.ldc)
+        return add
 
     def _plan_recurrence(self, l: int, d: int, b_ref, b_off: int, peep, att) -> None:
         """All steps of layer l, direction d, in one launch (one work-group, or the grid-wide
@@ -628,7 +691,7 @@ class ForwardPlanBuilder(PlanBuilder):
         top = s.L - 1
         seq, sc, scr = self.seq, pd.scratch, SCRATCH
         sum_md = region_desc(dst_md.dims, sc["ysum"]) if "ysum" in sc else None
-        for d in range(s.D):
+        for d in range(0 if self.h_in_dst else s.D):
             src_md = region_desc([T, N, s.DIC], self._reg("h", top, d, 0, N * s.DIC))
             src_ref = ws
             if self.dropout is not None and s.ext.dropout_output:
@@ -669,7 +732,16 @@ class ForwardPlanBuilder(PlanBuilder):
             for d in range(s.D):
                 t_last = T - 1 if self._ltr(d) else 0
                 base = self.ws_off[reg] + (d * T + t_last) * N * width
-                src_md = region_desc([s.L, 1, N, width], base,
+                layers = s.L
+                if reg == "h" and self.h_in_dst:  # the top layer's h is in dst_layer
+                    layers = s.L - 1
+                    self.add_reorder(Ref(ARG_DST_LAYER),
+                                     region_desc([1, 1, N, width], t_last * N * width),
+                                     Ref(arg), md.submemory_desc([1, 1, N, width],
+                                                                 [layers, d, 0, 0]))
+                if layers == 0:
+                    continue
+                src_md = region_desc([layers, 1, N, width], base,
                                      strides=[s.D * T * N * width, 0, width, 1])
-                target = md.submemory_desc([s.L, 1, N, width], [0, d, 0, 0])
+                target = md.submemory_desc([layers, 1, N, width], [0, d, 0, 0])
                 self.add_reorder(ws, src_md, Ref(arg), target)

@@ -177,3 +177,29 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
     they lie."""
     cache = info.core_cache_bytes
     return info.is_cpu and k * n * itemsize > cache
+
+
+# CPUs: the layer GEMM (gx = x W over every step at once) writes T * N * G * DHC floats that
+# the steps then read back one slice at a time, long after they left the caches (LSTM 512,
+# N 64, T 50: 26 MB). Measured on the 2-core AVX-512 Xeon (Intel's runtime, CPU time of 50
+# steps, the machine shared): the cell work of a step costs what reading its gx slice costs
+# (a GEMM + LSTM-cell prototype 47-48 CPU-ms reading the bias in place of gx, 59-61 reading
+# gx: the gate arithmetic itself is free), and the standalone 3200x2048x512 layer GEMM ran
+# 0.65-0.7x the GFLOP/s of 1280x2048x512 (its 26 MB C). So on CPUs the layer GEMM runs in
+# chunks of whole steps just before the steps that read them, a chunk's gx at most
+# LAYER_CHUNK_CACHE_SHARE of the cores' caches; B panels are re-read per chunk from the
+# last-level cache, as the unchunked GEMM's row tiles re-read them anyway.
+LAYER_CHUNK_CACHE_SHARE = 0.5
+
+
+def layer_gemm_steps(info, steps: int, step_bytes: int) -> int:
+    """Time steps per launch of a forward layer GEMM whose output is ``step_bytes`` a step:
+    all ``steps`` on GPUs; on CPUs the largest divisor of ``steps`` whose output fits
+    LAYER_CHUNK_CACHE_SHARE of the compute units' caches (``DeviceInfo.core_cache_bytes``
+    each), at least one step."""
+    if not info.is_cpu:
+        return steps
+    budget = LAYER_CHUNK_CACHE_SHARE * info.core_cache_bytes * max(1, info.compute_units)
+    fit = max(1, int(budget // max(1, step_bytes)))
+    return max(d for d in range(1, min(fit, steps) + 1) if steps % d == 0)
+
