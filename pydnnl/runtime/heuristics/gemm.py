@@ -60,6 +60,12 @@ def cpu_tiles(simd: int) -> list[tuple[int, int]]:
 _AVX512_WIDE_TILE = (8, 48)
 _AVX512_TILE = (7, 64)
 _AVX512_NARROW_TILE = (16, 16)
+# The 8x48 tile's k loop unrolled by 2 (its 24 accumulators and twice 3 B vectors still fit
+# the 32 registers): 2026-11, quiet machine, GFLOP/s median of 5 rounds, 1 -> 2:
+# 64x2048x512 238-258 -> 253-284, 1280x2048x512 243-251 -> 263-272, 3200x2048x512 246-248
+# -> 265, 1024^3 245 -> 261-267, 128x4096x1024 233-251 -> 263-264. The 7x64 tile spills with
+# it (512^3 253-256 -> 136-140, 196x256x1024 233-258 -> 138-139): it keeps 1.
+_AVX512_WIDE_K_UNROLL = 2
 # GEMMs that give few 7x64 tiles per core (an RNN step of a small model) balance better over
 # the cores in 8x32 tiles with the k loop unrolled by 4: 64x512x128 125 -> 157 GFLOP/s,
 # 64x128x512 154 -> 180 (80 and 20 tiles of 7x64 on two cores)
@@ -77,7 +83,7 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     item = prob.dtype.itemsize
     wide = prob.k * prob.n * item > cache and prob.n > 256
     rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_TILE
-    ku = 1
+    ku = _AVX512_WIDE_K_UNROLL if wide else 1
     if prob.n <= _AVX512_NARROW_TILE[1]:
         rows, cols = _AVX512_NARROW_TILE
     elif _tiles(prob, _AVX512_TILE) < _SMALL_TILES_PER_UNIT * max(1, info.compute_units):
