@@ -29,12 +29,23 @@ even and saturated into C's data type. A s32 C with no scale, post-op or float b
 as the exact integer (bias and dst zero point added in int32).
 
 Sizes: ``m`` is a run-time argument (rows past it read a clamped row and are not stored), as
-are the offsets of every operand; n, k, leading dimensions and batch strides are baked.
+are the offsets of every operand. Outside the tensor-core kernel so are n, k (the last,
+partial k quad guards its A reads; packed B holds zeros past k), the leading dimensions, the
+batch strides and the batch count (:data:`RUNTIME_ARGS`, values :func:`launch_values`), and
+the epilogue reads a per-column operand's extent as ``n``: :func:`program_key` is the problem
+with all that fixed, so one program serves every shape of one data-type, post-op and
+operand-layout combination (e.g. the int8 convolutions of oneDNN's CI list: 840 programs ->
+see docs/performance.md). Still baked there: the tile, the operands' strides other than
+n (binary post-ops over the spatial dims, a grouped per-channel operand's group stride is
+``n``), a batch position taken apart over several dims. The store is one copy of the
+epilogue in a loop over the tile's rows (accumulators copied to a private array), which
+builds several times faster than a copy per row. The tensor-core kernel bakes n, k, leading
+dimensions and strides.
 Pure: text only, no device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,7 +54,7 @@ from .clhelpers import batch_position
 from .clhelpers import c_mapper as _c_mapper
 from .source import KernelSource
 
-GENERATOR_VERSION = "gemm_int8-6"
+GENERATOR_VERSION = "gemm_int8-7"
 #: the data types of C (oneDNN's matmul table for u8/s8 src and s8 weights)
 C_TYPES = (data_type.f32, data_type.s32, data_type.s8, data_type.u8, data_type.bf16,
            data_type.f16)
@@ -209,20 +220,26 @@ def _c(expr) -> str:
 
 
 def _positions(pr: Int8GemmProblem) -> list:
-    """The destination position of C's element (``pd_t``, ``pd_i``, ``pd_j``) (pymbolic)."""
+    """The destination position of C's element (``pd_t``, ``pd_i``, ``pd_j``) (pymbolic);
+    ``epi_batch`` ``(-1,)``: one batch dim, the batch itself (:func:`program_key`)."""
     from pymbolic import var
 
+    if pr.epi_fixed is None and pr.epi_batch == (-1,):
+        return [var("pd_t"), var("pd_i"), var("pd_j")]
     return batch_position(pr.epi_fixed, pr.epi_batch, "pd_t") + [var("pd_i"), var("pd_j")]
 
 
 def _bcast_index(dims: tuple, pos: list) -> str:
-    """C index of an operand with ``dims`` (each the destination's or 1), row-major, at
-    ``pos``; ``()``: one common value."""
+    """C index of an operand with ``dims`` (each the destination's or 1; -1: the argument
+    ``n``), row-major, at ``pos``; ``()``: one common value."""
+    from pymbolic import var
+
     idx, stride = 0, 1
     for d, e in zip(reversed(dims), reversed(pos)):
-        if d > 1:
-            idx = idx + (e if stride == 1 else e * stride)
-            stride *= d
+        if d != 1:
+            idx = idx + (e if isinstance(stride, int) and stride == 1 else e * stride)
+            ext = var("n") if d == -1 else d
+            stride = ext if isinstance(stride, int) and stride == 1 else stride * ext
     return _c(idx)
 
 
@@ -251,10 +268,74 @@ def _operand_ctype(pr: Int8GemmProblem, name: str) -> str:
     return "float"
 
 
-def arg_names(pr: Int8GemmProblem) -> tuple[str, ...]:
-    """Every argument of the product kernel, in order."""
+#: the sizes the product kernel takes as arguments outside the tensor-core kernel, after ``m``
+#: (``stride_bp``: ``uint`` elements between the batch entries' packed B, 0 for one B;
+#: ``nbatch``: the batch count, grid axis 2)
+RUNTIME_ARGS = ("n", "k", "lda", "ldc", "stride_a", "stride_bp", "stride_c", "nbatch")
+
+
+def arg_names(pr: Int8GemmProblem, p: Int8Params | None = None) -> tuple[str, ...]:
+    """Every argument of the product kernel with ``p``, in order (``p`` None: the
+    tensor-core kernel's)."""
     return (("a", "bp", "c") + operand_names(pr) + ("a_off", "bp_off", "c_off")
-            + (("ws_off",) if pr.compensated else ()) + ("m",))
+            + (("ws_off",) if pr.compensated else ()) + ("m",)
+            + (RUNTIME_ARGS if p is not None and not mma_covers(pr, p) else ()))
+
+
+def launch_values(pr: Int8GemmProblem, p: Int8Params) -> dict:
+    """The values of :data:`RUNTIME_ARGS` for ``pr``'s launch with ``p`` (none for the
+    tensor-core kernel)."""
+    if mma_covers(pr, p):
+        return {}
+    packed = -(-pr.n // p.panel) * p.panel * kq(pr.k)
+    return {"n": pr.n, "k": pr.k, "lda": pr.lda, "ldc": pr.ldc, "stride_a": pr.stride_a,
+            "stride_bp": packed if pr.b_batched else 0, "stride_c": pr.stride_c,
+            "nbatch": pr.batch}
+
+
+def _canon_dims(dims: tuple, n: int) -> tuple:
+    """Broadcast dims (scales, zero points) as the run-time kernel reads them: a last dim
+    equal to n (the columns) becomes -1 (the argument ``n``), the outermost dim other than 1
+    2 (its extent is never read)."""
+    out = list(dims)
+    if out and out[-1] == n and n != 1:
+        out[-1] = -1
+    for i, d in enumerate(out):
+        if d != 1:
+            if d != -1:
+                out[i] = 2
+            break
+    return tuple(out)
+
+
+def _canon_operand(layout: tuple, dims: tuple) -> tuple:
+    """An operand's (layout, dims) with what the store never reads made fixed: dims only
+    count as 1 or not, and a dim of extent 1 (index 0) has no stride."""
+    off0, per = layout
+    per = tuple((1, 0, ()) if d == 1 else e for d, e in zip(dims, per))
+    return (off0, per), tuple(1 if d == 1 else 2 for d in dims)
+
+
+def program_key(pr: Int8GemmProblem, p: Int8Params) -> Int8GemmProblem:
+    """``pr`` with every field the program of ``p`` does not bake set to a fixed value, so
+    that problems that differ only there share one compiled program: ``m`` always; outside
+    the tensor-core kernel also :data:`RUNTIME_ARGS`, and in the epilogue what their values
+    only size (operands' extents, a batch position that is the batch index itself)."""
+    if mma_covers(pr, p):
+        return replace(pr, m=1)
+    ch = {"m": 1, "n": 1, "k": 1, "lda": 1, "ldc": 1, "batch": 1, "stride_a": 0,
+          "stride_c": 0, "b_batched": False}
+    if pr.epi_fixed is None and len(pr.epi_batch) == 1 and pr.epi_batch[0] == pr.batch:
+        ch["epi_batch"] = (-1,)
+    ch["scales"] = tuple((w, _canon_dims(d, pr.n)) for w, d in pr.scales)
+    ch["zero_points"] = tuple((w, _canon_dims(d, pr.n) if w != "src" else d)
+                              for w, d in pr.zero_points)
+    if pr.bias is not None:
+        ch["bias"] = _canon_operand(pr.bias[0], pr.bias[1]) + (0,)
+    ch["post_ops"] = tuple(op if op[0] != "binary" else
+                           (op[0], op[1]) + _canon_operand(op[2], op[3]) + tuple(op[4:])
+                           for op in pr.post_ops)
+    return replace(pr, **ch)
 
 
 def _helpers(pr: Int8GemmProblem) -> list[str]:
@@ -270,9 +351,10 @@ def _helpers(pr: Int8GemmProblem) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _store_value(pr: Int8GemmProblem) -> list[str]:
+def _store_value(pr: Int8GemmProblem, k: str | None = None) -> list[str]:
     """C statements storing int ``pd_acc`` (and ``pd_asum``) at C's element (pd_t, pd_i,
-    pd_j) of ``C`` (pointer to this batch entry) at index ``pd_ci``."""
+    pd_j) of ``C`` (pointer to this batch entry) at index ``pd_ci``; ``k``: C text of k
+    (default the baked ``pr.k``)."""
     from pymbolic import var
 
     from . import post_ops as po
@@ -290,7 +372,7 @@ def _store_value(pr: Int8GemmProblem) -> list[str]:
         lines.append(f"const int pd_zw = wei_zp[{_bcast_index(zw, pos)}];")
         lines.append("pd_v -= pd_zw * pd_asum;")
         if zs is not None:
-            lines.append(f"pd_v += {pr.k} * pd_zs * pd_zw;")
+            lines.append(f"pd_v += {pr.k if k is None else k} * pd_zs * pd_zw;")
     bias_at = None
     if pr.bias is not None:
         layout, dims, _ = pr.bias
@@ -485,19 +567,18 @@ def _build_mma(pr: Int8GemmProblem, block: int) -> KernelSource:
 def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     """The product kernel of ``pr`` with ``p`` (see the module docstring); arguments
     :func:`arg_names`; offsets in elements of each buffer's type (``bp_off``/``ws_off`` in
-    ``uint``/``int``)."""
+    ``uint``/``int``). Outside the tensor-core kernel, n, k, the leading dimensions, the batch
+    strides and the batch count are arguments (:data:`RUNTIME_ARGS`, values
+    :func:`launch_values`): ``pr``'s own values of them are never read."""
     if mma_covers(pr, p):
         return _build_mma(pr, p.panel)
     R, V, L = p.rows, p.vecs, p.lanes
     P = p.panel
-    KQ, K, N = kq(pr.k), pr.k, pr.n
-    full = K // 4  # k quads whose four k all exist
     signed = data_type(pr.a_dt) == data_type.s8
     at = "char" if signed else "uchar"
     ct = _STORAGE[data_type(pr.c_dt)]
     zs, zw = pr.compensated, pr.zp("wei") is not None
-    args = _product_params(pr)
-    packed = -(-N // P) * P * KQ
+    args = _product_params(pr) + [f"long {n}" for n in RUNTIME_ARGS]
     w = []
     w.append(f"__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))")
     w.append(f"gemm_int8({', '.join(args)})")
@@ -505,95 +586,118 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     w.append("    const int lane = get_local_id(0);")
     w.append("    const long pn = get_group_id(0);")
     w.append(f"    const long i0 = get_group_id(1) * {R};")
-    w.append("    const long pd_t = " + ("get_group_id(2);" if pr.batch > 1 else "0;"))
+    w.append("    const long pd_t = get_group_id(2);")
     w.append("    const long M = m;")
-    w.append(f"    __global const {at}* A = a + a_off + pd_t * {pr.stride_a}L;")
-    bstride = packed if pr.b_batched else 0
-    w.append(f"    __global const uint* B = bp + bp_off + pd_t * {bstride}L + pn * {KQ * P}L"
-             f" + lane;")
-    w.append(f"    __global {ct}* C = c + c_off + pd_t * {pr.stride_c}L;")
+    w.append(f"    __global const {at}* A = a + a_off + pd_t * stride_a;")
+    w.append(f"    __global const uint* B = bp + bp_off + pd_t * stride_bp + pn * ((k + 3) >> 2)"
+             f" * {P} + lane;")
+    w.append(f"    __global {ct}* C = c + c_off + pd_t * stride_c;")
     if zs:
-        w.append(f"    __global const int* WS = wsum + ws_off + pd_t * "
-                 f"{-(-N // P) * P if pr.b_batched else 0}L;")
+        # one column sum per padded column of each batch entry's B (one B: stride_bp 0)
+        w.append(f"    __global const int* WS = wsum + ws_off + (stride_bp ? pd_t * ((n + {P - 1})"
+                 f" / {P} * {P}) : 0);")
         if not pr.src_zp_k:
             w.append("    const int pd_zs = src_zp[0];")
     # each row's A address, clamped into [0, m): rows past m compute but are not stored
     for r in range(R):
         w.append(f"    const long ar{r} = min(i0 + {r}, M - 1)"
-                 + (f" * {pr.lda}L;" if not pr.trans_a else ";"))
+                 + (" * lda;" if not pr.trans_a else ";"))
     for r in range(R):
         for v in range(V):
             w.append(f"    int acc{r}_{v} = 0;")
         if zw:
             w.append(f"    int asum{r} = 0;")
 
-    def quad_body(q: str, tail: int | None) -> list[str]:
-        """One k quad: ``tail`` is the number of valid k in a last partial quad."""
+    def b_words(q: str, ind: str) -> list[str]:
+        """B's words of k quad ``q`` (and their bytes, sign-extended, without ``dot4``)."""
         out = []
         for v in range(V):
-            out.append(f"        const uint b{v} = B[{q} * {P} + {v * L}];")
+            out.append(f"{ind}const uint b{v} = B[{q} * {P} + {v * L}];")
             if not p.dot4:
                 for e in range(4):
-                    out.append(f"        const int b{v}_{e} = ((int)(b{v} << {24 - 8 * e})) "
-                               f">> 24;")
-        for r in range(R):
-            if tail is None and not pr.trans_a:
-                out.append(f"        const {at}4 a{r} = vload4({q}, A + ar{r});")
-            else:
-                es = []
-                for e in range(4):
-                    if tail is not None and e >= tail:
-                        es.append("0")
-                    elif pr.trans_a:
-                        es.append(f"A[({q} * 4 + {e}) * {pr.lda}L + ar{r}]")
-                    else:
-                        es.append(f"A[ar{r} + {q} * 4 + {e}]")
-                out.append(f"        const {at}4 a{r} = ({at}4)({', '.join(es)});")
-            if zw:
-                out.append(f"        asum{r} += (int)a{r}.x + (int)a{r}.y + (int)a{r}.z + "
-                           f"(int)a{r}.w;")
-            if p.dot4:
-                for v in range(V):
-                    out.append(f"        acc{r}_{v} += {_dot(signed, f'a{r}', f'b{v}')};")
-            else:
-                for v in range(V):
-                    terms = " + ".join(f"(int)a{r}.{c} * b{v}_{e}"
-                                       for e, c in enumerate("xyzw"))
-                    out.append(f"        acc{r}_{v} += {terms};")
+                    out.append(f"{ind}const int b{v}_{e} = ((int)(b{v} << {24 - 8 * e})) >> 24;")
         return out
 
-    if full:
-        w.append(f"    for (int q = 0; q < {full}; q++) {{")
-        w += quad_body("q", None)
-        w.append("    }")
-    if K % 4:
-        w.append("    {")
-        w += quad_body(str(full), K % 4)
-        w.append("    }")
-    # the store
+    def madd(a: str, accs: list[str], asum: str | None, ind: str) -> list[str]:
+        """Four products of A's bytes ``a`` with each column's B word into ``accs``."""
+        out = [f"{ind}{asum} += (int){a}.x + (int){a}.y + (int){a}.z + (int){a}.w;"] if asum \
+            else []
+        for v, acc in enumerate(accs):
+            if p.dot4:
+                out.append(f"{ind}{acc} += {_dot(signed, a, f'b{v}')};")
+            else:
+                terms = " + ".join(f"(int){a}.{c} * b{v}_{e}" for e, c in enumerate("xyzw"))
+                out.append(f"{ind}{acc} += {terms};")
+        return out
+
+    w.append("    const int kf = (int)(k >> 2);  // k quads whose four k all exist")
+    w.append("    for (int q = 0; q < kf; q++) {")
+    w += b_words("q", "        ")
     for r in range(R):
-        for v in range(V):
-            w.append("    {")
-            w.append(f"        const long pd_i = i0 + {r};")
-            w.append(f"        const long pd_j = pn * {P} + {v * L} + lane;")
-            w.append(f"        if (pd_i < M && pd_j < {N}) {{")
-            w.append(f"            const int pd_acc = acc{r}_{v};")
-            if zw:
-                w.append(f"            const int pd_asum = asum{r};")
-            w.append(f"            const long pd_ci = pd_i * {pr.ldc}L + pd_j;")
-            w += ["            " + ln for ln in _store_value(pr)]
-            w.append("        }")
-            w.append("    }")
+        if not pr.trans_a:
+            w.append(f"        const {at}4 a{r} = vload4(q, A + ar{r});")
+        else:
+            es = [f"A[(q * 4 + {e}) * lda + ar{r}]" for e in range(4)]
+            w.append(f"        const {at}4 a{r} = ({at}4)({', '.join(es)});")
+        w += madd(f"a{r}", [f"acc{r}_{v}" for v in range(V)], f"asum{r}" if zw else None,
+                  "        ")
+    w.append("    }")
+    # the accumulators into a private array: the last, partial k quad and the store are one
+    # copy each in a loop over the tile's rows (a copy per row multiplied the build time)
+    w.append(f"    int accs[{R * V}];")
+    w += [f"    accs[{r * V + v}] = acc{r}_{v};" for r in range(R) for v in range(V)]
+    if zw:
+        w.append(f"    int asums[{R}];")
+        w += [f"    asums[{r}] = asum{r};" for r in range(R)]
+    # the last k quad where k % 4 != 0: k clamped into the row (k past it meets B's zeros),
+    # the bytes past k masked to 0 (the row sums)
+    w.append("    const int kt = (int)(k & 3);")
+    w.append("    if (kt) {")
+    w.append("        const uint kmask = 0xffffffffu >> (32 - 8 * kt);  // the kt bytes in k")
+    w += [f"        const long kc{e} = min(kf * 4L + {e}, k - 1);" for e in range(4)]
+    w += b_words("kf", "        ")
+    w.append("#pragma unroll 1")  # (unrolled, it built 0.02-0.03 s slower)
+    w.append(f"        for (int r = 0; r < {R}; r++) {{")
+    w.append("            const long ar = min(i0 + r, M - 1)" + (" * lda;" if not pr.trans_a
+                                                                  else ";"))
+    es = [f"A[kc{e} * lda + ar]" if pr.trans_a else f"A[ar + kc{e}]" for e in range(4)]
+    w.append(f"            const {at}4 at = as_{at}4(as_uint(({at}4)({', '.join(es)})) & kmask);")
+    w += madd("at", [f"accs[r * {V} + {v}]" for v in range(V)], "asums[r]" if zw else None,
+              "            ")
+    w.append("        }")
+    w.append("    }")
+    # the store
+    w.append(f"    const int rows = (int)min((long){R}, M - i0);")
+    w.append("    for (int r = 0; r < rows; r++) {")
+    w.append("        const long pd_i = i0 + r;")
+    ind = "        "
+    if V > 1:
+        w.append(f"        for (int v = 0; v < {V}; v++) {{")
+        ind += "    "
+        w.append(f"{ind}const long pd_j = pn * {P} + v * {L} + lane;")
+        acc = f"accs[r * {V} + v]"
+    else:
+        w.append(f"{ind}const long pd_j = pn * {P} + lane;")
+        acc = "accs[r]"
+    w.append(f"{ind}if (pd_j < n) {{")
+    w.append(f"{ind}    const int pd_acc = {acc};")
+    if zw:
+        w.append(f"{ind}    const int pd_asum = asums[r];")
+    w.append(f"{ind}    const long pd_ci = pd_i * ldc + pd_j;")
+    w += [f"{ind}    " + ln for ln in _store_value(pr, "(int)k")]
+    w.append(f"{ind}}}")
+    if V > 1:
+        w.append("        }")
+    w.append("    }")
     w.append("}")
     pre = []
     if p.dot4:
         pre.append("#pragma OPENCL EXTENSION cl_khr_integer_dot_product : enable")
     source = "\n".join(pre + _helpers(pr) + w) + "\n"
-    gx = -(-N // P) * L
-    grid = (str(gx), f"((m + {R - 1}) // {R})") + ((str(pr.batch),) if pr.batch > 1 else ())
-    lsize = (L, 1) + ((1,) if pr.batch > 1 else ())
+    grid = (f"((n + {P - 1}) // {P}) * {L}", f"((m + {R - 1}) // {R})", "nbatch")
     opts = ("-cl-std=CL3.0",) if p.dot4 else ()
-    return KernelSource("gemm_int8", source, None, lsize, arg_names(pr), opts, grid=grid)
+    return KernelSource("gemm_int8", source, None, (L, 1, 1), arg_names(pr, p), opts,
+                        grid=grid)
 
 
 def build_pack(pk: PackProblem) -> KernelSource:

@@ -404,9 +404,12 @@ class Plan:
                              gi.build_pack(pk)),
                     b=b, bp=SCRATCH, wsum=SCRATCH, b_off=b_off, bp_off=bp_off, ws_off=ws_off,
                     **({} if kweights is None else {"kw": kweights[3]}))
-        kern = self.get("gemm_int8", (gi.GENERATOR_VERSION, replace(problem, m=1), p),
-                        lambda key: gi.build_gemm_int8(key[1], p))
         named = dict(epilogue or {})
+        # sizes the program takes as arguments are left out of its key (one program serves
+        # every value) and bound here
+        kern = self.get("gemm_int8", (gi.GENERATOR_VERSION, gi.program_key(problem, p), p),
+                        lambda key: gi.build_gemm_int8(key[1], p))
+        named.update(gi.launch_values(problem, p))
         if problem.compensated:
             named.update(wsum=SCRATCH, ws_off=ws_off)
         self.launch(kern, a=a, bp=SCRATCH, c=c, a_off=a_off, bp_off=bp_off, c_off=c_off,

@@ -226,3 +226,62 @@ def test_gemm_int8_oclgrind():
     # instructions LLVM's optimizer emits for the packing kernel's guarded loads
     assert run_probe(probe, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable") == {"exact": True,
                                                                          "per_k": True}
+
+
+SHARED = [  # M, N, K, lda, ldc, batch, b_batched: one program for all (sizes are arguments)
+    (13, 37, 29, 29, 37, 1, False),
+    (5, 50, 7, 9, 53, 2, True),
+    (17, 3, 64, 70, 3, 3, False),
+    (9, 16, 6, 6, 20, 2, False),
+    (20, 21, 8, 11, 21, 1, False),
+]
+
+
+@pytest.mark.parametrize("trans_a, zp", [(False, (0, 0)), (True, (3, 2))],
+                         ids=["plain", "transposed-zero-points"])
+def test_one_program_serves_every_size(engine, trans_a, zp):
+    """Problems that differ in n, k (k % 4 != 0 too), leading dimensions, batch count and
+    strides share one compiled product kernel, each result exact."""
+    from pydnnl.kernels.gemm_int8 import mma_covers
+
+    p = Int8Params(rows=4, vecs=1, lanes=16)
+    kernels = []
+    for M, N, K, lda, ldc, batch, bb in SHARED:
+        rng = np.random.default_rng(M * 1000 + N * 10 + K)
+        lda = max(lda, M) if trans_a else lda
+        rows_a = K if trans_a else M
+        sa, sc = rows_a * lda + 5, M * ldc + 3  # gaps between the batch entries
+        a = rng.integers(0, 256, (batch, sa)).astype(np.uint8)
+        b = rng.integers(-128, 128, (batch if bb else 1, K, N)).astype(np.int8)
+        zps = [(w, ()) for w, z in zip(("src", "wei"), zp) if z]
+        pr = Int8GemmProblem(m=M, n=N, k=K, trans_a=trans_a, lda=lda, ldc=ldc, batch=batch,
+                             stride_a=sa, stride_c=sc, b_batched=bb, zero_points=zps)
+        assert not mma_covers(pr, p)
+        plan = Plan(engine, "test")
+        epi = {f"{w}_zp": Ref("zs" if w == "src" else "zw") for w, _ in zps}
+        plan.gemm_int8(pr, Ref("a"), 0, Ref("b"), 0, Ref("c"), 0, ldb=N, stride_b=K * N,
+                       epilogue=epi, params=p)
+        kernels.append(plan.steps[-1].kernel)
+
+        def mem(x, t):
+            return dnnl.memory(dnnl.memory.desc([x.size], t, "a"), engine, x.ravel())
+        c0 = np.full(batch * sc, -7, np.int32)
+        mems = {"a": mem(a, data_type.u8), "b": mem(b, data_type.s8),
+                "c": mem(c0, data_type.s32),
+                "zs": mem(np.array([zp[0]], np.int32), data_type.s32),
+                "zw": mem(np.array([zp[1]], np.int32), data_type.s32),
+                "scratch": dnnl.memory(dnnl.memory.desc([plan.scratch_bytes], data_type.u8,
+                                                        "a"), engine)}
+        s = dnnl.stream(engine)
+        plan.run(s, {k: v.buffer for k, v in mems.items()})
+        s.wait()
+        got = mems["c"].to_numpy().reshape(batch, sc)
+        want = c0.reshape(batch, sc).astype(np.int64)
+        for t in range(batch):
+            mat = a[t, :rows_a * lda].reshape(rows_a, lda)
+            at = (mat[:, :M].T if trans_a else mat[:, :K]).astype(np.int64) - zp[0]
+            prod = at @ (b[t if bb else 0].astype(np.int64) - zp[1])
+            view = want[t, :M * ldc].reshape(M, ldc)
+            view[:, :N] = prod  # columns past n and the gaps keep their content
+        assert np.array_equal(got, want), (M, N, K, lda, ldc, batch)
+    assert len({id(k) for k in kernels}) == 1
