@@ -274,23 +274,31 @@ def _operand_ctype(pr: Int8GemmProblem, name: str) -> str:
 RUNTIME_ARGS = ("n", "k", "lda", "ldc", "stride_a", "stride_bp", "stride_c", "nbatch")
 
 
+def _binary_offsets(pr: Int8GemmProblem) -> tuple[str, ...]:
+    """The arguments carrying the binary post-op operands' offsets (``po<i>_off``, elements),
+    outside the tensor-core kernel."""
+    return tuple(f"po{i}_off" for i, op in enumerate(pr.post_ops) if op[0] == "binary")
+
+
 def arg_names(pr: Int8GemmProblem, p: Int8Params | None = None) -> tuple[str, ...]:
     """Every argument of the product kernel with ``p``, in order (``p`` None: the
     tensor-core kernel's)."""
+    rt = p is not None and not mma_covers(pr, p)
     return (("a", "bp", "c") + operand_names(pr) + ("a_off", "bp_off", "c_off")
             + (("ws_off",) if pr.compensated else ()) + ("m",)
-            + (RUNTIME_ARGS if p is not None and not mma_covers(pr, p) else ()))
+            + ((RUNTIME_ARGS + _binary_offsets(pr)) if rt else ()))
 
 
 def launch_values(pr: Int8GemmProblem, p: Int8Params) -> dict:
-    """The values of :data:`RUNTIME_ARGS` for ``pr``'s launch with ``p`` (none for the
-    tensor-core kernel)."""
+    """The values of :data:`RUNTIME_ARGS` and the binary post-op operands' offsets
+    (``po<i>_off``) for ``pr``'s launch with ``p`` (none for the tensor-core kernel)."""
     if mma_covers(pr, p):
         return {}
     packed = -(-pr.n // p.panel) * p.panel * kq(pr.k)
     return {"n": pr.n, "k": pr.k, "lda": pr.lda, "ldc": pr.ldc, "stride_a": pr.stride_a,
             "stride_bp": packed if pr.b_batched else 0, "stride_c": pr.stride_c,
-            "nbatch": pr.batch}
+            "nbatch": pr.batch, **{f"po{i}_off": op[2][0] for i, op in enumerate(pr.post_ops)
+                                   if op[0] == "binary"}}
 
 
 def _canon_dims(dims: tuple, n: int) -> tuple:
@@ -308,10 +316,11 @@ def _canon_dims(dims: tuple, n: int) -> tuple:
     return tuple(out)
 
 
-def _canon_operand(layout: tuple, dims: tuple) -> tuple:
+def _canon_operand(layout: tuple, dims: tuple, off0=None) -> tuple:
     """An operand's (layout, dims) with what the store never reads made fixed: dims only
-    count as 1 or not, and a dim of extent 1 (index 0) has no stride."""
-    off0, per = layout
+    count as 1 or not, and a dim of extent 1 (index 0) has no stride; ``off0`` None: the
+    offset too (an argument)."""
+    off0, per = layout[0] if off0 is None else off0, layout[1]
     per = tuple((1, 0, ()) if d == 1 else e for d, e in zip(dims, per))
     return (off0, per), tuple(1 if d == 1 else 2 for d in dims)
 
@@ -319,8 +328,9 @@ def _canon_operand(layout: tuple, dims: tuple) -> tuple:
 def program_key(pr: Int8GemmProblem, p: Int8Params) -> Int8GemmProblem:
     """``pr`` with every field the program of ``p`` does not bake set to a fixed value, so
     that problems that differ only there share one compiled program: ``m`` always; outside
-    the tensor-core kernel also :data:`RUNTIME_ARGS`, and in the epilogue what their values
-    only size (operands' extents, a batch position that is the batch index itself)."""
+    the tensor-core kernel also :data:`RUNTIME_ARGS`, the binary post-op operands' offsets
+    (``po<i>_off``: a convolution's per-image launches), and in the epilogue what the sizes'
+    values only size (operands' extents, a batch position that is the batch index itself)."""
     if mma_covers(pr, p):
         return replace(pr, m=1)
     ch = {"m": 1, "n": 1, "k": 1, "lda": 1, "ldc": 1, "batch": 1, "stride_a": 0,
@@ -333,7 +343,7 @@ def program_key(pr: Int8GemmProblem, p: Int8Params) -> Int8GemmProblem:
     if pr.bias is not None:
         ch["bias"] = _canon_operand(pr.bias[0], pr.bias[1]) + (0,)
     ch["post_ops"] = tuple(op if op[0] != "binary" else
-                           (op[0], op[1]) + _canon_operand(op[2], op[3]) + tuple(op[4:])
+                           (op[0], op[1]) + _canon_operand(op[2], op[3], 0) + tuple(op[4:])
                            for op in pr.post_ops)
     return replace(pr, **ch)
 
@@ -578,7 +588,7 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     at = "char" if signed else "uchar"
     ct = _STORAGE[data_type(pr.c_dt)]
     zs, zw = pr.compensated, pr.zp("wei") is not None
-    args = _product_params(pr) + [f"long {n}" for n in RUNTIME_ARGS]
+    args = _product_params(pr) + [f"long {n}" for n in RUNTIME_ARGS + _binary_offsets(pr)]
     w = []
     w.append(f"__kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))")
     w.append(f"gemm_int8({', '.join(args)})")
@@ -684,7 +694,13 @@ def build_gemm_int8(pr: Int8GemmProblem, p: Int8Params) -> KernelSource:
     if zw:
         w.append(f"{ind}    const int pd_asum = asums[r];")
     w.append(f"{ind}    const long pd_ci = pd_i * ldc + pd_j;")
-    w += [f"{ind}    " + ln for ln in _store_value(pr, "(int)k")]
+    from pymbolic import var
+
+    # binary post-op operands at offsets given as arguments
+    at_args = replace(pr, post_ops=tuple(
+        op if op[0] != "binary" else (op[0], op[1], (var(f"po{i}_off"), op[2][1])) + op[3:]
+        for i, op in enumerate(pr.post_ops)))
+    w += [f"{ind}    " + ln for ln in _store_value(at_args, "(int)k")]
     w.append(f"{ind}}}")
     if V > 1:
         w.append("        }")
