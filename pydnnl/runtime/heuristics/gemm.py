@@ -53,12 +53,12 @@ def cpu_tiles(simd: int) -> list[tuple[int, int]]:
 # against 286 for 7x64 [339]; 64x2048x512: 305/221 [285]; 3200x2048x512: 335/278 [389];
 # 128x4096x1024: 357/268 [312]), 7x64 elsewhere (ResNet-50's GEMMs at mb 1: 3136x64x256:
 # 269/227 [271]; 196x256x1024: 355/300 [275]; 196x1024x256: 317/292 [303]; 12544x64x147:
-# 281/202 [284]). With a long k, consecutive work-groups should share a B panel (m_inner):
+# 281/202 [284]; 7x64 has since lost to 8x32 unrolled by 4, below). With a long k,
+# consecutive work-groups should share a B panel (m_inner):
 # 2048^3 344 against 222 [385], 512x2048x3200 323/235 [361]; at k <= 1024 it lost 0-10%.
 # At most 16 columns (an RNN's input-gradient GEMM over 8 features, a classifier head) 16x16
 # tiles waste nothing: 512x8x512 99 against 40 for 7x64 [108], 512x10x512 111/45.
 _AVX512_WIDE_TILE = (8, 48)
-_AVX512_TILE = (7, 64)
 _AVX512_NARROW_TILE = (16, 16)
 # The 8x48 tile's k loop unrolled by 2 (its 24 accumulators and twice 3 B vectors still fit
 # the 32 registers): 2026-11, quiet machine, GFLOP/s median of 5 rounds, 1 -> 2:
@@ -68,13 +68,13 @@ _AVX512_NARROW_TILE = (16, 16)
 _AVX512_WIDE_K_UNROLL = 2
 # GEMMs that give few 7x64 tiles per core (an RNN step of a small model) balance better over
 # the cores in 8x32 tiles with the k loop unrolled by 4: 64x512x128 125 -> 157 GFLOP/s,
-# 64x128x512 154 -> 180 (80 and 20 tiles of 7x64 on two cores)
+# 64x128x512 154 -> 180 (80 and 20 tiles of 7x64 on two cores). Measured again (2026-11,
+# quiet machine, medians of 4 rounds, 7x64 -> 8x32 unrolled by 4), 8x32 wins at every size
+# tried, so it is the default below B's cache size: 196x256x1024 272-279 -> 317, 512^3
+# 255-265 -> 311, 3136x64x256 243-244 -> 268, 1024x1024x256 242 -> 285, 200x1024x256 (the
+# MNIST LSTM's step) 239-242 -> 292, 64x1024x256 223 -> 274, 400x1024x256 244 -> 285.
 _AVX512_SMALL_TILE = (8, 32)
-_SMALL_TILES_PER_UNIT = 48
-
-
-def _tiles(prob: GemmProblem, tile: tuple[int, int]) -> int:
-    return -(-prob.m // tile[0]) * -(-prob.n // tile[1]) * prob.batch
+_AVX512_SMALL_K_UNROLL = 4
 
 
 def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
@@ -82,12 +82,10 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     cache = info.core_cache_bytes
     item = prob.dtype.itemsize
     wide = prob.k * prob.n * item > cache and prob.n > 256
-    rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_TILE
-    ku = _AVX512_WIDE_K_UNROLL if wide else 1
+    rows, cols = _AVX512_WIDE_TILE if wide else _AVX512_SMALL_TILE
+    ku = _AVX512_WIDE_K_UNROLL if wide else _AVX512_SMALL_K_UNROLL
     if prob.n <= _AVX512_NARROW_TILE[1]:
-        rows, cols = _AVX512_NARROW_TILE
-    elif _tiles(prob, _AVX512_TILE) < _SMALL_TILES_PER_UNIT * max(1, info.compute_units):
-        (rows, cols), ku = _AVX512_SMALL_TILE, 4
+        (rows, cols), ku = _AVX512_NARROW_TILE, 1
     m_inner = prob.k * cols * item > cache // 8 and prob.m > 8 * rows
     cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner, k_unroll=ku)
     return cand if is_valid(prob, normalize_params(cand), info) else default
