@@ -129,18 +129,6 @@ def recurrence_kind(engine, s, training: bool) -> str:
     return "fused_cell" if fused_recurrence(engine, s, training) else "cell"
 
 
-def layer_chunk_steps(engine, s, training: bool) -> int:
-    """Time steps per launch of the layer GEMM: all T, or (the device rule
-    ``layer_gemm_steps``) chunks of steps launched just before the steps that read their gx,
-    where every step runs its own recurrent GEMM and cell kernels (no sequence lengths, no
-    int8, not the one-launch recurrences, which read every step's gx in one launch)."""
-    if (s.ext.seq_lengths is not None or s.int8 is not None
-            or persistent_recurrence(engine, s, training)
-            or grid_problem(engine, s, training) is not None):
-        return s.T
-    return rnn_rules.layer_gemm_steps(engine.info, s.T, s.N * s.G * s.DHC * 4)
-
-
 def h_in_dst(pd) -> bool:
     """Whether the per-step kernels write the top layer's h straight into dst_layer instead
     of a state region copied there at the end (LSTM 512 inference: a 1.1 ms copy of 6.5 MB):
@@ -158,18 +146,16 @@ def h_in_dst(pd) -> bool:
     return not (persistent_recurrence(eng, s, False) or grid_problem(eng, s, False) is not None)
 
 
-def weight_gemms(s, fused: bool = False, chunk: int | None = None) -> dict:
+def weight_gemms(s, fused: bool = False) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
-    kernels compute them); ``chunk``: the layer GEMM covers that many steps a launch
-    (:func:`layer_chunk_steps`), else all rows."""
+    kernels compute them)."""
     G, DHC, N = s.G, s.DHC, s.N
 
     spec = s.spec
     roles = {}
     if not (s.ext.skip_input and s.L == 1):  # a lone skip-input layer has no input GEMM
-        m = layer_rows(s) if chunk is None or chunk >= s.T else chunk * N
-        roles["layer"] = (GemmShape(m=m, n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
+        roles["layer"] = (GemmShape(m=layer_rows(s), n=G * DHC, k=s.SLC, lda=s.SLC, ldb=G * DHC,
                                     ldc=G * DHC), "weights_layer_desc", 0, s.L * s.D,
                           s.SLC * G * DHC)
     for k, st in enumerate(spec.forward_stages(s.peephole) if not fused else ()):
@@ -220,7 +206,7 @@ def scratch_regions(pd) -> Regions:
     if grid is not None:
         r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
     fused = one_launch or grid is not None or fused_recurrence(eng, s, pd.training)
-    reserve_packed(r, eng, weight_gemms(s, fused, layer_chunk_steps(eng, s, pd.training)), s)
+    reserve_packed(r, eng, weight_gemms(s, fused), s)
     return r
 
 
@@ -311,9 +297,8 @@ class ForwardPlanBuilder(PlanBuilder):
         grid = None if self.persistent else grid_problem(eng, s, pd.training)
         self.grid = grid is not None
         self.fused = not (self.persistent or self.grid) and fused_recurrence(eng, s, pd.training)
-        self.chunk = layer_chunk_steps(eng, s, pd.training)
         self.h_in_dst = h_in_dst(pd)
-        roles = weight_gemms(s, self.fused or self.persistent or self.grid, self.chunk)
+        roles = weight_gemms(s, self.fused or self.persistent or self.grid)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
@@ -448,12 +433,10 @@ class ForwardPlanBuilder(PlanBuilder):
             for g in range(G):
                 self.add_reorder(a_ref, region_desc(rows + [DHC], a_off), scr,
                                  region_desc(rows + [DHC], sc["gx"] + g * DHC, strides=gx_view))
-        elif self.chunk >= T:
+        else:
             w_ref, w_off, w_step = self.wsrc["layer"]
             self.plan.gemm(self.gemm["layer"], a_ref, a_off, w_ref, w_off + ld * w_step, scr,
                            sc["gx"])
-        else:
-            chunks = self._layer_chunks(a_ref, a_off, ld)
         b_ref, b_off = self.src["bias_desc"]
         b_off += ld * s.Gb * DHC
         peep = self.src.get("weights_peephole_desc")
@@ -465,10 +448,6 @@ class ForwardPlanBuilder(PlanBuilder):
         order = range(T) if self._ltr(d) else range(T - 1, -1, -1)
         prev_t = None
         for t in order:
-            if l == 0 and s.ext.skip_input or self.chunk >= T:
-                pass
-            elif (prev_t is None or t // self.chunk != prev_t // self.chunk):
-                chunks(t // self.chunk)  # this chunk's gx, just before its steps read it
             if seq is not None and prev_t is not None and not self._ltr(d):
                 # sequences whose last step is t start here, from the initial state: put it
                 # where this step reads the previous state (padding rows of step t + 1)
@@ -538,19 +517,6 @@ class ForwardPlanBuilder(PlanBuilder):
         if self.h_in_dst and l == s.L - 1:
             return Ref(ARG_DST_LAYER), t * s.N * s.DIC
         return Ref(self.ws_key), self._reg("h", l, d, t, s.N * s.DIC)
-
-    def _layer_chunks(self, a_ref, a_off: int, ld: int):
-        """A function adding the layer GEMM of chunk ``i`` (steps ``i * chunk`` on) of layer
-        and direction ``ld``, whose input starts at ``a_off`` of ``a_ref``."""
-        g = self.gemm["layer"]
-        rows = self.chunk * self.s.N
-        w_ref, w_off, w_step = self.wsrc["layer"]
-        gx = self.pd.scratch["gx"]
-
-        def add(i: int) -> None:
-            self.plan.gemm(g, a_ref, a_off + i * rows * g.shape.lda, w_ref, w_off + ld * w_step,
-                           SCRATCH, gx + i * rows * g.shape.ldc)
-        return add
 
     def _plan_recurrence(self, l: int, d: int, b_ref, b_off: int, peep, att) -> None:
         """All steps of layer l, direction d, in one launch (one work-group, or the grid-wide

@@ -179,27 +179,22 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
     return info.is_cpu and k * n * itemsize > cache
 
 
-# CPUs: the layer GEMM (gx = x W over every step at once) writes T * N * G * DHC floats that
-# the steps then read back one slice at a time, long after they left the caches (LSTM 512,
-# N 64, T 50: 26 MB). Measured on the 2-core AVX-512 Xeon (Intel's runtime, CPU time of 50
-# steps, the machine shared): the cell work of a step costs what reading its gx slice costs
-# (a GEMM + LSTM-cell prototype 47-48 CPU-ms reading the bias in place of gx, 59-61 reading
-# gx: the gate arithmetic itself is free), and the standalone 3200x2048x512 layer GEMM ran
-# 0.65-0.7x the GFLOP/s of 1280x2048x512 (its 26 MB C). So on CPUs the layer GEMM runs in
-# chunks of whole steps just before the steps that read them, a chunk's gx at most
-# LAYER_CHUNK_CACHE_SHARE of the cores' caches; B panels are re-read per chunk from the
-# last-level cache, as the unchunked GEMM's row tiles re-read them anyway.
-LAYER_CHUNK_CACHE_SHARE = 0.5
 
+# Tried and not taken (CPUs): the layer GEMM (gx = x W over every step at once) in chunks of
+# whole steps launched just before the steps that read them, each chunk's gx within half the
+# cores' caches (LSTM 512 N 64 T 50: 25 launches of 2 steps instead of one of 50, whose gx is
+# 26 MB). 2-core AVX-512 Xeon, Intel's runtime: whole primitive within noise (machine shared,
+# 10 rounds, CPU ms: 102.5-118.1 chunked against 100.7-121.7), layer GEMM 27.3 ms chunked
+# against 26.4 whole (kernel profiles, quiet), the MNIST-rows LSTM's 3.9 against 3.4 with its
+# cell kernels 3.8 against 4.4 (kernel profiles, machine shared).
 
-def layer_gemm_steps(info, steps: int, step_bytes: int) -> int:
-    """Time steps per launch of a forward layer GEMM whose output is ``step_bytes`` a step:
-    all ``steps`` on GPUs; on CPUs the largest divisor of ``steps`` whose output fits
-    LAYER_CHUNK_CACHE_SHARE of the compute units' caches (``DeviceInfo.core_cache_bytes``
-    each), at least one step."""
-    if not info.is_cpu:
-        return steps
-    budget = LAYER_CHUNK_CACHE_SHARE * info.core_cache_bytes * max(1, info.compute_units)
-    fit = max(1, int(budget // max(1, step_bytes)))
-    return max(d for d in range(1, min(fit, steps) + 1) if steps % d == 0)
-
+# Tried and not taken (CPUs): an LSTM step as one hand-written kernel, the recurrent GEMM in
+# register tiles of 6 rows x 4 gates x 16 channels over U packed in 16-column panels, the
+# cell's formulas as the tile's epilogue (no gh buffer, one launch a step; the runtime's
+# float16 exp()/tanh() run scalar, so a polynomial exp). 2-core AVX-512 Xeon, Intel's runtime,
+# LSTM 512 N 64, the 50 steps: quiet machine, wall ms, 8 rounds: GEMM + cell kernel 29.4-34.6,
+# one kernel 26.2-30.2; in the whole primitive (kernel profile) 32.8 against 26.7 + 5.9 for
+# the two, and once the tuned GEMM unrolled k by 2 (heuristics.gemm) the two kernels won
+# (machine shared, CPU ms: 58-65 against 67-71; 5 rows and k unrolled by 2: 56-61). The cell
+# work's own time is mostly its reads of gx (the prototype with bias read in place of gx:
+# 47-48 CPU ms against 59-61), not the gate arithmetic.
