@@ -10,6 +10,11 @@ loads) through local memory in chunks of ``kc`` columns, computes its gates' sum
 cell, writes h, and meets the other work-groups at the barrier. A vanilla GRU meets them once
 more between its two stages (its second GEMM reads every channel of r * h_prev).
 
+Where a group's weight slice outgrows local memory, one-stage cells take a form that reads the
+weights from global memory every step (``GridProblem.wglobal``: a work-item per four channels,
+one float4 read per gate and column, k split over lanes meeting by shuffles and in local
+memory).
+
 The barrier is a monotonic arrival counter in global memory: group leaders fence (NVIDIA's
 ``membar.gl`` through inline PTX), add one, and spin on volatile reads until the count
 reaches ``nwg`` times the barrier's number. It is correct only if all work-groups are
@@ -34,6 +39,7 @@ BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att"
 # follows the counter
 SPIN_LIMIT = 1 << 24
 WARP = 32  # lanes of NVIDIA's shfl.sync
+QUAD = 4  # channels per work-item of the global-weights form: one float4 weight read
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,11 @@ class GridProblem:
     clip: tuple | None = None
     store_gates: bool = False
     store_gh: bool = False
+    # weights read from global memory (L2) every step instead of held in local memory: for
+    # slices that outgrow it (one-stage cells). Items are (row block, k lane, channel) with
+    # the channel fastest, so a warp's weight reads are consecutive channels; the ks partial
+    # sums meet in local memory
+    wglobal: bool = False
 
     @property
     def groups(self) -> int:
@@ -64,6 +75,9 @@ class GridProblem:
     @property
     def items(self) -> int:
         n = -(-self.batch // self.rn) * self.jb * self.ks
+        if self.wglobal:  # a work-item per quad of channels; shuffles take whole warps
+            n = -(-self.batch // self.rn) * (self.jb // QUAD) * self.ks
+            return -(-n // WARP) * WARP
         # shuffles take whole warps: a split group is rounded up to them (the extra items
         # compute clamped rows and store nothing)
         return n if self.ks == 1 else -(-n // WARP) * WARP
@@ -78,7 +92,21 @@ class GridProblem:
         return self.kc if self.swizzle else self.kc + 1
 
     def local_bytes(self, gates: int) -> int:
-        return 4 * (self.k_padded * self.jb * gate_stride(gates) + self.batch * self.hs_row)
+        return 4 * (self.us_floats(gates) + self.batch * self.hs_row)
+
+    @property
+    def warp_k_lanes(self) -> int:
+        """Global-weights form: lanes of one output's k split within a warp (their sums meet
+        by shuffles, the ``ks / warp_k_lanes`` warp sums in local memory)."""
+        quads = self.jb // QUAD
+        return min(self.ks, WARP // quads) if quads < WARP else 1
+
+    def us_floats(self, gates: int) -> int:
+        """Floats of the local array ``us``: the weight slice, or (``wglobal``) the partial
+        sums of every row, k lane, channel and gate."""
+        if self.wglobal:
+            return self.batch * (self.ks // self.warp_k_lanes) * self.jb * gates
+        return self.k_padded * self.jb * gate_stride(gates)
 
 
 def gate_stride(gates: int) -> int:
@@ -116,6 +144,8 @@ def build_grid(p: GridProblem) -> KernelSource:
     gates = spec.gate_names
     G, DHC, N, JB, KC, KP = spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded
     RN = p.rn
+    if p.wglobal:
+        return _build_global_weights(p, spec, stages)
     if RN > 1 or p.ks > 1 or p.swizzle:
         return _build_row_tiled(p, spec, stages)
     if p.store_gh and len(stages) != 1:
@@ -182,8 +212,8 @@ def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSo
     its first row)."""
     name = f"pydnnl_rnn_grid_{spec.name}"
     source = kernel_lines(name, _params(), p.items, row, p.jb, p.dhc,
-                          p.k_padded * p.jb * gate_stride(spec.n_gates), p.batch * p.hs_row,
-                          body, p.ks)
+                          p.us_floats(spec.n_gates), p.batch * p.hs_row, body,
+                          1 if p.wglobal else p.ks)
     return KernelSource(name, source, (p.groups * p.items,), (p.items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
 
@@ -280,6 +310,131 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     return _forward_source(p, spec, "nb", body)
 
 
+
+def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
+    """The one-stage form reading the recurrent weights from global memory every step (their
+    slice outgrows local memory). Item ``(nb, kp, jq)`` (quad fastest) sums columns ``kp,
+    kp + ks, ...`` of each staged chunk for rows ``nb * rn ..`` and the four channels of quad
+    ``jq``: per column one aligned float4 read of each gate's weights, each serving ``rn``
+    rows. The ``ks`` partial sums meet by shuffles within a warp, then in local memory; the
+    cell then runs with the group's ``batch x jb`` outputs spread over all items."""
+    gates = spec.gate_names
+    G, DHC, N, JB, KC, KP, RN, KS = (spec.n_gates, p.dhc, p.batch, p.jb, p.kc, p.k_padded,
+                                     p.rn, p.ks)
+    if len(stages) != 1:
+        raise ValueError(f"rnn_persistent_grid: cell {spec.name}: weights from global memory "
+                         "need one stage")
+    if KC % KS or KS & (KS - 1) or JB % QUAD or DHC % QUAD:
+        raise ValueError(f"rnn_persistent_grid: global weights need a power-of-two k split "
+                         f"dividing the chunk and channels in quads: ks {KS}, kc {KC}, jb {JB}, "
+                         f"channels {DHC}")
+    JQ = JB // QUAD
+    items = p.items
+    SW = p.warp_k_lanes
+    KR = KS // SW  # partial sums per output left after the shuffles
+    OUT = -(-N * JB // items)  # outputs (row, channel) per item in the cell phase
+    st = stages[0]
+    gg = st.recurrent_gemm.gates
+    gx_names = [name[3:] for name in st.inputs(()) if name.startswith("gx_")]
+    body: list[str] = [f"  const int qr = lid / {JQ}, kp = qr % {KS}, nb = qr / {KS};",
+                       f"  const int jc0 = min(j0 + jj, {DHC - QUAD});"]
+    emit = body.append
+
+    def output(o: str) -> list[str]:  # output o of this item: its row n, channel j, validity
+        return [f"      const int oi = lid + {o} * {items};",
+                f"      const int n = min(oi / {JB}, {N - 1}), jl = oi % {JB};",
+                f"      const int j = min(j0 + jl, {DHC - 1});",
+                f"      const bool ovalid = oi < {N * JB} && j0 + jl < {DHC};"]
+
+    if spec.has_cell_state:
+        emit(f"  float cs[{OUT}];")
+        emit(f"  for (int o = 0; o < {OUT}; ++o) {{")
+        body.extend(output("o"))
+        emit(f"      cs[o] = c0[c0_off + n * {DHC} + j];")
+        emit("  }")
+    body.extend(step_head_lines(N, DHC))
+    for g in gx_names:
+        emit(f"    float pgx_{g}_o[{OUT}];")
+    emit(f"    for (int o = 0; o < {OUT}; ++o) {{")
+    body.extend(output("o"))
+    for g in gx_names:
+        emit(f"      pgx_{g}_o[o] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
+             f"{gates.index(g) * DHC} + j];")
+    emit("    }")
+    for g in gg:
+        emit(f"    float4 acc_{g}_r[{RN}];")
+        emit(f"    for (int r = 0; r < {RN}; ++r) acc_{g}_r[r] = (float4)(0.0f);")
+    # a column past the last channel of h reads row DHC - 1 of u and is selected away (a NaN
+    # there would otherwise leak into every sum)
+    compute = ["      #pragma unroll 4",
+               f"      for (int kq = 0; kq < {KC // KS}; ++kq) {{",
+               f"        const int kk = kq * {KS} + kp, k = kc + kk;",
+               "        const __global float4 *wk = (const __global float4 *)"
+               f"(u + u_off + min(k, {DHC - 1}) * {G * DHC} + jc0);"]
+    for g in gg:
+        row = gates.index(g) * DHC // QUAD
+        compute.append(f"        const float4 w_{g} = k < {DHC} ? wk[{row}] : (float4)(0.0f);")
+    compute += ["        #pragma unroll",
+                f"        for (int r = 0; r < {RN}; ++r) {{",
+                f"          const int hr = min(nb * {RN} + r, {N - 1});",
+                f"          const float4 x = (float4)(hs[{hs_at('hr', 'kk', KC, False)}]);"]
+    compute += [f"          acc_{g}_r[r] = fma(x, w_{g}, acc_{g}_r[r]);" for g in gg]
+    compute += ["        }", "      }"]
+    body.extend(chunk_loop_lines("pre", "hp", N, DHC, KP, KC, items, compute))
+    if SW > 1:  # the SW lanes of an output within a warp: butterfly shuffles
+        emit("    #pragma unroll")
+        emit(f"    for (int r = 0; r < {RN}; ++r) {{")
+        for g in gg:
+            for c in "xyzw":
+                emit(f"      for (int m = {JQ}; m < {JQ * SW}; m <<= 1) "
+                     f"acc_{g}_r[r].{c} += pd_shfl_xor(acc_{g}_r[r].{c}, m);")
+        emit("    }")
+    # partial sums: us[((n * KR + kr) * G + gate) * JB + channel], a quad one float4 write
+    emit(f"    if (kp % {SW} == 0) {{")
+    emit("      #pragma unroll")
+    emit(f"      for (int r = 0; r < {RN}; ++r) {{")
+    emit(f"        const int n = nb * {RN} + r;")
+    emit(f"        if (n < {N}) {{")
+    for g in gg:
+        emit(f"          *(__local float4 *)(us + ((n * {KR} + kp / {SW}) * {G} + "
+             f"{gates.index(g)}) * {JB} + jj) = acc_{g}_r[r];")
+    emit("        }")
+    emit("      }")
+    emit("    }")
+    emit("    barrier(CLK_LOCAL_MEM_FENCE);")
+    emit(f"    for (int o = 0; o < {OUT}; ++o) {{")
+    body.extend(output("o"))
+    for g in gg:
+        emit(f"    float acc_{g} = 0.0f;")
+        emit(f"    for (int l = 0; l < {KR}; ++l) "
+             f"acc_{g} += us[((n * {KR} + l) * {G} + {gates.index(g)}) * {JB} + jl];")
+    for g in gx_names:
+        emit(f"    const float pgx_{g} = pgx_{g}_o[o];")
+    if "h_prev" in st.inputs(()):
+        emit(f"    const float h_prev = hp[n * {DHC} + j];")
+    if spec.has_cell_state:
+        emit("    const float c_prev = cs[o];")
+    if p.store_gh:
+        for g in gg:
+            emit(f"    if (ovalid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                 f"{gates.index(g) * DHC} + j] = acc_{g};")
+    body.extend(cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC,
+                           gx_loaded=True))
+    emit("    if (ovalid) {")
+    body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
+    emit("    }")
+    if spec.has_cell_state:
+        emit("    cs[o] = v_c;")
+    emit("    }")
+    emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
+    emit("  }")
+    pos = [f"  const int jj = (lid % {JQ}) * {QUAD};"]
+    name = f"pydnnl_rnn_grid_{spec.name}"
+    source = kernel_lines(name, _params(), items, "", JB, DHC, p.us_floats(G),
+                          N * p.hs_row, body, 1, pos=pos, shuffles=SW > 1)
+    return KernelSource(name, source, (p.groups * items,), (items,),
+                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
 def _params() -> list[str]:
     out_bufs = ("h", "c", "gates", "gh", "rh")
     params = []
@@ -356,15 +511,19 @@ def chunk_loop_lines(pre: str, src: str, rows: int, width: int, kp: int, kc: int
 
 
 def kernel_lines(name: str, params: list[str], items: int, row: str, jb: int, dhc: int,
-                 us_size: int, hs_size: int, body: list[str], ks: int = 1) -> str:
+                 us_size: int, hs_size: int, body: list[str], ks: int = 1,
+                 pos: list[str] | None = None, shuffles: bool | None = None) -> str:
     """A grid kernel's source: the barrier, the signature, the item's position (``row`` the
     name of its batch row, or first row; with a k split ``ks``, ``kp`` its lane of the
     output's ``ks`` lanes), the local arrays, then ``body``."""
-    pos = ([f"  const int {row} = lid / {jb}, jj = lid - {row} * {jb};"] if ks == 1 else
-           [f"  const int kp = lid % {ks}, lq = lid / {ks};",
-            f"  const int {row} = lq / {jb}, jj = lq - {row} * {jb};"])
+    if pos is None:
+        pos = ([f"  const int {row} = lid / {jb}, jj = lid - {row} * {jb};"] if ks == 1 else
+               [f"  const int kp = lid % {ks}, lq = lid / {ks};",
+                f"  const int {row} = lq / {jb}, jj = lq - {row} * {jb};"])
+    if shuffles is None:
+        shuffles = ks > 1
     return "\n".join(
-        [grid_sync_source()] + ([shuffle_source()] if ks > 1 else []) + ["",
+        [grid_sync_source()] + ([shuffle_source()] if shuffles else []) + ["",
          f"__kernel void __attribute__((reqd_work_group_size({items}, 1, 1)))",
          f"{name}({', '.join(params)})", "{",
          "  const int lid = get_local_id(0);"] + pos + [

@@ -94,16 +94,30 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
 
     one_stage = len(s.spec.forward_stages(s.peephole)) == 1
 
-    def make(jb, kc=32, ks=1, swizzle=False):
+    def make(jb, kc=32, ks=1, swizzle=False, rn=None, wglobal=False):
+        if rn is None:
+            rn = rnn_rules.grid_rows_per_item(s.N) if one_stage else 1
         return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
-                           kc=kc, rn=rnn_rules.grid_rows_per_item(s.N) if one_stage else 1,
-                           ks=ks, swizzle=swizzle, clip=clip_key(s), store_gates=training,
-                           store_gh=training and lbr(s))
+                           kc=kc, rn=rn, ks=ks, swizzle=swizzle, clip=clip_key(s),
+                           store_gates=training, store_gh=training and lbr(s),
+                           wglobal=wglobal)
 
     info = engine.info
     jb = rnn_rules.grid_recurrence(info, s.N, s.DHC, lambda jb: make(jb).local_bytes(s.G))
     if jb is None:
-        return None
+        # the weight slice outgrows local memory: one-stage cells read it from global memory
+        cu = max(info.compute_units or 1, 1)
+        if not one_stage or make(-(-s.DHC // cu)).local_bytes(s.G) <= info.local_mem_bytes:
+            return None
+        shape = rnn_rules.grid_global_weights(info, s.N, s.DHC, s.G)
+        if shape is None:
+            return None
+        jb, ks, rn = shape
+        kc = rnn_rules.grid_global_chunk_columns(
+            lambda kc: kc % ks == 0 and make(jb, kc, ks, rn=rn, wglobal=True)
+            .local_bytes(s.G) <= info.local_mem_bytes)
+        g = make(jb, kc, ks, rn=rn, wglobal=True)
+        return g if g.local_bytes(s.G) <= info.local_mem_bytes else None
 
     def chunk(swizzle):
         return rnn_rules.grid_chunk_columns(

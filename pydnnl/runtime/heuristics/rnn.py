@@ -136,6 +136,68 @@ def grid_chunk_columns(dhc: int, fits) -> int:
     return 32
 
 
+# Where a group's slice of the weights outgrows local memory (DeepSpeech2's 1760 channels: 14
+# channels x 4 gates x 1760 columns, 394 KiB, against NVIDIA's 48 KiB) the grid form reads
+# them from global memory every step (one-stage cells, kernels/rnn_persistent_grid.py
+# ``wglobal``): the whole recurrence still takes one launch, and the weights (49.6 MB at 1760
+# channels) stream at the L2's and memory's bandwidth instead of as 50 GEMM launches. A group
+# holds a multiple of GRID_GLOBAL_JB_ALIGN channels (a warp's reads of one weight row are whole
+# 32-byte sectors), a work-item four channels (one float4 read per gate and column) and up to
+# GRID_GLOBAL_MAX_ROWS rows, and k is split over lanes until the group has as many work-items
+# as GRID_GLOBAL_REGISTERS registers hold with their accumulators (4 x gates x rows floats)
+# and GRID_GLOBAL_ITEM_REGISTERS others each. Measured on an H200, LSTM 1760 T 50, grid
+# kernel's us a step:
+# - N 1: scalar weight reads, one channel per item, 256 items 46.3, 512 33.2 (the per-step
+#   path: 36); float4 reads, 512 items 27.5 (256-column chunks), 1024 20.9, and with 512-column
+#   chunks 16.5 (LBR-GRU 10.1, vanilla RNN 4.2);
+# - N 4 (4 rows per item): 512 items 20.5; 1024 142.9 (the accumulators spill);
+# - N 32 (4 rows per item, 512 items): 86, slower than the per-step path at that batch, hence
+#   GRID_GLOBAL_MAX_BATCH.
+# Whole primitive against the per-step path (H200, benchdnn, same run): LSTM N 1 1.805 ->
+# 1.137 ms (cuDNN 1.13), LBR-GRU N 1 1.480 -> 0.734 (cuDNN 0.90).
+GRID_GLOBAL_JB_ALIGN = 16
+GRID_GLOBAL_MAX_ROWS = 4
+GRID_GLOBAL_MAX_BATCH = 8
+GRID_GLOBAL_REGISTERS = 1 << 16  # 32-bit registers of an NVIDIA multiprocessor
+GRID_GLOBAL_ITEM_REGISTERS = 48
+GRID_GLOBAL_MAX_K_SPLIT = 256
+
+
+def grid_global_weights(info, batch: int, dhc: int, gates: int) -> tuple[int, int, int] | None:
+    """``(jb, ks, rn)`` of the grid-wide forward reading its weights from global memory:
+    channels per group, lanes sharing an output's k range, batch rows per work-item; None
+    where the device has no grid form, the batch is large or the channels do not come in
+    quads."""
+    if (not (info.is_gpu and info.inline_ptx) or info.compute_units < 2 or dhc % 4
+            or batch > GRID_GLOBAL_MAX_BATCH):
+        return None
+    jb = -(-dhc // info.compute_units)
+    jb = -(-jb // GRID_GLOBAL_JB_ALIGN) * GRID_GLOBAL_JB_ALIGN
+    rn = min(batch, GRID_GLOBAL_MAX_ROWS)
+    rows = -(-batch // rn) * (jb // 4)
+    items = GRID_GLOBAL_REGISTERS // (4 * gates * rn + GRID_GLOBAL_ITEM_REGISTERS)
+    ks = 1
+    while ks < GRID_GLOBAL_MAX_K_SPLIT and rows * ks * 2 <= items:
+        ks *= 2
+    if -(-rows * ks // 32) * 32 > min(GRID_MAX_ITEMS, info.max_work_group_size):
+        return None
+    return jb, ks, rn
+
+
+# The global-weights form stages h in chunks up to GRID_GLOBAL_CHUNK_COLUMNS wide: its chunks
+# hold no weights, so wide ones fit, and fewer chunks mean fewer local barriers a step (the
+# padded columns' weight reads are predicated off).
+GRID_GLOBAL_CHUNK_COLUMNS = (512, 256, 128, 64, 32)
+
+
+def grid_global_chunk_columns(fits) -> int:
+    """Columns of h a global-weights grid group stages at a time."""
+    for kc in GRID_GLOBAL_CHUNK_COLUMNS:
+        if fits(kc):
+            return kc
+    return 32
+
+
 # The backward's grid-wide form (kernels/rnn_persistent_grid_bwd.py) is taken for cells of at
 # most GRID_BWD_MAX_GATES gates. Its dh_prev = dG U^T first read one dG value and one weight
 # from local memory per multiply-add; measured on an H200 (forward + backward, N 64, T 50,

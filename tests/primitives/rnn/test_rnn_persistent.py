@@ -236,6 +236,85 @@ def test_grid_k_split_and_chunks_match_reference(engine, stream, monkeypatch, na
         assert_close(got, want[k], f"grid {name} ks {ks} kc {kc} {k}")
 
 
+GLOBAL_CASES = {
+    "lstm_bi_concat_L2": GRID_CASES["lstm_bi_concat_L2"],
+    "lstm_clip_r2l": GRID_CASES["lstm_clip_r2l"],
+    "lbr_gru_L2": Problem("lbr_gru", 5, 2, 132, 132, L=2),  # channels in quads
+    "rnn_r2l": GRID_CASES["rnn_r2l"],
+}
+
+
+@pytest.mark.parametrize("ks, kc, rn", [(128, 256, 4), (16, 64, 2), (1, 32, 3), (4, 128, 8),
+                                        (64, 64, 1)])
+@pytest.mark.parametrize("name", list(GLOBAL_CASES))
+@pytest.mark.parametrize("prop", ["infer", "train"])
+def test_grid_global_weights_match_reference(engine, stream, monkeypatch, name, ks, kc, rn,
+                                             prop):
+    """The form for weight slices that outgrow local memory, forced: weights read from global
+    memory every step (a float4 of four channels per gate), k split over ks lanes (their sums
+    meet by shuffles within a warp, then in local memory), rn rows per item (three: a ragged
+    last item; eight: more than the batch), 16 channels per group (a ragged last group), h
+    staged kc columns at a time (past the last channel too). Training also fills the
+    workspace the backward reads (its gradients against the per-step forms')."""
+    _needs_grid(engine)
+    _force_grid(monkeypatch)
+    planned = []
+    rule = plan_forward.grid_problem
+
+    def forced(*a):
+        planned.append(dataclasses.replace(rule(*a), wglobal=True, jb=16, ks=ks, kc=kc, rn=rn,
+                                           swizzle=False))
+        return planned[-1]
+
+    monkeypatch.setattr(plan_forward, "grid_problem", forced)
+    p = GLOBAL_CASES[name]
+    a = _grid_arrays(p, 9)
+    if prop == "infer":
+        out, _, fwd = run(engine, stream, p, a, prop=INFER)
+        want = _reference(p, a)
+        assert fwd._plan.grid and planned and all(g.wglobal for g in planned)
+        for k, got in out.items():
+            assert_close(got, want[k], f"grid global weights {name} {k}")
+        return
+    rng = np.random.default_rng(4)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert fwd1._plan.grid and planned and all(g.wglobal for g in planned)
+    monkeypatch.undo()
+    _force(monkeypatch, False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    out0, g0, _ = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    for k, got in out1.items():
+        assert_close(got, out0[k], f"grid global weights training {name} {k}")
+    for k in g0:
+        assert_close(g1[k], g0[k], f"gradient after the global-weights forward {name} {k}")
+
+
+def test_grid_global_weights_rule():
+    """The global-weights form is planned only where its aligned float4 reads can be: GPUs
+    with the grid form, channels in quads; its groups are whole warps within the device's
+    limits; a bad shape is refused by the generator."""
+    from types import SimpleNamespace
+
+    from pydnnl.kernels import rnn_persistent_grid as rpg
+
+    h100 = SimpleNamespace(is_gpu=True, inline_ptx=True, compute_units=132,
+                           max_work_group_size=1024, local_mem_bytes=48 << 10)
+    for n in (1, 4, 8):
+        jb, ks, rn = rnn_rules.grid_global_weights(h100, n, 1760, 4)
+        g = rpg.GridProblem("lstm", False, "tanh", 0.0, 1760, n, jb, kc=64, rn=rn, ks=ks,
+                            wglobal=True)
+        assert jb % 16 == 0 and g.groups <= 132 and g.items % 32 == 0 and g.items <= 1024
+        assert rn <= n and -(-n // rn) * (jb // 4) * ks <= g.items
+    assert rnn_rules.grid_global_weights(h100, 1, 1762, 4) is None
+    assert rnn_rules.grid_global_weights(h100, 32, 1760, 4) is None
+    assert rnn_rules.grid_global_weights(
+        SimpleNamespace(**{**vars(h100), "inline_ptx": False}), 1, 1760, 4) is None
+    with pytest.raises(ValueError, match="quads"):
+        rpg.build_grid(rpg.GridProblem("vanilla_lstm", False, "tanh", 0.0, 1762, 1, 16, kc=64, ks=8,
+                                       wglobal=True))
+
+
 GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]
 
 
