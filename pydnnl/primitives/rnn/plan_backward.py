@@ -102,9 +102,11 @@ def grid_backward(engine, s) -> GridBackwardProblem | None:
     return None if jb is None else make(jb)
 
 
-def weight_gemms(s, grid: bool = False) -> dict:
+def weight_gemms(s, grid: bool = False, ut_copy: bool = False) -> dict:
     """GEMMs of the backward that read weights (transposed): role -> (shape, weights desc,
-    first column, matrices, elements between matrices)."""
+    first column, matrices, elements between matrices). ``ut_copy``: the recurrent GEMMs read
+    a transposed copy of the recurrent weights (``weights_iter_t``, G*DHC rows of SIC)
+    instead, plainly."""
 
     spec = s.spec
     G, DHC, N = s.G, s.DHC, s.N
@@ -119,6 +121,11 @@ def weight_gemms(s, grid: bool = False) -> dict:
         gates = st.recurrent_gemm.gates
         g0, ng = spec.gate_names.index(gates[0]), len(gates)
         beta = 0.0 if st.recurrent_gemm.source == "rh" or first == ("gemm", k) else 1.0
+        if ut_copy:
+            roles[f"dh{k}"] = (GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=GD, ldb=s.SIC,
+                                         ldc=s.SIC, beta=beta),
+                               "weights_iter_t", g0 * DHC * s.SIC, s.L * s.D, s.SIC * GD)
+            continue
         roles[f"dh{k}"] = (GemmShape(m=N, n=s.SIC, k=ng * DHC, lda=GD, ldb=GD, ldc=s.SIC,
                                      trans_b=True, beta=beta),
                            "weights_iter_desc", g0 * DHC, s.L * s.D, s.SIC * GD)
@@ -215,8 +222,18 @@ def scratch_regions(pd) -> Regions:
     grid = grid_backward(pd.get_engine(), s)
     if grid is not None:
         r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
-    reserve_packed(r, pd.get_engine(), weight_gemms(s, grid is not None), s)
+    ut = recurrent_weights_copy(pd.get_engine(), s, grid is not None)
+    if ut:
+        r.add("ut", s.L * s.D * s.SIC * s.G * s.DHC)
+    reserve_packed(r, pd.get_engine(), weight_gemms(s, grid is not None, ut), s)
     return r
+
+
+def recurrent_weights_copy(engine, s, grid: bool) -> bool:
+    """Whether the per-step backward's recurrent GEMMs read a transposed copy of the
+    recurrent weights, made once per execution (device rule)."""
+    return (not grid and s.int8 is None
+            and rnn_rules.transposed_recurrent_weights(engine.info, s.SIC, s.G * s.DHC))
 
 
 def _present(pd, name: str) -> bool:
@@ -282,7 +299,17 @@ class BackwardPlanBuilder(PlanBuilder):
             self.recurrence = self.plan.get("rnn_persistent_grid_bwd", grid, build_grid_bwd)
             self.plan.zero(scr, sc["grid_bar"], 2 * s.L * s.D)
         self.gemm, self.wsrc = {}, {}
-        for role, (shape, src_name, col, count, stride) in weight_gemms(s, self.grid).items():
+        ut = recurrent_weights_copy(eng, s, self.grid)
+        if ut:  # U^T of every layer and direction: [G * DHC rows][SIC]
+            u_ref, u_base = self.src["weights_iter_desc"]
+            GD = s.G * DHC
+            for ld in range(s.L * s.D):
+                self.plan.kernel("transpose", Transpose(cols=GD, ld=GD), build_transpose,
+                                 out=scr, src=u_ref, o_off=sc["ut"] + ld * s.SIC * GD,
+                                 i_off=u_base + ld * s.SIC * GD, nrows=s.SIC)
+            self.src["weights_iter_t"] = (scr, sc["ut"])
+        for role, (shape, src_name, col, count, stride) in weight_gemms(s, self.grid,
+                                                                        ut).items():
             g = self.gemm[role] = role_gemm(eng, s, role, shape)
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         stages = spec.forward_stages(s.peephole)

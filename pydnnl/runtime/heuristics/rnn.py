@@ -210,6 +210,24 @@ def grid_global_chunk_columns(fits) -> int:
 GRID_BWD_MAX_GATES = 4
 
 
+# The per-step backward's recurrent GEMM (dh_prev = dG U^T, few rows, k = gates x channels)
+# read U transposed as it lies: on an H200 the DeepSpeech2-like training's (32 x 1760 x
+# 7040, split 16 along k) took 157 us a step, against 62 for the forward's 32 x 7040 x 1760
+# reading the same weights plainly. GPUs copy U transposed once per execution and the GEMM
+# reads the copy plainly: 65 us a step, the copy 0.47 ms (a plain transpose kernel, 210 GB/s).
+# H200, forward + backward, two rounds: DeepSpeech2-like 16.19-16.38 -> 12.02-12.19 ms
+# (cuDNN 10.3-10.4), vanilla GRU 512 N 64 (its two-stage backward runs per step) 5.80-5.84 ->
+# 4.72-4.80. Smaller weights than TRANSPOSED_U_MIN_ELEMS were not measured; the grid-wide
+# backward has no such GEMM.
+TRANSPOSED_U_MIN_ELEMS = 1 << 18
+
+
+def transposed_recurrent_weights(info, sic: int, cols: int) -> bool:
+    """Whether the per-step backward reads a transposed copy of the recurrent weights
+    (``sic`` x ``cols``)."""
+    return info.is_gpu and sic * cols >= TRANSPOSED_U_MIN_ELEMS
+
+
 def persistent_private_weights(info, gates: int, dhc: int) -> bool:
     """Whether the one-launch recurrence keeps a work-item's weight columns in registers."""
     return gates * dhc <= PERSISTENT_PRIVATE_U
