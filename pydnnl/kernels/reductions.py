@@ -42,11 +42,14 @@ class Add2:
 @dataclass(frozen=True)
 class Transpose:
     """``out[o_off + c * nrows + r] = src[i_off + r * ld + c]`` for ``r < nrows, c < cols``;
-    ``nrows`` is a kernel argument (int32): one kernel serves every T and batch."""
+    ``nrows`` is a kernel argument (int32): one kernel serves every T and batch. ``tile``:
+    square tiles of that side staged through local memory, so that both the reads and the
+    writes are consecutive (OpenCL C); 0: one work-item per element, reads consecutive."""
 
     cols: int
     ld: int
     wg: int = 16
+    tile: int = 0
 
 
 def _args(lp, names_out, names_in, offsets):
@@ -112,6 +115,38 @@ def _colsum_lanes(p: ColSum):
                         ("out", "src", "o_off", "i_off", "nrows"))
 
 
+def _transpose_tiled(p: Transpose):
+    """The transpose in ``tile x tile`` blocks: work-group ``(tile, tile / 4)``; each reads
+    its block's rows of src into local memory (rows padded by one float against bank
+    conflicts), then writes the block's columns as rows of out."""
+    from .source import KernelSource
+
+    t = p.tile
+    ty = max(1, t // 4)
+    src = "\n".join([
+        f"__kernel void __attribute__((reqd_work_group_size({t}, {ty}, 1)))",
+        "pydnnl_transpose_tiled(__global float *out, __global const float *src, int o_off,",
+        "                       int i_off, int nrows)",
+        "{",
+        f"  __local float blk[{t}][{t + 1}];",
+        "  const int lx = get_local_id(0), ly = get_local_id(1);",
+        f"  const int c0 = get_group_id(0) * {t}, r0 = get_group_id(1) * {t};",
+        f"  for (int i = ly; i < {t}; i += {ty}) {{",
+        "    const int r = r0 + i, c = c0 + lx;",
+        f"    if (r < nrows && c < {p.cols}) blk[i][lx] = src[i_off + (long)r * {p.ld} + c];",
+        "  }",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        f"  for (int i = ly; i < {t}; i += {ty}) {{",
+        "    const int c = c0 + i, r = r0 + lx;",
+        f"    if (r < nrows && c < {p.cols}) out[o_off + (long)c * nrows + r] = blk[lx][i];",
+        "  }",
+        "}",
+        ""])
+    return KernelSource("pydnnl_transpose_tiled", src, None, (t, ty),
+                        ("out", "src", "o_off", "i_off", "nrows"),
+                        grid=(str(-(-p.cols // t) * t), f"((nrows + {t - 1}) // {t}) * {ty}"))
+
+
 def build_rowsum(p: RowSum):
     import loopy as lp
     from loopy.symbolic import Reduction
@@ -141,6 +176,8 @@ def build_add2(p: Add2):
 
 
 def build_transpose(p: Transpose):
+    if p.tile:
+        return _transpose_tiled(p)
     import loopy as lp
     from pymbolic import var
 

@@ -56,6 +56,7 @@ from ...kernels.rnn_elementwise_bwd import (
 )
 from ...kernels.rnn_persistent_grid_bwd import GridBackwardProblem, build_grid_bwd, supported
 from ...runtime.gemm import GemmShape, get_gemm
+from ...runtime.heuristics import reduction as reduction_rules
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.heuristics.reduction import colsum_row_lanes
 from ...runtime.plan import SCRATCH, Ref
@@ -304,7 +305,9 @@ class BackwardPlanBuilder(PlanBuilder):
             u_ref, u_base = self.src["weights_iter_desc"]
             GD = s.G * DHC
             for ld in range(s.L * s.D):
-                self.plan.kernel("transpose", Transpose(cols=GD, ld=GD), build_transpose,
+                tile = reduction_rules.transpose_tile(eng.info)
+                self.plan.kernel("transpose", Transpose(cols=GD, ld=GD, tile=tile),
+                                 build_transpose,
                                  out=scr, src=u_ref, o_off=sc["ut"] + ld * s.SIC * GD,
                                  i_off=u_base + ld * s.SIC * GD, nrows=s.SIC)
             self.src["weights_iter_t"] = (scr, sc["ut"])

@@ -214,10 +214,10 @@ GRID_BWD_MAX_GATES = 4
 # read U transposed as it lies: on an H200 the DeepSpeech2-like training's (32 x 1760 x
 # 7040, split 16 along k) took 157 us a step, against 62 for the forward's 32 x 7040 x 1760
 # reading the same weights plainly. GPUs copy U transposed once per execution and the GEMM
-# reads the copy plainly: 65 us a step, the copy 0.47 ms (a plain transpose kernel, 210 GB/s).
-# H200, forward + backward, two rounds: DeepSpeech2-like 16.19-16.38 -> 12.02-12.19 ms
-# (cuDNN 10.3-10.4), vanilla GRU 512 N 64 (its two-stage backward runs per step) 5.80-5.84 ->
-# 4.72-4.80. Smaller weights than TRANSPOSED_U_MIN_ELEMS were not measured; the grid-wide
+# reads the copy plainly: 65 us a step, the copy 0.47 ms with one work-item per element, 0.033
+# in local-memory tiles (heuristics/reduction.py). H200, forward + backward, two rounds:
+# DeepSpeech2-like 16.12-16.34 -> 11.55-11.72 ms (cuDNN 10.2), vanilla GRU 512 N 64 (its
+# two-stage backward runs per step) 5.68-5.73 -> 4.69-4.76. Smaller weights than TRANSPOSED_U_MIN_ELEMS were not measured; the grid-wide
 # backward has no such GEMM.
 TRANSPOSED_U_MIN_ELEMS = 1 << 18
 
