@@ -217,8 +217,8 @@ GRID_BWD_MAX_GATES = 4
 # reads the copy plainly: 65 us a step, the copy 0.47 ms with one work-item per element, 0.033
 # in local-memory tiles (heuristics/reduction.py). H200, forward + backward, two rounds:
 # DeepSpeech2-like 16.12-16.34 -> 11.55-11.72 ms (cuDNN 10.2), vanilla GRU 512 N 64 (its
-# two-stage backward runs per step) 5.68-5.73 -> 4.69-4.76. Smaller weights than TRANSPOSED_U_MIN_ELEMS were not measured; the grid-wide
-# backward has no such GEMM.
+# two-stage backward runs per step) 5.68-5.73 -> 4.69-4.76. Smaller weights than
+# TRANSPOSED_U_MIN_ELEMS were not measured; the grid-wide backward has no such GEMM.
 TRANSPOSED_U_MIN_ELEMS = 1 << 18
 
 
