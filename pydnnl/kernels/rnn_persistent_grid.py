@@ -287,23 +287,7 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
     emit(f"    const bool rvalid = valid && nb * {RN} + r < {N}{' && kp == 0' if KS > 1 else ''};")
     for g in gg:
         emit(f"    const float acc_{g} = acc_{g}_r[r];")
-    for g in gx_names:
-        emit(f"    const float pgx_{g} = pgx_{g}_r[r];")
-    if "h_prev" in st.inputs(()):
-        emit(f"    const float h_prev = hp[n * {DHC} + j];")
-    if spec.has_cell_state:
-        emit("    const float c_prev = cs[r];")
-    if p.store_gh:
-        for g in gg:
-            emit(f"    if (rvalid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
-                 f"{gates.index(g) * DHC} + j] = acc_{g};")
-    body.extend(cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC,
-                           gx_loaded=True))
-    emit("    if (rvalid) {")
-    body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
-    emit("    }")
-    if spec.has_cell_state:
-        emit("    cs[r] = v_c;")
+    body.extend(cell_tail_lines(p, spec, stages, gx_names, "r", "rvalid"))
     emit("    }")
     emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
@@ -354,11 +338,11 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
         emit("  }")
     body.extend(step_head_lines(N, DHC))
     for g in gx_names:
-        emit(f"    float pgx_{g}_o[{OUT}];")
+        emit(f"    float pgx_{g}_r[{OUT}];")
     emit(f"    for (int o = 0; o < {OUT}; ++o) {{")
     body.extend(output("o"))
     for g in gx_names:
-        emit(f"      pgx_{g}_o[o] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
+        emit(f"      pgx_{g}_r[o] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
              f"{gates.index(g) * DHC} + j];")
     emit("    }")
     for g in gg:
@@ -408,23 +392,7 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"    float acc_{g} = 0.0f;")
         emit(f"    for (int l = 0; l < {KR}; ++l) "
              f"acc_{g} += us[((n * {KR} + l) * {G} + {gates.index(g)}) * {JB} + jl];")
-    for g in gx_names:
-        emit(f"    const float pgx_{g} = pgx_{g}_o[o];")
-    if "h_prev" in st.inputs(()):
-        emit(f"    const float h_prev = hp[n * {DHC} + j];")
-    if spec.has_cell_state:
-        emit("    const float c_prev = cs[o];")
-    if p.store_gh:
-        for g in gg:
-            emit(f"    if (ovalid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
-                 f"{gates.index(g) * DHC} + j] = acc_{g};")
-    body.extend(cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC,
-                           gx_loaded=True))
-    emit("    if (ovalid) {")
-    body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
-    emit("    }")
-    if spec.has_cell_state:
-        emit("    cs[o] = v_c;")
+    body.extend(cell_tail_lines(p, spec, stages, gx_names, "o", "ovalid"))
     emit("    }")
     emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
@@ -434,6 +402,29 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
                           N * p.hs_row, body, 1, pos=pos, shuffles=SW > 1)
     return KernelSource(name, source, (p.groups * items,), (items,),
                         BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+
+def cell_tail_lines(p: GridProblem, spec, stages, gx_names, idx: str, valid: str) -> list[str]:
+    """A one-stage grid forward's cell for one (row n, channel j) of the item, whose sums
+    ``acc_<gate>`` are in scope: the layer GEMM's values from ``pgx_<gate>_r[idx]``, the cell
+    state from ``cs[idx]`` (updated), the stores (and LBR's recurrent sums) where ``valid``."""
+    st = stages[0]
+    G, DHC, N, gates = spec.n_gates, p.dhc, p.batch, spec.gate_names
+    out = [f"    const float pgx_{g} = pgx_{g}_r[{idx}];" for g in gx_names]
+    if "h_prev" in st.inputs(()):
+        out.append(f"    const float h_prev = hp[n * {DHC} + j];")
+    if spec.has_cell_state:
+        out.append(f"    const float c_prev = cs[{idx}];")
+    if p.store_gh:
+        out += [f"    if ({valid}) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
+                f"{gates.index(g) * DHC} + j] = acc_{g};" for g in st.recurrent_gemm.gates]
+    out += cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC, gx_loaded=True)
+    out.append(f"    if ({valid}) {{")
+    out += ["  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC)]
+    out.append("    }")
+    if spec.has_cell_state:
+        out.append(f"    cs[{idx}] = v_c;")
+    return out
+
 
 def _params() -> list[str]:
     out_bufs = ("h", "c", "gates", "gh", "rh")
