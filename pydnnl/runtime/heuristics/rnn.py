@@ -150,7 +150,9 @@ def grid_chunk_columns(dhc: int, fits) -> int:
 # - N 1: scalar weight reads, one channel per item, 256 items 46.3, 512 33.2 (the per-step
 #   path: 36); float4 reads, 512 items 27.5 (256-column chunks), 1024 20.9, and with 512-column
 #   chunks 16.5 (LBR-GRU 10.1, vanilla RNN 4.2);
-# - N 4 (4 rows per item): 512 items 20.5; 1024 142.9 (the accumulators spill);
+# - N 2: 512 items 18.6, 256 24.5; N 4 (4 rows per item): 512 items 20.4-20.5, 256 23.7,
+#   1024 142.9 (the accumulators spill); N 8: 512 items 31.1 (LBR-GRU 14.9), 256 24.7 (LBR-GRU
+#   15.6), 128 51.5: LSTM's best there is not the rule's (not understood yet);
 # - N 32 (4 rows per item, 512 items): 86, slower than the per-step path at that batch, hence
 #   GRID_GLOBAL_MAX_BATCH.
 # Whole primitive against the per-step path (H200, benchdnn, same run): LSTM N 1 1.805 ->
