@@ -26,8 +26,9 @@ Forward ``(src, dst)`` then the binary post-op operands ``po<i>_src1`` (f32; the
 eltwise and binary entries, applied as each value is finally stored:
 :mod:`pydnnl.kernels.post_ops`); backward ``(dst, diff_dst, diff_src)``. Each work-item reads and
 writes only its own elements once the row maximum is known, so ``dst`` may be ``src`` (and
-``diff_src`` ``diff_dst``) when their layouts agree. The outermost row dim may be a size
-variable bound at launch (:func:`runtime_form`). Pure: no engine, no argument maps.
+``diff_src`` ``diff_dst``) when their layouts agree. The outermost row dim and the axis
+length may be size variables bound at launch (:func:`runtime_form`; a run-time axis length
+makes the strides of the dims outside it expressions of it). Pure: no engine, no argument maps.
 """
 from __future__ import annotations
 
@@ -91,26 +92,69 @@ def vec_ok(dims, axis: int, layouts, vec: int) -> bool:
     return all(lay[1][last] == (1, 1, ()) for lay in layouts)
 
 
-# the size variable of the run-time form (never ``rows``, ``args`` or ``kernel``: Plan.launch's
+# the size variables of the run-time form (never ``rows``, ``args`` or ``kernel``: Plan.launch's
 # own parameters)
 OUTER = "sm_outer"
+AXIS = "sm_axis"
 
 
-def runtime_form(p: SoftmaxProblem) -> tuple[SoftmaxProblem, dict]:
+def _dense(lay: tuple) -> bool:
+    """Whether folded layout ``lay`` is plain (no blocks); :func:`axis_strides` checks that
+    its strides are dense too."""
+    return all(blk == 1 and not inner for blk, _s, inner in lay[1])
+
+
+def axis_strides(dims: tuple, lay: tuple, axis: int, C) -> tuple | None:
+    """``lay`` with each stride that grows with the axis length (the dims outside the axis in
+    memory) written as ``C`` times its stride over the axis length, or None where ``lay`` is
+    not plain and dense (a stride then need not follow the length)."""
+    if not _dense(lay):
+        return None
+    order = sorted((s, d) for d, (_b, s, _i) in enumerate(lay[1]) if dims[d] > 1 or d == axis)
+    want = 1
+    for s, d in order:
+        if s != want:
+            return None
+        want = s * dims[d]
+    sa, n = lay[1][axis][1], dims[axis]
+    out = []
+    for d, (blk, s, inner) in enumerate(lay[1]):
+        if d != axis and s > sa and s % n == 0:  # a dim outside the axis (or of length 1)
+            out.append((blk, C * (s // n) if s // n != 1 else C, inner))
+        else:
+            out.append((blk, s, inner))
+    return (lay[0], tuple(out))
+
+
+def runtime_form(p: SoftmaxProblem, axis: bool = False) -> tuple[SoftmaxProblem, dict]:
     """The run-time-size form of ``p``: ``(problem, values)`` with the outermost folded dim
     (the minibatch, or whatever the outer rows are merged into) a size variable ``sm_outer``
     bound at launch (``values``). Its stride in every tensor is the product of the dims inside
     it, so no stride changes with it, and the row index is split by the inner (baked) dims
-    only: the kernel divides by no run-time size. One program then serves every outer count of
-    the class (axis length, inner row dims, layouts, data types, kernel shape). The axis
-    length stays baked (the row loops' trip count; a softmax over a new sequence length along
-    the axis makes a new program). ``(p, {})`` where the outermost dim is the axis or blocked in
-    some tensor."""
-    if len(p.dims) < 2 or p.axis == 0 or is_var(p.dims[0]):
+    only: the kernel divides by no run-time size. ``axis``: the axis length too (``sm_axis``:
+    the row loops' trip count, and the strides of the dims outside it in memory, which then
+    grow with it), where every tensor is plain and dense and no binary post-op operand is
+    read (its broadcast strides need not follow the length). One program then serves every
+    outer count (and axis length) of the class (inner row dims, layouts, data types, kernel
+    shape). ``(p, {})`` where neither applies (the outermost dim is the axis or blocked in
+    some tensor, and the axis length baked)."""
+    values: dict = {}
+    dims = list(p.dims)
+    layouts = p.layouts
+    if axis and not is_var(dims[p.axis]) and not _po_layouts(p):
+        C = size_var(AXIS)
+        lays = tuple(axis_strides(p.dims, lay, p.axis, C) for lay in p.layouts)
+        if all(lay is not None for lay in lays):
+            layouts = lays
+            dims[p.axis] = C
+            values[AXIS] = int(p.dims[p.axis])
+    if (len(p.dims) >= 2 and p.axis != 0 and not is_var(p.dims[0])
+            and not any(lay[1][0][0] != 1 or lay[1][0][2] for lay in p.layouts + _po_layouts(p))):
+        dims[0] = size_var(OUTER)
+        values[OUTER] = int(p.dims[0])
+    if not values:
         return p, {}
-    if any(lay[1][0][0] != 1 or lay[1][0][2] for lay in p.layouts + _po_layouts(p)):
-        return p, {}
-    return replace(p, dims=(size_var(OUTER),) + tuple(p.dims[1:])), {OUTER: int(p.dims[0])}
+    return replace(p, dims=tuple(dims), layouts=layouts), values
 
 
 def _po_layouts(p: SoftmaxProblem) -> tuple:
@@ -254,13 +298,15 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
     # ``restrict`` is wrong for in-place use: drop it
     args = args.replace(" *restrict ", " *")
     runtime = bool(free_vars(p))
-    if runtime:  # rows = sm_outer * inner (the last dim, split by V, is an inner one)
+    if p.axis != 0 and is_var(p.dims[0]):  # rows = sm_outer * inner (the last dim, split by V,
+        # is an inner one)
         inner = math.prod(v // (V if d == nd - 1 else 1) for d, v in enumerate(p.dims)
                           if d not in (0, p.axis))
         rows = f"{OUTER} * {inner}" if inner != 1 else OUTER
-        args += ", " + ", ".join(f"const int {n}" for n in free_vars(p))
     else:
-        rows = p.rows // V
+        rows = math.prod(v for d, v in enumerate(p.dims) if d != p.axis) // V
+    if runtime:
+        args += ", " + ", ".join(f"const int {n}" for n in free_vars(p))
     if row:
         head = f"""
     {local}

@@ -199,8 +199,10 @@ class _softmax_primitive(primitive):
         pd = self._pd
         plan = self._plan = Plan(pd.get_engine(), pd._kind)
         names = K.arg_names(pd._problem.backward)
-        # the outer count (minibatch) a kernel argument: one program for every outer count
-        problem, sizes = K.runtime_form(pd._problem)
+        # the outer count (minibatch), and the axis length where the device's rule says so,
+        # kernel arguments: one program for every outer count (and axis length) of the class
+        problem, sizes = K.runtime_form(
+            pd._problem, axis=H.softmax_runtime_axis(pd.get_engine().info, pd._problem))
         operands = {src1_name(i): Ref(binary_arg(i)) for i, op in enumerate(problem.post_ops)
                     if op[0] == "binary"}
         plan.kernel("softmax", problem, K.build_softmax, **operands,

@@ -391,3 +391,59 @@ print(json.dumps(results))
 def test_runtime_size_kernels_under_oclgrind():
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results and all(results.values()), results
+
+
+# -- softmax axis length at run time --------------------------------------------------------------
+# (tag, axis, shapes): one class per kernel shape, the axis length (and the outer count) new in
+# each shape; every length keeps the rule's kernel shape and work-group (row kernels: 32 values
+# or more, 16 work-items on CPUs; strided: under 32), so all share one program per direction
+SOFTMAX_AXIS_CLASSES = {
+    "row_2d": ("ab", 1, ((3, 70), (5, 90), (2, 1000))),
+    "row_4d_last": ("abcd", 3, ((2, 3, 4, 40), (1, 3, 4, 77))),
+    "row_nhwc_channels": ("acdb", 1, ((2, 40, 3, 5), (3, 57, 3, 5))),
+    "strided_nchw": ("abcd", 1, ((2, 5, 3, 7), (3, 9, 3, 7), (2, 3, 3, 7))),
+    "strided_vec_nchw": ("abcd", 1, ((2, 5, 4, 8), (3, 11, 4, 8))),
+}
+
+
+@pytest.mark.parametrize("alg", [A.softmax_accurate, A.softmax_log], ids=["accurate", "log"])
+@pytest.mark.parametrize("case", list(SOFTMAX_AXIS_CLASSES))
+def test_softmax_new_axis_length_needs_no_new_kernel(engine, stream, requested, case, alg):
+    """Forward and backward over several axis lengths of one class: the first shape's
+    programs (one forward, one backward softmax kernel) serve the others, and each result
+    matches the reference."""
+    t, axis, shapes = SOFTMAX_AXIS_CLASSES[case]
+    first = None
+    for k, dims in enumerate(shapes):
+        x, dd = _x(21 + k, dims), _x(31 + k, dims, -1, 1)
+        y, ds, _impl = _softmax(engine, stream, alg, x, axis, t, dd)
+        _close(y, RS.softmax_forward(alg, x, axis))
+        _close(ds, RS.softmax_backward(alg, dd, y, axis), atol=1e-5)
+        if first is None:
+            first = set(requested)
+            assert len({key for fam, key in first if fam == "softmax"}) == 2, first
+            requested.clear()
+    _same_class(requested, first)
+
+
+def test_softmax_runtime_form_axis():
+    lay = lambda *st: (0, tuple((1, s, ()) for s in st))  # noqa: E731
+    p = KS.SoftmaxProblem(log=False, backward=False, dims=(6, 40), axis=1,
+                          layouts=(lay(40, 1), lay(40, 1)))
+    q, values = KS.runtime_form(p, axis=True)
+    assert values == {"sm_outer": 6, "sm_axis": 40}
+    assert str(q.layouts[0][1][0][1]) == "sm_axis"
+    src = KS.build_softmax(q)
+    assert src.global_size is None and {"sm_outer", "sm_axis"} <= set(src.arg_names)
+    assert "c < sm_axis" in src.source
+    # the axis outermost (strided, 40 x 6): the axis alone run-time, no stride follows it
+    p = KS.SoftmaxProblem(log=False, backward=False, dims=(40, 6), axis=0,
+                          layouts=(lay(6, 1), lay(6, 1)), variant="strided")
+    q, values = KS.runtime_form(p, axis=True)
+    assert values == {"sm_axis": 40} and q.layouts == p.layouts
+    assert KS.build_softmax(q).global_size is None
+    # a padded (not dense) layout keeps the axis baked
+    p = KS.SoftmaxProblem(log=False, backward=False, dims=(6, 40), axis=1,
+                          layouts=(lay(48, 1), lay(40, 1)))
+    q, values = KS.runtime_form(p, axis=True)
+    assert values == {"sm_outer": 6} and q.dims[1] == 40

@@ -74,6 +74,22 @@ def softmax_online(info) -> bool:
     return bool(info.is_gpu)
 
 
+def softmax_runtime_axis(info, problem) -> bool:
+    """Whether the softmax kernel takes its axis length as an argument (the row loops' trip
+    count and the strides that grow with it: one program for every length of the class)
+    rather than baked: on every device, no baked specialization (none measured faster).
+    Measured on the 2-core AVX-512 Xeon (Intel's runtime, shared with another job; baked and
+    run-time primitives in one process, alternated over 10-20 rounds, minimum of 6 runs per
+    round; run-time / baked, ratio of minimum times and median per-round ratio): row kernel
+    forward 256x1000 axis 1 1.02 / 1.00, log 0.89 / 0.93, 16384x64 0.99 / 0.98, 4096x40 1.00 /
+    1.00, 4x12x512x512 axis 3 0.93 / 1.11 (per-round range 0.77-1.46: noise), its backward 0.99
+    / 0.99, log backward 16384x64 0.97 / 0.98; strided kernel (axis 1 of nchw) forward
+    256x5x32x32 0.96 / 0.94, backward 1.00 / 0.99, 32x19x64x64 forward 1.00 / 1.01, backward
+    0.99 / 0.99. The row loops' trip count is not what bounds them (``exp`` and memory are),
+    and an unrolled 5-long strided loop gained nothing measurable."""
+    return True
+
+
 def softmax_strided_vecs(info) -> tuple[int, ...]:
     """Adjacent positions per work-item of the strided softmax kernel, best first (the first
     the layout allows is taken). CPUs: 16 (a cache line of f32 per work-item and axis step,
