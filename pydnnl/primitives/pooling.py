@@ -20,8 +20,9 @@ spatial dims (:func:`pydnnl.primitives.reduction.plan_stages`).
 
 Over plain layouts the kernels take the minibatch, the spatial sizes and the strides built
 from them as arguments (:func:`~pydnnl.kernels.pooling.runtime_form`), so a new minibatch or
-image size of the same layouts, window and channel count reuses the compiled programs. On
-CPUs only the minibatch: run-time strides in every tap's address cost them 9-30%
+image size of the same layouts, window and channel count reuses the compiled programs: on
+CPUs (nchw's width, the lanes' dim, stays baked there: ``heuristics.pooling.runtime_lane_dim``);
+GPUs take only the minibatch until the run-time form is measured again there
 (``heuristics.pooling.runtime_spatial``).
 
 Forward takes oneDNN v3's post-ops for pooling, eltwise and binary entries (an f32 operand

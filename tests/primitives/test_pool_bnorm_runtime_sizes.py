@@ -244,6 +244,43 @@ def test_pooling_new_shape_reuses_programs(engine, stream, requested, monkeypatc
     assert not new, new
 
 
+# the device rule (heuristics.pooling.runtime_spatial: CPUs) with new image sizes: (tag, shapes
+# of one class, kernel, strides, pad_l, pad_r); nchw keeps its width (the lanes' dim, baked on
+# CPUs: heuristics.pooling.runtime_lane_dim); row counts in one power-of-two range (a small
+# problem's work-group rows are bounded by them)
+POOL_RULE = {
+    "nhwc": ("acdb", ([2, 3, 7, 9], [3, 3, 10, 6], [1, 3, 13, 12]), [3, 3], [2, 2], [1, 1],
+             [1, 1]),
+    "nchw": ("abcd", ([3, 3, 7, 9], [4, 3, 6, 9], [2, 3, 11, 9]), [3, 3], [2, 2], [1, 1],
+             [1, 1]),
+    "nhwc_s1": ("acdb", ([2, 5, 6, 7], [3, 5, 9, 4]), [3, 3], [1, 1], [1, 1], [1, 1]),
+    "ncdhw": ("abcde", ([2, 3, 6, 5, 6], [2, 3, 7, 6, 6]), [2, 3, 3], [2, 2, 2], [0, 1, 1],
+              [0, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("alg", list(PALG))
+@pytest.mark.parametrize("case", list(POOL_RULE))
+def test_pooling_rule_new_image_size_reuses_programs(engine, stream, requested, case, alg):
+    """Where the device's rule takes the spatial sizes at run time (CPUs), forward (training,
+    with the workspace for max) and backward over several image sizes of one class ask for the
+    first size's pooling programs only, and match the reference."""
+    from pydnnl.runtime.heuristics.pooling import runtime_spatial
+
+    if not runtime_spatial(engine.info):
+        pytest.skip("this device's rule keeps the spatial sizes baked")
+    t, shapes, k, st, pl, pr = POOL_RULE[case]
+    first = None
+    for i, dims in enumerate(shapes):
+        _run_pool(engine, stream, dims, t, alg, k, st, pl, pr, 20 + i)
+        pool = {key for fam, key in requested if fam == "pooling"}
+        if first is None:
+            first = pool
+            assert 2 <= len(first) <= 4, first  # forward and backward (nchw: interior + edges)
+        else:
+            assert pool == first, pool - first
+
+
 # -- Oclgrind ----------------------------------------------------------------------------------
 
 PROBE = r"""

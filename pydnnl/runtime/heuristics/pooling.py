@@ -69,19 +69,24 @@ def runtime_lane_dim(info) -> bool:
 
 def runtime_spatial(info) -> bool:
     """Whether the spatial sizes (and the strides built from them) are kernel arguments, or
-    only the minibatch: the minibatch only, on every device (the run-time form with spatial
-    sizes stays, tested, for a device that gains from it). H200 (NVIDIA's OpenCL), nchw max
-    3x3/2 mb32ic64ih112 forward, kernel minimum of 20 runs, twice: spatial sizes at run time
-    0.0507-0.0509 ms, the minibatch only 0.0452-0.0454 ms, the baked kernel 0.0453-0.0455
-    (its taps' clamps and addresses then use constants). Measured on
-    the 2-core AVX-512 Xeon (Intel's runtime; baked and run-time primitives in one process,
-    alternated over 6 rounds, ratios of minimum times; a shared machine): spatial sizes at
-    run time ran the ResNet-50 stem's max pool 3x3/2 mb32ic64ih112 forward 1.14x (nhwc) and
-    1.09x (nchw) the baked time, backward 1.11x and 1.30x, avg 3x3/1 mb32ic64ih56 nhwc 1.10x,
-    with the divisions by run-time sizes already done by reciprocals. The same kernels with
-    constants in place of the run-time strides ran within noise of the baked ones (nhwc
-    forward: median per-round ratio 1.01), so the cost is the strides in every tap's
-    address. The minibatch alone enters no address (rows run image after image), and where
-    an image's rows are whole work-groups (ResNet-50's pools) the kernel's code is the baked
-    kernel's: within noise of it (ratios of minimum times 0.81-1.08)."""
-    return False
+    only the minibatch. CPUs: the spatial sizes (one program per pooling class across image
+    sizes; nchw's width still baked, :func:`runtime_lane_dim`). GPUs: the minibatch only, from
+    a measurement of the run-time form as it was before the workspace shared dst's stride
+    arguments and the taps were addressed from the window's first one (H200, NVIDIA's
+    OpenCL, nchw max 3x3/2 mb32ic64ih112 forward, kernel minimum of 20 runs, twice: spatial
+    sizes at run time 0.0507-0.0509 ms, the minibatch only 0.0452-0.0454 ms, the baked kernel
+    0.0453-0.0455); to be measured again.
+
+    Measured on the 2-core AVX-512 Xeon (Intel's runtime, shared with another job; baked and
+    run-time primitives in one process, alternated over 12 rounds, minimum of 8 runs per
+    round; two more baked primitives in the same rounds give the noise floor, since a
+    primitive's buffers alone moved its time by up to 8%): run-time time / the baked
+    primitives' range of minimum times, max 3x3/2 mb32ic64ih112: nhwc forward 3.74 ms / 3.54-
+    3.64, nchw forward 10.72 / 10.50-11.20, nhwc backward 8.95 / 8.06-9.53, nchw backward 12.37
+    / 12.20-12.81; avg (exclude padding) 3x3/1 mb32ic64ih56 nhwc forward 1.89 / 1.71-1.85, nchw
+    backward 10.43 / 11.85-12.11. Before three changes (the workspace's and a same-shape
+    dst's strides sharing the arguments of dst's and src's, so the compiler shares their
+    address arithmetic as in the baked kernel; the forward's taps inside the source addressed
+    from the window's first tap) the run-time form ran these 1.05-1.14x the baked time
+    (nhwc backward 1.07x with the workspace's own stride arguments, 1.00x sharing dst's)."""
+    return not info.is_gpu
