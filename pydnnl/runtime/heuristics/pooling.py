@@ -88,5 +88,9 @@ def runtime_spatial(info) -> bool:
     dst's strides sharing the arguments of dst's and src's, so the compiler shares their
     address arithmetic as in the baked kernel; the forward's taps inside the source addressed
     from the window's first tap) the run-time form ran these 1.05-1.14x the baked time
-    (nhwc backward 1.07x with the workspace's own stride arguments, 1.00x sharing dst's)."""
+    (nhwc backward 1.07x with the workspace's own stride arguments, 1.00x sharing dst's).
+    Not recovered: avg (exclude padding) 3x3/2 mb16ic64ih128 nhwc forward (benchmarks/
+    primitives/large.txt), run-time 1.76-1.79 ms against the baked 1.64-1.72 (1.04-1.07x; the
+    same kernel with every size a constant but the row offset and the right edge's test still
+    1.02-1.03x, with constant divisions by its power-of-two widths 1.04x: no single cause)."""
     return not info.is_gpu
