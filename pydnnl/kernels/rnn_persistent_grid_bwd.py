@@ -25,7 +25,7 @@ from .rnn_elementwise_bwd import (
     analyze,
     stage_ops,
 )
-from .rnn_persistent_grid import chunk_loop_lines, kernel_lines
+from .rnn_persistent_grid import WARP, chunk_loop_lines, kernel_lines
 from .source import KernelSource
 
 BUFFERS = ("gates", "c", "c_prev", "h_prev", "att", "peep", "gh", "bias", "dh_a", "dh_b", "dc",
@@ -54,6 +54,11 @@ class GridBackwardProblem:
     kc: int = 32
     clip: tuple | None = None
     dhp_assign: bool = False  # the cell stores h_prev's direct gradient (the GEMM adds to it)
+    # the split form (ks > 1): item (row block, k lane) sums rn rows x every channel of the
+    # group over the k columns kp, kp + ks, ... (four at a time), reading dG straight from
+    # global memory (no staging, no local barriers); the ks lanes of a warp meet by shuffles
+    rn: int = 1
+    ks: int = 1
 
     @property
     def groups(self) -> int:
@@ -61,12 +66,18 @@ class GridBackwardProblem:
 
     @property
     def items(self) -> int:
+        if self.ks > 1:  # shuffles take whole warps
+            return -(-(-(-self.batch // self.rn) * self.ks) // WARP) * WARP
         return self.batch * self.jb
 
     def k_padded(self, gates: int) -> int:
+        if self.ks > 1:  # four columns a read
+            return -(-gates * self.dhc // 4) * 4
         return -(-gates * self.dhc // self.kc) * self.kc
 
     def local_bytes(self, gates: int) -> int:
+        if self.ks > 1:
+            return 4 * (self.k_padded(gates) + PAD) * self.jb
         return 4 * ((self.k_padded(gates) + PAD) * self.jb + self.batch * (self.kc + PAD))
 
     def stage(self) -> BackwardElementwiseProblem:
@@ -108,9 +119,14 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     def store(target, expr, sid):
         emit_line(f"    if (valid) {cm(target)} = {cm(expr)};")
 
+    split = p.ks > 1
+    if split and (p.ks & (p.ks - 1) or p.ks > WARP or GD % 4):
+        raise ValueError(f"rnn_persistent_grid_bwd: k split {p.ks}: expected a power of two "
+                         f"<= {WARP} and gates x channels ({GD}) a multiple of 4")
+    items = p.items
     # the group's rows of U, us[jj][c]: a work-item reads four columns of its row at once
     KR = KP + PAD
-    emit_line(f"  for (int i = lid; i < {KR * JB}; i += {p.items}) {{")
+    emit_line(f"  for (int i = lid; i < {KR * JB}; i += {items}) {{")
     emit_line(f"    const int q = i / {KR}, c = i - q * {KR};")
     emit_line(f"    us[i] = (c < {GD} && j0 + q < {DHC}) ? u[u_off + (j0 + q) * {GD} + c] : 0.0f;")
     emit_line("  }")
@@ -144,25 +160,88 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
     assert set(offs) == set(STAGE_OFFSETS)
     for name in STAGE_OFFSETS:
         emit_line(f"    const int {name} = {offs[name]};")
+    if split:  # the cell's batch x jb outputs spread over the group's items
+        emit_line(f"    for (int oi = lid; oi < {N * JB}; oi += {items}) {{")
+        emit_line(f"    const int n = oi / {JB}, jj = oi - n * {JB};")
+        emit_line(f"    const bool valid = j0 + jj < {DHC};")
+        emit_line(f"    const int j = min(j0 + jj, {DHC - 1});")
     stage_ops(bp, emit, store)
+    if split:
+        emit_line("    }")
     # every group's gate gradients of this step are written before any group reads them
     emit_line(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
-    emit_line("    volatile __global const float *dg = dgh + dgh_off;")
-    emit_line("    float4 acc4 = (float4)(0.0f);")
-    body.extend(chunk_loop_lines("pre", "dg", N, GD, KP, KC, p.items, [
-        f"      const __local float4 *w4 = (const __local float4 *)(us + jj * {KR} + kc);",
-        f"      const __local float4 *x4 = (const __local float4 *)(hs + n * {KC + PAD});",
-        "      #pragma unroll 4",
-        f"      for (int c4 = 0; c4 < {KC // 4}; ++c4)",
-        "        acc4 = fma(x4[c4], w4[c4], acc4);"], idx="cc", pad=PAD))
-    emit_line("    const float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
-    target = f"dhp[dhp_off + n * {DHC} + j]"
-    emit_line(f"    if (valid) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
+    target = "dhp[dhp_off + n * {DHC} + j]".replace("{DHC}", str(DHC))
+    if split:
+        body.extend(_split_product_lines(p, GD, KR, target, gemm_adds))
+    else:
+        emit_line("    volatile __global const float *dg = dgh + dgh_off;")
+        emit_line("    float4 acc4 = (float4)(0.0f);")
+        body.extend(chunk_loop_lines("pre", "dg", N, GD, KP, KC, items, [
+            f"      const __local float4 *w4 = (const __local float4 *)(us + jj * {KR} + kc);",
+            f"      const __local float4 *x4 = (const __local float4 *)(hs + n * {KC + PAD});",
+            "      #pragma unroll 4",
+            f"      for (int c4 = 0; c4 < {KC // 4}; ++c4)",
+            "        acc4 = fma(x4[c4], w4[c4], acc4);"], idx="cc", pad=PAD))
+        emit_line("    const float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
+        emit_line(f"    if (valid) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
     emit_line("  }")
 
     name = f"pydnnl_rnn_grid_bwd_{spec.name}"
     params = ["__global int *bar" if b == "bar" else f"__global float *{b}" for b in BUFFERS]
     params += [f"int {a}" for a in BASE_ARGS + SIZE_ARGS]
-    source = kernel_lines(name, params, p.items, "n", JB, DHC, KR * JB, N * (KC + PAD), body)
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
+    if split:
+        pos = [f"  const int kp = lid % {p.ks}, nb = lid / {p.ks}, jj = 0;"]
+        source = kernel_lines(name, params, items, "", JB, DHC, KR * JB, 4, body,
+                              pos=pos, shuffles=True)
+    else:
+        source = kernel_lines(name, params, items, "n", JB, DHC, KR * JB, N * (KC + PAD), body)
+    return KernelSource(name, source, (p.groups * items,), (items,),
                         BUFFERS + BASE_ARGS + SIZE_ARGS)
+
+
+def _split_product_lines(p: GridBackwardProblem, GD: int, KR: int, target: str,
+                         gemm_adds: bool) -> list[str]:
+    """The split form's ``dh_prev = dG U^T`` for one step: item (nb, kp) multiplies rows
+    ``nb * rn ..`` of dG (float4 reads of global memory, written by every group before the
+    grid barrier, read around the L1 cache) by every channel's row of U in local memory over
+    the columns ``4 * (kp + i * ks) ..``; the ``ks`` lanes' sums meet by butterfly shuffles,
+    after which lane v stores output v (row ``v / jb``, channel ``v % jb``)."""
+    N, DHC, JB, RN, KS = p.batch, p.dhc, p.jb, p.rn, p.ks
+    GD4 = GD // 4
+    out = [f"    float acc[{RN * JB}];",
+           "    #pragma unroll",
+           f"    for (int v = 0; v < {RN * JB}; ++v) acc[v] = 0.0f;",
+           "    volatile __global const float4 *dg4 = (volatile __global const float4 *)"
+           "(dgh + dgh_off);",
+           "    #pragma unroll 2",
+           f"    for (int c4 = kp; c4 < {GD4}; c4 += {KS}) {{",
+           f"      float4 w[{JB}];",
+           "      #pragma unroll",
+           f"      for (int q = 0; q < {JB}; ++q) "
+           f"w[q] = *(const __local float4 *)(us + q * {KR} + 4 * c4);",
+           "      #pragma unroll",
+           f"      for (int r = 0; r < {RN}; ++r) {{",
+           f"        const float4 x = dg4[min(nb * {RN} + r, {N - 1}) * {GD4} + c4];",
+           "        #pragma unroll",
+           f"        for (int q = 0; q < {JB}; ++q)",
+           f"          acc[r * {JB} + q] = fma(x.w, w[q].w, fma(x.z, w[q].z, "
+           f"fma(x.y, w[q].y, fma(x.x, w[q].x, acc[r * {JB} + q]))));",
+           "      }",
+           "    }",
+           "    #pragma unroll",
+           f"    for (int v = 0; v < {RN * JB}; ++v)",
+           f"      for (int m = {KS // 2}; m > 0; m >>= 1) acc[v] += pd_shfl_xor(acc[v], m);"]
+    # lane v of the ks lanes stores output v: a select chain keeps acc in registers
+    out += [f"    for (int v0 = 0; v0 < {RN * JB}; v0 += {KS}) {{",
+            "      const int v = v0 + kp;",
+            "      float a = acc[0];",
+            "      #pragma unroll",
+            f"      for (int u2 = 1; u2 < {RN * JB}; ++u2) a = u2 == v ? acc[u2] : a;",
+            f"      const int n = nb * {RN} + v / {JB}, jv = v % {JB};",
+            "      const int j = j0 + jv;",
+            f"      if (v < {RN * JB} && n < {N} && j < {DHC}) "
+            f"{target} = {target + ' + a' if gemm_adds else 'a'};",
+            "    }",
+            # the next step's cell reads these values in other items of the group
+            "    barrier(CLK_GLOBAL_MEM_FENCE);"]
+    return out

@@ -95,8 +95,10 @@ def grid_backward(engine, s) -> GridBackwardProblem | None:
         from .plan_forward import clip_key
 
         first = first_dhp_writer(s.spec, s.peephole)
+        rn, ks = rnn_rules.grid_backward_split(engine.info, s.N, jb, s.G * s.DHC)
         return GridBackwardProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N,
-                                   jb, clip=clip_key(s), dhp_assign=first == ("elementwise", 0))
+                                   jb, clip=clip_key(s), dhp_assign=first == ("elementwise", 0),
+                                   rn=rn, ks=ks)
 
     jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC,
                                    lambda jb: make(jb).local_bytes(s.G))

@@ -211,6 +211,32 @@ def grid_global_chunk_columns(fits) -> int:
 # 1.82-1.93.
 GRID_BWD_MAX_GATES = 4
 
+# The backward's dh_prev = dG U^T in the split form (kernels/rnn_persistent_grid_bwd.py, ks >
+# 1): dG read from global memory four columns at a time, each read serving every channel of
+# the group, k split over a warp's lanes, rn rows per item. Taken where the group then has at
+# most GRID_MAX_ITEMS items and the channels' gates come in whole float4s. The staged form
+# spent 33 us a step at LSTM 512 N 64 (a dG chunk through local memory, one output per item:
+# 256 items, two local barriers per 32 columns). H200, the backward kernel's device time, T 50
+# (rn, ks): staged 1.674 ms, (2, 32) 0.575, (1, 16) 0.727, (4, 16) 0.915; whole forward +
+# backward (benchdnn, two rounds) 3.54-3.68 -> 2.45-2.56 ms, 0.85-0.87x -> 1.20-1.36x cuDNN;
+# LBR-GRU 512 2.15-2.29 ms, 1.27-1.45x (1.02x before).
+GRID_BWD_SPLIT_LANES = 32
+GRID_BWD_ITEM_REGISTERS = 64  # registers an item may hold at the largest group
+
+
+def grid_backward_split(info, batch: int, jb: int, gd: int) -> tuple[int, int]:
+    """``(rn, ks)`` of the grid-wide backward's product: rows per item and lanes per k range;
+    ``(1, 1)`` for the staged form."""
+    if gd % 4 or not info.inline_ptx:
+        return 1, 1
+    ks = GRID_BWD_SPLIT_LANES
+    rn = 1
+    while -(-batch // rn) * ks > min(GRID_MAX_ITEMS, info.max_work_group_size):
+        rn *= 2
+    if rn * jb + 4 * jb > GRID_BWD_ITEM_REGISTERS // 2:
+        return 1, 1
+    return rn, ks
+
 
 # The per-step backward's recurrent GEMM (dh_prev = dG U^T, few rows, k = gates x channels)
 # read U transposed as it lies: on an H200 the DeepSpeech2-like training's (32 x 1760 x

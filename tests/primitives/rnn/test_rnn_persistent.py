@@ -348,6 +348,49 @@ def test_grid_training_gives_the_same_gradients(engine, stream, monkeypatch, nam
         assert_close(g1[k], g0[k], f"gradient of the grid forms {name} {k}")
 
 
+@pytest.mark.parametrize("split", [(1, 1), (1, 8), (2, 32), (3, 4)])
+@pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "lstm_clip_r2l", "rnn_r2l"])
+def test_grid_backward_split_forms(engine, stream, monkeypatch, name, split):
+    """The grid backward's product staged through local memory (1, 1) and split over k lanes
+    with rows per item (rn, ks; three rows leave a ragged last item) against the per-step
+    backward."""
+    _needs_grid(engine)
+    from pydnnl.primitives.rnn import plan_backward
+
+    p = GRID_CASES[name]
+    a = _grid_arrays(p, 13)
+    rng = np.random.default_rng(5)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    _force_grid(monkeypatch)
+    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
+    _, g0, _ = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    monkeypatch.undo()
+    _force_grid(monkeypatch)
+    monkeypatch.setattr(rnn_rules, "grid_backward_split", lambda info, batch, jb, gd: split)
+    taken = []
+    rule = plan_backward.grid_backward
+    monkeypatch.setattr(plan_backward, "grid_backward",
+                        lambda engine, s: taken.append(rule(engine, s)) or taken[-1])
+    _, g1, _ = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert taken[-1] is not None and (taken[-1].rn, taken[-1].ks) == split
+    for k in g0:
+        assert_close(g1[k], g0[k], f"gradient of the grid backward {split} {name} {k}")
+
+
+def test_grid_backward_split_rule():
+    """A warp's 32 lanes per k range, rows per item doubled until the group fits 1024 items;
+    the staged form where the gates' columns do not come in float4s."""
+    class Nv:
+        is_gpu, inline_ptx, compute_units = True, True, 132
+        max_work_group_size, local_mem_bytes = 1024, 48 << 10
+
+    assert rnn_rules.grid_backward_split(Nv, 64, 4, 2048) == (2, 32)
+    assert rnn_rules.grid_backward_split(Nv, 32, 4, 2048) == (1, 32)
+    assert rnn_rules.grid_backward_split(Nv, 1, 4, 2048) == (1, 32)
+    assert rnn_rules.grid_backward_split(Nv, 64, 4, 399) == (1, 1)
+    assert rnn_rules.grid_backward_split(Nv, 256, 4, 2048) == (1, 1)  # 8 rows: registers
+
+
 def test_grid_rule():
     """Channels per group: all channels over the compute units, when a group fits."""
     class Nv:
