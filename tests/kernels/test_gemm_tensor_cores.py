@@ -223,3 +223,29 @@ def test_tf32_runtime_source_free_of_the_sample():
     assert src.source == build_gemm_nv(prob(3000, 1024), TC[1]).source
     assert "long m" in src.source and "long ksize" in src.source
     assert src.grid == (str(src.local_size[0] * 2), "(m + 127) // 128")
+
+
+def test_tf32_split_k_runs_on_tensor_cores(engine, stream):
+    """A thin GEMM with a long k (an RNN step's backward product at 1760 channels) splits k
+    into slices the tensor-core tiles take (a multiple of their depth), and the slices' sum
+    has TF32's error."""
+    _nvidia(engine)
+    from pydnnl.runtime.gemm import GemmShape, get_gemm
+
+    m, n, k = 32, 1760, 7040
+    g = get_gemm(engine, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, math="tf32"),
+                 split=True)
+    assert g.splits > 1 and (k // g.splits) % 16 == 0
+    assert g.kernel.name == "gemm_nv" and "mma.sync" in g.kernel.src.source
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    f32 = dnnl.memory.data_type.f32
+    mem = {w: dnnl.memory(dnnl.memory.desc([v.size], f32, "a"), engine, v.ravel())
+           for w, v in (("a", A), ("b", B), ("c", np.zeros((m, n), np.float32)),
+                        ("p", np.zeros(g.part_elems, np.float32)))}
+    g(stream, mem["a"].buffer, 0, mem["b"].buffer, 0, mem["c"].buffer, 0,
+      mem["p"].buffer, 0)
+    stream.wait()
+    err = _rel(mem["c"].to_numpy().reshape(m, n), A.astype(np.float64) @ B.astype(np.float64))
+    assert 10 * STRICT_BOUND < err < TF32_BOUND, err
