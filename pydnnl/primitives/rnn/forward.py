@@ -11,6 +11,7 @@ from ...constants import (
     rnn_flags,
 )
 from ...error import invalid_arguments, unimplemented
+from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ..base import ArgSpec, primitive, primitive_desc_base
 from ..signature import NUMBER, Signature, bind
@@ -127,6 +128,16 @@ class rnn_forward_pd_base(primitive_desc_base):
         self._impl = f"loopy:gemm+{recurrence_kind(self.get_engine(), self.shape, self.training)}"
         if self.int8 is not None:
             self._impl += " int8 emulated: f32 accumulation"
+        elif self.shape.dt != data_type.f32:
+            from .plan_common import role_gemm
+            from .plan_forward import weight_gemms
+
+            roles = weight_gemms(self.shape)
+            g = role_gemm(self.get_engine(), self.shape, "layer", roles["layer"][0]) \
+                if "layer" in roles else None
+            tc = g is not None and g.nv_tile is not None and g.nv_tile.mma is not None
+            self._impl += (f" {self.shape.dt.name}: layer GEMM on {g.nv_tile.mma} tensor cores, "
+                           "rest in f32" if tc else f" {self.shape.dt.name}: computed in f32")
         s = self.shape
         self._info = (f"alg:{self._spec.name} direction:{self._direction.name} "
                       f"prop:{self._prop.name} "

@@ -134,7 +134,23 @@ def role_gemm(engine, s, role: str, shape) -> Gemm:
     if s.int8 is not None:
         return int8_gemm(engine, s, role, shape)
     split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
-    return get_gemm(engine, shape, static_b=True, split=split)
+    return get_gemm(engine, exact_half_math(s, role, shape), static_b=True, split=split)
+
+
+def exact_half_math(s, role: str, shape):
+    """``shape`` computing in the data's 16-bit type where both operands hold values of that
+    type exactly: the forward's layer GEMM of a one-layer bf16 or f16 RNN (src_layer and the
+    layer weights, converted to f32 copies). Tensor cores of that kind then multiply them, with
+    products as exact as f32's and f32 sums (NVIDIA devices; elsewhere it runs strict). Deeper
+    layers read h computed in f32, so they keep the fpmath mode."""
+    from dataclasses import replace
+
+    from ...memory.data_types import data_type
+
+    half = {data_type.bf16: "bf16", data_type.f16: "f16"}.get(s.dt)
+    if half is None or role != "layer" or s.L != 1 or shape.math is not None:
+        return shape
+    return replace(shape, math=half)
 
 
 def int8_gemm(engine, s, role: str, shape) -> Gemm:

@@ -140,6 +140,8 @@ CASES = {
                                            F32, F32),
     "rnn_tanh_stack_right2left": (problem("rnn_tanh", "unidirectional_right2left", 2), F32, F32),
     "lbr_gru_stack_bidirectional_sum": (problem("lbr_gru", "bidirectional_sum", 2), F32, F32),
+    # a layer GEMM of 128 x 128 x 128: NVIDIA devices run it on bf16 tensor cores
+    "lstm_tensor_core_layer": (problem("lstm", T=16, N=8, SLC=128, DHC=32), F32, F32),
 }
 
 _RUNS: dict = {}
@@ -314,3 +316,16 @@ def test_bf16_projection_unimplemented(first_engine):
     fpd = fwd_pd(first_engine, p)
     _raises(lambda: bwd_pd(first_engine, p, fpd, bf16_descs(p), diff_descs(p)), "projection",
             "bf16", kind=dnnl.unimplemented)
+
+
+def test_impl_says_where_the_layer_gemm_runs(engine, stream):
+    """A one-layer bf16 RNN's layer GEMM multiplies bf16 values exactly: on tensor cores of
+    that kind where the device has them (and the shape suits them), f32 elsewhere; the
+    gradients of that case match the reference above."""
+    p = CASES["lstm_tensor_core_layer"][0]
+    fpd = fwd_pd(engine, p, bf16_descs(p))
+    info = engine.info
+    arch = str(getattr(info, "arch", ""))
+    tc = bool(info.inline_ptx) and arch[3:].isdigit() and int(arch[3:]) >= 80
+    want = "bf16: layer GEMM on bf16 tensor cores" if tc else "bf16: computed in f32"
+    assert want in fpd.impl_info_str(), fpd.impl_info_str()
