@@ -921,6 +921,9 @@ class LnRows:
     odt: str = "f32"
     cache: int = 0
     ss_rows: int = 0  # backward: rows per work-group that also sum diff_scale/diff_shift
+    # independent partial sums per lane in the row-sum loops without ``cache`` (a lane's
+    # adds then form ``accs`` dependency chains instead of one)
+    accs: int = 1
 
 
 # the size variables of the run-time forms (never ``rows``, ``args`` or ``kernel``: Plan.launch's
@@ -1056,6 +1059,24 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
                 f"if (l + j * {L} < {C}) {{ const int c = l + j * {L};")
     end = " }" if N else ""
     local = ""
+
+    def sums(names: list[str], body) -> str:
+        """The row walk of ``body(suffix)`` (a statement adding into ``names`` + suffix at
+        column ``c``), split over ``p.accs`` partial sums per lane where no ``cache`` is kept."""
+        A = p.accs
+        main = C // (A * L) * (A * L)
+        if N or A <= 1 or not main:
+            return f"{loop} {{ {body('')} }}{end}"
+        parts = [f"_{k}" for k in range(1, A)]
+        decl = " ".join(f"float {n}{sfx} = 0.0f;" for n in names for sfx in parts)
+        steps = " ".join(f"{{ const int c = c0{f' + {k * L}' if k else ''}; "
+                         f"{body(f'_{k}' if k else '')} }}" for k in range(A))
+        tail = (f"\n    for (int c = {main} + l; c < {C}; c += {L}) {{ {body('')} }}"
+                if main < C else "")
+        fold = " ".join(f"{n} += " + " + ".join(f"{n}{sfx}" for sfx in parts) + ";"
+                        for n in names)
+        return (f"{decl}\n    for (int c0 = l; c0 < {main}; c0 += {A * L}) {{ {steps} }}"
+                f"{tail}\n    {fold}")
     if not bwd:
         if p.global_stats:
             stats = f"""
@@ -1074,9 +1095,9 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
                 pre, x_first, x_again = f"float xv[{N}];\n    ", f"(xv[j] = {x_at})", "xv[j]"
             stats = f"""
     float a0 = 0.0f, a1 = 0.0f;
-    {pre}{loop} {{ a0 += {x_first}; }}{end}{red0}
+    {pre}{sums(["a0"], lambda k: f"a0{k} += {x_first};")}{red0}
     const float m = a0 / {C}.0f;
-    {loop} {{ const float d = {x_again} - m; a1 += d * d; }}{end}{red1}
+    {sums(["a1"], lambda k: f"const float d = {x_again} - m; a1{k} += d * d;")}{red1}
     const float v = a1 / {C}.0f;
     const float is = rsqrt(v + {_f(p.eps)});"""
             if p.write_stats:
@@ -1118,10 +1139,8 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         part[pb + c] += dyv * xh; part[pb + {C} + c] += dyv;"""
                 body = head + f"""
     float a0 = 0.0f, a1 = 0.0f;
-    {loop} {{
-        const float g = {dy_at} * {gamma};
-        a0 += g; a1 += g * ({x_at} - m);
-    }}{red}
+    {sums(["a0", "a1"], lambda k: f"const float g = {dy_at} * {gamma}; "
+                                  f"a0{k} += g; a1{k} += g * ({x_at} - m);")}{red}
     const float mg = a0 / {C}.0f;
     const float mgx = a1 * is / {C}.0f;
     {loop} {{

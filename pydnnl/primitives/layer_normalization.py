@@ -155,6 +155,7 @@ class layer_normalization_forward(primitive):
             self.wg = rules.ln_row_wg(self._engine.info, C)
             self.subgroup = rules.ln_row_subgroup(self._engine.info, self.wg)
             self.cache = rules.ln_row_cache(self._engine.info, C, self.wg)
+            self.accs = rules.ln_row_accs(self._engine.info, C, self.wg, self.cache)
             self._scratch_elems = 0
             self._impl = "ocl:lnorm:rows"
             self._info = (f"flags:{int(self._flags):#x} "
@@ -171,7 +172,7 @@ class layer_normalization_forward(primitive):
                    scale=layout_of(_vec(src.dims[-1])) if pd.use_scale else None,
                    shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
                    global_stats=pd.global_stats, write_stats=write, wg=pd.wg, cache=pd.cache,
-                   subgroup=pd.subgroup, xdt=src.data_type.name,
+                   accs=pd.accs, subgroup=pd.subgroup, xdt=src.data_type.name,
                    odt=pd._args[ARG_DST].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ARG_MEAN in pd._args:

@@ -358,3 +358,21 @@ def test_fused_scale_shift_rule_closed_form():
     assert ln_bwd_fused_ss(info("cpu"), 0)
     assert not ln_bwd_fused_ss(info("cpu"), 4)
     assert not ln_bwd_fused_ss(info("gpu"), 0)
+
+
+@pytest.mark.parametrize("C", [128, 100, 200], ids=["whole", "tail", "tail_long"])
+def test_split_row_sums_match_reference(engine, stream, monkeypatch, C):
+    """The statistics passes with several partial sums per lane (``ln_row_accs``, CPUs),
+    forced on any device: rows a whole number of 4-vector steps and rows with a tail."""
+    from pydnnl.runtime.heuristics import normalization as rules
+    dims = [3, 5, C]
+    d = _data(dims, C)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    flags = F.use_scale | F.use_shift
+    monkeypatch.setattr(rules, "ln_row_accs", lambda info, C, wg, cache: 1 if cache else 4)
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
+    assert pd.accs == (1 if pd.cache else 4)
+    y, m, v = R.layer_norm_forward(d["x"], EPS, None, None, d["scale"], d["shift"])
+    _close(a[dnnl.ARG_DST].to_numpy(), y)
+    _close(a[dnnl.ARG_MEAN].to_numpy(), m)
+    _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
