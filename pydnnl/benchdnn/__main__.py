@@ -47,7 +47,11 @@ collected until ``--reset`` or the next driver flag. See each module's docstring
 Python process sharing the kernel cache (``PYDNNL_CACHE_DIR``) creates them after this one
 did, and a ``create`` line gives its creation, import and engine times in ms (an empty cache
 directory measures a first-ever creation; this process fills it first, so run a problem with
-another T or N to see what a new size costs).
+another T or N to see what a new size costs). Both halves also say what their kernels cost:
+``generated``/``generate_ms`` (loopy's import and code generation), ``built``/``build_ms``
+(OpenCL compilations), ``compiler_start_ms`` (the compiler's set-up on the build thread, beside
+the first generation) and ``loaded`` (programs read from cached binaries), ``fresh_``-prefixed
+for the fresh process (``kernel_cache.creation_costs()``).
 
 --rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
 the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),

@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..error import invalid_arguments, out_of_memory, unimplemented
+from ..runtime.kernel_cache import creation_costs
 from . import status as S
 from .inputs import expand, parse_bool
 
@@ -90,6 +91,18 @@ def rnn_not_supported(p, o, trivial: bool) -> str:
     return ""
 
 
+def _costs_text(before: dict, after: dict, prefix: str = "") -> str:
+    """The kernel costs between two ``creation_costs()`` readings, as ``key=value`` fields:
+    kernels generated and their ms (loopy), programs compiled and their ms, the compiler's
+    set-up ms, programs loaded from cached binaries."""
+    fields = (("generated", "kernels_generated", "d"), ("generate_ms", "generate_ms", ".0f"),
+              ("built", "programs_built", "d"), ("build_ms", "build_ms", ".0f"),
+              ("compiler_start_ms", "compiler_start_ms", ".0f"),
+              ("loaded", "programs_loaded", "d"))
+    return ",".join(f"{prefix}{name}={after[key] - before.get(key, 0):{fmt}}"
+                    for name, key, fmt in fields)
+
+
 def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     from . import rnn as R
 
@@ -152,6 +165,7 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
     if missing:
         summary.report(S.UNIMPLEMENTED, "; ".join(missing), repro)
         return
+    costs0 = creation_costs()
     t0 = time.perf_counter()
     try:  # --mode=CREATE: in this process first, so that errors get their status line
         b = R.create(eng, p, o) if mode == "CREATE" else R.RnnBench(eng, p, o)
@@ -163,10 +177,12 @@ def _rnn_case(eng, text, combo, mode, compare, min_seconds, summary) -> None:
         return
     if mode == "CREATE":
         here_ms = (time.perf_counter() - t0) * 1e3
+        here = creation_costs()  # builds run on their own thread: read after create returned
         t = R.create_in_fresh_process(eng, p, o)
-        print(f"create,{repro},create_ms={here_ms:.1f},"
+        print(f"create,{repro},create_ms={here_ms:.1f},{_costs_text(costs0, here)},"
               f"fresh_process_create_ms={t['create_ms']:.1f},"
-              f"import_ms={t['import_ms']:.0f},engine_ms={t['engine_ms']:.0f}", flush=True)
+              f"import_ms={t['import_ms']:.0f},engine_ms={t['engine_ms']:.0f},"
+              f"{_costs_text({}, t, 'fresh_')}", flush=True)
         summary.report(S.PASSED, "", repro)
         return
     if mode == "K":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from ..engine import _cl
 from ..error import runtime_error
@@ -94,6 +95,21 @@ _THREAD_LOCK = threading.Lock()
 # warnings.catch_warnings swaps process-wide state: this module's uses take turns
 _WARNINGS_LOCK = threading.Lock()
 _warmed: set = set()
+_costs = {"programs_built": 0, "build_ms": 0.0, "compiler_start_ms": 0.0, "programs_loaded": 0}
+
+
+def build_costs() -> dict:
+    """Compilations from source (count, ms) and compiler set-ups (ms) of this process, and
+    the programs loaded from cached binaries (see ``kernel_cache.creation_costs``)."""
+    with _THREAD_LOCK:
+        return dict(_costs)
+
+
+def _count(name: str, value) -> None:
+    with _THREAD_LOCK:
+        _costs[name] += value
+
+
 _WARM_UP_SOURCE = "__kernel void pydnnl_warm_up(__global int *x) { x[0] = 0; }"
 
 
@@ -137,6 +153,7 @@ def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool 
     import warnings
 
     cl = _cl()
+    t0 = time.perf_counter()
     try:
         with _WARNINGS_LOCK, warnings.catch_warnings():
             # drivers print informational build logs; pyopencl turns them into warnings
@@ -151,6 +168,11 @@ def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool 
         if warm_up:
             return None
         raise runtime_error(f"kernel {src.name}: OpenCL build failed: {e}") from None
+    finally:
+        ms = (time.perf_counter() - t0) * 1e3
+        _count("compiler_start_ms" if warm_up else "build_ms", ms)
+        if not warm_up:
+            _count("programs_built", 1)
     if binary_path is not None:
         _store_binary(program, binary_path)
     return program
@@ -170,7 +192,9 @@ def _from_binary(context, device, src: KernelSource, path):
         with _WARNINGS_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", cl.CompilerWarning)
             prg = cl.Program(context, [device], [binary])
-            return prg.build(options=list(src.build_options), devices=[device])
+            program = prg.build(options=list(src.build_options), devices=[device])
+        _count("programs_loaded", 1)
+        return program
     except (cl.Error, RuntimeError, ValueError):
         return None
 

@@ -17,12 +17,13 @@ import functools
 import hashlib
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from ..kernels.source import KernelSource, source_from_loopy
-from .kernel import Kernel, warm_up
+from .kernel import Kernel, build_costs, warm_up
 
 # Bump when generators change in a way their keys do not capture (the sources of the kernel
 # generators and cell specs are hashed into every key as well).
@@ -56,6 +57,20 @@ def cache_dir() -> Path:
 
 _mem_cache: dict[tuple, Kernel] = {}
 _lock = threading.Lock()
+_generated = {"kernels_generated": 0, "generate_ms": 0.0}
+
+
+def creation_costs() -> dict:
+    """What this process has spent making kernels so far: ``kernels_generated`` and
+    ``generate_ms`` (loopy's import and code generation, on the caller's thread),
+    ``programs_built`` and ``build_ms`` (OpenCL compilations from source, on the build
+    thread, finished or not), ``compiler_start_ms`` (the compiler's set-up,
+    :func:`~pydnnl.runtime.kernel.warm_up`) and ``programs_loaded`` (binaries from the
+    cache). Differences of two calls tell what a primitive's creation cost in between."""
+    with _lock:
+        out = dict(_generated)
+    out.update(build_costs())
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,8 +120,12 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
             src = None
     if src is None:
         warm_up(engine.context, engine.device)  # the compiler starts while we generate
+        t0 = time.perf_counter()
         built = build()
         src = built if isinstance(built, KernelSource) else source_from_loopy(built)
+        with _lock:
+            _generated["kernels_generated"] += 1
+            _generated["generate_ms"] += (time.perf_counter() - t0) * 1e3
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -93,4 +93,7 @@ def test_create_mode_times_a_fresh_process(capsys):
         fields = dict(f.split("=", 1) for f in ln.split(",")[2:])
         assert float(fields["fresh_process_create_ms"]) > 0
         assert float(fields["create_ms"]) > 0 and float(fields["import_ms"]) > 0
+        # the fresh process finds every source this one generated (or found) in the cache
+        assert int(fields["fresh_generated"]) == 0 and float(fields["fresh_generate_ms"]) == 0
+        assert int(fields["fresh_built"]) + int(fields["fresh_loaded"]) > 0
     assert "passed:2" in out

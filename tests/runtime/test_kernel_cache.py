@@ -35,7 +35,7 @@ expected = p.reshape(2, 2, 16, 3, 5).transpose(0, 1, 3, 4, 2).ravel()
 from pydnnl.runtime import kernel_cache
 print(json.dumps({"create_s": t_create, "loopy_before": loopy_before,
                   "built_from": sorted({k.built_from for k in kernel_cache._mem_cache.values()}),
-                  "loopy_after": "loopy" in sys.modules,
+                  "loopy_after": "loopy" in sys.modules, "costs": kernel_cache.creation_costs(),
                   "correct": bool(np.array_equal(raw, expected))}))
 """
 
@@ -62,12 +62,19 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
     assert len(files) == 2 and all(f.startswith("reorder-") for f in files)
     assert files[0].endswith(".bin") and files[1].endswith(".json")
     assert first["built_from"] == ["source"]
+    # creation_costs counts what happened: one kernel generated and compiled, none loaded
+    c = first["costs"]
+    assert (c["kernels_generated"], c["programs_built"], c["programs_loaded"]) == (1, 1, 0)
+    assert c["generate_ms"] > 0 and c["build_ms"] > 0
 
     second = _run(cache)
     assert second["correct"]
     assert not second["loopy_after"], (
         "the second process imported loopy: the kernel was regenerated")
     assert second["built_from"] == ["binary"], "the second process compiled the source"
+    c = second["costs"]
+    assert (c["kernels_generated"], c["programs_built"], c["programs_loaded"]) == (0, 0, 1)
+    assert c["generate_ms"] == 0 and c["build_ms"] == 0
     assert sorted(p.name for p in cache.iterdir()) == files
 
     record_property("reorder_create_s_first_process", round(first["create_s"], 4))
