@@ -51,7 +51,8 @@ another T or N to see what a new size costs). Both halves also say what their ke
 ``generated``/``generate_ms`` (loopy's import and code generation), ``built``/``build_ms``
 (OpenCL compilations), ``compiler_start_ms`` (the compiler's set-up on the build thread, beside
 the first generation) and ``loaded`` (programs read from cached binaries), ``fresh_``-prefixed
-for the fresh process (``kernel_cache.creation_costs()``).
+for the fresh process (``kernel_cache.creation_costs()``). ``--conv --mode=CREATE`` (and
+``--deconv``) gives the same fields for this process's creation only.
 
 --rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
 the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),

@@ -227,8 +227,8 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
     from . import conv as C
     from .conv_problem import parse_conv_problem
 
-    if mode not in ("P", "C"):
-        raise SystemExit(f"--mode: expected P or C, got {mode}")
+    if mode not in ("P", "C", "CREATE"):
+        raise SystemExit(f"--mode: expected P, C or CREATE, got {mode}")
     if compare not in (None, "torch"):
         raise SystemExit(f"--compare: the conv driver compares with torch only, got {compare}")
     try:
@@ -257,6 +257,19 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
             missing.append(f"pydnnl has no such post-op: {e}")
     if missing:
         summary.report(S.UNIMPLEMENTED, "; ".join(missing), repro)
+        return
+    if mode == "CREATE":  # this process only: an empty cache measures a first-ever creation
+        try:
+            b = C.ConvBench(eng, p, o)
+        except (unimplemented, out_of_memory) as e:
+            summary.report(S.UNIMPLEMENTED, str(e), repro)
+            return
+        except invalid_arguments as e:
+            summary.report(S.INVALID_ARGUMENTS, str(e), repro)
+            return
+        print(f"create,{repro},solver={b.solver},create_ms={b.create_ms:.1f},"
+              f"{_costs_text(*b.costs)}", flush=True)
+        summary.report(S.PASSED, "", repro)
         return
     if compare == "torch" and mode == "P" and not C.torch_available():
         print("# --compare=torch: PyTorch is not installed (pip install torch); timing pydnnl "

@@ -233,6 +233,9 @@ class ConvBench:
         fpmath_attr({"attr-fpmath": o.fpmath}, attr)
         self.scales, self.zero_points = self._quantization(p, o, attr)
         self.attr = attr
+        from ..runtime.kernel_cache import creation_costs
+
+        costs0 = creation_costs()
         t0 = time.perf_counter()
         if self.direction == "fwd":
             self.pd = fwd_cls.primitive_desc(
@@ -254,6 +257,8 @@ class ConvBench:
                     eng, alg, src_md, wei_md, bias_md, dst_md, *geo, hint, **pin)
                 self.prim = bwd_w_cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
+        #: kernel_cache.creation_costs() before and after creating the primitive
+        self.costs = (costs0, creation_costs())
         rng = np.random.default_rng(seed)
         self.values: dict[int, np.ndarray] = {}
         self.args: dict[int, dnnl.memory] = {}

@@ -97,3 +97,20 @@ def test_create_mode_times_a_fresh_process(capsys):
         assert int(fields["fresh_generated"]) == 0 and float(fields["fresh_generate_ms"]) == 0
         assert int(fields["fresh_built"]) + int(fields["fresh_loaded"]) > 0
     assert "passed:2" in out
+
+
+def test_conv_create_mode_reports_kernel_costs(capsys):
+    """--conv --mode=CREATE: one ``create`` line per direction with the creation time and the
+    kernels it generated, compiled or loaded (a second creation in this process makes none)."""
+    args = ["--conv", "--mode=CREATE", "--dir=FWD_B,BWD_D", "mb1ic4ih6oc4oh6kh3ph1"]
+    assert main(args) == 0
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("create,")]
+    assert len(lines) == 4
+    for i, ln in enumerate(lines):
+        fields = dict(f.split("=", 1) for f in ln.split(",")[2:])
+        assert float(fields["create_ms"]) > 0
+        made = int(fields["generated"]) + int(fields["built"]) + int(fields["loaded"])
+        if i >= 2:  # the same problems again: the kernels are in this process's memory
+            assert made == 0 and float(fields["generate_ms"]) == 0
