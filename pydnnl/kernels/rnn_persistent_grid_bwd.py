@@ -170,7 +170,7 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
         emit_line("    }")
     # every group's gate gradients of this step are written before any group reads them
     emit_line(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
-    target = "dhp[dhp_off + n * {DHC} + j]".replace("{DHC}", str(DHC))
+    target = f"dhp[dhp_off + n * {DHC} + j]"
     if split:
         body.extend(_split_product_lines(p, GD, KR, target, gemm_adds))
     else:
