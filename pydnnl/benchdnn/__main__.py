@@ -31,7 +31,7 @@ left2right, FWD_I, RELU).
 --conv/--deconv options: --dir=FWD_B|FWD_D|FWD_I|BWD_D|BWD_W|BWD_WB (default FWD_B),
 --stag/--wtag/--dtag=any|abx|axb, --dt, --attr-post-ops, --attr-scales, --attr-zero-points,
 --alg=direct|winograd|auto|<solver name> (default auto), --mb=N (overrides the problem's
-minibatch; 0 keeps it), --mode=P|C, --engine=cpu|gpu, --compare=torch, --min-seconds=S.
+minibatch; 0 keeps it), --mode=P|C|CREATE|K, --engine=cpu|gpu, --compare=torch, --min-seconds=S.
 Conv perf lines give GFLOP/s and the ratio from the minimum times (a shared machine
 disturbs medians more).
 
@@ -54,9 +54,10 @@ the first generation) and ``loaded`` (programs read from cached binaries), ``fre
 for the fresh process (``kernel_cache.creation_costs()``). ``--conv --mode=CREATE`` (and
 ``--deconv``) gives the same fields for this process's creation only.
 
---rnn --mode=K: where the time goes: one ``kernel`` line per kernel name and launch size with
-the launches and device time of one execution (forward, plus backward with --prop=BWD_DW),
-from OpenCL profiling events, slowest first.
+--rnn --mode=K (and --conv, --deconv): where the time goes: one ``kernel`` line per kernel name
+and launch size with the launches and device time of one execution (RNN: forward, plus
+backward with --prop=BWD_DW; convolution: the --dir), from OpenCL profiling events, slowest
+first.
 """
 from __future__ import annotations
 

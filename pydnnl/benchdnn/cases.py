@@ -227,8 +227,8 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
     from . import conv as C
     from .conv_problem import parse_conv_problem
 
-    if mode not in ("P", "C", "CREATE"):
-        raise SystemExit(f"--mode: expected P, C or CREATE, got {mode}")
+    if mode not in ("P", "C", "CREATE", "K"):
+        raise SystemExit(f"--mode: expected P, C, CREATE or K, got {mode}")
     if compare not in (None, "torch"):
         raise SystemExit(f"--compare: the conv driver compares with torch only, got {compare}")
     try:
@@ -270,6 +270,19 @@ def _conv_case(driver, eng, text, combo, mode, compare, min_seconds, summary) ->
         print(f"create,{repro},solver={b.solver},create_ms={b.create_ms:.1f},"
               f"{_costs_text(*b.costs)}", flush=True)
         summary.report(S.PASSED, "", repro)
+        return
+    if mode == "K":
+        try:
+            b = C.ConvBench(eng, p, o)
+        except (unimplemented, out_of_memory) as e:
+            summary.report(S.UNIMPLEMENTED, str(e), repro)
+            return
+        from .common import kernel_profile
+
+        for name, size, count, ms in kernel_profile(b):
+            print(f"kernel,{repro},solver={b.solver},{name},"
+                  f"global={'x'.join(map(str, size or ()))},launches={count},"
+                  f"total_ms={ms:.4f},per_launch_us={ms / count * 1e3:.2f}", flush=True)
         return
     if compare == "torch" and mode == "P" and not C.torch_available():
         print("# --compare=torch: PyTorch is not installed (pip install torch); timing pydnnl "

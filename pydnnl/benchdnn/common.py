@@ -372,3 +372,32 @@ class TorchPostOps:
         for step in self.steps:
             y = step(y)
         return y
+
+
+def kernel_profile(bench, reps: int = 3) -> list[tuple[str, tuple, int, float]]:
+    """``(kernel, global size, launches, device ms)`` of one ``bench.run()``, slowest first,
+    from a profiling stream (per group, the minimum over ``reps`` executions of its total).
+    ``bench`` has ``eng``, ``stream`` (swapped for the profiling one meanwhile) and ``run``."""
+    import collections
+
+    import pydnnl as dnnl
+
+    bench.run()
+    prof = dnnl.stream(bench.eng, dnnl.stream.flags.profiling)
+    best: dict = {}
+    saved, bench.stream = bench.stream, prof
+    try:
+        for _ in range(reps):
+            bench.run()
+            groups = collections.defaultdict(lambda: [0, 0.0])
+            for name, size, ms in prof.get_kernel_profile():
+                g = groups[(name, tuple(size) if size else ())]
+                g[0] += 1
+                g[1] += ms
+            for key, (n, ms) in groups.items():
+                if key not in best or ms < best[key][1]:
+                    best[key] = (n, ms)
+    finally:
+        bench.stream = saved
+    rows = [(k[0], k[1], n, ms) for k, (n, ms) in best.items()]
+    return sorted(rows, key=lambda r: -r[3])

@@ -365,29 +365,10 @@ class RnnBench:
             self.bwd.execute(self.stream, self.bargs)
 
     def kernel_profile(self, reps: int = 3) -> list[tuple[str, tuple, int, float]]:
-        """``(kernel, global size, launches, device ms)`` per execution, slowest first, from
-        a profiling stream (the minimum over ``reps`` executions of each group's total)."""
-        import collections
+        """See :func:`pydnnl.benchdnn.common.kernel_profile`."""
+        from .common import kernel_profile
 
-        self.run()
-        prof = dnnl.stream(self.eng, dnnl.stream.flags.profiling)
-        best: dict = {}
-        saved, self.stream = self.stream, prof
-        try:
-            for _ in range(reps):
-                self.run()
-                groups = collections.defaultdict(lambda: [0, 0.0])
-                for name, size, ms in prof.get_kernel_profile():
-                    g = groups[(name, tuple(size) if size else ())]
-                    g[0] += 1
-                    g[1] += ms
-                for key, (n, ms) in groups.items():
-                    if key not in best or ms < best[key][1]:
-                        best[key] = (n, ms)
-        finally:
-            self.stream = saved
-        rows = [(k[0], k[1], n, ms) for k, (n, ms) in best.items()]
-        return sorted(rows, key=lambda r: -r[3])
+        return kernel_profile(self, reps)
 
     def time(self, warmup: int = 2, min_reps: int = 5, min_seconds: float = 1.0) -> list[float]:
         for _ in range(warmup):

@@ -114,3 +114,17 @@ def test_conv_create_mode_reports_kernel_costs(capsys):
         made = int(fields["generated"]) + int(fields["built"]) + int(fields["loaded"])
         if i >= 2:  # the same problems again: the kernels are in this process's memory
             assert made == 0 and float(fields["generate_ms"]) == 0
+
+
+def test_conv_kernel_profile_mode(capsys):
+    """--conv --mode=K: an explicit-GEMM 1x1 backward data (im2col_gemm pinned) runs one GEMM
+    launch and no im2col (a 1x1 stride-1 convolution reads its data as the GEMM operand)."""
+    rc = main(["--conv", "--mode=K", "--dir=BWD_D", "--alg=im2col_gemm",
+               "mb2ic8ih5oc16oh5kh1ph0"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [ln.split(",") for ln in out.splitlines() if ln.startswith("kernel,")]
+    names = [f[3] for f in rows]
+    assert names.count("gemm") == 1, out
+    assert all(int(f[-3].split("=")[1]) >= 1 and float(f[-2].split("=")[1]) >= 0
+               for f in rows), out
