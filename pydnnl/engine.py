@@ -184,9 +184,13 @@ class _Device:
     def context(self):
         return _cl().Context([self.device])
 
+    @cached_property
+    def unusable(self) -> str:
+        """Why the device cannot run pydnnl's kernels ('' when it can), probed on first use."""
+        return _unusable_reason(self.platform, self.device)
+
 
 _DEVICES: list[_Device] | None = None
-_UNUSABLE: list[tuple[DeviceInfo, str]] = []
 
 # A runtime that lists a device but cannot compile for it: PoCL 3.0's LLVM 14 does not know
 # CPUs newer than it (AMD Zen 5 among them) and asks for target CPU "generic", which its
@@ -209,7 +213,8 @@ def _unusable_reason(platform, device) -> str:
 
 
 def _all_devices() -> list[_Device]:
-    """Every OpenCL device seen, simulators included, CPU runtimes ordered fastest first."""
+    """Every OpenCL device listed, simulators included, CPU runtimes ordered fastest first;
+    not yet probed (:func:`_usable` leaves out those that cannot build kernels)."""
     global _DEVICES
     if _DEVICES is None:
         cl = _cl()
@@ -225,15 +230,30 @@ def _all_devices() -> list[_Device]:
                 continue
             for d in devs:
                 info = _device_info(p, d)
-                why = _unusable_reason(p, d)
-                if why:
-                    _UNUSABLE.append((info, why))
-                    continue
                 k = engine.kind.gpu if info.type == "gpu" else engine.kind.cpu
                 found.append(_Device(k, p, d, info))
         found.sort(key=lambda x: (x.kind, _cpu_rank(x.info) if x.kind == engine.kind.cpu else 0))
         _DEVICES = found
     return _DEVICES
+
+
+def _usable(devs, upto: int | None = None) -> list[_Device]:
+    """The devices of ``devs`` that can build kernels, in order; with ``upto``, only the
+    first ``upto + 1`` of them. Devices are probed only as far as needed: the probe compiles
+    a kernel with PoCL (0.45-0.5 s the first time on the AVX-512 Xeon, before PoCL's own
+    cache holds it), and PoCL ranks after the other CPU runtimes, so ``engine(cpu, 0)`` with
+    Intel's runtime present never pays it. Counting or listing devices probes them all."""
+    out = []
+    for d in devs:
+        if upto is not None and len(out) > upto:
+            break
+        if not d.unusable:
+            out.append(d)
+    return out
+
+
+def _unusable_devices() -> list[tuple[DeviceInfo, str]]:
+    return [(d.info, d.unusable) for d in _all_devices() if d.unusable]
 
 
 def _is_simulator(d: _Device) -> bool:
@@ -259,7 +279,9 @@ def _override() -> tuple[str, object] | None:
     return "name", v.lower()
 
 
-def _candidates(kind: "engine.kind") -> list[_Device]:
+def _candidates(kind: "engine.kind", upto: int | None = None) -> list[_Device]:
+    """The usable devices of ``kind`` in engine-index order (only the first ``upto + 1``
+    where given: see :func:`_usable`)."""
     ov = _override()
     devs = _all_devices()
     if ov and ov[0] == "name":
@@ -267,14 +289,15 @@ def _candidates(kind: "engine.kind") -> list[_Device]:
         devs = [d for d in devs if _matches(d, sub)]
     else:
         devs = [d for d in devs if not _is_simulator(d)]
-    if kind == engine.kind.any:
-        return devs
-    return [d for d in devs if d.kind == kind]
+    if kind != engine.kind.any:
+        devs = [d for d in devs if d.kind == kind]
+    return _usable(devs, upto)
 
 
 def _describe_all() -> str:
-    devs = _all_devices()
-    left = "".join(f"; left out: {i.name} [{i.platform}]: {why}" for i, why in _UNUSABLE)
+    devs = _usable(_all_devices())
+    left = "".join(f"; left out: {i.name} [{i.platform}]: {why}"
+                   for i, why in _unusable_devices())
     if not devs:
         return ("no usable OpenCL device (install pocl-binary-distribution for a CPU device)"
                 + left)
@@ -308,7 +331,7 @@ class engine:
         ov = _override()
         if ov and ov[0] == "kind" and index == 0 and kind in (engine.kind.any, ov[1][0]):
             kind, index = ov[1]
-        devs = _candidates(kind)
+        devs = _candidates(kind, upto=index)
         if index >= len(devs):
             raise invalid_arguments(
                 f"engine: no {kind.name} device with index {index} ({len(devs)} {kind.name} "
@@ -330,19 +353,18 @@ class engine:
     @staticmethod
     def list_devices() -> list[DeviceInfo]:
         """Every usable OpenCL device seen, simulators included."""
-        return [d.info for d in _all_devices()]
+        return [d.info for d in _usable(_all_devices())]
 
     @staticmethod
     def unusable_devices() -> list[tuple[DeviceInfo, str]]:
         """Devices an OpenCL runtime lists but that cannot build kernels, with the reason
         (PoCL 3.0 on CPUs newer than its LLVM); they take no engine index."""
-        _all_devices()
-        return list(_UNUSABLE)
+        return _unusable_devices()
 
     @classmethod
     def from_name(cls, substring: str, index: int = 0) -> "engine":
         """The ``index``-th device whose platform or device name contains ``substring``."""
-        devs = [d for d in _all_devices() if _matches(d, substring)]
+        devs = _usable([d for d in _all_devices() if _matches(d, substring)], upto=index)
         if index >= len(devs):
             raise invalid_arguments(
                 f"engine.from_name: no device matching {substring!r} with index {index}; "

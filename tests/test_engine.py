@@ -219,3 +219,41 @@ def test_simulator_only_by_name(monkeypatch):
 def test_list_devices_includes_simulators(no_override):
     listed = {(d.platform, d.name) for d in dnnl.engine.list_devices()}
     assert listed == set(_seen())
+
+
+def test_probe_only_as_far_as_the_index_needs(monkeypatch):
+    """A device is probed (a kernel compiled) only when an engine index, a count or a
+    listing reaches it: engine(cpu, 0) with a faster runtime first never probes PoCL, and a
+    device that cannot build still gives the reason wherever it would have been chosen."""
+    import importlib
+
+    E = importlib.import_module("pydnnl.engine")
+    monkeypatch.delenv("PYDNNL_DEVICE", raising=False)
+
+    def info(name, platform):
+        return dnnl.DeviceInfo(name=name, vendor="v", platform=platform, driver_version="1",
+                               device_version="OpenCL 3.0", type="cpu", compute_units=2,
+                               global_mem_bytes=1 << 30, local_mem_bytes=1 << 15,
+                               max_work_group_size=256, max_clock_mhz=1000, fp16=False,
+                               fp64=True, preferred_float_vector_width=8)
+
+    probed = []
+
+    def fake_reason(platform, device):
+        probed.append(device)
+        return "its compiler cannot build a kernel for this CPU (test)" if device == "bad" else ""
+
+    devs = [E._Device(dnnl.engine.kind.cpu, "p", "good", info("good", "Intel(R) OpenCL")),
+            E._Device(dnnl.engine.kind.cpu, "p", "bad",
+                      info("bad", "Portable Computing Language"))]
+    monkeypatch.setattr(E, "_DEVICES", devs)
+    monkeypatch.setattr(E, "_unusable_reason", fake_reason)
+    assert [d.device for d in E._candidates(dnnl.engine.kind.cpu, upto=0)] == ["good"]
+    assert probed == ["good"]
+    with pytest.raises(dnnl.invalid_arguments, match="left out: bad .*cannot build"):
+        dnnl.engine.from_name("Portable")
+    assert probed == ["good", "bad"]
+    assert dnnl.engine.get_count(dnnl.engine.kind.cpu) == 1
+    assert [i.name for i, _ in dnnl.engine.unusable_devices()] == ["bad"]
+    assert [i.name for i in dnnl.engine.list_devices()] == ["good"]
+    assert probed == ["good", "bad"]  # each device is probed once
