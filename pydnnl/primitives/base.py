@@ -26,6 +26,7 @@ from ..error import invalid_arguments
 from ..memory import memory
 from ..memory.desc import MemoryDesc
 from ..runtime import fpmath
+from ..runtime.kernel_cache import finish_pending
 from ..stream import stream as _stream
 
 
@@ -343,6 +344,9 @@ class primitive:
         # the plans built here give their GEMMs the math the attribute's fpmath mode allows
         with fpmath.scope(pd._fpmath_mode()):
             self._create()
+        # its kernels (its descriptor's too) compiled on the build thread while the next ones
+        # were generated: creation returns with them built, or raises the first failure
+        finish_pending()
         if verbose.enabled():
             verbose.line("create", pd._kind, pd._impl, pd._verbose_mds(), pd._info,
                          (time.perf_counter() - t0) * 1e3)

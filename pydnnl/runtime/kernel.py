@@ -48,6 +48,12 @@ class Kernel:
             self._pending = None
 
     @property
+    def built(self) -> bool:
+        """Whether the program is there (compiled or loaded, waited for or not)."""
+        p = self._pending
+        return p is None or (p.done() and p.exception() is None)
+
+    @property
     def failed(self) -> bool:
         """Whether the compilation has ended in an error (which :meth:`wait` raises)."""
         p = self._pending
@@ -130,8 +136,19 @@ def _after_fork_in_child() -> None:
     _warmed.clear()
 
 
+def _before_fork() -> None:
+    # a child would wait forever for a compilation its parent's build thread was running:
+    # the parent finishes its queue first (the thread runs one job at a time, in order)
+    t = _THREAD
+    if t is not None and not threading.current_thread().name.startswith("pydnnl-build"):
+        try:
+            t.submit(int).result()
+        except RuntimeError:  # shut down at interpreter exit
+            pass
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def warm_up(context, device) -> None:

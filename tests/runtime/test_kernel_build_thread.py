@@ -1,7 +1,9 @@
 """Compilations on the kernel cache's build thread: a kernel asked for inside
 ``deferred_builds`` is built when the block is left and computes what numpy does; a build
 that fails raises there (and, asked again, fails again rather than being served from the
-cache); outside a block a failing build raises at once, as before."""
+cache); outside a block ``get_kernel`` returns while the kernel compiles, and the
+kernel's first use or ``finish_pending`` (the end of a primitive's creation) waits for it
+and raises its failure."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,10 +66,14 @@ def test_failed_deferred_build_raises_on_leaving(first_engine, fresh_cache):
         with kernel_cache.deferred_builds():
             kernel_cache.get_kernel(first_engine, "test_broken", key,
                                     lambda: _broken_source("broken_k"))
-    # not served from the memory cache: compiled again, and failing at once outside a block
-    with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
-        kernel_cache.get_kernel(first_engine, "test_broken", key,
+    # not served from the memory cache: compiled again, failing where it is waited for
+    k = kernel_cache.get_kernel(first_engine, "test_broken", key,
                                 lambda: _broken_source("broken_k"))
+    with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
+        kernel_cache.finish_pending()
+    with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
+        k.program
+    kernel_cache.finish_pending()  # raised once: nothing left to wait for
 
 
 def test_error_inside_the_block_wins(first_engine, fresh_cache):
@@ -90,3 +96,26 @@ def test_builds_left_running_are_finished_later(first_engine, fresh_cache):
     kernel_cache.finish_builds(pending)
     x = np.arange(8, dtype=np.float32)
     np.testing.assert_array_equal(_run(first_engine, k, x), 9 * x)
+
+
+def test_get_kernel_returns_while_compiling_and_first_use_waits(first_engine, fresh_cache):
+    k = kernel_cache.get_kernel(first_engine, "test_scale", (fresh_cache, 11),
+                                lambda: _scale_source("scale11", 11))
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(_run(first_engine, k, x), 11 * x)  # waits for its build
+    assert k.built
+    kernel_cache.finish_pending()
+
+
+def test_primitive_creation_returns_with_its_kernels_built(first_engine, fresh_cache):
+    """The kernels a primitive's creation (and its descriptor's) asked for are compiled
+    when the primitive's constructor returns."""
+    from pydnnl.runtime.kernel_cache import _outstanding
+
+    kernel_cache.finish_pending()
+    md = dnnl.memory.desc([3, 5], dnnl.memory.data_type.f32, dnnl.memory.format_tag.ab)
+    pd = dnnl.eltwise_forward.primitive_desc(first_engine, dnnl.prop_kind.forward_inference,
+                                             dnnl.algorithm.eltwise_relu, md, md, 0.0, 0.0)
+    dnnl.eltwise_forward(pd)
+    assert not _outstanding()
+    assert all(k.built for k in kernel_cache._mem_cache.values() if not k.failed)
