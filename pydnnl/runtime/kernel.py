@@ -35,8 +35,7 @@ class Kernel:
         self.built_from = "source" if self._program is None else "binary"
         self._pending = None
         if self._program is None:
-            self._pending = _build_thread().submit(_from_source, context, device, src,
-                                                   binary_path)
+            self._pending = _compile(context, device, src, binary_path)
             if not defer:
                 self.wait()
 
@@ -134,6 +133,7 @@ def _after_fork_in_child() -> None:
     global _THREAD, _THREAD_LOCK, _WARNINGS_LOCK
     _THREAD, _THREAD_LOCK, _WARNINGS_LOCK = None, threading.Lock(), threading.Lock()
     _warmed.clear()
+    _PROGRAMS.clear()  # futures of the parent's thread
 
 
 def _before_fork() -> None:
@@ -162,6 +162,37 @@ def warm_up(context, device) -> None:
         _warmed.add(key)
     src = KernelSource("pydnnl_warm_up", _WARM_UP_SOURCE, (1,), (1,), ("x",))
     _build_thread().submit(_from_source, context, device, src, None, True)
+
+
+# Programs compiled from source in this process, by context, device, source and options:
+# kernels whose generated sources are equal (keys that differ only in what the source does
+# not show, such as launch sizes: two of GRU 512's three B packers) share one compilation.
+_PROGRAMS: dict = {}
+
+
+def _compile(context, device, src: KernelSource, binary_path):
+    """The future of ``src``'s program on the build thread: a compilation, or the one of an
+    equal source already asked for (its binary then also stored at ``binary_path``)."""
+    key = (context.int_ptr, device.int_ptr, src.source, src.build_options)
+    with _THREAD_LOCK:
+        shared = _PROGRAMS.get(key)
+        if shared is not None and shared.done() and shared.exception() is not None:
+            shared = None  # a failed build is tried again
+    thread = _build_thread()
+    if shared is None:
+        fut = thread.submit(_from_source, context, device, src, binary_path)
+        with _THREAD_LOCK:
+            _PROGRAMS[key] = fut
+        return fut
+    return thread.submit(_shared_program, shared, binary_path)
+
+
+def _shared_program(shared, binary_path):
+    # runs on the build thread after the compilation it shares (one thread, jobs in order)
+    program = shared.result()
+    if binary_path is not None:
+        _store_binary(program, binary_path)
+    return program
 
 
 def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool = False):

@@ -119,3 +119,32 @@ def test_primitive_creation_returns_with_its_kernels_built(first_engine, fresh_c
     dnnl.eltwise_forward(pd)
     assert not _outstanding()
     assert all(k.built for k in kernel_cache._mem_cache.values() if not k.failed)
+
+
+def test_equal_sources_share_one_compilation(first_engine, fresh_cache, monkeypatch):
+    """Two keys whose generated sources are equal (here: launch sizes differ) compile once;
+    each keeps its own binary in the cache, so a later process loads both."""
+    from pathlib import Path
+
+    from pydnnl.runtime.kernel import build_costs
+
+    monkeypatch.delenv("PYOPENCL_NO_CACHE", raising=False)
+    monkeypatch.delenv("PYDNNL_NO_KERNEL_CACHE", raising=False)
+    name = f"scale13_{abs(hash(fresh_cache)) % 10**8}"  # a source no other test compiled
+
+    def src(n):
+        s = _scale_source(name, 13)
+        return KernelSource(s.name, s.source, (n,), (1,), s.arg_names)
+
+    before = build_costs()["programs_built"]
+    k8 = kernel_cache.get_kernel(first_engine, "test_share", (fresh_cache, 8), lambda: src(8))
+    k4 = kernel_cache.get_kernel(first_engine, "test_share", (fresh_cache, 4), lambda: src(4))
+    kernel_cache.finish_pending()
+    assert build_costs()["programs_built"] == before + 1
+    assert k8.program is k4.program
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(_run(first_engine, k8, x), 13 * x)
+    y = _run(first_engine, k4, x)
+    np.testing.assert_array_equal(y[:4], 13 * x[:4])
+    np.testing.assert_array_equal(y[4:], x[4:])
+    assert len(list(Path(fresh_cache).glob("test_share-*.bin"))) == 2
