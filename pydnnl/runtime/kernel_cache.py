@@ -178,12 +178,12 @@ def finish_pending() -> None:
 
 @contextmanager
 def deferred_builds(wait: bool = True):
-    """Within, :func:`get_kernel` returns while the kernel compiles on the build thread, so
-    that the caller generates its next kernel meanwhile. Yields the list of kernels asked
-    for inside. Leaving waits for every compilation started inside and raises the first
-    failure; with ``wait=False`` it leaves them running, and the caller finishes them with
-    :func:`finish_builds` before anything launches them (a launch would wait for its own
-    build): e.g. a primitive descriptor's kernels, finished by its primitive's creation."""
+    """Scopes the waiting for compilations (:func:`get_kernel` always returns while its
+    kernel compiles): yields the list of kernels asked for inside, which
+    :func:`finish_pending` then leaves alone. Leaving waits for every compilation started
+    inside and raises the first failure; with ``wait=False`` it leaves them running, and the
+    caller finishes them with :func:`finish_builds` (a launch would wait for its own
+    build)."""
     outer = getattr(_deferred, "kernels", None)
     mine: list[Kernel] = []
     _deferred.kernels = mine
