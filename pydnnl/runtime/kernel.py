@@ -39,11 +39,19 @@ class Kernel:
             if not defer:
                 self.wait()
 
+    #: whether a failed compilation has been raised to a caller of :meth:`wait` (the kernel
+    #: cache then leaves it out of later waits: e.g. a tuning candidate that does not build)
+    reported = False
+
     def wait(self) -> None:
         """Finish the compilation (a no-op once built); raises its ``runtime_error``."""
         pending = self._pending
         if pending is not None:
-            self._program = pending.result()
+            try:
+                self._program = pending.result()
+            except BaseException:
+                self.reported = True
+                raise
             self._pending = None
 
     @property

@@ -142,7 +142,8 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
         if pending is None:
             pending = _outstanding()
             # those built since (by use or on their own) need no waiting; failures stay
-            pending[:] = [x for x in pending if not x.built]
+            # until raised once
+            pending[:] = [x for x in pending if not x.built and not x.reported]
         pending.append(k)
     with _lock:
         _mem_cache[mkey] = k
@@ -171,7 +172,7 @@ def finish_pending() -> None:
     :func:`deferred_builds` (a primitive's creation ends with it, so that its kernels,
     its descriptor's included, are built when it returns); raises the first failure."""
     out = _outstanding()
-    kernels = list(out)
+    kernels = [k for k in out if not k.reported]
     out.clear()
     finish_builds(kernels)
 

@@ -148,3 +148,14 @@ def test_equal_sources_share_one_compilation(first_engine, fresh_cache, monkeypa
     np.testing.assert_array_equal(y[:4], 13 * x[:4])
     np.testing.assert_array_equal(y[4:], x[4:])
     assert len(list(Path(fresh_cache).glob("test_share-*.bin"))) == 2
+
+
+def test_a_failure_raised_at_first_use_is_not_raised_again_by_a_creation(first_engine,
+                                                                        fresh_cache):
+    """A kernel whose failed build its first use has raised (a tuning candidate that does
+    not compile) is no concern of the next primitive's creation."""
+    k = kernel_cache.get_kernel(first_engine, "test_broken", (fresh_cache, "used"),
+                                lambda: _broken_source("broken_used"))
+    with pytest.raises(runtime_error, match="broken_used: OpenCL build failed"):
+        k.program
+    kernel_cache.finish_pending()  # nothing to raise: already reported
