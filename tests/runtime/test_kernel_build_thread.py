@@ -72,7 +72,7 @@ def test_failed_deferred_build_raises_on_leaving(first_engine, fresh_cache):
     with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
         kernel_cache.finish_pending()
     with pytest.raises(runtime_error, match="broken_k: OpenCL build failed"):
-        k.program
+        k.wait()
     kernel_cache.finish_pending()  # raised once: nothing left to wait for
 
 
@@ -157,5 +157,5 @@ def test_a_failure_raised_at_first_use_is_not_raised_again_by_a_creation(first_e
     k = kernel_cache.get_kernel(first_engine, "test_broken", (fresh_cache, "used"),
                                 lambda: _broken_source("broken_used"))
     with pytest.raises(runtime_error, match="broken_used: OpenCL build failed"):
-        k.program
+        k.wait()
     kernel_cache.finish_pending()  # nothing to raise: already reported
