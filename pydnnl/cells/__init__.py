@@ -1,6 +1,9 @@
 """RNN cell kinds as declarative specs (see :mod:`pydnnl.cells.spec` for the formula schema)."""
 from __future__ import annotations
 
+# The specs are pymbolic expressions, made at import (pymbolic's import is 65-70 ms of
+# `import pydnnl`). Making them on first use would only move that time: creating an RNN
+# primitive reads its spec, and other kernels' keys hold pymbolic size variables.
 from . import augru, gru, lbr_augru, lbr_gru, lstm, vanilla_rnn
 from .spec import (
     FUNCTION_DERIVATIVES,

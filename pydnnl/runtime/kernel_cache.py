@@ -154,7 +154,10 @@ def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:
 # (cold caches, fresh processes, quiet machine): LSTM 512 T=50 N=64 training pair 3.2-3.3 ->
 # 2.4 s, inference 0.73-0.77 -> 0.67-0.76 s. Both halves ran about 12% slower side by side,
 # and on a machine whose other core was busy the earlier measurement of the same overlap lost
-# (4.3-4.5 -> 4.5-4.7 s for the training pair).
+# (4.3-4.5 -> 4.5-4.7 s for the training pair). A primitive's creation still ends with its
+# kernels built, as oneDNN's does: leaving the waiting to the first execution would let the
+# backward primitive's generation overlap the forward's last builds too (training pair
+# 2.52-2.70 -> 2.40-2.50 s), but move build errors and their time into execute.
 _deferred = threading.local()
 
 
