@@ -80,21 +80,21 @@ def decompose(flat, sizes):
 MIN_LANES = 16
 
 
-def grid(sizes, per_item: int = 1) -> tuple[dict, list]:
+def grid(sizes, per_item: int = 1, min_lanes: int = MIN_LANES) -> tuple[dict, list]:
     """A launch over dims ``sizes`` (outermost first, the last contiguous in storage).
 
     Returns ``(ranges, exprs)``: iname ``a0`` runs along the last dim (work-item axis 0), or
-    along the last dims flattened while the last dim has fewer than :data:`MIN_LANES`
-    elements; inames ``s0, s1, ...`` are loops inside each work-item over the dims before it,
-    as many as it takes to give a work-item about ``per_item`` elements (a work-group per few
-    elements costs more than the copy on CPU runtimes); ``a1`` is the next dim (group axis 1)
-    and ``a2`` all outer dims flattened (group axis 2, decomposed with divisions uniform across
+    along the last dims flattened while they have fewer than ``min_lanes`` elements; inames
+    ``s0, s1, ...`` are loops inside each work-item over the dims before it, as many as it
+    takes to give a work-item about ``per_item`` elements (a work-group per few elements
+    costs more than the copy on CPU runtimes); ``a1`` is the next dim (group axis 1) and
+    ``a2`` all outer dims flattened (group axis 2, decomposed with divisions uniform across
     a work-group). Returns the index expression of every dim. Neighbouring work-items touch
     neighbouring elements, so CPU runtimes vectorise.
     """
     sizes = [int(v) for v in sizes] or [1]
     lane_dims = [sizes.pop()]
-    while sizes and prod(lane_dims) < MIN_LANES:
+    while sizes and prod(lane_dims) < min_lanes:
         lane_dims.insert(0, sizes.pop())
     ranges, exprs = _grid(sizes + [prod(lane_dims)], per_item)
     if len(lane_dims) == 1:

@@ -92,6 +92,9 @@ class Im2ColProblem:
     order: tuple
     wg: int = 64
     per_item: int = 1  # elements per work-item (loops inside it; CPUs want many)
+    # fewest work-items along axis 0 (the column's innermost dims flattened until they have
+    # as many; baked sizes only): a work-group is at most that wide, GPUs want several warps
+    lanes: int = MIN_LANES
     # > 0: the transposing copy into a column whose innermost dim is the output width while
     # src has channels innermost (nhwc): every work-item copies ``ic_block`` consecutive
     # channels of one point (one cache line read), neighbouring work-items neighbouring points
@@ -114,7 +117,7 @@ def _im2col_indices(p: Im2ColProblem):
         if _is_runtime(p):
             ranges, parts, tag = grid_rt(ordered, p.per_item, p.wg)
         else:
-            ranges, parts = grid(ordered, p.per_item)
+            ranges, parts = grid(ordered, p.per_item, p.lanes)
             tag = None
         parts = parts[len(parts) - len(ordered):]
         pre = []

@@ -106,7 +106,7 @@ def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1,
     tiles and the NVIDIA kernel: ``"any"`` (their row clamps sit in the tile loads, outside
     the product); None where m stays baked (transposed A, m == 1: one class of its own, an
     epilogue whose operands follow m (:func:`_epilogue_shares_m`), the NVIDIA kernel with
-    an epilogue or a batch, and local tiles over buffers past 32-bit indices: their run-time
+    a batch, and local tiles over buffers past 32-bit indices: their run-time
     sizes index in int32). A batch (``batch`` entries ``strides`` apart, the keywords of
     :func:`_problem`) takes its strides at run time too. Local tiles cost 2-5% with a
     run-time m on the H100 (figures at
@@ -116,8 +116,8 @@ def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1,
     compiler merges (1x2048x512: 0.94-0.96 of it as "any")."""
     if shape.trans_a or shape.m == 1 or not _epilogue_shares_m(shape):
         return None
-    if params is None:
-        return "any" if not shape.has_epilogue and batch == 1 else None
+    if params is None:  # an epilogue along C's columns (a bias per column) takes it too
+        return "any" if batch == 1 else None
     if params["local_prefetch"]:
         return "any" if _fits32(shape, _batch(batch, strides)) else None
     return "tall" if shape.m >= params["rows"] else "any"

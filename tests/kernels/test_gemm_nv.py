@@ -484,3 +484,45 @@ def test_runtime_k_on_tensor_cores_only():
     assert _nv_problem(wgrad, tc).runtime_m is None and _nv_problem(wgrad, tc).runtime_k
 
 # }}}
+
+
+def test_runtime_m_with_a_column_epilogue_one_program(engine, stream, monkeypatch):
+    """A bias per column and an eltwise post-op (a channels-last convolution's forward) keep
+    m a run-time size on the hand-written kernel: two GEMMs that differ in m share one
+    program, and each stores ``relu(A @ B + bias)`` only in its own rows."""
+    from pydnnl.constants import algorithm as A
+    from pydnnl.runtime import gemm as rg
+    from pydnnl.runtime.gemm import GemmShape, get_gemm
+
+    tile = TILES["32x64x16/4x4"]
+    monkeypatch.setattr(rg.rules, "nv_tile",
+                        lambda info, prob, math="strict": tile if supports(prob, tile)
+                        else None)
+    monkeypatch.setattr(rg, "_cache", {})
+    rng = np.random.default_rng(11)
+    n, k = 68, 32
+    bias = rng.standard_normal(n).astype(np.float32)
+    mbias = _buf(engine, bias)
+    epi = dict(bias=((0, ((1, 0, ()), (1, 1, ()))), (1, n), n),
+               post_ops=(("eltwise", int(A.eltwise_relu), 0.0, 0.0),))
+    kernels = []
+    for m in (40, 70):
+        g = get_gemm(engine, GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **epi),
+                     static_b=True)
+        assert g.nv_tile == tile and "m" in g.kernel.src.arg_names
+        kernels.append(g.kernel)
+        a = rng.standard_normal(m * k).astype(np.float32)
+        b = rng.standard_normal(k * n).astype(np.float32)
+        c0 = rng.standard_normal(m * n + 2 * n).astype(np.float32)  # rows past m: untouched
+        ma, mb, mc = _buf(engine, a), _buf(engine, b), _buf(engine, c0)
+        vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "bias": mbias.buffer,
+                "a_off": np.int64(0), "b_off": np.int64(0), "c_off": np.int64(0),
+                "m": np.int64(m)}
+        g.kernel(stream, *[vals[nm] for nm in g.kernel.src.arg_names])
+        stream.wait()
+        want = np.maximum(a.reshape(m, k).astype(np.float64) @ b.reshape(k, n) + bias, 0)
+        got = mc.to_numpy()
+        np.testing.assert_allclose(got[:m * n].reshape(m, n), want, rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+        np.testing.assert_array_equal(got[m * n:], c0[m * n:])
+    assert kernels[0] is kernels[1]

@@ -31,6 +31,9 @@ def _chain(kind):
         po.append_eltwise(A.eltwise_hardswish, 1 / 6, 0.5)
         po.append_binary(A.binary_lt, MD([1, 1, H, 1], F32, "abcd"))
         srcs[3] = (1, 1, H, 1)
+    elif kind == "sum_eltwise":
+        po.append_sum(0.5)
+        po.append_eltwise(A.eltwise_elu, 0.3, 0.0)
     else:
         po.append_eltwise(getattr(A, kind), 0.5 if kind == "eltwise_swish" else 0.0, 0.0)
     return po, srcs
@@ -70,6 +73,7 @@ def _run(engine, stream, solver, kind, dst_tag="abcd", op="conv"):
     got = args[dnnl.ARG_DST].to_numpy()
     err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
     assert err <= 1e-5, f"{solver} {kind}: max relative error {err:.3g}"
+    return pd
 
 
 @pytest.mark.parametrize("kind", ["binary", "sum_binary"])
@@ -102,3 +106,12 @@ def test_binary_operand_is_validated_before_running(engine):
             MD([N, OC, H, W], F32, "abcd"), [1, 1], [1, 1], [1, 1], attr=attr)
     with pytest.raises(dnnl.invalid_arguments, match="binary_"):
         dnnl.post_ops().append_binary(A.eltwise_relu, MD([1], F32, "a"))
+
+
+@pytest.mark.parametrize("kind", ["eltwise_gelu_erf", "sum_eltwise"])
+def test_im2col_channels_last_epilogue_rides_on_the_gemm(engine, stream, kind):
+    """Forward into a channels-last dst: the bias and an eltwise chain (after a leading sum,
+    the GEMM's beta) are applied by the GEMM's store, with no epilogue pass over dst."""
+    pd = _run(engine, stream, "im2col_gemm", kind, dst_tag="acdb")
+    plan = dnnl.convolution_forward(pd)._plan.describe()
+    assert "conv_epilogue" not in plan and "gemm" in plan, plan

@@ -193,3 +193,18 @@ def test_winograd_in_chunks_of_images(engine, stream):
                  algorithm=dnnl.algorithm.convolution_winograd,
                  solver_params={"chunk_mb": 0.003}, seed=4)
     assert_close(res, WINO_RTOL, "winograd chunked")
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_w"])
+def test_im2col_wide_copy_groups(engine, stream, monkeypatch, direction):
+    """The GPUs' im2col launch (``heuristics.conv.copy_lanes``: 256 work-items along the
+    column's innermost dims, flattened over taps, channels and output points) on every
+    device: a conv1-like layer (3 channels innermost, 7x7 taps, stride 2, padding 3)."""
+    from pydnnl.primitives.conv.solvers import im2col_gemm
+
+    monkeypatch.setattr(im2col_gemm, "copy_lanes", lambda info: 256)
+    case = Case("conv1_like", 2, 1, 3, 8, (13, 11), (7, 7), (2, 2), (0, 0), (3, 3), (3, 3),
+                grouped=False)
+    res = run_op(engine, stream, "conv", direction, case, solver="im2col_gemm",
+                 tags={"src": "acdb", "dst": "acdb"})
+    assert_close(res, 1e-5, f"conv1-like im2col {direction}")

@@ -3,8 +3,9 @@
 Per chunk of images (sized so that the column buffer stays under ``chunk_mb``):
 
 * forward: ``im2col`` gathers the patches, one GEMM per group multiplies them with the
-  weights straight into dst; bias and post-ops follow in one in-place epilogue (a leading sum
-  post-op rides on the GEMM's beta);
+  weights straight into dst; a leading sum post-op rides on the GEMM's beta, the bias and an
+  eltwise chain on its store where dst is channels-last and there is one group, otherwise
+  they follow in one in-place epilogue;
 * backward data: one GEMM per group writes the column gradient, ``col2im`` gathers it into
   diff_src with bias and post-ops (deconvolution forward);
 * backward weights: ``im2col`` then one GEMM per group accumulating over the chunks
@@ -42,6 +43,7 @@ from ....kernels.conv_im2col import (
 )
 from ....kernels.reorder import ReorderProblem
 from ....runtime.gemm import GemmShape
+from ....runtime.heuristics.conv import copy_lanes
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
 from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
 from ..roles import BIAS, DST, SRC, WEI
@@ -205,8 +207,9 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
             placed[i] = (ref, off0 + j * step, packed)
     for i in rest:
         shape, a, a_off, b, b_off, c, c_off, is_w = calls[i]
-        if is_w:
-            plan.gemm(shape, a, a_off, b, b_off, c, c_off, packed=True)
+        if is_w:  # forward's weights: the GEMM may carry the bias (see _build)
+            plan.gemm(shape, a, a_off, b, b_off, c, c_off, packed=True,
+                      bias=BIAS if shape.bias is not None else None)
         elif i in placed:
             ref, off, packed = placed[i]
             plan.gemm(shape, a, a_off, ref, off, c, c_off, packed=packed)
@@ -217,6 +220,7 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
 def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     plan = Plan(engine, "im2col_gemm", params, dry=dry)
     pi = per_item(engine)
+    lanes = copy_lanes(engine.info if engine is not None else None)
     nsp = p.nsp
     G, ICg, OCg, P, K = p.groups, p.icg, p.ocg, p.P, p.K
     Kf = ICg * K
@@ -237,6 +241,16 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         mode = "hwc"
     else:
         mode = T.mode if T is not None else "hwc"
+    # forward into channels-last dst, one group: bias and eltwise post-ops ride on the GEMM's
+    # store (C's columns are the output channels), sparing the in-place epilogue's pass over
+    # dst and its launch (H200, mb 1 1x1 layers: a 7 us kernel and its enqueue per call)
+    epi: dict = {}
+    rest = [op for i, op in enumerate(ops) if not (sum_done and i == 0)]
+    if p.kind == "fwd" and not staged_acc and mode == "hwc" and G == 1 \
+            and all(op[0] == "eltwise" for op in rest) and (p.bias is not None or rest):
+        if p.bias is not None:
+            epi["bias"] = ((p.bias[0], ((1, 0, ()), p.bias[1][0])), (1, p.oc), p.bias_n)
+        epi["post_ops"] = tuple(rest)
     staged_T = T is None and p.kind != "fwd"
     if staged_T:
         t_off = plan.alloc(p.mb * p.oc * P)
@@ -315,7 +329,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         rows = image_groups(0)[0][1] * P
         if p.kind == "fwd":
             shape = GemmShape(m=rows, n=OCg, k=Kf, lda=Kf if S is None else S.ld, ldb=W.ld,
-                              ldc=T.ld, trans_a=False, trans_b=W.form == "ok", beta=beta_fwd)
+                              ldc=T.ld, trans_a=False, trans_b=W.form == "ok", beta=beta_fwd,
+                              **epi)
         else:
             shape = GemmShape(m=rows, n=Kf, k=OCg, lda=T.ld, ldb=W.ld,
                               ldc=Kf if S is None else S.ld, trans_a=False,
@@ -346,7 +361,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                 if p.kind == "fwd":
                     if mode == "hwc":
                         shape = GemmShape(m=cnt * P, n=OCg, k=Kf, lda=x_ld, ldb=W.ld, ldc=T.ld,
-                                          trans_a=False, trans_b=W.form == "ok", beta=beta_fwd)
+                                          trans_a=False, trans_b=W.form == "ok", beta=beta_fwd,
+                                          **epi)
                         calls.append((shape, x_ref, x_off, *weights_b(g), t_ref, t_off_g, True))
                     else:
                         shape = GemmShape(m=OCg, n=P, k=Kf, lda=W.ld, ldb=x_ld, ldc=T.ld,
@@ -397,7 +413,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
                                padding_l=p.padding_l, src=p.src, src_n=p.src_n,
-                               col_n=-1, order=col_order, per_item=pi, ic_block=ic_block)
+                               col_n=-1, order=col_order, per_item=pi, ic_block=ic_block,
+                               lanes=lanes)
             ip, sizes = im2col_runtime(ip)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
                         col_off=col_off, **sizes)
@@ -420,7 +437,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                         n0=c0, acc_off=acc_off, **sizes)
 
     # -- in-place epilogue (bias, post-ops) ------------------------------------------------------
-    if p.kind == "fwd" and not staged_acc and (p.bias is not None or len(ops) > len(sums)):
+    if p.kind == "fwd" and not staged_acc and not epi and \
+            (p.bias is not None or len(ops) > len(sums)):
         ep = EpilogueProblem(nb=p.mb, channels=p.oc, sp=p.dst_sp, dst=p.dst, dst_n=p.dst_n,
                              acc=None, acc_n=0, bias=p.bias, bias_n=p.bias_n, post_ops=ops,
                              sum_done=sum_done, per_item=pi)
