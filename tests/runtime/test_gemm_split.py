@@ -118,3 +118,27 @@ def test_slice_count_is_a_run_time_value(engine, stream, forced_split, spy_kerne
                                    atol=1e-5 * np.abs(want).max())
         keys.append(set(seen))
     assert keys[0] and keys[1] <= keys[0], sorted(keys[1] - keys[0])
+
+
+def test_nvidia_local_tiles_fill_the_device():
+    """The NVIDIA defaults of the loopy family (a device with an H200's traits): a tall GEMM
+    takes the 64 x 128 blocks where they give every compute unit a work-group, and the
+    16 x 64 blocks where they would leave most of the units idle."""
+    from types import SimpleNamespace
+
+    from pydnnl.kernels.gemm import GemmProblem
+
+    h200 = SimpleNamespace(is_gpu=True, is_cpu=False, vendor_family="nvidia",
+                           compute_units=132, max_work_group_size=1024,
+                           max_work_item_sizes=(1024, 1024, 64), local_mem_bytes=48 * 1024,
+                           simd_width=None)
+    default = rules.default_params(h200)
+
+    def block(m, n, k):
+        p = rules.shape_default(h200, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), default)
+        return p["wg"][1] * p["rows"], p["wg"][0] * p["cols"]
+
+    assert block(3200, 2048, 512) == (64, 128)  # 800 work-groups
+    assert block(100352, 64, 147) == (64, 128)
+    assert block(784, 128, 512) == (16, 64)  # 13 work-groups of 64 x 128
+    assert block(64, 2048, 512) == (16, 64)

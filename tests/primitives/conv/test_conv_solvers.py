@@ -208,3 +208,20 @@ def test_im2col_wide_copy_groups(engine, stream, monkeypatch, direction):
     res = run_op(engine, stream, "conv", direction, case, solver="im2col_gemm",
                  tags={"src": "acdb", "dst": "acdb"})
     assert_close(res, 1e-5, f"conv1-like im2col {direction}")
+
+
+@pytest.mark.parametrize("tag", ["acdb", "abcd"])
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_im2col_backward_data_split_along_k(engine, stream, tag, kernel):
+    """Backward data with its GEMM cut along k (the output channels) into slices whose
+    products a reduction adds (the GPUs' choice for expanding 1x1 layers at small batches,
+    forced here on every device): channels-last rows (weights read unpacked) and
+    channels-first per image, a 1x1 layer (diff_src is the GEMM's C) and a 3x3 one."""
+    case = Case(f"split_d_k{kernel}", 2, 1, 6, 2048, (5, 4), (kernel, kernel), (1, 1), (0, 0),
+                (kernel // 2,) * 2, (kernel // 2,) * 2, grouped=False)
+    res = run_op(engine, stream, "conv", "bwd_d", case, solver="im2col_gemm",
+                 tags={"src": tag, "dst": tag}, solver_params={"chunk_mb": 64, "split_k": 4})
+    assert_close(res, 1e-5, f"bwd_d split {tag} {kernel}")
+    pd = res.pd
+    plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
+    assert "splitk_reduce" in plan.describe(), plan.describe()

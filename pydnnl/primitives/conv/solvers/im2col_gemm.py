@@ -23,7 +23,8 @@ Speed (``format_tag.any`` picks channels-last activations and ``[ICg*K, OCg]`` w
 every GEMM reads B packed in its kernel's panels (the weights once per execution, an
 activation B once per chunk); backward weights into ``[ICg*K, OCg]`` weights writes its
 patches transposed, ``[ICg*K, N*P]``, so that its GEMM reads A row by row (1x1 layers too);
-on GPUs that GEMM is split along its long k (``split_k``). See docs/performance.md.
+on GPUs that GEMM is split along its long k (``split_k``), as is backward data's where its
+tiles leave the device mostly idle (expanding 1x1 layers at mb 1). See docs/performance.md.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ class Im2colGemmSolver(Solver):
             out = {"chunk_mb": 64}
             if problem.kind == "bwd_w":
                 out["split_k"] = _gpu_splits(problem, engine)
+            elif problem.kind == "bwd_d":
+                out["split_k"] = _gpu_splits_bwd_d(problem, engine)
             return out
         return {"chunk_mb": 16 if problem.kind == "bwd_w" else 8}
 
@@ -135,6 +138,17 @@ def _gpu_splits(p: ConvProblem, engine) -> int:
     128 x 64 tiles (the NVIDIA default register and work-group tiles)."""
     tiles = -(-(p.icg * p.K) // 128) * -(-p.ocg // 64)
     return max(1, min(256, -(-4 * engine.info.compute_units // tiles)))
+
+
+def _gpu_splits_bwd_d(p: ConvProblem, engine) -> int:
+    """k slices of a GPU's backward-data GEMM (``[N*P, ICg*K] = diff_dst @ W``, k = OCg):
+    only where its 128 x 64 tiles cover at most half the compute units and k is long, the
+    expanding 1x1 layers at small minibatches (H200, mb 1: res5 branch2c, 49 x 512 x 2048,
+    117 -> 36 us in 4 slices). Splitting more tiles lost: res4a branch1 at mb 32 (392 tiles
+    in 2 slices) 0.21 -> 0.37 ms. 1 elsewhere: one GEMM, weights packed."""
+    tiles = -(-(p.mb * p.P) // 128) * -(-(p.icg * p.K) // 64) * p.groups
+    cap = engine.info.compute_units // tiles
+    return _splits(p.ocg, cap) if cap > 1 else 1
 
 
 def _splits(k: int, cap: int) -> int:
@@ -325,7 +339,11 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     # weights as B (forward and backward data over channels-last rows): packed once per
     # execution for every group; the GEMM shape is the same for every chunk
     wpack = None
-    if mode == "hwc" and p.kind in ("fwd", "bwd_d"):
+    split_k = int(params.get("split_k", 1))
+    # backward data split along k reads the weights as they lie (a slice of packed panels is
+    # no matrix the split GEMM takes)
+    split_d = p.kind == "bwd_d" and split_k > 1
+    if mode == "hwc" and (p.kind == "fwd" or (p.kind == "bwd_d" and not split_d)):
         rows = image_groups(0)[0][1] * P
         if p.kind == "fwd":
             shape = GemmShape(m=rows, n=OCg, k=Kf, lda=Kf if S is None else S.ld, ldb=W.ld,
@@ -372,7 +390,12 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
                     if mode == "hwc":
                         shape = GemmShape(m=cnt * P, n=Kf, k=OCg, lda=T.ld, ldb=W.ld, ldc=x_ld,
                                           trans_a=False, trans_b=W.form == "ko")
-                        calls.append((shape, t_ref, t_off_g, *weights_b(g), x_ref, x_off, True))
+                        if split_d:
+                            calls.append((shape, t_ref, t_off_g, w_ref, w_off, x_ref, x_off,
+                                          False))
+                        else:
+                            calls.append((shape, t_ref, t_off_g, *weights_b(g), x_ref, x_off,
+                                          True))
                     else:
                         shape = GemmShape(m=Kf, n=P, k=OCg, lda=W.ld, ldb=T.ld, ldc=x_ld,
                                           trans_a=W.form == "ok", trans_b=False)
@@ -406,7 +429,6 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
 
     starts = range(0, p.mb, nb)
     chunks = [chunk_calls(c0) for c0 in starts]
-    split_k = int(params.get("split_k", 1))
     _reserve_packs(plan, chunks, split_k)
     for c0, calls in zip(starts, chunks):
         if S is None and p.kind in ("fwd", "bwd_w"):
