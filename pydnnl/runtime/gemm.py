@@ -151,11 +151,12 @@ def runtime_k(shape: GemmShape, params: dict | None, batch: int = 1,
     return not plain_ragged or np_ - shape.n <= shape.ldb
 
 
-def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
+def choose_params(engine, shape: GemmShape, static_b: bool, batch: int = 1) -> dict:
     """Tuned parameters for ``shape`` on ``engine`` (perf database, default or search).
 
     ``static_b``: B is a weight the plan may pack once per execution into panels (the
-    parameters then may ask for packed B); otherwise B is read as it lies.
+    parameters then may ask for packed B); otherwise B is read as it lies. ``batch``: GEMMs
+    of this shape one launch computes (the default's blocking counts their work-groups).
     """
     shape = shape.plain()
     prob = _problem(shape)
@@ -165,7 +166,7 @@ def choose_params(engine, shape: GemmShape, static_b: bool) -> dict:
         p = fam.normalize_params(p)
         return p if static_b else dict(p, packed_b=False)
 
-    default = norm(rules.shape_default(info, prob, rules.default_params(info)))
+    default = norm(rules.shape_default(info, prob, rules.default_params(info), batch))
 
     def candidates():
         seen, out = set(), []
@@ -323,7 +324,8 @@ class Gemm:
     def _build_split(self) -> None:
         sh, S = self.shape, self.splits
         m, n, ks = sh.m, sh.n, sh.k // S
-        self.params = choose_params(self.engine, replace(sh, k=ks, ldc=n, beta=0.0), False)
+        self.params = choose_params(self.engine, replace(sh, k=ks, ldc=n, beta=0.0), False,
+                                    batch=S)
         self.packed, self.panel, self.packed_size = False, None, 0
         part_shape = replace(sh, k=ks, ldc=n, beta=0.0)
         strides = self._split_strides(S)

@@ -347,7 +347,7 @@ class Plan:
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
-        params = choose_params(self.engine, shape, static_b=False)
+        params = choose_params(self.engine, shape, static_b=False, batch=batch)
         k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
                         stride_b=stride_b, stride_c=stride_c)
         sizes = batch_sizes(shape, stride_a, stride_b, stride_c, batch)

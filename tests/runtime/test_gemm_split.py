@@ -134,11 +134,14 @@ def test_nvidia_local_tiles_fill_the_device():
                            simd_width=None)
     default = rules.default_params(h200)
 
-    def block(m, n, k):
-        p = rules.shape_default(h200, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), default)
+    def block(m, n, k, batch=1):
+        p = rules.shape_default(h200, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), default,
+                                batch)
         return p["wg"][1] * p["rows"], p["wg"][0] * p["cols"]
 
     assert block(3200, 2048, 512) == (64, 128)  # 800 work-groups
     assert block(100352, 64, 147) == (64, 128)
     assert block(784, 128, 512) == (16, 64)  # 13 work-groups of 64 x 128
     assert block(64, 2048, 512) == (16, 64)
+    assert block(512, 128, 512, batch=49) == (64, 128)  # a split GEMM's slices fill it
+    assert block(512, 2048, 3200) == (64, 128)  # 128 work-groups: the split-k rule's case

@@ -194,8 +194,10 @@ _NVIDIA_TINY_M = {"rows": 1, "cols": 2, "wg": (64, 2), "k_tile": 64}
 _NVIDIA_LARGE = {"rows": 8, "cols": 4, "wg": (32, 8), "k_tile": 32}
 
 
-def shape_default(info, prob: GemmProblem, default: dict) -> dict:
-    """The device default, refined by the problem's shape where measurements say so."""
+def shape_default(info, prob: GemmProblem, default: dict, batch: int = 1) -> dict:
+    """The device default, refined by the problem's shape where measurements say so;
+    ``batch``: how many such GEMMs one launch computes (their work-groups fill the device
+    together)."""
     if info is not None and info.is_cpu and not default.get("local_prefetch") \
             and _limits(info)[4] >= 16 and prob.dtype.itemsize == 4:
         return _cpu_shape_default(info, prob, default)
@@ -204,10 +206,13 @@ def shape_default(info, prob: GemmProblem, default: dict) -> dict:
         return default
     tiles = _NVIDIA_TINY_M if prob.m <= 4 else _NVIDIA_SMALL_M if prob.m <= 256 else \
         _NVIDIA_LARGE
-    if tiles is _NVIDIA_LARGE and _groups(prob, tiles) < info.compute_units:
+    if tiles is _NVIDIA_LARGE and 4 * _groups(prob, tiles) * batch < info.compute_units:
         # the 64 x 128 blocks would leave most units idle (a convolution's backward data at
         # mb 1, 784 x 128 x 512: 13 work-groups, 78 us on the H200): 16 x 64 blocks, 8x more
-        # (98 work-groups: 34 us)
+        # (98 work-groups: 34 us). Not for a batch that fills the units (a weight gradient
+        # split into 49 slices of 512 x 128 x 512 ran 0.22 -> 0.32 ms with the small blocks),
+        # nor where a quarter of the units has work (the RNN weight gradients, e.g. 512 x
+        # 2048 x 3200 in 128 work-groups, which the split-k rule then cuts into 8 slices)
         tiles = _NVIDIA_SMALL_M
     cand = dict(default, **tiles)
     return cand if is_valid(prob, normalize_params(cand), info) else default
