@@ -17,6 +17,11 @@ subtracted before ``exp``):
   then a scaling pass over ``dst`` (one ``exp`` per element; the row is re-read from cache).
   Where ``dst`` is not f32 the last pass recomputes the exponential instead (no double
   rounding). Backward reads the row twice.
+- **vrow** (CPUs): one work-item per row walking it in ``floatV`` vectors (``vec`` values,
+  then a scalar tail); the passes are those of **row** without ``online``, each vector's lanes
+  summed once per row. Intel's CPU runtime otherwise runs a 16-lane work-group per row through
+  its work-item vectorizer, whose loops cost about 1.7x these (256x1000: 0.084 -> 0.050 ms).
+  The axis has stride 1 in every tensor; no post-ops.
 - **strided**: one work-item per row walking the axis, neighbouring work-items on
   neighbouring positions of the rows' innermost dim (coalesced where the axis is an outer
   dim: ``nchw`` with axis 1). With ``vec`` > 1 each work-item owns ``vec`` adjacent positions
@@ -80,6 +85,12 @@ def arg_names(backward: bool) -> tuple[str, ...]:
 
 def kernel_name(p: SoftmaxProblem) -> str:
     return f"pydnnl_softmax_{'bwd' if p.backward else 'fwd'}_{p.variant}"
+
+
+def vrow_ok(dims, axis: int, layouts, post_ops=()) -> bool:
+    """Whether the vector-row kernel applies: the axis plain with stride 1 in every tensor
+    (no blocks anywhere) and no post-op chain."""
+    return not post_ops and all(_dense(lay) and lay[1][axis][1] == 1 for lay in layouts)
 
 
 def vec_ok(dims, axis: int, layouts, vec: int) -> bool:
@@ -164,6 +175,8 @@ def _po_layouts(p: SoftmaxProblem) -> tuple:
 
 def build_softmax(p: SoftmaxProblem) -> KernelSource:
     """The kernel of ``p`` (see the module docstring)."""
+    if p.variant == "vrow":
+        return _build_vrow(p)
     if p.variant not in ("row", "strided"):
         raise ValueError(f"softmax kernel: unknown variant {p.variant!r}")
     row = p.variant == "row"
@@ -335,3 +348,107 @@ __kernel void {attr}{name}({args})
         return KernelSource(name, src, None, (L,), names_t + po_names + tuple(free_vars(p)),
                             grid=(gsize,))
     return KernelSource(name, src, (gsize,), (L,), names_t + po_names)
+
+
+def _hsum(v: str, V: int, op: str) -> str:
+    """C expression: the lanes of ``floatV`` ``v`` combined pairwise by ``op`` ("max", "add")."""
+    lanes = [f"{v}.s{i:x}" for i in range(V)]
+    while len(lanes) > 1:
+        lanes = [f"fmax({a}, {b})" if op == "max" else f"({a} + {b})"
+                 for a, b in zip(lanes[::2], lanes[1::2])]
+    return lanes[0]
+
+
+def _build_vrow(p: SoftmaxProblem) -> KernelSource:
+    """The vector-row kernel of ``p`` (see the module docstring)."""
+    V = p.vec
+    if V not in (2, 4, 8, 16) or not vrow_ok(p.dims, p.axis, p.layouts, p.post_ops):
+        raise ValueError("softmax kernel: vrow needs vec in 2..16, a stride-1 plain axis and "
+                         "no post-ops")
+    nd = len(p.dims)
+    rows_d = [d for d in range(nd) if d != p.axis]
+    names = {d: f"i{d}" for d in rows_d}
+    C = p.dims[p.axis]
+    names_t, dts = arg_names(p.backward), p.types
+    dt = dict(zip(names_t, dts))
+    code = decompose("row", [p.dims[d] for d in rows_d], [names[d] for d in rows_d])
+    bases = " ".join(f"const int b_{n} = {offset(lay, names)};"
+                     for n, lay in zip(names_t, p.layouts))
+    T = f"float{V}"
+
+    def LD(n, w):
+        return ld(n, dt[n], f"b_{n} + c", w)
+
+    def ST(n, v, w):
+        return st(n, dt[n], f"b_{n} + c", v, w)
+
+    vloop = f"for (int c = 0; c < cv; c += {V})"
+    tloop = f"for (int c = cv; c < {C}; ++c)"
+
+    def both(stmt):
+        """``stmt(w, acc)`` over the vector loop then the scalar tail."""
+        return f"\n    {vloop} {{ {stmt(V, 'sv')} }}\n    {tloop} {{ {stmt(1, 's')} }}"
+
+    def red_sum():
+        return f"\n    s += {_hsum('sv', V, 'add')};"
+
+    if not p.backward:
+        def ex(w):
+            return f"exp2(({LD('src', w)} - m) * {LOG2E})"
+        body = f"""
+    {T} mv = ({T})(-INFINITY);
+    {vloop} mv = fmax(mv, {LD('src', V)});
+    float m = {_hsum('mv', V, 'max')};
+    {tloop} m = fmax(m, {LD('src', 1)});
+    {T} sv = 0.0f;
+    float s = 0.0f;"""
+        if p.log:
+            body += both(lambda w, a: f"{a} += {ex(w)};") + red_sum() + "\n    const float t = log(s);"
+            body += both(lambda w, a: ST("dst", f"({LD('src', w)} - m) - t", w))
+        elif dt["dst"] == "f32":  # dst holds the exponentials until the last pass
+            body += both(lambda w, a: f"const {'float' if w == 1 else T} e = {ex(w)}; "
+                                      f"{ST('dst', 'e', w)} {a} += e;") + red_sum()
+            body += "\n    const float r = 1.0f / s;"
+            body += both(lambda w, a: ST("dst", f"{LD('dst', w)} * r", w))
+        else:  # no double rounding: recompute the exponential
+            body += both(lambda w, a: f"{a} += {ex(w)};") + red_sum()
+            body += "\n    const float r = 1.0f / s;"
+            body += both(lambda w, a: ST("dst", f"{ex(w)} * r", w))
+    else:
+        body = f"""
+    {T} sv = 0.0f;
+    float s = 0.0f;"""
+        if p.log:
+            body += both(lambda w, a: f"{a} += {LD('diff_dst', w)};") + red_sum()
+            body += both(lambda w, a: ST("diff_src", f"{LD('diff_dst', w)} - exp({LD('dst', w)}) * s",
+                                         w))
+        else:
+            body += both(lambda w, a: f"{a} += {LD('diff_dst', w)} * {LD('dst', w)};") + red_sum()
+            body += both(lambda w, a: f"{{ const {'float' if w == 1 else T} yv = {LD('dst', w)}; "
+                                      + ST("diff_src", f"yv * ({LD('diff_dst', w)} - s)", w) + " }")
+    args = ", ".join(ptr_decl(n, dt[n], k < len(names_t) - 1) for k, n in enumerate(names_t))
+    args = args.replace(" *restrict ", " *")  # in-place use
+    runtime = bool(free_vars(p))
+    if p.axis != 0 and is_var(p.dims[0]):
+        inner = math.prod(v for d, v in enumerate(p.dims) if d not in (0, p.axis))
+        rows = f"{OUTER} * {inner}" if inner != 1 else OUTER
+    else:
+        rows = math.prod(v for d, v in enumerate(p.dims) if d != p.axis)
+    if runtime:
+        args += ", " + ", ".join(f"const int {n}" for n in free_vars(p))
+    L = p.wg
+    name = kernel_name(p)
+    src = f"""{io_preamble(dts, V)}
+__kernel void __attribute__((reqd_work_group_size({L}, 1, 1))) {name}({args})
+{{
+    const int row = get_global_id(0);
+    if (row >= {rows}) return;
+    {code}
+    {bases}
+    const int cv = {C} - {C} % {V};{body}
+}}
+"""
+    gsize = f"({rows} + {L - 1}) // {L} * {L}" if runtime else -(-rows // L) * L
+    if runtime:
+        return KernelSource(name, src, None, (L,), names_t + tuple(free_vars(p)), grid=(gsize,))
+    return KernelSource(name, src, (gsize,), (L,), names_t)

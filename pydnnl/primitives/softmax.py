@@ -174,7 +174,10 @@ class _softmax_pd(primitive_desc_base):
         row = H.use_row_kernel(info, C, innermost and min_stride(flays[0], axis) == 1)
         backward = self._prop == prop_kind.backward_data
         vec = 1
-        if row:
+        variant = "row" if row else "strided"
+        if row and H.softmax_vrow_vec(info) and K.vrow_ok(fdims, axis, flays, chain):
+            variant, vec, wg = "vrow", H.softmax_vrow_vec(info), H.SOFTMAX_VROW_WG
+        elif row:
             wg = H.softmax_row_wg(info, C)
         else:  # post-ops apply per element: one position per work-item
             vec = next((v for v in H.softmax_strided_vecs(info)
@@ -182,10 +185,11 @@ class _softmax_pd(primitive_desc_base):
             wg = H.softmax_strided_wg(info, vec)
         self._problem = K.SoftmaxProblem(
             log=self._alg == algorithm.softmax_log, backward=backward,
-            dims=fdims, axis=axis, layouts=flays, variant="row" if row else "strided", wg=wg,
+            dims=fdims, axis=axis, layouts=flays, variant=variant, wg=wg,
             dts=tuple(md.data_type.name for md in mds),
-            subgroup=row and H.row_subgroup(info, wg),
-            online=row and not backward and H.softmax_online(info), vec=vec, post_ops=chain)
+            subgroup=variant == "row" and H.row_subgroup(info, wg),
+            online=variant == "row" and not backward and H.softmax_online(info), vec=vec,
+            post_ops=chain)
         self._impl = f"ocl:softmax:{self._problem.variant}"
         self._info = (f"alg:{self._alg.name} axis:{self._axis_v} "
                       f"{'x'.join(map(str, dims))}"

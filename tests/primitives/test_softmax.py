@@ -338,7 +338,8 @@ def test_online_row_kernel(engine, stream, subgroup):
         for ddt in (dt.f32, dt.bf16):
             md, dmd = _md(x.shape, "ab"), dnnl.memory.desc(x.shape, ddt, "ab")
             pd = dnnl.softmax_forward.primitive_desc(engine, FWD, alg, md, dmd, 1)
-            p = replace(pd._problem, online=True, subgroup=subgroup, wg=16 if subgroup else 64)
+            p = replace(pd._problem, variant="row", vec=1, online=True, subgroup=subgroup,
+                        wg=16 if subgroup else 64)
             from pydnnl.kernels.softmax import build_softmax
 
             k = Kernel(engine.context, engine.device, build_softmax(p))
@@ -347,3 +348,18 @@ def test_online_row_kernel(engine, stream, subgroup):
             stream.wait()
             _close(dst.to_numpy(), ref.softmax_forward(alg, x, 1), rtol=EPS_T[ddt] * 2,
                    atol=1e-5 if alg == A.softmax_log else 1e-7)
+
+
+def test_vector_row_kernel_chosen_on_cpus(engine, stream):
+    """CPUs take one work-item per row in vectors (a tail shorter than a vector included);
+    GPUs keep the work-group per row."""
+    x = _x((7, 45), seed=3)
+    md = _md(x.shape, "ab")
+    for alg in ALGS:
+        pd = dnnl.softmax_forward.primitive_desc(engine, FWD, alg, md, md, 1)
+        want = "row" if engine.info.is_gpu else "vrow"
+        assert pd._problem.variant == want
+        src, dst = dnnl.memory(md, engine, x), dnnl.memory(md, engine)
+        dnnl.softmax_forward(pd).execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_DST: dst})
+        stream.wait()
+        _close(dst.to_numpy(), ref.softmax_forward(alg, x, 1), rtol=1e-5, atol=1e-6)

@@ -54,6 +54,25 @@ def softmax_row_wg(info, length: int) -> int:
     return max(1, _pow2_at_most(min(256, info.max_work_group_size, want)))
 
 
+def softmax_vrow_vec(info) -> int:
+    """Values per vector of the softmax vector-row kernel (one work-item per row walking it in
+    ``floatV``), 0 where the row kernel's work-group per row is kept (GPUs). CPUs: 16 on
+    Intel's runtime (one AVX-512 register), 8 on others (PoCL builds no ``float16`` code).
+    Measured on the 2-core AVX-512 Xeon (Intel's runtime, kernel event times, same process,
+    3 rounds): 256x1000 forward 0.079-0.087 ms with a 16-lane work-group per row (sub-group
+    reductions; 0.075-0.080 with 8 or 32 rows per work-group), 0.048-0.051 ms with one
+    work-item per row in ``float16`` (0.034 without any ``exp``). Intel's vectorizer runs the
+    work-group's strided loops far slower than the explicit vector loop."""
+    if info.is_gpu:
+        return 0
+    return 16 if info.runtime == "intel" else 8
+
+
+# work-items per work-group of the vector-row kernel: one (each is a whole SIMD row already;
+# Intel's runtime does not vectorize across work-items of explicit-vector code)
+SOFTMAX_VROW_WG = 1
+
+
 def row_subgroup(info, wg: int) -> bool:
     """Whether a row's work-group (one sub-group of ``wg`` lanes) combines its partial results
     with sub-group reductions instead of a local-memory tree with barriers: CPU runtimes with
