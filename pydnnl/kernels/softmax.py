@@ -403,7 +403,8 @@ def _build_vrow(p: SoftmaxProblem) -> KernelSource:
     {T} sv = 0.0f;
     float s = 0.0f;"""
         if p.log:
-            body += both(lambda w, a: f"{a} += {ex(w)};") + red_sum() + "\n    const float t = log(s);"
+            body += both(lambda w, a: f"{a} += {ex(w)};") + red_sum()
+            body += "\n    const float t = log(s);"
             body += both(lambda w, a: ST("dst", f"({LD('src', w)} - m) - t", w))
         elif dt["dst"] == "f32":  # dst holds the exponentials until the last pass
             body += both(lambda w, a: f"const {'float' if w == 1 else T} e = {ex(w)}; "
@@ -420,8 +421,8 @@ def _build_vrow(p: SoftmaxProblem) -> KernelSource:
     float s = 0.0f;"""
         if p.log:
             body += both(lambda w, a: f"{a} += {LD('diff_dst', w)};") + red_sum()
-            body += both(lambda w, a: ST("diff_src", f"{LD('diff_dst', w)} - exp({LD('dst', w)}) * s",
-                                         w))
+            body += both(lambda w, a: ST(
+                "diff_src", f"{LD('diff_dst', w)} - exp({LD('dst', w)}) * s", w))
         else:
             body += both(lambda w, a: f"{a} += {LD('diff_dst', w)} * {LD('dst', w)};") + red_sum()
             body += both(lambda w, a: f"{{ const {'float' if w == 1 else T} yv = {LD('dst', w)}; "
