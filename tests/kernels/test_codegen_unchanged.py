@@ -82,10 +82,10 @@ HASHES = {
     "lstm_cell": "846b2a0c8d8ebb35e12e4e0b835730aa9e048fc8aba6d28eeb9378b51745bbd7",
     "lstm_cell_int8": "b80f7db0a16a922798a85e9c726e068bc62be2f9aa31ba9495226a1d143d297c",
     "lstm_cell_peephole_clip": "0a9e63e29abf694f8926f9d4c79314a9da9aa2db3afda089a500759be4c54a6b",
-    "lstm_gemm": "d0f4bdd35167fc6bebffd8e2421b52d449287c24c6fac386e3068eaa7c311677",
+    "lstm_gemm": "934f2c8090440b06ad48bdfe6c6264832199a66b67a09b830a34cde41152a867",
     "lstm_pack_b": "50ea3290b525cb0211e59469eff303769c29ce7a216cf5ba11418444f71c2342",
-    "mloop_kunroll_wg_n": "5e75213082b10577bbcf712574d916d05c36cdbea77d50d9ebba5876fb0ea8ac",
-    "mloop_wg_m_one_box": "27a2a187978e3f403c9425ea871eb7912f329d52159ef9349e36fbfc44adaadd",
+    "mloop_kunroll_wg_n": "fd4c0c883047caf7a6ee4e9cc33e47e6f27273c976c53826521e3323ee10a14c",
+    "mloop_wg_m_one_box": "a7a993056285a4fc212218fad3847880a74548f95f09c2a24ade1e9a51727881",
     "peel_runtime_k_bias_relu": "e3aef483d52aa4a66b3a006077f86ed59f1ccc28357a1e5bdf63f14ea03e6ae0",
     "scales_binary_m_inner": "5b038e96feff99467ce3b9615b2548abbf0dbb5c4c3d6a799fd0c150d24eced0",
 }

@@ -140,6 +140,12 @@ CASES = {
                                                 lda=12, c_offset=3),
                                   {"local_prefetch": True, "packed_b": False, "vec": 1,
                                    "rows": 2, "cols": 3, "wg": (2, 2), "k_tile": 4}),
+    # C stored a vector at a time (n a multiple of vec): the last panel's vectors past n
+    # guarded whole, alpha and beta in the vector store, ragged rows, offsets
+    "vector_store_alpha_beta": (G.GemmProblem(13, 40, 11, alpha=2.0, beta=0.5, ldc=43,
+                                              c_offset=3), {}),
+    "vector_store_batched_beta1": (G.GemmProblem(5, 16, 6, batch=3, ldc=19, stride_c=100,
+                                                 beta=1.0), dict(SMALL, packed_b=False)),
     # k == 1 (a weight gradient over one image): the local fetch loops lose their k axis
     "local_tiles_k1_trans_a": (G.GemmProblem(6, 9, 1, trans_a=True, lda=8, beta=1.0),
                                {"local_prefetch": True, "packed_b": False, "vec": 1,

@@ -66,6 +66,11 @@ _AVX512_NARROW_TILE = (16, 16)
 # -> 265, 1024^3 245 -> 261-267, 128x4096x1024 233-251 -> 263-264. The 7x64 tile spills with
 # it (512^3 253-256 -> 136-140, 196x256x1024 233-258 -> 138-139): it keeps 1.
 _AVX512_WIDE_K_UNROLL = 2
+# Tried on the 8x48 kernel (2026-11-28, kernel time, Intel's runtime, GFLOP/s at 64 and
+# 3200 x 2048 x 512): OpenCL's prefetch() of B 8 or 16 k steps ahead, once per k pair (96
+# floats) or once per cache line, halved the speed (362-382 -> 173-209, 331-363 -> 169-208);
+# not taken. C stored with vstore16 instead of lane by lane: taken (kernels/gemm.py,
+# _vector_stores).
 # GEMMs that give few 7x64 tiles per core (an RNN step of a small model) balance better over
 # the cores in 8x32 tiles with the k loop unrolled by 4: 64x512x128 125 -> 157 GFLOP/s,
 # 64x128x512 154 -> 180 (80 and 20 tiles of 7x64 on two cores). Measured again (2026-11,
