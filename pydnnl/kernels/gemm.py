@@ -680,7 +680,7 @@ def _vector_stores(pr: GemmProblem, vw: int, np_: int) -> bool:
     accumulator's type without an epilogue, whose columns past ``n`` fill whole vectors.
     AVX-512 Xeon, 8x48 tiles, kernel time, medians of interleaved rounds (GFLOP/s, lane
     stores -> vector stores): Intel's runtime 64x2048x512 283-312 -> 313-330, 3200x2048x512
-    288-308 -> 301-324, and its build took a third of the time (281 -> 90 ms); PoCL
+    288-308 -> 301-324, and its build took about half the time (1024^3: 348 -> 155 ms, loaded machine); PoCL
     155-183 -> 175-192 and 163-192 -> 173-194."""
     ok_t = pr.dtype == pr.acc_dtype and pr.dtype.type in (np.float32, np.float64)
     scal = all(np.isfinite(x) for x in (pr.alpha, pr.beta))
