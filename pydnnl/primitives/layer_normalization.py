@@ -42,6 +42,7 @@ from ..kernels.normalization import (
     build_ln_ss_finalize,
     build_ln_ss_reduce,
     ln_runtime_form,
+    ln_vec_ok,
 )
 from ..kernels.reorder import layout_of
 from ..kernels.sizevars import size_var
@@ -156,6 +157,11 @@ class layer_normalization_forward(primitive):
             self.subgroup = rules.ln_row_subgroup(self._engine.info, self.wg)
             self.cache = rules.ln_row_cache(self._engine.info, C, self.wg)
             self.accs = rules.ln_row_accs(self._engine.info, C, self.wg, self.cache)
+            self.vec = rules.ln_fwd_vec(self._engine.info, C)
+            if self.vec and not ln_vec_ok(layout_of(src), layout_of(dst)):
+                self.vec = 0
+            if self.vec:
+                self.accs = rules.ln_fwd_vec_accs(self._engine.info, C, self.vec)
             self._scratch_elems = 0
             self._impl = "ocl:lnorm:rows"
             self._info = (f"flags:{int(self._flags):#x} "
@@ -172,7 +178,7 @@ class layer_normalization_forward(primitive):
                    scale=layout_of(_vec(src.dims[-1])) if pd.use_scale else None,
                    shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
                    global_stats=pd.global_stats, write_stats=write, wg=pd.wg, cache=pd.cache,
-                   accs=pd.accs, subgroup=pd.subgroup, xdt=src.data_type.name,
+                   accs=pd.accs, subgroup=pd.subgroup, xdt=src.data_type.name, vec=pd.vec,
                    odt=pd._args[ARG_DST].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ARG_MEAN in pd._args:

@@ -370,9 +370,32 @@ def test_split_row_sums_match_reference(engine, stream, monkeypatch, C):
     md = dnnl.memory.desc(dims, dt.f32, tag.abc)
     flags = F.use_scale | F.use_shift
     monkeypatch.setattr(rules, "ln_row_accs", lambda info, C, wg, cache: 1 if cache else 4)
+    monkeypatch.setattr(rules, "ln_fwd_vec", lambda info, C: 0)
     pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
     assert pd.accs == (1 if pd.cache else 4)
     y, m, v = R.layer_norm_forward(d["x"], EPS, None, None, d["scale"], d["shift"])
     _close(a[dnnl.ARG_DST].to_numpy(), y)
     _close(a[dnnl.ARG_MEAN].to_numpy(), m)
     _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
+
+
+@pytest.mark.parametrize("C,accs", [(128, 2), (100, 2), (200, 1), (37, 2), (8, 1)],
+                         ids=["whole", "tail", "tail_one_sum", "short", "one_vector"])
+def test_vector_row_forward_matches_reference(engine, stream, monkeypatch, C, accs):
+    """The forward with one work-item per row in float8 vectors (``ln_fwd_vec``, CPUs),
+    forced on any device: whole vectors, a vector step after the paired sums, scalar tails."""
+    from pydnnl.runtime.heuristics import normalization as rules
+    dims = [3, 5, C]
+    d = _data(dims, C)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc)
+    monkeypatch.setattr(rules, "ln_fwd_vec", lambda info, C: 8)
+    monkeypatch.setattr(rules, "ln_fwd_vec_accs", lambda info, C, vec: accs)
+    for flags in (F.use_scale | F.use_shift, F.use_scale, F.none):
+        pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
+        assert pd.vec == 8
+        sc = d["scale"] if flags & F.use_scale else None
+        sh = d["shift"] if flags & F.use_shift else None
+        y, m, v = R.layer_norm_forward(d["x"], EPS, None, None, sc, sh)
+        _close(a[dnnl.ARG_DST].to_numpy(), y)
+        _close(a[dnnl.ARG_MEAN].to_numpy(), m)
+        _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)

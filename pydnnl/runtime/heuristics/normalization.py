@@ -213,3 +213,27 @@ def ln_bwd_fused_ss(info, cache: int) -> bool:
     runtime (2-core EPYC, loaded machine, same process, minimum of 3 runs each): BWD_DW
     32x512x1024 49-61 ms -> 29-31 ms, 16x512x768 17-21 ms -> 8-10 ms."""
     return not info.is_gpu and not cache
+
+
+def ln_fwd_vec(info, C: int) -> int:
+    """Values per vector of the layer normalization forward with one work-item per row
+    (``LnRows.vec``), 0 where the work-group per row is kept (GPUs, and rows shorter than
+    one vector). CPUs: 16 on Intel's runtime (an AVX-512 register), 8 on others (PoCL
+    builds no ``float16`` code). Intel's runtime vectorizes a 16-lane work-group per row
+    across its work-items, and those strided loops run slower than an explicit vector loop:
+    2-core AVX-512 Xeon, kernel event times, same process, 3 rounds: 32x128x1024 training
+    0.82-0.83 ms (work-group, 4 sums per lane) -> 0.67-0.69 ms (one work-item, 2 vector
+    sums); PyTorch 0.89-0.95 in the same runs."""
+    if info.is_gpu:
+        return 0
+    v = 16 if info.runtime == "intel" else 8
+    return v if C >= v else 0
+
+
+LN_VEC_ACCS_CPU = 2
+
+
+def ln_fwd_vec_accs(info, C: int, vec: int) -> int:
+    """Vector partial sums per row of the vector-row forward: 2 where the row holds two
+    vectors (the adds then form two dependency chains)."""
+    return LN_VEC_ACCS_CPU if C >= LN_VEC_ACCS_CPU * vec else 1
