@@ -68,6 +68,12 @@ def softmax_vrow_vec(info) -> int:
     return 16 if info.runtime == "intel" else 8
 
 
+# Tried for 256x1000 before the vector-row kernel (same machine, kernel event times, 3 rounds)
+# and not taken: 8 or 32 rows per 16-lane work-group 0.075-0.079 ms (one row: 0.079-0.087);
+# native_exp2 0.078-0.079 (lower accuracy for 5%); a degree-6 polynomial exp2 0.100-0.104;
+# work_group_reduce (no sub-group attribute) 0.081-0.085. The rows' cost was the work-item
+# vectorizer's strided loops (0.065 ms with no exp at all), not exp.
+
 # work-items per work-group of the vector-row kernel: one (each is a whole SIMD row already;
 # Intel's runtime does not vectorize across work-items of explicit-vector code)
 SOFTMAX_VROW_WG = 1
