@@ -680,8 +680,10 @@ def _vector_stores(pr: GemmProblem, vw: int, np_: int) -> bool:
     accumulator's type without an epilogue, whose columns past ``n`` fill whole vectors.
     AVX-512 Xeon, 8x48 tiles, kernel time, medians of interleaved rounds (GFLOP/s, lane
     stores -> vector stores): Intel's runtime 64x2048x512 283-312 -> 313-330, 3200x2048x512
-    288-308 -> 301-324, and its build took about half the time (1024^3: 348 -> 155 ms, loaded machine); PoCL
-    155-183 -> 175-192 and 163-192 -> 173-194."""
+    288-308 -> 301-324; PoCL 155-183 -> 175-192 and 163-192 -> 173-194. benchdnn's --gemm
+    timing of the two shapes on the shared machine: within noise (undisturbed rounds 301-319
+    before, 291-321 after). Intel's build takes about half the time (1024^3 348 -> 155 ms
+    on a loaded machine)."""
     ok_t = pr.dtype == pr.acc_dtype and pr.dtype.type in (np.float32, np.float64)
     scal = all(np.isfinite(x) for x in (pr.alpha, pr.beta))
     return (vw > 1 and ok_t and scal and not has_epilogue(pr)
