@@ -70,7 +70,9 @@ _AVX512_WIDE_K_UNROLL = 2
 # 3200 x 2048 x 512): OpenCL's prefetch() of B 8 or 16 k steps ahead, once per k pair (96
 # floats) or once per cache line, halved the speed (362-382 -> 173-209, 331-363 -> 169-208);
 # not taken. C stored with vstore16 instead of lane by lane: taken (kernels/gemm.py,
-# _vector_stores).
+# _vector_stores). With vector stores, same session, kernel time, 2 rounds (64x2048x512,
+# 3200x2048x512): unrolled by 2 312-321 and 289-335, by 4 160-177 and 140-174 (spills), by 1
+# 282-298 and 266-297; m_inner at 64 rows 167-310 and 255-279: the rules stay.
 # GEMMs that give few 7x64 tiles per core (an RNN step of a small model) balance better over
 # the cores in 8x32 tiles with the k loop unrolled by 4: 64x512x128 125 -> 157 GFLOP/s,
 # 64x128x512 154 -> 180 (80 and 20 tiles of 7x64 on two cores). Measured again (2026-11,
