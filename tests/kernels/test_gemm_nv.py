@@ -421,19 +421,27 @@ def test_runtime_sizes_key_and_source_free_of_the_sample():
         key_problem(GemmProblem(m=1000, n=256, k=64))
 
 
-def test_runtime_launcher_one_program_for_every_m(engine, stream, monkeypatch):
-    """``get_gemm`` on the hand-written SIMT kernel (forced here on every device): GEMMs of
-    the same tile class that differ in m (an RNN's T*N) share their programs, the copies
-    with compiled-in offsets included; k stays baked in the SIMT kernel (measured: see
-    ``runtime.gemm._nv_problem``); every launch computes right."""
+def _simt_everywhere(monkeypatch) -> NvTile:
+    """Make ``get_gemm`` pick the hand-written SIMT kernel (one small tile) on every device,
+    with an empty launcher cache; returns the tile."""
     from pydnnl.runtime import gemm as rg
-    from pydnnl.runtime.gemm import GemmShape, get_gemm
 
     tile = TILES["32x64x16/4x4"]
     monkeypatch.setattr(rg.rules, "nv_tile",
                         lambda info, prob, math="strict": tile if supports(prob, tile)
                         else None)
     monkeypatch.setattr(rg, "_cache", {})
+    return tile
+
+
+def test_runtime_launcher_one_program_for_every_m(engine, stream, monkeypatch):
+    """``get_gemm`` on the hand-written SIMT kernel (forced here on every device): GEMMs of
+    the same tile class that differ in m (an RNN's T*N) share their programs, the copies
+    with compiled-in offsets included; k stays baked in the SIMT kernel (measured: see
+    ``runtime.gemm._nv_problem``); every launch computes right."""
+    from pydnnl.runtime.gemm import GemmShape, get_gemm
+
+    tile = _simt_everywhere(monkeypatch)
     rng = np.random.default_rng(7)
     n = 68
     gemms = []
@@ -491,14 +499,9 @@ def test_runtime_m_with_a_column_epilogue_one_program(engine, stream, monkeypatc
     m a run-time size on the hand-written kernel: two GEMMs that differ in m share one
     program, and each stores ``relu(A @ B + bias)`` only in its own rows."""
     from pydnnl.constants import algorithm as A
-    from pydnnl.runtime import gemm as rg
     from pydnnl.runtime.gemm import GemmShape, get_gemm
 
-    tile = TILES["32x64x16/4x4"]
-    monkeypatch.setattr(rg.rules, "nv_tile",
-                        lambda info, prob, math="strict": tile if supports(prob, tile)
-                        else None)
-    monkeypatch.setattr(rg, "_cache", {})
+    tile = _simt_everywhere(monkeypatch)
     rng = np.random.default_rng(11)
     n, k = 68, 32
     bias = rng.standard_normal(n).astype(np.float32)
