@@ -928,6 +928,9 @@ class LnRows:
     # ``vec`` values (``accs`` vector sums, a scalar tail); ``wg``, ``subgroup`` and ``cache``
     # are then unused. Needs every row plain with stride 1 along C (:func:`ln_vec_ok`)
     vec: int = 0
+    # with ``vec``: consecutive rows each work-item walks (fewer, longer work-items: Intel's
+    # runtime pays a fixed cost per work-group)
+    vec_rows: int = 1
 
 
 # the size variables of the run-time forms (never ``rows``, ``args`` or ``kernel``: Plan.launch's
@@ -1014,7 +1017,7 @@ def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
     from .reduction import io_preamble, ld, ptr_decl, st
     from .sizevars import free_vars
 
-    V, A = p.vec, max(1, p.accs)
+    V, A, RP = p.vec, max(1, p.accs), max(1, p.vec_rows)
     if V not in (2, 4, 8, 16) or p.dy is not None or not ln_vec_ok(p.x, p.out):
         raise ValueError("LnRows vec: forward, vec in 2..16, src/dst plain with stride 1 on C")
     C = p.dims[-1]
@@ -1091,15 +1094,19 @@ def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
 __kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
 {name}({", ".join(args)})
 {{
-    const int row = get_global_id(1);
+    const int r0 = get_global_id(1) * {RP};
+    const int r1 = min(r0 + {RP}, {rows});
+    for (int row = r0; row < r1; ++row) {{
     {code}
     __global const {_CTYPE[p.xdt]} *src_r = src + ((size_t){base_x});
     __global {_CTYPE[p.odt]} *dst_r = dst + ((size_t){base_o});{body}
+    }}
 }}
 """
     if runtime:
-        return KernelSource(name, src, None, (1, 1), _arg_names(args), grid=("1", str(rows)))
-    return KernelSource(name, src, (1, rows), (1, 1), _arg_names(args))
+        return KernelSource(name, src, None, (1, 1), _arg_names(args),
+                            grid=("1", f"({rows} + {RP - 1}) // {RP}"))
+    return KernelSource(name, src, (1, -(-rows // RP)), (1, 1), _arg_names(args))
 
 
 def build_ln_bwd(p: LnRows) -> KernelSource:

@@ -160,8 +160,10 @@ class layer_normalization_forward(primitive):
             self.vec = rules.ln_fwd_vec(self._engine.info, C)
             if self.vec and not ln_vec_ok(layout_of(src), layout_of(dst)):
                 self.vec = 0
+            self.vec_rows = 1
             if self.vec:
                 self.accs = rules.ln_fwd_vec_accs(self._engine.info, C, self.vec)
+                self.vec_rows = rules.ln_fwd_vec_rows(self._engine.info, C)
             self._scratch_elems = 0
             self._impl = "ocl:lnorm:rows"
             self._info = (f"flags:{int(self._flags):#x} "
@@ -179,6 +181,7 @@ class layer_normalization_forward(primitive):
                    shift=layout_of(_vec(src.dims[-1])) if pd.use_shift else None,
                    global_stats=pd.global_stats, write_stats=write, wg=pd.wg, cache=pd.cache,
                    accs=pd.accs, subgroup=pd.subgroup, xdt=src.data_type.name, vec=pd.vec,
+                   vec_rows=pd.vec_rows,
                    odt=pd._args[ARG_DST].md.data_type.name)
         named = {"src": Ref(ARG_SRC), "dst": Ref(ARG_DST)}
         if ARG_MEAN in pd._args:
