@@ -74,6 +74,10 @@ def softmax_vrow_vec(info) -> int:
 # work_group_reduce (no sub-group attribute) 0.081-0.085. The rows' cost was the work-item
 # vectorizer's strided loops (0.065 ms with no exp at all), not exp.
 
+# Several rows per work-item (as the layer normalization forward's ``ln_fwd_vec_rows``) did
+# not pay for 256x1000 (rows of 4 KB): wall 0.058-0.060 ms with one row, 0.055-0.058 with 2,
+# 4 or 8 rows (kernel 0.049-0.054 against 0.050-0.053): noise.
+
 # work-items per work-group of the vector-row kernel: one (each is a whole SIMD row already;
 # Intel's runtime does not vectorize across work-items of explicit-vector code)
 SOFTMAX_VROW_WG = 1
