@@ -259,12 +259,12 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     # store (C's columns are the output channels), sparing the in-place epilogue's pass over
     # dst and its launch (H200, mb 1 1x1 layers: a 7 us kernel and its enqueue per call)
     epi: dict = {}
-    rest = [op for i, op in enumerate(ops) if not (sum_done and i == 0)]
+    chain = ops[1:] if sum_done else ops  # what the GEMM's beta leaves
     if p.kind == "fwd" and not staged_acc and mode == "hwc" and G == 1 \
-            and all(op[0] == "eltwise" for op in rest) and (p.bias is not None or rest):
+            and all(op[0] == "eltwise" for op in chain) and (p.bias is not None or chain):
         if p.bias is not None:
             epi["bias"] = ((p.bias[0], ((1, 0, ()), p.bias[1][0])), (1, p.oc), p.bias_n)
-        epi["post_ops"] = tuple(rest)
+        epi["post_ops"] = tuple(chain)
     staged_T = T is None and p.kind != "fwd"
     if staged_T:
         t_off = plan.alloc(p.mb * p.oc * P)
@@ -343,7 +343,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
     split_d = p.kind == "bwd_d" and split_k > 1
-    if mode == "hwc" and (p.kind == "fwd" or (p.kind == "bwd_d" and not split_d)):
+    if mode == "hwc" and p.kind in ("fwd", "bwd_d") and not split_d:
         rows = image_groups(0)[0][1] * P
         if p.kind == "fwd":
             shape = GemmShape(m=rows, n=OCg, k=Kf, lda=Kf if S is None else S.ld, ldb=W.ld,
