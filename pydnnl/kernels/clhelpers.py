@@ -145,3 +145,13 @@ def batch_position(epi_fixed, epi_batch, t: str) -> list:
         inner *= d
     pos.reverse()
     return pos
+
+
+def lane_reduce(v: str, width: int, op: str = "add") -> str:
+    """C expression combining the ``width`` lanes of vector ``v`` pairwise (a tree, so the
+    adds do not wait on each other): ``op`` "add" or "max"."""
+    lanes = [f"{v}.s{i:x}" for i in range(width)]
+    while len(lanes) > 1:
+        lanes = [f"fmax({a}, {b})" if op == "max" else f"({a} + {b})"
+                 for a, b in zip(lanes[::2], lanes[1::2])]
+    return lanes[0]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .clhelpers import lane_reduce
 from .source import KernelSource
 
 # -- layout helpers ----------------------------------------------------------------------------
@@ -1002,13 +1003,6 @@ def ln_vec_ok(x: tuple, out: tuple) -> bool:
                for lay in (x, out))
 
 
-def _hsum(v: str, V: int) -> str:
-    lanes = [f"{v}.s{i:x}" for i in range(V)]
-    while len(lanes) > 1:
-        lanes = [f"({a} + {b})" for a, b in zip(lanes[::2], lanes[1::2])]
-    return lanes[0]
-
-
 def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
     """The forward with one work-item per row in ``floatV`` vectors (:attr:`LnRows.vec`).
     Intel's CPU runtime runs a 16-lane work-group per row through its work-item vectorizer,
@@ -1056,7 +1050,7 @@ def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
             out += f"\n    for (int c = {main}; c < {vend}; c += {V}) {{ {body(V, '_v0', T)} }}"
         for n in names:
             tot = " + ".join(f"{n}_v{k}" for k in range(A))
-            out += f"\n    {T} {n}_t = {tot};\n    float {n} = {_hsum(n + '_t', V)};"
+            out += f"\n    {T} {n}_t = {tot};\n    float {n} = {lane_reduce(n + '_t', V)};"
         if vend < C:
             out += f"\n    for (int c = {vend}; c < {C}; ++c) {{ {body(1, '', 'float')} }}"
         return out

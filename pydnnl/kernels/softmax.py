@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, replace
 
 from . import post_ops as po
+from .clhelpers import lane_reduce
 from .reduction import decompose, io_preamble, ld, offset, ptr_decl, st, tree
 from .sizevars import free_vars, is_var, size_var
 from .source import KernelSource
@@ -350,15 +351,6 @@ __kernel void {attr}{name}({args})
     return KernelSource(name, src, (gsize,), (L,), names_t + po_names)
 
 
-def _hsum(v: str, V: int, op: str) -> str:
-    """C expression: the lanes of ``floatV`` ``v`` combined pairwise by ``op`` ("max", "add")."""
-    lanes = [f"{v}.s{i:x}" for i in range(V)]
-    while len(lanes) > 1:
-        lanes = [f"fmax({a}, {b})" if op == "max" else f"({a} + {b})"
-                 for a, b in zip(lanes[::2], lanes[1::2])]
-    return lanes[0]
-
-
 def _build_vrow(p: SoftmaxProblem) -> KernelSource:
     """The vector-row kernel of ``p`` (see the module docstring)."""
     V = p.vec
@@ -390,7 +382,7 @@ def _build_vrow(p: SoftmaxProblem) -> KernelSource:
         return f"\n    {vloop} {{ {stmt(V, 'sv')} }}\n    {tloop} {{ {stmt(1, 's')} }}"
 
     def red_sum():
-        return f"\n    s += {_hsum('sv', V, 'add')};"
+        return f"\n    s += {lane_reduce('sv', V)};"
 
     if not p.backward:
         def ex(w):
@@ -398,7 +390,7 @@ def _build_vrow(p: SoftmaxProblem) -> KernelSource:
         body = f"""
     {T} mv = ({T})(-INFINITY);
     {vloop} mv = fmax(mv, {LD('src', V)});
-    float m = {_hsum('mv', V, 'max')};
+    float m = {lane_reduce('mv', V, 'max')};
     {tloop} m = fmax(m, {LD('src', 1)});
     {T} sv = 0.0f;
     float s = 0.0f;"""
