@@ -532,3 +532,15 @@ def splitk_reduce(engine, shape: GemmShape):
     red = SplitKReduceProblem(m=shape.m, n=shape.n, splits=size_var("nsplits"), ldc=shape.ldc,
                               beta=shape.beta, wg=rules.splitk_reduce_wg(engine.info))
     return get_kernel(engine, "splitk_reduce", red, lambda: build_splitk_reduce(red))
+
+
+def split_nv_tile(engine, shape: GemmShape, splits: int):
+    """The hand-written NVIDIA kernel's blocking that :meth:`Plan.gemm_split` launches for
+    ``shape`` cut into ``splits`` k slices (one batched GEMM of ``k / splits`` each), or None
+    where the loopy family runs them (other devices, shapes the kernel does not take)."""
+    ks = shape.k // splits
+    part = resolved(replace(shape, k=ks, ldc=shape.n, beta=0.0))
+    strides = dict(stride_a=ks * (shape.lda if shape.trans_a else 1),
+                   stride_b=ks * (1 if shape.trans_b else shape.ldb),
+                   stride_c=shape.m * shape.n)
+    return rules.nv_tile(engine.info, _problem(part, **_batch(splits, strides)), part.math)

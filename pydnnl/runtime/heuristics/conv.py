@@ -27,9 +27,10 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
     for those with at least 128 channels each side and last otherwise (its transforms cost about
     what it saves on narrower layers); backward weights with Winograd first on maps of at least
-    28x28 points; FFT first where its products save enough multiplies; on CPUs implicit GEMM
-    ahead of im2col + GEMM for large kernels with few output channels (any stride: the patch
-    matrix would be many times the input); ``find`` measures every applicable solver.
+    28x28 points (on GPUs also with at least 512 output tiles); FFT first where its products
+    save enough multiplies; on CPUs implicit GEMM ahead of im2col + GEMM for large kernels
+    with few output channels (any stride: the patch matrix would be many times the input);
+    ``find`` measures every applicable solver.
     ``fft_saving``: how many times fewer multiplies the FFT's products need
     (:func:`~pydnnl.primitives.conv.solvers.fft.saving`).
     """
@@ -94,11 +95,14 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     # (H100 res2/res3: mb1 0.058/0.069 ms against 0.118/0.095 for im2col + GEMM, mb32
     # 0.54/0.45 against 0.86/0.52; 2-core EPYC mb1 0.67/0.69 against 1.54/1.28); on 14x14 and
     # 7x7 maps im2col + GEMM mostly wins (H100 res4 mb32 0.42 against 0.37, EPYC res4 mb1 1.58
-    # against 1.14)
+    # against 1.14). GPUs also where its 2x2 tiles number at least 512 (H200, mb 32, min
+    # ms: res4a 0.234 against 0.42-0.45 for im2col + GEMM with its one-round split, res5a
+    # 0.273 against 0.31-0.33); at mb 1 im2col + GEMM keeps res4a/res5a (49 and 16 tiles:
+    # 0.080/0.062 against 0.092/0.086)
     dsp = geom.dst_spatial
     big_maps = len(dsp) == 2 and dsp[0] * dsp[1] >= 784
     if kind == "bwd_w":
-        first = wino_ok and not small and big_maps
+        first = wino_ok and not small and (big_maps or (info.is_gpu and tiles >= 512))
     else:
         first = wino_ok and not small and (info.is_gpu or wide)
     if first:
@@ -166,3 +170,54 @@ def copy_lanes(info) -> int:
     unchanged); CPU runtimes vectorise 16 lanes and pay per work-group, and their copy was
     measured with 16."""
     return 256 if info is not None and info.is_gpu else 16
+
+
+# NVIDIA streaming multiprocessors since sm_50: 64 K 32-bit registers; up to 2048 resident
+# work-items (sm_86/sm_89 hold 1536: the register bound binds first for the SGEMM blocks)
+_NV_UNIT_REGISTERS = 65536
+_NV_UNIT_THREADS = 2048
+
+
+def nv_resident_blocks(tile) -> int:
+    """Blocks of the hand-written SGEMM with ``tile`` (an ``NvTile`` without tensor cores)
+    that one NVIDIA compute unit holds at once, bounded by its registers: a work-item keeps
+    its ``tm x tn`` sums, one column of A and one row of B and about 24 addresses and
+    counters (the compiler reported 125 registers for 8x8 tiles and 80 for 8x4, see
+    :mod:`pydnnl.runtime.heuristics.gemm`): 128x128 blocks of 8x8 two, 64x128 four, 128x64
+    of 8x4 three."""
+    regs = tile.tm * tile.tn + 2 * (tile.tm + tile.tn) + 24
+    return max(1, min(_NV_UNIT_REGISTERS // (regs * tile.threads),
+                      _NV_UNIT_THREADS // tile.threads))
+
+
+def one_round_splits(info, k: int, first: int, min_k: int, blocks_of) -> int:
+    """How many k slices a GPU GEMM split for a weight gradient gets, given the compute-unit
+    rule's count ``first``: ``first`` unless its batched launch has more blocks than the
+    device holds at once, a second round running a few blocks on a mostly idle device; then
+    the largest divisor of ``k`` below ``first`` (slices of at least ``min_k``) whose blocks
+    fit in one round and give every unit at least one. ``blocks_of(s)``: ``(blocks, held
+    per unit)`` of the launch with ``s`` slices, or None where its kernel's residency is
+    unknown (the loopy family, tensor cores): ``first`` stays.
+
+    H200, ResNet-50 3x3 backward weights at mb 32 (``--mode=K``): res4a_branch2b's 2304 x
+    256 x 6272 product in 8 slices gave 288 128x128 blocks where 264 fit (two per unit):
+    0.384 ms; res5a_branch2b's 4608 x 512 x 1568 in 2 slices likewise 0.350 ms, unsplit (288
+    64x128 blocks, four per unit) 0.218 ms."""
+    if info is None or not info.is_gpu or first <= 1:
+        return first
+    units = max(1, info.compute_units)
+
+    def fits(s):
+        got = blocks_of(s)
+        if got is None:
+            return None
+        blocks, held = got
+        return units <= blocks <= held * units
+
+    ok = fits(first)
+    if ok is None or ok:
+        return first
+    for s in range(first - 1, 0, -1):
+        if k % s == 0 and (s == 1 or k // s >= min_k) and fits(s):
+            return s
+    return first

@@ -490,7 +490,10 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     for kind, change in (("fwd", {"strides": (2, 2), "dst_spatial": (14, 14)}),
                          ("fwd", {"dilates": (1, 1), "dst_spatial": (26, 26)})):
         assert "winograd_f2x3" not in heuristic_order(kind, replace(wide, **change), engine)
-    # backward weights: first on 28x28 maps and larger, on every device; last on 14x14
+    # backward weights: first on 28x28 maps and larger, on every device; last on 14x14 at
+    # mb 1 (49 tiles); on GPUs first again with >= 512 tiles (mb 32: 1568)
     assert heuristic_order("bwd_w", geom, engine)[0] == "winograd_f2x3"
     small_maps = replace(wide, src_spatial=(14, 14), dst_spatial=(14, 14))
     assert heuristic_order("bwd_w", small_maps, engine)[-2:] == ["winograd_f2x3", "fft"]
+    order = heuristic_order("bwd_w", replace(small_maps, mb=32), engine)
+    assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order

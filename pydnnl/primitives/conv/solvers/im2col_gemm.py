@@ -43,8 +43,8 @@ from ....kernels.conv_im2col import (
     im2col_runtime,
 )
 from ....kernels.reorder import ReorderProblem
-from ....runtime.gemm import GemmShape
-from ....runtime.heuristics.conv import copy_lanes
+from ....runtime.gemm import GemmShape, split_nv_tile
+from ....runtime.heuristics.conv import copy_lanes, nv_resident_blocks, one_round_splits
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
 from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
 from ..roles import BIAS, DST, SRC, WEI
@@ -156,14 +156,33 @@ def _splits(k: int, cap: int) -> int:
     return largest_divisor_at_most(k, max(1, min(cap, k // _SPLIT_MIN_K)))
 
 
-def _pack_runs(calls: list, split_k: int) -> tuple[list, list, list]:
+def _split_count(engine, shape: GemmShape, cap: int) -> int:
+    """k slices of a GEMM with an activation B (backward weights, split backward data): the
+    largest divisor of k at most ``cap`` leaving slices of >= _SPLIT_MIN_K, fewer on NVIDIA
+    GPUs where that count's batched blocks would overflow one round of the device
+    (:func:`~pydnnl.runtime.heuristics.conv.one_round_splits`). A dry plan (no engine) takes
+    the first count, the most scratch any device's choice needs."""
+    first = _splits(shape.k, cap)
+    if engine is None or first <= 1:
+        return first
+
+    def blocks_of(s: int):
+        t = split_nv_tile(engine, shape, s)
+        if t is None or t.mma is not None:
+            return None
+        return -(-shape.m // t.bm) * -(-shape.n // t.bn) * s, nv_resident_blocks(t)
+
+    return one_round_splits(engine.info, shape.k, first, _SPLIT_MIN_K, blocks_of)
+
+
+def _pack_runs(calls: list, split_k: int, engine=None) -> tuple[list, list, list]:
     """How a chunk's GEMMs read their activation B: ``(split, runs, rest)``: the calls split
     along k (see :func:`_emit`), the packing runs ``(slot, shape, b, start, count, stride,
     call indices)`` (one evenly spaced run of one shape's B matrices each) and the indices
     of the other calls."""
     split, rest = [], []
     for i, c in enumerate(calls):
-        s = 1 if (split_k <= 1 or c[7]) else _splits(c[0].k, split_k)
+        s = 1 if (split_k <= 1 or c[7]) else _split_count(engine, c[0], split_k)
         (split if s > 1 else rest).append((i, s))
     by_shape: dict = {}
     for i, _ in rest:
@@ -194,7 +213,7 @@ def _reserve_packs(plan: Plan, chunks: list, split_k: int) -> None:
     so the first chunk packs fewer matrices of the accumulating shape than the others."""
     most: dict = {}
     for calls in chunks:
-        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k)[1]:
+        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k, plan.engine)[1]:
             if slot in most:
                 most[slot][1] = max(most[slot][1], count)
             else:
@@ -210,7 +229,7 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
     chunks reuse (every operand of the register-tile kernel is then read contiguously, and a
     transposed B no longer costs a cache line per element). ``split_k``: GEMMs with an
     activation B are split along k into at most this many slices (GPUs, backward weights)."""
-    split, runs, rest = _pack_runs(calls, split_k)
+    split, runs, rest = _pack_runs(calls, split_k, plan.engine)
     for i, s in split:
         c = calls[i]
         plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")

@@ -1,0 +1,44 @@
+"""The GPU weight gradient's k slices against one round of resident blocks (rule of
+``heuristics.conv.one_round_splits``), checked on a device with an H200's traits."""
+from types import SimpleNamespace
+
+import pytest
+
+from pydnnl.kernels.gemm_nv import NvTile
+from pydnnl.primitives.conv.solvers.im2col_gemm import _split_count
+from pydnnl.runtime.gemm import GemmShape
+from pydnnl.runtime.heuristics.conv import nv_resident_blocks, one_round_splits
+
+H200 = SimpleNamespace(info=SimpleNamespace(
+    is_gpu=True, is_cpu=False, vendor_family="nvidia", compute_units=132,
+    max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), local_mem_bytes=48 * 1024,
+    simd_width=32, inline_ptx=True, arch="sm_90"))
+
+
+def test_resident_blocks_follow_the_registers():
+    assert nv_resident_blocks(NvTile(128, 128, 8, 8, 8)) == 2   # 256 work-items x ~120
+    assert nv_resident_blocks(NvTile(64, 128, 16, 8, 8)) == 4
+    assert nv_resident_blocks(NvTile(128, 64, 16, 8, 4)) == 3
+    assert nv_resident_blocks(NvTile(64, 32, 16, 4, 4)) == 9
+
+
+@pytest.mark.parametrize("m, n, k, cap, want", [
+    (2304, 256, 6272, 8, 7),     # res4a_branch2b mb32: 8 slices = 288 big blocks, 264 fit
+    (4608, 512, 1568, 2, 1),     # res5a_branch2b mb32: unsplit, 288 64x128 blocks fit
+    (1152, 128, 12544, 16, 16),  # res3a_branch2b's chunk: 1152 thin blocks fit (9 a unit)
+    (2048, 512, 1568, 2, 2),     # res5b_branch2a mb32: 256 64x128 blocks fit
+])
+def test_split_count_keeps_one_round(m, n, k, cap, want):
+    shape = GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, math="strict")
+    assert _split_count(H200, shape, cap) == want
+
+
+def test_rule_leaves_other_devices_and_unknown_kernels_alone():
+    cpu = SimpleNamespace(is_gpu=False, compute_units=2)
+    assert one_round_splits(cpu, 6272, 8, 512, lambda s: (10 ** 6, 1)) == 8
+    assert one_round_splits(H200.info, 6272, 8, 512, lambda s: None) == 8
+    # blocks overflow at every count: the first count stays
+    assert one_round_splits(H200.info, 6272, 8, 512, lambda s: (10 ** 6, 2)) == 8
+    # the largest divisor below the first count whose blocks fit, slices >= min_k
+    assert one_round_splits(H200.info, 6272, 8, 512, lambda s: (36 * s, 2)) == 7
+    assert one_round_splits(H200.info, 6272, 8, 1024, lambda s: (36 * s, 2)) == 4
