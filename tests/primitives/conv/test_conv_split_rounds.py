@@ -42,3 +42,24 @@ def test_rule_leaves_other_devices_and_unknown_kernels_alone():
     # the largest divisor below the first count whose blocks fit, slices >= min_k
     assert one_round_splits(H200.info, 6272, 8, 512, lambda s: (36 * s, 2)) == 7
     assert one_round_splits(H200.info, 6272, 8, 1024, lambda s: (36 * s, 2)) == 4
+
+
+def test_batched_slices_with_128_wide_entries_take_the_block_kernels():
+    """A weight gradient's k slices of 1152 x 128 (res3a at mb 32) take the SGEMM's blocks;
+    alone, or with short slices, the thin tiles (k <= 1024) or the loopy family stay."""
+    from pydnnl.kernels.gemm import GemmProblem
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    def tile(m, n, k, batch):
+        extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n) \
+            if batch > 1 else {}
+        return nv_tile(H200.info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **extra))
+
+    got = tile(1152, 128, 784, 16)
+    assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (64, 128, 8, 8)
+    thin = tile(1152, 128, 784, 1)
+    assert thin is not None and (thin.tm, thin.tn) == (4, 4)
+    assert tile(1152, 128, 2048, 1) is None         # long k alone: the loopy family
+    assert tile(1152, 128, 2048, 8) is not None
+    assert (tile(1152, 128, 256, 16).tm, tile(1152, 128, 256, 16).tn) == (4, 4)
+    assert tile(64, 64, 784, 128) is None           # 64-wide entries keep the loopy family
