@@ -136,6 +136,20 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     return plan
 
 
+def _slices(T: int, splits: int, engine, side: int) -> int:
+    """Slices of the tile sum: at most ``splits``, >= 256 tiles each. On GPUs, for products
+    of >= 128 x 128 (``side``: the smaller channel count), where a count leaves slices of >=
+    512 tiles and a multiple of 16 (the SGEMM's 16-deep steps, which then takes the batch:
+    ``heuristics.gemm.nv_tile``), the largest such count."""
+    first = largest_divisor_at_most(T, max(1, min(splits, T // 256 or 1)))
+    if engine is None or not engine.info.is_gpu or side < 128:
+        return first
+    for s in range(min(splits, T // 512), 0, -1):
+        if T % s == 0 and (T // s) % 16 == 0:
+            return s
+    return first
+
+
 def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     """Backward weights with F(3x3, 2x2): per chunk of images the input patches (the
     forward's input transform) and the 2x2 diff_dst tiles are transformed, 16 x groups x
@@ -148,7 +162,7 @@ def _build_wgrad(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     cap = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))
     nb = largest_divisor_at_most(p.mb, max(1, cap // per_image))
     T = nb * TH * TW
-    S = largest_divisor_at_most(T, max(1, min(int(params.get("splits", 1)), T // 256 or 1)))
+    S = _slices(T, int(params.get("splits", 1)), engine, min(ICg, OCg))
     Ts = T // S
     plan.params["slices"] = S  # what the plan uses (splits capped: >= 256 tiles a slice)
     u_off = plan.alloc(16 * G * T * OCg)
