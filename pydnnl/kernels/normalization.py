@@ -739,6 +739,11 @@ class BnApply:
     rows: int = 0
     # plain layouts: outer runs (rows) per work-item, ``per_item`` independent loads each
     per_item: int = 1
+    # CPU form (:func:`_bn_apply_vec`): one work-item walks whole innermost runs in
+    # ``float<vec>`` vectors (0: the per-element form above), about ``vec_values`` values
+    # (up to 16 runs) per work-item; plain layouts, stride 1 along the run, no workspace
+    vec: int = 0
+    vec_values: int = 16384
 
 
 def bn_apply_shape(wg: int, inner: int, outer: int) -> tuple[int, int]:
@@ -749,6 +754,8 @@ def bn_apply_shape(wg: int, inner: int, outer: int) -> tuple[int, int]:
 
 
 def build_bn_apply(p: BnApply) -> KernelSource:
+    if p.vec:
+        return _bn_apply_vec(p)
     fast = _bn_apply_runs(p)
     if fast is not None:
         return fast
@@ -877,6 +884,119 @@ __kernel void __attribute__((reqd_work_group_size({wg}, {rows}, 1)))
     items = -(-O // U)
     return KernelSource(name, src, (-(-S_in // wg) * wg, -(-items // rows) * rows), (wg, rows),
                         _arg_names(args))
+
+
+def bn_apply_vec_ok(dims, x: tuple, out: tuple, dy: tuple | None, ws: bool) -> bool:
+    """Whether the vector-run elementwise pass (:attr:`BnApply.vec`) applies: plain layouts
+    whose innermost run (:func:`plain_groups`) has stride 1 in each, and no workspace."""
+    if ws:
+        return False
+    lays = [x, out] + ([dy] if dy is not None else [])
+    groups = plain_groups(tuple(dims), lays, keep=1)
+    return groups is not None and all(s == 1 for s in groups[-1][2])
+
+
+def _bn_apply_vec(p: BnApply) -> KernelSource:
+    """The elementwise pass with one work-item per innermost run (a few runs, about
+    ``p.vec_values`` values, per work-item), walking each run in ``float<vec>`` vectors and
+    the run's tail in scalars. The channel is uniform per run (``nchw``: the coefficients
+    are scalars) or the run's own index (``nhwc``, ``nc``: the coefficients are vector
+    loads). Intel's CPU runtime vectorizes the per-element form across work-items of a
+    2-D grid whose rows (3136 values at 56x56) leave a partly masked work-group per row."""
+    from .reduction import _CTYPE, io_preamble, ld, ptr_decl, st
+
+    V = p.vec
+    bwd = p.dy is not None
+    if V not in (2, 4, 8, 16) or p.ws:
+        raise ValueError("BnApply vec: vec in 2..16, no workspace")
+    lays = [p.x, p.out] + ([p.dy] if bwd else [])
+    groups = p.groups if p.groups is not None else plain_groups(p.dims, lays, keep=1)
+    if groups is None or any(s != 1 for s in groups[-1][2]):
+        raise ValueError("BnApply vec: plain layouts with stride 1 along the innermost run")
+    C = p.dims[1]
+    inner, outer = groups[-1], groups[:-1]
+    S_in = inner[0]
+    O = math.prod(g[0] for g in outer) if outer else 1
+    c_inner = bool(inner[1])
+    names = [("c" if g[1] else f"o{k}") for k, g in enumerate(outer)]
+    dec = _decompose("o", [g[0] for g in outer], names) if outer else ""
+    zero = names + ["0"]
+    allg = list(outer) + [inner]
+    x_at = _group_offsets(allg, zero, 0, p.x[0])
+    o_at = _group_offsets(allg, zero, 1, p.out[0])
+    dy_at = _group_offsets(allg, zero, 2, p.dy[0]) if bwd else None
+    dts = (p.x_dt, p.out_dt) + ((p.dy_dt,) if bwd or p.add else ())
+    args = [ptr_decl("src", p.x_dt, True)]
+    if bwd:
+        args.append(ptr_decl("diff_dst", p.dy_dt, True))
+    if p.add:
+        args.append(ptr_decl("diff_src1", p.dy_dt, False) if bwd
+                    else ptr_decl("src1", p.out_dt, True))
+    args += ["__global const float *restrict coef", "const int k_off",
+             ptr_decl("dst", p.out_dt, False)]
+    args += _size_args(p.groups)
+    rp = f"max(1, min(16, {p.vec_values} / ({S_in})))"
+    nk = 4 if bwd else 3
+
+    def coef(k: int, w: int) -> str:
+        if not c_inner:
+            return f"k{k}"
+        return f"vload{w}(0, cf + {k * C} + i)" if w > 1 else f"cf[{k * C} + i]"
+
+    def body(w: int) -> str:
+        x = ld("x_r", p.x_dt, "i", w)
+        if bwd:
+            dy = ld("dy_r", p.dy_dt, "i", w)
+            out = (f"{coef(1, w)} * {dy} + {coef(2, w)} * ({x} - {coef(0, w)})"
+                   f" + {coef(3, w)}")
+            return st("dst_r", p.out_dt, "i", out, w)
+        y = f"({x} - {coef(0, w)}) * {coef(1, w)} + {coef(2, w)}"
+        if p.add:
+            y = f"{y} + {ld('s1_r', p.out_dt, 'i', w)}"
+        if p.relu:
+            y = f"fmax({y}, 0.0f)"
+        return st("dst_r", p.out_dt, "i", y, w)
+
+    ptrs = f"""
+        __global const {_CTYPE[p.x_dt]} *x_r = src + ((size_t){x_at});
+        __global {_CTYPE[p.out_dt]} *dst_r = dst + ((size_t){o_at});"""
+    if bwd:
+        ptrs += f"""
+        __global const {_CTYPE[p.dy_dt]} *dy_r = diff_dst + ((size_t){dy_at});"""
+    if p.add and not bwd:
+        ptrs += f"""
+        __global const {_CTYPE[p.out_dt]} *s1_r = src1 + ((size_t){o_at});"""
+    if c_inner:
+        ptrs += """
+        __global const float *cf = coef + k_off;"""
+    else:
+        ptrs += "".join(f"\n        const float k{k} = coef[k_off + {k * C} + c];"
+                        for k in range(nk))
+    loops = f"""
+        const int vend = ({S_in}) / {V} * {V};
+        for (int i = 0; i < vend; i += {V}) {{ {body(V)} }}
+        for (int i = vend; i < {S_in}; ++i) {{ {body(1)} }}"""
+    if p.add and bwd:
+        raise ValueError("BnApply vec: the backward's diff_src1 needs the workspace")
+    name = "pydnnl_bn_apply"
+    src = f"""{io_preamble(dts, V)}
+__kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int rp = {rp};
+    const int r0 = get_global_id(0) * rp;
+    const int r1 = min(r0 + rp, {O});
+    for (int o = r0; o < r1; ++o) {{
+        {dec}{ptrs}{loops}
+    }}
+}}
+"""
+    if p.groups is not None:
+        py_rp = f"max(1, min(16, {p.vec_values} // ({S_in})))"
+        return KernelSource(name, src, None, (1,), _arg_names(args),
+                            grid=(f"(({O}) + {py_rp} - 1) // {py_rp}",))
+    n_rp = max(1, min(16, p.vec_values // S_in))
+    return KernelSource(name, src, (-(-O // n_rp),), (1,), _arg_names(args))
 
 
 # -- layer normalization -----------------------------------------------------------------------

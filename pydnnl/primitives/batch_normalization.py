@@ -50,6 +50,7 @@ from ..kernels.normalization import (
     BnFused,
     BnReduce,
     bn_apply_shape,
+    bn_apply_vec_ok,
     bn_finalize_runtime,
     bn_fused_run,
     bn_reduce_partials,
@@ -245,6 +246,7 @@ class _bn_pd(primitive_desc_base):
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
         self.apply_rows = rules.apply_rows_per_item(info)
+        self.apply_vec = rules.bn_apply_vec(info)
 
     def _fuse(self, dims, lays: list, mds: list) -> bool:
         """Whether the statistics and the elementwise pass run as one kernel per channel
@@ -294,8 +296,15 @@ def _runtime(dims, lays: list, **named) -> tuple[dict, dict]:
 def _apply(pd, dims, lays: list, **fields) -> tuple[BnApply, dict]:
     """The elementwise pass's problem (run-time form over plain layouts) and its size
     arguments."""
+    vec = pd.apply_vec if bn_apply_vec_ok(dims, fields["x"], fields["out"], fields.get("dy"),
+                                          fields.get("ws", False)) else 0
+    if fields.get("add") and fields.get("dy") is not None:
+        vec = 0
     rt, values = _runtime(dims, lays, **{k: fields[k] for k in ("x", "out", "dy")
                                          if k in fields})
+    if vec:
+        return BnApply(**{"dims": tuple(dims), **fields, **rt, "vec": vec,
+                          "vec_values": rules.BN_APPLY_VEC_VALUES}), values
     if rt:
         inner, outer = rt["groups"][-1], rt["groups"][:-1]
         o = math.prod(int(g[0]) if g[1] else values[f"bn_g{k}"] for k, g in enumerate(outer))

@@ -5,8 +5,9 @@ and with the lanes summed in local memory, and channel-lanes path,
 forward and backward with the ReLU workspace), finalize (computed, given, backward) and the
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
-kernels; the one-kernel-per-channel batch normalization (forward and backward); the lnorm
-backward rows summing diff_scale/diff_shift as they go."""
+kernels; the one-kernel-per-channel batch normalization (forward and backward); the bnorm
+elementwise pass walking runs in float vectors; the lnorm backward rows summing
+diff_scale/diff_shift as they go."""
 from __future__ import annotations
 
 import pathlib
@@ -123,9 +124,22 @@ def lnorm(name, dims, t, flags):
     results[name] = bool(ok)
 
 lnorm("ln_rows", [3, 2, 37], "abc", both)
+from pydnnl.runtime.heuristics import normalization as rules
+# the bnorm elementwise pass walking whole runs in float8 vectors (the CPU path), forced,
+# with the split statistics: runs of 21 (2 vectors and a tail), about 30 values (one run)
+# or 50 (two runs, a short last work-item) per work-item, channel-uniform and channel runs
+_bn_fused = rules.bn_fused
+rules.bn_fused = lambda info, C, nbytes, run: (False, 0, False)
+rules.bn_apply_vec = lambda info: 8
+rules.BN_APPLY_VEC_VALUES = 50
+bnorm("bn_vec_nchw", [3, 3, 3, 7], "abcd", both)
+bnorm("bn_vec_nhwc", [3, 21, 1, 3], "acdb", both)
+rules.BN_APPLY_VEC_VALUES = 30
+bnorm("bn_vec_nchw_one_run", [3, 3, 3, 7], "abcd", both)
+rules.bn_apply_vec = lambda info: 0
+rules.bn_fused = _bn_fused
 lnorm("ln_transposed_global", [4, 5], "ba", both | F.use_global_stats)
 # the register-cached rows (the GPU path), forced
-from pydnnl.runtime.heuristics import normalization as rules
 rules.ln_row_cache = lambda info, C, wg: -(-C // wg)
 lnorm("ln_rows_cached", [3, 2, 37], "abc", both)
 lnorm("ln_rows_cached_global", [3, 5], "ab", both | F.use_global_stats)
@@ -160,4 +174,5 @@ def test_normalization_kernels_clean_under_oclgrind():
                        "ln_rows_cached": True, "ln_rows_cached_global": True,
                        "bn_nchw_relu_tree": True, "bn_fused_relu": True,
                        "bn_fused_plain": True, "ln_rows_fused_ss": True,
-                       "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True}
+                       "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True,
+                       "bn_vec_nchw": True, "bn_vec_nhwc": True, "bn_vec_nchw_one_run": True}

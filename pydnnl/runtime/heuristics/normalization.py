@@ -250,3 +250,18 @@ def ln_fwd_vec_rows(info, C: int) -> int:
     1.19-1.20 ms with one row per work-item, 1.04-1.06 with 4, 1.01-1.03 with 16 (the
     variance pass left out: 0.99-1.03)."""
     return max(1, min(16, LN_VEC_ROW_VALUES // max(1, C)))
+
+
+BN_APPLY_VEC_VALUES = 16384
+
+
+def bn_apply_vec(info) -> int:
+    """Values per vector of the batch normalization elementwise pass with one work-item per
+    innermost run (``BnApply.vec``), 0 for the per-element form (GPUs, whose work-items
+    coalesce). CPUs: 16 on Intel's runtime (an AVX-512 register), 8 on others (PoCL builds
+    no ``float16`` code), as :func:`ln_fwd_vec`. The per-element form runs on a 2-D grid
+    (runs along axis 0), which Intel's runtime vectorizes across work-items with a partly
+    masked work-group per run (3136 values at 56x56) and the index arithmetic per group."""
+    if info.is_gpu:
+        return 0
+    return 16 if info.runtime == "intel" else 8
