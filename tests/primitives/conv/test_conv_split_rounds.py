@@ -62,4 +62,39 @@ def test_batched_slices_with_128_wide_entries_take_the_block_kernels():
     assert tile(1152, 128, 2048, 1) is None         # long k alone: the loopy family
     assert tile(1152, 128, 2048, 8) is not None
     assert (tile(1152, 128, 256, 16).tm, tile(1152, 128, 256, 16).tn) == (4, 4)
-    assert tile(64, 64, 784, 128) is None           # 64-wide entries keep the loopy family
+
+
+def test_batched_64_wide_slices_take_the_thin_tiles():
+    """res2a's weight-gradient slices (64 x 256 x 784 by 128) and Winograd's 64 x 64
+    products take the thin tiles when batched with k >= 512; a lone 64 x 256 GEMM does not
+    (its long side is short of 1024)."""
+    from pydnnl.kernels.gemm import GemmProblem
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    def tile(m, n, k, batch):
+        extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n) \
+            if batch > 1 else {}
+        return nv_tile(H200.info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **extra))
+
+    for m, n in ((64, 256), (64, 64), (256, 64)):
+        t = tile(m, n, 784, 128)
+        assert t is not None and (t.tm, t.tn) == (4, 4), (m, n, t)
+    assert tile(64, 256, 784, 1) is None
+    assert tile(64, 64, 392, 128) is None  # short slices: the loopy family
+
+
+@pytest.mark.parametrize("T, ic, oc, want_cpu, want_gpu", [
+    (3136, 128, 128, 8, 4),   # res3a mb32 chunk: 784-tile slices
+    (1568, 256, 256, 4, 2),
+    (512, 512, 512, 2, 1),    # res5a mb32: one slice, 16 products of 512 x 512
+    (6272, 64, 64, 16, 8),    # res2a mb32 chunk
+    (784, 64, 64, 2, 2),      # res2a mb1: 16 products of one slice are too few blocks
+    (196, 128, 128, 1, 1),
+])
+def test_winograd_wgrad_slices(T, ic, oc, want_cpu, want_gpu):
+    from pydnnl.primitives.conv.solvers.winograd_f2x3 import _slices
+
+    cpu = SimpleNamespace(info=SimpleNamespace(is_gpu=False, compute_units=2))
+    assert _slices(T, 1, cpu, ic, oc, 1) == 1
+    assert _slices(T, 32, None, ic, oc, 1) == want_cpu
+    assert _slices(T, 32, H200, ic, oc, 1) == want_gpu
