@@ -324,3 +324,28 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
 # (machine shared, CPU ms: 58-65 against 67-71; 5 rows and k unrolled by 2: 56-61). The cell
 # work's own time is mostly its reads of gx (the prototype with bias read in place of gx:
 # 47-48 CPU ms against 59-61), not the gate arithmetic.
+
+# Tried and not taken (CPUs, issue 18; LSTM 512 N 64 T 50 inference, 2-core AVX-512 Xeon,
+# Intel's runtime, kernel profiles of quiet interleaved rounds, ms for the 50 steps):
+# - gx through the recurrent GEMM: each step's GEMM adding its product into the step's gx in
+#   place, halved (alpha = beta = 0.5), the cell kernel reading that slot as both gx and gh
+#   (exact: halving and doubling are). The cells' cold reads of gx move into the GEMM's
+#   epilogue and cost it more there: cells 4.77-5.12 -> 3.66-3.85, recurrent GEMMs
+#   21.6-22.8 -> 24.6-25.6 (4 rounds each). With gx read from one step's slot every step
+#   (timing only) the cells took 3.6 against 5.5: a fifth of their time is gx's reads.
+# - The per-execution packing of both weights (pack_b, 1.2-1.5 ms of profile) in 128- or
+#   64-deep k chunks per work-group instead of 16: 1.24-1.51 against 1.40-1.48 (3 rounds).
+#   Packing once (weights "any" resolving to packed panels) needs panels that never cross a
+#   gate, i.e. ldgOi32o / ldgOi16o: 8x32 tiles (k unrolled by 4) ran 337-350 GFLOP/s at
+#   64x2048x512 against 345-366 for 8x48 and 343-351 against 340-354 at 3200x2048x512
+#   (isolated kernels, 6-8 rounds): about 0.6 ms lost on the recurrence for 1.1 saved; not
+#   built.
+# - The recurrent GEMM's work order (isolated kernel, GFLOP/s median-best of 15 rounds):
+#   8x48 as is 354-369, m_loop 8 (one work-group per B panel, U read once a step) 364-371,
+#   m_inner 362-367, m_loop 2 364-366: within noise, so U's 4 MB streaming from L3 eight times
+#   a step does not bound it. The kernel's k loop (Intel's disassembly,
+#   CL_CONFIG_DUMP_DISASSEMBLY) is 48 FMAs, 16 broadcasts from memory and 6 B loads per k
+#   pair with 30 of the 32 zmm registers live: an in-L1 6400x96x256 runs the same 346-355,
+#   so the FMA ports bound it (OpenBLAS 264 there, 311 at 3200x2048x512; PyTorch's own
+#   matmul 352 and 243 at 64x2048x512), and a software-pipelined k loop or A broadcasts kept
+#   in registers (no registers left) have nothing to win.
