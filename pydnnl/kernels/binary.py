@@ -482,3 +482,108 @@ def build_binary(p: BinaryProblem):
                + po.helpers(tuple(p.post_ops))
                + type_helpers((d0, d1, dd) if po.reads_prior(p.post_ops) else (d0, d1), (dd,))}
     return register_helpers(knl, list(helpers.values())) if helpers else knl
+
+
+# -- the CPU vector-row form ---------------------------------------------------------------------
+_VEC_OPS = {algorithm.binary_add: "({a}) + ({b})", algorithm.binary_sub: "({a}) - ({b})",
+            algorithm.binary_mul: "({a}) * ({b})", algorithm.binary_div: "({a}) / ({b})",
+            algorithm.binary_max: "fmax({a}, {b})", algorithm.binary_min: "fmin({a}, {b})"}
+
+
+@dataclass(frozen=True)
+class BinaryVecProblem:
+    """``dst = src0 op src1`` with one work-item per run of rows (CPUs): each row (the
+    innermost collapsed dim, ``dims[-1]``) walked in ``float<vec>`` vectors, then a scalar
+    tail; each source either runs along the row (stride 1) or is one value per row (stride 0,
+    a per-channel operand of ``nchw``). ``dims``, ``layouts`` (src0, src1, dst, plain) and
+    the row length are baked; the row count (``bouter``, the product of ``dims[:-1]``) is a
+    kernel argument, so a new minibatch reuses the program. ``rows_per_item`` consecutive rows
+    per work-item."""
+
+    alg: int
+    dims: tuple[int, ...]
+    layouts: tuple
+    vec: int = 16
+    rows_per_item: int = 1
+    scales: tuple[bool, bool] = (False, False)
+    dts: tuple[int, int, int] = (3, 3, 3)
+
+
+def vec_form_ok(alg, dims, layouts, post_ops=(), dts=(F32, F32, F32)) -> bool:
+    """Whether :class:`BinaryVecProblem` covers a collapsed problem: an arithmetic or max/min
+    algorithm, no post-ops, f32/bf16/f16, plain layouts, at least two dims, dst and every
+    source of stride 1 or 0 along the last dim (dst 1)."""
+    if algorithm(alg) not in _VEC_OPS or post_ops or len(dims) < 2 or len(layouts) != 3:
+        return False
+    if any(data_type(d) not in TYPES for d in dts):
+        return False
+    for _off, terms in layouts:
+        if any(blk != 1 or inner for blk, _s, inner in terms):
+            return False
+    return layouts[2][1][-1][1] == 1 and all(lay[1][-1][1] in (0, 1) for lay in layouts[:2])
+
+
+def build_binary_vec(p: BinaryVecProblem):
+    """OpenCL source of :class:`BinaryVecProblem` (a :class:`KernelSource`)."""
+    from .normalization import _decompose as decompose
+    from .reduction import _CTYPE, io_preamble, ld, ptr_decl, st
+    from .source import KernelSource
+
+    if not vec_form_ok(p.alg, p.dims, p.layouts, (), p.dts):
+        raise ValueError("binary vec form: arithmetic or max/min, plain layouts, rows of "
+                         "stride 1 (dst) or 0/1 (sources)")
+    V, RP = p.vec, max(1, p.rows_per_item)
+    inner = int(p.dims[-1])
+    outer = [int(d) for d in p.dims[:-1]]
+    names = [f"i{k}" for k in range(len(outer))]
+    dec = decompose("o", outer, names)
+    dt = [data_type(d).name for d in p.dts]
+
+    def base(t: int) -> str:
+        off, terms = p.layouts[t]
+        parts = [str(off)] if off else []
+        parts += [f"(size_t){n} * {s}" for n, (_b, s, _i) in zip(names, terms) if s]
+        return " + ".join(parts) or "0"
+    args = [ptr_decl("src0", dt[0], True), ptr_decl("src1", dt[1], True)]
+    if p.scales[0]:
+        args.append("__global const float *restrict scale0")
+    if p.scales[1]:
+        args.append("__global const float *restrict scale1")
+    args += [ptr_decl("dst", dt[2], False), "const int bouter"]
+    stride = [p.layouts[t][1][-1][1] for t in range(2)]
+    pre = [f"scale{t}[0] * " if p.scales[t] else "" for t in range(2)]
+    lines = []
+    for t in range(2):
+        lines.append(f"__global const {_CTYPE[dt[t]]} *s{t} = src{t} + {base(t)};")
+        if not stride[t]:
+            lines.append(f"const float u{t} = {pre[t]}{ld(f's{t}', dt[t], '0')};")
+    lines.append(f"__global {_CTYPE[dt[2]]} *d = dst + {base(2)};")
+
+    def val(t: int, w: int) -> str:
+        return f"u{t}" if not stride[t] else f"{pre[t]}{ld(f's{t}', dt[t], 'j', w)}"
+
+    def body(w: int) -> str:
+        v = _VEC_OPS[algorithm(p.alg)].format(a=val(0, w), b=val(1, w))
+        return st("d", dt[2], "j", v, w)
+    vend = inner // V * V
+    loops = f"for (int j = 0; j < {vend}; j += {V}) {{ {body(V)} }}"
+    if vend < inner:
+        loops += f"\n        for (int j = {vend}; j < {inner}; ++j) {{ {body(1)} }}"
+    name = kernel_name(p)
+    sep = "\n        "
+    src = f"""{io_preamble(tuple(dt), V)}
+__kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int r0 = get_global_id(0) * {RP};
+    const int r1 = min(r0 + {RP}, bouter);
+    for (int o = r0; o < r1; ++o) {{
+        {dec}
+        {sep.join(lines)}
+        {loops}
+    }}
+}}
+"""
+    arg_names = tuple(a.split()[-1].lstrip("*") for a in args)
+    return KernelSource(name, src, None, (1,), arg_names,
+                        grid=(f"(bouter + {RP - 1}) // {RP}",))

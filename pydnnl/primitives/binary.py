@@ -286,6 +286,23 @@ class binary(primitive):
             (:func:`pydnnl.kernels.binary.runtime_form`) and the sizes to bind."""
             return K.runtime_form(self._baked_problem(eng), self._rt)
 
+        def _vec_problem(self, eng) -> K.BinaryVecProblem | None:
+            """The CPU vector-row form (``H.vec_rows``) where it covers the problem
+            (:func:`pydnnl.kernels.binary.vec_form_ok`), else None."""
+            vec, rows = H.vec_rows(eng.info, self._dims)
+            tensors = self._tensors()
+            dts = tuple(int(self._args[a].md.data_type) for a in (ARG_SRC_0, ARG_SRC_1, ARG_DST))
+            if not vec or len(tensors) != 3 or not K.vec_form_ok(
+                    self._alg, self._dims, self._layouts, self._post_ops, dts):
+                return None
+            return K.BinaryVecProblem(
+                # the outermost dim only counts rows (``bouter``, an argument): one program
+                # serves every minibatch
+                alg=int(self._alg), dims=(-1,) + tuple(self._dims[1:]),
+                layouts=tuple(self._layouts),
+                vec=vec, rows_per_item=rows,
+                scales=tuple(a in self._scales for a in (ARG_SRC_0, ARG_SRC_1)), dts=dts)
+
         def _baked_problem(self, eng) -> K.BinaryProblem:
             wg, rows = H.launch(eng.info, self._dims)
             tensors = self._tensors()
@@ -315,6 +332,12 @@ class binary(primitive):
             named["scale0"] = Ref(ARG_ATTR_SCALES | ARG_SRC_0)
         if problem.scales[1]:
             named["scale1"] = Ref(ARG_ATTR_SCALES | ARG_SRC_1)
+        vec = pd._vec_problem(pd.get_engine())
+        if vec is not None:
+            named = {k: v for k, v in named.items() if not k.startswith(("bd", "bs", "bouter"))}
+            named["bouter"] = math.prod(pd._dims[:-1])
+            plan.kernel("binary_vec", vec, K.build_binary_vec, **named)
+            return
         plan.kernel("binary", problem, K.build_binary, **named)
 
     def _execute(self, s, args) -> None:

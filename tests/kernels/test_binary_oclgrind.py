@@ -1,8 +1,9 @@
 """Binary, sum and concat kernels under the Oclgrind simulator: every launch shape (flat, rows,
 strided with division), broadcasts of either source, blocked layouts with padding, fused
-post-ops and scales, in-place use, the ternary select (an s8 condition), sums and concats of
-more sources than one kernel takes. No out-of-bounds access, no use of uninitialized values,
-no data race, no API misuse, and results that match the numpy references.
+post-ops and scales, in-place use, the CPU vector-row form (forced; a probe of its own), the
+ternary select (an s8 condition), sums and concats of more sources than one kernel takes. No
+out-of-bounds access, no use of uninitialized values, no data race, no API misuse, and results
+that match the numpy references.
 
 Oclgrind reports problems only on stderr, so the kernels run in a subprocess whose stderr is
 read here; kernel caches are off so that every kernel is generated and built under Oclgrind.
@@ -254,3 +255,51 @@ print(json.dumps(results))
 def test_binary_sum_concat_kernels_under_oclgrind():
     results = run_probe(PROBE)
     assert results and all(results.values()), results
+
+
+PROBE_VEC = PROBE[:PROBE.index("# flat: 546 elements")] + r"""
+# the CPU vector-row form (one work-item walks rows in float8 vectors), forced: 2 rows per
+# work-item (a short last one), rows of 21 (2 vectors and a tail) with one per-channel value
+# per row (nchw), rows of 21 channels read along (nhwc), rows of 5 (shorter than a vector),
+# a row broadcast with scales, bf16 in and out
+from pydnnl.runtime.heuristics import binary as HB
+HB.vec_rows = lambda info, dims: (8, 2) if len(dims) > 1 else (0, 0)
+a, b = x(3, 3, 3, 7), x(1, 3, 1, 1)
+impl, y = binary(A.binary_mul, a, b, "abcd", "abcd", "abcd")
+results["vec_nchw_channel"] = close(y, RB(A.binary_mul, a, b))
+a, b = x(3, 21, 1, 3), x(1, 21, 1, 1)
+impl, y = binary(A.binary_sub, a, b, "acdb", "acdb", "acdb", inplace=True)
+results["vec_nhwc_channel_inplace"] = close(y, RB(A.binary_sub, a, b))
+a, b = x(3, 5, 1, 3), x(1, 5, 1, 1)
+impl, y = binary(A.binary_max, a, b, "acdb", "acdb", "acdb")
+results["vec_nhwc_short_rows"] = close(y, RB(A.binary_max, a, b))
+a, b = x(5, 37), x(1, 37)
+attr = dnnl.primitive_attr()
+attr.set_scales_mask(dnnl.ARG_SRC_1, 0)
+sc1 = dnnl.memory(MD([1], F32, "a"), eng, np.array([2.0], np.float32))
+impl, y = binary(A.binary_add, a, b, "ab", "ab", "ab", attr=attr,
+                 extra={dnnl.ARG_ATTR_SCALES | dnnl.ARG_SRC_1: sc1})
+results["vec_row_broadcast_scale"] = close(y, RB(A.binary_add, a, 2.0 * b))
+BF16 = dnnl.memory.data_type.bf16
+pd = dnnl.binary.primitive_desc(eng, A.binary_add, MD([3, 3, 3, 7], BF16, "abcd"),
+                                MD([1, 3, 1, 1], BF16, "abcd"), MD([3, 3, 3, 7], BF16, "abcd"))
+a, b = x(3, 3, 3, 7), x(1, 3, 1, 1)
+m0, m1 = dnnl.memory(pd.src_desc(0), eng, a), dnnl.memory(pd.src_desc(1), eng, b)
+out = dnnl.memory(pd.dst_desc(), eng)
+dnnl.binary(pd).execute(s, {dnnl.ARG_SRC_0: m0, dnnl.ARG_SRC_1: m1, dnnl.ARG_DST: out})
+s.wait()
+want = RB(A.binary_add, m0.to_numpy().astype(np.float64), m1.to_numpy().astype(np.float64))
+results["vec_bf16_channel"] = bool(np.allclose(out.to_numpy(), want, rtol=2 ** -7, atol=1e-6))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="Oclgrind OpenCL platform not installed")
+def test_binary_vector_rows_under_oclgrind():
+    # the optimizer pairs the row index's division and remainder behind LLVM's freeze, which
+    # Oclgrind's uninitialized-value plugin cannot follow (as for the normalization kernels)
+    results = run_probe(PROBE_VEC, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert set(results) == {"vec_nchw_channel", "vec_nhwc_channel_inplace",
+                            "vec_nhwc_short_rows", "vec_row_broadcast_scale",
+                            "vec_bf16_channel"}
+    assert all(results.values()), results

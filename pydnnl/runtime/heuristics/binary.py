@@ -95,3 +95,28 @@ def concat_spans(info) -> bool:
 def max_inputs(info) -> int:
     """Source buffers one sum (or one-launch concat) kernel takes."""
     return MAX_INPUTS
+
+
+VEC_ROW_VALUES = 16384
+
+
+def vec_rows(info, dims) -> tuple[int, int]:
+    """(vector width, rows per work-item) of the vector-row form
+    (:class:`pydnnl.kernels.binary.BinaryVecProblem`: one work-item walks whole rows of the
+    collapsed space in ``float<vec>`` vectors), ``(0, 0)`` for the index-space kernel. GPUs
+    never (their work-items coalesce). CPUs: 16 lanes on Intel's runtime (an AVX-512
+    register), 8 on others (PoCL builds no ``float16`` code); rows up to 16 per work-item,
+    about VEC_ROW_VALUES values (Intel's runtime pays a fixed cost per work-group).
+
+    Measured on the 2-core AVX-512 Xeon (Intel's runtime, shared machine; both forms built in
+    one process, 5 alternating rounds, min ms; in-place add as benchdnn's ``--inplace=true``,
+    PyTorch's ``add_`` in the same rounds): per channel 32x256x56x56 + 1x256x1x1 nchw
+    9.0 -> 5.5 (torch 5.5), nhwc 11.5 -> 4.7 (torch 9.3); 32x64x56x56 + 1x64x1x1 nchw
+    0.58 -> 0.48, nhwc 0.79 -> 0.48 (torch 0.44); row broadcast 16x512x768 + 1x1x768
+    0.48 -> 0.48 (torch 0.43). nhwc's rows of 256 channels were one work-group each; nchw's
+    rows of 3136 left a partly masked work-group per row. (The quarter-row float16 variant
+    noted above was tried on the 2-D grid, not with whole rows per work-item.)"""
+    if info.is_gpu or len(dims) < 2:
+        return 0, 0
+    v = 16 if info.runtime == "intel" else 8
+    return v, max(1, min(16, VEC_ROW_VALUES // max(1, int(dims[-1]))))
