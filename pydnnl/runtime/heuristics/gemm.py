@@ -301,7 +301,11 @@ _NV_THIN_MAX_K = 1024
 # res3b_branch2a 0.228-0.243 -> 0.210-0.211; the other layers unchanged. Batched entries
 # with a 64-wide side and such a k take the thin tiles whatever their long side (res2a's
 # 64-channel slices: res2a_branch1 0.353 -> 0.249 ms, 0.78x -> 1.10x; res2b_branch2a 0.409
-# -> 0.325, 1.23x; Winograd res2a_branch2b 0.57 -> 0.40; conv1 0.94 -> 0.85)
+# -> 0.325, 1.23x; Winograd res2a_branch2b 0.57 -> 0.40; conv1 0.94 -> 0.85). Both only
+# where the batch gives half the compute units a block (Winograd res3a's 64 products of
+# 128 x 128: 128 blocks): a backward data's two slices at mb 1
+# (res4a_branch2c, 196 x 256 x 512 by 2: 16 blocks) ran 0.061-0.069 -> 0.066-0.080 ms on
+# the block kernels and keep the loopy family's small blocks
 _NV_BATCH_MIN_DIM = 128
 _NV_BATCH_MIN_K = 512
 
@@ -375,10 +379,11 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
             and smem_bytes(t) <= info.local_mem_bytes
 
     batched_blocks = prob.batch > 1 and min(prob.m, prob.n) >= _NV_BATCH_MIN_DIM \
-        and prob.k >= _NV_BATCH_MIN_K
+        and prob.k >= _NV_BATCH_MIN_K and blocks(_NV_WIDE) >= 0.5 * units
     if (prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM) and not batched_blocks:
         short, long_ = sorted((prob.m, prob.n))
-        many = prob.batch > 1 and short >= 64 and prob.k >= _NV_BATCH_MIN_K
+        many = prob.batch > 1 and short >= 64 and prob.k >= _NV_BATCH_MIN_K \
+            and blocks(_NV_THIN_M if prob.m <= prob.n else _NV_THIN_N) >= 0.5 * units
         if short < _NV_THIN_MIN[0] or (long_ < _NV_THIN_MIN[1] and not many) \
                 or prob.k > _NV_THIN_MAX_K:
             return None

@@ -98,3 +98,30 @@ def test_winograd_wgrad_slices(T, ic, oc, want_cpu, want_gpu):
     assert _slices(T, 1, cpu, ic, oc, 1) == 1
     assert _slices(T, 32, None, ic, oc, 1) == want_cpu
     assert _slices(T, 32, H200, ic, oc, 1) == want_gpu
+
+
+def test_few_batched_blocks_keep_the_loopy_family():
+    """A backward data's two k slices at mb 1 (res4a_branch2c: 196 x 256 x 512 by 2) give
+    too few blocks for the SGEMM's block or thin kernels."""
+    from pydnnl.kernels.gemm import GemmProblem
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    m, n, k = 196, 256, 512
+    pr = GemmProblem(m=m, n=n, k=k, lda=1024, ldb=n, ldc=n, batch=2, stride_a=k,
+                     stride_b=k * n, stride_c=m * n)
+    assert nv_tile(H200.info, pr) is None
+    pr = GemmProblem(m=64, n=256, k=k, lda=k, ldb=n, ldc=n, batch=2, stride_a=64 * k,
+                     stride_b=k * n, stride_c=64 * n)
+    assert nv_tile(H200.info, pr) is None
+
+
+def test_winograd_res3a_products_take_the_blocks():
+    """Winograd res3a's backward weights at mb 32 (16 x 4 products of 128 x 128 x 784,
+    A transposed): 128 64x128 blocks, the block kernels."""
+    from pydnnl.kernels.gemm import GemmProblem
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    pr = GemmProblem(m=128, n=128, k=784, lda=128, ldb=128, ldc=128, trans_a=True, batch=64,
+                     stride_a=784 * 128, stride_b=784 * 128, stride_c=128 * 128)
+    t = nv_tile(H200.info, pr)
+    assert t is not None and (t.bm, t.bn) == (64, 128)
