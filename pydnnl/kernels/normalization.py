@@ -204,6 +204,10 @@ class BnReduce:
     # and strides as arguments, ``chunk`` (rows or runs per chunk) and ``groups`` variables
     rt_groups: tuple | None = None
     chunk: object = None
+    # CPU form of the ``c`` lanes (:func:`_bn_reduce_vec`): one work-item per chunk and block
+    # of ``vec * vec_k`` channels, ``vec_k`` float<vec> sums each (0: the lanes form)
+    vec: int = 0
+    vec_k: int = 1
 
 
 def _bn_sizes(dims) -> tuple[int, int, int, list[int]]:
@@ -478,6 +482,8 @@ def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
     lays, groups = _bn_reduce_lays(p)
     if groups is None or not groups[-1][1] or any(st != 1 for st in groups[-1][2][:2]):
         return None
+    if p.vec:
+        return _bn_reduce_vec(p, lays, groups)
     C, L = p.dims[1], p.wg
     outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
     R = math.prod(g[0] for g in outer)
@@ -540,6 +546,124 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
 }}
 """
     return _rt_launch(name, src, (C, p.groups), (L, 1), args)
+
+
+def _bn_reduce_vec(p: BnReduce, lays, groups) -> KernelSource:
+    """The channels-innermost reduction with one work-item per (block of ``vec * vec_k``
+    channels, chunk of rows): ``vec_k`` ``float<vec>`` sums per statistic walking the chunk's
+    rows (each row's block is ``vec_k`` contiguous vectors), one partial per chunk; the
+    channels past the last whole vector (``C % vec``) in scalars by the last block. Intel's
+    CPU runtime runs the lanes form's work-group of 256 channels as 16 vectors one after
+    the other over the same rows, its chunk of 64 rows one work-group each."""
+    from .reduction import _CTYPE, io_preamble, ld, ptr_decl
+
+    V, K = p.vec, max(1, p.vec_k)
+    if p.ws and groups[-1][2][2] != 1:
+        raise ValueError("BnReduce vec: the workspace needs stride 1 along the channels")
+    C = p.dims[1]
+    B = V * K
+    nblk = -(-C // B)
+    cv = C // V * V              # channels in whole vectors
+    outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
+    R = math.prod(g[0] for g in outer)
+    rt = p.rt_groups is not None
+    chunk = p.chunk if rt else -(-R // p.groups)
+    names = [f"o{k}" for k in range(len(outer))]
+    bwd = p.dy is not None
+    idx = names + ["0"]
+    allg = outer + [groups[-1]]
+    dts = (p.x_dt,) + ((p.dy_dt,) if bwd else ())
+    args = [ptr_decl("src", p.x_dt, True)]
+    if bwd:
+        args += [ptr_decl("diff_dst", p.dy_dt, True), "__global const float *restrict mean"]
+        if p.ws:
+            args.append("__global const uchar *restrict ws")
+    args += ["__global float *restrict part", "const int p_off"]
+    if rt:
+        args += _size_args(p)
+    dec = _decompose("r", [g[0] for g in outer], names)
+    ptrs = [f"__global const {_CTYPE[p.x_dt]} *xr = src + "
+            f"((size_t){_group_offsets(allg, idx, 0, p.x[0])});"]
+    if bwd:
+        ptrs.append(f"__global const {_CTYPE[p.dy_dt]} *dr = diff_dst + "
+                    f"((size_t){_group_offsets(allg, idx, 1, p.dy[0])});")
+        if p.ws:
+            ptrs.append(f"__global const uchar *wr = ws + "
+                        f"((size_t){_group_offsets(allg, idx, 2, 0)});")
+
+    def acc(w: int, at: str, sfx: str) -> str:
+        T = f"float{w}" if w > 1 else "float"
+        x = f"{ld('xr', p.x_dt, at, w)} - k{sfx}"
+        if not bwd:
+            return f"{{ const {T} x = {x}; a0{sfx} += x; a1{sfx} += x * x; }}"
+        dy = ld("dr", p.dy_dt, at, w)
+        if p.ws:
+            dy = (f"select(({T})0.0f, {dy}, convert_int{w}(vload{w}(0, wr + {at})) != 0)"
+                  if w > 1 else f"(wr[{at}] ? {dy} : 0.0f)")
+        return f"{{ const {T} x = {x}; const {T} dy = {dy}; a0{sfx} += dy; a1{sfx} += dy * x; }}"
+
+    def shift(w: int, c: str) -> str:
+        if bwd:
+            return f"vload{w}(0, mean + {c})" if w > 1 else f"mean[{c}]"
+        return ld("src", p.x_dt, f"{p.x[0]} + {c}", w)
+
+    def always(k: int) -> bool:
+        """Whether vector ``k`` of every block is whole."""
+        return (nblk - 1) * B + (k + 1) * V <= C
+
+    T = f"float{V}"
+    decl = "\n    ".join(
+        f"{T} a0_{k} = 0.0f, a1_{k} = 0.0f; const {T} k_{k} = "
+        + (shift(V, f"c0 + {k * V}") if always(k) else
+           f"(c0 + {(k + 1) * V} <= {C}) ? {shift(V, f'c0 + {k * V}')} : ({T})0.0f")
+        + ";" for k in range(K))
+    steps = " ".join(acc(V, f"c0 + {k * V}", f"_{k}") if always(k) else
+                     f"if (c0 + {(k + 1) * V} <= {C}) {acc(V, f'c0 + {k * V}', f'_{k}')}"
+                     for k in range(K))
+    stores = []
+    for k in range(K):
+        for lane in range(V):
+            c = f"c0 + {k * V + lane}"
+            st_ = (f"part[p_off + (g * {C} + {c}) * 2] = a0_{k}.s{lane:x}; "
+                   f"part[p_off + (g * {C} + {c}) * 2 + 1] = a1_{k}.s{lane:x};")
+            stores.append(st_ if always(k) else f"if (c0 + {(k + 1) * V} <= {C}) {{ {st_} }}")
+    sep = "\n            "
+    body = f"""
+    {decl}
+    for (int r = r_beg; r < r_end; ++r) {{
+        {dec}
+        {sep.join(ptrs)}
+        {steps}
+    }}
+    {(chr(10) + "    ").join(stores)}"""
+    if cv < C:
+        # the scalar channels: the last block (whose first channel is below cv)
+        body += f"""
+    if (c0 + {B} >= {C}) {{
+        for (int c = {cv}; c < {C}; ++c) {{
+            const float k_s = {shift(1, "c")};
+            float a0_s = 0.0f, a1_s = 0.0f;
+            for (int r = r_beg; r < r_end; ++r) {{
+                {dec}
+                {sep.join(ptrs)}
+                {acc(1, "c", "_s")}
+            }}
+            part[p_off + (g * {C} + c) * 2] = a0_s;
+            part[p_off + (g * {C} + c) * 2 + 1] = a1_s;
+        }}
+    }}"""
+    name = "pydnnl_bn_reduce"
+    src = f"""{io_preamble(dts, V)}
+__kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int c0 = get_global_id(0) * {B};
+    const int g = get_global_id(1);
+    const int r_beg = g * {chunk};
+    const int r_end = min({R}, r_beg + {chunk});{body}
+}}
+"""
+    return _rt_launch(name, src, (nblk, p.groups), (1, 1), args)
 
 
 def _row_major_strides(dims) -> list[int]:

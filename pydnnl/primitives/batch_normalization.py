@@ -242,6 +242,13 @@ class _bn_pd(primitive_desc_base):
                       for d in range(len(dims)) if d != 1 and dims[d] > 1)
         info = self._engine.info
         self.lanes, self.red_wg, self.groups = rules.bn_reduce_params(info, C, R, c_inner)
+        self.red_vec, self.red_vec_k = 0, 1
+        # the backward's ReLU workspace is dense in logical order, not along nhwc's channels
+        ws = self._kind == "batch_normalization_backward" and self.relu
+        if self.lanes == "c" and not ws:
+            vec, k, groups = rules.bn_reduce_vec(info, C, R)
+            if vec:
+                self.red_vec, self.red_vec_k, self.groups = vec, k, groups
         self.tree = rules.bn_reduce_tree(info, self.lanes)
         self.small_wg = rules.small_wg(info, C)
         self.apply_wg = rules.apply_wg(info)
@@ -389,7 +396,8 @@ class batch_normalization_forward(primitive):
                 self.fused = False
                 self._plan_reduce(None if self.global_stats else BnReduce(
                     dims=tuple(src.dims), x=layout_of(src), lanes=self.lanes, wg=self.red_wg,
-                    groups=self.groups, x_dt=src.data_type.name, tree=self.tree))
+                    groups=self.groups, x_dt=src.data_type.name, tree=self.tree,
+                    vec=self.red_vec, vec_k=self.red_vec_k))
             self._impl = ("ocl:bnorm:fused" if self.fused else
                           f"ocl:bnorm:{'global' if self.global_stats else self.lanes}")
             self._info = (f"flags:{int(self._flags):#x} mb{src.dims[0]}ic{C}"
@@ -536,7 +544,7 @@ class batch_normalization_backward(primitive):
                 dims=tuple(src.dims), x=layout_of(src), dy=layout_of(ddst),
                 mean=layout_of(_stat_md(C)), ws=self.relu, lanes=self.lanes, wg=self.red_wg,
                     groups=self.groups, x_dt=src.data_type.name, dy_dt=ddst.data_type.name,
-                    tree=self.tree)
+                    tree=self.tree, vec=self.red_vec, vec_k=self.red_vec_k)
                     if self.reduce else None)
             self._impl = ("ocl:bnorm:fused" if self.fused else
                           f"ocl:bnorm:{self.lanes if self.reduce else 'global'}")

@@ -6,7 +6,8 @@ forward and backward with the ReLU workspace), finalize (computed, given, backwa
 elementwise pass (runs path and the general path of blocked layouts); the lnorm row kernels
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
 kernels; the one-kernel-per-channel batch normalization (forward and backward); the bnorm
-elementwise pass walking runs in float vectors; the lnorm backward rows summing
+elementwise pass walking runs in float vectors and the channels-innermost reduction per
+block of channels; the lnorm backward rows summing
 diff_scale/diff_shift as they go."""
 from __future__ import annotations
 
@@ -136,6 +137,13 @@ bnorm("bn_vec_nchw", [3, 3, 3, 7], "abcd", both)
 bnorm("bn_vec_nhwc", [3, 21, 1, 3], "acdb", both)
 rules.BN_APPLY_VEC_VALUES = 30
 bnorm("bn_vec_nchw_one_run", [3, 3, 3, 7], "abcd", both)
+# the channels-innermost reduction per block of channels and chunk of rows (the CPU path),
+# forced: blocks of 2 vectors of 8 (C = 21: a whole block, then scalar tail channels; C = 40:
+# a last block with one whole vector), 3 chunks (the last one short), forward and backward
+rules.bn_reduce_vec = lambda info, C, R: (8, 2, 3)
+bnorm("bn_vec_reduce_nhwc", [3, 21, 1, 3], "acdb", both)
+bnorm("bn_vec_reduce_nhwc_blocks", [2, 40, 2, 2], "acdb", both)
+rules.bn_reduce_vec = lambda info, C, R: (0, 1, 0)
 rules.bn_apply_vec = lambda info: 0
 rules.bn_fused = _bn_fused
 lnorm("ln_transposed_global", [4, 5], "ba", both | F.use_global_stats)
@@ -175,4 +183,5 @@ def test_normalization_kernels_clean_under_oclgrind():
                        "bn_nchw_relu_tree": True, "bn_fused_relu": True,
                        "bn_fused_plain": True, "ln_rows_fused_ss": True,
                        "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True,
-                       "bn_vec_nchw": True, "bn_vec_nhwc": True, "bn_vec_nchw_one_run": True}
+                       "bn_vec_nchw": True, "bn_vec_nhwc": True, "bn_vec_nchw_one_run": True,
+                       "bn_vec_reduce_nhwc": True, "bn_vec_reduce_nhwc_blocks": True}

@@ -1,5 +1,8 @@
 """The batch normalization elementwise pass with one work-item per innermost run in float
-vectors (``BnApply.vec``, ``rules.bn_apply_vec``: the CPU form), forced on every device,
+vectors (``BnApply.vec``, ``rules.bn_apply_vec``: the CPU form) and the channels-innermost
+statistics reduction with one work-item per block of channels and chunk of rows
+(``BnReduce.vec``, ``rules.bn_reduce_vec``: blocks of 2 vectors, a partly whole last block,
+scalar tail channels, 3 chunks), forced on every device,
 against the float64 numpy reference: channel-uniform runs (``nchw``, ``ncw``) and
 channel-indexed runs (``nhwc``, ``nc``), run lengths that are whole vectors, whole vectors
 plus a tail, and shorter than one vector; several runs per work-item with a short last
@@ -25,7 +28,8 @@ UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
 SHAPES = {"nchw_whole": ([3, 5, 4, 6], "abcd"), "nchw_tail": ([3, 5, 3, 7], "abcd"),
           "ncw_short": ([4, 3, 5], "abc"), "nhwc_tail": ([3, 21, 2, 3], "acdb"),
           "nhwc_whole": ([2, 16, 3, 2], "acdb"), "nc_short": ([7, 5], "ab"),
-          "ndhwc_tail": ([2, 11, 2, 1, 3], "acdeb")}
+          "ndhwc_tail": ([2, 11, 2, 1, 3], "acdeb"),
+          "nhwc_blocks": ([2, 40, 3, 1], "acdb")}
 
 
 @pytest.fixture
@@ -36,7 +40,13 @@ def forced(monkeypatch):
     monkeypatch.setattr(rules, "bn_apply_vec", lambda info: 8)
     monkeypatch.setattr(rules, "BN_APPLY_VEC_VALUES", 50)
     monkeypatch.setattr(rules, "bn_fused", lambda info, C, nbytes, run: (False, 0, False))
+    monkeypatch.setattr(rules, "bn_reduce_vec", lambda info, C, R: (8, 2, 3))
     return rules
+
+
+def _reduce_source(prim) -> str | None:
+    steps = [st for st in prim._plan.steps if getattr(st, "name", "") == "pydnnl_bn_reduce"]
+    return steps[0].kernel.src.source if steps else None
 
 
 def _data(dims, seed):
@@ -91,6 +101,8 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
     if vec and pd.workspace_desc().is_zero():
         src = _apply_source(prim)
         assert "reqd_work_group_size(1, 1, 1)" in src and "8(" in src
+    if vec and pd.lanes == "c" and not g:
+        assert "reqd_work_group_size(1, 1, 1)" in _reduce_source(prim)
     xs = a[dnnl.ARG_SRC].to_numpy().astype(np.float64)
     sc = d["scale"] if flags & F.use_scale else None
     sh = d["shift"] if flags & F.use_shift else None
@@ -128,6 +140,8 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
     if vec and not relu:
         src = _apply_source(bprim)
         assert "reqd_work_group_size(1, 1, 1)" in src and "8(" in src
+        if bpd.lanes == "c" and not g:
+            assert "reqd_work_group_size(1, 1, 1)" in _reduce_source(bprim)
     dys = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float64)
     mask = None
     if relu:
@@ -197,3 +211,10 @@ def test_rule_closed_form():
     assert rules.bn_apply_vec(SimpleNamespace(is_gpu=True, runtime="nvidia")) == 0
     assert rules.bn_apply_vec(SimpleNamespace(is_gpu=False, runtime="intel")) == 16
     assert rules.bn_apply_vec(SimpleNamespace(is_gpu=False, runtime="pocl")) == 8
+    cpu = SimpleNamespace(is_gpu=False, runtime="intel")
+    assert rules.bn_reduce_vec(SimpleNamespace(is_gpu=True, runtime="nvidia"), 256, 10**5) \
+        == (0, 1, 0)
+    assert rules.bn_reduce_vec(cpu, 8, 10**5) == (0, 1, 0)
+    # 64 channels per work-item, chunks of 256 rows
+    assert rules.bn_reduce_vec(cpu, 256, 32 * 56 * 56) == (16, 4, 392)
+    assert rules.bn_reduce_vec(cpu, 24, 100) == (16, 1, 1)
