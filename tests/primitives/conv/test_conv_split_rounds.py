@@ -4,15 +4,24 @@ from types import SimpleNamespace
 
 import pytest
 
+from pydnnl.kernels.gemm import GemmProblem
 from pydnnl.kernels.gemm_nv import NvTile
 from pydnnl.primitives.conv.solvers.im2col_gemm import _split_count
 from pydnnl.runtime.gemm import GemmShape
 from pydnnl.runtime.heuristics.conv import nv_resident_blocks, one_round_splits
+from pydnnl.runtime.heuristics.gemm import nv_tile
 
 H200 = SimpleNamespace(info=SimpleNamespace(
     is_gpu=True, is_cpu=False, vendor_family="nvidia", compute_units=132,
     max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), local_mem_bytes=48 * 1024,
     simd_width=32, inline_ptx=True, arch="sm_90"))
+
+
+def tile(m, n, k, batch):
+    """The SGEMM blocking the H200 rule picks for ``batch`` dense ``m x n x k`` GEMMs."""
+    extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n) \
+        if batch > 1 else {}
+    return nv_tile(H200.info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **extra))
 
 
 def test_resident_blocks_follow_the_registers():
@@ -47,14 +56,6 @@ def test_rule_leaves_other_devices_and_unknown_kernels_alone():
 def test_batched_slices_with_128_wide_entries_take_the_block_kernels():
     """A weight gradient's k slices of 1152 x 128 (res3a at mb 32) take the SGEMM's blocks;
     alone, or with short slices, the thin tiles (k <= 1024) or the loopy family stay."""
-    from pydnnl.kernels.gemm import GemmProblem
-    from pydnnl.runtime.heuristics.gemm import nv_tile
-
-    def tile(m, n, k, batch):
-        extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n) \
-            if batch > 1 else {}
-        return nv_tile(H200.info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **extra))
-
     got = tile(1152, 128, 784, 16)
     assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (64, 128, 8, 8)
     thin = tile(1152, 128, 784, 1)
@@ -68,14 +69,6 @@ def test_batched_64_wide_slices_take_the_thin_tiles():
     """res2a's weight-gradient slices (64 x 256 x 784 by 128) and Winograd's 64 x 64
     products take the thin tiles when batched with k >= 512; a lone 64 x 256 GEMM does not
     (its long side is short of 1024)."""
-    from pydnnl.kernels.gemm import GemmProblem
-    from pydnnl.runtime.heuristics.gemm import nv_tile
-
-    def tile(m, n, k, batch):
-        extra = dict(batch=batch, stride_a=m * k, stride_b=k * n, stride_c=m * n) \
-            if batch > 1 else {}
-        return nv_tile(H200.info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, **extra))
-
     for m, n in ((64, 256), (64, 64), (256, 64)):
         t = tile(m, n, 784, 128)
         assert t is not None and (t.tm, t.tn) == (4, 4), (m, n, t)
@@ -103,9 +96,6 @@ def test_winograd_wgrad_slices(T, ic, oc, want_cpu, want_gpu):
 def test_few_batched_blocks_keep_the_loopy_family():
     """A backward data's two k slices at mb 1 (res4a_branch2c: 196 x 256 x 512 by 2) give
     too few blocks for the SGEMM's block or thin kernels."""
-    from pydnnl.kernels.gemm import GemmProblem
-    from pydnnl.runtime.heuristics.gemm import nv_tile
-
     m, n, k = 196, 256, 512
     pr = GemmProblem(m=m, n=n, k=k, lda=1024, ldb=n, ldc=n, batch=2, stride_a=k,
                      stride_b=k * n, stride_c=m * n)
@@ -118,9 +108,6 @@ def test_few_batched_blocks_keep_the_loopy_family():
 def test_winograd_res3a_products_take_the_blocks():
     """Winograd res3a's backward weights at mb 32 (16 x 4 products of 128 x 128 x 784,
     A transposed): 128 64x128 blocks, the block kernels."""
-    from pydnnl.kernels.gemm import GemmProblem
-    from pydnnl.runtime.heuristics.gemm import nv_tile
-
     pr = GemmProblem(m=128, n=128, k=784, lda=128, ldb=128, ldc=128, trans_a=True, batch=64,
                      stride_a=784 * 128, stride_b=784 * 128, stride_c=128 * 128)
     t = nv_tile(H200.info, pr)
