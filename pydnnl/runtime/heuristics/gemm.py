@@ -82,6 +82,16 @@ _AVX512_WIDE_K_UNROLL = 2
 # MNIST LSTM's step) 239-242 -> 292, 64x1024x256 223 -> 274, 400x1024x256 244 -> 285.
 _AVX512_SMALL_TILE = (8, 32)
 _AVX512_SMALL_K_UNROLL = 4
+# Wide tiles over many row tiles: each work-item computes WIDE_M_LOOP row tiles of one B panel
+# back to back (m_loop), the panel read again while the core still holds it. 2-core AVX-512
+# Xeon, Intel's runtime, machine shared, isolated kernels, 12-20 interleaved rounds per
+# session, median per-round speed ratio against one row tile, m_loop 4 (2): 3200x2048x512
+# 1.046, 1.047, 1.031 (1.049, 1.048, 1.024); 1024^3 1.05, 1.175, 1.04 (1.00, 1.00, 0.94);
+# 2048^3 with m_inner 1.051 (1.06, 1.083); 1280x2048x512 1.169 (1.025, 1.104); 128x4096x1024
+# 1.124 (1.005); 256x2048x512 1.100; 64x2048x512, 8 row tiles, 1.011 and 1.008 (0.999): from
+# WIDE_M_LOOP_MIN_TILES row tiles up, so the 64-row RNN steps keep one.
+_AVX512_WIDE_M_LOOP = 4
+_AVX512_WIDE_M_LOOP_MIN_TILES = 16
 
 
 def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
@@ -94,7 +104,10 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     if prob.n <= _AVX512_NARROW_TILE[1]:
         (rows, cols), ku = _AVX512_NARROW_TILE, 1
     m_inner = prob.k * cols * item > cache // 8 and prob.m > 8 * rows
-    cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner, k_unroll=ku)
+    ml = 1
+    if (rows, cols) == _AVX512_WIDE_TILE and -(-prob.m // rows) >= _AVX512_WIDE_M_LOOP_MIN_TILES:
+        ml = _AVX512_WIDE_M_LOOP
+    cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner, k_unroll=ku, m_loop=ml)
     return cand if is_valid(prob, normalize_params(cand), info) else default
 
 

@@ -1,0 +1,83 @@
+"""16-wide CPUs' shape defaults (heuristics.gemm._cpu_shape_default): wide register tiles over
+many row tiles walk several row tiles per work-item (m_loop); the kernels they build compute
+every run-time m like the reference."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels import gemm as G
+from pydnnl.runtime.heuristics import gemm as H
+from pydnnl.runtime.kernel_cache import get_kernel
+
+CPUS = [dnnl.engine(dnnl.engine.kind.cpu, i)
+        for i in range(dnnl.engine.get_count(dnnl.engine.kind.cpu))]
+
+
+def _avx512(cache_mib: int = 2):
+    info = replace(dnnl.engine.list_devices()[0], type="cpu", simd_width=16,
+                   preferred_float_vector_width=16, max_work_group_size=8192,
+                   max_work_item_sizes=(8192, 8192, 8192))
+    return replace(info, global_mem_cache_bytes=cache_mib << 20)
+
+
+def _default(info, m, n, k):
+    pr = G.GemmProblem(m, n, k)
+    return G.normalize_params(H.shape_default(info, pr, H.default_params(info)))
+
+
+def test_wide_tiles_loop_over_row_tiles_from_the_threshold():
+    info = _avx512()
+    rows = H._AVX512_WIDE_TILE[0]
+    lo = H._AVX512_WIDE_M_LOOP_MIN_TILES * rows
+    for m, n, k in ((3200, 2048, 512), (1024, 1024, 1024), (2048, 2048, 2048), (lo, 2048, 512)):
+        p = _default(info, m, n, k)
+        assert (p["rows"], p["cols"]) == H._AVX512_WIDE_TILE
+        assert p["m_loop"] == H._AVX512_WIDE_M_LOOP, (m, n, k)
+    for m, n, k in ((64, 2048, 512), (lo - rows, 2048, 512)):  # the RNN's 64-row steps
+        assert _default(info, m, n, k)["m_loop"] == 1
+    # B within the core's cache: the small tile, one row tile per work-item
+    small = _default(info, 3136, 64, 256)
+    assert (small["rows"], small["cols"]) == H._AVX512_SMALL_TILE and small["m_loop"] == 1
+    assert _default(_avx512(4), 3200, 512, 512)["m_loop"] == 1  # 1 MiB of B in 4 MiB
+
+
+@pytest.mark.parametrize("eng", CPUS, ids=[e.info.platform.split()[0] for e in CPUS])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_wide_default_with_run_time_m(eng, beta):
+    """The wide default (8x48 tile, float16 vectors, m_loop 4, packed B) as a run-time-m kernel:
+    one program for every m, ragged columns, rows past m untouched."""
+    import pyopencl as cl
+
+    s = dnnl.stream(eng)
+    params = G.normalize_params({"rows": 8, "cols": 48, "vec": 16, "k_unroll": 2,
+                                 "m_loop": H._AVX512_WIDE_M_LOOP, "packed_b": True})
+    n, k, lda, ldc, m_max = 100, 37, 41, 103, 140
+    proto = G.GemmProblem(m_max, n, k, lda=lda, ldc=ldc, beta=beta, runtime_offsets=True,
+                          runtime_m="tall")
+    pk = G.pack_b(proto, params)
+    kern = get_kernel(eng, "gemm", G.cache_key(pk.problem, params),
+                      lambda: G.build_gemm(pk.problem, params))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(3 + m_max * lda).astype(np.float32)
+    b = rng.standard_normal(k * n).astype(np.float32)
+    mf = cl.mem_flags
+    A = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    B = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=pk.pack(b))
+    for m in (8, 9, 31, 32, 33, 65, 128, 140):
+        c = rng.standard_normal(2 + m_max * ldc).astype(np.float32)
+        C = cl.Buffer(eng.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+        vals = {"a": A, "b": B, "c": C, "a_off": np.int64(3), "b_off": np.int64(0),
+                "c_off": np.int64(2), "m": np.int64(m)}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty_like(c)
+        cl.enqueue_copy(s.queue, out, C)
+        s.queue.finish()
+        want = c.astype(np.float64)
+        av = a[3:3 + m * lda].reshape(m, lda)[:, :k].astype(np.float64)
+        cv = want[2:2 + m * ldc].reshape(m, ldc)
+        cv[:, :n] = av @ b.reshape(k, n).astype(np.float64) + beta * cv[:, :n]
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
