@@ -1348,7 +1348,131 @@ __kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
 
 
 def build_ln_bwd(p: LnRows) -> KernelSource:
+    if p.vec:
+        return _build_ln_bwd_vec(p)
     return _build_ln_rows(p)
+
+
+def _build_ln_bwd_vec(p: LnRows) -> KernelSource:
+    """The backward with one work-item per chunk of rows (``ss_rows`` where it also sums
+    diff_scale/diff_shift into its own planar partial row, else ``vec_rows``), each row
+    walked in ``float<vec>`` vectors (``accs`` vector sums per statistic, a scalar tail):
+    the sums of ``g = dy * gamma`` and ``g * (x - m)``, then diff_src (and the partial rows'
+    ``dy * xhat`` and ``dy``, read and written back from L1) from a second read of the row
+    from cache. The CPU form (:func:`ln_bwd_vec`), as the vector-row forward."""
+    from .reduction import _CTYPE, io_preamble, ld, ptr_decl, st
+    from .sizevars import free_vars
+
+    V, A = p.vec, max(1, p.accs)
+    if V not in (2, 4, 8, 16) or p.dy is None or p.cache or not ln_vec_ok(p.x, p.out) \
+            or not ln_vec_ok(p.dy, p.dy):
+        raise ValueError("LnRows vec backward: vec in 2..16, src/dst/diff_dst plain with "
+                         "stride 1 on C, no cache")
+    C = p.dims[-1]
+    runtime = bool(free_vars(p))
+    rows = LN_ROWS if runtime else math.prod(p.dims[:-1])
+    code, idx, lead = _ln_index(p.dims)
+    ss = bool(p.ss_rows) and not p.global_stats
+    RP = p.ss_rows if ss else max(1, p.vec_rows)
+    T = f"float{V}"
+    args = [ptr_decl("src", p.xdt, True).replace("restrict ", ""),
+            ptr_decl("diff_dst", p.dydt, True).replace("restrict ", ""),
+            "__global const float *restrict mean", "__global const float *restrict variance"]
+    if p.scale is not None:
+        args.append("__global const float *restrict scale")
+    args.append(ptr_decl("dst", p.odt, False).replace("restrict ", ""))
+    if ss:
+        args += ["__global float *restrict part", "const int p_off"]
+    args += [f"const int {n}" for n in free_vars(p)]
+    m_at = f"mean[{offset_expr(p.stat, lead)}]"
+    v_at = f"variance[{offset_expr(p.var, lead)}]"
+    main = C // (A * V) * (A * V)
+    vend = C // V * V
+
+    def gam(w):
+        if p.scale is None:
+            return ""
+        return f" * vload{w}(0, scale + c)" if w > 1 else " * scale[c]"
+
+    def x_at(w):
+        return ld("src_r", p.xdt, "c", w)
+
+    def dy_at(w):
+        return ld("dy_r", p.dydt, "c", w)
+
+    def sum_body(w, k, t):
+        return (f"const {t} g = {dy_at(w)}{gam(w)}; "
+                f"a0{k} += g; a1{k} += g * ({x_at(w)} - m);")
+
+    def walk(body) -> str:
+        names = ["a0", "a1"]
+        decl = " ".join(f"{T} {n}_v{k} = 0.0f;" for n in names for k in range(A))
+        steps = " ".join(f"{{ const int c = c0 + {k * V}; {body(V, f'_v{k}', T)} }}"
+                         for k in range(A))
+        out = f"{decl}\n        for (int c0 = 0; c0 < {main}; c0 += {A * V}) {{ {steps} }}"
+        if vend > main:
+            out += f"\n        for (int c = {main}; c < {vend}; c += {V}) {{ {body(V, '_v0', T)} }}"
+        for n in names:
+            tot = " + ".join(f"{n}_v{k}" for k in range(A))
+            out += f"\n        {T} {n}_t = {tot};\n        float {n} = {lane_reduce(n + '_t', V)};"
+        if vend < C:
+            out += f"\n        for (int c = {vend}; c < {C}; ++c) {{ {body(1, '', 'float')} }}"
+        return out
+
+    def out_body(w) -> str:
+        t = f"float{w}" if w > 1 else "float"
+        if p.global_stats:
+            return st("dst_r", p.odt, "c", f"is * {dy_at(w)}{gam(w)}", w)
+        text = (f"const {t} dyv = {dy_at(w)}; const {t} g = dyv{gam(w)}; "
+                f"const {t} xh = ({x_at(w)} - m) * is; "
+                + st("dst_r", p.odt, "c", "is * (g - mg - xh * mgx)", w))
+        if ss:
+            if w > 1:
+                text += (f" vstore{w}(vload{w}(0, pr + c) + dyv * xh, 0, pr + c);"
+                         f" vstore{w}(vload{w}(0, pr + {C} + c) + dyv, 0, pr + {C} + c);")
+            else:
+                text += f" pr[c] += dyv * xh; pr[{C} + c] += dyv;"
+        return text
+
+    body = f"""
+        const float m = {m_at};
+        const float is = rsqrt({v_at} + {_f(p.eps)});"""
+    if not p.global_stats:
+        body += f"""
+        {walk(sum_body)}
+        const float mg = a0 / {C}.0f;
+        const float mgx = a1 * is / {C}.0f;"""
+    body += f"""
+        for (int c = 0; c < {vend}; c += {V}) {{ {out_body(V)} }}"""
+    if vend < C:
+        body += f"""
+        for (int c = {vend}; c < {C}; ++c) {{ {out_body(1)} }}"""
+    pre = ""
+    if ss:
+        pre = f"""
+    __global float *pr = part + p_off + grp * {2 * C};
+    for (int c = 0; c < {2 * C}; ++c) pr[c] = 0.0f;"""
+    name = "pydnnl_ln_bwd"
+    base = lambda lay: offset_expr(lay, lead + ["0"])  # noqa: E731
+    src = f"""{io_preamble((p.xdt, p.dydt, p.odt), V)}
+__kernel void __attribute__((reqd_work_group_size(1, 1, 1)))
+{name}({", ".join(args)})
+{{
+    const int grp = get_global_id(1);{pre}
+    const int r0 = grp * {RP};
+    const int r1 = min(r0 + {RP}, {rows});
+    for (int row = r0; row < r1; ++row) {{
+        {code}
+        __global const {_CTYPE[p.xdt]} *src_r = src + ((size_t){base(p.x)});
+        __global const {_CTYPE[p.dydt]} *dy_r = diff_dst + ((size_t){base(p.dy)});
+        __global {_CTYPE[p.odt]} *dst_r = dst + ((size_t){base(p.out)});{body}
+    }}
+}}
+"""
+    if runtime:
+        return KernelSource(name, src, None, (1, 1), _arg_names(args),
+                            grid=("1", f"({rows} + {RP - 1}) // {RP}"))
+    return KernelSource(name, src, (1, -(-rows // RP)), (1, 1), _arg_names(args))
 
 
 def _ln_sums(p: LnRows, names: list[str]) -> tuple[str, str]:

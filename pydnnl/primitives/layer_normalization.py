@@ -266,6 +266,13 @@ class layer_normalization_backward(primitive):
             if self.fused_ss:
                 self.groups = -(-rows // self.ss_rows)
             self.small_wg = rules.small_wg(info, C)
+            ddst = self._args[ARG_DIFF_DST].md
+            self.vec = rules.ln_bwd_vec(info, C, self.fused_ss)
+            if self.vec and (self.cache or not ln_vec_ok(layout_of(src), layout_of(dsrc))
+                             or not ln_vec_ok(layout_of(ddst), layout_of(ddst))):
+                self.vec = 0
+            self.accs = rules.ln_fwd_vec_accs(info, C, self.vec) if self.vec else 1
+            self.vec_rows = rules.ln_fwd_vec_rows(info, C) if self.vec else 1
             self._scratch_elems = self.groups * C * 2 if self.ss else 0
             self._finish_scratchpad(self._scratch_elems * 4)
             self._impl = "ocl:lnorm:rows"
@@ -321,7 +328,8 @@ class layer_normalization_backward(primitive):
                    scale=layout_of(_vec(C)) if pd.use_scale else None,
                    global_stats=pd.global_stats, wg=pd.wg, subgroup=pd.subgroup, cache=pd.cache,
                    xdt=src.data_type.name, dydt=pd._args[ARG_DIFF_DST].md.data_type.name,
-                   odt=pd._args[ARG_DIFF_SRC].md.data_type.name, ss_rows=pd.ss_rows)
+                   odt=pd._args[ARG_DIFF_SRC].md.data_type.name, ss_rows=pd.ss_rows,
+                   vec=pd.vec, accs=pd.accs, vec_rows=pd.vec_rows)
         named = {"src": Ref(ARG_SRC), "diff_dst": Ref(ARG_DIFF_DST), "mean": Ref(ARG_MEAN),
                  "variance": Ref(ARG_VARIANCE), "dst": Ref(ARG_DIFF_SRC)}
         if pd.use_scale:

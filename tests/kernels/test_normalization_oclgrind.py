@@ -7,8 +7,8 @@ elementwise pass (runs path and the general path of blocked layouts); the lnorm 
 (reading the row twice, and keeping it in registers as on GPUs) and the scale/shift gradient
 kernels; the one-kernel-per-channel batch normalization (forward and backward); the bnorm
 elementwise pass walking runs in float vectors and the channels-innermost reduction per
-block of channels; the lnorm backward rows summing
-diff_scale/diff_shift as they go."""
+block of channels; the lnorm backward walking chunks of rows in float vectors; the lnorm
+backward rows summing diff_scale/diff_shift as they go."""
 from __future__ import annotations
 
 import pathlib
@@ -146,6 +146,22 @@ bnorm("bn_vec_reduce_nhwc_blocks", [2, 40, 2, 2], "acdb", both)
 rules.bn_reduce_vec = lambda info, C, R: (0, 1, 0)
 rules.bn_apply_vec = lambda info: 0
 rules.bn_fused = _bn_fused
+# the lnorm backward with one work-item per chunk of rows in float8 vectors (the CPU path),
+# forced: rows of 37 (4 vectors and a tail), 4 rows per work-item over 10 rows (a short
+# last one), given statistics, and the form summing diff_scale/diff_shift into its partial
+# rows
+_saved = (rules.ln_bwd_vec, rules.ln_row_cache, rules.ln_fwd_vec_rows, rules.ln_bwd_fused_ss,
+          rules.ln_ss_params)
+rules.ln_row_cache = lambda info, C, wg: 0
+rules.ln_bwd_vec = lambda info, C, fused_ss: 8
+rules.ln_fwd_vec_rows = lambda info, C: 4
+lnorm("ln_vec_bwd", [5, 2, 37], "abc", both)
+lnorm("ln_vec_bwd_global", [3, 11], "ab", both | F.use_global_stats)
+rules.ln_bwd_fused_ss = lambda info, cache: True
+rules.ln_ss_params = lambda info, C, rows: (16, 3, True)
+lnorm("ln_vec_bwd_fused_ss", [5, 2, 37], "abc", both)
+(rules.ln_bwd_vec, rules.ln_row_cache, rules.ln_fwd_vec_rows, rules.ln_bwd_fused_ss,
+ rules.ln_ss_params) = _saved
 lnorm("ln_transposed_global", [4, 5], "ba", both | F.use_global_stats)
 # the register-cached rows (the GPU path), forced
 rules.ln_row_cache = lambda info, C, wg: -(-C // wg)
@@ -184,4 +200,6 @@ def test_normalization_kernels_clean_under_oclgrind():
                        "bn_fused_plain": True, "ln_rows_fused_ss": True,
                        "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True,
                        "bn_vec_nchw": True, "bn_vec_nhwc": True, "bn_vec_nchw_one_run": True,
-                       "bn_vec_reduce_nhwc": True, "bn_vec_reduce_nhwc_blocks": True}
+                       "bn_vec_reduce_nhwc": True, "bn_vec_reduce_nhwc_blocks": True,
+                       "ln_vec_bwd": True, "ln_vec_bwd_global": True,
+                       "ln_vec_bwd_fused_ss": True}

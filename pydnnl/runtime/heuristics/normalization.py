@@ -291,3 +291,18 @@ def bn_reduce_vec(info, C: int, R: int) -> tuple[int, int, int]:
     k = max(1, min(4, C // v))
     rows = max(16, BN_REDUCE_VEC_VALUES // (v * k))
     return v, k, max(1, min(4096, -(-R // rows)))
+
+
+def ln_bwd_vec(info, C: int, fused_ss: bool) -> int:
+    """Values per vector of the layer normalization backward with one work-item per chunk
+    of rows (``LnRows.vec`` with ``dy``), 0 for the work-group per row: as
+    :func:`ln_fwd_vec` (CPUs 16 on Intel's runtime, 8 on others) where the row kernel does
+    not also sum diff_scale/diff_shift (:func:`ln_bwd_fused_ss`: backward_data, no scale or
+    shift, global statistics). 2-core AVX-512 Xeon, Intel's runtime, loaded machine, both
+    forms in one process, 5 alternating rounds, min-max of the minimum ms: 16x512x768
+    BWD_DW 4.6-6.8 -> 2.4-5.3 (a second run 1.75-4.96 -> 1.48-3.43), 32x128x1024 BWD_DW
+    2.23-2.78 -> 1.90-2.01, 16x512x768 BWD_D CH 3.07-6.09 -> 2.17-4.52 (PyTorch 11-18 in
+    those rounds). With the fused scale/shift sums (vector read-modify-write of the
+    work-item's partial rows) it measured no better: 16x512x768 BWD_DW CH 1.87-1.97 ->
+    1.82-4.53, 32x128x1024 1.37-2.24 -> 1.68-2.46, worse with chunks of 16 or 8 rows."""
+    return 0 if fused_ss else ln_fwd_vec(info, C)

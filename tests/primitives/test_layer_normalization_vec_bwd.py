@@ -1,0 +1,134 @@
+"""The layer normalization backward with one work-item per chunk of rows in float vectors
+(``LnRows.vec`` with ``dy``, ``rules.ln_bwd_vec``: the CPU form), forced on every device
+with 8 lanes, against the float64 numpy reference: rows of whole vectors, of vectors plus a
+tail, shorter than one vector; 2 vector sums per statistic or 1; several rows per
+work-item (a short last one); backward_data and backward with computed or given statistics,
+with and without scale and shift; the form that also sums diff_scale/diff_shift into its
+partial rows (forced on too, though the rule keeps it off); bf16/f16 storage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.reference import normalization as R
+
+dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
+F = dnnl.normalization_flags
+PK = dnnl.prop_kind
+EPS = 1e-3
+UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    from pydnnl.runtime.heuristics import normalization as rules
+    monkeypatch.setattr(rules, "ln_bwd_vec", lambda info, C, fused_ss: 8)
+    monkeypatch.setattr(rules, "ln_fwd_vec_rows", lambda info, C: 4)
+    return rules
+
+
+def _data(dims, seed):
+    rng = np.random.default_rng(seed)
+    C = dims[-1]
+    return dict(x=(rng.standard_normal(dims) * 1.5 + 0.5).astype(np.float32),
+                dy=rng.standard_normal(dims).astype(np.float32),
+                scale=rng.uniform(0.5, 1.5, C).astype(np.float32),
+                shift=rng.standard_normal(C).astype(np.float32))
+
+
+def _mem(md, eng, v=None):
+    return dnnl.memory(md, eng, v) if v is not None else dnnl.memory(md, eng)
+
+
+def _close(got, want, tol=2e-5):
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+
+
+def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
+    d = _data(dims, seed)
+    md = dnnl.memory.desc(dims, dt[kind], t)
+    fpd = dnnl.layer_normalization_forward.primitive_desc(eng, PK.forward_training, md, md,
+                                                           EPS, flags)
+    lead = dims[:-1]
+    g = bool(flags & F.use_global_stats)
+    gm = np.full(lead, 0.2, np.float32)
+    gv = np.full(lead, 1.3, np.float32)
+    a = {dnnl.ARG_SRC: _mem(md, eng, d["x"]), dnnl.ARG_DST: _mem(md, eng),
+         dnnl.ARG_MEAN: _mem(fpd.mean_desc(), eng, gm if g else None),
+         dnnl.ARG_VARIANCE: _mem(fpd.variance_desc(), eng, gv if g else None)}
+    if flags & F.use_scale:
+        a[dnnl.ARG_SCALE] = _mem(fpd.weights_desc(), eng, d["scale"])
+    if flags & F.use_shift:
+        a[dnnl.ARG_SHIFT] = _mem(fpd.weights_desc(), eng, d["shift"])
+    dnnl.layer_normalization_forward(fpd).execute(s, a)
+    s.wait()
+    bpd = dnnl.layer_normalization_backward.primitive_desc(eng, prop, md, md, md, EPS, flags,
+                                                           fpd)
+    assert bpd.vec == 8
+    b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
+                           dnnl.ARG_SHIFT) if k in bpd.arg_specs()}
+    b[dnnl.ARG_DIFF_DST] = _mem(md, eng, d["dy"])
+    b[dnnl.ARG_DIFF_SRC] = _mem(md, eng)
+    for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
+        if k in bpd.arg_specs():
+            b[k] = _mem(bpd.diff_weights_desc(), eng)
+    prim = dnnl.layer_normalization_backward(bpd)
+    prim.execute(s, b)
+    s.wait()
+    srcs = [st.kernel.src.source for st in prim._plan.steps
+            if getattr(st, "name", "") == "pydnnl_ln_bwd"]
+    assert len(srcs) == 1 and "reqd_work_group_size(1, 1, 1)" in srcs[0]
+    xs = b[dnnl.ARG_SRC].to_numpy().astype(np.float64)
+    dys = b[dnnl.ARG_DIFF_DST].to_numpy().astype(np.float64)
+    sc = d["scale"] if flags & F.use_scale else None
+    dx, dsc, dsh = R.layer_norm_backward(xs, dys, a[dnnl.ARG_MEAN].to_numpy(),
+                                         a[dnnl.ARG_VARIANCE].to_numpy(), EPS, sc, g)
+    got = b[dnnl.ARG_DIFF_SRC].to_numpy().astype(np.float64)
+    if kind == "f32":
+        _close(got, dx)
+    else:
+        bound = 2 * UNIT[kind] * np.abs(dx) + 2e-5 * max(1.0, np.abs(dx).max())
+        assert np.all(np.abs(got - dx) <= bound)
+    if dnnl.ARG_DIFF_SCALE in b:
+        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc, 1e-4)
+    if dnnl.ARG_DIFF_SHIFT in b:
+        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh, 1e-4)
+
+
+SHAPES = {"whole": ([3, 5, 32], "abc"), "tail": ([3, 5, 37], "abc"),
+          "short": ([6, 5], "ab"), "one_vector_tail": ([2, 3, 2, 11], "abcd"),
+          "transposed_rows": ([3, 4, 21], "bac")}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("flags,prop", [
+    (F.none, PK.backward), (F.use_scale | F.use_shift, PK.backward),
+    (F.use_scale, PK.backward_data), (F.use_global_stats | F.use_scale, PK.backward),
+    (F.use_global_stats, PK.backward_data)], ids=["none", "CH", "C_data", "GC", "G_data"])
+@pytest.mark.parametrize("accs", [2, 1])
+def test_vector_rows_backward_match_reference(engine, stream, forced, monkeypatch, shape,
+                                              flags, prop, accs):
+    monkeypatch.setattr(forced, "ln_fwd_vec_accs", lambda info, C, vec: accs)
+    dims, t = SHAPES[shape]
+    _run(engine, stream, dims, t, flags, prop, seed=int(flags) + accs)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_vector_rows_backward_low_precision(engine, stream, forced, kind):
+    _run(engine, stream, [3, 5, 37], "abc", F.use_scale | F.use_shift, PK.backward, kind)
+    _run(engine, stream, [3, 5, 37], "abc", F.use_scale, PK.backward_data, kind)
+
+
+def test_rule_closed_form():
+    """``ln_bwd_vec`` on made-up devices: GPUs 0; CPUs as the forward's vectors unless the
+    row kernel sums diff_scale/diff_shift."""
+    from types import SimpleNamespace
+
+    from pydnnl.runtime.heuristics import normalization as rules
+    cpu = SimpleNamespace(is_gpu=False, runtime="intel")
+    assert rules.ln_bwd_vec(SimpleNamespace(is_gpu=True, runtime="nvidia"), 768, False) == 0
+    assert rules.ln_bwd_vec(cpu, 768, False) == 16
+    assert rules.ln_bwd_vec(cpu, 768, True) == 0
+    assert rules.ln_bwd_vec(cpu, 7, False) == 0
+    assert rules.ln_bwd_vec(SimpleNamespace(is_gpu=False, runtime="pocl"), 768, False) == 8
