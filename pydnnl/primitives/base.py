@@ -262,9 +262,21 @@ class bias_queries:
 
 def _storage_span(m: memory) -> tuple[int, int, int]:
     """(root ``cl_mem`` handle, first byte, end byte) that the elements of ``m`` can touch;
-    a sub-buffer is placed inside the buffer it was cut from."""
+    a sub-buffer is placed inside the buffer it was cut from. Kept on ``m`` for its current
+    buffer (its desc never changes; ``set_data_handle`` replaces the buffer object): the
+    OpenCL queries and the desc's extent cost more per execute than a small primitive's
+    launches."""
+    buf = m.buffer
+    got = m.__dict__.get("_span")
+    if got is not None and got[0] is buf:
+        return got[1]
+    span = _find_span(buf, m.get_desc())
+    m.__dict__["_span"] = (buf, span)
+    return span
+
+
+def _find_span(buf, md) -> tuple[int, int, int]:
     cl = _cl()
-    buf, md = m.buffer, m.get_desc()
     base = 0
     try:
         parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)

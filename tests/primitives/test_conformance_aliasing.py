@@ -182,3 +182,22 @@ def test_eltwise_in_place_is_still_allowed(engine, stream):
     dnnl.eltwise_forward(pd).execute(stream, {dnnl.ARG_SRC: m, dnnl.ARG_DST: m})
     stream.wait()
     np.testing.assert_array_equal(m.to_numpy(), np.maximum(v, 0))
+
+
+def test_rnn_dst_layer_moved_onto_src_layer_after_a_run_raises(engine, stream):
+    """The storage spans are kept per memory between executions; a data handle set after a
+    run (here: dst_layer moved onto src_layer's buffer) is checked again."""
+    a = arrays()
+    pd = forward_pd(engine)
+    prim = dnnl.vanilla_rnn_forward(pd)
+    x = dnnl.memory(pd.src_layer_desc(), engine, a["src_layer"].astype(np.float32))
+    y = dnnl.memory(pd.dst_layer_desc(), engine)
+    args = {dnnl.ARG_SRC_LAYER: x, dnnl.ARG_DST_LAYER: y, **weight_args(engine, a)}
+    prim.execute(stream, args)
+    stream.wait()
+    np.testing.assert_allclose(y.to_numpy(), reference(a), rtol=1e-5, atol=1e-5)
+    y.set_data_handle(x.get_data_handle())
+    with pytest.raises(dnnl.invalid_arguments, match="ARG_SRC_LAYER and ARG_DST_LAYER overlap"):
+        prim.execute(stream, args)
+    stream.wait()
+    np.testing.assert_array_equal(x.to_numpy(), a["src_layer"].astype(np.float32))
