@@ -1247,6 +1247,26 @@ def ln_vec_ok(x: tuple, out: tuple) -> bool:
                for lay in (x, out))
 
 
+def _row_walk(names: list[str], body, C: int, V: int, A: int, ind: str) -> str:
+    """C statements walking a row of ``C`` values in ``floatV`` vectors: ``body(w, sfx, T)``
+    adds into ``names`` + ``sfx`` at column ``c`` (``A`` vector sums, a vector step, then
+    scalars); the partial sums end in the floats ``names``. ``ind``: the lines' indent."""
+    T = f"float{V}"
+    main, vend = C // (A * V) * (A * V), C // V * V
+    decl = " ".join(f"{T} {n}_v{k} = 0.0f;" for n in names for k in range(A))
+    steps = " ".join(f"{{ const int c = c0 + {k * V}; {body(V, f'_v{k}', T)} }}"
+                     for k in range(A))
+    out = f"{decl}\n{ind}for (int c0 = 0; c0 < {main}; c0 += {A * V}) {{ {steps} }}"
+    if vend > main:
+        out += f"\n{ind}for (int c = {main}; c < {vend}; c += {V}) {{ {body(V, '_v0', T)} }}"
+    for n in names:
+        tot = " + ".join(f"{n}_v{k}" for k in range(A))
+        out += f"\n{ind}{T} {n}_t = {tot};\n{ind}float {n} = {lane_reduce(n + '_t', V)};"
+    if vend < C:
+        out += f"\n{ind}for (int c = {vend}; c < {C}; ++c) {{ {body(1, '', 'float')} }}"
+    return out
+
+
 def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
     """The forward with one work-item per row in ``floatV`` vectors (:attr:`LnRows.vec`).
     Intel's CPU runtime runs a 16-lane work-group per row through its work-item vectorizer,
@@ -1262,7 +1282,6 @@ def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
     runtime = bool(free_vars(p))
     rows = LN_ROWS if runtime else math.prod(p.dims[:-1])
     code, idx, lead = _ln_index(p.dims)
-    T = f"float{V}"
     base_x = offset_expr(p.x, lead + ["0"])
     base_o = offset_expr(p.out, lead + ["0"])
     stats_out = not p.global_stats
@@ -1280,24 +1299,10 @@ def _build_ln_fwd_vec(p: LnRows) -> KernelSource:
     m_at = f"mean[{offset_expr(p.stat, lead)}]"
     v_at = f"variance[{offset_expr(p.var, lead)}]"
     # scale and shift: plain f32 vectors of C (``_vec`` in the primitive), stride 1
-    main = C // (A * V) * (A * V)
     vend = C // V * V
 
     def walk(names: list[str], body) -> str:
-        """``body(w, sfx, T)`` (adding into ``names`` + sfx at column ``c``) over the row:
-        ``A`` vector sums, a vector step, then scalars; the partial sums end in ``names``."""
-        decl = " ".join(f"{T} {n}_v{k} = 0.0f;" for n in names for k in range(A))
-        steps = " ".join(f"{{ const int c = c0 + {k * V}; {body(V, f'_v{k}', T)} }}"
-                         for k in range(A))
-        out = f"{decl}\n    for (int c0 = 0; c0 < {main}; c0 += {A * V}) {{ {steps} }}"
-        if vend > main:
-            out += f"\n    for (int c = {main}; c < {vend}; c += {V}) {{ {body(V, '_v0', T)} }}"
-        for n in names:
-            tot = " + ".join(f"{n}_v{k}" for k in range(A))
-            out += f"\n    {T} {n}_t = {tot};\n    float {n} = {lane_reduce(n + '_t', V)};"
-        if vend < C:
-            out += f"\n    for (int c = {vend}; c < {C}; ++c) {{ {body(1, '', 'float')} }}"
-        return out
+        return _row_walk(names, body, C, V, A, "    ")
 
     def x_at(w):
         return ld("src_r", p.xdt, "c", w)
@@ -1374,7 +1379,6 @@ def _build_ln_bwd_vec(p: LnRows) -> KernelSource:
     code, idx, lead = _ln_index(p.dims)
     ss = bool(p.ss_rows) and not p.global_stats
     RP = p.ss_rows if ss else max(1, p.vec_rows)
-    T = f"float{V}"
     args = [ptr_decl("src", p.xdt, True).replace("restrict ", ""),
             ptr_decl("diff_dst", p.dydt, True).replace("restrict ", ""),
             "__global const float *restrict mean", "__global const float *restrict variance"]
@@ -1386,7 +1390,6 @@ def _build_ln_bwd_vec(p: LnRows) -> KernelSource:
     args += [f"const int {n}" for n in free_vars(p)]
     m_at = f"mean[{offset_expr(p.stat, lead)}]"
     v_at = f"variance[{offset_expr(p.var, lead)}]"
-    main = C // (A * V) * (A * V)
     vend = C // V * V
 
     def gam(w):
@@ -1405,19 +1408,7 @@ def _build_ln_bwd_vec(p: LnRows) -> KernelSource:
                 f"a0{k} += g; a1{k} += g * ({x_at(w)} - m);")
 
     def walk(body) -> str:
-        names = ["a0", "a1"]
-        decl = " ".join(f"{T} {n}_v{k} = 0.0f;" for n in names for k in range(A))
-        steps = " ".join(f"{{ const int c = c0 + {k * V}; {body(V, f'_v{k}', T)} }}"
-                         for k in range(A))
-        out = f"{decl}\n        for (int c0 = 0; c0 < {main}; c0 += {A * V}) {{ {steps} }}"
-        if vend > main:
-            out += f"\n        for (int c = {main}; c < {vend}; c += {V}) {{ {body(V, '_v0', T)} }}"
-        for n in names:
-            tot = " + ".join(f"{n}_v{k}" for k in range(A))
-            out += f"\n        {T} {n}_t = {tot};\n        float {n} = {lane_reduce(n + '_t', V)};"
-        if vend < C:
-            out += f"\n        for (int c = {vend}; c < {C}; ++c) {{ {body(1, '', 'float')} }}"
-        return out
+        return _row_walk(["a0", "a1"], body, C, V, A, "        ")
 
     def out_body(w) -> str:
         t = f"float{w}" if w > 1 else "float"
