@@ -37,8 +37,20 @@ def test_wide_tiles_loop_over_row_tiles_from_the_threshold():
         p = _default(info, m, n, k)
         assert (p["rows"], p["cols"]) == H._AVX512_WIDE_TILE
         assert p["m_loop"] == H._AVX512_WIDE_M_LOOP, (m, n, k)
-    for m, n, k in ((64, 2048, 512), (lo - rows, 2048, 512)):  # the RNN's 64-row steps
-        assert _default(info, m, n, k)["m_loop"] == 1
+    # 8 to 15 row tiles (the RNN's 64-row steps): several row tiles per work-item where each
+    # compute unit still gets WIDE_M_LOOP_MIN_ITEMS, so the step's GEMM shares the layer
+    # GEMM's program (both take m at run time)
+    shared = H._AVX512_WIDE_M_LOOP_SHARED_TILES * rows
+    for m in (shared, lo - rows):
+        assert _default(replace(info, compute_units=2), m, 2048, 512)["m_loop"] \
+            == H._AVX512_WIDE_M_LOOP, m
+        assert _default(replace(info, compute_units=64), m, 2048, 512)["m_loop"] == 1, m
+    assert _default(replace(info, compute_units=2), shared - rows, 2048, 512)["m_loop"] == 1
+    two = replace(info, compute_units=2)
+    assert G.normalize_params(H.shape_default(two, G.GemmProblem(64, 2048, 512),
+                                              H.default_params(two))) \
+        == G.normalize_params(H.shape_default(two, G.GemmProblem(3200, 2048, 512),
+                                              H.default_params(two)))
     # B within the core's cache: the small tile, one row tile per work-item
     small = _default(info, 3136, 64, 256)
     assert (small["rows"], small["cols"]) == H._AVX512_SMALL_TILE and small["m_loop"] == 1

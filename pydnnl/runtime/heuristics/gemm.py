@@ -89,9 +89,15 @@ _AVX512_SMALL_K_UNROLL = 4
 # 1.046, 1.047, 1.031 (1.049, 1.048, 1.024); 1024^3 1.05, 1.175, 1.04 (1.00, 1.00, 0.94);
 # 2048^3 with m_inner 1.051 (1.06, 1.083); 1280x2048x512 1.169 (1.025, 1.104); 128x4096x1024
 # 1.124 (1.005); 256x2048x512 1.100; 64x2048x512, 8 row tiles, 1.011 and 1.008 (0.999): from
-# WIDE_M_LOOP_MIN_TILES row tiles up, so the 64-row RNN steps keep one.
+# WIDE_M_LOOP_MIN_TILES row tiles up. From 8 row tiles up as well (the 64-row RNN steps, whose
+# ratio is 1.01) where the work-items left give every compute unit WIDE_M_LOOP_MIN_ITEMS: the
+# step's GEMM then shares its program with the layer GEMM of the same k and n (run-time m),
+# which the first-ever LSTM creation would otherwise generate and compile twice (LSTM 512
+# T=50 N=64 inference: 4 -> 3 kernels, one GEMM's generation and build saved).
 _AVX512_WIDE_M_LOOP = 4
 _AVX512_WIDE_M_LOOP_MIN_TILES = 16
+_AVX512_WIDE_M_LOOP_SHARED_TILES = 8
+_AVX512_WIDE_M_LOOP_MIN_ITEMS = 16
 
 
 def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
@@ -105,7 +111,12 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
         (rows, cols), ku = _AVX512_NARROW_TILE, 1
     m_inner = prob.k * cols * item > cache // 8 and prob.m > 8 * rows
     ml = 1
-    if (rows, cols) == _AVX512_WIDE_TILE and -(-prob.m // rows) >= _AVX512_WIDE_M_LOOP_MIN_TILES:
+    row_tiles = -(-prob.m // rows)
+    if (rows, cols) == _AVX512_WIDE_TILE and (
+            row_tiles >= _AVX512_WIDE_M_LOOP_MIN_TILES
+            or (row_tiles >= _AVX512_WIDE_M_LOOP_SHARED_TILES
+                and -(-row_tiles // _AVX512_WIDE_M_LOOP) * -(-prob.n // cols)
+                >= _AVX512_WIDE_M_LOOP_MIN_ITEMS * max(1, info.compute_units))):
         ml = _AVX512_WIDE_M_LOOP
     cand = dict(default, rows=rows, cols=cols, vec=16, m_inner=m_inner, k_unroll=ku, m_loop=ml)
     return cand if is_valid(prob, normalize_params(cand), info) else default
