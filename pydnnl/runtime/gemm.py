@@ -19,6 +19,7 @@ from ..error import invalid_arguments
 from ..kernels import gemm as fam
 from ..kernels import gemm_nv
 from ..kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
+from ..kernels.gemm_template import register_source
 from ..kernels.sizevars import size_var
 from ..kernels.source import launch_size
 from ..tuning import choose
@@ -240,8 +241,10 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
 
 
 def _build(engine, prob, params):
+    # the wide CPU default's source comes from a template where it covers the problem
+    # (kernels.gemm_template: the same bytes, without loopy's code generation)
     return get_kernel(engine, "gemm", fam.cache_key(prob, params),
-                      lambda: fam.build_gemm(prob, params))
+                      lambda: register_source(prob, params) or fam.build_gemm(prob, params))
 
 
 class Gemm:
