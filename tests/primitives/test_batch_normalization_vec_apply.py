@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from norm_helpers import UNIT, check_backward, close, mem  # noqa: E402
 
 import pydnnl as dnnl
 from pydnnl.reference import normalization as R
@@ -21,7 +22,6 @@ dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 F = dnnl.normalization_flags
 PK = dnnl.prop_kind
 EPS = 1e-3
-UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
 
 # (dims, tag): innermost runs of 24 (3 vectors of 8), 21 (2 vectors and a tail of 5), 5
 # (shorter than one vector) along the spatial dims or the channels
@@ -61,14 +61,6 @@ def _data(dims, seed):
                 var=rng.uniform(1.0, 3.0, C).astype(np.float32))
 
 
-def _mem(md, eng, v=None):
-    return dnnl.memory(md, eng, v) if v is not None else dnnl.memory(md, eng)
-
-
-def _close(got, want, tol=2e-5):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
-
-
 def _apply_source(prim) -> str:
     steps = [st for st in prim._plan.steps if getattr(st, "name", "") == "pydnnl_bn_apply"]
     assert len(steps) == 1
@@ -83,18 +75,18 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
     g = bool(flags & F.use_global_stats)
     add = bool(flags & F.fuse_norm_add_relu)
     relu = add or bool(flags & F.fuse_norm_relu)
-    a = {dnnl.ARG_SRC: _mem(md, eng, d["x"]), dnnl.ARG_DST: _mem(md, eng)}
+    a = {dnnl.ARG_SRC: mem(md, eng, d["x"]), dnnl.ARG_DST: mem(md, eng)}
     if not pd.mean_desc().is_zero():
-        a[dnnl.ARG_MEAN] = _mem(pd.mean_desc(), eng, d["mean"] if g else None)
-        a[dnnl.ARG_VARIANCE] = _mem(pd.variance_desc(), eng, d["var"] if g else None)
+        a[dnnl.ARG_MEAN] = mem(pd.mean_desc(), eng, d["mean"] if g else None)
+        a[dnnl.ARG_VARIANCE] = mem(pd.variance_desc(), eng, d["var"] if g else None)
     if flags & F.use_scale:
-        a[dnnl.ARG_SCALE] = _mem(pd.weights_desc(), eng, d["scale"])
+        a[dnnl.ARG_SCALE] = mem(pd.weights_desc(), eng, d["scale"])
     if flags & F.use_shift:
-        a[dnnl.ARG_SHIFT] = _mem(pd.weights_desc(), eng, d["shift"])
+        a[dnnl.ARG_SHIFT] = mem(pd.weights_desc(), eng, d["shift"])
     if add:
-        a[dnnl.ARG_SRC_1] = _mem(md, eng, d["z"])
+        a[dnnl.ARG_SRC_1] = mem(md, eng, d["z"])
     if not pd.workspace_desc().is_zero():
-        a[dnnl.ARG_WORKSPACE] = _mem(pd.workspace_desc(), eng)
+        a[dnnl.ARG_WORKSPACE] = mem(pd.workspace_desc(), eng)
     prim = dnnl.batch_normalization_forward(pd)
     prim.execute(s, a)
     s.wait()
@@ -114,26 +106,26 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
         y = np.maximum(y, 0.0)
     got = a[dnnl.ARG_DST].to_numpy().astype(np.float64)
     if kind == "f32":
-        _close(got, y)
+        close(got, y)
     else:
         bound = 2 * UNIT[kind] * np.abs(y) + 2e-5 * max(1.0, np.abs(y).max())
         assert np.all(np.abs(got - y) <= bound)
     if not g and not pd.mean_desc().is_zero():
-        _close(a[dnnl.ARG_MEAN].to_numpy(), m)
-        _close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
+        close(a[dnnl.ARG_MEAN].to_numpy(), m)
+        close(a[dnnl.ARG_VARIANCE].to_numpy(), v)
     if prop != PK.forward_training:
         return
     bpd = dnnl.batch_normalization_backward.primitive_desc(eng, PK.backward, md, md, md, EPS,
                                                           flags, pd)
     b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
                            dnnl.ARG_WORKSPACE) if k in a}
-    b[dnnl.ARG_DIFF_DST] = _mem(md, eng, d["dy"])
-    b[dnnl.ARG_DIFF_SRC] = _mem(md, eng)
+    b[dnnl.ARG_DIFF_DST] = mem(md, eng, d["dy"])
+    b[dnnl.ARG_DIFF_SRC] = mem(md, eng)
     if add:
-        b[dnnl.ARG_DIFF_SRC_1] = _mem(md, eng)
+        b[dnnl.ARG_DIFF_SRC_1] = mem(md, eng)
     for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
         if k in bpd.arg_specs():
-            b[k] = _mem(bpd.diff_weights_desc(), eng)
+            b[k] = mem(bpd.diff_weights_desc(), eng)
     bprim = dnnl.batch_normalization_backward(bpd)
     bprim.execute(s, b)
     s.wait()
@@ -148,16 +140,7 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
         mask = a[dnnl.ARG_WORKSPACE].to_numpy()[:y.size].reshape(y.shape) != 0
     dx, dsc, dsh = R.batch_norm_backward(xs, dys, a[dnnl.ARG_MEAN].to_numpy(),
                                          a[dnnl.ARG_VARIANCE].to_numpy(), EPS, sc, g, mask)
-    got = b[dnnl.ARG_DIFF_SRC].to_numpy().astype(np.float64)
-    if kind == "f32":
-        _close(got, dx)
-    else:
-        bound = 2 * UNIT[kind] * np.abs(dx) + 2e-5 * max(1.0, np.abs(dx).max())
-        assert np.all(np.abs(got - dx) <= bound)
-    if dnnl.ARG_DIFF_SCALE in b:
-        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc, 1e-4)
-    if dnnl.ARG_DIFF_SHIFT in b:
-        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh, 1e-4)
+    check_backward(b, kind, dx, dsc, dsh)
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from norm_helpers import check_backward, mem  # noqa: E402
 
 import pydnnl as dnnl
 from pydnnl.reference import normalization as R
@@ -17,7 +18,6 @@ dt, tag = dnnl.memory.data_type, dnnl.memory.format_tag
 F = dnnl.normalization_flags
 PK = dnnl.prop_kind
 EPS = 1e-3
-UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
 
 
 @pytest.fixture
@@ -37,14 +37,6 @@ def _data(dims, seed):
                 shift=rng.standard_normal(C).astype(np.float32))
 
 
-def _mem(md, eng, v=None):
-    return dnnl.memory(md, eng, v) if v is not None else dnnl.memory(md, eng)
-
-
-def _close(got, want, tol=2e-5):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
-
-
 def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
     d = _data(dims, seed)
     md = dnnl.memory.desc(dims, dt[kind], t)
@@ -54,13 +46,13 @@ def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
     g = bool(flags & F.use_global_stats)
     gm = np.full(lead, 0.2, np.float32)
     gv = np.full(lead, 1.3, np.float32)
-    a = {dnnl.ARG_SRC: _mem(md, eng, d["x"]), dnnl.ARG_DST: _mem(md, eng),
-         dnnl.ARG_MEAN: _mem(fpd.mean_desc(), eng, gm if g else None),
-         dnnl.ARG_VARIANCE: _mem(fpd.variance_desc(), eng, gv if g else None)}
+    a = {dnnl.ARG_SRC: mem(md, eng, d["x"]), dnnl.ARG_DST: mem(md, eng),
+         dnnl.ARG_MEAN: mem(fpd.mean_desc(), eng, gm if g else None),
+         dnnl.ARG_VARIANCE: mem(fpd.variance_desc(), eng, gv if g else None)}
     if flags & F.use_scale:
-        a[dnnl.ARG_SCALE] = _mem(fpd.weights_desc(), eng, d["scale"])
+        a[dnnl.ARG_SCALE] = mem(fpd.weights_desc(), eng, d["scale"])
     if flags & F.use_shift:
-        a[dnnl.ARG_SHIFT] = _mem(fpd.weights_desc(), eng, d["shift"])
+        a[dnnl.ARG_SHIFT] = mem(fpd.weights_desc(), eng, d["shift"])
     dnnl.layer_normalization_forward(fpd).execute(s, a)
     s.wait()
     bpd = dnnl.layer_normalization_backward.primitive_desc(eng, prop, md, md, md, EPS, flags,
@@ -68,11 +60,11 @@ def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
     assert bpd.vec == 8
     b = {k: a[k] for k in (dnnl.ARG_SRC, dnnl.ARG_MEAN, dnnl.ARG_VARIANCE, dnnl.ARG_SCALE,
                            dnnl.ARG_SHIFT) if k in bpd.arg_specs()}
-    b[dnnl.ARG_DIFF_DST] = _mem(md, eng, d["dy"])
-    b[dnnl.ARG_DIFF_SRC] = _mem(md, eng)
+    b[dnnl.ARG_DIFF_DST] = mem(md, eng, d["dy"])
+    b[dnnl.ARG_DIFF_SRC] = mem(md, eng)
     for k in (dnnl.ARG_DIFF_SCALE, dnnl.ARG_DIFF_SHIFT):
         if k in bpd.arg_specs():
-            b[k] = _mem(bpd.diff_weights_desc(), eng)
+            b[k] = mem(bpd.diff_weights_desc(), eng)
     prim = dnnl.layer_normalization_backward(bpd)
     prim.execute(s, b)
     s.wait()
@@ -84,16 +76,7 @@ def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
     sc = d["scale"] if flags & F.use_scale else None
     dx, dsc, dsh = R.layer_norm_backward(xs, dys, a[dnnl.ARG_MEAN].to_numpy(),
                                          a[dnnl.ARG_VARIANCE].to_numpy(), EPS, sc, g)
-    got = b[dnnl.ARG_DIFF_SRC].to_numpy().astype(np.float64)
-    if kind == "f32":
-        _close(got, dx)
-    else:
-        bound = 2 * UNIT[kind] * np.abs(dx) + 2e-5 * max(1.0, np.abs(dx).max())
-        assert np.all(np.abs(got - dx) <= bound)
-    if dnnl.ARG_DIFF_SCALE in b:
-        _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc, 1e-4)
-    if dnnl.ARG_DIFF_SHIFT in b:
-        _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh, 1e-4)
+    check_backward(b, kind, dx, dsc, dsh)
 
 
 SHAPES = {"whole": ([3, 5, 32], "abc"), "tail": ([3, 5, 37], "abc"),
