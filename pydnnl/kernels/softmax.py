@@ -69,6 +69,9 @@ class SoftmaxProblem:
     # entries) applied to each value before its final store; a binary entry's layout is its
     # operand's over the folded ``dims`` (a broadcast dim a zero term)
     post_ops: tuple = ()
+    # forward row kernel only, > 0: values of the row each work-item keeps in registers
+    # (``cache * wg`` at least the axis length), so the row is read from memory once
+    cache: int = 0
 
     @property
     def rows(self) -> int:
@@ -230,9 +233,17 @@ def build_softmax(p: SoftmaxProblem) -> KernelSource:
                 f"\n    {var} = red[0];\n    barrier(CLK_LOCAL_MEM_FENCE);")
 
     local = ""
+    if p.cache and not (row and not p.backward and not p.subgroup):
+        raise ValueError("softmax kernel: cache needs the forward row kernel with a "
+                         "local-memory tree")
+    if p.cache and not is_var(C) and p.cache * L < C:
+        raise ValueError(f"softmax kernel: cache={p.cache} x wg={L} holds fewer than the axis "
+                         f"length {C}")
     if not p.backward:
         x = LD("src")
-        if row and p.online:
+        if p.cache:
+            body = _cached_forward(p, C, L, x, ST, reduce_)
+        elif row and p.online:
             # running (max, sum); pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M))
             body = f"""
     float m = -INFINITY, s = 0.0f;
@@ -349,6 +360,34 @@ __kernel void {attr}{name}({args})
         return KernelSource(name, src, None, (L,), names_t + po_names + tuple(free_vars(p)),
                             grid=(gsize,))
     return KernelSource(name, src, (gsize,), (L,), names_t + po_names)
+
+
+def _cached_forward(p: SoftmaxProblem, C, L: int, x: str, ST, reduce_) -> str:
+    """The forward row body with the row in registers: ``p.cache`` values per work-item
+    (positions ``l + k * L``; -INFINITY past the axis end, which adds nothing), a max tree,
+    the exponentials kept in place and a sum tree, then one store per value."""
+    K = p.cache
+    each = f"for (int k = 0; k < {K}; ++k)"
+    pos = f"const int c = l + k * {L};"
+    body = f"""
+    float v[{K}];
+    float m = -INFINITY;
+    #pragma unroll
+    {each} {{ {pos} v[k] = c < {C} ? {x} : -INFINITY; m = fmax(m, v[k]); }}{reduce_("max", "m")}
+    float s = 0.0f;
+    #pragma unroll
+    {each} {{ {pos} if (c < {C}) {{ """
+    if p.log:
+        body += f"""v[k] -= m; s += exp(v[k]); }} }}{reduce_("add", "s")}
+    const float t = log(s);
+    #pragma unroll
+    {each} {{ {pos} if (c < {C}) {ST("dst", "v[k] - t")} }}"""
+    else:
+        body += f"""v[k] = exp(v[k] - m); s += v[k]; }} }}{reduce_("add", "s")}
+    const float r = 1.0f / s;
+    #pragma unroll
+    {each} {{ {pos} if (c < {C}) {ST("dst", "v[k] * r")} }}"""
+    return body
 
 
 def _build_vrow(p: SoftmaxProblem) -> KernelSource:

@@ -15,6 +15,8 @@ softmax only, which is not implemented here; backward takes no attributes (as in
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..constants import (
     ARG_DIFF_DST,
     ARG_DIFF_SRC,
@@ -190,6 +192,8 @@ class _softmax_pd(primitive_desc_base):
             subgroup=variant == "row" and H.row_subgroup(info, wg),
             online=variant == "row" and not backward and H.softmax_online(info), vec=vec,
             post_ops=chain)
+        if variant == "row" and not backward and not self._problem.subgroup:
+            self._problem = replace(self._problem, cache=H.softmax_row_cache(info, C, wg))
         self._impl = f"ocl:softmax:{self._problem.variant}"
         self._info = (f"alg:{self._alg.name} axis:{self._axis_v} "
                       f"{'x'.join(map(str, dims))}"

@@ -350,6 +350,66 @@ def test_online_row_kernel(engine, stream, subgroup):
                    atol=1e-5 if alg == A.softmax_log else 1e-7)
 
 
+@pytest.mark.parametrize("runtime_axis", [False, True], ids=["baked", "runtime_axis"])
+def test_register_row_kernel(engine, stream, runtime_axis):
+    """The GPU forward with each work-item's share of the row in registers (one read of the
+    row), forced on this device through the kernel generator: rows shorter than the
+    registers hold (a partly filled last slot), rows that fill them exactly, post-ops, and
+    with the axis length a kernel argument one program for two lengths."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from pydnnl.kernels.softmax import build_softmax, runtime_form
+    from pydnnl.runtime.kernel import Kernel
+
+    for alg in ALGS:
+        for cols, wg in ((333, 64), (256, 32), (40, 32)):
+            x = _x((9, cols), seed=cols)
+            x[0, 5] = -np.inf  # a -inf value contributes nothing
+            for ddt in (dt.f32, dt.bf16):
+                md, dmd = _md(x.shape, "ab"), dnnl.memory.desc(x.shape, ddt, "ab")
+                pd = dnnl.softmax_forward.primitive_desc(engine, FWD, alg, md, dmd, 1)
+                p = replace(pd._problem, variant="row", vec=1, online=True, subgroup=False,
+                            wg=wg, cache=-(-cols // wg))
+                sizes = {}
+                if runtime_axis:
+                    p = replace(p, cache=-(-512 // wg))  # one class for every length to 512
+                    p, sizes = runtime_form(p, axis=True)
+                    assert "sm_axis" in sizes
+                ks = build_softmax(p)
+                k = Kernel(engine.context, engine.device, ks)
+                src, dst = dnnl.memory(md, engine, x), dnnl.memory(dmd, engine)
+                k(stream, src.buffer, dst.buffer, *(np.int32(sizes[n]) for n in ks.arg_names[2:]))
+                stream.wait()
+                _close(dst.to_numpy(), ref.softmax_forward(alg, x, 1), rtol=EPS_T[ddt] * 2,
+                       atol=1e-5 if alg == A.softmax_log else 1e-7)
+
+
+def test_register_row_kernel_rejects_short_registers():
+    """A row longer than its work-items' registers hold is refused at generation."""
+    from pydnnl.kernels.softmax import SoftmaxProblem, build_softmax
+
+    lay = (0, ((1, 100, ()), (1, 1, ())))
+    p = SoftmaxProblem(log=False, backward=False, dims=(4, 100), axis=1, layouts=(lay, lay),
+                       variant="row", wg=32, online=True, cache=3)
+    with pytest.raises(ValueError, match="fewer than the axis length"):
+        build_softmax(p)
+
+
+def test_gpu_rule_keeps_rows_in_registers():
+    """GPUs keep rows up to 16 values per work-item in registers; CPUs never."""
+    from types import SimpleNamespace
+
+    from pydnnl.runtime.heuristics.softmax import softmax_row_cache, softmax_row_wg
+
+    gpu = SimpleNamespace(is_gpu=True, max_work_group_size=1024)
+    cpu = SimpleNamespace(is_gpu=False, max_work_group_size=8192, simd_width=16)
+    for length, want in ((512, 8), (1000, 16), (1024, 8), (4096, 16), (8192, 0)):
+        assert softmax_row_cache(gpu, length, softmax_row_wg(gpu, length)) == want, length
+    assert softmax_row_cache(cpu, 512, 16) == 0
+
+
 def test_vector_row_kernel_chosen_on_cpus(engine, stream):
     """CPUs take one work-item per row in vectors (a tail shorter than a vector included);
     GPUs keep the work-group per row."""
