@@ -31,6 +31,9 @@ class memory:
     data_type = data_type
     format_tag = format_tag
     format_kind = format_kind
+    # how many times set_data_handle replaced the buffer: a primitive's validated-arguments
+    # memo (primitives.base) compares it, since a new buffer may alias another argument
+    _handle_gen = 0
 
     def __init__(self, desc: MemoryDesc, engine: _engine, data=None):
         if not isinstance(desc, MemoryDesc):
@@ -120,6 +123,7 @@ class memory:
                 f"needs {self._desc.get_size()}")
         self._release()
         self._buffer, self._pooled = buffer, False
+        self._handle_gen += 1
 
     @property
     def buffer(self):

@@ -309,5 +309,6 @@ class BoundKernel:
                 self.current[i] = b
         evt = cl.enqueue_nd_range_kernel(stream.queue, self.k, self.gsize, self.lsize,
                                          wait_for=wait_for)
-        stream.record(self.name, evt, self.gsize)
+        if stream._profiling:
+            stream.record(self.name, evt, self.gsize)
         return evt

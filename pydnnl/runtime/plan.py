@@ -468,8 +468,12 @@ class Plan:
         """Run with a primitive's argument map ``{ARG_*: memory}``: each argument is bound
         under its number, or under ``roles[arg]``; the scratchpad is the user's
         (``ARG_SCRATCHPAD``) or the plan's own; ``scalars`` are per-execution values."""
-        roles = roles or {}
-        bufs = {roles.get(a, a): m.buffer for a, m in args.items()}
+        # ``_buffer`` rather than the checked ``buffer`` property: primitive.execute has
+        # validated the memories and replaced host scalars by device copies
+        if roles:
+            bufs = {roles.get(a, a): m._buffer for a, m in args.items()}
+        else:
+            bufs = {a: m._buffer for a, m in args.items()}
         if self.scratch_elems:
             m = args.get(ARG_SCRATCHPAD)
             bufs["scratch"] = (m if m is not None else self._own_scratch()).buffer
