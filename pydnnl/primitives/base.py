@@ -412,11 +412,15 @@ class primitive:
         if not _same_args(self.__dict__.get("_checked"), s, args):
             self._check_args(s, args)
             self.__dict__["_checked"] = _args_memo(s, args)
-        args = _bind_prelu_weights(args)
         host = self.__dict__.get("_host_args")
         if host is None:  # the arguments the descriptor declared host scalars (checked above)
             host = self.__dict__["_host_args"] = tuple(
                 a for a, sp in self._pd._args.items() if sp.md.is_host_scalar())
+            base = ARG_ATTR_MULTIPLE_POST_OP(0)
+            self.__dict__["_prelu"] = any(a >= base and a % base == ARG_WEIGHTS
+                                          for a in self._pd._args)
+        if self.__dict__["_prelu"]:
+            args = _bind_prelu_weights(args)
         if host:  # the kernels read host-scalar scales and zero points from device copies
             args = self._host_scalars.device_args(args, host, self._pd._arg_engine)
         if verbose.enabled():
