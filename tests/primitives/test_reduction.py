@@ -311,3 +311,17 @@ def test_contiguous_row_rules_closed_form():
     assert HR.vrow_launch(cpu, 64, 262144, 16) == (16, 2)    # 128 work-items: 16 per group
     assert HR.vrow_launch(cpu, 1, 24000, 1) == (1, 5)        # chunks of >= 4096 values
     assert HR.vrow_launch(cpu, 6, 20500, 5) == (2, 5)        # at most one chunk per run
+
+
+def test_gpu_split_rule_closed_form():
+    """GPUs split a reduction only below 4 work-groups per compute unit (H200: 132 units):
+    1024 rows of 16384 run whole, 64 long outputs in ceil(528 / 64) = 9 chunks, 16 outputs
+    of 16384 in 16384 / (16 * 256) = 4 (each chunk keeps 16 values per lane)."""
+    from pydnnl.runtime.heuristics.softmax import reduction_splits
+
+    gpu = _info("gpu", 132)
+    assert reduction_splits(gpu, 1024, 16384, 256) == 1
+    assert reduction_splits(gpu, 527, 16384, 256) == 2
+    assert reduction_splits(gpu, 64, 262144, 256) == 9
+    assert reduction_splits(gpu, 16, 16384, 256) == 4
+    assert reduction_splits(_info("cpu", 2), 16, 1 << 20, 16) == 2

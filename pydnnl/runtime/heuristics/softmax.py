@@ -191,13 +191,22 @@ def softmax_strided_wg(info, vec: int = 1) -> int:
     return min(256 if vec == 1 else 4, info.max_work_group_size)
 
 
+# GPUs: a reduction is split only below SPLIT_GROUPS_GPU work-groups (or outputs) per compute
+# unit. H200 (benchdnn min ms, same process, 8 -> 4 -> 2): sum 16x64x128x128 -> 16x64x1x1
+# (1024 rows of 16384, 256 lanes each) 0.0247-0.0248 split in 2 -> 0.0215 whole -> 0.0211
+# whole (0.89x -> 1.03x PyTorch, 0.74 -> 0.84 of the copy's rate: the second launch and the
+# partial sums' round trip cost more than the idle units), mean to 1x64x1x1 0.0298-0.0306 in
+# 17 -> 0.0289 in 9 -> 0.0370 in 5 chunks.
+SPLIT_GROUPS_GPU = 4
+
+
 def reduction_splits(info, outputs: int, length: int, wg: int) -> int:
     """Chunks each reduction is cut into, so that few long reductions still fill the device:
     enough work-groups (or work-items) for every compute unit several times over, each chunk
     at least 16 values per work-item. Measured on Intel's CPU runtime: a sum of 64 MiB to one
     value ran at 21 GB/s cut into 4, 64 or 256 chunks (the copy kernel: 17 to 28); more
     chunks balance better on a loaded machine."""
-    want = max(1, (info.compute_units or 1) * (8 if info.is_gpu else 16))
+    want = max(1, (info.compute_units or 1) * (SPLIT_GROUPS_GPU if info.is_gpu else 16))
     if outputs >= want:
         return 1
     by_len = max(1, length // (16 * wg))
