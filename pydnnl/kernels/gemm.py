@@ -389,7 +389,17 @@ def params_fit(problem: GemmProblem, params: dict) -> bool:
     except ValueError:
         return False
     pw = problem.panel_width
-    return pw is None or (p["packed_b"] and pw == p["cols"])
+    return pw is None or (p["packed_b"] and sub_panels_fit(pw, p))
+
+
+def sub_panels_fit(pw: int, p: dict) -> bool:
+    """Whether a register tile with (normalized) params ``p`` reads B packed in panels of
+    ``pw`` columns: the tile's own width, or a whole number of narrower panels each a whole
+    number of the tile's vectors (a tile then reads ``cols // pw`` panels side by side: B
+    laid out in panels that never cross a boundary every ``pw`` columns, e.g. an RNN's gates,
+    while the tile stays the fastest width)."""
+    return pw == p["cols"] or (not p["local_prefetch"] and p["cols"] % pw == 0
+                               and pw % p["vec"] == 0)
 
 
 def key_problem(problem: GemmProblem) -> GemmProblem:
@@ -806,9 +816,10 @@ def build_gemm(problem: GemmProblem, params: dict | None = None):
     if pw is not None and not p["packed_b"]:
         raise ValueError(f"build_gemm: problem.b_layout is {pr.b_layout!r} but params['packed_b'] "
                          f"is False")
-    if pw is not None and pw != p["cols"]:
-        raise ValueError(f"build_gemm: problem.b_layout {pr.b_layout!r} needs params['cols'] == "
-                         f"{pw}, got {p['cols']}")
+    if pw is not None and not sub_panels_fit(pw, p):
+        raise ValueError(f"build_gemm: problem.b_layout {pr.b_layout!r} needs params['cols'] a "
+                         f"multiple of {pw} (and {pw} a multiple of params['vec']), got cols "
+                         f"{p['cols']}, vec {p['vec']}")
     if (pr.runtime_m or pr.runtime_k) and not pr.runtime_offsets:
         raise ValueError("build_gemm: runtime_m and runtime_k need runtime_offsets")
     if p["local_prefetch"]:
@@ -918,6 +929,17 @@ def _build_register(pr: GemmProblem, p: dict):
         return V("jo") * nr + jj * vw + jv
 
     def bload(kk, jj, jv, clamp):
+        if packed and pr.panel_width != nr:
+            # panels narrower than the tile: vector jj of tile jo lies in panel jo * nr / pw
+            # + jj // q (q vectors per panel); a last tile reaching past n reads the last
+            # panel again for its columns past n (never stored)
+            pw = pr.panel_width
+            q = pw // vw
+            panel = V("jo") * (nr // pw) + (jj // q if q > 1 else jj)
+            npan = -(-pr.n // pw)
+            if nt * (nr // pw) > npan:
+                panel = _clamp_hi(panel, npan)
+            return lay.b_panel(kk, panel, ((jj % q) * vw if q > 1 else 0) + jv)
         if packed:
             return lay.b_panel(kk, V("jo"), jj * vw + jv)
         return lay.b_plain(kk, col(jj, jv), clamp)

@@ -259,7 +259,8 @@ class Gemm:
     into C. Calls then pass ``part`` and ``part_off``.
     """
 
-    def __init__(self, engine, shape: GemmShape, static_b: bool = False, split: bool = False):
+    def __init__(self, engine, shape: GemmShape, static_b: bool = False, split: bool = False,
+                 b_panel: int | None = None, params: dict | None = None):
         self.engine = engine
         self.shape = shape
         self._sizes: dict = {}  # run-time sizes of the (split) kernel, by argument name
@@ -277,9 +278,18 @@ class Gemm:
             self._names = self.kernel.src.arg_names
             self._static: dict = {}
             return
-        self.params = choose_params(engine, shape, static_b)
+        self.params = (choose_params(engine, shape, static_b) if params is None
+                       else fam.normalize_params(params))
         self.packed = bool(self.params["packed_b"])
         self.panel = self.params["cols"] if self.packed else None
+        if b_panel is not None:
+            # B arrives already packed in panels of b_panel columns (weights stored that way)
+            if not (self.packed and fam.sub_panels_fit(b_panel, self.params)):
+                raise invalid_arguments(
+                    f"gemm {shape.m}x{shape.n}x{shape.k}: its tuned kernel cannot read B in "
+                    f"panels of {b_panel} (params {self.params}); see reads_panels()")
+            self.panel = b_panel
+            split = False
         # an epilogue needs the whole sum: GEMMs with one never split k
         self.splits = rules.split_k(engine.info, shape.m, shape.n, shape.k,
                                     self.params) if split and not shape.has_epilogue else 1
@@ -488,15 +498,35 @@ _cache: dict = {}
 MAX_STATIC_NV = 4
 
 
-def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False) -> Gemm:
+def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False,
+             b_panel: int | None = None, params: dict | None = None) -> Gemm:
     """The GEMM launcher for ``shape``; ``static_b`` allows a kernel that reads packed B,
-    ``split`` one that cuts k into slices (the caller then provides the partial buffer)."""
+    ``split`` one that cuts k into slices (the caller then provides the partial buffer);
+    ``b_panel``: B is given packed in panels of that many columns (``panel<w>``, see
+    :func:`reads_panels`), never packed by the plan; ``params``: the register tile to use
+    instead of the tuned one (a layout-bound caller's device rule, e.g. a tile as wide as the
+    panels its weights are stored in)."""
     shape = resolved(shape)
-    key = (id(engine.context), shape, static_b, split)
+    pkey = None if params is None else repr(sorted(fam.normalize_params(params).items()))
+    key = (id(engine.context), shape, static_b, split, b_panel, pkey)
     g = _cache.get(key)
     if g is None:
-        g = _cache[key] = Gemm(engine, shape, static_b, split)
+        g = _cache[key] = Gemm(engine, shape, static_b or b_panel is not None, split, b_panel,
+                               params)
     return g
+
+
+def reads_panels(engine, shape: GemmShape, width: int) -> bool:
+    """Whether the tuned kernel of ``shape`` (weights B, ``static_b``) can read B stored in
+    panels of ``width`` columns (``get_gemm(..., b_panel=width)``): a register tile reading
+    packed B whose width is a multiple of ``width``, itself a multiple of its vectors. Weights
+    kept in that layout (a ``format_tag.any`` resolved to it) then need no packing per
+    execution."""
+    shape = resolved(shape)
+    if rules.nv_tile(engine.info, _problem(shape), shape.math) is not None:
+        return False
+    params = choose_params(engine, shape, static_b=True)
+    return bool(params["packed_b"]) and fam.sub_panels_fit(width, params)
 
 
 def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a: int = 0,

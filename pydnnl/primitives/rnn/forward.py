@@ -106,15 +106,24 @@ class rnn_forward_pd_base(primitive_desc_base):
                 f"(u8/s8 src_layer) RNNs only, got {self.shape.dt.name}")
         self._user_descs = dict(descs)
         self._descs: dict[str, MemoryDesc] = {}
+        self.training = self._prop == prop_kind.forward_training
+        from .plan_forward import panel_desc, weights_panels
+
+        # inference weights left to the primitive: the GEMM's panels where its kernels read
+        # them (no packing per execution), else the canonical layout
+        self._weights_panels = weights_panels(self.get_engine(), self.shape, self.training)
         for name in DESC_NAMES:
             md = descs.get(name)
             if md is None or md.is_zero():
                 self._descs[name] = MemoryDesc()
                 continue
-            self._descs[name] = canonical_desc(name, md) if md.is_any() else md
+            if (md.is_any() and name in self._weights_panels
+                    and md.data_type == data_type.f32):
+                self._descs[name] = panel_desc(md.dims, self._weights_panels[name][0])
+            else:
+                self._descs[name] = canonical_desc(name, md) if md.is_any() else md
             arg, _, out = ARGS[name]
             self._args[arg] = ArgSpec(self._descs[name], out, True)
-        self.training = self._prop == prop_kind.forward_training
         self.ws_regions = layout.state_regions(self.shape, self.training)
         if self.training:
             ws = layout.workspace_md(self.ws_regions.nbytes())

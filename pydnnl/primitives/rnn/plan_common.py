@@ -67,15 +67,16 @@ class PlanBuilder:
         self.plan.launch(k, dst=dst_ref, src=src_ref, idx=INDEX, d_off=dst_off,
                          s_off=src_off, i_off=self._iota_off, nrows=rows)
 
-    def stage_inputs(self, inputs: dict, direct: tuple) -> None:
+    def stage_inputs(self, inputs: dict, direct: tuple, as_they_lie=()) -> None:
         """Decide where each input is read from: the user's buffer, or (other layouts and data
-        types) a canonical f32 copy in the scratchpad made by a reorder at the start."""
+        types) a canonical f32 copy in the scratchpad made by a reorder at the start. Inputs
+        named in ``as_they_lie`` (weights already in the GEMM's panels) are read in place."""
         sc = self.pd.scratch
         for name, arg in inputs.items():
             md = self.pd._descs.get(name)
             if md is None or md.is_zero():
                 continue
-            if name in direct and md != kernel_desc(name, md):
+            if name in direct and name not in as_they_lie and md != kernel_desc(name, md):
                 off = sc["in_" + name]
                 self.add_reorder(Ref(arg), md, SCRATCH, region_desc(md.dims, off))
                 self.src[name] = (SCRATCH, off)
@@ -127,14 +128,18 @@ def reserve_no_bias(regions, shape) -> None:
         regions.add("zbias", shape.L * shape.D * shape.Gb * shape.DHC)
 
 
-def role_gemm(engine, s, role: str, shape) -> Gemm:
+def role_gemm(engine, s, role: str, shape, b_panel: int | None = None,
+              params: dict | None = None) -> Gemm:
     """The launcher of the weight GEMM ``role``. The recurrences (roles ``iter*`` forward,
     ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); not with
-    sequence lengths, whose steps launch only the running rows."""
+    sequence lengths, whose steps launch only the running rows. ``b_panel``: the weights are
+    stored in panels of that many columns (``ldgOi<w>o``), read as they lie, with the tile
+    ``params`` where given (``heuristics.rnn.weights_panel``)."""
     if s.int8 is not None:
         return int8_gemm(engine, s, role, shape)
     split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
-    return get_gemm(engine, exact_half_math(s, role, shape), static_b=True, split=split)
+    return get_gemm(engine, exact_half_math(s, role, shape), static_b=True,
+                    split=split and b_panel is None, b_panel=b_panel, params=params)
 
 
 def exact_half_math(s, role: str, shape):
@@ -169,13 +174,16 @@ def int8_gemm(engine, s, role: str, shape) -> Gemm:
     return get_gemm(engine, replace(shape, math="strict"), static_b=True, split=split)
 
 
-def reserve_packed(regions, engine, roles: dict, s) -> None:
+def reserve_packed(regions, engine, roles: dict, s, stored: dict | None = None) -> None:
     """Scratchpad room for the packed weights of each GEMM role that packs them, and for the
-    partial products of the roles split along k (one region: the launches run in order)."""
+    partial products of the roles split along k (one region: the launches run in order).
+    ``stored``: weights desc name -> (panel width, tile params) of weights kept packed
+    (nothing to pack)."""
     part = 0
-    for role, (shape, _, _, count, _) in roles.items():
-        g = role_gemm(engine, s, role, shape)
-        if g.packed:
+    stored = stored or {}
+    for role, (shape, src_name, _, count, _) in roles.items():
+        g = role_gemm(engine, s, role, shape, *stored.get(src_name, (None, None)))
+        if g.packed and src_name not in stored:
             regions.add("pk_" + role, count * g.packed_size)
         part = max(part, g.part_elems)
     if part:

@@ -39,6 +39,7 @@ from ...kernels.rnn_int8 import (
 from ...kernels.rnn_persistent import PersistentProblem, build_persistent
 from ...kernels.rnn_persistent_grid import GridProblem, build_grid
 from ...memory.data_types import data_type
+from ...memory.desc import MemoryDesc
 from ...runtime.gemm import GemmShape
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import INDEX, SCRATCH, Ref
@@ -160,6 +161,62 @@ def h_in_dst(pd) -> bool:
     return not (persistent_recurrence(eng, s, False) or grid_problem(eng, s, False) is not None)
 
 
+#: weights whose ``format_tag.any`` may resolve to the GEMM's panels (inference), and the
+#: role kind of the GEMMs reading them (``heuristics.rnn.weights_panel``)
+PANEL_WEIGHTS = {"weights_layer_desc": "layer", "weights_iter_desc": "iter"}
+
+
+def panel_desc(dims, width: int) -> MemoryDesc:
+    """``ldgOi<width>o`` weights ``[L, D, I, G, O]`` (f32): per layer, direction and gate, O in
+    panels of ``width`` channels, each panel I rows of ``width`` contiguous values; as a GEMM's
+    B (``[I, G * O]``) that is B packed in panels of ``width`` columns, none crossing a gate."""
+    return MemoryDesc(list(dims), data_type.f32, f"abdEc{width}e")
+
+
+def weights_panels(engine, s, training: bool) -> dict:
+    """Weights desc name -> ``(panel width, tile params or None)`` for the weights whose
+    ``any`` resolves to ``ldgOi<w>o`` (:func:`panel_desc`), read by their GEMMs as they lie
+    (``heuristics.rnn.weights_panel``): inference in f32 (oneDNN too packs RNN weights for
+    inference only), a recurrent GEMM and cell kernel per step (the one-launch and fused
+    recurrences read the weights as they lie), each gate a whole number of panels. Other
+    weights resolve to ``ldigo`` and are packed at every execution."""
+    if training or s.dt != data_type.f32 or s.int8 is not None or s.ext.skip_input:
+        return {}
+    if (persistent_recurrence(engine, s, training) or grid_problem(engine, s, training)
+            is not None or fused_recurrence(engine, s, training)):
+        return {}
+    out = {}
+    roles = weight_gemms(s)
+    for name, kind in PANEL_WEIGHTS.items():
+        picks = set()
+        for role, (shape, src, *_) in roles.items():
+            if src != name:
+                continue
+            g = role_gemm(engine, s, role, shape)
+            pick = None
+            if g.params is not None and g.packed and g.splits == 1:
+                pick = rnn_rules.weights_panel(engine.info, kind, g.params)
+            if pick is None or s.DHC % pick[0]:
+                picks.add(None)
+            else:
+                picks.add((pick[0], None if pick[1] is None else tuple(sorted(pick[1].items()))))
+        if len(picks) == 1 and None not in picks:
+            w, params = picks.pop()
+            out[name] = (w, None if params is None else dict(params))
+    return out
+
+
+def stored_panels(pd) -> dict:
+    """Weights desc name -> ``(panel width, tile params)`` for the weights given in the panels
+    :func:`weights_panels` allows (read as they lie, never packed per execution)."""
+    out = {}
+    for name, (w, params) in getattr(pd, "_weights_panels", {}).items():
+        md = pd._descs.get(name)
+        if md is not None and not md.is_zero() and md == panel_desc(md.dims, w):
+            out[name] = (w, params)
+    return out
+
+
 def weight_gemms(s, fused: bool = False) -> dict:
     """GEMMs of the forward that read weights: role -> (shape, weights desc, first column,
     matrices (L*D), elements between matrices). ``fused``: no recurrent GEMMs (the cell
@@ -203,9 +260,11 @@ def scratch_regions(pd) -> Regions:
     r.add("gh", s.N * s.G * s.DHC)
     if s.spec.reads_reset_state:
         r.add("rh", s.N * s.DHC)
+    stored = stored_panels(pd)
     for name in _DIRECT:
         md = pd._descs.get(name)
-        if md is not None and not md.is_zero() and md != kernel_desc(name, md):
+        if md is not None and not md.is_zero() and md != kernel_desc(name, md) \
+                and name not in stored:
             r.add("in_" + name, md.nelems())
     if s.ext.dropout_output and dropout_active(s, pd.training):
         r.add("yd", s.T * s.N * s.DIC)
@@ -220,7 +279,7 @@ def scratch_regions(pd) -> Regions:
     if grid is not None:
         r.add("grid_bar", 2 * s.L * s.D)  # per layer and direction: counter, flag (int32)
     fused = one_launch or grid is not None or fused_recurrence(eng, s, pd.training)
-    reserve_packed(r, eng, weight_gemms(s, fused), s)
+    reserve_packed(r, eng, weight_gemms(s, fused), s, stored)
     return r
 
 
@@ -277,7 +336,8 @@ class ForwardPlanBuilder(PlanBuilder):
         self.ws_off = ws_off
         sc = pd.scratch
 
-        self.stage_inputs(_INPUTS, _DIRECT)
+        self.stored = stored_panels(pd)
+        self.stage_inputs(_INPUTS, _DIRECT, as_they_lie=self.stored)
         self.quant = quant_key(pd)
         if self.quant is not None:
             self._int8_prepare()
@@ -315,7 +375,13 @@ class ForwardPlanBuilder(PlanBuilder):
         roles = weight_gemms(s, self.fused or self.persistent or self.grid)
         self.gemm, self.wsrc = {}, {}
         for role, (shape, src_name, col, count, stride) in roles.items():
-            g = self.gemm[role] = role_gemm(eng, s, role, shape)
+            w, params = self.stored.get(src_name, (None, None))
+            g = self.gemm[role] = role_gemm(eng, s, role, shape, w, params)
+            if w is not None:
+                # ldgOi<w>o: the gates from column col start col / w panels of k rows in
+                ref, base = self.src[src_name]
+                self.wsrc[role] = (ref, base + col * shape.k, stride)
+                continue
             self.wsrc[role] = self.weights_for(role, g, src_name, col, count, stride)
         self.stage_kernels = []
         GD = s.G * DHC

@@ -349,3 +349,35 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
 #   so the FMA ports bound it (OpenBLAS 264 there, 311 at 3200x2048x512; PyTorch's own
 #   matmul 352 and 243 at 64x2048x512), and a software-pipelined k loop or A broadcasts kept
 #   in registers (no registers left) have nothing to win.
+
+
+# Inference weights left to the primitive (``format_tag.any``) resolve to ``ldgOi<w>o``
+# (plan_forward.weights_panels) where a GEMM reading them takes B in w-column panels as they
+# lie, so that no execution packs them (LSTM 512 inference packed 2 x 4 MB per execution,
+# 0.9-1.7 ms of kernel profile). 2-core AVX-512 Xeon, Intel's runtime, isolated kernels
+# (min ms, interleaved rounds, shared machine); tiles rows x cols, k unrolled by ku, B in
+# pw-column panels (pw < cols: the tile reads cols / pw panels side by side):
+# - the recurrent GEMM, 64x2048x512: 8x48 ku2 over pw 48 (the tuned kernel, packed per
+#   execution) 0.528 / 0.589, over pw 16 0.512 / 0.561 (10 rounds each); 8x32 ku4 over pw 32
+#   0.619, 8x32 over pw 16 0.827. So the recurrent weights take panels of one vector (16)
+#   and keep the tuned tile.
+# - the layer GEMM, 3200x2048x512: 8x48 over pw 48 18.7 / 18.0, over pw 16 20.4 (and 21.9
+#   against 20.7 in 12 other rounds: 5-10% slower); 8x32 ku4 over pw 32 18.5 / 18.0 (8 and
+#   6 rounds), ku2 22.6-24.4, over pw 16 29-32. So the layer weights take panels of 32 and a
+#   tile as wide where the tuned tile is 8x48 (or panels as wide as the tuned tile).
+PANEL_LAYER_TILE = {"cols": 32, "k_unroll": 4}
+
+
+def weights_panel(info, role: str, params: dict) -> tuple[int, dict | None] | None:
+    """``(w, params)`` for weights stored in w-column panels read by a GEMM of ``role``
+    (``"layer"``: many rows; ``"iter"``: the recurrent step) whose tuned parameters are
+    ``params``: the panel width, and the register tile to use instead of the tuned one (None:
+    the tuned one); None where the weights stay plain (packed per execution)."""
+    if not info.is_cpu or not params["packed_b"] or params["local_prefetch"]:
+        return None
+    vec, cols = params["vec"], params["cols"]
+    if role == "iter":
+        return (vec, None) if cols % vec == 0 else None
+    if cols == 48 and vec == 16:
+        return 32, dict(params, **PANEL_LAYER_TILE)
+    return cols, None

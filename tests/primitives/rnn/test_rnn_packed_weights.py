@@ -1,0 +1,206 @@
+"""Inference weights left to the primitive (``format_tag.any``) resolve to the GEMM's panels
+(``ldgOi<w>o``, :func:`pydnnl.primitives.rnn.plan_forward.weights_panel`) where the tuned
+GEMMs read B in such panels: the user reorders into them once and no execution packs them
+again. Outputs against the float64 reference; plain user weights and training keep working
+as before."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from rnn_ext_helpers import _ARG, CELLS, Problem, _head, _md, assert_close  # noqa: E402
+
+import pydnnl as dnnl  # noqa: E402
+from pydnnl.primitives.rnn import plan_forward  # noqa: E402
+from pydnnl.runtime.gemm import GemmShape, get_gemm, reads_panels  # noqa: E402
+
+INFER = dnnl.prop_kind.forward_inference
+TRAIN = dnnl.prop_kind.forward_training
+F32 = dnnl.memory.data_type.f32
+TAG = dnnl.memory.format_tag
+WEIGHTS = ("weights_layer", "weights_iter")
+
+
+@pytest.fixture
+def per_step(monkeypatch):
+    """Steps launched one by one: small problems would take a one-launch recurrence."""
+    monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+
+
+def _panel_width(engine) -> int:
+    w = 16 if engine.info.simd_width >= 16 else 8
+    if not reads_panels(engine, GemmShape(m=64, n=4 * 32, k=32, lda=32, ldb=128, ldc=128), w):
+        pytest.skip("this device's tuned GEMM reads no weights panels")
+    return w
+
+
+def _reference(p, a) -> dict:
+    y, h, c, _ = p.reference(a)
+    return {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}
+
+
+def _run(engine, stream, p: Problem, a: dict, prop, weights_tag=TAG.any, executions=2):
+    """The forward with weights described by ``weights_tag`` (any: the pd's choice), the user's
+    ldigo weights reordered into that layout once. Returns (outputs, pd, primitive)."""
+    dims = p.dims()
+    descs = {n + "_desc": _md(d, n) for n, d in dims.items()}
+    for n in WEIGHTS:
+        descs[n + "_desc"] = dnnl.memory.desc(list(dims[n]), F32, weights_tag)
+    cls = getattr(dnnl, CELLS[p.cell][0])
+    pd = cls.primitive_desc(*_head(engine, p, prop), **descs)
+    args, mems = {}, {}
+    for name, d in dims.items():
+        user = dnnl.memory(_md(d, name), engine)
+        if name in a:
+            user.write(np.ascontiguousarray(a[name], np.float32))
+        m = user
+        if name in WEIGHTS:
+            m = dnnl.memory(getattr(pd, name + "_desc")(), engine)
+            dnnl.reorder(user, m).execute(stream, user, m)
+        mems[name] = m
+        args[_ARG[name]] = m
+    if prop == TRAIN:
+        args[dnnl.ARG_WORKSPACE] = dnnl.memory(pd.workspace_desc(), engine)
+    prim = cls(pd)
+    for _ in range(executions):
+        prim.execute(stream, args)
+    stream.wait()
+    out = {n: mems[n].to_numpy() for n in ("dst_layer", "dst_iter", "dst_iter_c") if n in mems}
+    return out, pd, prim
+
+
+def _packs(prim) -> int:
+    return sum(1 for st in prim._plan.plan.steps if getattr(st, "name", "") == "pack_b")
+
+
+CASES = {
+    "lstm": Problem("lstm", 5, 9, 32, 32),
+    "lstm_slc48": Problem("lstm", 4, 7, 48, 16),
+    "gru_L2": Problem("gru", 4, 6, 32, 32, L=2),
+    "lbr_gru": Problem("lbr_gru", 5, 8, 16, 32),
+    "rnn_bi_concat": Problem("rnn", 4, 5, 32, 48, direction="bidirectional_concat"),
+    "lstm_r2l_bi_sum": Problem("lstm", 4, 3, 16, 16, L=2, direction="bidirectional_sum"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_any_weights_resolve_to_gemm_panels(engine, stream, per_step, name):
+    """Inference ``any`` weights are ``ldgOi<w>o`` where the GEMMs read such panels (the
+    recurrent weights in panels of one vector; on 16-wide CPUs the layer weights in panels of
+    32 where the gates hold whole ones); the plan packs only the others per execution and the
+    outputs match the reference (each gate a whole number of panels, GRU's stages reading
+    their gates' panels, layers and directions their matrices)."""
+    w = _panel_width(engine)
+    p = CASES[name]
+    a = p.arrays(3)
+    out, pd, prim = _run(engine, stream, p, a, INFER)
+    dims = p.dims()
+    panels = {n[:-5]: v[0] for n, v in pd._weights_panels.items()}
+    assert panels.get("weights_iter") == w
+    if w == 16:
+        assert panels.get("weights_layer") == (32 if p.DHC % 32 == 0 else None)
+    for n in WEIGHTS:
+        want = dnnl.memory.desc(list(dims[n]), F32,
+                                f"abdEc{panels[n]}e" if n in panels else TAG.ldigo)
+        assert getattr(pd, n + "_desc")() == want, n
+    assert _packs(prim) == len(WEIGHTS) - len(panels)  # one launch per weights tensor
+    ref = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, ref[k], f"{name} {k}")
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru_L2"])
+def test_plain_weights_still_packed_per_execution(engine, stream, per_step, name):
+    """User weights in ldigo (not any) keep working: packed into the scratchpad at every
+    execution, same results."""
+    _panel_width(engine)
+    p = CASES[name]
+    a = p.arrays(4)
+    out, pd, prim = _run(engine, stream, p, a, INFER, weights_tag=TAG.ldigo)
+    assert pd.weights_layer_desc() == dnnl.memory.desc(list(p.dims()["weights_layer"]), F32,
+                                                       TAG.ldigo)
+    assert _packs(prim) >= len(WEIGHTS)
+    ref = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, ref[k], f"{name} plain {k}")
+
+
+def test_panel_weights_given_explicitly(engine, stream, per_step):
+    """Weights described as ``ldgOi<w>o`` by the user (not any) are read in place too."""
+    w = _panel_width(engine)
+    p = CASES["lstm"]
+    a = p.arrays(5)
+    out, pd, prim = _run(engine, stream, p, a, INFER, weights_tag=f"abdEc{w}e")
+    assert pd.weights_iter_desc() == dnnl.memory.desc(list(p.dims()["weights_iter"]), F32,
+                                                      f"abdEc{w}e")
+    # layer weights in panels other than the layer GEMM's: reordered to ldigo, then packed
+    layer_panels = pd._weights_panels.get("weights_layer_desc", (None,))[0]
+    assert _packs(prim) == (0 if layer_panels == w else 1)
+    ref = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, ref[k], f"explicit {k}")
+
+
+def test_panel_weights_reorder_back(engine, stream, per_step):
+    """The chosen layout is a real memory desc: reordering out of it gives the user's weights
+    back, and its panels hold the values at the places ``ldgOi<w>o`` names."""
+    w = _panel_width(engine)
+    p = CASES["lstm"]
+    L, D, I, G, O = p.dims()["weights_iter"]
+    x = np.random.default_rng(0).uniform(-1, 1, (L, D, I, G, O)).astype(np.float32)
+    pd = _run(engine, stream, p, p.arrays(6), INFER, executions=1)[1]
+    user = dnnl.memory(dnnl.memory.desc([L, D, I, G, O], F32, TAG.ldigo), engine)
+    user.write(x)
+    packed = dnnl.memory(pd.weights_iter_desc(), engine)
+    dnnl.reorder(user, packed).execute(stream, user, packed)
+    back = dnnl.memory(dnnl.memory.desc([L, D, I, G, O], F32, TAG.ldigo), engine)
+    dnnl.reorder(packed, back).execute(stream, packed, back)
+    stream.wait()
+    np.testing.assert_array_equal(back.to_numpy(), x)
+    # panel p of gate g: I rows of w channels, as B packed in w-column panels over G * O
+    flat = packed.read_raw().view(np.float32).reshape(-1)[:x.size]
+    want = x.reshape(L, D, I, G, O // w, w).transpose(0, 1, 3, 4, 2, 5).reshape(-1)
+    np.testing.assert_array_equal(flat, want)
+
+
+def test_training_keeps_plain_weights(engine, stream, per_step):
+    """Training (and so backward) resolves any to ldigo, as oneDNN does."""
+    p = CASES["lstm"]
+    a = p.arrays(7)
+    out, pd, _ = _run(engine, stream, p, a, TRAIN, executions=1)
+    assert pd.weights_layer_desc() == dnnl.memory.desc(list(p.dims()["weights_layer"]), F32,
+                                                       TAG.ldigo)
+    ref = _reference(p, a)
+    for k, got in out.items():
+        assert_close(got, ref[k], f"training {k}")
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 2048, 512), (9, 80, 33), (70, 112, 16)])
+def test_gemm_reads_narrower_panels(engine, stream, m, n, k):
+    """The register-tile GEMM reading B in panels narrower than its tile (``b_panel``): the
+    tile's vectors come from consecutive panels, a last tile past n reads the last panel again
+    (n = 2048 or 80 in 48-wide tiles) and stores nothing past n."""
+    w = _panel_width(engine)
+    shape = GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n)
+    if not reads_panels(engine, shape, w):
+        pytest.skip(f"the tuned kernel of {m}x{n}x{k} reads no {w}-column panels")
+    g = get_gemm(engine, shape, b_panel=w)
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    bp = b.reshape(k, n // w, w).transpose(1, 0, 2).reshape(-1)
+    md = lambda size: dnnl.memory.desc([size], F32, TAG.a)  # noqa: E731
+    A, B = dnnl.memory(md(a.size), engine), dnnl.memory(md(bp.size), engine)
+    C = dnnl.memory(md(m * n), engine)
+    A.write(a.reshape(-1))
+    B.write(bp)
+    g(stream, A.buffer, 0, B.buffer, 0, C.buffer, 0)
+    stream.wait()
+    got = C.to_numpy().reshape(m, n)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
