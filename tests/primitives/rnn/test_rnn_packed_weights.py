@@ -204,3 +204,30 @@ def test_gemm_reads_narrower_panels(engine, stream, m, n, k):
     stream.wait()
     got = C.to_numpy().reshape(m, n)
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", [0, 1])
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("m,n,k,ldc", [(3200, 2048, 512, 2048), (64, 2048, 512, 2048),
+                                       (100, 1536, 512, 1536), (700, 2048, 512, 4096),
+                                       (10, 80, 30, 80)])
+def test_gemm_template_writes_the_panel_kernels(tile, narrow, m, n, k, ldc):
+    """The hand-written template (no loopy at a first creation) writes the kernels these
+    weights take, byte for byte as loopy generates them: the 8x48 tile over 16-column panels
+    (the recurrent weights; clamped last panel where n is no multiple of 48) and the 8x32 tile
+    unrolled by 4 over its own 32-column panels (the layer weights)."""
+    from dataclasses import replace
+
+    from pydnnl.kernels import gemm as G
+    from pydnnl.kernels import gemm_template as T
+    from pydnnl.kernels.source import source_from_loopy
+
+    params = dict(T.TILES[tile])
+    pw = 16 if narrow else params["cols"]
+    pr = G.GemmProblem(m=m, n=n, k=k, lda=k, ldb=pw, ldc=ldc, b_layout=f"panel{pw}",
+                       dtype=np.float32, acc_dtype=np.float32, runtime_offsets=True,
+                       runtime_m="tall", runtime_k=True)
+    src = T.register_source(pr, params)
+    assert src is not None
+    assert src.to_json() == source_from_loopy(G.build_gemm(pr, params)).to_json()
+    assert T.register_source(replace(pr, b_layout="panel8", ldb=8), params) is None
