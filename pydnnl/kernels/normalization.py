@@ -1595,16 +1595,23 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
         else:
             local, red = _ln_sums(p, ["a0", "a1"])
             if N:
+                # with ss_rows: the raw dy kept too, and each lane's columns of dy * xhat and
+                # dy summed over the group's rows in registers (s0, s1: see the walk below)
+                dv, dsum = "", ""
+                if p.ss_rows:
+                    dv = f" float dv[{N}];"
+                    dsum = " s0[j] += dv[j] * xv[j] * is; s1[j] += dv[j];"
                 body = head + f"""
     float a0 = 0.0f, a1 = 0.0f;
-    float gv[{N}], xv[{N}];
+    float gv[{N}], xv[{N}];{dv}
     {loop}
-        gv[j] = {dy_at} * {gamma}; xv[j] = {x_at} - m;
+        {"dv[j] = " + dy_at + "; gv[j] = dv[j]" if dv else "gv[j] = " + dy_at} * {gamma};
+        xv[j] = {x_at} - m;
         a0 += gv[j]; a1 += gv[j] * xv[j];{end}{red}
     const float mg = a0 / {C}.0f;
     const float mgx = a1 * is / {C}.0f;
     {loop}
-        {st(on, p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{end}"""
+        {st(on, p.odt, out_off, "is * (gv[j] - mg - xv[j] * is * mgx)")}{dsum}{end}"""
             else:
                 acc = ""
                 if p.ss_rows:
@@ -1628,8 +1635,25 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     attr = f"__attribute__((reqd_work_group_size({L}, 1, 1)))"
     if p.subgroup:
         attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
-    ss = p.ss_rows and bwd and not p.global_stats and not N
-    if ss:
+    ss = p.ss_rows and bwd and not p.global_stats
+    if ss and N:
+        # registers hold the lane's columns of the partial row; written once at the end
+        barrier = "" if p.subgroup else "\n    barrier(CLK_LOCAL_MEM_FENCE);"
+        args += ["__global float *restrict part", "const int p_off"]
+        groups = (f"({rows} + {p.ss_rows - 1}) // {p.ss_rows}" if runtime
+                  else -(-rows // p.ss_rows))
+        walk = f"""
+    const int grp = get_group_id(1);
+    const int pb = p_off + grp * {2 * C};
+    float s0[{N}], s1[{N}];
+    #pragma unroll
+    for (int j = 0; j < {N}; ++j) {{ s0[j] = 0.0f; s1[j] = 0.0f; }}
+    const int r_end = min({rows}, (grp + 1) * {p.ss_rows});
+    for (int row = grp * {p.ss_rows}; row < r_end; ++row) {{
+    {code}{body}{barrier}
+    }}
+    {loop} part[pb + c] = s0[j]; part[pb + {C} + c] = s1[j];{end}"""
+    elif ss:
         # the local-memory tree's sums are read by every lane before the next row writes them
         barrier = "\n    barrier(CLK_LOCAL_MEM_FENCE);"
         args += ["__global float *restrict part", "const int p_off"]

@@ -257,12 +257,12 @@ class layer_normalization_backward(primitive):
             self.ss = full and (self.use_scale or self.use_shift)
             self.ss_wg, self.groups, self.col_loop = rules.ln_ss_params(info, C, rows)
             self.fused_ss = (self.ss and not self.global_stats
-                             and rules.ln_bwd_fused_ss(info, self.cache))
-            # chunks of the rule's row count (LN_SS_ROWS_CPU; where fused_ss applies, CPUs, the
+                             and rules.ln_bwd_fused_ss(info, self.cache, self.wg))
+            # chunks of the rule's row count (ln_ss_rows; where fused_ss applies the
             # rule cuts the rows into chunks of it) rather than ceil(rows / groups), the same
             # wherever rows is a multiple of it: the row kernel's chunk then does not depend on
             # the row count, which it takes at run time (ln_runtime_form)
-            self.ss_rows = min(rows, rules.LN_SS_ROWS_CPU) if self.fused_ss else 0
+            self.ss_rows = min(rows, rules.ln_ss_rows(info)) if self.fused_ss else 0
             if self.fused_ss:
                 self.groups = -(-rows // self.ss_rows)
             self.small_wg = rules.small_wg(info, C)

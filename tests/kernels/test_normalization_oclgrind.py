@@ -157,7 +157,7 @@ rules.ln_bwd_vec = lambda info, C, fused_ss: 8
 rules.ln_fwd_vec_rows = lambda info, C: 4
 lnorm("ln_vec_bwd", [5, 2, 37], "abc", both)
 lnorm("ln_vec_bwd_global", [3, 11], "ab", both | F.use_global_stats)
-rules.ln_bwd_fused_ss = lambda info, cache: True
+rules.ln_bwd_fused_ss = lambda info, cache, wg=0: True
 rules.ln_ss_params = lambda info, C, rows: (16, 3, True)
 lnorm("ln_vec_bwd_fused_ss", [5, 2, 37], "abc", both)
 (rules.ln_bwd_vec, rules.ln_row_cache, rules.ln_fwd_vec_rows, rules.ln_bwd_fused_ss,
@@ -167,6 +167,11 @@ lnorm("ln_transposed_global", [4, 5], "ba", both | F.use_global_stats)
 rules.ln_row_cache = lambda info, C, wg: -(-C // wg)
 lnorm("ln_rows_cached", [3, 2, 37], "abc", both)
 lnorm("ln_rows_cached_global", [3, 5], "ab", both | F.use_global_stats)
+# ... also summing diff_scale/diff_shift in registers over chunks of 4 rows (the GPU's long
+# rows), forced: 3 chunks, the last one short
+rules.ln_bwd_fused_ss = lambda info, cache, wg=0: True
+rules.ln_ss_rows = lambda info: 4
+lnorm("ln_rows_cached_fused_ss", [5, 2, 37], "abc", both)
 # the bnorm runs reduction summing its lanes in local memory (the GPU path), forced
 rules.bn_reduce_tree = lambda info, lanes: lanes == "r"
 bnorm("bn_nchw_relu_tree", [2, 3, 3, 5], "abcd", both | F.fuse_norm_relu)
@@ -180,7 +185,7 @@ bnorm("bn_fused_relu_shape2", [3, 3, 2, 9], "abcd", both | F.fuse_norm_relu)
 # the lnorm backward row kernel summing diff_scale/diff_shift over chunks of rows (the CPU
 # path), forced: 3 chunks of 4 rows (the last one short), the local-memory tree per row
 rules.ln_row_cache = lambda info, C, wg: 0
-rules.ln_bwd_fused_ss = lambda info, cache: True
+rules.ln_bwd_fused_ss = lambda info, cache, wg=0: True
 rules.ln_row_subgroup = lambda info, wg: False
 rules.ln_ss_params = lambda info, C, rows: (16, 3, True)
 lnorm("ln_rows_fused_ss", [5, 2, 37], "abc", both)
@@ -196,6 +201,7 @@ def test_normalization_kernels_clean_under_oclgrind():
     assert results == {"bn_nchw_relu": True, "bn_nhwc": True, "bn_blocked_global": True,
                        "ln_rows": True, "ln_transposed_global": True,
                        "ln_rows_cached": True, "ln_rows_cached_global": True,
+                       "ln_rows_cached_fused_ss": True,
                        "bn_nchw_relu_tree": True, "bn_fused_relu": True,
                        "bn_fused_plain": True, "ln_rows_fused_ss": True,
                        "bn_nhwc_shape2": True, "bn_fused_relu_shape2": True,

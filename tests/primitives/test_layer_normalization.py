@@ -343,8 +343,8 @@ def test_register_cached_rows_match_reference(engine, stream, monkeypatch, flags
 
 def test_fused_scale_shift_rule_closed_form():
     """runtime/heuristics/normalization.py ``ln_bwd_fused_ss``: CPU rows without a register
-    cache sum diff_scale/diff_shift in the row kernel; GPUs and cached rows keep the column
-    kernel."""
+    cache sum diff_scale/diff_shift in the row kernel, cached CPU rows keep the column kernel;
+    GPUs fuse rows in registers over work-groups of 256 lanes."""
     from pydnnl.engine import DeviceInfo
     from pydnnl.runtime.heuristics.normalization import ln_bwd_fused_ss
 
@@ -358,6 +358,37 @@ def test_fused_scale_shift_rule_closed_form():
     assert ln_bwd_fused_ss(info("cpu"), 0)
     assert not ln_bwd_fused_ss(info("cpu"), 4)
     assert not ln_bwd_fused_ss(info("gpu"), 0)
+    # rows in registers over 256 lanes: the sums stay there too; narrower groups keep the
+    # column kernel
+    assert ln_bwd_fused_ss(info("gpu"), 16, 256)
+    assert not ln_bwd_fused_ss(info("gpu"), 12, 64)
+
+
+@pytest.mark.parametrize("dims, ss_rows", [([3, 2, 37], 4), ([5, 70], 2), ([2, 3, 64], 6)],
+                         ids=["tail_group", "two_rows", "one_group"])
+def test_register_cached_rows_with_fused_scale_shift(engine, stream, monkeypatch, dims,
+                                                      ss_rows):
+    """The GPU backward (rows in registers, each lane summing its columns of diff_scale and
+    diff_shift over a chunk of rows in registers, one partial row per chunk), forced on the
+    CPU device: a last chunk shorter than the others, a row length not a multiple of the
+    work-group, and one chunk holding every row."""
+    from pydnnl.runtime.heuristics import normalization as rules
+    monkeypatch.setattr(rules, "ln_row_cache", lambda info, C, wg: -(-C // wg))
+    monkeypatch.setattr(rules, "ln_bwd_fused_ss", lambda info, cache, wg=0: bool(cache))
+    monkeypatch.setattr(rules, "ln_ss_rows", lambda info: ss_rows)
+    monkeypatch.setattr(rules, "ln_bwd_vec", lambda info, C, fused: 0)
+    flags = F.use_scale | F.use_shift
+    d = _data(dims, 17)
+    md = dnnl.memory.desc(dims, dt.f32, tag.abc if len(dims) == 3 else tag.ab)
+    pd, a = _forward(engine, stream, d, md, PK.forward_training, flags)
+    mean, var = a[dnnl.ARG_MEAN].to_numpy(), a[dnnl.ARG_VARIANCE].to_numpy()
+    dx, dsc, dsh = R.layer_norm_backward(d["x"], d["dy"], mean, var, EPS, d["scale"], False)
+    bpd, b = _backward(engine, stream, d, md, PK.backward, flags, pd, a)
+    rows = int(np.prod(dims[:-1]))
+    assert bpd.cache and bpd.fused_ss and bpd.groups == -(-rows // ss_rows)
+    _close(b[dnnl.ARG_DIFF_SRC].to_numpy(), dx)
+    _close(b[dnnl.ARG_DIFF_SCALE].to_numpy(), dsc)
+    _close(b[dnnl.ARG_DIFF_SHIFT].to_numpy(), dsh)
 
 
 @pytest.mark.parametrize("C", [128, 100, 200], ids=["whole", "tail", "tail_long"])

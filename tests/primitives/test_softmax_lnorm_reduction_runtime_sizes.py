@@ -255,7 +255,7 @@ def test_layer_norm_reduce_path_new_row_count_needs_no_new_kernel(engine, stream
     time, so a new row count reuses them; the gradients against the reference."""
     from pydnnl.runtime.heuristics import normalization as rules
 
-    monkeypatch.setattr(rules, "ln_bwd_fused_ss", lambda info, cache: False)
+    monkeypatch.setattr(rules, "ln_bwd_fused_ss", lambda info, cache, wg=0: False)
     t, d0, d1 = LNORM_CLASSES[case]
     first = None
     for k, dims in enumerate((d0, d1)):
@@ -381,7 +381,7 @@ lnorm("lnorm", (2, 5, 20))
 # the GPUs' scale/shift gradient (a reduce kernel over chunks of rows, then a finalize),
 # forced here: both take the row and chunk counts at run time
 import pydnnl.runtime.heuristics.normalization as _rules
-_rules.ln_bwd_fused_ss = lambda info, cache: False
+_rules.ln_bwd_fused_ss = lambda info, cache, wg=0: False
 lnorm("lnorm_reduce", (3, 7, 20))
 print(json.dumps(results))
 """

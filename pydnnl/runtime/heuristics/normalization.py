@@ -205,14 +205,35 @@ def bn_fused(info, C: int, channel_bytes: int, run: int) -> tuple[bool, int, boo
     return use, wg, sub
 
 
-def ln_bwd_fused_ss(info, cache: int) -> bool:
+def ln_bwd_fused_ss(info, cache: int, wg: int = 0) -> bool:
     """Whether the layer normalization backward row kernel also sums diff_scale/diff_shift
-    (``LnRows.ss_rows``: a work-group walks a chunk of rows, adding into its own partial row
-    in L1) instead of a second kernel reading src and diff_dst again. CPUs (rows of one
-    SIMD vector, no register cache): 5 tensor passes become 3. Measured on Intel's CPU
-    runtime (2-core EPYC, loaded machine, same process, minimum of 3 runs each): BWD_DW
-    32x512x1024 49-61 ms -> 29-31 ms, 16x512x768 17-21 ms -> 8-10 ms."""
-    return not info.is_gpu and not cache
+    (``LnRows.ss_rows``: a work-group walks a chunk of rows, adding into its own partial row)
+    instead of a second kernel reading src and diff_dst again. CPUs (rows of one SIMD
+    vector, no register cache): 5 tensor passes become 3. Measured on Intel's CPU runtime
+    (2-core EPYC, loaded machine, same process, minimum of 3 runs each): BWD_DW 32x512x1024
+    49-61 ms -> 29-31 ms, 16x512x768 17-21 ms -> 8-10 ms.
+
+    GPUs: rows kept in registers (``cache``) and work-groups of at least
+    LN_FUSED_SS_GPU_MIN_WG lanes (rows over 2048 values), each lane summing its columns over
+    LN_SS_ROWS_GPU rows in registers. H200, benchdnn min ms, two interleaved rounds, separate
+    kernel -> fused (16 rows per group): 4x1024x4096 (256 lanes) 0.107 -> 0.085 (1.28x ->
+    1.61x PyTorch); with 64 lanes it lost: 16x512x768 0.054 -> 0.066, 32x512x1024 0.112 ->
+    0.127-0.129, 32x128x1024 0.039 -> 0.048 (fewer, narrower work-groups, and the
+    finalization walks one partial row per group for each of fewer columns; 32 or 64 rows per
+    group lost too, 4 or 8 lost more)."""
+    if info.is_gpu:
+        return bool(cache) and wg >= LN_FUSED_SS_GPU_MIN_WG
+    return not cache
+
+
+LN_FUSED_SS_GPU_MIN_WG = 256
+LN_SS_ROWS_GPU = 16
+
+
+def ln_ss_rows(info) -> int:
+    """Rows per work-group of the backward row kernel that also sums diff_scale/diff_shift
+    (see :func:`ln_bwd_fused_ss`)."""
+    return LN_SS_ROWS_GPU if info.is_gpu else LN_SS_ROWS_CPU
 
 
 def ln_fwd_vec(info, C: int) -> int:
