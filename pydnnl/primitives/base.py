@@ -232,7 +232,8 @@ def _same_args(memo, s, args: dict) -> bool:
     that passed the checks last time: every check depends on those alone (a memory's desc and
     engine never change; ``set_data_handle`` moves its generation on). The checks cost more
     host time than a small primitive's launch."""
-    if memo is None or memo[0]() is not s or len(memo[1]) != len(args):
+    if memo is None or type(args) is not dict or memo[0]() is not s \
+            or len(memo[1]) != len(args):
         return False
     for a, ref, gen in memo[1]:
         m = args.get(a)

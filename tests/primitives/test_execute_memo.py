@@ -40,6 +40,10 @@ def test_changed_arguments_are_checked_again(engine, stream):
         prim.execute(stream, {**args, dnnl.ARG_WEIGHTS: y})
     with pytest.raises(dnnl.invalid_arguments, match="expected a pydnnl.stream"):
         prim.execute(object(), args)
+    with pytest.raises(dnnl.invalid_arguments, match="must be a dict"):
+        prim.execute(stream, list(args.items()))  # as long as the memoised dict
+    with pytest.raises(dnnl.invalid_arguments, match="must be a pydnnl.memory"):
+        prim.execute(stream, {dnnl.ARG_SRC: x, dnnl.ARG_DST: np.zeros((3, 4), np.float32)})
     # a fresh dict with the same memories passes (and runs) again
     y2 = dnnl.memory(md, engine)
     prim.execute(stream, {dnnl.ARG_SRC: x, dnnl.ARG_DST: y2})
