@@ -366,6 +366,12 @@ def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
 #   6 rounds), ku2 22.6-24.4, over pw 16 29-32. So the layer weights take panels of 32 and a
 #   tile as wide where the tuned tile is 8x48 (or panels as wide as the tuned tile).
 PANEL_LAYER_TILE = {"cols": 32, "k_unroll": 4}
+# ... but a second GEMM program costs the first-ever creation its compilation (LSTM 512
+# inference with every cache empty, same machine: 4 programs 0.61 s, against 3 programs and
+# the one GEMM program of both roles 0.36-0.40 s; the bound is 0.5 s), and the layer
+# GEMM runs once per layer (3200 rows: 1-2 ms of the 50): both roles read the panels of one
+# vector with the tuned tile, one program.
+PANEL_LAYER_OWN_TILE = False
 
 
 def weights_panel(info, role: str, params: dict) -> tuple[int, dict | None] | None:
@@ -376,7 +382,7 @@ def weights_panel(info, role: str, params: dict) -> tuple[int, dict | None] | No
     if not info.is_cpu or not params["packed_b"] or params["local_prefetch"]:
         return None
     vec, cols = params["vec"], params["cols"]
-    if role == "iter":
+    if role == "iter" or not PANEL_LAYER_OWN_TILE:
         return (vec, None) if cols % vec == 0 else None
     if cols == 48 and vec == 16:
         return 32, dict(params, **PANEL_LAYER_TILE)

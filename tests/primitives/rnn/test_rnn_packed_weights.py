@@ -92,8 +92,8 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_any_weights_resolve_to_gemm_panels(engine, stream, per_step, name):
     """Inference ``any`` weights are ``ldgOi<w>o`` where the GEMMs read such panels (the
-    recurrent weights in panels of one vector; on 16-wide CPUs the layer weights in panels of
-    32 where the gates hold whole ones); the plan packs only the others per execution and the
+    recurrent and the layer weights in panels of one vector, read by one GEMM program); the
+    plan packs only the others per execution and the
     outputs match the reference (each gate a whole number of panels, GRU's stages reading
     their gates' panels, layers and directions their matrices)."""
     w = _panel_width(engine)
@@ -103,8 +103,8 @@ def test_any_weights_resolve_to_gemm_panels(engine, stream, per_step, name):
     dims = p.dims()
     panels = {n[:-5]: v[0] for n, v in pd._weights_panels.items()}
     assert panels.get("weights_iter") == w
-    if w == 16:
-        assert panels.get("weights_layer") == (32 if p.DHC % 32 == 0 else None)
+    if w == 16:  # one GEMM program for both roles (first-ever creation)
+        assert panels.get("weights_layer") == (16 if p.DHC % 16 == 0 else None)
     for n in WEIGHTS:
         want = dnnl.memory.desc(list(dims[n]), F32,
                                 f"abdEc{panels[n]}e" if n in panels else TAG.ldigo)
