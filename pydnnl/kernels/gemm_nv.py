@@ -55,7 +55,7 @@ from .source import KernelSource
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes",
            "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-7"
+GENERATOR_VERSION = "gemm_nv-8"
 
 #: tensor-core kinds: (k per mma.sync, its PTX shape and types, the packing conversion of a
 #: pair of floats into one 32-bit register, or None where each register holds one TF32)
@@ -86,12 +86,22 @@ class NvTile:
     wn: int = 32
     #: 16-bit kinds: tiles kept packed in shared memory (see ``_Gen.packed``)
     packed: bool = False
+    #: SIMT only: k-groups per work-group, each of ``group_threads`` work-items computing the
+    #: whole block over its own contiguous share of k's slices (its own shared buffers); their
+    #: register tiles are then added through shared memory before the epilogue. Shortens the
+    #: chain of slices a work-item walks where C has few blocks and k is long
+    ksplit: int = 1
 
     @property
-    def threads(self) -> int:
+    def group_threads(self) -> int:
+        """Work-items of one k-group (the whole work-group unless ``ksplit``)."""
         if self.mma:
             return (self.bm // self.wm) * (self.bn // self.wn) * 32
         return (self.bm // self.tm) * (self.bn // self.tn)
+
+    @property
+    def threads(self) -> int:
+        return self.group_threads * self.ksplit
 
     def check(self) -> None:
         if self.mma is not None:
@@ -114,9 +124,15 @@ class NvTile:
         if self.bm % self.tm or self.bn % self.tn:
             raise ValueError(f"NvTile: the register tile {self.tm}x{self.tn} must divide the "
                              f"block {self.bm}x{self.bn}")
-        t = self.threads
-        if t < 32 or t > 1024:
-            raise ValueError(f"NvTile: {t} work-items per group (needs 32..1024)")
+        t = self.group_threads
+        if t < 32 or self.threads > 1024:
+            raise ValueError(f"NvTile: {self.threads} work-items per group (needs 32..1024)")
+        if self.ksplit < 1 or (self.ksplit > 1 and self.mma):
+            raise ValueError(f"NvTile: ksplit {self.ksplit} needs the SIMT kernel (no mma)")
+        if self.ksplit > 1 and (self.ksplit - 1) * self.bm * self.bn \
+                > _smem_floats(self) * self.ksplit:
+            raise ValueError(f"NvTile: the register tiles of {self.ksplit} k-groups do not fit "
+                             f"the shared buffers")
         for what, elems in (("A", self.bm * self.bk), ("B", self.bn * self.bk)):
             if elems % (4 * t):
                 raise ValueError(f"NvTile: the {what} tile ({elems} floats) must split into "
@@ -144,6 +160,9 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     if pr.k % tile.bk:
         return False
+    # k-groups walk equal whole shares of the slices, counted at build time
+    if tile.ksplit > 1 and (pr.runtime_k or (pr.k // tile.bk) % tile.ksplit):
+        return False
     # a float4 along a contiguous m (transposed A) or n (plain B) is wholly inside or outside
     if (pr.trans_a and pr.m % 4) or (not pr.trans_b and pr.n % 4):
         return False
@@ -160,7 +179,7 @@ def _f(x: float) -> str:
 class _Gen:
     def __init__(self, pr: GemmProblem, t: NvTile, aligned: bool):
         self.pr, self.t, self.aligned = pr, t, aligned
-        self.nt = t.threads
+        self.nt = t.group_threads  # one k-group's work-items (the loads' and tiles' owners)
         self.wx = t.bn // t.tn  # work-items along n
         # row padding of the shared tiles (keeps float4 alignment, spreads banks), see _pads
         self.pa = self.pb = (_packed_pads() if t.packed else _pads(t))[0]
@@ -240,7 +259,9 @@ class _Gen:
         L = []
         w = L.append
         for name, loads in (("a", la), ("b", lb)):
-            for i, (off, _, _) in enumerate(loads):
+            for i, (off, step, _) in enumerate(loads):
+                if t.ksplit > 1:  # this k-group's first slice
+                    off = f"{off} + kg * {self.nk_group()} * ({step})"
                 w(f"int {name}p{i} = {off};")
         for name, loads in (("a", la), ("b", lb)):
             w(f"float4 r{name}[{len(loads)}];")
@@ -311,6 +332,26 @@ class _Gen:
             w("  }")
 
         self._pipeline(w, gload, sstore, sza, szb, slice_)
+        if t.ksplit > 1:
+            # the k-groups' tiles added into group 0's, which alone stores (the loop ended
+            # on a barrier: the shared buffers are free)
+            tile_n = t.tm * t.tn
+            w("if (kg > 0) {")
+            w("#pragma unroll")
+            w(f"  for (int i = 0; i < {t.tm}; ++i)")
+            w("#pragma unroll")
+            w(f"    for (int j = 0; j < {t.tn}; ++j)")
+            w(f"      As_all[((kg - 1) * {tile_n} + i * {t.tn} + j) * {self.nt} + tid] = "
+              "acc[i][j];")
+            w("}")
+            w("barrier(CLK_LOCAL_MEM_FENCE);")
+            w("if (kg == 0) {")
+            w(f"for (int h = 0; h < {t.ksplit - 1}; ++h)")
+            w("#pragma unroll")
+            w(f"  for (int i = 0; i < {t.tm}; ++i)")
+            w("#pragma unroll")
+            w(f"    for (int j = 0; j < {t.tn}; ++j)")
+            w(f"      acc[i][j] += As_all[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
         # C: rows m0 + g*sa + ty*4 + q, columns n0 + h*sb + tx*4 + (0..3)
         breg = {}
         if self.bias_per_column():
@@ -347,7 +388,15 @@ class _Gen:
                     w("    }")
                 w("  }")
                 w("}")
+        if t.ksplit > 1:
+            w("}")
         return "\n".join("    " + x for x in L)
+
+    def nk_group(self):
+        """Slices of k each k-group walks (a C expression or an int)."""
+        if self.pr.runtime_k:
+            return f"{self.K} / {self.t.bk}"
+        return self.pr.k // self.t.bk // self.t.ksplit
 
     def _pipeline(self, w, gload, sstore, sza: int, szb: int, slice_) -> None:
         """The k loop: slice 0 staged into shared memory, then per slice the next one loaded
@@ -358,7 +407,7 @@ class _Gen:
         sstore("a", "0")
         sstore("b", "0")
         w("barrier(CLK_LOCAL_MEM_FENCE);")
-        nk = f"{self.K} / {self.t.bk}" if self.pr.runtime_k else self.pr.k // self.t.bk
+        nk = self.nk_group()
         w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
         w("  const int cur = kt & 1;")
         w(f"  if (kt + 1 < {nk}) {{")
@@ -632,14 +681,25 @@ class _Gen:
 
         cvt = [_TF32_HELPERS] if t.mma == "tf32" else [_pack_helper(MMA_KINDS[t.mma][2])] \
             if t.mma else []
+        if t.ksplit > 1:  # each k-group its own double buffers
+            ks = t.ksplit
+            # one array: the k-groups' tiles are added through all of it
+            head = [f"    __local float As_all[{2 * (sza + szb) * ks}] "
+                    "__attribute__((aligned(16)));",
+                    f"    __local float* Bs_all = As_all + {2 * sza * ks};",
+                    f"    const int kg = get_local_id(0) / {self.nt};",
+                    f"    const int tid = get_local_id(0) % {self.nt};",
+                    f"    __local float* As = As_all + kg * {2 * sza};",
+                    f"    __local float* Bs = Bs_all + kg * {2 * szb};"]
+        else:
+            head = [f"    __local {stype} As[{2 * sza}] __attribute__((aligned(16)));",
+                    f"    __local {stype} Bs[{2 * szb}] __attribute__((aligned(16)));",
+                    "    const int tid = get_local_id(0);"]
         lines = cvt + [h[1] for h in helpers(pr.post_ops)] + [
-            f"__kernel void __attribute__((reqd_work_group_size({self.nt}, 1, 1)))",
+            f"__kernel void __attribute__((reqd_work_group_size({t.threads}, 1, 1)))",
             f"{name}({', '.join(args)})",
             "{",
-            f"    __local {stype} As[{2 * sza}] __attribute__((aligned(16)));",
-            f"    __local {stype} Bs[{2 * szb}] __attribute__((aligned(16)));",
-            "    const int tid = get_local_id(0);",
-        ] + (["    const int M = (int)m;"] if pr.runtime_m else []) + (
+        ] + head + (["    const int M = (int)m;"] if pr.runtime_m else []) + (
             ["    const int K = (int)ksize;"] if pr.runtime_k else []) + [
             f"    const int tx = tid % {self.wx}, ty = tid / {self.wx};",
             f"    const int n0 = get_group_id(0) * {t.bn}, m0 = get_group_id(1) * {t.bm};",
@@ -710,9 +770,17 @@ def _packed_pads() -> tuple[int, int]:
     return 8, 4
 
 
+def _smem_floats(tile: NvTile) -> int:
+    """Floats of one k-group's shared buffers (SIMT)."""
+    pad, _ = _pads(tile)
+    return 2 * (tile.bk * (tile.bm + pad) + tile.bk * (tile.bn + pad))
+
+
 def smem_bytes(tile: NvTile) -> int:
     """Shared memory of a kernel with ``tile`` (double-buffered A and B; the larger of the two
-    A layouts, so that the bound holds for every problem)."""
+    A layouts, so that the bound holds for every problem; each k-group its own)."""
+    if tile.ksplit > 1:
+        return _smem_floats(tile) * tile.ksplit * 4
     if tile.packed:
         pad, apad = _packed_pads()
         kp = tile.bk // 2

@@ -20,6 +20,11 @@ TILES = {
     "64x64x16/4x4": NvTile(64, 64, 16, 4, 4),
     "32x64x16/4x4": NvTile(32, 64, 16, 4, 4),
     "64x32x16/4x4": NvTile(64, 32, 16, 4, 4),
+    # k-groups: each a share of k's slices, their tiles added in shared memory
+    "32x64x16/4x4/k2": NvTile(32, 64, 16, 4, 4, ksplit=2),
+    "32x32x16/4x4/k4": NvTile(32, 32, 16, 4, 4, ksplit=4),
+    "16x64x16/4x4/k4": NvTile(16, 64, 16, 4, 4, ksplit=4),
+    "16x64x16/4x4/k2": NvTile(16, 64, 16, 4, 4, ksplit=2),
 }
 
 
@@ -72,6 +77,9 @@ CASES = [
     (64, 57, 16, True, True, 2.0, 0.0, 8, 0, 1, 1, True),
     (40, 20, 32, False, False, 1.0, 0.25, 1, 3, 0, 3, True),
     (96, 72, 48, False, True, 1.0, 0.0, 4, 4, 4, 2, False),
+    # k-groups' shares: 8 slices of 16 (4 groups: 2 each), a ragged m and n
+    (37, 70, 128, False, False, 1.0, 0.5, 0, 0, 0, 1, True),
+    (20, 64, 128, True, False, 1.0, 0.0, 4, 4, 0, 2, False),
 ]
 
 
@@ -289,7 +297,12 @@ def test_tile_rules_on_an_h100_like_device():
     assert pick(1024, 1024, 1024) == (64, 128)
     assert pick(1280, 2048, 512) == (64, 128)
     assert pick(512, 512, 512) == (128, 64)
-    assert pick(64, 2048, 512) == (32, 64)
+    # thin m: 32x64 blocks would leave units idle (64 of them): 16x64 in two k-groups
+    assert pick(64, 2048, 512) == (16, 64)
+    assert nv_tile(h100, GemmProblem(m=64, n=2048, k=512, lda=512, ldb=2048,
+                                     ldc=2048)).ksplit == 2
+    assert pick(64, 2048, 528) == (32, 64)  # 33 slices of 16: no even share
+    assert pick(64, 8192, 512) == (32, 64)  # 256 blocks fill the units
     assert pick(2048, 64, 512) == (64, 32)
     assert pick(64, 2048, 8192) is None  # long k: the loopy family splits it
     assert pick(16, 4096, 512) is None

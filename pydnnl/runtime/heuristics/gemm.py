@@ -316,6 +316,14 @@ _NV_THIN_M = NvTile(32, 64, 16, 4, 4)
 _NV_THIN_N = NvTile(64, 32, 16, 4, 4)
 _NV_MIN_DIM = 256
 _NV_THIN_MIN = (32, 1024)  # (the short side, the long side) of a thin GEMM
+# thin-m GEMMs whose 32x64 blocks leave compute units idle: 16x64 blocks, each work-group two
+# k-groups walking half of k's slices (NvTile.ksplit), their tiles added in shared memory
+# before the store. H200, 64x512x2048 (matmul; the inner product mb64ic512oc2048 alike),
+# kernel time from profiling events / benchdnn min ms against cuBLAS in the same process:
+# 32x64 16.6-17.2 us / 0.0158-0.0160 ms (0.82-0.84x); 32x64 in 2 k-groups 15.1 / 0.0144
+# (0.96x); 32x32 in 2 13.0 / 0.0122 (1.07x); 16x64 in 2 11.9 / 0.0121 (1.07x, the inner
+# product 1.29x)
+_NV_THIN_M_KSPLIT = NvTile(16, 64, 16, 4, 4, ksplit=2)
 _NV_THIN_MAX_K = 1024
 # batched GEMMs (a weight gradient's k slices) whose entries have 128 rows and columns or
 # more and a long k: their blocks are many, so the block kernels take them rather than the
@@ -412,6 +420,8 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
                 or prob.k > _NV_THIN_MAX_K:
             return None
         t = _NV_THIN_M if prob.m <= prob.n else _NV_THIN_N
+        if t is _NV_THIN_M and blocks(t) < units and fits(_NV_THIN_M_KSPLIT):
+            return _NV_THIN_M_KSPLIT
         return t if fits(t) else None
     order = [_NV_MID]
     if blocks(_NV_WIDE) >= 0.9 * units:
