@@ -40,7 +40,7 @@ from ...kernels.rnn_persistent import PersistentProblem, build_persistent
 from ...kernels.rnn_persistent_grid import GridProblem, build_grid
 from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
-from ...runtime.gemm import GemmShape
+from ...runtime.gemm import GemmShape, choose_params
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.plan import INDEX, SCRATCH, Ref
 from .layout import (
@@ -53,7 +53,13 @@ from .layout import (
     region_desc,
     xin_offset,
 )
-from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
+from .plan_common import (
+    PlanBuilder,
+    exact_half_math,
+    reserve_no_bias,
+    reserve_packed,
+    role_gemm,
+)
 from .seqlen import layer_rows
 
 _INPUTS = {"src_layer_desc": ARG_SRC_LAYER, "src_iter_desc": ARG_SRC_ITER,
@@ -180,7 +186,8 @@ def weights_panels(engine, s, training: bool) -> dict:
     inference only), a recurrent GEMM and cell kernel per step (the one-launch and fused
     recurrences read the weights as they lie), each gate a whole number of panels. Other
     weights resolve to ``ldigo`` and are packed at every execution."""
-    if training or s.dt != data_type.f32 or s.int8 is not None or s.ext.skip_input:
+    if training or s.dt != data_type.f32 or s.int8 is not None or s.ext.skip_input \
+            or not engine.info.is_cpu:  # (heuristics.rnn.weights_panel: CPUs only)
         return {}
     if (persistent_recurrence(engine, s, training) or grid_problem(engine, s, training)
             is not None or fused_recurrence(engine, s, training)):
@@ -192,10 +199,13 @@ def weights_panels(engine, s, training: bool) -> dict:
         for role, (shape, src, *_) in roles.items():
             if src != name:
                 continue
-            g = role_gemm(engine, s, role, shape)
+            # the tuned parameters only: building the launcher here would compile the
+            # plain-panel kernel that the stored panels then make unused (0.1-0.2 s of a
+            # first-ever creation); CPUs never split k
+            params = choose_params(engine, exact_half_math(s, role, shape), static_b=True)
             pick = None
-            if g.params is not None and g.packed and g.splits == 1:
-                pick = rnn_rules.weights_panel(engine.info, kind, g.params)
+            if params["packed_b"]:
+                pick = rnn_rules.weights_panel(engine.info, kind, params)
             if pick is None or s.DHC % pick[0]:
                 picks.add(None)
             else:
