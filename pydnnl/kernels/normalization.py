@@ -1636,37 +1636,28 @@ def _build_ln_rows(p: LnRows) -> KernelSource:
     if p.subgroup:
         attr += f" __attribute__((intel_reqd_sub_group_size({L})))"
     ss = p.ss_rows and bwd and not p.global_stats
-    if ss and N:
-        # registers hold the lane's columns of the partial row; written once at the end
+    if ss:
+        # the local-memory tree's sums are read by every lane before the next row writes them
         barrier = "" if p.subgroup else "\n    barrier(CLK_LOCAL_MEM_FENCE);"
         args += ["__global float *restrict part", "const int p_off"]
         groups = (f"({rows} + {p.ss_rows - 1}) // {p.ss_rows}" if runtime
                   else -(-rows // p.ss_rows))
+        if N:  # registers hold the lane's columns of the partial row, written at the end
+            init = (f"float s0[{N}], s1[{N}];\n    #pragma unroll\n    for (int j = 0; j < {N}; "
+                    f"++j) {{ s0[j] = 0.0f; s1[j] = 0.0f; }}")
+            fin = f"\n    {loop} part[pb + c] = s0[j]; part[pb + {C} + c] = s1[j];{end}"
+        else:  # each lane adds into its columns of the partial row in memory (L1)
+            init = (f"for (int c = l; c < {C}; c += {L}) {{ part[pb + c] = 0.0f; "
+                    f"part[pb + {C} + c] = 0.0f; }}")
+            fin = ""
         walk = f"""
     const int grp = get_group_id(1);
     const int pb = p_off + grp * {2 * C};
-    float s0[{N}], s1[{N}];
-    #pragma unroll
-    for (int j = 0; j < {N}; ++j) {{ s0[j] = 0.0f; s1[j] = 0.0f; }}
+    {init}
     const int r_end = min({rows}, (grp + 1) * {p.ss_rows});
     for (int row = grp * {p.ss_rows}; row < r_end; ++row) {{
     {code}{body}{barrier}
-    }}
-    {loop} part[pb + c] = s0[j]; part[pb + {C} + c] = s1[j];{end}"""
-    elif ss:
-        # the local-memory tree's sums are read by every lane before the next row writes them
-        barrier = "\n    barrier(CLK_LOCAL_MEM_FENCE);"
-        args += ["__global float *restrict part", "const int p_off"]
-        groups = (f"({rows} + {p.ss_rows - 1}) // {p.ss_rows}" if runtime
-                  else -(-rows // p.ss_rows))
-        walk = f"""
-    const int grp = get_group_id(1);
-    const int pb = p_off + grp * {2 * C};
-    for (int c = l; c < {C}; c += {L}) {{ part[pb + c] = 0.0f; part[pb + {C} + c] = 0.0f; }}
-    const int r_end = min({rows}, (grp + 1) * {p.ss_rows});
-    for (int row = grp * {p.ss_rows}; row < r_end; ++row) {{
-    {code}{body}{"" if p.subgroup else barrier}
-    }}"""
+    }}{fin}"""
     else:
         groups = rows
         walk = f"""
