@@ -317,7 +317,9 @@ def finish(knl, post_ops: tuple = ()):
 
     from .clhelpers import register_helpers
 
-    exprs = [insn.expression for insn in knl.default_entrypoint.instructions]
+    exprs = [e for insn in knl.default_entrypoint.instructions for e in (
+        [insn.expression] if hasattr(insn, "expression")
+        else [ex for _, ex in getattr(insn, "iname_exprs", ())])]
     helpers = postop_helpers(post_ops) + clamp_helpers_used(exprs)
     if any(f"{RT_CLAMP}(" in str(e) for e in exprs):
         helpers.append(rt_clamp_helper())
