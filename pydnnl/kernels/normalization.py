@@ -472,6 +472,17 @@ __kernel void __attribute__((reqd_work_group_size({L}, 1, 1)))
     return KernelSource(name, src, (L * p.groups, C), (L, 1), _arg_names(args))
 
 
+def _bn_reduce_rows_walk(p: BnReduce, lays, groups):
+    """What the channels-innermost reductions walk: the outer groups of rows (one row where
+    there are none), their row count, whether it is a run-time size, the rows per chunk and
+    the outer groups' index names."""
+    outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
+    R = math.prod(g[0] for g in outer)
+    rt = p.rt_groups is not None
+    chunk = p.chunk if rt else -(-R // p.groups)
+    return outer, R, rt, chunk, [f"o{k}" for k in range(len(outer))]
+
+
 def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
     """The ``c``-lanes reduction over plain layouts whose innermost run is the channels
     (``nhwc``, ``nc``): work-item ``c`` of a work-group walks a chunk of ``chunk`` rows (the
@@ -485,11 +496,7 @@ def _bn_reduce_rows(p: BnReduce) -> KernelSource | None:
     if p.vec:
         return _bn_reduce_vec(p, lays, groups)
     C, L = p.dims[1], p.wg
-    outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
-    R = math.prod(g[0] for g in outer)
-    rt = p.rt_groups is not None
-    chunk = p.chunk if rt else -(-R // p.groups)
-    names = [f"o{k}" for k in range(len(outer))]
+    outer, R, rt, chunk, names = _bn_reduce_rows_walk(p, lays, groups)
     bwd = p.dy is not None
     helpers, ld, _ = _bn_types(p.x_dt, p.dy_dt)
     args = [f"__global const {_STORE_T[p.x_dt]} *restrict src"]
@@ -564,11 +571,7 @@ def _bn_reduce_vec(p: BnReduce, lays, groups) -> KernelSource:
     B = V * K
     nblk = -(-C // B)
     cv = C // V * V              # channels in whole vectors
-    outer = list(groups[:-1]) or [(1, False, (0,) * len(lays))]
-    R = math.prod(g[0] for g in outer)
-    rt = p.rt_groups is not None
-    chunk = p.chunk if rt else -(-R // p.groups)
-    names = [f"o{k}" for k in range(len(outer))]
+    outer, R, rt, chunk, names = _bn_reduce_rows_walk(p, lays, groups)
     bwd = p.dy is not None
     idx = names + ["0"]
     allg = outer + [groups[-1]]

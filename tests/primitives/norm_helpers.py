@@ -10,6 +10,17 @@ import pydnnl as dnnl
 UNIT = {"bf16": 2.0 ** -9, "f16": 2.0 ** -12}
 
 
+def ln_data(dims, seed) -> dict:
+    """Layer normalization operands over ``dims`` (C innermost): src away from zero mean,
+    diff_dst, scale in [0.5, 1.5] and shift."""
+    rng = np.random.default_rng(seed)
+    C = dims[-1]
+    return dict(x=(rng.standard_normal(dims) * 1.5 + 0.5).astype(np.float32),
+                dy=rng.standard_normal(dims).astype(np.float32),
+                scale=rng.uniform(0.5, 1.5, C).astype(np.float32),
+                shift=rng.standard_normal(C).astype(np.float32))
+
+
 def mem(md, eng, v=None):
     return dnnl.memory(md, eng, v) if v is not None else dnnl.memory(md, eng)
 

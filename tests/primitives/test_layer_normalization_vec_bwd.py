@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from norm_helpers import check_backward, mem  # noqa: E402
+from norm_helpers import check_backward, ln_data, mem  # noqa: E402
 
 import pydnnl as dnnl
 from pydnnl.reference import normalization as R
@@ -28,17 +28,8 @@ def forced(monkeypatch):
     return rules
 
 
-def _data(dims, seed):
-    rng = np.random.default_rng(seed)
-    C = dims[-1]
-    return dict(x=(rng.standard_normal(dims) * 1.5 + 0.5).astype(np.float32),
-                dy=rng.standard_normal(dims).astype(np.float32),
-                scale=rng.uniform(0.5, 1.5, C).astype(np.float32),
-                shift=rng.standard_normal(C).astype(np.float32))
-
-
 def _run(eng, s, dims, t, flags, prop, kind="f32", seed=0):
-    d = _data(dims, seed)
+    d = ln_data(dims, seed)
     md = dnnl.memory.desc(dims, dt[kind], t)
     fpd = dnnl.layer_normalization_forward.primitive_desc(eng, PK.forward_training, md, md,
                                                            EPS, flags)

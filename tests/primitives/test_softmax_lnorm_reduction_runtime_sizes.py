@@ -20,6 +20,8 @@ from pydnnl.reference import reduction as RR
 from pydnnl.reference import softmax as RS
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "kernels"))
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from norm_helpers import ln_data  # noqa: E402
 from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
 
 A = dnnl.algorithm
@@ -198,15 +200,6 @@ def _lnorm(engine, stream, d, t, flags, prop=dnnl.prop_kind.backward):
     return out
 
 
-def _ln_data(seed, dims):
-    rng = np.random.default_rng(seed)
-    C = dims[-1]
-    return dict(x=(rng.standard_normal(dims) * 1.5 + 0.5).astype(np.float32),
-                dy=rng.standard_normal(dims).astype(np.float32),
-                scale=rng.uniform(0.5, 1.5, C).astype(np.float32),
-                shift=rng.standard_normal(C).astype(np.float32))
-
-
 def _ln_close(got, want, tol=2e-5):
     """tests/primitives/test_layer_normalization.py's tolerance."""
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
@@ -228,7 +221,7 @@ def test_layer_norm_new_row_count_needs_no_new_kernel(engine, stream, requested,
     flags = F.use_scale | F.use_shift
     first = None
     for k, dims in enumerate((d0, d1)):
-        d = _ln_data(20 + k, dims)
+        d = ln_data(dims, 20 + k)
         got = _lnorm(engine, stream, d, t, flags, prop)
         y, mean, var = RN.layer_norm_forward(d["x"], EPS, scale=d["scale"], shift=d["shift"])
         _ln_close(got["y"], y)
@@ -259,7 +252,7 @@ def test_layer_norm_reduce_path_new_row_count_needs_no_new_kernel(engine, stream
     t, d0, d1 = LNORM_CLASSES[case]
     first = None
     for k, dims in enumerate((d0, d1)):
-        d = _ln_data(40 + k, dims)
+        d = ln_data(dims, 40 + k)
         got = _lnorm(engine, stream, d, t, F.use_scale | F.use_shift, dnnl.prop_kind.backward)
         dx, dscale, dshift = RN.layer_norm_backward(d["x"], d["dy"], got["mean"], got["var"],
                                                     EPS, scale=d["scale"])
