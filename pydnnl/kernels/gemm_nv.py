@@ -52,7 +52,7 @@ from .clhelpers import c_mapper as _c_mapper
 from .gemm import GemmProblem, has_epilogue, scale_names
 from .source import KernelSource
 
-__all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes",
+__all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes", "workspace",
            "GENERATOR_VERSION"]
 
 GENERATOR_VERSION = "gemm_nv-8"
@@ -91,6 +91,16 @@ class NvTile:
     #: register tiles are then added through shared memory before the epilogue. Shortens the
     #: chain of slices a work-item walks where C has few blocks and k is long
     ksplit: int = 1
+    #: SIMT only: work-groups per block of C (grid axis 2), each over its contiguous share of
+    #: k's slices. Each writes its register tile to a workspace, counts its arrival on the
+    #: block's counter and the last to arrive adds the shares in slice order (the sum does not
+    #: depend on who arrives last), resets the counter and runs the epilogue: one launch for a
+    #: C of few blocks and a long k (a classifier's 32 x 1000 x 2048). See :func:`workspace`
+    kslices: int = 1
+    #: the global fence between a share's stores and its arrival: ``"cl"`` (OpenCL's
+    #: ``mem_fence``) or ``"ptx"`` (NVIDIA's ``membar.gl``, which the OpenCL fence does not
+    #: promise across work-groups)
+    fence: str = "cl"
 
     @property
     def group_threads(self) -> int:
@@ -129,6 +139,11 @@ class NvTile:
             raise ValueError(f"NvTile: {self.threads} work-items per group (needs 32..1024)")
         if self.ksplit < 1 or (self.ksplit > 1 and self.mma):
             raise ValueError(f"NvTile: ksplit {self.ksplit} needs the SIMT kernel (no mma)")
+        if self.kslices < 1 or (self.kslices > 1 and (self.mma or self.ksplit > 1)):
+            raise ValueError(f"NvTile: kslices {self.kslices} needs the SIMT kernel without "
+                             f"k-groups (ksplit {self.ksplit}, mma {self.mma})")
+        if self.fence not in ("cl", "ptx"):
+            raise ValueError(f"NvTile: fence must be 'cl' or 'ptx', got {self.fence!r}")
         if self.ksplit > 1 and (self.ksplit - 1) * self.bm * self.bn \
                 > _smem_floats(self) * self.ksplit:
             raise ValueError(f"NvTile: the register tiles of {self.ksplit} k-groups do not fit "
@@ -162,6 +177,10 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     # k-groups walk equal whole shares of the slices, counted at build time
     if tile.ksplit > 1 and (pr.runtime_k or (pr.k // tile.bk) % tile.ksplit):
+        return False
+    # a block's work-groups: one C (no batch), their workspace sized from a fixed m
+    if tile.kslices > 1 and (pr.batch > 1 or pr.runtime_k or pr.runtime_m
+                             or (pr.k // tile.bk) % tile.kslices):
         return False
     # a float4 along a contiguous m (transposed A) or n (plain B) is wholly inside or outside
     if (pr.trans_a and pr.m % 4) or (not pr.trans_b and pr.n % 4):
@@ -262,6 +281,8 @@ class _Gen:
             for i, (off, step, _) in enumerate(loads):
                 if t.ksplit > 1:  # this k-group's first slice
                     off = f"{off} + kg * {self.nk_group()} * ({step})"
+                if t.kslices > 1:  # this work-group's first slice
+                    off = f"{off} + (int)get_group_id(2) * {self.nk_group()} * ({step})"
                 w(f"int {name}p{i} = {off};")
         for name, loads in (("a", la), ("b", lb)):
             w(f"float4 r{name}[{len(loads)}];")
@@ -352,6 +373,8 @@ class _Gen:
             w("#pragma unroll")
             w(f"    for (int j = 0; j < {t.tn}; ++j)")
             w(f"      acc[i][j] += As_all[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
+        if t.kslices > 1:
+            self._slices_meet(w)
         # C: rows m0 + g*sa + ty*4 + q, columns n0 + h*sb + tx*4 + (0..3)
         breg = {}
         if self.bias_per_column():
@@ -392,11 +415,56 @@ class _Gen:
             w("}")
         return "\n".join("    " + x for x in L)
 
+    def _slices_meet(self, w) -> None:
+        """``kslices``: store this share's tile, arrive; the last arrival adds every share's
+        tile in slice order into ``acc`` (the others return)."""
+        t = self.t
+        tile_n, S = t.tm * t.tn, t.kslices
+        fence = ('asm volatile("membar.gl;" ::: "memory");' if t.fence == "ptx"
+                 else "mem_fence(CLK_GLOBAL_MEM_FENCE);")
+        w("{")
+        w("  const int blk = get_group_id(1) * get_num_groups(0) + get_group_id(0);")
+        w(f"  __global float* P = ws + ws_off + (long)blk * {S * t.bm * t.bn};")
+        w("#pragma unroll")
+        w(f"  for (int i = 0; i < {t.tm}; ++i)")
+        w("#pragma unroll")
+        w(f"    for (int j = 0; j < {t.tn}; ++j)")
+        w(f"      P[((int)get_group_id(2) * {tile_n} + i * {t.tn} + j) * {self.nt} + tid] = "
+          "acc[i][j];")
+        w(f"  {fence}")
+        w("  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
+        w("  if (tid == 0) {")
+        w(f"    volatile __global int* cnt = (volatile __global int*)(ws + ws_off + "
+          f"{self.counters_at()}) + blk;")
+        w("    const int before = atomic_inc(cnt);")
+        w(f"    pd_last = before == {S - 1};")
+        w("    if (pd_last) atomic_xchg(cnt, 0);  // ready for the next launch")
+        w("  }")
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w("  if (!pd_last) return;")
+        w(f"  {fence}")
+        # volatile: the other groups' tiles are read from L2, not a stale L1 line
+        w("  volatile __global const float* V = P;")
+        w("#pragma unroll")
+        w(f"  for (int i = 0; i < {t.tm}; ++i)")
+        w("#pragma unroll")
+        w(f"    for (int j = 0; j < {t.tn}; ++j) {{")
+        w(f"      float s = V[(i * {t.tn} + j) * {self.nt} + tid];")
+        w(f"      for (int h = 1; h < {S}; ++h)")
+        w(f"        s += V[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
+        w("      acc[i][j] = s;")
+        w("    }")
+        w("}")
+
+    def counters_at(self) -> int:
+        """Where the blocks' arrival counters (int32) start in the workspace, in floats."""
+        return blocks(self.pr, self.t) * self.t.kslices * self.t.bm * self.t.bn
+
     def nk_group(self):
         """Slices of k each k-group walks (a C expression or an int)."""
         if self.pr.runtime_k:
             return f"{self.K} / {self.t.bk}"
-        return self.pr.k // self.t.bk // self.t.ksplit
+        return self.pr.k // self.t.bk // self.t.ksplit // self.t.kslices
 
     def _pipeline(self, w, gload, sstore, sza: int, szb: int, slice_) -> None:
         """The k loop: slice 0 staged into shared memory, then per slice the next one loaded
@@ -661,8 +729,12 @@ class _Gen:
         args = ["__global const float* restrict a", "__global const float* restrict b",
                 "__global float* restrict c"] + [f"__global const {_epilogue_ctype(pr, n)}* "
                                                  f"restrict {n}" for n in _epilogue_names(pr)]
+        if t.kslices > 1:
+            args += ["__global float* restrict ws"]
         if rt:
             args += ["long a_off", "long b_off", "long c_off"]
+        if t.kslices > 1:
+            args += ["long ws_off"]
         args += [f"long {n}" for n in _size_names(pr)]
         bt = "(long)get_group_id(2)" if pr.batch > 1 else None
 
@@ -695,6 +767,8 @@ class _Gen:
             head = [f"    __local {stype} As[{2 * sza}] __attribute__((aligned(16)));",
                     f"    __local {stype} Bs[{2 * szb}] __attribute__((aligned(16)));",
                     "    const int tid = get_local_id(0);"]
+        if t.kslices > 1:
+            head = head + ["    __local int pd_last;"]
         lines = cvt + [h[1] for h in helpers(pr.post_ops)] + [
             f"__kernel void __attribute__((reqd_work_group_size({t.threads}, 1, 1)))",
             f"{name}({', '.join(args)})",
@@ -735,6 +809,20 @@ inline float4 pd_tf324(float4 v)
     return (float4)(pd_tf32(v.x), pd_tf32(v.y), pd_tf32(v.z), pd_tf32(v.w));
 }
 """
+
+
+def blocks(pr: GemmProblem, tile: NvTile) -> int:
+    """Blocks of C (work-groups per k share) of ``pr`` with ``tile``, per batch entry."""
+    return -(-pr.m // tile.bm) * -(-pr.n // tile.bn)
+
+
+def workspace(pr: GemmProblem, tile: NvTile) -> int:
+    """Floats of workspace a ``kslices`` kernel needs (0 for the others): every block's
+    share tiles, then one int32 arrival counter per block. The counters must be zero before
+    the first launch; each launch leaves them zero."""
+    if tile.kslices <= 1:
+        return 0
+    return blocks(pr, tile) * (tile.kslices * tile.bm * tile.bn + 1)
 
 
 def _pack_helper(instr: str) -> str:
@@ -856,8 +944,12 @@ def build_gemm_nv(pr: GemmProblem, tile: NvTile, aligned: bool = False) -> Kerne
     lsize = (tile.threads, 1)
     if pr.batch > 1:
         gsize, lsize = gsize + (pr.batch,), lsize + (1,)
-    names = ("a", "b", "c") + _epilogue_names(pr) + (
-        ("a_off", "b_off", "c_off") if pr.runtime_offsets else ()) + _size_names(pr)
+    if tile.kslices > 1:  # axis 2: the block's k shares
+        gsize, lsize = gsize + (tile.kslices,), lsize + (1,)
+    ws = ("ws",) if tile.kslices > 1 else ()
+    names = ("a", "b", "c") + _epilogue_names(pr) + ws + (
+        ("a_off", "b_off", "c_off") if pr.runtime_offsets else ()) + (
+        ("ws_off",) if ws else ()) + _size_names(pr)
     opts = ("-cl-nv-maxrregcount=%d" % tile.maxrreg,) if tile.maxrreg else ()
     if pr.runtime_m:  # one work-group row per bm rows of the m given at launch
         grid = (str(gsize[0]), f"(m + {tile.bm - 1}) // {tile.bm}") + tuple(

@@ -267,7 +267,7 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
         """Columns per panel of packed B the forward's tuned GEMM reads (None: plain B)."""
         K = math.prod(dims[1:])
         return packed_panel(self._engine, GemmShape(m=N, n=OC, k=K, lda=K, ldb=OC, ldc=OC,
-                                                      math=self._gemm_math()))
+                                                      math=self._gemm_math()), slices=True)
 
     def _fast_weights(self, dims, N: int, OC: int) -> MemoryDesc:
         """The weights layout the forward GEMM reads fastest on this engine: its packed panels
@@ -399,14 +399,14 @@ class inner_product_forward(_ip_base):
         shape = GemmShape(m=N, n=OC, k=K, lda=lda, ldb=ldb, ldc=ldc, trans_b=trans_b,
                           post_ops=pd._post_ops, epi_batch=(), scales=pd._scales, **epi)
         if packed:  # the panels must be the ones the tuned kernel reads
-            g = get_gemm(pd.get_engine(), shape, static_b=True)
+            g = get_gemm(pd.get_engine(), shape, static_b=True, slices=True)
             if not g.packed or g.panel != form[1]:
                 raise runtime_error(
                     f"inner_product_forward: weights in panels of {form[1]} columns, but the "
                     f"tuned GEMM reads {'panels of ' + str(g.panel) if g.packed else 'plain B'}"
                     f"; create the weights desc with format_tag.any again")
         plan.gemm(shape, a_ref, a_off, b_ref, b_off, c_ref, c_off, packed=packed, bias=bias_ref,
-                  epilogue=scale_operands(pd._scales))
+                  epilogue=scale_operands(pd._scales), slices=True)
         self._unstage(plan, ARG_DST)
 
 
@@ -439,7 +439,7 @@ class inner_product_backward_data(_ip_base):
         b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
         c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_SRC, output=True)
         plan.gemm(GemmShape(m=N, n=K, k=OC, lda=lda, ldb=ldb, ldc=ldc), a_ref, a_off, b_ref,
-                  b_off, c_ref, c_off)
+                  b_off, c_ref, c_off, slices=True)
         self._unstage(plan, ARG_DIFF_SRC)
 
 
@@ -476,7 +476,7 @@ class inner_product_backward_weights(_ip_base):
         b_ref, b_off, ldb = self._matrix(plan, ARG_SRC)
         c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_WEIGHTS, output=True)
         plan.gemm(GemmShape(m=OC, n=K, k=N, lda=lda, ldb=ldb, ldc=ldc, trans_a=True), a_ref,
-                  a_off, b_ref, b_off, c_ref, c_off)
+                  a_off, b_ref, b_off, c_ref, c_off, slices=True)
         self._unstage(plan, ARG_DIFF_WEIGHTS)
         bias = pd._args.get(ARG_DIFF_BIAS)
         if bias is not None:

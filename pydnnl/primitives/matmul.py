@@ -276,7 +276,7 @@ class matmul(primitive):
             if not dst.is_any() and (dst.inner_blks or _matrix(dst, "dst")[0]):
                 return None
             return packed_panel(self._engine, GemmShape(m=M, n=N, k=K, lda=K, ldb=N, ldc=N,
-                                                          math=self._gemm_math()))
+                                                          math=self._gemm_math()), slices=True)
 
     def _create(self) -> None:
         pd = self._pd
@@ -335,7 +335,7 @@ class matmul(primitive):
         if count == 1 or None not in strides:
             if count == 1:
                 plan.gemm(shape, a_ref, a0, b_ref, b0, c_ref, c0, bias=bias_ref, packed=packed,
-                          epilogue=scales)
+                          epilogue=scales, slices=True)
             else:
                 plan.gemm_batched(shape, count, *strides, a_ref, a0, b_ref, b0, c_ref, c0,
                                   bias=bias_ref, epilogue=scales)
@@ -348,7 +348,7 @@ class matmul(primitive):
             # an epilogue reading operands at positions is specialised to this batch entry
             sh = replace(shape, epi_fixed=tuple(idx)) if needs_pos else shape
             plan.gemm(sh, a_ref, off(first[0], first[1]), b_ref, off(second[0], second[1]),
-                      c_ref, off(ARG_DST, dst), bias=bias_ref, epilogue=scales)
+                      c_ref, off(ARG_DST, dst), bias=bias_ref, epilogue=scales, slices=True)
         self._convert_out(plan, md)
 
     def _convert_out(self, plan: Plan, md: dict) -> None:

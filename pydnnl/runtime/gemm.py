@@ -24,7 +24,15 @@ from ..kernels.sizevars import size_var
 from ..kernels.source import launch_size
 from ..tuning import choose
 from .heuristics import gemm as rules
+from .heuristics.gemm_slices import sliced_tile
 from .kernel_cache import get_kernel
+
+
+def _nv_tile(info, prob: fam.GemmProblem, math: str, slices: bool = False):
+    """The hand-written kernel's blocking (:func:`rules.nv_tile`), with k shared over a
+    block's work-groups where ``slices`` lets the caller bind their workspace."""
+    tile = rules.nv_tile(info, prob, math)
+    return sliced_tile(info, prob, tile) if slices else tile
 
 
 @dataclass(frozen=True)
@@ -206,12 +214,13 @@ def resolved(shape: GemmShape) -> GemmShape:
     return replace(shape, math=gemm_math())
 
 
-def packed_panel(engine, shape: GemmShape) -> int | None:
-    """Columns per panel of the packed B that :func:`get_gemm` (``static_b=True``) reads for
-    ``shape`` on ``engine``, or None where it reads plain B (the hand-written NVIDIA kernel,
-    or tuned parameters without packing): the layout a weights ``any`` resolves to."""
+def packed_panel(engine, shape: GemmShape, slices: bool = False) -> int | None:
+    """Columns per panel of the packed B that :func:`get_gemm` (``static_b=True``, and
+    ``slices``) reads for ``shape`` on ``engine``, or None where it reads plain B (the
+    hand-written NVIDIA kernel, or tuned parameters without packing): the layout a weights
+    ``any`` resolves to."""
     shape = resolved(shape)
-    if rules.nv_tile(engine.info, _problem(shape), shape.math) is not None:
+    if _nv_tile(engine.info, _problem(shape), shape.math, slices) is not None:
         return None
     params = choose_params(engine, shape, static_b=True)
     return int(params["cols"]) if params["packed_b"] else None
@@ -237,7 +246,9 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
     kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
     transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time."""
     rk = runtime_k(shape, None) and tile.mma is not None
-    return _problem(shape, None, runtime_m(shape, None), rk)
+    # blocks sharing k keep m baked: their workspace's layout follows the block count
+    rm = runtime_m(shape, None) if tile.kslices == 1 else None
+    return _problem(shape, None, rm, rk)
 
 
 def _build(engine, prob, params):
@@ -260,17 +271,23 @@ class Gemm:
     """
 
     def __init__(self, engine, shape: GemmShape, static_b: bool = False, split: bool = False,
-                 b_panel: int | None = None, params: dict | None = None):
+                 b_panel: int | None = None, params: dict | None = None,
+                 slices: bool = False):
         self.engine = engine
         self.shape = shape
         self._sizes: dict = {}  # run-time sizes of the (split) kernel, by argument name
+        #: floats of workspace each call binds (``ws``, ``ws_off``): a kernel whose blocks
+        #: share k among work-groups (``slices``), see :func:`pydnnl.kernels.gemm_nv.workspace`
+        self.ws_elems = 0
         # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
-        self.nv_tile = rules.nv_tile(engine.info, _problem(shape), shape.math)
+        # into launches (its blocks may share k among work-groups of one launch)
+        self.nv_tile = _nv_tile(engine.info, _problem(shape), shape.math, slices)
         if self.nv_tile is not None:
             self.params = None
             self.packed, self.panel, self.packed_size = False, None, 0
             self.splits, self.part_elems, self.reduce = 1, 0, None
             prob = _nv_problem(shape, self.nv_tile)
+            self.ws_elems = gemm_nv.workspace(prob, self.nv_tile)
             self.kernel = _build_nv(engine, prob, self.nv_tile)
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%
@@ -436,6 +453,10 @@ class Gemm:
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
                  wait_for=None):
+        if self.ws_elems:
+            raise invalid_arguments(f"gemm {self.shape.m}x{self.shape.n}x{self.shape.k}: its "
+                                    f"blocks share k, so it runs through a plan (Plan.gemm), "
+                                    f"which binds their workspace")
         if self.splits == 1:
             return self._kernel_for(a, a_off, b, b_off, c, c_off)(
                 stream, *self.ordered(a, a_off, b, b_off, c, c_off), wait_for=wait_for)
@@ -457,7 +478,7 @@ class Gemm:
         """The launch grid that computes at least C's first ``rows`` rows (whole row groups,
         so up to one group's rows more): a plan whose active rows shrink launches less."""
         p, sh = self.params, self.shape
-        if self.splits > 1:
+        if self.splits > 1 or self.ws_elems:
             raise ValueError("Gemm.global_size_for_rows: a split GEMM always runs whole")
         if self.nv_tile is not None:  # axis 1: one work-group per bm rows
             src = self.kernel.src
@@ -499,20 +520,23 @@ MAX_STATIC_NV = 4
 
 
 def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False,
-             b_panel: int | None = None, params: dict | None = None) -> Gemm:
+             b_panel: int | None = None, params: dict | None = None,
+             slices: bool = False) -> Gemm:
     """The GEMM launcher for ``shape``; ``static_b`` allows a kernel that reads packed B,
     ``split`` one that cuts k into slices (the caller then provides the partial buffer);
     ``b_panel``: B is given packed in panels of that many columns (``panel<w>``, see
     :func:`reads_panels`), never packed by the plan; ``params``: the register tile to use
     instead of the tuned one (a layout-bound caller's device rule, e.g. a tile as wide as the
-    panels its weights are stored in)."""
+    panels its weights are stored in); ``slices``: the caller binds a workspace (``ws``,
+    ``ws_off``; :meth:`Plan.gemm` does), so the hand-written NVIDIA kernel may share k among
+    the work-groups of a block (:mod:`~pydnnl.runtime.heuristics.gemm_slices`)."""
     shape = resolved(shape)
     pkey = None if params is None else repr(sorted(fam.normalize_params(params).items()))
-    key = (id(engine.context), shape, static_b, split, b_panel, pkey)
+    key = (id(engine.context), shape, static_b, split, b_panel, pkey, slices)
     g = _cache.get(key)
     if g is None:
         g = _cache[key] = Gemm(engine, shape, static_b or b_panel is not None, split, b_panel,
-                               params)
+                               params, slices)
     return g
 
 

@@ -38,6 +38,9 @@ class Ref:
 _POST_OP_SRC1 = re.compile(r"po(\d+)_src1")  # kernels' names of binary post-op operands
 SCRATCH = Ref("scratch")  # the primitive's scratchpad (the user's or the plan's own)
 INDEX = Ref("idx")  # the plan's int32 index table, uploaded at creation
+# the plan's own GEMM workspace: tiles of k shares and the blocks' arrival counters (zeroed
+# once; every launch leaves its counters zero), see Plan.gemm
+GEMM_WS = Ref("gemm_ws")
 ALIGN = 16  # scratch regions start at multiples of 16 elements (64 bytes)
 # widest B panel a tuned GEMM may ask for (4 x 16 lanes on 16-wide SIMD): dry plans, which
 # know no tuning parameters, reserve packed B for this width so the real plan always fits
@@ -83,9 +86,11 @@ class _GemmStep:
     __slots__ = ("gemm", "args", "rows", "extra")
     name = "gemm"
 
-    def __init__(self, gemm: Gemm, args, rows=None, extra=None):
+    def __init__(self, gemm: Gemm, args, rows=None, extra=None, ws_off: int | None = None):
         self.gemm, self.args, self.rows = gemm, tuple(args), rows
         self.extra = _epilogue_refs(gemm.kernel, extra or {})
+        if ws_off is not None:  # blocks sharing k: their tiles and counters
+            self.extra.update(ws=GEMM_WS, ws_off=np.int64(ws_off))
 
     def bind(self, plan):
         g, args = self.gemm, self.args
@@ -208,6 +213,8 @@ class Plan:
         self.steps: list = []
         self.scratch_elems = int(scratch_elems)
         self.splitk_off = None
+        self.ws_elems = 0  # the plan's own GEMM workspace (GEMM_WS), in floats
+        self._ws_mem = None
         self._slots: dict[str, tuple[int, int]] = {}
         self._index: list[np.ndarray] = []
         self._index_len = 0
@@ -300,20 +307,30 @@ class Plan:
 
     def gemm(self, g, a, a_off, b, b_off, c, c_off, packed: bool = False,
              rows: int | None = None, bias: Ref | None = None,
-             epilogue: dict | None = None) -> None:
+             epilogue: dict | None = None, slices: bool = False) -> None:
         """Add ``C = op(A) @ op(B) + beta * C``; ``g`` is a :class:`GemmShape` (``packed``: B
         was placed by :meth:`pack_b`) or a launcher from :meth:`gemm_launcher`. ``rows``
         computes only C's first rows (whole row groups). A shape with an epilogue reads its
         bias from ``bias``, the other operands the caller binds from ``epilogue`` (kernel
         argument name -> :class:`Ref`, e.g. the scales: ``{"src_scale": Ref(...)}``) and its
-        post-ops' operands from their execute arguments."""
+        post-ops' operands from their execute arguments. ``slices``: the kernel's blocks may
+        share k among work-groups (a C of few blocks with a long k); their tiles and arrival
+        counters then live in the plan's own GEMM workspace, outside the scratchpad, since
+        the counters must stay zero between executions (so one primitive must not run on two
+        queues at once, as with its own scratchpad)."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
         if isinstance(g, GemmShape):
-            g = get_gemm(self.engine, self._math(g), static_b=packed)
+            g = get_gemm(self.engine, self._math(g), static_b=packed, slices=slices)
+        ws_off = None
+        if g.ws_elems:
+            if rows is not None:
+                raise ValueError("Plan.gemm: a GEMM whose blocks share k runs whole (rows)")
+            ws_off = -(-self.ws_elems // ALIGN) * ALIGN
+            self.ws_elems = ws_off + g.ws_elems
         self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows,
-                                    self._operands(bias, epilogue)))
+                                    self._operands(bias, epilogue), ws_off))
 
     def pack_b(self, shape: GemmShape, b, b_off: int, count: int = 1, stride: int = 0,
                slot: str | None = None, g: Gemm | None = None) -> tuple[Ref, int, int, bool]:
@@ -479,6 +496,8 @@ class Plan:
             bufs["scratch"] = (m if m is not None else self._own_scratch()).buffer
         if self._index:
             bufs["idx"] = self._index_memory().buffer
+        if self.ws_elems:
+            bufs["gemm_ws"] = self._ws_memory().buffer
         bufs.update(scalars)
         return self.run(stream, bufs)
 
@@ -491,6 +510,17 @@ class Plan:
             self._scratch_mem = memory(MemoryDesc([self.scratch_bytes], data_type.u8, "a"),
                                        self.engine)
         return self._scratch_mem
+
+    def _ws_memory(self):
+        if self._ws_mem is None:
+            from ..memory import memory
+            from ..memory.data_types import data_type
+            from ..memory.desc import MemoryDesc
+
+            m = memory(MemoryDesc([self.ws_elems], data_type.f32, "a"), self.engine)
+            m.write(np.zeros(self.ws_elems, np.float32))  # the counters start at zero
+            self._ws_mem = m
+        return self._ws_mem
 
     def _index_memory(self):
         if self._index_mem is None:
