@@ -196,6 +196,9 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
                 md = md.with_data_type(data_type.f32)
             self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
             form = _weights_form(md) if arg == ARG_WEIGHTS and da == ARG_DST else None
+            if arg in (ARG_WEIGHTS, ARG_DIFF_WEIGHTS) and da != ARG_DST \
+                    and _weights_form(md) is not None and _weights_form(md)[0] == "cols":
+                form = _weights_form(md)  # the backward GEMMs take OC innermost as it lies
             # panels are read in place only in the width the tuned kernel reads
             direct = form is not None and (form[0] != "panel" or form[1] == self._panel_width(
                 md.dims, N, OC))
@@ -436,10 +439,14 @@ class inner_product_backward_data(_ip_base):
         wei = pd._args[ARG_WEIGHTS].md
         N, OC, K = pd._args[ARG_DIFF_DST].md.dims[0], wei.dims[0], math.prod(wei.dims[1:])
         a_ref, a_off, lda = self._matrix(plan, ARG_DIFF_DST)
-        b_ref, b_off, ldb = self._matrix(plan, ARG_WEIGHTS)
         c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_SRC, output=True)
-        plan.gemm(GemmShape(m=N, n=K, k=OC, lda=lda, ldb=ldb, ldc=ldc), a_ref, a_off, b_ref,
-                  b_off, c_ref, c_off, slices=True)
+        form = _weights_form(wei) if ARG_WEIGHTS not in pd._staged else None
+        if form is not None and form[0] == "cols":  # OC innermost: B = weights^T as it lies
+            b_ref, b_off, ldb, trans_b = Ref(ARG_WEIGHTS), wei.offset0, form[1], True
+        else:
+            (b_ref, b_off, ldb), trans_b = self._matrix(plan, ARG_WEIGHTS), False
+        plan.gemm(GemmShape(m=N, n=K, k=OC, lda=lda, ldb=ldb, ldc=ldc, trans_b=trans_b), a_ref,
+                  a_off, b_ref, b_off, c_ref, c_off, slices=True)
         self._unstage(plan, ARG_DIFF_SRC)
 
 
@@ -474,10 +481,18 @@ class inner_product_backward_weights(_ip_base):
         OC = pd._args[ARG_DIFF_WEIGHTS].md.dims[0]
         a_ref, a_off, lda = self._matrix(plan, ARG_DIFF_DST)
         b_ref, b_off, ldb = self._matrix(plan, ARG_SRC)
-        c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_WEIGHTS, output=True)
-        plan.gemm(GemmShape(m=OC, n=K, k=N, lda=lda, ldb=ldb, ldc=ldc, trans_a=True), a_ref,
-                  a_off, b_ref, b_off, c_ref, c_off, slices=True)
-        self._unstage(plan, ARG_DIFF_WEIGHTS)
+        dw = pd._args[ARG_DIFF_WEIGHTS].md
+        form = _weights_form(dw) if ARG_DIFF_WEIGHTS not in pd._staged else None
+        if form is not None and form[0] == "cols":
+            # OC innermost: diff_weights^T [K, OC] = src^T . diff_dst, written as it lies
+            plan.gemm(GemmShape(m=K, n=OC, k=N, lda=ldb, ldb=lda, ldc=form[1], trans_a=True),
+                      b_ref, b_off, a_ref, a_off, Ref(ARG_DIFF_WEIGHTS), dw.offset0,
+                      slices=True)
+        else:
+            c_ref, c_off, ldc = self._matrix(plan, ARG_DIFF_WEIGHTS, output=True)
+            plan.gemm(GemmShape(m=OC, n=K, k=N, lda=lda, ldb=ldb, ldc=ldc, trans_a=True),
+                      a_ref, a_off, b_ref, b_off, c_ref, c_off, slices=True)
+            self._unstage(plan, ARG_DIFF_WEIGHTS)
         bias = pd._args.get(ARG_DIFF_BIAS)
         if bias is not None:
             off = pd._staged.get(ARG_DIFF_BIAS)  # bf16/f16: summed in f32, then converted

@@ -29,6 +29,9 @@ CASES = [
     (5, 68, 256, False, True, 0.5, NvTile(16, 64, 16, 4, 4, kslices=4)),
     (36, 60, 128, True, False, 1.0, NvTile(32, 32, 16, 4, 4, kslices=2)),
     (70, 36, 192, False, False, -1.0, NvTile(64, 32, 16, 4, 4, kslices=3)),
+    # 8-deep slices, 5 shares of 5 (k = 200, as a classifier's k = 1000 in 5 shares of 25)
+    (20, 64, 200, False, False, 0.0, NvTile(16, 32, 8, 4, 4, kslices=5)),
+    (32, 96, 200, False, True, 0.0, NvTile(32, 32, 8, 4, 4, kslices=5)),
 ]
 
 
@@ -120,14 +123,17 @@ def _sliced(m, n, k, info=H200):
 
 def test_rule_on_an_h200_like_device():
     """ResNet-50's classifier and other few-block, long-k products share k (shares of 256,
-    at most 4 work-groups per unit); products whose blocks fill the units do not."""
+    else of 128, at most 4 work-groups per unit); products whose blocks fill the units do
+    not."""
     assert _sliced(32, 1000, 2048) == (32, 64, 8, "ptx")
     assert _sliced(1, 1000, 2048) == (16, 64, 8, "ptx")
     assert _sliced(256, 1000, 2048) == (128, 64, 8, "ptx")
     assert _sliced(8, 4096, 4096) == (16, 64, 8, "ptx")
     assert _sliced(64, 2048, 512)[2] == 1  # 128 blocks of 16x64: k-groups, as before
     assert _sliced(4096, 4096, 4096)[2] == 1
-    assert _sliced(32, 1000, 1000) is None  # k not in whole slices of 16: the loopy family
+    # k = 1000: 8-deep slices, 5 shares of 200 (no share of 256 divides it)
+    assert _sliced(32, 2048, 1000) == (32, 32, 5, "ptx")
+    assert _sliced(32, 1000, 1002) is None  # k not in whole slices: the loopy family
     assert _sliced(32, 1000, 2048, SimpleNamespace(**{**vars(H200), "vendor_family": "amd"})) \
         is None
     # without the workspace (callers that do not opt in) the rule is unchanged

@@ -137,7 +137,27 @@ BWD = {
     "nchw": ([2, 3, 2, 2], 4, "abcd", "abcd", "ab"),
     "nhwc_staged": ([2, 3, 2, 2], 4, "acdb", "acdb", "ba"),
     "blocked_src": ([2, 16, 2, 1], 3, "aBcd8b", "abcd", "ab"),
+    # OC innermost (what the forward picks where its GEMM reads plain B): read and written
+    # in place by the backward GEMMs
+    "2d_oc_inner": ([5, 64], 40, "ab", "ba", "ab"),
+    "nchw_oc_inner": ([2, 3, 2, 2], 4, "abcd", "bcda", "ab"),
 }
+
+
+@pytest.mark.parametrize("name", ["2d_oc_inner", "nchw_oc_inner"])
+def test_backward_reads_and_writes_oc_innermost_weights_in_place(cpu_engine, name):
+    """No staging copy of weights (backward data) or diff_weights (backward weights) laid
+    out OC innermost: one GEMM each (plus the bias's column sums)."""
+    dims, OC, st, wt, dtg = BWD[name]
+    x_md = dnnl.memory.desc(dims, dt.f32, st)
+    w_md = dnnl.memory.desc([OC] + dims[1:], dt.f32, wt)
+    d_md = dnnl.memory.desc([dims[0], OC], dt.f32, dtg)
+    hint = _fwd_pd(cpu_engine, x_md, w_md, d_md)
+    bd = dnnl.inner_product_backward_data.primitive_desc(cpu_engine, x_md, w_md, d_md, hint)
+    assert dnnl.inner_product_backward_data(bd)._plan.describe() == "gemmx1"
+    bw = dnnl.inner_product_backward_weights.primitive_desc(
+        cpu_engine, x_md, w_md, dnnl.memory.desc([OC], dt.f32, tag.a), d_md, hint)
+    assert dnnl.inner_product_backward_weights(bw)._plan.describe() == "gemmx1 pydnnl_colsumx1"
 
 
 def _fwd_pd(engine, x_md, w_md, d_md, bias=True):

@@ -14,23 +14,28 @@ from dataclasses import replace
 from ...kernels.gemm import GemmProblem
 from ...kernels.gemm_nv import NvTile, blocks, smem_bytes, supports
 
-# thin tiles for a C with few rows (m below 32: one 16-row block) or few columns
+# thin tiles for a C with few rows (m below 32: one 16-row block) or few columns; where k is
+# not a whole number of 16-deep slices (a classifier's backward data, k = 1000), 8-deep ones
 _SLICED_THIN_M = NvTile(32, 64, 16, 4, 4)
 _SLICED_TINY_M = NvTile(16, 64, 16, 4, 4)
 _SLICED_THIN_N = NvTile(64, 32, 16, 4, 4)
-# shares per block: the most (halving k) with shares of at least MIN_SHARE_SLICES slices of bk
-# and at most SLICES_PER_UNIT work-groups per compute unit in all. H200, ms against PyTorch
-# CUDA in the same process (per-unit cap, least slices per share -> shares):
-#   ip mb32ic2048oc1000 (16 blocks of 32x64): 1, 8 -> 8 shares of 256: 0.0137; 2, 8 -> 16:
-#     0.0147; 4, 4 -> 32: 0.0240 (loopy family before: 0.0661; PyTorch 0.0225)
+_SLICED_THIN_M8 = NvTile(32, 32, 8, 4, 4)
+_SLICED_TINY_M8 = NvTile(16, 32, 8, 4, 4)
+_SLICED_THIN_N8 = NvTile(32, 32, 8, 4, 4)
+# shares per block: the most (any divisor of k's slices) with at least MIN_SHARE_K of k each
+# (or, where no such share exists, FALLBACK_SHARE_K) and at most SLICES_PER_UNIT work-groups
+# per compute unit in all. H200, ms against PyTorch CUDA in the same process:
+#   ip mb32ic2048oc1000 (16 blocks of 32x64): 8 shares of 256: 0.0137; 16 of 128: 0.0147;
+#     32 of 64: 0.0240 (loopy family before: 0.0661; PyTorch 0.0225)
 #   ip mb256ic2048oc1000 (32 blocks of 128x64): 4 shares 0.0413, 8: 0.0379, 16: 0.0456
 #     (before 0.1323; PyTorch 0.057)
 #   ip mb64ic2048oc1000: 4 shares 0.0188, 8: 0.0175 (PyTorch 0.0378)
 #   matmul 8x4096:4096x4096 (64 blocks of 16x64): 2 shares 0.106, 4: 0.058, 8: 0.0385
 #     (PyTorch 0.044)
-# shares of 256 (16 slices) up to 4 groups per unit take the best of each
+# shares of 256 up to 4 groups per unit take the best of each
 SLICES_PER_UNIT = 4
-MIN_SHARE_SLICES = 16
+MIN_SHARE_K = 256
+FALLBACK_SHARE_K = 128
 # a block count this small (against the compute units) is worth sharing k over
 IDLE_FRACTION = 0.5
 
@@ -47,17 +52,24 @@ def sliced_tile(info, prob: GemmProblem, tile: NvTile | None) -> NvTile | None:
     if tile is not None:  # its blocking, k shared among work-groups instead of k-groups
         base = replace(tile, ksplit=1)
     else:
-        base = (_SLICED_TINY_M if prob.m < 32 else _SLICED_THIN_M) if prob.m <= prob.n \
-            else _SLICED_THIN_N
+        deep = prob.k % 16 == 0
+        if prob.m <= prob.n:
+            base = (_SLICED_TINY_M if deep else _SLICED_TINY_M8) if prob.m < 32 else \
+                (_SLICED_THIN_M if deep else _SLICED_THIN_M8)
+        else:
+            base = _SLICED_THIN_N if deep else _SLICED_THIN_N8
     units = max(1, info.compute_units)
     nb = blocks(prob, base)
     if nb > IDLE_FRACTION * units or prob.k % base.bk:
         return tile
     nk = prob.k // base.bk
     s = 1
-    while nb * s * 2 <= SLICES_PER_UNIT * units and nk % (2 * s) == 0 \
-            and nk // (2 * s) >= MIN_SHARE_SLICES:
-        s *= 2
+    for least in (MIN_SHARE_K, FALLBACK_SHARE_K):
+        fit = [d for d in range(2, nk + 1) if nk % d == 0 and nb * d <= SLICES_PER_UNIT * units
+               and prob.k // d >= least]
+        if fit:
+            s = max(fit)
+            break
     if s == 1:
         return tile
     t = replace(base, kslices=s, fence="ptx" if getattr(info, "inline_ptx", False) else "cl")
