@@ -160,10 +160,13 @@ def grid_chunk_columns(dhc: int, fits) -> int:
 # - N 32 (4 rows per item, 512 items): 86, slower than the per-step path at that batch, hence
 #   GRID_GLOBAL_MAX_BATCH.
 # Whole primitive against the per-step path (H200, benchdnn, same run): LSTM N 1 1.805 ->
-# 1.137 ms (cuDNN 1.13), LBR-GRU N 1 1.480 -> 0.734 (cuDNN 0.90).
+# 1.137 ms (cuDNN 1.13), LBR-GRU N 1 1.480 -> 0.734 (cuDNN 0.90). Up to N 16 it still wins
+# (H200, benchdnn min ms, per-step path -> this form; cuDNN ratio): LBR-GRU 800 channels
+# T 100 3.893 -> 1.631 (0.48x -> 1.08x), LSTM 800 T 100 3.814 -> 2.072 (0.60x -> 1.06x),
+# LSTM 1760 T 50 3.133 -> 3.098; at N 32, LSTM 1760 4.681 -> 5.347 (LBR-GRU 4.049 -> 3.941).
 GRID_GLOBAL_JB_ALIGN = 16
 GRID_GLOBAL_MAX_ROWS = 4
-GRID_GLOBAL_MAX_BATCH = 8
+GRID_GLOBAL_MAX_BATCH = 16
 GRID_GLOBAL_REGISTERS = 1 << 16  # 32-bit registers of an NVIDIA multiprocessor
 GRID_GLOBAL_ITEM_REGISTERS = 48
 GRID_GLOBAL_MAX_K_SPLIT = 256

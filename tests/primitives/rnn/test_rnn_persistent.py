@@ -300,7 +300,7 @@ def test_grid_global_weights_rule():
 
     h100 = SimpleNamespace(is_gpu=True, inline_ptx=True, compute_units=132,
                            max_work_group_size=1024, local_mem_bytes=48 << 10)
-    for n in (1, 4, 8):
+    for n in (1, 4, 8, 16):
         jb, ks, rn = rnn_rules.grid_global_weights(h100, n, 1760, 4)
         g = rpg.GridProblem("lstm", False, "tanh", 0.0, 1760, n, jb, kc=64, rn=rn, ks=ks,
                             wglobal=True)
