@@ -19,7 +19,7 @@ from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, supports, workspace
 from pydnnl.runtime.kernel import Kernel
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from oclgrind_helpers import PYOPENCL_NV_PROBE, has_oclgrind  # noqa: E402
+from oclgrind_helpers import GEMM_NV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 
 F32 = dnnl.memory.data_type.f32
 
@@ -166,6 +166,16 @@ def _sliced_steps(prim):
             and st.gemm.nv_tile is not None]
 
 
+def _runs_twice_right(prim, stream, args, out: int, want) -> None:
+    """``prim`` plans one GEMM sharing k in 4, and gives ``want`` in ``args[out]`` twice (the
+    second execution finds the arrival counters the first left at zero)."""
+    assert _sliced_steps(prim) == [4] and prim._plan.ws_elems > 0
+    for _ in range(2):
+        prim.execute(stream, args)
+        stream.wait()
+        np.testing.assert_allclose(args[out].to_numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_inner_product_forward_with_shares(engine, stream, forced_shares):
     mb, ic, oc = 6, 256, 200
     md = dnnl.memory.desc
@@ -186,13 +196,8 @@ def test_inner_product_forward_with_shares(engine, stream, forced_shares):
     args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), engine, s), dnnl.ARG_WEIGHTS: mw,
             dnnl.ARG_BIAS: dnnl.memory(md([oc], F32, "a"), engine, b),
             dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
-    prim = dnnl.inner_product_forward(pd)
-    assert _sliced_steps(prim) == [4] and prim._plan.ws_elems > 0
-    want = np.maximum(s.astype(np.float64) @ w.T + b, 0)
-    for _ in range(2):
-        prim.execute(stream, args)
-        stream.wait()
-        np.testing.assert_allclose(args[dnnl.ARG_DST].to_numpy(), want, rtol=1e-5, atol=1e-5)
+    _runs_twice_right(dnnl.inner_product_forward(pd), stream, args, dnnl.ARG_DST,
+                      np.maximum(s.astype(np.float64) @ w.T + b, 0))
 
 
 def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forced_shares):
@@ -209,13 +214,8 @@ def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forc
     args = {dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine, w),
             dnnl.ARG_DIFF_DST: dnnl.memory(pd.diff_dst_desc(), engine, dd),
             dnnl.ARG_DIFF_SRC: dnnl.memory(pd.diff_src_desc(), engine)}
-    prim = dnnl.inner_product_backward_data(pd)
-    assert _sliced_steps(prim) == [4]
-    for _ in range(2):
-        prim.execute(stream, args)
-        stream.wait()
-        np.testing.assert_allclose(args[dnnl.ARG_DIFF_SRC].to_numpy(),
-                                   dd.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    _runs_twice_right(dnnl.inner_product_backward_data(pd), stream, args, dnnl.ARG_DIFF_SRC,
+                      dd.astype(np.float64) @ w)
     M, K, N = 3, 1024, 64
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((K, N)).astype(np.float32)
@@ -224,33 +224,10 @@ def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forc
     margs = {dnnl.ARG_SRC: dnnl.memory(mpd.src_desc(), engine, a),
              dnnl.ARG_WEIGHTS: dnnl.memory(mpd.weights_desc(), engine, b),
              dnnl.ARG_DST: dnnl.memory(mpd.dst_desc(), engine)}
-    mm = dnnl.matmul(mpd)
-    assert _sliced_steps(mm) == [4]
-    for _ in range(2):
-        mm.execute(stream, margs)
-        stream.wait()
-        np.testing.assert_allclose(margs[dnnl.ARG_DST].to_numpy(), a.astype(np.float64) @ b,
-                                   rtol=1e-5, atol=1e-5)
+    _runs_twice_right(dnnl.matmul(mpd), stream, margs, dnnl.ARG_DST, a.astype(np.float64) @ b)
 
 
-PROBE = r"""
-import json
-import numpy as np
-import pydnnl as dnnl
-from pydnnl.kernels.gemm import GemmProblem
-from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, workspace
-from pydnnl.runtime.kernel import Kernel
-
-eng = dnnl.engine.from_name("Oclgrind")
-assert eng.is_simulator
-s = dnnl.stream(eng)
-rng = np.random.default_rng(6)
-results = {}
-
-def buf(a):
-    md = dnnl.memory.desc([a.size], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
-    return dnnl.memory(md, eng, a.reshape(-1))
-
+PROBE = "SEED = 6\n" + GEMM_NV_PROBE_PRELUDE + r"""
 for name, tile, (m, n, k) in (("s2", NvTile(16, 32, 16, 4, 4, kslices=2), (20, 36, 64)),
                               ("s4", NvTile(16, 64, 16, 4, 4, kslices=4), (5, 64, 64))):
     pr = GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, beta=0.5)
@@ -281,20 +258,5 @@ def _handoff(block: str) -> bool:
 def test_shares_under_oclgrind():
     """No invalid access, uninitialized read or race other than the hand-off of the shares
     (in the shared tiles, the arrival word's broadcast, the epilogue), and C right."""
-    import json
-    import os
-    import re
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k not in ("PYDNNL_VERBOSE", "PYDNNL_DEVICE")}
-    env.update(PYOPENCL_NO_CACHE="1", PYDNNL_NO_KERNEL_CACHE="1", OCLGRIND_CHECK_API="1",
-               OCLGRIND_DATA_RACES="1", OCLGRIND_UNINITIALIZED="1",
-               OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    blocks = [b for b in re.split(r"\n\s*\n(?=\S)", r.stderr.replace(PYOPENCL_NV_PROBE, ""))
-              if b.strip()]
-    others = [b for b in blocks if not _handoff(b)]
-    assert not others, "Oclgrind reported:\n" + "\n\n".join(others)
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"s2": True, "s4": True}
+    results = run_probe(PROBE, allow=_handoff, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {"s2": True, "s4": True}

@@ -10,26 +10,9 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
+from oclgrind_helpers import GEMM_NV_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 
-PROBE = r"""
-import json
-import numpy as np
-import pydnnl as dnnl
-from pydnnl.kernels.gemm import GemmProblem
-from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv
-from pydnnl.runtime.kernel import Kernel
-
-eng = dnnl.engine.from_name("Oclgrind")
-assert eng.is_simulator
-s = dnnl.stream(eng)
-rng = np.random.default_rng(5)
-results = {}
-
-def buf(a):
-    md = dnnl.memory.desc([a.size], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
-    return dnnl.memory(md, eng, a.reshape(-1))
-
+PROBE = "SEED = 5\n" + GEMM_NV_PROBE_PRELUDE + r"""
 for name, tile, (m, n, k) in (("plain", NvTile(32, 64, 16, 4, 4), (37, 68, 32)),
                               ("k2", NvTile(16, 64, 16, 4, 4, ksplit=2), (20, 64, 64)),
                               ("k4", NvTile(16, 32, 16, 4, 4, ksplit=4), (21, 36, 64))):
