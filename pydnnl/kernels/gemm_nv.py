@@ -53,6 +53,7 @@ from .gemm import GemmProblem, has_epilogue, scale_names
 from .source import KernelSource
 
 __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes", "workspace",
+           "counters_at",
            "GENERATOR_VERSION"]
 
 GENERATOR_VERSION = "gemm_nv-8"
@@ -178,8 +179,8 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
     # k-groups walk equal whole shares of the slices, counted at build time
     if tile.ksplit > 1 and (pr.runtime_k or (pr.k // tile.bk) % tile.ksplit):
         return False
-    # a block's work-groups: one C (no batch), their workspace sized from a fixed m
-    if tile.kslices > 1 and (pr.batch > 1 or pr.runtime_k or pr.runtime_m
+    # a block's work-groups: one C (no batch), k's slices in whole shares
+    if tile.kslices > 1 and (pr.batch > 1 or pr.runtime_k
                              or (pr.k // tile.bk) % tile.kslices):
         return False
     # a float4 along a contiguous m (transposed A) or n (plain B) is wholly inside or outside
@@ -434,8 +435,7 @@ class _Gen:
         w(f"  {fence}")
         w("  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
         w("  if (tid == 0) {")
-        w(f"    volatile __global int* cnt = (volatile __global int*)(ws + ws_off + "
-          f"{self.counters_at()}) + blk;")
+        w("    volatile __global int* cnt = (volatile __global int*)(ws + cnt_off) + blk;")
         w("    const int before = atomic_inc(cnt);")
         w(f"    pd_last = before == {S - 1};")
         w("    if (pd_last) atomic_xchg(cnt, 0);  // ready for the next launch")
@@ -455,10 +455,6 @@ class _Gen:
         w("      acc[i][j] = s;")
         w("    }")
         w("}")
-
-    def counters_at(self) -> int:
-        """Where the blocks' arrival counters (int32) start in the workspace, in floats."""
-        return blocks(self.pr, self.t) * self.t.kslices * self.t.bm * self.t.bn
 
     def nk_group(self):
         """Slices of k each k-group walks (a C expression or an int)."""
@@ -733,8 +729,8 @@ class _Gen:
             args += ["__global float* restrict ws"]
         if rt:
             args += ["long a_off", "long b_off", "long c_off"]
-        if t.kslices > 1:
-            args += ["long ws_off"]
+        if t.kslices > 1:  # the shares' tiles at ws_off, the blocks' counters at cnt_off
+            args += ["long ws_off", "long cnt_off"]
         args += [f"long {n}" for n in _size_names(pr)]
         bt = "(long)get_group_id(2)" if pr.batch > 1 else None
 
@@ -817,12 +813,18 @@ def blocks(pr: GemmProblem, tile: NvTile) -> int:
 
 
 def workspace(pr: GemmProblem, tile: NvTile) -> int:
-    """Floats of workspace a ``kslices`` kernel needs (0 for the others): every block's
-    share tiles, then one int32 arrival counter per block. The counters must be zero before
-    the first launch; each launch leaves them zero."""
+    """Floats of workspace a ``kslices`` kernel needs for ``pr.m`` rows or fewer (0 for the
+    others): every block's share tiles (at ``ws_off``), then one int32 arrival counter per
+    block (at ``cnt_off``, :func:`counters_at` floats further). The counters must be zero
+    before the first launch; each launch leaves them zero."""
     if tile.kslices <= 1:
         return 0
-    return blocks(pr, tile) * (tile.kslices * tile.bm * tile.bn + 1)
+    return counters_at(pr, tile) + blocks(pr, tile)
+
+
+def counters_at(pr: GemmProblem, tile: NvTile) -> int:
+    """Floats from the shares' tiles to the counters in a ``kslices`` workspace."""
+    return blocks(pr, tile) * tile.kslices * tile.bm * tile.bn
 
 
 def _pack_helper(instr: str) -> str:
@@ -949,7 +951,7 @@ def build_gemm_nv(pr: GemmProblem, tile: NvTile, aligned: bool = False) -> Kerne
     ws = ("ws",) if tile.kslices > 1 else ()
     names = ("a", "b", "c") + _epilogue_names(pr) + ws + (
         ("a_off", "b_off", "c_off") if pr.runtime_offsets else ()) + (
-        ("ws_off",) if ws else ()) + _size_names(pr)
+        ("ws_off", "cnt_off") if ws else ()) + _size_names(pr)
     opts = ("-cl-nv-maxrregcount=%d" % tile.maxrreg,) if tile.maxrreg else ()
     if pr.runtime_m:  # one work-group row per bm rows of the m given at launch
         grid = (str(gsize[0]), f"(m + {tile.bm - 1}) // {tile.bm}") + tuple(

@@ -246,9 +246,7 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
     kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
     transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time."""
     rk = runtime_k(shape, None) and tile.mma is not None
-    # blocks sharing k keep m baked: their workspace's layout follows the block count
-    rm = runtime_m(shape, None) if tile.kslices == 1 else None
-    return _problem(shape, None, rm, rk)
+    return _problem(shape, None, runtime_m(shape, None), rk)
 
 
 def _build(engine, prob, params):
@@ -279,6 +277,7 @@ class Gemm:
         #: floats of workspace each call binds (``ws``, ``ws_off``): a kernel whose blocks
         #: share k among work-groups (``slices``), see :func:`pydnnl.kernels.gemm_nv.workspace`
         self.ws_elems = 0
+        self.ws_counters = 0  # floats from the workspace's start to its counters
         # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
         # into launches (its blocks may share k among work-groups of one launch)
         self.nv_tile = _nv_tile(engine.info, _problem(shape), shape.math, slices)
@@ -288,6 +287,7 @@ class Gemm:
             self.splits, self.part_elems, self.reduce = 1, 0, None
             prob = _nv_problem(shape, self.nv_tile)
             self.ws_elems = gemm_nv.workspace(prob, self.nv_tile)
+            self.ws_counters = gemm_nv.counters_at(prob, self.nv_tile)
             self.kernel = _build_nv(engine, prob, self.nv_tile)
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%

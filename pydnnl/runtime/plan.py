@@ -90,7 +90,8 @@ class _GemmStep:
         self.gemm, self.args, self.rows = gemm, tuple(args), rows
         self.extra = _epilogue_refs(gemm.kernel, extra or {})
         if ws_off is not None:  # blocks sharing k: their tiles and counters
-            self.extra.update(ws=GEMM_WS, ws_off=np.int64(ws_off))
+            self.extra.update(ws=GEMM_WS, ws_off=np.int64(ws_off),
+                              cnt_off=np.int64(ws_off + gemm.ws_counters))
 
     def bind(self, plan):
         g, args = self.gemm, self.args

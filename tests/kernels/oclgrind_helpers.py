@@ -51,7 +51,7 @@ import json
 import numpy as np
 import pydnnl as dnnl
 from pydnnl.kernels.gemm import GemmProblem
-from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, workspace
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, counters_at, workspace
 from pydnnl.runtime.kernel import Kernel
 
 eng = dnnl.engine.from_name("Oclgrind")

@@ -15,7 +15,7 @@ import pytest
 
 import pydnnl as dnnl
 from pydnnl.kernels.gemm import GemmProblem
-from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, supports, workspace
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, counters_at, supports, workspace
 from pydnnl.runtime.kernel import Kernel
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -53,7 +53,7 @@ def test_shares_match_numpy_launch_after_launch(engine, stream, case):
     B = (b.T if tb else b).astype(np.float64)
     src = build_gemm_nv(pr, tile)
     assert src.global_size[2] == tile.kslices and src.arg_names[3:] == (
-        "ws", "a_off", "b_off", "c_off", "ws_off")
+        "ws", "a_off", "b_off", "c_off", "ws_off", "cnt_off")
     kern = Kernel(engine.context, engine.device, src)
     off, size = 7, workspace(pr, tile)
     guard = np.full(off + size + 9, 3.5, np.float32)
@@ -61,7 +61,7 @@ def test_shares_match_numpy_launch_after_launch(engine, stream, case):
     ma, mb, mc, mw = _mem(engine, a), _mem(engine, b), _mem(engine, c0), _mem(engine, guard)
     vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "ws": mw.buffer,
             "a_off": np.int64(0), "b_off": np.int64(0), "c_off": np.int64(0),
-            "ws_off": np.int64(off)}
+            "ws_off": np.int64(off), "cnt_off": np.int64(off + counters_at(pr, tile))}
     want = c0.astype(np.float64)
     for _ in range(3):  # each launch must find its counters at zero again
         want = A @ B + beta * want
@@ -73,6 +73,34 @@ def test_shares_match_numpy_launch_after_launch(engine, stream, case):
     nblk = -(-m // tile.bm) * -(-n // tile.bn)
     assert (ws[off + size - nblk:off + size].view(np.int32) == 0).all()
     assert (ws[:off] == 3.5).all() and (ws[off + size:] == 3.5).all()
+
+
+def test_one_program_serves_every_m(engine, stream):
+    """m at run time (the grid's rows follow it): one program and one workspace, sized for
+    the largest m, serve every batch of a classifier; rows past m are not written."""
+    tile = NvTile(16, 64, 16, 4, 4, kslices=4)
+    proto = GemmProblem(m=40, n=128, k=256, lda=256, ldb=128, ldc=128, runtime_offsets=True,
+                        runtime_m="any")
+    src = build_gemm_nv(proto, tile)
+    assert src.global_size is None and src.arg_names[-1] == "m"
+    kern = Kernel(engine.context, engine.device, src)
+    rng = np.random.default_rng(8)
+    b = rng.standard_normal((256, 128)).astype(np.float32)
+    mb, mw = _mem(engine, b), _mem(engine, np.zeros(workspace(proto, tile), np.float32))
+    for m in (1, 17, 40, 3):
+        a = rng.standard_normal((m, 256)).astype(np.float32)
+        c = np.full((41, 128), 7.0, np.float32)  # one row past m's
+        ma, mc = _mem(engine, a), _mem(engine, c)
+        vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "ws": mw.buffer,
+                "a_off": np.int64(0), "b_off": np.int64(0), "c_off": np.int64(0),
+                "ws_off": np.int64(0), "cnt_off": np.int64(counters_at(proto, tile)),
+                "m": np.int64(m)}
+        kern(stream, *[vals[x] for x in src.arg_names])
+        stream.wait()
+        got = mc.to_numpy().reshape(41, 128)
+        want = a.astype(np.float64) @ b
+        assert np.abs(got[:m] - want).max() <= 1e-5 * np.abs(want).max(), m
+        assert (got[m:] == 7.0).all(), m
 
 
 def test_share_order_fixes_the_sum(engine, stream):
@@ -91,7 +119,7 @@ def test_share_order_fixes_the_sum(engine, stream):
         mc = _mem(engine, np.zeros(32 * 128, np.float32))
         vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "ws": mw.buffer,
                 "a_off": np.int64(0), "b_off": np.int64(0), "c_off": np.int64(0),
-                "ws_off": np.int64(0)}
+                "ws_off": np.int64(0), "cnt_off": np.int64(counters_at(pr, tile))}
         kern(stream, *[vals[x] for x in src.arg_names])
         stream.wait()
         outs.append(mc.to_numpy())
@@ -105,7 +133,7 @@ def test_supports_only_one_fixed_product():
     assert not supports(GemmProblem(**{**base, "k": 240}), t)  # 15 slices: no even share
     assert not supports(GemmProblem(**base, batch=2, stride_a=8192, stride_b=16384,
                                     stride_c=2048), t)
-    assert not supports(GemmProblem(**base, runtime_m="any"), t)
+    assert supports(GemmProblem(**base, runtime_m="any"), t)
     with pytest.raises(ValueError, match="kslices"):
         NvTile(32, 64, 16, 4, 4, ksplit=2, kslices=2).check()
 
@@ -196,8 +224,16 @@ def test_inner_product_forward_with_shares(engine, stream, forced_shares):
     args = {dnnl.ARG_SRC: dnnl.memory(pd.src_desc(), engine, s), dnnl.ARG_WEIGHTS: mw,
             dnnl.ARG_BIAS: dnnl.memory(md([oc], F32, "a"), engine, b),
             dnnl.ARG_DST: dnnl.memory(pd.dst_desc(), engine)}
-    _runs_twice_right(dnnl.inner_product_forward(pd), stream, args, dnnl.ARG_DST,
+    prim = dnnl.inner_product_forward(pd)
+    _runs_twice_right(prim, stream, args, dnnl.ARG_DST,
                       np.maximum(s.astype(np.float64) @ w.T + b, 0))
+    # another minibatch of the same layer: the same program (m at run time)
+    pd9 = dnnl.inner_product_forward.primitive_desc(
+        engine, dnnl.prop_kind.forward_inference, md([9, ic], F32, "ab"),
+        md([oc, ic], F32, "any"), md([oc], F32, "a"), md([9, oc], F32, "ab"), attr)
+    gemms = [[st.gemm for st in p._plan.steps if hasattr(st, "gemm")]
+             for p in (prim, dnnl.inner_product_forward(pd9))]
+    assert gemms[0][0] is not gemms[1][0] and gemms[0][0].kernel is gemms[1][0].kernel
 
 
 def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forced_shares):
@@ -237,7 +273,8 @@ for name, tile, (m, n, k) in (("s2", NvTile(16, 32, 16, 4, 4, kslices=2), (20, 3
     A, B, C = buf(a), buf(b), buf(c)
     W = buf(np.zeros(workspace(pr, tile), np.float32))
     src = build_gemm_nv(pr, tile)
-    vals = {"a": A.buffer, "b": B.buffer, "c": C.buffer, "ws": W.buffer, "ws_off": np.int64(0)}
+    vals = {"a": A.buffer, "b": B.buffer, "c": C.buffer, "ws": W.buffer, "ws_off": np.int64(0),
+            "cnt_off": np.int64(counters_at(pr, tile))}
     Kernel(eng.context, eng.device, src)(s, *[vals[x] for x in src.arg_names])
     s.wait()
     want = a.astype(np.float64) @ b + 0.5 * c
