@@ -1052,8 +1052,13 @@ def _build_register(pr: GemmProblem, p: dict):
     guard = (_ge(st_row, row(0)) if reads_c else False) if tall else None
     st_within = base | {"is", "js", "vs"}
     st_col = col(V("js"), V("vs"))
-    if edge and has_epilogue(pr) and _vector_stores(pr, vw, np_):
-        # (a moved tile without an epilogue keeps its lane stores: code unchanged)
+    if edge and _vector_stores(pr, vw, np_):
+        # also without an epilogue (an RNN's accumulated weight gradients, beta = 1): lane
+        # stores took Intel's compiler 1.05-1.15 s for the 8x48 tile (vector stores 0.17-0.21
+        # s; PoCL 0.94 -> 0.19 s) and ran at the same speed where the moved tile stores
+        # nothing (512x2048x3200, in-process interleaved min ms: Intel 22.2 / 22.6, PoCL
+        # 21.8 / 21.1) and slower where it does (780x256x64: Intel 0.134 -> 0.094, PoCL
+        # 0.129 -> 0.105)
         import pymbolic.primitives as prim
 
         st_insns, st_temps = _vector_store_insns(
