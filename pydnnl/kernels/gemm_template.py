@@ -48,20 +48,6 @@ a_off, long const b_off, long const c_off, long const m, long const ksize)
   float16 bv[{nv}];
   long r0;
 
-  for (long io_inner = 0; io_inner <= ((-25 + m + -32 * gid(1) >= 0) ? (long) (3) : -1 + -4 \
-* gid(1) + loopy_floor_div_pos_b_int64(7 + m, 8)); ++io_inner)
-  {{
-    r0 = (((io_inner + gid(1) * 4) * 8 + 0 + 8 <= m) ? (io_inner + gid(1) * 4) * 8 + 0 : m + -8);
-    __attribute__((opencl_unroll_hint))
-    for (long jz = 0; jz <= {nvm1}; ++jz)
-    {{
-      __attribute__((opencl_unroll_hint))
-      for (long iz = 0; iz <= 7; ++iz)
-        acc[{nv} * iz + jz] = (float) (0.0f);
-    }}
-    /* bulk slab for 'k_outer' */
-{bulk}
-    {{
 """
 
 
@@ -70,23 +56,17 @@ _FINAL_K = {2: "-1 + loopy_floor_div_pos_b_int64(1 + ksize, 2)",
             4: "loopy_floor_div_pos_b_int64(-1 + ksize, 4)"}
 
 
-def _final_open(ku: int) -> str:
-    return ("    /* final slab for 'k_outer' */\n    {\n"
-            f"      long const k_outer = {_FINAL_K[ku]};\n\n"
-            "      if (k_outer >= 0)\n      {\n")
-
-
 def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int = 48,
-            npan: int | None = None) -> str:
+            npan: int | None = None, gc: int = 0) -> str:
     """The k step (B loads, the tile's products) at indentation ``ind``: ``nv`` vectors of 16
     columns, k unrolled by ``ku``, B in ``pw``-column panels (``pw`` the tile's width, or 16:
     the tile reads ``nv`` panels side by side, the last one clamped to panel ``npan - 1``
-    where the tiles reach past n)."""
+    where the tiles reach past n); column tiles on grid axis ``gc``."""
     kk = f"(k_inner + k_outer * {ku})"
     if pw == 16 * nv:
-        base = f"b_off + gid(0) * ksize * {pw} + {kk} * {pw} + jb * 16"
+        base = f"b_off + gid({gc}) * ksize * {pw} + {kk} * {pw} + jb * 16"
     else:
-        panel = f"gid(0) * {nv} + jb"
+        panel = f"gid({gc}) * {nv} + jb"
         if npan is not None:
             panel = f"({panel} < {npan}) ? {panel} : (long) ({npan - 1})"
         base = f"b_off + ({panel}) * ksize * 16 + {kk} * 16"
@@ -110,69 +90,144 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int = 48,
             f"{ind}}}\n")
 
 
-def _stores(n: int, ldc: int, nv: int = 3) -> str:
+def _literal(x: float) -> str:
+    return repr(float(x)) + "f"
+
+
+def _value(alpha: float, beta: float) -> str:
+    """The stored vector: ``alpha * acc + beta * C`` as ``gemm._vector_store_insns`` prints
+    it."""
+    value = "acc[cacc]" if alpha == 1.0 else f"{_literal(alpha)} * acc[cacc]"
+    if beta != 0.0:
+        old = "vload16(0, c + cidx)"
+        value += f" + {old}" if beta == 1.0 else f" + {_literal(beta)} * {old}"
+    return value
+
+
+def _store_nest(ind: str, i: str, j: str, n: int, ldc: int, nv: int, gc: int, value: str,
+                rows_outer: bool, row_guard: str | None = None) -> str:
+    """One loop nest of vector stores (rows ``i``, vectors ``j``) at indentation ``ind``:
+    vectors outer (the tiles' stores) or rows outer behind ``row_guard`` (the moved last
+    tile's own rows); the column guard where n is no multiple of the tile's width."""
     w = 16 * nv
-    guard = n % w != 0
-    ind = "        " if guard else "      "
-    body = (f"{ind}__attribute__((opencl_unroll_hint))\n"
-            f"{ind}for (long is = 0; is <= 7; ++is)\n"
-            f"{ind}{{\n"
-            f"{ind}  long cidx = c_off + 0 + (r0 + is) * {ldc} + gid(0) * {w} + js * 16 + 0;\n"
-            f"{ind}  long cacc = is * {nv} + js;\n\n"
-            f"{ind}  vstore16(acc[cacc], 0, c + cidx);\n"
-            f"{ind}}}\n")
-    head = ("    __attribute__((opencl_unroll_hint))\n"
-            f"    for (long js = 0; js <= {nv - 1}; ++js)\n")
+    guard = f"if (gid({gc}) * {w} + {j} * 16 + 0 < {n})" if n % w else None
+    store = (f"long cidx = c_off + 0 + (r0 + {i}) * {ldc} + gid({gc}) * {w} + {j} * 16 + 0;",
+             f"long cacc = {i} * {nv} + {j};", "", f"vstore16({value}, 0, c + cidx);")
+
+    def block(d: str, lines) -> str:
+        return f"{d}{{\n" + "".join(f"{d}  {x}\n" if x else "\n" for x in lines) + f"{d}}}\n"
+
+    unroll = "__attribute__((opencl_unroll_hint))"
+    if rows_outer:
+        inner_ind = ind + "    "
+        inner = f"{inner_ind}{unroll}\n{inner_ind}for (long {j} = 0; {j} <= {nv - 1}; ++{j})\n"
+        inner += (f"{inner_ind}  {guard}\n" + block(inner_ind + "  ", store)) if guard else \
+            block(inner_ind, store)
+        return (f"{ind}{unroll}\n{ind}for (long {i} = 0; {i} <= 7; ++{i})\n"
+                f"{ind}  {row_guard}\n{ind}  {{\n{inner}{ind}  }}\n")
+    head = f"{ind}{unroll}\n{ind}for (long {j} = 0; {j} <= {nv - 1}; ++{j})\n"
+    d = ind + ("    " if guard else "  ")
+    rows = f"{d}{unroll}\n{d}for (long {i} = 0; {i} <= 7; ++{i})\n" + block(d, store)
     if guard:
-        return head + f"      if (gid(0) * {w} + js * 16 + 0 < {n})\n      {{\n{body}      }}\n"
-    return head + f"    {{\n{body}    }}\n"
+        return head + f"{ind}  {guard}\n{ind}  {{\n{rows}{ind}  }}\n"
+    return head + f"{ind}{{\n{rows}{ind}}}\n"
+
+
+def _stores(ind: str, n: int, ldc: int, nv: int, gc: int, alpha: float, beta: float,
+            row0: str) -> str:
+    """C's stores: every tile's rows, or where C is read (beta), the moved last tile's own
+    rows in a nest of their own and every other tile's in the usual one."""
+    value = _value(alpha, beta)
+    if beta == 0.0:
+        return _store_nest(ind, "is", "js", n, ldc, nv, gc, value, False)
+    edge = _store_nest(ind, "ie", "je", n, ldc, nv, gc, value, True,
+                       f"if (r0 != {row0} + 0 && r0 + ie >= {row0} + 0)")
+    return (edge + f"{ind}if (r0 == {row0} + 0)\n{ind}{{\n"
+            + _store_nest(ind + "  ", "is", "js", n, ldc, nv, gc, value, False) + f"{ind}}}\n")
 
 
 def _canonical(kp, pw: int = 48):
-    """The key problem the template writes, for ``kp``'s n and C's leading dimension (and B
-    in ``pw``-column panels)."""
+    """The key problem the template writes, for ``kp``'s n, C's leading dimension, alpha and
+    beta (and B in ``pw``-column panels)."""
     from .gemm import GemmProblem, key_problem
 
     return key_problem(GemmProblem(
         m=3200, n=kp.n, k=512, lda=512, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
-        dtype=np.float32, acc_dtype=np.float32, runtime_offsets=True, runtime_m="tall",
-        runtime_k=True))
+        alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32,
+        runtime_offsets=True, runtime_m="tall", runtime_k=True))
 
 
 #: the tiles the template writes besides :data:`PARAMS` (``normalize_params``'s form): 8x32
 #: unrolled by 4 (the RNN's layer GEMM over weights stored in 32-column panels,
 #: ``runtime.heuristics.rnn.weights_panel``)
 TILES = (PARAMS, dict(PARAMS, cols=32, k_unroll=4))
+#: row tiles per work-item the template writes (``m_loop``; any tile of :data:`TILES`, with
+#: either grid order ``m_inner``)
+M_LOOPS = (1, 4)
+
+
+def _tile_of(p: dict) -> dict | None:
+    """The entry of :data:`TILES` that ``p`` is, ``m_loop`` and ``m_inner`` aside."""
+    base = dict(p, m_loop=4, m_inner=False)
+    return base if base in TILES and p["m_loop"] in M_LOOPS else None
 
 
 def register_source(problem, params: dict | None) -> KernelSource | None:
     """The kernel :func:`pydnnl.kernels.gemm.build_gemm` generates for ``(problem, params)``,
     as its :class:`KernelSource`, where the template covers it (see the module's doc); else
-    None. B in panels of the tile's width or, read side by side, of 16 columns."""
+    None. B in panels of the tile's width or, read side by side, of 16 columns; row tiles
+    on grid axis 1 or 0 (``m_inner``), 1 or 4 of them per work-item; any finite alpha and
+    beta (C then read a vector at a time, the moved last tile storing its own rows)."""
     from .gemm import key_problem, normalize_params
 
     p = normalize_params(params)
-    if p not in TILES:
+    if _tile_of(p) is None:
         return None
     kp = key_problem(problem)
-    nv, ku, w = p["cols"] // 16, p["k_unroll"], p["cols"]
+    nv, ku, w, ml = p["cols"] // 16, p["k_unroll"], p["cols"], p["m_loop"]
     pw = kp.panel_width
     if pw not in (w, 16) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
+            or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
             or kp != _canonical(kp, pw):
         return None
     n, ldc = kp.n, kp.ldc
+    gr, gc = (0, 1) if p["m_inner"] else (1, 0)
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
-    bulk = (f"    for (long k_outer = 0; k_outer <= -2 + loopy_floor_div_pos_b_int64({ku - 1} + "
-            f"ksize, {ku}); ++k_outer)")
-    prelude = _PRELUDE_T.format(nv=nv, nvm1=nv - 1, bulk=bulk)
-    src = (prelude + _k_step("      ", str(ku - 1), nv, ku, pw, npan) + "    }\n"
-           + _final_open(ku)
-           + _k_step("        ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan)
-           + "      }\n    }\n" + _stores(n, ldc, nv) + "  }\n}")
-    return KernelSource("gemm", src, None, (1, 1),
-                        ("a", "b", "c", "a_off", "b_off", "c_off", "m", "ksize"),
-                        grid=(str(ntiles), "((31 + m) // 32) * 1"))
+    out = [_PRELUDE_T.format(nv=nv)]
+    if ml > 1:
+        row0 = f"(io_inner + gid({gr}) * {ml}) * 8"
+        out.append(f"  for (long io_inner = 0; io_inner <= ((-{8 * ml - 7} + m + -{8 * ml} * "
+                   f"gid({gr}) >= 0) ? (long) ({ml - 1}) : -1 + -{ml} * gid({gr}) + "
+                   f"loopy_floor_div_pos_b_int64(7 + m, 8)); ++io_inner)\n  {{\n")
+        ind = "    "
+    else:
+        row0 = f"gid({gr}) * 8"
+        ind = "  "
+    out.append(
+        f"{ind}r0 = (({row0} + 0 + 8 <= m) ? {row0} + 0 : m + -8);\n"
+        f"{ind}__attribute__((opencl_unroll_hint))\n"
+        f"{ind}for (long jz = 0; jz <= {nv - 1}; ++jz)\n{ind}{{\n"
+        f"{ind}  __attribute__((opencl_unroll_hint))\n"
+        f"{ind}  for (long iz = 0; iz <= 7; ++iz)\n"
+        f"{ind}    acc[{nv} * iz + jz] = (float) (0.0f);\n{ind}}}\n"
+        f"{ind}/* bulk slab for 'k_outer' */\n"
+        f"{ind}for (long k_outer = 0; k_outer <= -2 + loopy_floor_div_pos_b_int64({ku - 1} + "
+        f"ksize, {ku}); ++k_outer)\n{ind}{{\n")
+    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc) + f"{ind}}}\n")
+    out.append(f"{ind}/* final slab for 'k_outer' */\n{ind}{{\n"
+               f"{ind}  long const k_outer = {_FINAL_K[ku]};\n\n"
+               f"{ind}  if (k_outer >= 0)\n{ind}  {{\n")
+    out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc)
+               + f"{ind}  }}\n{ind}}}\n")
+    out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0))
+    if ml > 1:
+        out.append("  }\n")
+    out.append("}")
+    rows = f"(({8 * ml - 1} + m) // {8 * ml}) * 1"
+    grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
+    return KernelSource("gemm", "".join(out), None, (1, 1),
+                        ("a", "b", "c", "a_off", "b_off", "c_off", "m", "ksize"), grid=grid)
 
 
-__all__ = ["PARAMS", "TILES", "register_source"]
+__all__ = ["M_LOOPS", "PARAMS", "TILES", "register_source"]

@@ -35,7 +35,7 @@ def test_template_equals_loopy(m, n, k, ldc):
 
 @pytest.mark.parametrize("change", [
     {"n": 1000, "ldc": 1000},          # n not a multiple of the vector width
-    {"beta": 1.0}, {"alpha": 0.5}, {"lda": 1024}, {"dtype": np.float64, "acc_dtype": np.float64},
+    {"lda": 1024}, {"dtype": np.float64, "acc_dtype": np.float64},
     {"runtime_m": "any"}, {"runtime_k": False}, {"c_offset": 16},
     {"batch": 2, "stride_a": 0, "stride_c": 2048 * 3200},
 ])
@@ -43,7 +43,41 @@ def test_template_declines_other_problems(change):
     assert T.register_source(replace(BASE, **change), dict(T.PARAMS)) is None
 
 
-@pytest.mark.parametrize("change", [{"m_loop": 1}, {"k_unroll": 4}, {"rows": 4},
-                                    {"m_inner": True}])
+@pytest.mark.parametrize("change", [{"m_loop": 2}, {"k_unroll": 4}, {"rows": 4},
+                                    {"m_loop": 1, "cols": 64}])
 def test_template_declines_other_params(change):
     assert T.register_source(BASE, dict(T.PARAMS, **change)) is None
+
+
+@pytest.mark.parametrize("tile", [T.PARAMS, T.TILES[1]])
+@pytest.mark.parametrize("m_inner, m_loop", [(False, 1), (True, 4), (True, 1)])
+@pytest.mark.parametrize("n, ldc, alpha, beta", [
+    (2048, 2048, 1.0, 0.0),
+    (2048, 2048, 1.0, 1.0),     # an RNN's weight gradient, accumulated: C read, moved tile
+    (1536, 3072, 1.0, 1.0),     # n a multiple of the tile: no column guard
+    (512, 512, 0.5, -2.0),
+    (96, 96, 2.0, 0.0),
+])
+def test_template_equals_loopy_grid_orders_row_loops_and_scalars(tile, m_inner, m_loop, n, ldc,
+                                                                 alpha, beta):
+    """The template's other row-tile loops (one or four per work-item), both grid orders and
+    any alpha and beta (a C read: the vector store's ``vload``) against loopy, byte for
+    byte."""
+    params = dict(tile, m_inner=m_inner, m_loop=m_loop)
+    pr = replace(BASE, n=n, ldc=ldc, alpha=alpha, beta=beta)
+    if tile["cols"] != 48:
+        pr = replace(pr, ldb=tile["cols"], b_layout=f"panel{tile['cols']}")
+    src = T.register_source(pr, params)
+    assert src is not None
+    assert src.to_json() == source_from_loopy(G.build_gemm(pr, params)).to_json()
+
+
+@pytest.mark.parametrize("m_inner, m_loop, beta", [(True, 4, 1.0), (False, 1, 0.0)])
+def test_template_equals_loopy_narrow_panels(m_inner, m_loop, beta):
+    """The 8x48 tile over 16-column panels with the other grid order and row loops."""
+    params = dict(T.PARAMS, m_inner=m_inner, m_loop=m_loop)
+    for n in (2048, 1000 // 16 * 16):
+        pr = replace(BASE, n=n, ldc=n, ldb=16, b_layout="panel16", beta=beta)
+        src = T.register_source(pr, params)
+        assert src is not None
+        assert src.to_json() == source_from_loopy(G.build_gemm(pr, params)).to_json()
