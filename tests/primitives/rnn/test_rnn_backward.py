@@ -431,3 +431,42 @@ def test_weight_gradient_copies_match_reference(engine, stream, monkeypatch, cfg
     ref = ref_gradients(p)
     for name, g in got.items():
         assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {direction} copies {name}")
+
+
+@pytest.mark.parametrize("cfg,direction", [("lstm", "unidirectional_left2right"),
+                                           ("lbr_gru", "bidirectional_concat")])
+def test_first_step_weight_gradient_follows_its_siblings_copies(engine, stream, monkeypatch,
+                                                                 cfg, direction):
+    """The recurrent weights' first-step term (h0, k = N rows) takes the copies path of the
+    steps after it (k = (T-1) * N) where only those pass the rule, with their GEMM's tile, so
+    it adds no GEMM program of its own; the gradients match the reference."""
+    from pydnnl.runtime import gemm as runtime_gemm
+    from pydnnl.runtime.heuristics import rnn as rnn_rules
+
+    if not engine.info.is_cpu:
+        pytest.skip("the copies are a CPU path")
+    p = problem(cfg, direction)
+
+    def longer_than_n(info, k, n, itemsize=4):
+        return info.is_cpu and k > p.N
+
+    monkeypatch.setattr(rnn_rules, "weight_gradient_copies", longer_than_n)
+    asked = []
+    real = runtime_gemm.get_gemm
+
+    def spy(eng, shape, *a, **kw):
+        asked.append((shape.k, shape.trans_a, kw.get("params")))
+        return real(eng, shape, *a, **kw)
+
+    import pydnnl.primitives.rnn.plan_backward as PB
+    monkeypatch.setattr(PB, "get_gemm", spy)
+    fpd = fwd_pd(engine, p)
+    fargs = run_forward(engine, stream, p, fpd)
+    bpd = bwd_pd(engine, p, fpd)
+    got = gradients(run_backward(engine, stream, p, bpd, fargs))
+    # the h0 term (k = N) was copied (A no longer transposed) and given its sibling's tile
+    h0 = [a for a in asked if a[0] == p.N and not a[1]]
+    assert h0 and all(params is not None for _, _, params in h0)
+    ref = ref_gradients(p)
+    for name, g in got.items():
+        assert_close(g, np.reshape(ref[name], g.shape), f"{cfg} {direction} h0 copies {name}")
