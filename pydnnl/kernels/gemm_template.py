@@ -9,7 +9,10 @@ them), so that a first-ever creation neither imports loopy for it nor spends loo
 on its code generation; every other problem returns None and goes to loopy. It also writes
 the two tiles an RNN's inference weights stored in panels take (``TILES``): the same 8x48
 tile reading B in 16-column panels three side by side, and an 8x32 tile unrolled by 4 over
-32-column panels.
+32-column panels. Each with its row tiles on either grid axis (``m_inner``), one or four of
+them per work-item (``m_loop``) and any finite alpha and beta (C read a vector at a time, the
+moved last tile storing its own rows): the LSTM training pair's backward GEMMs (long-k
+input gradients, accumulated weight gradients) and the GRU's.
 """
 from __future__ import annotations
 
