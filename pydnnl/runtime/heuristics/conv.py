@@ -27,7 +27,8 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
     for those with at least 128 channels each side and last otherwise (its transforms cost about
     what it saves on narrower layers); backward weights with Winograd first on maps of at least
-    28x28 points (on GPUs also with at least 512 output tiles); FFT first where its products
+    28x28 points (on GPUs also with at least 512 output tiles, on CPUs also where forward
+    takes it); FFT first where its products
     save enough multiplies; on CPUs implicit GEMM ahead of im2col + GEMM for large kernels
     with few output channels (any stride: the patch matrix would be many times the input);
     ``find`` measures every applicable solver.
@@ -98,11 +99,17 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     # against 1.14). GPUs also where its 2x2 tiles number at least 512 (H200, mb 32, min
     # ms: res4a 0.234 against 0.42-0.45 for im2col + GEMM with its one-round split, res5a
     # 0.273 against 0.31-0.33); at mb 1 im2col + GEMM keeps res4a/res5a (49 and 16 tiles:
-    # 0.080/0.062 against 0.092/0.086)
+    # 0.080/0.062 against 0.092/0.086). CPUs, once its chunks keep each product's operands in
+    # a core's cache (winograd_wgrad_chunk_mb), also on smaller maps of wide layers with the
+    # forward's tile bar (2-core AVX-512 Xeon, min ms of three rounds against im2col + GEMM:
+    # res4a mb32 32-39 against 56-65, res5a mb32 49-56 against 58-63, res4a mb1 (49 tiles)
+    # 0.84-0.88 against 0.97-0.99; res5a at mb1, 16 tiles, keeps im2col + GEMM: 1.7-3.0
+    # against 1.07-1.12)
     dsp = geom.dst_spatial
     big_maps = len(dsp) == 2 and dsp[0] * dsp[1] >= 784
     if kind == "bwd_w":
-        first = wino_ok and not small and (big_maps or (info.is_gpu and tiles >= 512))
+        first = wino_ok and not small and (big_maps or (info.is_gpu and tiles >= 512)
+                                           or (info.is_cpu and wide))
     else:
         first = wino_ok and not small and (info.is_gpu or wide)
     if first:
@@ -123,6 +130,21 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     else:
         order.append("fft")
     return order
+
+
+def winograd_wgrad_chunk_mb(info) -> float | None:
+    """MiB of transformed tiles (input and diff_dst, all 16 products) per chunk of images of a
+    CPU's Winograd backward weights, or None to keep the solver's default (GPUs: 64 MiB, the
+    largest products). Each of the 16 products ``M = V^T U`` sums over the chunk's tiles
+    reading V transposed; it runs at speed while its two operands stay in the cache a core
+    works from (``DeviceInfo.core_cache_bytes``), so the chunk holds about four caches' worth
+    (16 products of a quarter cache each). 2-core AVX-512 Xeon (2 MiB), mb 32, min ms of two
+    rounds, 64 MiB chunks against 8 MiB: res2a_branch2b 104-109 -> 39-47 (PyTorch 96),
+    res3a_branch2b 89-93 -> 27-33 (PyTorch 50); 16 MiB (one product 0.8 MiB) 50-52 and
+    29-41."""
+    if info is None or info.is_gpu:
+        return None
+    return 4 * info.core_cache_bytes / (1 << 20)
 
 
 #: share of the device's global memory one convolution's workspace may take: the user's

@@ -470,7 +470,8 @@ def test_find_backward_and_deconvolution(engine, perf_db):
 def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     """3x3 stride-1 forward and backward-data layers: Winograd first on GPUs and, on CPUs,
     with >= 128 channels each side and >= 32 output tiles (last with 64 channels); backward
-    weights first on >= 28x28 maps; never for strided or dilated problems."""
+    weights first on >= 28x28 maps (CPUs: also where forward takes it); never for strided
+    or dilated problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
 
     geom = ConvGeometry(mb=1, groups=1, ic=64, oc=64, src_spatial=(28, 28),
@@ -490,10 +491,15 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     for kind, change in (("fwd", {"strides": (2, 2), "dst_spatial": (14, 14)}),
                          ("fwd", {"dilates": (1, 1), "dst_spatial": (26, 26)})):
         assert "winograd_f2x3" not in heuristic_order(kind, replace(wide, **change), engine)
-    # backward weights: first on 28x28 maps and larger, on every device; last on 14x14 at
-    # mb 1 (49 tiles); on GPUs first again with >= 512 tiles (mb 32: 1568)
+    # backward weights: first on 28x28 maps and larger, on every device; on 14x14 at mb 1
+    # (49 tiles) first on CPUs (wide, as forward) and last on GPUs; on GPUs first again with
+    # >= 512 tiles (mb 32: 1568); 7x7 at mb 1 (16 tiles) last everywhere
     assert heuristic_order("bwd_w", geom, engine)[0] == "winograd_f2x3"
     small_maps = replace(wide, src_spatial=(14, 14), dst_spatial=(14, 14))
-    assert heuristic_order("bwd_w", small_maps, engine)[-2:] == ["winograd_f2x3", "fft"]
+    if gpu:
+        assert heuristic_order("bwd_w", small_maps, engine)[-2:] == ["winograd_f2x3", "fft"]
+    else:
+        assert heuristic_order("bwd_w", small_maps, engine)[0] == "winograd_f2x3"
     order = heuristic_order("bwd_w", replace(small_maps, mb=32), engine)
-    assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order
+    assert order[0] == "winograd_f2x3"
+    assert heuristic_order("bwd_w", few, engine)[-2:] == ["winograd_f2x3", "fft"]
