@@ -100,7 +100,7 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     # ms: res4a 0.234 against 0.42-0.45 for im2col + GEMM with its one-round split, res5a
     # 0.273 against 0.31-0.33); at mb 1 im2col + GEMM keeps res4a/res5a (49 and 16 tiles:
     # 0.080/0.062 against 0.092/0.086). CPUs, once its chunks keep each product's operands in
-    # a core's cache (winograd_wgrad_chunk_mb), also on smaller maps of wide layers with the
+    # a core's cache (winograd_chunk_mb), also on smaller maps of wide layers with the
     # forward's tile bar (2-core AVX-512 Xeon, min ms of three rounds against im2col + GEMM:
     # res4a mb32 32-39 against 56-65, res5a mb32 49-56 against 58-63, res4a mb1 (49 tiles)
     # 0.84-0.88 against 0.97-0.99; res5a at mb1, 16 tiles, keeps im2col + GEMM: 1.7-3.0
@@ -132,16 +132,19 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     return order
 
 
-def winograd_wgrad_chunk_mb(info) -> float | None:
-    """MiB of transformed tiles (input and diff_dst, all 16 products) per chunk of images of a
-    CPU's Winograd backward weights, or None to keep the solver's default (GPUs: 64 MiB, the
-    largest products). Each of the 16 products ``M = V^T U`` sums over the chunk's tiles
-    reading V transposed; it runs at speed while its two operands stay in the cache a core
-    works from (``DeviceInfo.core_cache_bytes``), so the chunk holds about four caches' worth
-    (16 products of a quarter cache each). 2-core AVX-512 Xeon (2 MiB), mb 32, min ms of two
-    rounds, 64 MiB chunks against 8 MiB: res2a_branch2b 104-109 -> 39-47 (PyTorch 96),
-    res3a_branch2b 89-93 -> 27-33 (PyTorch 50); 16 MiB (one product 0.8 MiB) 50-52 and
-    29-41."""
+def winograd_chunk_mb(info) -> float | None:
+    """MiB of transformed tiles per chunk of images of a CPU's Winograd plans (input and
+    diff_dst tiles for backward weights, input and product tiles otherwise, all 16 products),
+    or None to keep the solver's default (GPUs: 64 MiB, the largest products). Each of the 16
+    products runs at speed while its operands stay in the cache a core works from
+    (``DeviceInfo.core_cache_bytes``), so the chunk holds about four caches' worth (16
+    products of a quarter cache each). 2-core AVX-512 Xeon (2 MiB), mb 32, min ms of three
+    interleaved rounds, 64 MiB chunks against 8 MiB: backward weights (its products read V
+    transposed, summing over the chunk's tiles) res2a_branch2b 60.1 -> 29.3 (PyTorch 47.8),
+    res3a_branch2b 48.4 -> 21.0 (PyTorch 26.9); forward res3a 28.9-32.9 -> 20.0-20.4, res5a
+    34.7-35.6 -> 27.0-29.3; backward data res3a 25.3-32.5 -> 20.2-20.6, res4a 23.4-25.3 ->
+    19.2-20.1, res5a 33.6-36.6 -> 28.7-29.7. Backward weights with 16 MiB chunks (one
+    product 0.8 MiB) ran within noise of 8 (res2a 50-52 against 39-47, loaded machine)."""
     if info is None or info.is_gpu:
         return None
     return 4 * info.core_cache_bytes / (1 << 20)

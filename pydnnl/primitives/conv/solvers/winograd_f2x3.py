@@ -31,7 +31,7 @@ from ....kernels.conv_winograd import (
 )
 from ....kernels.sizevars import size_var
 from ....runtime.gemm import GemmShape
-from ....runtime.heuristics.conv import winograd_wgrad_chunk_mb
+from ....runtime.heuristics.conv import winograd_chunk_mb
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
@@ -62,15 +62,15 @@ class WinogradF2x3Solver(Solver):
     def default_params(self, problem: ConvProblem, engine) -> dict:
         # (an optional "wg": the transforms' work-group size, 64 when absent)
         out = {"chunk_mb": 64}
+        chunk = winograd_chunk_mb(engine.info if engine is not None else None)
+        if chunk is not None:  # CPUs: each product's operands within a core's cache
+            out["chunk_mb"] = chunk
         if problem.kind == "bwd_w":
             # GPUs: the products' sum over tiles (k of 16 x groups small GEMMs) in up to 32
             # slices of at least 256 tiles, so that enough work-groups run; the wgrad
             # transform adds the slices up
             gpu = engine is not None and engine.info.is_gpu
             out["splits"] = 32 if gpu else 1
-            chunk = winograd_wgrad_chunk_mb(engine.info if engine is not None else None)
-            if chunk is not None:  # CPUs: each product's operands within a core's cache
-                out["chunk_mb"] = chunk
         return out
 
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:

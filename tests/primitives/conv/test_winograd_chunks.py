@@ -1,11 +1,14 @@
-"""The CPU rule that sizes Winograd backward weights' chunks of images from the cache a core
-works from (``heuristics.conv.winograd_wgrad_chunk_mb``): closed form on made-up devices,
-and the default parameters a backward-weights descriptor takes on the engine present (its
-gradient against numpy; chunks of one image are covered by test_conv_solvers)."""
+"""The CPU rule that sizes Winograd's chunks of images from the cache a core works from
+(``heuristics.conv.winograd_chunk_mb``): closed form on made-up devices, and the default
+parameters each direction's descriptor takes on the engine present (its result against numpy;
+chunks of one image are covered by test_conv_solvers); the CPU rule that puts Winograd first
+for backward weights of wide layers."""
 from __future__ import annotations
 
 import pathlib
 import sys
+
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -13,7 +16,7 @@ from test_conv_helpers import Case, assert_close, run_op  # noqa: E402
 
 import pydnnl as dnnl  # noqa: E402
 from pydnnl.engine import DeviceInfo  # noqa: E402
-from pydnnl.runtime.heuristics.conv import winograd_wgrad_chunk_mb  # noqa: E402
+from pydnnl.runtime.heuristics.conv import winograd_chunk_mb  # noqa: E402
 
 
 def _info(kind: str, cache: int) -> DeviceInfo:
@@ -25,21 +28,22 @@ def _info(kind: str, cache: int) -> DeviceInfo:
 
 
 def test_rule_closed_form():
-    assert winograd_wgrad_chunk_mb(None) is None
-    assert winograd_wgrad_chunk_mb(_info("gpu", 50 << 20)) is None
-    assert winograd_wgrad_chunk_mb(_info("cpu", 2 << 20)) == 8.0
+    assert winograd_chunk_mb(None) is None
+    assert winograd_chunk_mb(_info("gpu", 50 << 20)) is None
+    assert winograd_chunk_mb(_info("cpu", 2 << 20)) == 8.0
     # the reported cache is kept within 1-4 MiB (PoCL reports the shared last level)
-    assert winograd_wgrad_chunk_mb(_info("cpu", 480 << 20)) == 16.0
-    assert winograd_wgrad_chunk_mb(_info("cpu", 256 << 10)) == 4.0
+    assert winograd_chunk_mb(_info("cpu", 480 << 20)) == 16.0
+    assert winograd_chunk_mb(_info("cpu", 256 << 10)) == 4.0
 
 
-def test_default_chunk_on_engine(engine, stream):
+@pytest.mark.parametrize("direction", ["fwd", "bwd_d", "bwd_w"])
+def test_default_chunk_on_engine(engine, stream, direction):
     case = Case("wgrad", 3, 1, 8, 8, (9, 9), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1),
                 grouped=False)
-    res = run_op(engine, stream, "conv", "bwd_w", case, seed=3,
+    res = run_op(engine, stream, "conv", direction, case, seed=3,
                  algorithm=dnnl.algorithm.convolution_winograd)
-    assert_close(res, 3e-5, "winograd bwd_w default chunks")
-    want = winograd_wgrad_chunk_mb(engine.info)
+    assert_close(res, 3e-5, f"winograd {direction} default chunks")
+    want = winograd_chunk_mb(engine.info)
     got = res.pd.get_solver_params()["chunk_mb"]
     assert got == (64 if want is None else want)
 
