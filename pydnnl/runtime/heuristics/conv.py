@@ -25,7 +25,7 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     against 50-120 for the direct kernels (which fall to 1-10 GFLOP/s on 7x7 maps, strided
     backward data and backward weights). GPUs: GEMM-based unless the GEMMs would be tiny,
     Winograd F(2x2,3x3) first for its forward and backward-data problems; on CPUs Winograd first
-    for those with at least 128 channels each side and last otherwise (its transforms cost about
+    for those with at least 64 channels each side and last otherwise (its transforms cost about
     what it saves on narrower layers); backward weights with Winograd first on maps of at least
     28x28 points (on GPUs also with at least 512 output tiles, on CPUs also where forward
     takes it); FFT first where its products
@@ -88,10 +88,14 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     # (31.3 against 34.7 ms); backward data likewise (res3/res4 mb1 0.66/0.98 against
     # 0.99/1.26 ms, res4 mb32 18.8 against 30.3), given enough 2x2 output tiles to pay for the
     # filter transform (res5 at mb1, 16 tiles: forward 1.41 against 1.52 ms, backward data
-    # 3.99 against 3.18)
+    # 3.99 against 3.18). With its chunks sized to the cache (winograd_chunk_mb) 64 channels
+    # each side pay too (2-core AVX-512 Xeon, res2a_branch2b, min ms against implicit GEMM:
+    # mb1 forward 0.746-0.750 against 0.872-0.881, backward data 0.760-0.765 against
+    # 0.866-0.872; mb32 forward 28.9-31.7 against 39.0-39.3, backward data 28.4-33.4 against
+    # 39.3-40.9)
     osp = geom.dst_spatial if kind == "fwd" else geom.src_spatial
     tiles = geom.mb * (-(-osp[0] // 2)) * (-(-osp[1] // 2)) if len(osp) == 2 else 0
-    wide = min(icg, ocg) >= 128 and tiles >= 32
+    wide = min(icg, ocg) >= 64 and tiles >= 32
     # backward weights (F(3x3, 2x2)): first on any device for maps of >= 28 x 28 points
     # (H100 res2/res3: mb1 0.058/0.069 ms against 0.118/0.095 for im2col + GEMM, mb32
     # 0.54/0.45 against 0.86/0.52; 2-core EPYC mb1 0.67/0.69 against 1.54/1.28); on 14x14 and

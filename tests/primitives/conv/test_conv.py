@@ -469,7 +469,7 @@ def test_find_backward_and_deconvolution(engine, perf_db):
 
 def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
     """3x3 stride-1 forward and backward-data layers: Winograd first on GPUs and, on CPUs,
-    with >= 128 channels each side and >= 32 output tiles (last with 64 channels); backward
+    with >= 64 channels each side and >= 32 output tiles (last with 32 channels); backward
     weights first on >= 28x28 maps (CPUs: also where forward takes it); never for strided
     or dilated problems."""
     from pydnnl.primitives.conv.solvers import heuristic_order
@@ -478,7 +478,8 @@ def test_heuristic_winograd_first_on_gpus_and_wide_cpu_layers(engine):
                         dst_spatial=(28, 28), kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
                         padding_l=(1, 1), padding_r=(1, 1))
     gpu = engine.info.type == "gpu"
-    order = heuristic_order("fwd", geom, engine)
+    assert heuristic_order("fwd", geom, engine)[0] == "winograd_f2x3"
+    order = heuristic_order("fwd", replace(geom, ic=32, oc=32), engine)
     assert (order[0] == "winograd_f2x3") == gpu and "winograd_f2x3" in order
     if not gpu:
         assert order.index("winograd_f2x3") > order.index("im2col_gemm")
