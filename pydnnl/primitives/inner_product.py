@@ -195,10 +195,9 @@ class _ip_pd_base(bias_queries, primitive_desc_base):
             if md.data_type == data_type.undef:
                 md = md.with_data_type(data_type.f32)
             self._args[arg] = ArgSpec(md, arg in _OUTPUTS)
-            form = _weights_form(md) if arg == ARG_WEIGHTS and da == ARG_DST else None
-            if arg in (ARG_WEIGHTS, ARG_DIFF_WEIGHTS) and da != ARG_DST \
-                    and _weights_form(md) is not None and _weights_form(md)[0] == "cols":
-                form = _weights_form(md)  # the backward GEMMs take OC innermost as it lies
+            form = _weights_form(md) if arg in (ARG_WEIGHTS, ARG_DIFF_WEIGHTS) else None
+            if da != ARG_DST and form is not None and form[0] != "cols":
+                form = None  # the backward GEMMs take OC innermost as it lies, copy the rest
             # panels are read in place only in the width the tuned kernel reads
             direct = form is not None and (form[0] != "panel" or form[1] == self._panel_width(
                 md.dims, N, OC))

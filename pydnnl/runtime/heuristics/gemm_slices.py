@@ -14,14 +14,14 @@ from dataclasses import replace
 from ...kernels.gemm import GemmProblem
 from ...kernels.gemm_nv import NvTile, blocks, smem_bytes, supports
 
-# thin tiles for a C with few rows (m below 32: one 16-row block) or few columns; where k is
-# not a whole number of 16-deep slices (a classifier's backward data, k = 1000), 8-deep ones
-_SLICED_THIN_M = NvTile(32, 64, 16, 4, 4)
-_SLICED_TINY_M = NvTile(16, 64, 16, 4, 4)
-_SLICED_THIN_N = NvTile(64, 32, 16, 4, 4)
-_SLICED_THIN_M8 = NvTile(32, 32, 8, 4, 4)
-_SLICED_TINY_M8 = NvTile(16, 32, 8, 4, 4)
-_SLICED_THIN_N8 = NvTile(32, 32, 8, 4, 4)
+# thin blocks by C's short side (m below 32: one 16-row block; m; n) and slice depth (8-deep
+# where k is not a whole number of 16-deep slices: a classifier's backward data, k = 1000)
+_SLICED_BASE = {
+    ("tiny", 16): NvTile(16, 64, 16, 4, 4), ("m", 16): NvTile(32, 64, 16, 4, 4),
+    ("n", 16): NvTile(64, 32, 16, 4, 4),
+    ("tiny", 8): NvTile(16, 32, 8, 4, 4), ("m", 8): NvTile(32, 32, 8, 4, 4),
+    ("n", 8): NvTile(32, 32, 8, 4, 4),
+}
 # shares per block: the most (any divisor of k's slices) with at least MIN_SHARE_K of k each
 # (or, where no such share exists, FALLBACK_SHARE_K) and at most SLICES_PER_UNIT work-groups
 # per compute unit in all. H200, ms against PyTorch CUDA in the same process:
@@ -52,12 +52,8 @@ def sliced_tile(info, prob: GemmProblem, tile: NvTile | None) -> NvTile | None:
     if tile is not None:  # its blocking, k shared among work-groups instead of k-groups
         base = replace(tile, ksplit=1)
     else:
-        deep = prob.k % 16 == 0
-        if prob.m <= prob.n:
-            base = (_SLICED_TINY_M if deep else _SLICED_TINY_M8) if prob.m < 32 else \
-                (_SLICED_THIN_M if deep else _SLICED_THIN_M8)
-        else:
-            base = _SLICED_THIN_N if deep else _SLICED_THIN_N8
+        side = "n" if prob.m > prob.n else "tiny" if prob.m < 32 else "m"
+        base = _SLICED_BASE[side, 16 if prob.k % 16 == 0 else 8]
     units = max(1, info.compute_units)
     nb = blocks(prob, base)
     if nb > IDLE_FRACTION * units or prob.k % base.bk:
