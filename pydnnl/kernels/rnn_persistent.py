@@ -189,21 +189,26 @@ def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, cli
     return out
 
 
-def store_lines(spec, stages, store_gates: bool, N: int, DHC: int) -> list[str]:
+def store_lines(spec, stages, store_gates: bool, N: int, DHC: int, state: str = "v",
+                gate_guard: str | None = None) -> list[str]:
     """C statements storing a step's h, c and (``store_gates``) activated gates of row n,
-    channel j; ``N`` (rows) is an int or a C expression."""
+    channel j; ``N`` (rows) is an int or a C expression. h and c come from ``<state>_h`` and
+    ``<state>_c``; the gates are stored only where ``gate_guard`` (a C condition) holds."""
     G, gates = spec.n_gates, spec.gate_names
 
     def step(k: int) -> str:  # elements of a step holding k values per row and channel
         return str(N * k * DHC) if isinstance(N, int) else f"{N} * {k * DHC}"
 
-    out = [f"    h[h_off + t * {step(1)} + n * {DHC} + j] = v_h;"]
+    out = [f"    h[h_off + t * {step(1)} + n * {DHC} + j] = {state}_h;"]
     if spec.has_cell_state:
-        out.append(f"    c[c_off + t * {step(1)} + n * {DHC} + j] = v_c;")
+        out.append(f"    c[c_off + t * {step(1)} + n * {DHC} + j] = {state}_c;")
+    gate_stores = []
     if store_gates:
         for st in stages:
             for a in st.assignments:
                 if a.name in gates:
-                    out.append(f"    gates[gates_off + t * {step(G)} + n * {G * DHC} + "
-                               f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
-    return out
+                    gate_stores.append(f"    gates[gates_off + t * {step(G)} + n * {G * DHC} + "
+                                       f"{gates.index(a.name) * DHC} + j] = v_{a.name};")
+    if gate_guard is not None and gate_stores:
+        return out + [f"    if ({gate_guard}) {{"] + ["  " + ln for ln in gate_stores] + ["    }"]
+    return out + gate_stores

@@ -67,6 +67,13 @@ class GridProblem:
     # the channel fastest, so a warp's weight reads are consecutive channels; the ks partial
     # sums meet in local memory
     wglobal: bool = False
+    # sequences of several lengths, sorted longest first (``rnn_extensions.seq_lengths``):
+    # step t runs its first ``bt`` rows and finds them at row ``gxt`` of the packed layer GEMM
+    # values, both read from the int table ``seq`` ([T] counts, then [T] packed row offsets).
+    # A row past its sequence's end (or, right to left, before its start) carries h and c
+    # unchanged, so the state after a sequence's last step stays in place (each direction's
+    # final state) and a right-to-left sequence starts from h0, and stores no gates
+    seq: bool = False
 
     @property
     def groups(self) -> int:
@@ -157,9 +164,13 @@ def build_grid(p: GridProblem) -> KernelSource:
     if spec.has_cell_state:
         emit(f"  float c_prev = c0[c0_off + n * {DHC} + j];")
     body.extend(step_head_lines(N, DHC))
-    emit(f"    const int gxo = gx_off + t * {N * G * DHC} + n * {G * DHC} + j;")
-    if any("h_prev" in st.inputs(()) for st in stages):
+    body.extend(seq_step_lines(p))
+    emit(f"    const int gxo = gx_off + {gx_step(p, G)} + n * {G * DHC} + j;")
+    reads_h_prev = any("h_prev" in st.inputs(()) for st in stages)
+    if reads_h_prev:
         emit(f"    const float h_prev = hp[n * {DHC} + j];")
+    if p.seq:
+        emit("    const bool live = n < bt;")
     # the layer GEMM's values do not depend on h: read before the step's first wait
     for st in stages:
         for name in st.inputs(()):
@@ -186,8 +197,8 @@ def build_grid(p: GridProblem) -> KernelSource:
         body.extend(chunk_loop_lines(f"pre{si}", src, N, DHC, KP, KC, p.items, compute))
         if p.store_gh:
             for g in gg:
-                emit(f"    if (valid) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
-                     f"{gates.index(g) * DHC} + j] = acc_{g};")
+                emit(f"    if ({live_guard(p, 'valid')}) gh[gh_off + t * {N * G * DHC} + "
+                     f"n * {G * DHC} + {gates.index(g) * DHC} + j] = acc_{g};")
         # the formulas run on every item (an item past the last channel computes channel
         # DHC - 1 again, so that values stay in scope across stages); only valid ones store
         body.extend(cell_lines(spec, si, st, known, p.activation, p.alpha, p.clip, N, DHC,
@@ -195,11 +206,13 @@ def build_grid(p: GridProblem) -> KernelSource:
         if "rh" in st.assigned:
             emit(f"    if (valid) rh[rh_off + n * {DHC} + j] = v_rh;")
         else:
+            body.extend(carry_lines(p, spec, "h_prev" if reads_h_prev else None, "c_prev"))
             emit("    if (valid) {")
-            body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC))
+            body.extend("  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC,
+                                                         *stored_state(p)))
             emit("    }")
             if spec.has_cell_state:
-                emit("    c_prev = v_c;")
+                emit(f"    c_prev = {stored_state(p)[0]}_c;")
         # every group's rh (or h) is written before any group reads it
         emit(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     emit("  }")
@@ -211,11 +224,10 @@ def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSo
     """The forward kernel around ``body`` (``row``: the name of the item's batch row, or of
     its first row)."""
     name = f"pydnnl_rnn_grid_{spec.name}"
-    source = kernel_lines(name, _params(), p.items, row, p.jb, p.dhc,
+    source = kernel_lines(name, _params(p), p.items, row, p.jb, p.dhc,
                           p.us_floats(spec.n_gates), p.batch * p.hs_row, body,
                           1 if p.wglobal else p.ks)
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,),
-                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,), arg_names(p))
 
 
 def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
@@ -241,13 +253,14 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"  for (int r = 0; r < {RN}; ++r) "
              f"cs[r] = c0[c0_off + min(nb * {RN} + r, {N - 1}) * {DHC} + j];")
     body.extend(step_head_lines(N, DHC))
+    body.extend(seq_step_lines(p))
     for g in gx_names:
         emit(f"    float pgx_{g}_r[{RN}];")
     emit("    #pragma unroll")
     emit(f"    for (int r = 0; r < {RN}; ++r) {{")
     emit(f"      const int n = min(nb * {RN} + r, {N - 1});")
     for g in gx_names:
-        emit(f"      pgx_{g}_r[r] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
+        emit(f"      pgx_{g}_r[r] = gx[gx_off + {gx_step(p, G)} + n * {G * DHC} + "
              f"{gates.index(g) * DHC} + j];")
     emit("    }")
     for g in gg:
@@ -337,12 +350,13 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"      cs[o] = c0[c0_off + n * {DHC} + j];")
         emit("  }")
     body.extend(step_head_lines(N, DHC))
+    body.extend(seq_step_lines(p))
     for g in gx_names:
         emit(f"    float pgx_{g}_r[{OUT}];")
     emit(f"    for (int o = 0; o < {OUT}; ++o) {{")
     body.extend(output("o"))
     for g in gx_names:
-        emit(f"      pgx_{g}_r[o] = gx[gx_off + t * {N * G * DHC} + n * {G * DHC} + "
+        emit(f"      pgx_{g}_r[o] = gx[gx_off + {gx_step(p, G)} + n * {G * DHC} + "
              f"{gates.index(g) * DHC} + j];")
     emit("    }")
     for g in gg:
@@ -398,10 +412,9 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
     emit("  }")
     pos = [f"  const int jj = (lid % {JQ}) * {QUAD};"]
     name = f"pydnnl_rnn_grid_{spec.name}"
-    source = kernel_lines(name, _params(), items, "", JB, DHC, p.us_floats(G),
+    source = kernel_lines(name, _params(p), items, "", JB, DHC, p.us_floats(G),
                           N * p.hs_row, body, 1, pos=pos, shuffles=SW > 1)
-    return KernelSource(name, source, (p.groups * items,), (items,),
-                        BUFFERS + OFFSET_ARGS + SIZE_ARGS)
+    return KernelSource(name, source, (p.groups * items,), (items,), arg_names(p))
 
 def cell_tail_lines(p: GridProblem, spec, stages, gx_names, idx: str, valid: str) -> list[str]:
     """A one-stage grid forward's cell for one (row n, channel j) of the item, whose sums
@@ -410,31 +423,81 @@ def cell_tail_lines(p: GridProblem, spec, stages, gx_names, idx: str, valid: str
     st = stages[0]
     G, DHC, N, gates = spec.n_gates, p.dhc, p.batch, spec.gate_names
     out = [f"    const float pgx_{g} = pgx_{g}_r[{idx}];" for g in gx_names]
-    if "h_prev" in st.inputs(()):
+    reads_h_prev = "h_prev" in st.inputs(())
+    if reads_h_prev:
         out.append(f"    const float h_prev = hp[n * {DHC} + j];")
     if spec.has_cell_state:
         out.append(f"    const float c_prev = cs[{idx}];")
+    if p.seq:
+        out.append("    const bool live = n < bt;")
     if p.store_gh:
-        out += [f"    if ({valid}) gh[gh_off + t * {N * G * DHC} + n * {G * DHC} + "
-                f"{gates.index(g) * DHC} + j] = acc_{g};" for g in st.recurrent_gemm.gates]
+        out += [f"    if ({live_guard(p, valid)}) gh[gh_off + t * {N * G * DHC} + "
+                f"n * {G * DHC} + {gates.index(g) * DHC} + j] = acc_{g};"
+                for g in st.recurrent_gemm.gates]
     out += cell_lines(spec, 0, st, set(), p.activation, p.alpha, p.clip, N, DHC, gx_loaded=True)
+    out += carry_lines(p, spec, "h_prev" if reads_h_prev else None, "c_prev")
     out.append(f"    if ({valid}) {{")
-    out += ["  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC)]
+    out += ["  " + ln for ln in store_lines(spec, stages, p.store_gates, N, DHC,
+                                             *stored_state(p))]
     out.append("    }")
     if spec.has_cell_state:
-        out.append(f"    cs[{idx}] = v_c;")
+        out.append(f"    cs[{idx}] = {stored_state(p)[0]}_c;")
     return out
 
 
-def _params() -> list[str]:
+def gx_step(p: GridProblem, gates: int) -> str:
+    """Offset in ``gx`` of step t's first row: t whole steps, or (``seq``) its packed row."""
+    return f"gxt * {gates * p.dhc}" if p.seq else f"t * {p.batch * gates * p.dhc}"
+
+
+def seq_step_lines(p: GridProblem) -> list[str]:
+    """With ``seq``: step t's running rows ``bt`` and packed first row ``gxt`` from the table."""
+    return ["    const int bt = seq[seq_off + t], gxt = seq[seq_off + steps + t];"] if p.seq else []
+
+
+def live_guard(p: GridProblem, valid: str) -> str:
+    """``valid``, and with ``seq`` the row running at this step."""
+    return f"{valid} && live" if p.seq else valid
+
+
+def stored_state(p: GridProblem) -> tuple[str, str | None]:
+    """``store_lines``' state prefix and gate guard: the cell's values, or (``seq``) the
+    carried ones (``s_h``, ``s_c``) with gates stored for running rows only."""
+    return ("s", "live") if p.seq else ("v", None)
+
+
+def carry_lines(p: GridProblem, spec, h_prev: str | None, c_prev: str) -> list[str]:
+    """With ``seq``: ``s_h``/``s_c``, the cell's new state where the row runs, else its
+    previous one (``h_prev``: the name of a value already read, or None to read it)."""
+    if not p.seq:
+        return []
+    keep = h_prev or f"hp[n * {p.dhc} + j]"
+    out = [f"    const float s_h = live ? v_h : {keep};"]
+    if spec.has_cell_state:
+        out.append(f"    const float s_c = live ? v_c : {c_prev};")
+    return out
+
+
+def arg_names(p: GridProblem) -> tuple:
+    """The forward kernel's arguments: buffers, offsets, sizes (``seq``: its table and offset)."""
+    if not p.seq:
+        return BUFFERS + OFFSET_ARGS + SIZE_ARGS
+    return BUFFERS + ("seq",) + OFFSET_ARGS + ("seq_off",) + SIZE_ARGS
+
+
+def _params(p: GridProblem) -> list[str]:
     out_bufs = ("h", "c", "gates", "gh", "rh")
     params = []
-    for b in BUFFERS:
+    for b in arg_names(p):
         if b == "bar":
             params.append("__global int *bar")
-        else:
+        elif b == "seq":
+            params.append("__global const int *seq")
+        elif b in BUFFERS:
             params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
-    return params + [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+        else:
+            params.append(f"int {b}")
+    return params
 
 
 def step_head_lines(rows: int, dhc: int) -> list[str]:

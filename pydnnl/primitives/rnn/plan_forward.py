@@ -94,9 +94,10 @@ def persistent_recurrence(engine, s, training: bool) -> bool:
 def grid_problem(engine, s, training: bool) -> GridProblem | None:
     """The grid-wide one-launch recurrence of this problem (several work-groups meeting at a
     barrier each step, see :mod:`pydnnl.kernels.rnn_persistent_grid`) where the device rule
-    gives it channels per group; None otherwise. Same exclusions as the one-group form."""
-    if not (s.ext.seq_lengths is None and not s.projection and s.int8 is None
-            and s.SIC == s.DHC == s.DIC):
+    gives it channels per group; None otherwise. Same exclusions as the one-group form, except
+    sequence lengths: each step reads its running row count and packed rows from a table, and
+    the rows past their sequence's end carry their state."""
+    if not (not s.projection and s.int8 is None and s.SIC == s.DHC == s.DIC):
         return None
 
     one_stage = len(s.spec.forward_stages(s.peephole)) == 1
@@ -107,7 +108,7 @@ def grid_problem(engine, s, training: bool) -> GridProblem | None:
         return GridProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N, jb,
                            kc=kc, rn=rn, ks=ks, swizzle=swizzle, clip=clip_key(s),
                            store_gates=training, store_gh=training and lbr(s),
-                           wglobal=wglobal)
+                           wglobal=wglobal, seq=s.ext.seq_lengths is not None)
 
     info = engine.info
     jb = rnn_rules.grid_recurrence(info, s.N, s.DHC, lambda jb: make(jb).local_bytes(s.G))
@@ -634,6 +635,12 @@ class ForwardPlanBuilder(PlanBuilder):
         if self.grid:
             vals.update(rh=SCRATCH, rh_off=pd.scratch["rh"] if "rh" in pd.scratch else 0,
                         bar=SCRATCH, bar_off=pd.scratch["grid_bar"] + 2 * ld)
+            if self.seq is not None:
+                # step t's running rows, then where they start among the packed rows of gx
+                if getattr(self, "_seq_table", None) is None:
+                    self._seq_table = self.plan.index(
+                        np.concatenate([self.seq.batch, self.seq.off]))
+                vals.update(seq=INDEX, seq_off=self._seq_table)
         self.plan.launch(self.recurrence, **vals)
 
     # -- int8 ------------------------------------------------------------------------------------

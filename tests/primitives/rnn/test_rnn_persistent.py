@@ -315,6 +315,90 @@ def test_grid_global_weights_rule():
                                        wglobal=True))
 
 
+def _with_lengths(p, lengths, packed=False):
+    return dataclasses.replace(p, ext=dataclasses.replace(
+        p.ext, seq_lengths=tuple(lengths), packed=packed))
+
+
+SEQ_CASES = {  # lengths in any order, some equal, one full length, one of a single step
+    "lstm_bi_concat_L2": (_with_lengths(GRID_CASES["lstm_bi_concat_L2"], (2, 6, 1)), "local"),
+    "lstm_clip_r2l": (_with_lengths(GRID_CASES["lstm_clip_r2l"], (3, 5)), "local"),
+    "gru_sum": (_with_lengths(GRID_CASES["gru_sum"], (7, 4, 4)), "local"),  # two stages
+    "lbr_gru_bi_global": (_with_lengths(Problem("lbr_gru", 6, 5, 132, 132, L=2,
+                                                direction="bidirectional_concat"),
+                                        (1, 6, 3, 6, 2)), "global"),
+    "rnn_r2l_packed": (_with_lengths(GRID_CASES["rnn_r2l"], (9, 7, 7, 2), packed=True),
+                       "local"),
+}
+
+
+def _force_seq_grid(monkeypatch, form):
+    """The grid form on every layer, weights in local memory as the rule says or (``global``)
+    read from global memory, 3 rows per item (a ragged last item)."""
+    _force_grid(monkeypatch)
+    rule = plan_forward.grid_problem
+    planned = []
+
+    def forced(*a):
+        g = rule(*a)
+        if form == "global":
+            g = dataclasses.replace(g, wglobal=True, jb=16, ks=8, kc=64, rn=3, swizzle=False)
+        planned.append(g)
+        return g
+
+    monkeypatch.setattr(plan_forward, "grid_problem", forced)
+    return planned
+
+
+@pytest.mark.parametrize("name", list(SEQ_CASES))
+def test_grid_sequence_lengths_match_reference(engine, stream, monkeypatch, name):
+    """Sequences of several lengths in the grid form: each step runs its first rows of the
+    sorted batch, reads them among the packed rows of the layer GEMM's values, and the rows
+    past their end (before their start, right to left) carry their state. Against the
+    float64 reference: dst_layer zero past each end, each direction's final state."""
+    _needs_grid(engine)
+    p, form = SEQ_CASES[name]
+    from pydnnl.reference.rnn import pack_padded
+
+    planned = _force_seq_grid(monkeypatch, form)
+    padded = dataclasses.replace(p, ext=dataclasses.replace(p.ext, packed=False))
+    a = _grid_arrays(padded, 13)
+    y, h, c, _ = padded.reference(a, seq_lengths=p.ext.seq_lengths)
+    if p.ext.packed:  # PackedSequence rows in and out
+        y = pack_padded(y, np.array(p.ext.seq_lengths))[0]
+        a = dict(a, src_layer=pack_padded(a["src_layer"], np.array(p.ext.seq_lengths))[0])
+    out, _, fwd = run(engine, stream, p, a, prop=INFER)
+    assert fwd._plan.grid and planned and all(g.seq for g in planned)
+    want = {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}
+    for k, got in out.items():
+        assert_close(got, want[k], f"grid with lengths {name} {k}")
+
+
+@pytest.mark.parametrize("name", list(SEQ_CASES))
+def test_grid_sequence_lengths_training_gives_the_same_gradients(engine, stream, monkeypatch,
+                                                                 name):
+    """The grid forward with lengths fills the workspace the per-step backward reads (rows
+    past a sequence's end hold carried, finite states; no gates): outputs and gradients equal
+    the per-step forward's."""
+    _needs_grid(engine)
+    p, form = SEQ_CASES[name]
+    planned = _force_seq_grid(monkeypatch, form)
+    a = _grid_arrays(p, 17)
+    rng = np.random.default_rng(6)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert fwd1._plan.grid and planned and all(g.seq for g in planned)
+    monkeypatch.undo()
+    _force(monkeypatch, False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert not fwd0._plan.grid
+    for k, got in out1.items():
+        assert_close(got, out0[k], f"grid with lengths, training {name} {k}")
+    for k in g0:
+        assert_close(g1[k], g0[k], f"gradient after the grid forward with lengths {name} {k}")
+
+
 GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]
 
 
