@@ -215,6 +215,7 @@ class Plan:
         self.scratch_elems = int(scratch_elems)
         self.splitk_off = None
         self.ws_elems = 0  # the plan's own GEMM workspace (GEMM_WS), in floats
+        self._gemm_ws: dict = {}  # id(launcher) -> its workspace offset
         self._ws_mem = None
         self._slots: dict[str, tuple[int, int]] = {}
         self._index: list[np.ndarray] = []
@@ -328,8 +329,13 @@ class Plan:
         if g.ws_elems:
             if rows is not None:
                 raise ValueError("Plan.gemm: a GEMM whose blocks share k runs whole (rows)")
-            ws_off = -(-self.ws_elems // ALIGN) * ALIGN
-            self.ws_elems = ws_off + g.ws_elems
+            # calls of one launcher share its workspace: the plan's launches run one after
+            # the other, and each leaves the counters at zero (an RNN's steps: one region,
+            # not one per step)
+            ws_off = self._gemm_ws.get(id(g))
+            if ws_off is None:
+                ws_off = self._gemm_ws[id(g)] = -(-self.ws_elems // ALIGN) * ALIGN
+                self.ws_elems = ws_off + g.ws_elems
         self.steps.append(_GemmStep(g, (a, int(a_off), b, int(b_off), c, int(c_off)), rows,
                                     self._operands(bias, epilogue), ws_off))
 

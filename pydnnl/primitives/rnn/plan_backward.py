@@ -504,7 +504,7 @@ class BackwardPlanBuilder(PlanBuilder):
                                  b_off=dh_cur)
                 r_ref, r_base, r_step = self.wsrc["dht"]
                 self.plan.gemm(self.gemm["dht"], scr, dha_t, r_ref, r_base + ld * r_step, scr,
-                               sc["dht"], rows=self.rows_at(t))
+                               sc["dht"], rows=self.gemm_rows_at(self.gemm["dht"], t))
                 dh_a, dh_b = sc["dht"], 0
             else:
                 dh_a, dh_b = dhl_t, dh_cur
@@ -534,7 +534,8 @@ class BackwardPlanBuilder(PlanBuilder):
                 ut_ref, ut_base, ut_step = self.wsrc[f"dh{k_st}"]
                 target = sc["drh"] if st.recurrent_gemm.source == "rh" else dh_nxt
                 self.plan.gemm(to_src, scr, sc["dgh"] + t * per_g + g0 * DHC, ut_ref,
-                               ut_base + ld * ut_step, scr, target, rows=self.rows_at(t))
+                               ut_base + ld * ut_step, scr, target,
+                               rows=self.gemm_rows_at(to_src, t))
             if seq is not None and not ltr:
                 a, b = seq.new_rows(t)  # rows whose first forward step was t
                 for reg, nxt, w in (("dsi", dh_nxt, s.SIC), ("dsic", dc_nxt, DHC)):

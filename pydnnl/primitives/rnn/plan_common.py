@@ -53,6 +53,13 @@ class PlanBuilder:
             return None
         return int(self.seq.batch[t])
 
+    def gemm_rows_at(self, gemm, t: int) -> int | None:
+        """The rows a per-step GEMM computes at step t: the running ones, or all where the
+        GEMM is split along k or shares it among work-groups (it runs whole; the padding rows
+        of its source are zero or never read, so its extra rows are too)."""
+        whole = getattr(gemm, "splits", 1) > 1 or getattr(gemm, "ws_elems", 0)
+        return None if whole else self.rows_at(t)
+
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
         """Copy ``rows`` (<= N) contiguous rows of ``width`` elements: one kernel per width
@@ -131,15 +138,19 @@ def reserve_no_bias(regions, shape) -> None:
 def role_gemm(engine, s, role: str, shape, b_panel: int | None = None,
               params: dict | None = None) -> Gemm:
     """The launcher of the weight GEMM ``role``. The recurrences (roles ``iter*`` forward,
-    ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); not with
-    sequence lengths, whose steps launch only the running rows. ``b_panel``: the weights are
+    ``dh*`` backward: few rows) may be split along k on GPUs (see ``split_k``); with sequence
+    lengths a split one computes every row at each step (see ``gemm_rows_at``). A GEMM of
+    few rows reading every weight each step is bound by the weights' reads, not the rows:
+    H200, 16 x 800 x 2400, 91 us a step unsplit against 12 split. ``b_panel``: the weights are
     stored in panels of that many columns (``ldgOi<w>o``), read as they lie, with the tile
     ``params`` where given (``heuristics.rnn.weights_panel``)."""
     if s.int8 is not None:
         return int8_gemm(engine, s, role, shape)
-    split = role.startswith(("dh", "iter")) and s.ext.seq_lengths is None
-    return get_gemm(engine, exact_half_math(s, role, shape), static_b=True,
-                    split=split and b_panel is None, b_panel=b_panel, params=params)
+    split = role.startswith(("dh", "iter")) and b_panel is None
+    # where the device shares a block's k among the work-groups of one launch (NVIDIA), that
+    # replaces the split's second launch (its reduction)
+    return get_gemm(engine, exact_half_math(s, role, shape), static_b=True, split=split,
+                    b_panel=b_panel, params=params, slices=split)
 
 
 def exact_half_math(s, role: str, shape):

@@ -577,7 +577,7 @@ class ForwardPlanBuilder(PlanBuilder):
                                     else (scr, sc["rh"]))
                 if gemm is not None:
                     self.plan.gemm(gemm, src_ref, src_off, u_ref, u_off, gh_ref, gh_off,
-                                   rows=self.rows_at(t))
+                                   rows=self.gemm_rows_at(gemm, t))
                 vals = {
                     "gates": ws if training else Ref(self.ws_key), "gx": scr, "bias": b_ref,
                     "gh": gh_ref, "h_prev": h_prev_ref, "c_prev": ws, "c": ws, "h": h_ref,

@@ -89,3 +89,134 @@ def test_transposed_weights_gradients_match_reference(engine, stream, forced_cop
     ref = ref_gradients(p)
     for name, g in got.items():
         assert_close(g, np.reshape(ref[name], g.shape), f"U^T copy {cfg} {direction} L{L} {name}")
+
+
+SEQ_FAMILIES = [  # (cell, direction, L, projection): every per-step GEMM role that splits
+    ("lstm", "bidirectional_concat", 2, None),
+    ("lstm", "unidirectional_right2left", 1, 2),  # the projection's dht GEMM
+    ("gru", "bidirectional_sum", 1, None),  # two stages: the GEMM into drh
+    ("lbr_gru", "unidirectional_left2right", 2, None),
+    ("rnn", "unidirectional_right2left", 1, None),
+]
+
+
+@pytest.mark.parametrize("cell,direction,L,dic", SEQ_FAMILIES)
+def test_split_recurrence_with_sequence_lengths_matches_reference(engine, stream, forced_split,
+                                                                  monkeypatch, cell, direction,
+                                                                  L, dic):
+    """With sequence lengths a split GEMM computes every row at each step (the steps' other
+    kernels only the running ones): the padding rows its source holds are zero, or are
+    never read, so outputs and gradients still equal the float64 reference's."""
+    from rnn_ext_helpers import Problem, forward_pd, run
+
+    from pydnnl import rnn_extensions
+    from pydnnl.primitives.rnn import plan_common
+    from pydnnl.reference.rnn import rnn_backward
+
+    split_roles = set()
+    role_gemm = plan_common.role_gemm
+
+    def recording(engine, s, role, *a, **k):
+        g = role_gemm(engine, s, role, *a, **k)
+        if g.splits > 1:
+            split_roles.add(role)
+        return g
+
+    monkeypatch.setattr(plan_common, "role_gemm", recording)
+    monkeypatch.setattr(plan_backward, "role_gemm", recording)
+    monkeypatch.setattr(plan_forward, "role_gemm", recording)
+
+    lens = (4, 6, 1, 6)
+    p = Problem(cell, 6, 4, 4, 4, L=L, direction=direction, DIC=dic,
+                ext=rnn_extensions(seq_lengths=lens))
+    a = p.arrays(23)
+    y, h, c, cache = p.reference(a, seq_lengths=lens)
+    rng = np.random.default_rng(5)
+    dd = {n: rng.uniform(-1, 1, d) for n, d in p.dims().items() if n.startswith("dst")}
+    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd)
+    # the backward's GEMMs were split, and the forward's where its steps have GEMMs (GPUs
+    # compute small batches' steps in the cell kernels)
+    fused = plan_forward.fused_recurrence(engine, forward_pd(engine, p).shape, True)
+    assert ({"dh0"} if fused else {"iter0", "dh0"}) <= split_roles, split_roles
+    want = rnn_backward({"lstm": "vanilla_lstm", "gru": "vanilla_gru", "lbr_gru": "lbr_gru",
+                         "rnn": "vanilla_rnn"}[cell], cache, dd["dst_layer"], dd["dst_iter"],
+                        dd.get("dst_iter_c"))
+    for k, got in out.items():
+        assert_close(got, {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}[k], k)
+    for name, got in grads.items():
+        assert_close(got, np.reshape(want["diff_" + name], got.shape), f"diff_{name}")
+
+
+@pytest.fixture
+def forced_shares(monkeypatch):
+    """The NVIDIA rule that shares a block's k among the work-groups of one launch, forced in
+    4 shares on the devices here (the kernel runs on any OpenCL device), for the per-step
+    recurrences."""
+    from pydnnl.kernels.gemm_nv import NvTile, supports
+
+    orig = matmul._nv_tile
+
+    def forced(info, prob, math, slices=False):
+        if slices and prob.batch == 1:
+            t = NvTile(16 if prob.m < 32 else 32, 64, 16, 4, 4, kslices=4)
+            if supports(prob, t):
+                return t
+        return orig(info, prob, math, slices)
+
+    monkeypatch.setattr(matmul, "_nv_tile", forced)
+    # per-step forward GEMMs (GPUs would compute small batches' steps in the cell kernels)
+    monkeypatch.setattr(plan_forward, "fused_recurrence", lambda engine, s, training: False)
+    monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
+    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
+    matmul._cache.clear()
+    yield
+    matmul._cache.clear()
+
+
+@pytest.mark.parametrize("cell,direction,lens", [
+    ("lstm", "bidirectional_concat", None), ("lstm", "unidirectional_left2right", (3, 5, 1)),
+    ("lbr_gru", "bidirectional_sum", (5, 2, 5))])
+def test_recurrence_sharing_k_matches_reference(engine, stream, forced_shares, monkeypatch,
+                                                cell, direction, lens):
+    """The per-step recurrent GEMMs with k shared among work-groups (one launch a step, no
+    reduction launch): every step of a launcher reuses one workspace, whose counters each
+    launch leaves at zero; with sequence lengths the GEMMs run whole. Outputs and gradients
+    against the float64 reference."""
+    from rnn_ext_helpers import Problem, run
+
+    from pydnnl import rnn_extensions
+    from pydnnl.primitives.rnn import plan_common
+    from pydnnl.reference.rnn import rnn_backward
+
+    shared = set()
+    role_gemm = plan_common.role_gemm
+
+    def recording(engine, s, role, *a, **k):
+        g = role_gemm(engine, s, role, *a, **k)
+        if g.nv_tile is not None and g.nv_tile.kslices > 1:
+            shared.add(role)
+        return g
+
+    for mod in (plan_common, plan_backward, plan_forward):
+        monkeypatch.setattr(mod, "role_gemm", recording)
+    ext = rnn_extensions() if lens is None else rnn_extensions(seq_lengths=lens)
+    p = Problem(cell, 5, 3, 8, 64, direction=direction, ext=ext)
+    a = p.arrays(31)
+    a["weights_iter"] = a["weights_iter"] * 0.25  # a contracting recurrence at 64 channels
+    y, h, c, cache = p.reference(a, seq_lengths=lens)
+    rng = np.random.default_rng(8)
+    dd = {n: rng.uniform(-1, 1, d) for n, d in p.dims().items() if n.startswith("dst")}
+    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd, executions=2)
+    assert {"iter0", "dh0"} <= shared, shared
+    plan = fwd._plan.plan
+    sliced = [st.gemm for st in plan.steps if getattr(getattr(st, "gemm", None), "ws_elems", 0)]
+    launchers = {id(g): g.ws_elems for g in sliced}
+    assert len(sliced) == p.T * p.D and plan.ws_elems <= sum(launchers.values()) + 64 * len(
+        launchers)  # one workspace per launcher, not per step
+    want = rnn_backward({"lstm": "vanilla_lstm", "lbr_gru": "lbr_gru"}[cell], cache,
+                        dd["dst_layer"], dd["dst_iter"], dd.get("dst_iter_c"))
+    for k, got in out.items():
+        assert_close(got, {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}[k], k)
+    for name, got in grads.items():
+        assert_close(got, np.reshape(want["diff_" + name], got.shape), f"diff_{name}")
