@@ -472,11 +472,17 @@ class BackwardPlanBuilder(PlanBuilder):
                 dh_cur = sc["dh%d" % (k % 2)]
                 dc_cur = sc["dc%d" % (k % 2)] if "dc0" in sc else 0
                 if seq is not None and ltr:
+                    # sequences whose last step is t start here: diff_dst_iter, or zero (the
+                    # rows held whatever the steps' whole-row GEMMs left in them)
                     a, b = seq.new_rows(t)
                     for reg, cur, w in (("ddi", dh_cur, s.DIC), ("ddic", dc_cur, DHC)):
+                        if reg == "ddic" and "dc0" not in sc:
+                            continue
                         if reg in sc:
                             self.add_copy_rows(scr, sc[reg + "s"] + (ld * N + a) * w, scr,
                                                cur + a * w, b - a, w)
+                        elif b > a:
+                            self.plan.zero(scr, cur + a * w, (b - a) * w)
             # right to left with lengths, sequences end (in backward order) at different
             # steps: their initial-state gradients are taken out after each step (below)
             direct_out = last and (seq is None or ltr)
@@ -488,11 +494,8 @@ class BackwardPlanBuilder(PlanBuilder):
                 dc_nxt = sc["dsic" + sfx] + ld * N * DHC
             else:
                 dc_nxt = sc["dc%d" % ((k + 1) % 2)] if "dc0" in sc else 0
-            if seq is not None:
-                # steps launch only the running rows: the others must read zero next step
-                self.plan.zero(scr, dh_nxt, N * s.SIC)
-                if "dc0" in sc:
-                    self.plan.zero(scr, dc_nxt, N * DHC)
+            # with lengths, rows past the running ones are never read before a sequence starts
+            # there (left to right: zeroed or given diff_dst_iter above), so no step clears them
             h_prev = self._reg("h", l, d, t_prev, N * s.DIC) if t_prev is not None else \
                 self.ws_off["h0"] + ld * N * s.SIC
             c_prev = (self._reg("c", l, d, t_prev, N * DHC) if t_prev is not None else

@@ -103,18 +103,32 @@ def _head(engine, p: Problem, prop):
     return h
 
 
-def forward_pd(engine, p: Problem, prop=dnnl.prop_kind.forward_training):
+def forward_pd(engine, p: Problem, prop=dnnl.prop_kind.forward_training, attr=None):
     descs = {n + "_desc": _md(d, n) for n, d in p.dims().items()}
     cls = getattr(dnnl, CELLS[p.cell][0])
-    return cls.primitive_desc(*_head(engine, p, prop), **descs, extensions=p.ext)
+    extra = {} if attr is None else {"attr": attr}
+    return cls.primitive_desc(*_head(engine, p, prop), **descs, extensions=p.ext, **extra)
+
+
+def _nan_scratchpad(engine, pd, args) -> None:
+    """A user scratchpad full of NaN: a plan that reads scratch it did not write fails."""
+    md = pd.scratchpad_desc()
+    if md.get_size():
+        nan = np.full(md.get_size() // 4, np.nan, np.float32).view(np.uint8)
+        args[dnnl.ARG_SCRATCHPAD] = dnnl.memory(md, engine, nan)
 
 
 def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
-        prop=dnnl.prop_kind.forward_training, executions: int = 1, omit_diff=()):
+        prop=dnnl.prop_kind.forward_training, executions: int = 1, omit_diff=(),
+        nan_scratch: bool = False):
     """Forward (``executions`` times, returning the last) and, given ``diff_dst`` (arrays for
     dst_layer / dst_iter / dst_iter_c), backward. Returns (outputs, gradients or None, fwd
-    primitive)."""
-    fpd = forward_pd(engine, p, prop)
+    primitive). ``nan_scratch``: both run on user scratchpads filled with NaN."""
+    attr = None
+    if nan_scratch:
+        attr = dnnl.primitive_attr()
+        attr.set_scratchpad_mode(dnnl.scratchpad_mode.user)
+    fpd = forward_pd(engine, p, prop, attr)
     dims = p.dims()
     mems, args = {}, {}
     for name, d in dims.items():
@@ -126,6 +140,8 @@ def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
     if prop == dnnl.prop_kind.forward_training:
         args[dnnl.ARG_WORKSPACE] = dnnl.memory(fpd.workspace_desc(), engine)
     fwd = getattr(dnnl, CELLS[p.cell][0])(fpd)
+    if nan_scratch:
+        _nan_scratchpad(engine, fpd, args)
     for _ in range(executions):
         fwd.execute(stream, args)
     stream.wait()
@@ -136,8 +152,10 @@ def run(engine, stream, p: Problem, a: dict, *, diff_dst: dict | None = None,
     fdescs = {n + "_desc": _md(d, n) for n, d in dims.items()}
     bcls = getattr(dnnl, CELLS[p.cell][1])
     bpd = bcls.primitive_desc(*_head(engine, p, dnnl.prop_kind.backward), **fdescs, **ddescs,
-                              hint_fwd_pd=fpd)
+                              hint_fwd_pd=fpd, **({} if attr is None else {"attr": attr}))
     bargs = dict(args)
+    if nan_scratch:
+        _nan_scratchpad(engine, bpd, bargs)
     grads = {}
     for name, d in dims.items():
         if name in omit_diff:

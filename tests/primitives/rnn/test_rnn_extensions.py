@@ -229,6 +229,30 @@ def test_sequence_lengths_with_extensions_match_reference(engine, stream):
         assert_close(got, want["diff_" + name], f"diff_{name}")
 
 
+@pytest.mark.parametrize("cell, direction, L", [("lstm", "unidirectional_left2right", 2),
+                                                ("lbr_gru", "bidirectional_concat", 1),
+                                                ("gru", "unidirectional_right2left", 1)])
+def test_sequence_lengths_without_diff_dst_iter_on_a_nan_scratchpad(engine, stream, cell,
+                                                                   direction, L):
+    """No diff_dst_iter (a sequence's state gradient starts at zero at its last step) and
+    scratchpads full of NaN: the steps read no row of scratch that no step wrote (padding
+    rows are never cleared between steps)."""
+    lens = (2, 6, 6, 3)
+    p = Problem(cell, 6, 4, 5, 5, L=L, direction=direction, ext=E(seq_lengths=lens))
+    a = p.arrays(_seed("nan", cell))
+    y, h, c, cache = p.reference(a, seq_lengths=lens)
+    rng = np.random.default_rng(_seed("nan-dd", cell))
+    dd = {"dst_layer": rng.uniform(-1, 1, y.shape)}
+    out, grads, _ = run(engine, stream, p, a, diff_dst=dd, nan_scratch=True,
+                        omit_diff=("dst_iter", "dst_iter_c"))
+    assert_close(out["dst_layer"], y, "dst_layer")
+    assert_close(out["dst_iter"], h, "dst_iter")
+    want = rnn_backward(CELLS[cell][2], cache, dd["dst_layer"], np.zeros(h.shape),
+                        None if c is None else np.zeros(c.shape))
+    for name, got in grads.items():
+        assert_close(got, want["diff_" + name], f"diff_{name}")
+
+
 @pytest.mark.parametrize("lens, message", [((3, 2), "has 2 lengths, the batch N is 3"),
                                            ((3, 7, 1), r"must be in \[1, T = 4\]")])
 def test_bad_sequence_lengths(cpu_engine, lens, message):

@@ -133,7 +133,7 @@ def test_split_recurrence_with_sequence_lengths_matches_reference(engine, stream
     y, h, c, cache = p.reference(a, seq_lengths=lens)
     rng = np.random.default_rng(5)
     dd = {n: rng.uniform(-1, 1, d) for n, d in p.dims().items() if n.startswith("dst")}
-    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd)
+    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd, nan_scratch=True)
     # the backward's GEMMs were split, and the forward's where its steps have GEMMs (GPUs
     # compute small batches' steps in the cell kernels)
     fused = plan_forward.fused_recurrence(engine, forward_pd(engine, p).shape, True)
@@ -207,7 +207,8 @@ def test_recurrence_sharing_k_matches_reference(engine, stream, forced_shares, m
     y, h, c, cache = p.reference(a, seq_lengths=lens)
     rng = np.random.default_rng(8)
     dd = {n: rng.uniform(-1, 1, d) for n, d in p.dims().items() if n.startswith("dst")}
-    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd, executions=2)
+    out, grads, fwd = run(engine, stream, p, a, diff_dst=dd, executions=2,
+                           nan_scratch=True)
     assert {"iter0", "dh0"} <= shared, shared
     plan = fwd._plan.plan
     sliced = [st.gemm for st in plan.steps if getattr(getattr(st, "gemm", None), "ws_elems", 0)]
