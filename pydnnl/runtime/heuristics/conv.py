@@ -9,6 +9,8 @@ from ...conv_shapes import ConvGeometry
 #: im2col + GEMM for layers with few output channels, per direction (see
 #: :func:`solver_order`)
 LARGE_KERNEL_TAPS = {"fwd": 25, "bwd_d": 25, "bwd_w": 100}
+#: the same on GPUs, forward and backward weights only (see :func:`solver_order`)
+GPU_LARGE_KERNEL_TAPS = {"fwd": 100, "bwd_w": 100}
 
 
 def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list[str]:
@@ -29,8 +31,9 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
     what it saves on narrower layers); backward weights with Winograd first on maps of at least
     28x28 points (on GPUs also with at least 512 output tiles, on CPUs also where forward
     takes it); FFT first where its products
-    save enough multiplies; on CPUs implicit GEMM ahead of im2col + GEMM for large kernels
-    with few output channels (any stride: the patch matrix would be many times the input);
+    save enough multiplies; implicit GEMM ahead of im2col + GEMM for large kernels with few
+    output channels (any stride: the patch matrix would be many times the input; on GPUs
+    forward and backward weights from 100 taps);
     ``find`` measures every applicable solver.
     ``fft_saving``: how many times fewer multiplies the FFT's products need
     (:func:`~pydnnl.primitives.conv.solvers.fft.saving`).
@@ -75,6 +78,15 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float) -> list
         phases *= v
     taps = k // phases if kind == "bwd_d" else k
     if info.is_cpu and not small and ocg <= 64 and taps >= LARGE_KERNEL_TAPS[kind]:
+        implicit_first = True
+    # GPUs likewise for forward and backward weights with 100 taps or more. H200, DeepSpeech2
+    # at mb16, min ms against im2col + GEMM (cuDNN): conv1 forward 0.333 against 0.848
+    # (0.21), backward weights 0.291 against 1.417 (0.21); conv2 forward 5.88 against 20.86
+    # (1.50), backward weights 2.26 against 6.92 (1.36). Backward data keeps col2im: conv1
+    # 8.05 against 0.62, conv2 5.86 against 2.08 (one implicit GEMM per stride phase). The
+    # 7x7 stem (49 taps) was not measured there
+    if (info.is_gpu and not small and ocg <= 64
+            and taps >= GPU_LARGE_KERNEL_TAPS.get(kind, float("inf"))):
         implicit_first = True
     if implicit_first:
         order.insert(order.index("im2col_gemm"), "implicit_gemm")
