@@ -124,3 +124,24 @@ def spy_kernels(monkeypatch):
 def requested(spy_kernels) -> list:
     """The (family, key) of every kernel asked of the kernel cache while the test runs."""
     return spy_kernels()
+
+
+@pytest.fixture()
+def forced_k_shares(monkeypatch):
+    """The runtime's rule that shares a block's k among the work-groups of one launch
+    (NVIDIA's, ``heuristics/gemm_slices.py``) forced to 4 shares on whatever device runs the
+    test (the kernel runs on any OpenCL device), for every caller that opts in."""
+    from pydnnl.kernels.gemm_nv import NvTile, supports
+    from pydnnl.runtime import gemm as rg
+
+    orig = rg._nv_tile
+
+    def forced(info, prob, math, slices=False):
+        if slices and prob.batch == 1:
+            t = NvTile(16 if prob.m < 32 else 32, 64, 16, 4, 4, kslices=4)
+            if supports(prob, t):
+                return t
+        return orig(info, prob, math, slices)
+
+    monkeypatch.setattr(rg, "_nv_tile", forced)
+    monkeypatch.setattr(rg, "_cache", {})

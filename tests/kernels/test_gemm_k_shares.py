@@ -171,24 +171,6 @@ def test_rule_on_an_h200_like_device():
                     "strict") is None
 
 
-@pytest.fixture
-def forced_shares(monkeypatch):
-    """The runtime's rule forced to share k in 4 on the devices here."""
-    from pydnnl.runtime import gemm as rg
-
-    orig = rg._nv_tile
-
-    def forced(info, prob, math, slices=False):
-        if slices and prob.batch == 1:
-            t = NvTile(16 if prob.m < 32 else 32, 64, 16, 4, 4, kslices=4)
-            if supports(prob, t):
-                return t
-        return orig(info, prob, math, slices)
-
-    monkeypatch.setattr(rg, "_nv_tile", forced)
-    monkeypatch.setattr(rg, "_cache", {})
-
-
 def _sliced_steps(prim):
     return [st.gemm.nv_tile.kslices for st in prim._plan.steps if hasattr(st, "gemm")
             and st.gemm.nv_tile is not None]
@@ -204,7 +186,7 @@ def _runs_twice_right(prim, stream, args, out: int, want) -> None:
         np.testing.assert_allclose(args[out].to_numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_inner_product_forward_with_shares(engine, stream, forced_shares):
+def test_inner_product_forward_with_shares(engine, stream, forced_k_shares):
     mb, ic, oc = 6, 256, 200
     md = dnnl.memory.desc
     ops = dnnl.post_ops()
@@ -236,7 +218,7 @@ def test_inner_product_forward_with_shares(engine, stream, forced_shares):
     assert gemms[0][0] is not gemms[1][0] and gemms[0][0].kernel is gemms[1][0].kernel
 
 
-def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forced_shares):
+def test_inner_product_backward_data_and_matmul_with_shares(engine, stream, forced_k_shares):
     md = dnnl.memory.desc
     rng = np.random.default_rng(12)
     mb, ic, oc = 4, 128, 512  # backward data: 4 x 128 x 512

@@ -280,14 +280,22 @@ def test_grid_global_weights_match_reference(engine, stream, monkeypatch, name, 
     dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
     out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     assert fwd1._plan.grid and planned and all(g.wglobal for g in planned)
+    _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
+                      f"the global-weights forward {name}")
+
+
+def _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1, what):
+    """Training outputs and gradients ``out1``, ``g1`` against the per-step forward's (every
+    forcing undone first)."""
     monkeypatch.undo()
     _force(monkeypatch, False)
     monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
-    out0, g0, _ = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert not (fwd0._plan.grid or fwd0._plan.persistent)
     for k, got in out1.items():
-        assert_close(got, out0[k], f"grid global weights training {name} {k}")
+        assert_close(got, out0[k], f"{what}: {k}")
     for k in g0:
-        assert_close(g1[k], g0[k], f"gradient after the global-weights forward {name} {k}")
+        assert_close(g1[k], g0[k], f"{what}: diff_{k}")
 
 
 def test_grid_global_weights_rule():
@@ -388,15 +396,8 @@ def test_grid_sequence_lengths_training_gives_the_same_gradients(engine, stream,
     dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
     out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     assert fwd1._plan.grid and planned and all(g.seq for g in planned)
-    monkeypatch.undo()
-    _force(monkeypatch, False)
-    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
-    out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
-    assert not fwd0._plan.grid
-    for k, got in out1.items():
-        assert_close(got, out0[k], f"grid with lengths, training {name} {k}")
-    for k in g0:
-        assert_close(g1[k], g0[k], f"gradient after the grid forward with lengths {name} {k}")
+    _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
+                      f"the grid forward with lengths {name}")
 
 
 GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]

@@ -31,14 +31,18 @@ from pydnnl.runtime.heuristics import gemm as rules  # noqa: E402
 from pydnnl.runtime.heuristics import rnn as rnn_rules  # noqa: E402
 
 
-@pytest.fixture
-def forced_split(monkeypatch):
-    monkeypatch.setattr(rules, "split_k", lambda info, m, n, k, params: 2 if k % 2 == 0 else 1)
-    # the forward's recurrent GEMMs run per step (small problems take the one-launch
-    # recurrence, which has none)
+def _per_step(monkeypatch):
+    """The recurrences' GEMMs run per step (small problems take the one-launch recurrence,
+    which has none)."""
     monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
     monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
     monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
+
+
+@pytest.fixture
+def forced_split(monkeypatch):
+    monkeypatch.setattr(rules, "split_k", lambda info, m, n, k, params: 2 if k % 2 == 0 else 1)
+    _per_step(monkeypatch)
     matmul._cache.clear()
     yield
     matmul._cache.clear()
@@ -148,30 +152,11 @@ def test_split_recurrence_with_sequence_lengths_matches_reference(engine, stream
 
 
 @pytest.fixture
-def forced_shares(monkeypatch):
-    """The NVIDIA rule that shares a block's k among the work-groups of one launch, forced in
-    4 shares on the devices here (the kernel runs on any OpenCL device), for the per-step
-    recurrences."""
-    from pydnnl.kernels.gemm_nv import NvTile, supports
-
-    orig = matmul._nv_tile
-
-    def forced(info, prob, math, slices=False):
-        if slices and prob.batch == 1:
-            t = NvTile(16 if prob.m < 32 else 32, 64, 16, 4, 4, kslices=4)
-            if supports(prob, t):
-                return t
-        return orig(info, prob, math, slices)
-
-    monkeypatch.setattr(matmul, "_nv_tile", forced)
-    # per-step forward GEMMs (GPUs would compute small batches' steps in the cell kernels)
+def forced_shares(forced_k_shares, monkeypatch):
+    """k shared in 4 (see ``forced_k_shares``) in the per-step recurrences, the forward's
+    too (GPUs would compute small batches' steps in the cell kernels)."""
     monkeypatch.setattr(plan_forward, "fused_recurrence", lambda engine, s, training: False)
-    monkeypatch.setattr(plan_forward, "persistent_recurrence", lambda engine, s, training: False)
-    monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
-    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
-    matmul._cache.clear()
-    yield
-    matmul._cache.clear()
+    _per_step(monkeypatch)
 
 
 @pytest.mark.parametrize("cell,direction,lens", [
