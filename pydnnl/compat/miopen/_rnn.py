@@ -77,7 +77,7 @@ from ...primitives import (
     vanilla_rnn_forward,
 )
 from ...primitives.rnn.extensions import rnn_extensions
-from ...runtime.plan import Bind, Plan
+from ...primitives.sequence import Bind, PrimitiveSequence
 from .._gates import gate_runs
 from ._common import (
     Handle,
@@ -552,16 +552,16 @@ def _group_state(md: MemoryDesc | None, pk: _Packing, g: range) -> MemoryDesc | 
                g.start * pk.D * s0)
 
 
-def _plan(h: Handle, steps) -> Plan:
-    """The steps ``(primitive, args)`` as one runtime plan; args may :class:`Bind` the
-    call's buffers by name."""
-    plan = Plan(h.engine, "miopen.rnn")
+def _plan(h: Handle, steps) -> PrimitiveSequence:
+    """The steps ``(primitive, args)`` as one sequence; args may :class:`Bind` the call's
+    buffers by name."""
+    plan = PrimitiveSequence(h.engine, "miopen.rnn")
     for prim, args in steps:
-        plan.primitive(prim, args)
+        plan.add(prim, args)
     return plan
 
 
-def _run(h: Handle, plan: Plan, bound: dict) -> None:
+def _run(h: Handle, plan: PrimitiveSequence, bound: dict) -> None:
     plan.run(h.stream, bound)
 
 
@@ -812,7 +812,7 @@ class _RnnLayers:
             ws = h.temp(("rnn_ws", gi, md), md)
         return ws, h.temp(("rnn_y0", self.rows), self.rows)
 
-    def forward_steps(self, training: bool, st: dict) -> tuple[Plan, list]:
+    def forward_steps(self, training: bool, st: dict) -> tuple[PrimitiveSequence, list]:
         key = ("fwd", training, tuple(st.get(k) for k in ("hx", "cx", "hy", "cy")))
         if key in self._steps:
             return self._steps[key]
@@ -856,7 +856,7 @@ class _RnnLayers:
             a[ARG_BIAS] = self.wmem(gi, "b")
         return a
 
-    def backward_steps(self, st: dict) -> Plan:
+    def backward_steps(self, st: dict) -> PrimitiveSequence:
         key = ("bwd", tuple(st.get(k) for k in ("hx", "cx", "dhy", "dcy", "dhx", "dcx")))
         if key in self._steps:
             return self._steps[key]
@@ -899,7 +899,7 @@ class _RnnLayers:
         self._steps[key] = _plan(self.h, steps)
         return self._steps[key]
 
-    def gradient_steps(self) -> Plan:
+    def gradient_steps(self) -> PrimitiveSequence:
         """The workspace's weight gradients -> ``dw`` in MIOpen's packing, every element: each
         summed bias's gradient goes to both biases of its pair."""
         if "grads" in self._steps:

@@ -29,7 +29,7 @@ from ...primitives import (
     vanilla_rnn_forward,
 )
 from ...primitives.rnn.extensions import rnn_extensions
-from ...runtime.plan import Bind, Plan
+from ...primitives.sequence import Bind, PrimitiveSequence
 from ...stream import stream as _stream
 from .._gates import gate_runs
 from ._packing import RnnPacking
@@ -132,7 +132,7 @@ class _Translation:
         self.prob = prob
         self.lock = threading.Lock()
         self.last_stream = None
-        self.plan = Plan(prob.engine, "mxnet.rnn")
+        self.plan = PrimitiveSequence(prob.engine, "mxnet.rnn")
         self.primitives = 0
         eng, pk = prob.engine, prob.packing
         T, N, L, D, H, G = prob.T, prob.N, pk.num_layers, pk.directions, pk.state_size, pk.gates
@@ -247,13 +247,13 @@ class _Translation:
             self.primitives += 1
         # every weight translation first, so that the RNN primitives run back to back
         for prim, args in rnn_steps:
-            self.plan.primitive(prim, args)
+            self.plan.add(prim, args)
 
     def sums_view(self, md: MemoryDesc) -> memory:
         return memory(md, self.prob.engine, self.sums.get_data_handle())
 
     def _add(self, prim, args: dict) -> None:
-        self.plan.primitive(prim, args)
+        self.plan.add(prim, args)
         self.primitives += 1
 
     def _add_reorder(self, src, dst: memory, dims, offsets) -> None:
