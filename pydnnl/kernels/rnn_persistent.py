@@ -46,10 +46,23 @@ class PersistentProblem:
     store_gates: bool = False  # training: the activated gates of every step
     store_gh: bool = False  # training an LBR cell: the recurrent GEMM results of every step
     u_private: bool = False  # weights in registers, loaded once
+    # sequences of several lengths, sorted longest first: step t runs its first ``bt`` rows,
+    # found at row ``gxt`` of the packed layer GEMM values (both from the int table ``seq``:
+    # [T] counts, then [T] packed row offsets); the other rows keep h and c (so the state
+    # after a sequence's last step stays in place, and a right-to-left one starts from h0)
+    # and store no gates
+    seq: bool = False
 
 
 # the buffer arguments, in order (the ones a cell does not read are still passed: one signature)
 BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att")
+
+
+def arg_names(p: PersistentProblem) -> tuple:
+    """The kernel's arguments: buffers, offsets, sizes (``seq``: its table and offset)."""
+    if not p.seq:
+        return BUFFERS + OFFSET_ARGS + SIZE_ARGS
+    return BUFFERS + ("seq",) + OFFSET_ARGS + ("seq_off",) + SIZE_ARGS
 
 
 def build_persistent(p: PersistentProblem) -> KernelSource:
@@ -83,7 +96,11 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     emit("  barrier(CLK_LOCAL_MEM_FENCE);")
     emit("  for (int s = 0; s < steps; ++s) {")
     emit("    const int t = reverse ? steps - 1 - s : s;")
-    emit(f"    const int gxo = gx_off + t * batch * {G * DHC} + n * {G * DHC} + j;")
+    if p.seq:
+        emit("    const int bt = seq[seq_off + t], gxt = seq[seq_off + steps + t];")
+        emit("    const bool live = n < bt;")
+    step = "gxt" if p.seq else "t * batch"
+    emit(f"    const int gxo = gx_off + {step} * {G * DHC} + n * {G * DHC} + j;")
     emit("    const float h_prev = hl[lid];")
     known: set[str] = set()  # cell values computed so far this step
     for si, st in enumerate(stages):
@@ -100,8 +117,8 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
         emit("    }")
         if p.store_gh:
             for g in gg:
-                emit(f"    gh[gh_off + t * batch * {G * DHC} + n * {G * DHC} + "
-                     f"{gates.index(g) * DHC} + j] = acc_{g};")
+                emit(f"    {'if (live) ' if p.seq else ''}gh[gh_off + t * batch * {G * DHC} + "
+                     f"n * {G * DHC} + {gates.index(g) * DHC} + j] = acc_{g};")
         body += cell_lines(spec, si, st, known, p.activation, p.alpha, p.clip, N, DHC)
         if "rh" in st.assigned:
             # the next stage's GEMM reads every item's rh; hl is not written before it
@@ -109,17 +126,30 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
             emit("    barrier(CLK_LOCAL_MEM_FENCE);")
     if len(stages) == 1:
         emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* every item has read h_prev */")
-    emit("    hl[lid] = v_h;")
-    body += store_lines(spec, stages, p.store_gates, N, DHC)
+    state = "v"
+    if p.seq:  # a row not running keeps its state
+        state = "s"
+        emit("    const float s_h = live ? v_h : h_prev;")
+        if spec.has_cell_state:
+            emit("    const float s_c = live ? v_c : c_prev;")
+    emit(f"    hl[lid] = {state}_h;")
+    body += store_lines(spec, stages, p.store_gates, N, DHC, state,
+                        "live" if p.seq else None)
     if spec.has_cell_state:
-        emit("    c_prev = v_c;")
+        emit(f"    c_prev = {state}_c;")
     emit("    barrier(CLK_LOCAL_MEM_FENCE);  /* h of this step is complete */")
     emit("  }")
 
     name = f"pydnnl_rnn_persist_{spec.name}"
-    params = [f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}float *{b}"
-              for b in BUFFERS]
-    params += [f"int {a}" for a in OFFSET_ARGS + SIZE_ARGS]
+    params = []
+    for b in arg_names(p):
+        if b == "seq":
+            params.append("__global const int *seq")
+        elif b in BUFFERS:
+            params.append(f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}"
+                          f"float *{b}")
+        else:
+            params.append(f"int {b}")
     locals_ = [f"  __local float hl[{MAX_ITEMS}];"]
     if spec.reads_reset_state:
         locals_.append(f"  __local float rl[{MAX_ITEMS}];")
@@ -130,8 +160,8 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
          f"  const int n = lid / {DHC}, j = lid - n * {DHC};"]
         + locals_ + body + ["}", ""])
     items = f"batch * {DHC}"
-    return KernelSource(name, source, None, None, BUFFERS + OFFSET_ARGS + SIZE_ARGS,
-                        grid=(items,), local_grid=(items,))
+    return KernelSource(name, source, None, None, arg_names(p), grid=(items,),
+                        local_grid=(items,))
 
 
 def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, clip, N: int,

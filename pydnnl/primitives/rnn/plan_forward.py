@@ -83,10 +83,10 @@ def fused_recurrence(engine, s, training: bool) -> bool:
 
 def persistent_recurrence(engine, s, training: bool) -> bool:
     """Whether one launch runs all steps of a layer and direction (one work-group, see
-    :mod:`pydnnl.kernels.rnn_persistent`) where the device rule says so: not with sequence
-    lengths (the running rows change from step to step), a projection (its GEMM sits between
-    steps) or int8."""
-    return (s.ext.seq_lengths is None and not s.projection and s.int8 is None
+    :mod:`pydnnl.kernels.rnn_persistent`) where the device rule says so: not with a projection
+    (its GEMM sits between steps) or int8; with sequence lengths each step reads its running
+    rows from a table."""
+    return (not s.projection and s.int8 is None
             and s.SIC == s.DHC == s.DIC
             and rnn_rules.persistent_recurrence(engine.info, s.N, s.DHC, s.G))
 
@@ -400,7 +400,8 @@ class ForwardPlanBuilder(PlanBuilder):
             self.recurrence = self.plan.get("rnn_persistent", PersistentProblem(
                 spec.name, s.peephole, s.activation, s.alpha, DHC, clip=clip_key(s),
                 store_gates=pd.training, store_gh=pd.training and lbr(s),
-                u_private=rnn_rules.persistent_private_weights(eng.info, s.G, DHC)),
+                u_private=rnn_rules.persistent_private_weights(eng.info, s.G, DHC),
+                seq=self.seq is not None),
                 build_persistent)
         if self.grid:
             self.recurrence = self.plan.get("rnn_persistent_grid", grid, build_grid)
@@ -635,12 +636,11 @@ class ForwardPlanBuilder(PlanBuilder):
         if self.grid:
             vals.update(rh=SCRATCH, rh_off=pd.scratch["rh"] if "rh" in pd.scratch else 0,
                         bar=SCRATCH, bar_off=pd.scratch["grid_bar"] + 2 * ld)
-            if self.seq is not None:
-                # step t's running rows, then where they start among the packed rows of gx
-                if getattr(self, "_seq_table", None) is None:
-                    self._seq_table = self.plan.index(
-                        np.concatenate([self.seq.batch, self.seq.off]))
-                vals.update(seq=INDEX, seq_off=self._seq_table)
+        if self.seq is not None:
+            # step t's running rows, then where they start among the packed rows of gx
+            if getattr(self, "_seq_table", None) is None:
+                self._seq_table = self.plan.index(np.concatenate([self.seq.batch, self.seq.off]))
+            vals.update(seq=INDEX, seq_off=self._seq_table)
         self.plan.launch(self.recurrence, **vals)
 
     # -- int8 ------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ CASES = {
 
 def _force(monkeypatch, on: bool, private: bool | None = None):
     monkeypatch.setattr(plan_forward, "persistent_recurrence",
-                        lambda engine, s, training: on and s.ext.seq_lengths is None)
+                        lambda engine, s, training: on)
     if private is not None:
         monkeypatch.setattr(rnn_rules, "persistent_private_weights",
                             lambda info, gates, dhc: private)
@@ -138,11 +138,14 @@ for name, p, private, prop in [
          dnnl.prop_kind.forward_inference),
         ("lbr_gru_train", Problem("lbr_gru", 3, 2, 3, 4), False,
          dnnl.prop_kind.forward_training),
-        ("rnn", Problem("rnn", 3, 3, 2, 3), True, dnnl.prop_kind.forward_inference)]:
+        ("rnn", Problem("rnn", 3, 3, 2, 3), True, dnnl.prop_kind.forward_inference),
+        ("lstm_lengths_r2l", Problem("lstm", 3, 3, 3, 4, direction="unidirectional_right2left",
+                                     ext=dnnl.rnn_extensions(seq_lengths=(1, 3, 2))), False,
+         dnnl.prop_kind.forward_training)]:
     rnn_rules.persistent_private_weights = lambda info, g, dhc, v=private: v
     a = p.arrays(5)
     out, _, fwd = run(eng, s, p, a, prop=prop)
-    y = p.reference(a)[0]
+    y = p.reference(a, seq_lengths=p.ext.seq_lengths)[0]
     results[name] = bool(fwd._plan.persistent and np.allclose(out["dst_layer"], y, rtol=1e-5,
                                                               atol=1e-6))
 print(json.dumps(results))
@@ -366,20 +369,27 @@ def test_grid_sequence_lengths_match_reference(engine, stream, monkeypatch, name
     float64 reference: dst_layer zero past each end, each direction's final state."""
     _needs_grid(engine)
     p, form = SEQ_CASES[name]
+    planned = _force_seq_grid(monkeypatch, form)
+    fwd = _lengths_match_reference(engine, stream, p, _grid_arrays, f"grid with lengths {name}")
+    assert fwd._plan.grid and planned and all(g.seq for g in planned)
+
+
+def _lengths_match_reference(engine, stream, p, arrays, what):
+    """Inference of ``p`` (sequence lengths; packed rows in and out where ``p`` says so)
+    against the float64 reference; returns the forward primitive."""
     from pydnnl.reference.rnn import pack_padded
 
-    planned = _force_seq_grid(monkeypatch, form)
     padded = dataclasses.replace(p, ext=dataclasses.replace(p.ext, packed=False))
-    a = _grid_arrays(padded, 13)
+    a = arrays(padded, 13)
     y, h, c, _ = padded.reference(a, seq_lengths=p.ext.seq_lengths)
     if p.ext.packed:  # PackedSequence rows in and out
         y = pack_padded(y, np.array(p.ext.seq_lengths))[0]
         a = dict(a, src_layer=pack_padded(a["src_layer"], np.array(p.ext.seq_lengths))[0])
     out, _, fwd = run(engine, stream, p, a, prop=INFER)
-    assert fwd._plan.grid and planned and all(g.seq for g in planned)
     want = {"dst_layer": y, "dst_iter": h, "dst_iter_c": c}
     for k, got in out.items():
-        assert_close(got, want[k], f"grid with lengths {name} {k}")
+        assert_close(got, want[k], f"{what}: {k}")
+    return fwd
 
 
 @pytest.mark.parametrize("name", list(SEQ_CASES))
@@ -398,6 +408,33 @@ def test_grid_sequence_lengths_training_gives_the_same_gradients(engine, stream,
     assert fwd1._plan.grid and planned and all(g.seq for g in planned)
     _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
                       f"the grid forward with lengths {name}")
+
+
+ONE_GROUP_SEQ = {  # the one-group form (any device) with lengths
+    "lstm_bi_concat_L2": (_with_lengths(CASES["lstm_bi_concat_L2"], (2, 6, 1)), True),
+    "gru_sum": (_with_lengths(CASES["gru_sum"], (7, 4, 4)), False),  # two stages
+    "lbr_gru_L2_packed": (_with_lengths(CASES["lbr_gru_L2"], (5, 3), packed=True), False),
+    "rnn_r2l": (_with_lengths(CASES["rnn_r2l"], (9, 2, 9, 5)), True),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_GROUP_SEQ))
+def test_one_group_sequence_lengths(engine, stream, monkeypatch, name):
+    """The one-group form with lengths (weights in registers or read as they lie): inference
+    against the float64 reference, and a training workspace the per-step backward turns
+    into the per-step forward's gradients."""
+    p, private = ONE_GROUP_SEQ[name]
+    _force(monkeypatch, True, private)
+    fwd = _lengths_match_reference(engine, stream, p, lambda q, seed: q.arrays(seed),
+                                   f"one group with lengths {name}")
+    assert fwd._plan.persistent
+    a = p.arrays(19)
+    rng = np.random.default_rng(7)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert fwd1._plan.persistent
+    _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
+                      f"the one-group forward with lengths {name}")
 
 
 GRID_BWD = ["lstm_bi_concat_L2", "lstm_clip_r2l", "gru_sum", "lbr_gru_L2", "rnn_r2l"]
