@@ -58,11 +58,35 @@ class PersistentProblem:
 BUFFERS = ("gx", "bias", "u", "h0", "c0", "h", "c", "gates", "gh", "peep", "att")
 
 
-def arg_names(p: PersistentProblem) -> tuple:
-    """The kernel's arguments: buffers, offsets, sizes (``seq``: its table and offset)."""
-    if not p.seq:
-        return BUFFERS + OFFSET_ARGS + SIZE_ARGS
-    return BUFFERS + ("seq",) + OFFSET_ARGS + ("seq_off",) + SIZE_ARGS
+def arg_names(buffers: tuple, offsets: tuple, sizes: tuple, seq: bool) -> tuple:
+    """A one-launch kernel's arguments: buffers, offsets, sizes; with ``seq`` (sequence
+    lengths) its int table after the buffers and the table's offset after the offsets."""
+    if not seq:
+        return buffers + offsets + sizes
+    return buffers + ("seq",) + offsets + ("seq_off",) + sizes
+
+
+#: buffer arguments of int type (the rest are float)
+INT_BUFFERS = {"seq": "__global const int *seq", "bar": "__global int *bar"}
+
+
+def param_decls(names: tuple, buffers: tuple, outputs: tuple) -> list[str]:
+    """C parameters of ``names``: float buffers (``outputs`` writable), the int buffers of
+    :data:`INT_BUFFERS`, ints."""
+    out = []
+    for b in names:
+        if b in INT_BUFFERS:
+            out.append(INT_BUFFERS[b])
+        elif b in buffers:
+            out.append(f"__global {'' if b in outputs else 'const '}float *{b}")
+        else:
+            out.append(f"int {b}")
+    return out
+
+
+def seq_step_lines() -> list[str]:
+    """Step t's running rows ``bt`` and its first packed row ``gxt``, from the table."""
+    return ["    const int bt = seq[seq_off + t], gxt = seq[seq_off + steps + t];"]
 
 
 def build_persistent(p: PersistentProblem) -> KernelSource:
@@ -97,7 +121,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     emit("  for (int s = 0; s < steps; ++s) {")
     emit("    const int t = reverse ? steps - 1 - s : s;")
     if p.seq:
-        emit("    const int bt = seq[seq_off + t], gxt = seq[seq_off + steps + t];")
+        body += seq_step_lines()
         emit("    const bool live = n < bt;")
     step = "gxt" if p.seq else "t * batch"
     emit(f"    const int gxo = gx_off + {step} * {G * DHC} + n * {G * DHC} + j;")
@@ -141,15 +165,8 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
     emit("  }")
 
     name = f"pydnnl_rnn_persist_{spec.name}"
-    params = []
-    for b in arg_names(p):
-        if b == "seq":
-            params.append("__global const int *seq")
-        elif b in BUFFERS:
-            params.append(f"__global {'' if b in ('h', 'c', 'gates', 'gh') else 'const '}"
-                          f"float *{b}")
-        else:
-            params.append(f"int {b}")
+    names = arg_names(BUFFERS, OFFSET_ARGS, SIZE_ARGS, p.seq)
+    params = param_decls(names, BUFFERS, ("h", "c", "gates", "gh"))
     locals_ = [f"  __local float hl[{MAX_ITEMS}];"]
     if spec.reads_reset_state:
         locals_.append(f"  __local float rl[{MAX_ITEMS}];")
@@ -160,8 +177,7 @@ def build_persistent(p: PersistentProblem) -> KernelSource:
          f"  const int n = lid / {DHC}, j = lid - n * {DHC};"]
         + locals_ + body + ["}", ""])
     items = f"batch * {DHC}"
-    return KernelSource(name, source, None, None, arg_names(p), grid=(items,),
-                        local_grid=(items,))
+    return KernelSource(name, source, None, None, names, grid=(items,), local_grid=(items,))
 
 
 def cell_lines(spec, si: int, st, known: set, activation: str, alpha: float, clip, N: int,

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cells import get_cell
-from .rnn_persistent import cell_lines, store_lines
+from .rnn_persistent import arg_names, cell_lines, param_decls, seq_step_lines, store_lines
 from .source import KernelSource
 
 OFFSET_ARGS = ("gx_off", "bias_off", "u_off", "h0_off", "c0_off", "h_off", "c_off",
@@ -164,7 +164,7 @@ def build_grid(p: GridProblem) -> KernelSource:
     if spec.has_cell_state:
         emit(f"  float c_prev = c0[c0_off + n * {DHC} + j];")
     body.extend(step_head_lines(N, DHC))
-    body.extend(seq_step_lines(p))
+    body.extend(seq_step_lines() if p.seq else [])
     emit(f"    const int gxo = gx_off + {gx_step(p, G)} + n * {G * DHC} + j;")
     reads_h_prev = any("h_prev" in st.inputs(()) for st in stages)
     if reads_h_prev:
@@ -227,7 +227,7 @@ def _forward_source(p: GridProblem, spec, row: str, body: list[str]) -> KernelSo
     source = kernel_lines(name, _params(p), p.items, row, p.jb, p.dhc,
                           p.us_floats(spec.n_gates), p.batch * p.hs_row, body,
                           1 if p.wglobal else p.ks)
-    return KernelSource(name, source, (p.groups * p.items,), (p.items,), arg_names(p))
+    return KernelSource(name, source, (p.groups * p.items,), (p.items,), _names(p))
 
 
 def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
@@ -253,7 +253,7 @@ def _build_row_tiled(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"  for (int r = 0; r < {RN}; ++r) "
              f"cs[r] = c0[c0_off + min(nb * {RN} + r, {N - 1}) * {DHC} + j];")
     body.extend(step_head_lines(N, DHC))
-    body.extend(seq_step_lines(p))
+    body.extend(seq_step_lines() if p.seq else [])
     for g in gx_names:
         emit(f"    float pgx_{g}_r[{RN}];")
     emit("    #pragma unroll")
@@ -350,7 +350,7 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
         emit(f"      cs[o] = c0[c0_off + n * {DHC} + j];")
         emit("  }")
     body.extend(step_head_lines(N, DHC))
-    body.extend(seq_step_lines(p))
+    body.extend(seq_step_lines() if p.seq else [])
     for g in gx_names:
         emit(f"    float pgx_{g}_r[{OUT}];")
     emit(f"    for (int o = 0; o < {OUT}; ++o) {{")
@@ -414,7 +414,7 @@ def _build_global_weights(p: GridProblem, spec, stages) -> KernelSource:
     name = f"pydnnl_rnn_grid_{spec.name}"
     source = kernel_lines(name, _params(p), items, "", JB, DHC, p.us_floats(G),
                           N * p.hs_row, body, 1, pos=pos, shuffles=SW > 1)
-    return KernelSource(name, source, (p.groups * items,), (items,), arg_names(p))
+    return KernelSource(name, source, (p.groups * items,), (items,), _names(p))
 
 def cell_tail_lines(p: GridProblem, spec, stages, gx_names, idx: str, valid: str) -> list[str]:
     """A one-stage grid forward's cell for one (row n, channel j) of the item, whose sums
@@ -450,11 +450,6 @@ def gx_step(p: GridProblem, gates: int) -> str:
     return f"gxt * {gates * p.dhc}" if p.seq else f"t * {p.batch * gates * p.dhc}"
 
 
-def seq_step_lines(p: GridProblem) -> list[str]:
-    """With ``seq``: step t's running rows ``bt`` and packed first row ``gxt`` from the table."""
-    return ["    const int bt = seq[seq_off + t], gxt = seq[seq_off + steps + t];"] if p.seq else []
-
-
 def live_guard(p: GridProblem, valid: str) -> str:
     """``valid``, and with ``seq`` the row running at this step."""
     return f"{valid} && live" if p.seq else valid
@@ -478,26 +473,13 @@ def carry_lines(p: GridProblem, spec, h_prev: str | None, c_prev: str) -> list[s
     return out
 
 
-def arg_names(p: GridProblem) -> tuple:
-    """The forward kernel's arguments: buffers, offsets, sizes (``seq``: its table and offset)."""
-    if not p.seq:
-        return BUFFERS + OFFSET_ARGS + SIZE_ARGS
-    return BUFFERS + ("seq",) + OFFSET_ARGS + ("seq_off",) + SIZE_ARGS
+def _names(p: GridProblem) -> tuple:
+    """The forward kernel's arguments (``seq``: the lengths' table and its offset too)."""
+    return arg_names(BUFFERS, OFFSET_ARGS, SIZE_ARGS, p.seq)
 
 
 def _params(p: GridProblem) -> list[str]:
-    out_bufs = ("h", "c", "gates", "gh", "rh")
-    params = []
-    for b in arg_names(p):
-        if b == "bar":
-            params.append("__global int *bar")
-        elif b == "seq":
-            params.append("__global const int *seq")
-        elif b in BUFFERS:
-            params.append(f"__global {'' if b in out_bufs else 'const '}float *{b}")
-        else:
-            params.append(f"int {b}")
-    return params
+    return param_decls(_names(p), BUFFERS, ("h", "c", "gates", "gh", "rh"))
 
 
 def step_head_lines(rows: int, dhc: int) -> list[str]:
