@@ -30,7 +30,13 @@ class Kernel:
         self.src = src
         self.name = src.name
         self.scalar_types = scalar_types(src)  # numpy type per scalar argument, else None
-        self._program = _from_binary(context, device, src, binary_path) if binary_path else None
+        #: the kernel's name in its program (another where a merged program renamed it)
+        self.cl_name = src.name
+        self._program = None
+        if binary_path:
+            self._program = _from_binary(context, device, src, binary_path)
+            if self._program is None:
+                self._program, self.cl_name = _from_merged(context, device, src, binary_path)
         #: "binary" (read from the kernel cache) or "source" (compiled here)
         self.built_from = "source" if self._program is None else "binary"
         self._pending = None
@@ -48,10 +54,11 @@ class Kernel:
         pending = self._pending
         if pending is not None:
             try:
-                self._program = pending.result()
+                built = pending.result()
             except BaseException:
                 self.reported = True
                 raise
+            self._program, self.cl_name = built.program, built.cl_name
             self._pending = None
 
     @property
@@ -79,7 +86,8 @@ class Kernel:
         generation in a process cost 30-40 ms of a fresh process's first creation."""
         k = self.__dict__.get("_kernel")
         if k is None:
-            k = self.__dict__["_kernel"] = getattr(self.program, self.name)
+            program = self.program
+            k = self.__dict__["_kernel"] = getattr(program, self.cl_name)
         return k
 
     def __call__(self, stream, *args, wait_for=None):
@@ -111,12 +119,16 @@ _THREAD_LOCK = threading.Lock()
 # warnings.catch_warnings swaps process-wide state: this module's uses take turns
 _WARNINGS_LOCK = threading.Lock()
 _warmed: set = set()
-_costs = {"programs_built": 0, "build_ms": 0.0, "compiler_start_ms": 0.0, "programs_loaded": 0}
+_costs = {"programs_built": 0, "build_ms": 0.0, "compiler_start_ms": 0.0, "programs_loaded": 0,
+          "programs_merged": 0, "merges_failed": 0}
 
 
 def build_costs() -> dict:
     """Compilations from source (count, ms) and compiler set-ups (ms) of this process, and
-    the programs loaded from cached binaries (see ``kernel_cache.creation_costs``)."""
+    the programs loaded from cached binaries (see ``kernel_cache.creation_costs``);
+    ``programs_merged``: the sources compiled inside merged programs (each merged program
+    counts once in ``programs_built``), ``merges_failed``: merged builds that failed and
+    were built one by one instead."""
     with _THREAD_LOCK:
         return dict(_costs)
 
@@ -145,6 +157,8 @@ def _after_fork_in_child() -> None:
     _THREAD, _THREAD_LOCK, _WARNINGS_LOCK = None, threading.Lock(), threading.Lock()
     _warmed.clear()
     _PROGRAMS.clear()  # futures of the parent's thread
+    _QUEUE.clear()
+    _MERGED.clear()
 
 
 def _before_fork() -> None:
@@ -175,6 +189,27 @@ def warm_up(context, device) -> None:
     _build_thread().submit(_from_source, context, device, src, None, True)
 
 
+class _Built:
+    """A compilation's result: the program and the kernel's name in it."""
+
+    __slots__ = ("program", "cl_name", "merged_path")
+
+    def __init__(self, program, cl_name: str, merged_path=None):
+        self.program, self.cl_name, self.merged_path = program, cl_name, merged_path
+
+
+# Compilations asked for and not yet started: the build thread takes all of them at once
+# and compiles those that share a context, a device and build options as ONE program
+# (:mod:`pydnnl.runtime.program_merge`), falling back to one program per source where the
+# merged build fails. Measured on the 2-core AVX-512 Xeon: see the commit that added it.
+_QUEUE: list = []
+
+
+def merging_enabled() -> bool:
+    """Whether queued compilations are merged (``PYDNNL_MERGE_BUILDS=0`` turns it off)."""
+    return os.environ.get("PYDNNL_MERGE_BUILDS", "1") != "0"
+
+
 # Programs compiled from source in this process, by context, device, source and options:
 # kernels whose generated sources are equal (keys that differ only in what the source does
 # not show, such as launch sizes: two of GRU 512's three B packers) share one compilation.
@@ -191,19 +226,92 @@ def _compile(context, device, src: KernelSource, binary_path):
             shared = None  # a failed build is tried again
     thread = _build_thread()
     if shared is None:
-        fut = thread.submit(_from_source, context, device, src, binary_path)
+        from concurrent.futures import Future
+
+        fut = Future()
         with _THREAD_LOCK:
             _PROGRAMS[key] = fut
+            _QUEUE.append((context, device, src, binary_path, fut))
+        thread.submit(_drain)
         return fut
     return thread.submit(_shared_program, shared, binary_path)
 
 
 def _shared_program(shared, binary_path):
-    # runs on the build thread after the compilation it shares (one thread, jobs in order)
-    program = shared.result()
+    # runs on the build thread after the compilation it shares (one thread, jobs in order:
+    # the _drain job submitted after the shared request has taken it)
+    built = shared.result()
     if binary_path is not None:
-        _store_binary(program, binary_path)
-    return program
+        if built.merged_path is not None:
+            _store_link(binary_path, built.merged_path, built.cl_name)
+        else:
+            _store_binary(built.program, binary_path)
+    return built
+
+
+def _drain() -> None:
+    """On the build thread: compile every queued request (merged where several share a
+    context, a device and build options), settling each one's future."""
+    with _THREAD_LOCK:
+        reqs = list(_QUEUE)
+        _QUEUE.clear()
+    groups: dict = {}
+    for r in reqs:
+        groups.setdefault((r[0].int_ptr, r[1].int_ptr, r[2].build_options), []).append(r)
+    for group in groups.values():
+        if len(group) > 1 and merging_enabled():
+            _build_merged(group)
+        else:
+            for r in group:
+                _build_one(r)
+
+
+def _build_one(req) -> None:
+    context, device, src, binary_path, fut = req
+    try:
+        program = _from_source(context, device, src, binary_path)
+    except BaseException as e:
+        fut.set_exception(e)
+    else:
+        fut.set_result(_Built(program, src.name))
+
+
+def _build_merged(group) -> None:
+    """One program from the group's sources; where it fails, one program per source."""
+    import hashlib
+
+    from .program_merge import merge_sources
+
+    context, device = group[0][0], group[0][1]
+    merged = merge_sources([(r[2].name, r[2].source) for r in group])
+    if merged is None:
+        for r in group:
+            _build_one(r)
+        return
+    text, names = merged
+    options = group[0][2].build_options
+    h = hashlib.sha256(repr((text, options)).encode()).hexdigest()[:32]
+    merged_src = KernelSource(f"merged program of {len(group)} kernels "
+                              f"({', '.join(r[2].name for r in group)})",
+                              text, (1,), (1,), (), options)
+    paths = [r[3] for r in group if r[3] is not None]
+    merged_path = None
+    if paths:  # beside the first binary, for the same device hash
+        dev = paths[0].name.split(".")[-2]
+        merged_path = paths[0].with_name(f"merged-{h}.{dev}.bin")
+    try:
+        program = _from_source(context, device, merged_src, merged_path)
+    except Exception:
+        _count("merges_failed", 1)
+        for r in group:
+            _build_one(r)
+        return
+    _count("programs_merged", len(group))
+    stored = merged_path is not None and merged_path.exists()
+    for r, name in zip(group, names):
+        if r[3] is not None and stored:
+            _store_link(r[3], merged_path, name)
+        r[4].set_result(_Built(program, name, merged_path if stored else None))
 
 
 def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool = False):
@@ -258,6 +366,55 @@ def _from_binary(context, device, src: KernelSource, path):
         return None
 
 
+# merged programs loaded from the cache in this process: a second kernel of the same
+# program takes the first one's
+_MERGED: dict = {}
+
+
+def _link_path(binary_path):
+    return binary_path.with_name(binary_path.name[:-len(".bin")] + ".merged")
+
+
+def _store_link(binary_path, merged_path, cl_name: str) -> None:
+    """Record beside a kernel's binary path that its program is the merged one at
+    ``merged_path``, under the name ``cl_name``."""
+    import json
+
+    try:
+        tmp = binary_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"binary": merged_path.name, "name": cl_name}))
+        tmp.replace(_link_path(binary_path))
+    except OSError:
+        pass
+
+
+def _from_merged(context, device, src: KernelSource, binary_path):
+    """``(program, kernel name)`` from the merged program a link beside ``binary_path``
+    names (loaded once per process), or ``(None, src.name)``."""
+    import json
+
+    try:
+        link = json.loads(_link_path(binary_path).read_text())
+        merged_path = binary_path.with_name(link["binary"])
+        name = link["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, src.name
+    key = (context.int_ptr, device.int_ptr, str(merged_path), src.build_options)
+    with _THREAD_LOCK:
+        program = _MERGED.get(key)
+    if program is None:
+        program = _from_binary(context, device, src, merged_path)
+        if program is None:
+            return None, src.name
+        with _THREAD_LOCK:
+            _MERGED[key] = program
+    try:
+        program.get_info(_cl().program_info.KERNEL_NAMES).split(";").index(name)
+    except Exception:
+        return None, src.name  # not the program the link was written for
+    return program, name
+
+
 def _store_binary(program, path) -> None:
     cl = _cl()
     try:
@@ -285,7 +442,8 @@ class BoundKernel:
         cl = _cl()
         self.kernel = kernel
         self.name = kernel.name
-        self.k = cl.Kernel(kernel.program, kernel.name)
+        program = kernel.program  # (waits for the build, which sets cl_name)
+        self.k = cl.Kernel(program, kernel.cl_name)
         self.dyn = []
         for i, a in enumerate(args):
             if hasattr(a, "key"):
