@@ -192,10 +192,11 @@ def warm_up(context, device) -> None:
 class _Built:
     """A compilation's result: the program and the kernel's name in it."""
 
-    __slots__ = ("program", "cl_name", "merged_path")
+    __slots__ = ("program", "cl_name", "merged", "merged_path")
 
-    def __init__(self, program, cl_name: str, merged_path=None):
-        self.program, self.cl_name, self.merged_path = program, cl_name, merged_path
+    def __init__(self, program, cl_name: str, merged: bool = False, merged_path=None):
+        self.program, self.cl_name, self.merged = program, cl_name, merged
+        self.merged_path = merged_path  # where the merged program's binary was stored
 
 
 # Compilations asked for and not yet started: the build thread takes all of them at once
@@ -244,7 +245,7 @@ def _shared_program(shared, binary_path):
     if binary_path is not None:
         if built.merged_path is not None:
             _store_link(binary_path, built.merged_path, built.cl_name)
-        else:
+        elif not built.merged:  # (a merged program's binary is only kept under its own key)
             _store_binary(built.program, binary_path)
     return built
 
@@ -260,7 +261,13 @@ def _drain() -> None:
         groups.setdefault((r[0].int_ptr, r[1].int_ptr, r[2].build_options), []).append(r)
     for group in groups.values():
         if len(group) > 1 and merging_enabled():
-            _build_merged(group)
+            try:
+                _build_merged(group)
+            except BaseException:  # (not expected) nobody may wait forever: build apart
+                _count("merges_failed", 1)
+                for r in group:
+                    if not r[4].done():
+                        _build_one(r)
         else:
             for r in group:
                 _build_one(r)
@@ -311,7 +318,7 @@ def _build_merged(group) -> None:
     for r, name in zip(group, names):
         if r[3] is not None and stored:
             _store_link(r[3], merged_path, name)
-        r[4].set_result(_Built(program, name, merged_path if stored else None))
+        r[4].set_result(_Built(program, name, True, merged_path if stored else None))
 
 
 def _from_source(context, device, src: KernelSource, binary_path, warm_up: bool = False):
