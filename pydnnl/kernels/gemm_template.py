@@ -12,7 +12,10 @@ tile reading B in 16-column panels three side by side, and an 8x32 tile unrolled
 32-column panels. Each with its row tiles on either grid axis (``m_inner``), one or four of
 them per work-item (``m_loop``) and any finite alpha and beta (C read a vector at a time, the
 moved last tile storing its own rows): the LSTM training pair's backward GEMMs (long-k
-input gradients, accumulated weight gradients) and the GRU's.
+input gradients, accumulated weight gradients) and the GRU's. Either tile also over plain B
+in a batch whose strides and count are run-time arguments (Winograd's tile products: res2a's
+first-ever creation spent 0.34-0.39 s in loopy's generation of that GEMM), n a multiple of
+the tile's width (``tests/kernels/test_gemm_template_batched.py``).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ LOOPY_CALL_WITH_INTEGER_TYPES(LOOPY_DEFINE_FLOOR_DIV_POS_B)
 
 __kernel void __attribute__ ((reqd_work_group_size(1, 1, 1))) gemm(__global float const \
 *__restrict__ a, __global float const *__restrict__ b, __global float *__restrict__ c, long const \
-a_off, long const b_off, long const c_off, long const m, long const ksize)
+a_off, long const b_off, long const c_off, long const m, long const ksize{batch_args})
 {{
   float16 acc[8 * {nv}];
   float16 bv[{nv}];
@@ -59,14 +62,23 @@ _FINAL_K = {2: "-1 + loopy_floor_div_pos_b_int64(1 + ksize, 2)",
             4: "loopy_floor_div_pos_b_int64(-1 + ksize, 4)"}
 
 
-def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int = 48,
-            npan: int | None = None, gc: int = 0) -> str:
+_BATCH_ARGS = (", long const stride_a, long const stride_b, long const stride_c, "
+               "long const nbatch")
+
+
+def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 48,
+            npan: int | None = None, gc: int = 0, ldb: int | None = None) -> str:
     """The k step (B loads, the tile's products) at indentation ``ind``: ``nv`` vectors of 16
     columns, k unrolled by ``ku``, B in ``pw``-column panels (``pw`` the tile's width, or 16:
     the tile reads ``nv`` panels side by side, the last one clamped to panel ``npan - 1``
-    where the tiles reach past n); column tiles on grid axis ``gc``."""
+    where the tiles reach past n); column tiles on grid axis ``gc``. ``pw`` None: a batch
+    entry (grid axis 2) of plain B with leading dimension ``ldb``."""
     kk = f"(k_inner + k_outer * {ku})"
-    if pw == 16 * nv:
+    a_at = "a_off + "
+    if pw is None:
+        base = f"b_off + gid(2) * stride_b + {kk} * {ldb} + gid({gc}) * {16 * nv} + jb * 16"
+        a_at = "a_off + gid(2) * stride_a + "
+    elif pw == 16 * nv:
         base = f"b_off + gid({gc}) * ksize * {pw} + {kk} * {pw} + jb * 16"
     else:
         panel = f"gid({gc}) * {nv} + jb"
@@ -87,7 +99,7 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int = 48,
             f"{ind}  {{\n"
             f"{ind}    __attribute__((opencl_unroll_hint))\n"
             f"{ind}    for (long jj = 0; jj <= {nv - 1}; ++jj)\n"
-            f"{ind}      acc[{nv} * ii + jj] = acc[{nv} * ii + jj] + a[a_off + (r0 + ii) * "
+            f"{ind}      acc[{nv} * ii + jj] = acc[{nv} * ii + jj] + a[{a_at}(r0 + ii) * "
             f"ksize + k_inner + k_outer * {ku}] * bv[jj];\n"
             f"{ind}  }}\n"
             f"{ind}}}\n")
@@ -108,13 +120,14 @@ def _value(alpha: float, beta: float) -> str:
 
 
 def _store_nest(ind: str, i: str, j: str, n: int, ldc: int, nv: int, gc: int, value: str,
-                rows_outer: bool, row_guard: str | None = None) -> str:
+                rows_outer: bool, row_guard: str | None = None, c_batch: str = "0") -> str:
     """One loop nest of vector stores (rows ``i``, vectors ``j``) at indentation ``ind``:
     vectors outer (the tiles' stores) or rows outer behind ``row_guard`` (the moved last
     tile's own rows); the column guard where n is no multiple of the tile's width."""
     w = 16 * nv
     guard = f"if (gid({gc}) * {w} + {j} * 16 + 0 < {n})" if n % w else None
-    store = (f"long cidx = c_off + 0 + (r0 + {i}) * {ldc} + gid({gc}) * {w} + {j} * 16 + 0;",
+    store = (f"long cidx = c_off + {c_batch} + (r0 + {i}) * {ldc} + gid({gc}) * {w} + {j} * 16"
+             " + 0;",
              f"long cacc = {i} * {nv} + {j};", "", f"vstore16({value}, 0, c + cidx);")
 
     def block(d: str, lines) -> str:
@@ -137,23 +150,31 @@ def _store_nest(ind: str, i: str, j: str, n: int, ldc: int, nv: int, gc: int, va
 
 
 def _stores(ind: str, n: int, ldc: int, nv: int, gc: int, alpha: float, beta: float,
-            row0: str) -> str:
+            row0: str, c_batch: str = "0") -> str:
     """C's stores: every tile's rows, or where C is read (beta), the moved last tile's own
     rows in a nest of their own and every other tile's in the usual one."""
     value = _value(alpha, beta)
     if beta == 0.0:
-        return _store_nest(ind, "is", "js", n, ldc, nv, gc, value, False)
+        return _store_nest(ind, "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch)
     edge = _store_nest(ind, "ie", "je", n, ldc, nv, gc, value, True,
-                       f"if (r0 != {row0} + 0 && r0 + ie >= {row0} + 0)")
+                       f"if (r0 != {row0} + 0 && r0 + ie >= {row0} + 0)", c_batch)
     return (edge + f"{ind}if (r0 == {row0} + 0)\n{ind}{{\n"
-            + _store_nest(ind + "  ", "is", "js", n, ldc, nv, gc, value, False) + f"{ind}}}\n")
+            + _store_nest(ind + "  ", "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch)
+            + f"{ind}}}\n")
 
 
-def _canonical(kp, pw: int = 48):
+def _canonical(kp, pw: int | None = 48):
     """The key problem the template writes, for ``kp``'s n, C's leading dimension, alpha and
-    beta (and B in ``pw``-column panels)."""
+    beta (and B in ``pw``-column panels; ``pw`` None: a batch with run-time strides and count
+    over plain B of ``kp``'s leading dimension)."""
     from .gemm import GemmProblem, key_problem
 
+    if pw is None:
+        return key_problem(GemmProblem(
+            m=3200, n=kp.n, k=512, lda=512, ldb=kp.ldb, ldc=kp.ldc, alpha=kp.alpha,
+            beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=3,
+            stride_a=3200 * 512, stride_b=512 * kp.ldb, stride_c=3200 * kp.ldc,
+            runtime_offsets=True, runtime_m="tall", runtime_k=True))
     return key_problem(GemmProblem(
         m=3200, n=kp.n, k=512, lda=512, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
         alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32,
@@ -170,8 +191,9 @@ M_LOOPS = (1, 4)
 
 
 def _tile_of(p: dict) -> dict | None:
-    """The entry of :data:`TILES` that ``p`` is, ``m_loop`` and ``m_inner`` aside."""
-    base = dict(p, m_loop=4, m_inner=False)
+    """The entry of :data:`TILES` that ``p`` is, ``m_loop``, ``m_inner`` and ``packed_b``
+    aside."""
+    base = dict(p, m_loop=4, m_inner=False, packed_b=True)
     return base if base in TILES and p["m_loop"] in M_LOOPS else None
 
 
@@ -189,7 +211,13 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     kp = key_problem(problem)
     nv, ku, w, ml = p["cols"] // 16, p["k_unroll"], p["cols"], p["m_loop"]
     pw = kp.panel_width
-    if pw not in (w, 16) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
+    batched = pw is None  # plain B: only a batch with run-time strides and count
+    if batched and (p["packed_b"] or not kp.runtime_batch or kp.n % w or kp.trans_b
+                    or kp.ldb is None or kp.ldb < kp.n):
+        return None
+    if not batched and not p["packed_b"]:
+        return None
+    if (not batched and pw not in (w, 16)) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
             or kp != _canonical(kp, pw):
         return None
@@ -197,7 +225,8 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     gr, gc = (0, 1) if p["m_inner"] else (1, 0)
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
-    out = [_PRELUDE_T.format(nv=nv)]
+    out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched else "")]
+    ldb = kp.ldb if batched else None
     if ml > 1:
         row0 = f"(io_inner + gid({gr}) * {ml}) * 8"
         out.append(f"  for (long io_inner = 0; io_inner <= ((-{8 * ml - 7} + m + -{8 * ml} * "
@@ -217,20 +246,26 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
         f"{ind}/* bulk slab for 'k_outer' */\n"
         f"{ind}for (long k_outer = 0; k_outer <= -2 + loopy_floor_div_pos_b_int64({ku - 1} + "
         f"ksize, {ku}); ++k_outer)\n{ind}{{\n")
-    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc) + f"{ind}}}\n")
+    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc, ldb) + f"{ind}}}\n")
     out.append(f"{ind}/* final slab for 'k_outer' */\n{ind}{{\n"
                f"{ind}  long const k_outer = {_FINAL_K[ku]};\n\n"
                f"{ind}  if (k_outer >= 0)\n{ind}  {{\n")
-    out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc)
+    out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc,
+                       ldb)
                + f"{ind}  }}\n{ind}}}\n")
-    out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0))
+    out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
+                       "gid(2) * stride_c" if batched else "0"))
     if ml > 1:
         out.append("  }\n")
     out.append("}")
     rows = f"(({8 * ml - 1} + m) // {8 * ml}) * 1"
     grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
-    return KernelSource("gemm", "".join(out), None, (1, 1),
-                        ("a", "b", "c", "a_off", "b_off", "c_off", "m", "ksize"), grid=grid)
+    names = ("a", "b", "c", "a_off", "b_off", "c_off", "m", "ksize")
+    if batched:
+        return KernelSource("gemm", "".join(out), None, (1, 1, 1),
+                            names + ("stride_a", "stride_b", "stride_c", "nbatch"),
+                            grid=grid + ("(nbatch) * 1",))
+    return KernelSource("gemm", "".join(out), None, (1, 1), names, grid=grid)
 
 
 __all__ = ["M_LOOPS", "PARAMS", "TILES", "register_source"]
