@@ -230,18 +230,24 @@ def _compile(context, device, src: KernelSource, binary_path):
         from concurrent.futures import Future
 
         fut = Future()
+        fut.pydnnl_name = src.name  # the kernel the first request launches
         with _THREAD_LOCK:
             _PROGRAMS[key] = fut
             _QUEUE.append((context, device, src, binary_path, fut))
         thread.submit(_drain)
         return fut
-    return thread.submit(_shared_program, shared, binary_path)
+    return thread.submit(_shared_program, shared, binary_path, src.name)
 
 
-def _shared_program(shared, binary_path):
+def _shared_program(shared, binary_path, name: str):
     # runs on the build thread after the compilation it shares (one thread, jobs in order:
     # the _drain job submitted after the shared request has taken it)
     built = shared.result()
+    if name != shared.pydnnl_name:
+        # an equal source asked for under another of its kernels (dropout's forward and
+        # backward share one text): that kernel, under its own name (a merge renames only
+        # the kernel each request names)
+        built = _Built(built.program, name, built.merged, built.merged_path)
     if binary_path is not None:
         if built.merged_path is not None:
             _store_link(binary_path, built.merged_path, built.cl_name)

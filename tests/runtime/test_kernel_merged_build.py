@@ -194,3 +194,23 @@ def test_failing_source_falls_back_to_separate_builds(first_engine, binary_cache
     assert g3.program is not g5.program
     assert bad.failed
     assert not list(binary_cache.glob("merged-*.bin"))
+
+
+@pytest.mark.parametrize("merge", ["1", "0"])
+def test_one_text_under_two_kernel_names(first_engine, binary_cache, monkeypatch, merge):
+    """Two requests whose sources are one text defining two kernels (dropout's forward and
+    backward) share one compilation, merged or not, and each launches its own kernel; a
+    kernel cache then keeps each under its own name."""
+    monkeypatch.setenv("PYDNNL_MERGE_BUILDS", merge)
+    tag = abs(hash(str(binary_cache))) % 10**9
+    text = (f"/* {tag} */\n"
+            "__kernel void twice(__global float *x) { x[get_global_id(0)] *= 2.0f; }\n"
+            "__kernel void thrice(__global float *x) { x[get_global_id(0)] *= 3.0f; }\n")
+    reqs = [(name, KernelSource(name, text, (8,), (1,), ("x",)))
+            for name in ("twice", "thrice")]
+    ks, pending = _queued_together(first_engine, str(binary_cache), reqs)
+    kernel_cache.finish_builds(pending)
+    x = np.arange(8, dtype=np.float32)
+    for k, f in zip(ks, (2, 3)):
+        assert k.kernel.function_name == k.name
+        np.testing.assert_array_equal(_run(first_engine, k), f * x)
