@@ -57,8 +57,7 @@ class PlanBuilder:
         """The rows a per-step GEMM computes at step t: the running ones, or all where the
         GEMM is split along k or shares it among work-groups (it runs whole; the padding rows
         of its source are zero or never read, so its extra rows are too)."""
-        whole = getattr(gemm, "splits", 1) > 1 or getattr(gemm, "ws_elems", 0)
-        return None if whole else self.rows_at(t)
+        return None if gemm.splits > 1 or gemm.ws_elems else self.rows_at(t)
 
     def add_copy_rows(self, src_ref, src_off: int, dst_ref, dst_off: int, rows: int,
                       width: int) -> None:
