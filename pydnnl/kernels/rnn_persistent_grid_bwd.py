@@ -11,6 +11,12 @@ recurrent weights held in local memory for the whole sequence and dG staged thro
 memory in chunks. The h gradient each item carries to the next step is its own element, so the
 per-step buffers the per-step plan alternates between keep their roles. One-stage cells only
 (LSTM, LBR-GRU, vanilla RNN and their variants).
+
+Where a group's rows of the weights outgrow local memory (``wglobal``, split form only) the
+product reads them from global memory every step. With sequence lengths (``seq``, rows sorted
+longest first, the forward's table of running rows per step) a step computes its running rows
+only; a row's gradient starts from diff_dst_iter (or zero) at its last step left to right, and
+right to left its h_prev and c_prev gradients go to the initial-state gradients at its first.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from .rnn_elementwise_bwd import (
     analyze,
     stage_ops,
 )
+from .rnn_persistent import arg_names
 from .rnn_persistent_grid import WARP, chunk_loop_lines, kernel_lines
 from .source import KernelSource
 
@@ -59,6 +66,8 @@ class GridBackwardProblem:
     # global memory (no staging, no local barriers); the ks lanes of a warp meet by shuffles
     rn: int = 1
     ks: int = 1
+    wglobal: bool = False  # the product reads U from global memory (split form only)
+    seq: bool = False  # sequence lengths: the int table ``seq`` of running rows per step
 
     @property
     def groups(self) -> int:
@@ -76,6 +85,8 @@ class GridBackwardProblem:
         return -(-gates * self.dhc // self.kc) * self.kc
 
     def local_bytes(self, gates: int) -> int:
+        if self.wglobal:
+            return 16
         if self.ks > 1:
             return 4 * (self.k_padded(gates) + PAD) * self.jb
         return 4 * ((self.k_padded(gates) + PAD) * self.jb + self.batch * (self.kc + PAD))
@@ -116,20 +127,27 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
         emit_line(f"    const float t_{name} = {cm(expr)};")
         return var(f"t_{name}")
 
+    guard = "valid && live" if p.seq else "valid"
+
     def store(target, expr, sid):
-        emit_line(f"    if (valid) {cm(target)} = {cm(expr)};")
+        emit_line(f"    if ({guard}) {cm(target)} = {cm(expr)};")
 
     split = p.ks > 1
     if split and (p.ks & (p.ks - 1) or p.ks > WARP or GD % 4):
         raise ValueError(f"rnn_persistent_grid_bwd: k split {p.ks}: expected a power of two "
                          f"<= {WARP} and gates x channels ({GD}) a multiple of 4")
+    if p.wglobal and not split:
+        raise ValueError("rnn_persistent_grid_bwd: weights from global memory need the split "
+                         "form (ks > 1)")
     items = p.items
-    # the group's rows of U, us[jj][c]: a work-item reads four columns of its row at once
     KR = KP + PAD
-    emit_line(f"  for (int i = lid; i < {KR * JB}; i += {items}) {{")
-    emit_line(f"    const int q = i / {KR}, c = i - q * {KR};")
-    emit_line(f"    us[i] = (c < {GD} && j0 + q < {DHC}) ? u[u_off + (j0 + q) * {GD} + c] : 0.0f;")
-    emit_line("  }")
+    if not p.wglobal:
+        # the group's rows of U, us[jj][c]: a work-item reads four columns of its row at once
+        emit_line(f"  for (int i = lid; i < {KR * JB}; i += {items}) {{")
+        emit_line(f"    const int q = i / {KR}, c = i - q * {KR};")
+        emit_line(f"    us[i] = (c < {GD} && j0 + q < {DHC}) ? "
+                  f"u[u_off + (j0 + q) * {GD} + c] : 0.0f;")
+        emit_line("  }")
     emit_line("  int epoch = 0;")
     emit_line("  for (int k = 0; k < steps; ++k) {")
     emit_line("    const int t = reverse ? k : steps - 1 - k;")
@@ -158,21 +176,40 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
         "carry_off": "0",
     }
     assert set(offs) == set(STAGE_OFFSETS)
+    # with lengths, a row's gradient enters (left to right) or leaves (right to left) at its
+    # sequence's last step: those four offsets depend on the row, the rest on the step only
+    by_row = {"dh_b_off": ("dh_b_run", "!reverse", "dh_first"),
+              "dc_off": ("dc_run", "!reverse", "dc_first"),
+              "dhp_off": ("dhp_run", "reverse", "dh_last"),
+              "dc_prev_off": ("dc_prev_run", "reverse", "dc_last")} if p.seq else {}
     for name in STAGE_OFFSETS:
-        emit_line(f"    const int {name} = {offs[name]};")
+        emit_line(f"    const int {by_row[name][0] if name in by_row else name} = {offs[name]};")
+    if p.seq:  # running rows at t, and at the neighbouring step in forward time
+        emit_line("    const int bt = seq[seq_off + t];")
+        emit_line("    const int bn = t + 1 < steps ? seq[seq_off + t + 1] : 0;")
     if split:  # the cell's batch x jb outputs spread over the group's items
         emit_line(f"    for (int oi = lid; oi < {N * JB}; oi += {items}) {{")
         emit_line(f"    const int n = oi / {JB}, jj = oi - n * {JB};")
         emit_line(f"    const bool valid = j0 + jj < {DHC};")
         emit_line(f"    const int j = min(j0 + jj, {DHC - 1});")
+    if p.seq:
+        emit_line("    const bool live = n < bt, ends = live && n >= bn;")
+        for name, (run, side, edge) in by_row.items():
+            emit_line(f"    const int {name} = ({side} && ends) ? {edge} : {run};")
     stage_ops(bp, emit, store)
     if split:
         emit_line("    }")
     # every group's gate gradients of this step are written before any group reads them
     emit_line(f"    pd_grid_sync(bar + bar_off, {p.groups}, ++epoch);")
     target = f"dhp[dhp_off + n * {DHC} + j]"
+    live = ""
+    if p.seq:  # the product's running rows, each into its own dh_prev destination (at the
+        # last step the others' would land on the initial-state gradients of sequences
+        # that ended before)
+        target = (f"dhp[((reverse && n >= bn) ? dh_last : dhp_run) + n * {DHC} + j]")
+        live = " && n < bt"
     if split:
-        body.extend(_split_product_lines(p, GD, KR, target, gemm_adds))
+        body.extend(_split_product_lines(p, GD, KR, target, gemm_adds, live))
     else:
         emit_line("    volatile __global const float *dg = dgh + dgh_off;")
         emit_line("    float4 acc4 = (float4)(0.0f);")
@@ -183,24 +220,24 @@ def build_grid_bwd(p: GridBackwardProblem) -> KernelSource:
             f"      for (int c4 = 0; c4 < {KC // 4}; ++c4)",
             "        acc4 = fma(x4[c4], w4[c4], acc4);"], idx="cc", pad=PAD))
         emit_line("    const float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
-        emit_line(f"    if (valid) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
+        emit_line(f"    if (valid{live}) {target} = {target + ' + acc' if gemm_adds else 'acc'};")
     emit_line("  }")
 
     name = f"pydnnl_rnn_grid_bwd_{spec.name}"
-    params = ["__global int *bar" if b == "bar" else f"__global float *{b}" for b in BUFFERS]
-    params += [f"int {a}" for a in BASE_ARGS + SIZE_ARGS]
+    names = arg_names(BUFFERS, BASE_ARGS, SIZE_ARGS, p.seq)
+    params = ["__global int *bar" if b == "bar" else "__global const int *seq" if b == "seq"
+              else f"__global float *{b}" if b in BUFFERS else f"int {b}" for b in names]
     if split:
         pos = [f"  const int kp = lid % {p.ks}, nb = lid / {p.ks}, jj = 0;"]
-        source = kernel_lines(name, params, items, "", JB, DHC, KR * JB, 4, body,
-                              pos=pos, shuffles=True)
+        source = kernel_lines(name, params, items, "", JB, DHC, 4 if p.wglobal else KR * JB, 4,
+                              body, pos=pos, shuffles=True)
     else:
         source = kernel_lines(name, params, items, "n", JB, DHC, KR * JB, N * (KC + PAD), body)
-    return KernelSource(name, source, (p.groups * items,), (items,),
-                        BUFFERS + BASE_ARGS + SIZE_ARGS)
+    return KernelSource(name, source, (p.groups * items,), (items,), names)
 
 
 def _split_product_lines(p: GridBackwardProblem, GD: int, KR: int, target: str,
-                         gemm_adds: bool) -> list[str]:
+                         gemm_adds: bool, live: str = "") -> list[str]:
     """The split form's ``dh_prev = dG U^T`` for one step: item (nb, kp) multiplies rows
     ``nb * rn ..`` of dG (float4 reads of global memory, written by every group before the
     grid barrier, read around the L1 cache) by every channel's row of U in local memory over
@@ -208,17 +245,22 @@ def _split_product_lines(p: GridBackwardProblem, GD: int, KR: int, target: str,
     after which lane v stores output v (row ``v / jb``, channel ``v % jb``)."""
     N, DHC, JB, RN, KS = p.batch, p.dhc, p.jb, p.rn, p.ks
     GD4 = GD // 4
+    if p.wglobal:  # row j0 + q of U (clamped: the last group's rows past DHC are not stored)
+        read_w = (f"w[q] = u4[min(j0 + q, {DHC - 1}) * {GD4} + c4];")
+    else:
+        read_w = f"w[q] = *(const __local float4 *)(us + q * {KR} + 4 * c4);"
     out = [f"    float acc[{RN * JB}];",
            "    #pragma unroll",
            f"    for (int v = 0; v < {RN * JB}; ++v) acc[v] = 0.0f;",
            "    volatile __global const float4 *dg4 = (volatile __global const float4 *)"
-           "(dgh + dgh_off);",
+           "(dgh + dgh_off);"] + ([
+           "    const __global float4 *u4 = (const __global float4 *)(u + u_off);"]
+           if p.wglobal else []) + [
            "    #pragma unroll 2",
            f"    for (int c4 = kp; c4 < {GD4}; c4 += {KS}) {{",
            f"      float4 w[{JB}];",
            "      #pragma unroll",
-           f"      for (int q = 0; q < {JB}; ++q) "
-           f"w[q] = *(const __local float4 *)(us + q * {KR} + 4 * c4);",
+           f"      for (int q = 0; q < {JB}; ++q) {read_w}",
            "      #pragma unroll",
            f"      for (int r = 0; r < {RN}; ++r) {{",
            f"        const float4 x = dg4[min(nb * {RN} + r, {N - 1}) * {GD4} + c4];",
@@ -239,7 +281,7 @@ def _split_product_lines(p: GridBackwardProblem, GD: int, KR: int, target: str,
             f"      for (int u2 = 1; u2 < {RN * JB}; ++u2) a = u2 == v ? acc[u2] : a;",
             f"      const int n = nb * {RN} + v / {JB}, jv = v % {JB};",
             "      const int j = j0 + jv;",
-            f"      if (v < {RN * JB} && n < {N} && j < {DHC}) "
+            f"      if (v < {RN * JB} && n < {N} && j < {DHC}{live}) "
             f"{target} = {target + ' + a' if gemm_adds else 'a'};",
             "    }",
             # the next step's cell reads these values in other items of the group

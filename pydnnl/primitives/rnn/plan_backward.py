@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ...constants import (
     ARG_AUGRU_ATTENTION,
     ARG_BIAS,
@@ -59,7 +61,7 @@ from ...runtime.gemm import GemmShape, get_gemm
 from ...runtime.heuristics import reduction as reduction_rules
 from ...runtime.heuristics import rnn as rnn_rules
 from ...runtime.heuristics.reduction import colsum_row_lanes
-from ...runtime.plan import SCRATCH, Ref
+from ...runtime.plan import INDEX, SCRATCH, Ref
 from .layout import Regions, dropout_active, kernel_desc, region_desc, xin_offset
 from .plan_common import PlanBuilder, reserve_no_bias, reserve_packed, role_gemm
 from .plan_forward import _DIRECT, clip_key
@@ -86,23 +88,30 @@ def _canon(pd, name: str) -> bool:
 def grid_backward(engine, s) -> GridBackwardProblem | None:
     """The grid-wide one-launch backward of this problem (NVIDIA GPUs, one-stage cells; see
     :mod:`pydnnl.kernels.rnn_persistent_grid_bwd`) where the device rule gives it channels per
-    work-group; None otherwise (sequence lengths, projections and several stages run per step)."""
-    if not (s.ext.seq_lengths is None and not s.projection and s.SIC == s.DHC == s.DIC
+    work-group, its weights in local memory or (too large) read from global memory; None
+    otherwise (projections and several stages run per step)."""
+    if not (not s.projection and s.SIC == s.DHC == s.DIC and s.int8 is None
             and supported(s.spec.name, s.peephole) and s.G <= rnn_rules.GRID_BWD_MAX_GATES):
         return None
+    from .plan_forward import clip_key
 
-    def make(jb):
-        from .plan_forward import clip_key
+    first = first_dhp_writer(s.spec, s.peephole)
+    GD = s.G * s.DHC
 
-        first = first_dhp_writer(s.spec, s.peephole)
-        rn, ks = rnn_rules.grid_backward_split(engine.info, s.N, jb, s.G * s.DHC)
+    def make(jb, rn, ks, wglobal=False):
         return GridBackwardProblem(s.spec.name, s.peephole, s.activation, s.alpha, s.DHC, s.N,
                                    jb, clip=clip_key(s), dhp_assign=first == ("elementwise", 0),
-                                   rn=rn, ks=ks)
+                                   rn=rn, ks=ks, wglobal=wglobal,
+                                   seq=s.ext.seq_lengths is not None)
 
-    jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC,
-                                   lambda jb: make(jb).local_bytes(s.G))
-    return None if jb is None else make(jb)
+    def local(jb):
+        return make(jb, *rnn_rules.grid_backward_split(engine.info, s.N, jb, GD))
+
+    jb = rnn_rules.grid_recurrence(engine.info, s.N, s.DHC, lambda jb: local(jb).local_bytes(s.G))
+    if jb is not None:
+        return local(jb)
+    form = rnn_rules.grid_backward_global(engine.info, s.N, s.DHC, GD)
+    return None if form is None else make(*form, wglobal=True)
 
 
 def weight_gemms(s, grid: bool = False, ut_copy: bool = False) -> dict:
@@ -297,7 +306,7 @@ class BackwardPlanBuilder(PlanBuilder):
 
         # -- kernels -----------------------------------------------------------------------------
         grid = grid_backward(eng, s)
-        self.grid = grid is not None
+        self.grid, self.grid_form = grid is not None, grid
         if self.grid:
             self.recurrence = self.plan.get("rnn_persistent_grid_bwd", grid, build_grid_bwd)
             self.plan.zero(scr, sc["grid_bar"], 2 * s.L * s.D)
@@ -561,6 +570,7 @@ class BackwardPlanBuilder(PlanBuilder):
         per_g = N * s.G * DHC
         u_ref, u_base = self.src["weights_iter_desc"]
         last_parity = "dh%d" % (T % 2)
+        sfx = "" if self.seq is None else "s"  # sorted copies of the state gradients
         vals = {
             "gates": ws, "c": ws, "c_prev": ws, "h_prev": ws, "gh": ws,
             "att": att[0] if att else scr, "peep": peep[0] if peep else scr, "bias": b_ref,
@@ -577,18 +587,26 @@ class BackwardPlanBuilder(PlanBuilder):
             "dhl0": self._dhl(d), "dgx0": sc["dgx"], "dgh0": sc["dgh"],
             "datt0": sc["datt"] if "datt" in sc else 0,
             "dpeep0": sc["dpeep"] if "dpeep" in sc else 0,
-            "dh_first": (sc["ddi"] + ld * N * s.DIC) if "ddi" in sc else sc["zero"],
-            "dc_first": (sc["ddic"] + ld * N * DHC) if "ddic" in sc else sc["zero"],
+            "dh_first": (sc["ddi" + sfx] + ld * N * s.DIC) if "ddi" in sc else sc["zero"],
+            "dc_first": (sc["ddic" + sfx] + ld * N * DHC) if "ddic" in sc else sc["zero"],
             "dh_buf0": sc["dh0"], "dh_buf1": sc["dh1"],
             "dc_buf0": sc["dc0"] if "dc0" in sc else 0,
             "dc_buf1": sc["dc1"] if "dc1" in sc else 0,
-            "dh_last": (sc["dsi"] + ld * N * s.SIC) if "dsi" in sc else sc[last_parity],
-            "dc_last": ((sc["dsic"] + ld * N * DHC) if "dsic" in sc
+            "dh_last": (sc["dsi" + sfx] + ld * N * s.SIC) if "dsi" in sc else sc[last_parity],
+            "dc_last": ((sc["dsic" + sfx] + ld * N * DHC) if "dsic" in sc
                         else sc["dc%d" % (T % 2)] if "dc0" in sc else 0),
             "u_off": u_base + ld * s.SIC * s.G * DHC,
             "bar_off": sc["grid_bar"] + 2 * ld,
             "steps": T, "reverse": 0 if self._ltr(d) else 1,
         }
+        if self.seq is not None:
+            # running rows per step (the forward's table; its packed offsets unused here)
+            if getattr(self, "_seq_table", None) is None:
+                self._seq_table = self.plan.index(np.concatenate([self.seq.batch, self.seq.off]))
+            vals.update(seq=INDEX, seq_off=self._seq_table)
+        # float4 reads of U's rows (global-weights form): staged copies and user buffers
+        # start on a 16-byte boundary, and layers lie G * DHC (a multiple of 4) floats apart
+        assert not (self.grid_form.wglobal and vals["u_off"] % 4), vals["u_off"]
         self.plan.launch(self.recurrence, **vals)
 
     def _plan_weight_grads(self, l: int, d: int, order: list[int]) -> None:

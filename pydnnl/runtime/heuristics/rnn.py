@@ -245,6 +245,42 @@ def grid_backward_split(info, batch: int, jb: int, gd: int) -> tuple[int, int]:
     return rn, ks
 
 
+# Where the split form's rows of U outgrow local memory (DeepSpeech2's 800-channel LBR-GRU:
+# 7 channels x 2400 columns, 67 KiB against 48) the product reads them from global memory
+# every step (``wglobal``), each item's rows re-reading the group's slice from the L1 cache.
+# Up to GRID_BWD_GLOBAL_MAX_BATCH rows; a group holds ceil(channels / compute units) channels
+# and GRID_BWD_GLOBAL_ROWS rows per item, k split over a warp's lanes. H200, T 100, N 16
+# (benchdnn BWD_DW min ms, per step -> this form, cuDNN): LBR-GRU 800 4.41 -> 3.68 (5.46),
+# LSTM 800 (90 KiB slices) 4.80 -> 4.39 (6.27); LSTM 1760 T 50 (394 KiB slices, beyond the
+# L1) 6.89 -> 11.85 (9.20), hence GRID_BWD_GLOBAL_MAX_SLICE. The DeepSpeech2 layer with
+# lengths (bidirectional, kernel ms of the grid backward, 1 / 2 / 4 rows an item): 2.73 /
+# 2.18 / 3.52, against 7.72 for the whole per-step backward.
+GRID_BWD_GLOBAL_MAX_BATCH = 16
+GRID_BWD_GLOBAL_ROWS = 2
+GRID_BWD_GLOBAL_REGISTERS = 96  # floats an item may hold: rows x channels sums + weights
+GRID_BWD_GLOBAL_MAX_SLICE = 128 << 10  # bytes of U a group reads every step
+
+
+def grid_backward_global(info, batch: int, dhc: int, gd: int) -> tuple[int, int, int] | None:
+    """``(jb, rn, ks)`` of the grid-wide backward reading its weights from global memory:
+    channels per group, rows per item, lanes per k range; None where the device has no grid
+    form, the batch is large, the gates' columns do not come in float4s, a group's slice of
+    the weights outgrows the cache or its registers would not hold its sums."""
+    if (not (info.is_gpu and info.inline_ptx) or info.compute_units < 2 or gd % 4
+            or batch > GRID_BWD_GLOBAL_MAX_BATCH):
+        return None
+    jb = -(-dhc // info.compute_units)
+    if 4 * jb * gd > GRID_BWD_GLOBAL_MAX_SLICE:
+        return None
+    rn = min(batch, GRID_BWD_GLOBAL_ROWS)
+    ks = GRID_BWD_SPLIT_LANES
+    while -(-batch // rn) * ks > min(GRID_MAX_ITEMS, info.max_work_group_size):
+        rn *= 2
+    if rn * jb + 4 * jb > GRID_BWD_GLOBAL_REGISTERS:
+        return None
+    return jb, rn, ks
+
+
 # The per-step backward's recurrent GEMM (dh_prev = dG U^T, few rows, k = gates x channels)
 # read U transposed as it lies: on an H200 the DeepSpeech2-like training's (32 x 1760 x
 # 7040, split 16 along k) took 157 us a step, against 62 for the forward's 32 x 7040 x 1760

@@ -288,11 +288,14 @@ def test_grid_global_weights_match_reference(engine, stream, monkeypatch, name, 
 
 
 def _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1, what):
-    """Training outputs and gradients ``out1``, ``g1`` against the per-step forward's (every
-    forcing undone first)."""
+    """Training outputs and gradients ``out1``, ``g1`` against the per-step forward's and
+    backward's (every forcing undone first)."""
+    from pydnnl.primitives.rnn import plan_backward
+
     monkeypatch.undo()
     _force(monkeypatch, False)
     monkeypatch.setattr(plan_forward, "grid_problem", lambda engine, s, training: None)
+    monkeypatch.setattr(plan_backward, "grid_backward", lambda engine, s: None)
     out0, g0, fwd0 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     assert not (fwd0._plan.grid or fwd0._plan.persistent)
     for k, got in out1.items():
@@ -392,22 +395,89 @@ def _lengths_match_reference(engine, stream, p, arrays, what):
     return fwd
 
 
+def _record_grid_bwd(monkeypatch, form=None) -> list:
+    """The backward's grid problems as planned; ``form`` ``(jb, rn, ks)`` forces the
+    global-weights form with that many channels per group, rows per item and k lanes."""
+    from pydnnl.primitives.rnn import plan_backward
+
+    rule = plan_backward.grid_backward
+    taken = []
+
+    def record(engine, s):
+        g = rule(engine, s)
+        if g is not None and form is not None:
+            g = dataclasses.replace(g, wglobal=True, jb=form[0], rn=form[1], ks=form[2])
+        taken.append(g)
+        return g
+
+    monkeypatch.setattr(plan_backward, "grid_backward", record)
+    return taken
+
+
+@pytest.mark.parametrize("bwd", ["rule", "global"])
 @pytest.mark.parametrize("name", list(SEQ_CASES))
 def test_grid_sequence_lengths_training_gives_the_same_gradients(engine, stream, monkeypatch,
-                                                                 name):
-    """The grid forward with lengths fills the workspace the per-step backward reads (rows
-    past a sequence's end hold carried, finite states; no gates): outputs and gradients equal
-    the per-step forward's."""
+                                                                 name, bwd):
+    """The grid forward with lengths fills the workspace the backward reads (rows past a
+    sequence's end hold carried, finite states; no gates), and the grid backward with
+    lengths (one-stage cells; weights where the rule puts them, or forced to global memory
+    with 5 channels a group and 3 rows an item) runs each step's rows: outputs and gradients
+    equal the per-step forward's and backward's."""
     _needs_grid(engine)
     p, form = SEQ_CASES[name]
     planned = _force_seq_grid(monkeypatch, form)
+    taken = _record_grid_bwd(monkeypatch, (5, 3, 8) if bwd == "global" else None)
     a = _grid_arrays(p, 17)
     rng = np.random.default_rng(6)
     dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
     out1, g1, fwd1 = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
     assert fwd1._plan.grid and planned and all(g.seq for g in planned)
+    if p.cell == "gru":  # two stages: the backward runs per step
+        assert taken and all(g is None for g in taken)
+    else:
+        assert taken and all(g.seq and g.wglobal == (bwd == "global") for g in taken)
     _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
-                      f"the grid forward with lengths {name}")
+                      f"the grid forms with lengths {name} (backward: {bwd})")
+
+
+@pytest.mark.parametrize("form", [(16, 3, 8), (5, 1, 32), (7, 2, 32)])
+@pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "lstm_clip_r2l", "rnn_r2l", "lbr_gru"])
+def test_grid_backward_global_weights(engine, stream, monkeypatch, name, form):
+    """The grid backward reading U from global memory every step, forced: channels per group
+    (ragged last groups: 40 / 16, 132 / 5, 300 / 7, ...), rows per item (3: a ragged last
+    item), k lanes; gradients against the per-step backward's."""
+    _needs_grid(engine)
+    p = GLOBAL_CASES["lbr_gru_L2"] if name == "lbr_gru" else GRID_CASES[name]
+    a = _grid_arrays(p, 21)
+    rng = np.random.default_rng(8)
+    dd = {k: rng.uniform(-1, 1, d) for k, d in p.dims().items() if k.startswith("dst")}
+    _force_grid(monkeypatch)
+    taken = _record_grid_bwd(monkeypatch, form)
+    out1, g1, _ = run(engine, stream, p, a, diff_dst=dd, prop=TRAIN)
+    assert taken and all(g.wglobal and (g.jb, g.rn, g.ks) == form for g in taken)
+    _same_as_per_step(engine, stream, monkeypatch, p, a, dd, out1, g1,
+                      f"the global-weights grid backward {form} {name}")
+
+
+def test_grid_backward_global_rule():
+    """Global weights for the backward: a group of ceil(channels / units) channels, two rows
+    an item (doubled until the group fits), a warp's lanes per k range; None for large
+    batches, columns not in float4s, slices beyond the cache, sums outgrowing the registers,
+    devices without PTX."""
+    from types import SimpleNamespace
+
+    h200 = SimpleNamespace(is_gpu=True, inline_ptx=True, compute_units=132,
+                           max_work_group_size=1024, local_mem_bytes=48 << 10)
+    assert rnn_rules.grid_backward_global(h200, 16, 800, 2400) == (7, 2, 32)
+    assert rnn_rules.grid_backward_global(h200, 1, 800, 2400) == (7, 1, 32)
+    assert rnn_rules.grid_backward_global(h200, 16, 800, 3200) == (7, 2, 32)  # LSTM
+    assert rnn_rules.grid_backward_global(h200, 16, 1760, 7040) is None  # 394 KiB a group
+    assert rnn_rules.grid_backward_global(h200, 32, 800, 2400) is None
+    assert rnn_rules.grid_backward_global(h200, 16, 801, 2403) is None
+    many = SimpleNamespace(**{**vars(h200), "compute_units": 8})
+    assert rnn_rules.grid_backward_global(many, 16, 136, 136) is None  # 17 x 6 floats
+    assert rnn_rules.grid_backward_global(
+        SimpleNamespace(**{**vars(h200), "inline_ptx": False}), 16, 800, 2400) is None
 
 
 ONE_GROUP_SEQ = {  # the one-group form (any device) with lengths
