@@ -554,21 +554,23 @@ def reads_panels(engine, shape: GemmShape, width: int) -> bool:
 
 
 def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a: int = 0,
-                stride_b: int = 0, stride_c: int = 0):
+                stride_b: int = 0, stride_c: int = 0, panel: int | None = None):
     # (an epilogue in ``shape`` goes into the kernel; ``params`` were tuned without it)
     """The kernel of ``batch`` GEMMs of ``shape`` (operand ``t`` at ``off + t * stride``),
-    plain B, run-time offsets, with ``params``. Its run-time sizes (m, k and the batch
-    strides where the rules make them arguments: :func:`runtime_m`, :func:`runtime_k`) are
-    bound by name from :func:`batch_sizes`: one program serves, e.g., every tile count of
-    Winograd's batched products."""
+    plain B (``panel``: B packed in panels of that many columns, as :meth:`Gemm.packer`
+    writes them for ``params``), run-time offsets, with ``params``. Its run-time sizes (m, k
+    and the batch strides where the rules make them arguments: :func:`runtime_m`,
+    :func:`runtime_k`) are bound by name from :func:`batch_sizes`: one program serves, e.g.,
+    every tile count of Winograd's batched products."""
     shape = resolved(shape)
     bk = _batch(batch, dict(stride_a=stride_a, stride_b=stride_b, stride_c=stride_c))
-    prob = _problem(shape, **bk)
-    tile = rules.nv_tile(engine.info, prob, shape.math)
-    if tile is not None:
-        return _build_nv(engine, prob, tile)
+    if panel is None:
+        prob = _problem(shape, **bk)
+        tile = rules.nv_tile(engine.info, prob, shape.math)
+        if tile is not None:
+            return _build_nv(engine, prob, tile)
     strides = {k: v for k, v in bk.items() if k != "batch"}
-    prob = _problem(shape, None, runtime_m(shape, params, batch, strides),
+    prob = _problem(shape, panel, runtime_m(shape, params, batch, strides),
                     runtime_k(shape, params, batch, strides), **bk)
     return _build(engine, prob, params)
 

@@ -360,20 +360,48 @@ class Plan:
         self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off))
         return SCRATCH, off, g.packed_size, True
 
+    def pack_b_batched(self, shape: GemmShape, batch: int, b, b_off: int,
+                       stride: int) -> tuple[Ref, int, int, dict | None]:
+        """Have the ``batch`` B operands of a batched GEMM of ``shape`` (the first at
+        ``b_off`` of ``b``, then every ``stride`` elements) packed into the panels its tuned
+        kernel reads, one launch (e.g. once per execution, for every chunk's products).
+        Returns ``(ref, off, step, params)``: pass them on to :meth:`gemm_batched` (B
+        ``t`` at ``off + t * step``); ``params`` None where the tuned kernel reads plain B
+        (then B stays where it lies)."""
+        if self.dry:
+            size = shape.k * (shape.n + MAX_PANEL - 1)  # n rounded up to any panel width
+            self.steps.append(_Dry("pack_b"))
+            return SCRATCH, self.alloc(batch * size), size, None
+        sh = self._math(shape)
+        params = choose_params(self.engine, sh, static_b=True, batch=batch)
+        g = get_gemm(self.engine, sh, static_b=True, params=params)
+        if not g.packed:  # (the hand-written NVIDIA kernel, or a plain-B tile)
+            return b, int(b_off), int(stride), None
+        off = self.alloc(batch * g.packed_size)
+        pk = g.packer(batch, int(stride))
+        self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off))
+        return SCRATCH, off, g.packed_size, g.params
+
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
                      stride_c: int, a, a_off, b, b_off, c, c_off,
-                     bias: Ref | None = None, epilogue: dict | None = None) -> None:
+                     bias: Ref | None = None, epilogue: dict | None = None,
+                     params: dict | None = None) -> None:
         """``batch`` GEMMs of one ``shape`` in one launch, operand ``t`` at ``off + t *
         stride``, with the parameters tuned for one of them. Where the rules take m or k at
         run time, the strides are bound at launch too: one program for every m (k) of its
         class (e.g. Winograd's tile counts). ``bias`` and ``epilogue`` bind the epilogue's
-        operands as in :meth:`gemm`."""
+        operands as in :meth:`gemm`. ``params``: those :meth:`pack_b_batched` returned, B
+        then read in their panels."""
         if self.dry:
             self.steps.append(_Dry("gemm"))
             return
-        params = choose_params(self.engine, shape, static_b=False, batch=batch)
+        panel = None
+        if params is None:
+            params = choose_params(self.engine, shape, static_b=False, batch=batch)
+        else:
+            panel = int(params["cols"])
         k = gemm_kernel(self.engine, self._math(shape), params, batch=batch, stride_a=stride_a,
-                        stride_b=stride_b, stride_c=stride_c)
+                        stride_b=stride_b, stride_c=stride_c, panel=panel)
         sizes = batch_sizes(shape, stride_a, stride_b, stride_c, batch)
         self.launch(k, **self._operands(bias, epilogue), a=a, b=b, c=c,
                     a_off=a_off, b_off=b_off, c_off=c_off, **sizes)

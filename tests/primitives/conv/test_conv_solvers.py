@@ -225,3 +225,33 @@ def test_im2col_backward_data_split_along_k(engine, stream, tag, kernel):
     pd = res.pd
     plan = pd._solver.build_plan(pd._problem_, pd._params, pd._engine)
     assert "splitk_reduce" in plan.describe(), plan.describe()
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_d"])
+@pytest.mark.parametrize("case", [CHUNKED, WINO_CASES[2]], ids=str)
+def test_winograd_packed_filters(engine, stream, monkeypatch, direction, case):
+    """The transformed filters packed once per execution into the batched products' panels
+    (``heuristics.conv.winograd_packed_filter``, forced on the small problems; CPUs' register
+    tiles read them, the hand-written NVIDIA kernel keeps plain B): two groups over chunks of
+    one image (each chunk's products read the one packed copy), and 16 -> 8 channels (a
+    panel past the last column)."""
+    from pydnnl.runtime import plan as plan_mod
+    from pydnnl.runtime.heuristics import conv as conv_rules
+
+    monkeypatch.setattr(conv_rules, "WINOGRAD_PACK_MIN_TILES", 1)
+    monkeypatch.setattr(conv_rules, "WINOGRAD_PACK_MIN_B_BYTES", 0)
+    packed = []
+    real = plan_mod.Plan.pack_b_batched
+
+    def spy(self, *a, **kw):
+        out = real(self, *a, **kw)
+        if not self.dry:
+            packed.append(out[3] is not None)
+        return out
+
+    monkeypatch.setattr(plan_mod.Plan, "pack_b_batched", spy)
+    res = run_op(engine, stream, "conv", direction, case,
+                 algorithm=dnnl.algorithm.convolution_winograd,
+                 solver_params={"chunk_mb": 0.003}, seed=6)
+    assert packed and all(packed) == (not engine.info.is_gpu)
+    assert_close(res, WINO_RTOL, f"winograd packed filters {direction} {case}")

@@ -31,7 +31,7 @@ from ....kernels.conv_winograd import (
 )
 from ....kernels.sizevars import size_var
 from ....runtime.gemm import GemmShape
-from ....runtime.heuristics.conv import winograd_chunk_mb
+from ....runtime.heuristics.conv import winograd_chunk_mb, winograd_packed_filter
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
@@ -128,13 +128,20 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         "output", **common, act=a_out, act_n=a_out_n, bias=p.bias, bias_n=p.bias_n,
         post_ops=p.post_ops))
     shape = GemmShape(m=T, n=OCg, k=ICg, lda=ICg, ldb=OCg, ldc=OCg)
+    # the transformed filters as the products' B: packed once per execution into the
+    # panels of their tuned kernel where it reads packed B (CPUs' register tiles)
+    b_ref, b_off, b_step, b_params = SCRATCH, u_off, ICg * OCg, None
+    # (the dry run, without an engine, reserves the packed copy for any device)
+    if dry or winograd_packed_filter(engine.info, p.mb * TH * TW, 4 * ICg * OCg):
+        b_ref, b_off, b_step, b_params = plan.pack_b_batched(shape, 16 * G, SCRATCH, u_off,
+                                                             ICg * OCg)
     for c0 in range(0, p.mb, nb):
         plan.kernel("conv_winograd", ip, build_winograd, src=r_in, v=SCRATCH, n0=c0,
                     v_off=v_off, **i_sizes)
         # the 16 * G products in one batched launch (16 * G launches cost ~17 us each of
         # enqueue on NVIDIA's OpenCL, more than a small layer's GEMMs)
-        plan.gemm_batched(shape, 16 * G, T * ICg, ICg * OCg, T * OCg, SCRATCH, v_off,
-                          SCRATCH, u_off, SCRATCH, m_off)
+        plan.gemm_batched(shape, 16 * G, T * ICg, b_step, T * OCg, SCRATCH, v_off,
+                          b_ref, b_off, SCRATCH, m_off, params=b_params)
         plan.kernel("conv_winograd", op, build_winograd, mm=SCRATCH, dst=r_out, bias=BIAS,
                     n0=c0, m_off=m_off, **o_sizes)
     return plan
