@@ -273,7 +273,9 @@ def one_round_splits(info, k: int, first: int, min_k: int, blocks_of) -> int:
 # tiles) 16.6-17.2 -> 14.2-15.9; res3a (64 KiB, 6272) 17.6-18.7 -> 16.7-18.0; but mb 1 res4a
 # (49 tiles) 0.81-0.84 -> 0.94-0.95, res3a (196) 0.55-0.65 -> 0.62-0.76, and res2a (16 KiB
 # products, in L1) 0.70-0.72 either way. Hence packed from WINOGRAD_PACK_MIN_TILES tiles (all
-# chunks) and WINOGRAD_PACK_MIN_B_BYTES of B.
+# chunks) and WINOGRAD_PACK_MIN_B_BYTES of B. Backward weights' products (B: each chunk's
+# transformed activations, packed per chunk) measured no gain: mb 32 res5a 27.8-28.0 ->
+# 25.1-27.5, res3a 21.2-22.3 -> 22.8-23.4, mb 1 res2a 0.80-0.84 -> 0.94-0.95; not taken.
 WINOGRAD_PACK_MIN_TILES = 512
 WINOGRAD_PACK_MIN_B_BYTES = 64 << 10
 
