@@ -247,17 +247,17 @@ GLOBAL_CASES = {
 }
 
 
-@pytest.mark.parametrize("ks, kc, rn", [(128, 256, 4), (16, 64, 2), (1, 32, 3), (4, 128, 8),
-                                        (64, 64, 1)])
+@pytest.mark.parametrize("ks, kc, rn, jb", [(128, 256, 4, 16), (16, 64, 2, 16), (1, 32, 3, 16),
+                                            (4, 128, 8, 16), (64, 64, 1, 16), (8, 64, 2, 8)])
 @pytest.mark.parametrize("name", list(GLOBAL_CASES))
 @pytest.mark.parametrize("prop", ["infer", "train"])
 def test_grid_global_weights_match_reference(engine, stream, monkeypatch, name, ks, kc, rn,
-                                             prop):
+                                             jb, prop):
     """The form for weight slices that outgrow local memory, forced: weights read from global
     memory every step (a float4 of four channels per gate), k split over ks lanes (their sums
     meet by shuffles within a warp, then in local memory), rn rows per item (three: a ragged
-    last item; eight: more than the batch), 16 channels per group (a ragged last group), h
-    staged kc columns at a time (past the last channel too). Training also fills the
+    last item; eight: more than the batch), 16 or 8 channels per group (a ragged last group),
+    h staged kc columns at a time (past the last channel too). Training also fills the
     workspace the backward reads (its gradients against the per-step forms')."""
     _needs_grid(engine)
     _force_grid(monkeypatch)
@@ -265,7 +265,7 @@ def test_grid_global_weights_match_reference(engine, stream, monkeypatch, name, 
     rule = plan_forward.grid_problem
 
     def forced(*a):
-        planned.append(dataclasses.replace(rule(*a), wglobal=True, jb=16, ks=ks, kc=kc, rn=rn,
+        planned.append(dataclasses.replace(rule(*a), wglobal=True, jb=jb, ks=ks, kc=kc, rn=rn,
                                            swizzle=False))
         return planned[-1]
 
@@ -318,7 +318,8 @@ def test_grid_global_weights_rule():
         jb, ks, rn = rnn_rules.grid_global_weights(h100, n, 1760, 4)
         g = rpg.GridProblem("lstm", False, "tanh", 0.0, 1760, n, jb, kc=64, rn=rn, ks=ks,
                             wglobal=True)
-        assert jb % 16 == 0 and g.groups <= 132 and g.items % 32 == 0 and g.items <= 1024
+        assert jb % rnn_rules.GRID_GLOBAL_JB_ALIGN == 0 and g.groups <= 132
+        assert g.items % 32 == 0 and g.items <= 1024
         assert rn <= n and -(-n // rn) * (jb // 4) * ks <= g.items
     assert rnn_rules.grid_global_weights(h100, 1, 1762, 4) is None
     assert rnn_rules.grid_global_weights(h100, 32, 1760, 4) is None
