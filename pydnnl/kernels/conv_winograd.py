@@ -42,6 +42,7 @@ from .conv_common import (
     split_fast,
     sym_plain_layout,
 )
+from .conv_winograd_source import winograd_source
 from .sizevars import ceil_range, is_var, size_var, symbolize, value_args
 
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -156,6 +157,16 @@ def winograd_runtime(p: WinogradProblem) -> tuple[WinogradProblem, dict]:
 
 
 def build_winograd(p: WinogradProblem):
+    # the commonest problems' source comes from a printer (kernels.conv_winograd_source:
+    # the same kernels without loopy's code generation)
+    src = winograd_source(p)
+    if src is not None:
+        return src
+    return build_winograd_loopy(p)
+
+
+def build_winograd_loopy(p: WinogradProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     if p.stage == "filter":
         return _build_filter(p)
     if p.stage == "input":
@@ -607,5 +618,5 @@ def _build_wgrad(p: WinogradProblem):
                            [f"{{[sl]: 0 <= sl < {S}}}"] if rt else [])
 
 
-__all__ = ["WinogradProblem", "build_winograd", "winograd_runtime", "wgrad_along_oc", "BT", "AT",
-           "G_", "G2", "AT2"]
+__all__ = ["WinogradProblem", "build_winograd", "build_winograd_loopy", "winograd_runtime",
+           "wgrad_along_oc", "BT", "AT", "G_", "G2", "AT2"]
