@@ -253,5 +253,8 @@ def test_winograd_packed_filters(engine, stream, monkeypatch, direction, case):
     res = run_op(engine, stream, "conv", direction, case,
                  algorithm=dnnl.algorithm.convolution_winograd,
                  solver_params={"chunk_mb": 0.003}, seed=6)
-    assert packed and all(packed) == (not engine.info.is_gpu)
+    if engine.info.is_gpu:  # the rule packs on CPUs only
+        assert not packed
+    else:
+        assert packed and all(packed)
     assert_close(res, WINO_RTOL, f"winograd packed filters {direction} {case}")
