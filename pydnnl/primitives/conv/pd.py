@@ -28,6 +28,7 @@ from ...kernels.conv_common import grouped_layout, layout_of, swap_channel_dims
 from ...kernels.post_ops import describe as describe_post_ops
 from ...kernels.post_ops import reads_prior
 from ...memory import memory
+from ...memory.data_types import data_type
 from ...memory.desc import MemoryDesc
 from ...runtime.heuristics.conv import WORKSPACE_MEMORY_SHARE, workspace_limit
 from ...runtime.plan import ALIGN
@@ -332,6 +333,7 @@ class conv_pd_base(bias_queries, primitive_desc_base):
         nsp = len(self._geom.kernel)
         act_family, wei_order = s.preferred(self._conv_kind(), nsp)
         out = {}
+        wei_any = None  # the weights desc resolved here without a hint
         by_logical = {_LOGICAL[n]: (n, md) for n, md in self._user.items()}
         hint_md = {}
         if self._hint is not None:
@@ -360,7 +362,23 @@ class conv_pd_base(bias_queries, primitive_desc_base):
                 out[n] = MemoryDesc(md.dims, md.data_type, tag or _ACT_TAGS[act_family][nsp])
             else:
                 out[n] = MemoryDesc(md.dims, md.data_type, self._wei_tag(wei_order, nsp))
+                wei_any = n
+        if wei_any is not None:
+            self._solver_weights(s, out, wei_any)
         return out
+
+    def _solver_weights(self, s: Solver, out: dict, name: str) -> None:
+        """Replace the forward's resolved weights ``out[name]`` (an ``any`` without a hint)
+        by the blocked layout solver ``s`` reads fastest, where it has one (the im2col GEMM's
+        packed panels): only for a convolution of f32 tensors with non-grouped weights."""
+        if self._op != "convolution" or self._dir != "fwd" or self._geom.grouped_weights \
+                or any(md is not None and md.data_type != data_type.f32
+                       for md in out.values()):
+            return
+        problem, _ = self._problem(out, 0)
+        tag = s.weights_any(problem, self._engine, tuple(out[name].dims))
+        if tag is not None:
+            out[name] = MemoryDesc(out[name].dims, data_type.f32, tag)
 
     def _wei_tag(self, order: str, nsp: int) -> str:
         """Canonical tag of the user's weights dims storing the conv roles in ``order``."""

@@ -124,3 +124,34 @@ def dense_layout(sizes, order) -> tuple:
 
 def with_offset(layout: tuple, off: int) -> tuple:
     return (layout[0] + off, layout[1])
+
+
+def panel_layout(ocg: int, icg: int, kernel: tuple, width: int, off0: int = 0) -> tuple:
+    """Layout of grouped weights ``[1, OCg, ICg, k...]`` stored as a channels-last forward
+    GEMM's packed B (``[Kf, OCg]``, ``Kf`` in ``kic`` order) in panels of ``width`` columns:
+    ``[OCg / width][k...][ICg][width]``, the output channels padded to a multiple of
+    ``width`` (the memory desc tag ``A<k...>b<width>a`` of non-grouped weights)."""
+    ks: list = []
+    s = icg * width
+    for kd in reversed(kernel):
+        ks.insert(0, (1, s, ()))
+        s *= kd
+    kf = icg * prod(kernel)
+    return (off0, ((1, 0, ()), (width, kf * width, ((width, 1, 1),)), (1, width, ()), *ks))
+
+
+def panel_width_of(layout: tuple, ocg: int, icg: int, kernel: tuple) -> int | None:
+    """The panel width when ``layout`` (grouped weights, one group) is :func:`panel_layout`
+    of some width, else None."""
+    per = layout[1]
+    if len(per) != 3 + len(kernel) or per[0] != (1, 0, ()) or per[1][0] <= 1:
+        return None
+    w = per[1][0]
+    return w if layout == panel_layout(ocg, icg, kernel, w, layout[0]) else None
+
+
+def panel_tag(nsp: int, width: int) -> str:
+    """The memory desc tag of :func:`panel_layout` for non-grouped weights
+    ``[OC, IC, k...]`` with ``nsp`` spatial dims."""
+    return "A" + "cdefgh"[:nsp] + "b" + f"{width}a"
+

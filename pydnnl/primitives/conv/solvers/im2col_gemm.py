@@ -19,14 +19,20 @@ that are not a ``[OCg, ICg*K]`` or ``[ICg*K, OCg]`` matrix per group. 1x1 stride
 convolutions skip ``im2col``/``col2im`` in forward and backward data: the activations are the
 GEMM operands.
 
-Speed (``format_tag.any`` picks channels-last activations and ``[ICg*K, OCg]`` weights):
-every GEMM reads B packed in its kernel's panels (the weights once per execution, an
-activation B once per chunk); backward weights into ``[ICg*K, OCg]`` weights writes its
+Speed (``format_tag.any`` picks channels-last activations and ``[ICg*K, OCg]`` weights, or
+for a forward of one group whose tuned GEMM reads packed B the weights in its panels,
+``A<k...>b<w>a``, read where they lie): every GEMM reads B packed in its kernel's panels (the
+weights once per execution unless stored so, an activation B once per chunk); backward
+descriptors given such a forward as hint reorder the panels into their own packed B in one
+pass (backward data) or pack their plain result into them with the forward's packing kernel
+(backward weights); backward weights into ``[ICg*K, OCg]`` weights writes its
 patches transposed, ``[ICg*K, N*P]``, so that its GEMM reads A row by row (1x1 layers too);
 on GPUs that GEMM is split along its long k (``split_k``), as is backward data's where its
 tiles leave the device mostly idle (expanding 1x1 layers at mb 1). See docs/performance.md.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ....conv_shapes import ConvProblem
 from ....error import runtime_error
@@ -43,10 +49,20 @@ from ....kernels.conv_im2col import (
     im2col_runtime,
 )
 from ....kernels.reorder import ReorderProblem
-from ....runtime.gemm import GemmShape, split_nv_tile
+from ....runtime.gemm import GemmShape, get_gemm, packed_panel, reads_panels, split_nv_tile
 from ....runtime.heuristics.conv import copy_lanes, nv_resident_blocks, one_round_splits
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
-from ..problem import ActMatrix, WeiMatrix, act_matrix, dense_layout, wei_matrix, with_offset
+from ..problem import (
+    ActMatrix,
+    WeiMatrix,
+    act_matrix,
+    dense_layout,
+    panel_layout,
+    panel_tag,
+    panel_width_of,
+    wei_matrix,
+    with_offset,
+)
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
 from .direct import add_bias_grad
@@ -77,6 +93,21 @@ class Im2colGemmSolver(Solver):
 
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
         return _build(problem, params or {"chunk_mb": 64}, None, dry=True).scratch_bytes
+
+    def weights_any(self, problem: ConvProblem, engine, dims: tuple) -> str | None:
+        """The forward GEMM's packed panels (``A<k...>b<w>a``: output channels in panels of
+        the tuned kernel's width ``w``, then taps and input channels as its k runs) where it
+        multiplies channels-last rows by the weights as packed B, one group: the weights are
+        then read where they lie, not packed on every execution (ResNet-50 res5a_branch2b at
+        mb 1: 9.4 MB of weights). None elsewhere (the ``gkio`` order)."""
+        if problem.kind != "fwd" or problem.groups != 1 or len(dims) != 2 + problem.nsp \
+                or engine is None:
+            return None
+        seen: dict = {}
+        _build(problem, self.default_params(problem, engine), None, dry=True, seen=seen)
+        shape = seen.get("weights_gemm")
+        w = packed_panel(engine, shape) if shape is not None else None
+        return panel_tag(problem.nsp, w) if w is not None else None
 
     def build_plan(self, problem: ConvProblem, params: dict, engine) -> Plan:
         plan = _build(problem, params, engine, dry=False)
@@ -223,12 +254,14 @@ def _reserve_packs(plan: Plan, chunks: list, split_k: int) -> None:
             plan.alloc(top * _packed_elems(plan, shape), slot)
 
 
-def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
+def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None) -> None:
     """Add a chunk's GEMMs. Weights were packed once per execution; an activation B is
     packed here, one launch per evenly spaced run of its matrices, into a scratch region all
     chunks reuse (every operand of the register-tile kernel is then read contiguously, and a
     transposed B no longer costs a cache line per element). ``split_k``: GEMMs with an
-    activation B are split along k into at most this many slices (GPUs, backward weights)."""
+    activation B are split along k into at most this many slices (GPUs, backward weights).
+    ``wgemm``: the launcher of the GEMMs with the weights as B where it is not the tuned one
+    of their shape (weights stored in panels of another width)."""
     split, runs, rest = _pack_runs(calls, split_k, plan.engine)
     for i, s in split:
         c = calls[i]
@@ -241,7 +274,8 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
     for i in rest:
         shape, a, a_off, b, b_off, c, c_off, is_w = calls[i]
         if is_w:  # forward's weights: the GEMM may carry the bias (see _build)
-            plan.gemm(shape, a, a_off, b, b_off, c, c_off, packed=True,
+            plan.gemm(shape if wgemm is None else wgemm, a, a_off, b, b_off, c, c_off,
+                      packed=True,
                       bias=BIAS if shape.bias is not None else None)
         elif i in placed:
             ref, off, packed = placed[i]
@@ -250,7 +284,109 @@ def _emit(plan: Plan, calls: list, split_k: int = 1) -> None:
             plan.gemm(shape, a, a_off, b, b_off, c, c_off)
 
 
-def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
+def _panel_weights(plan: Plan, p: ConvProblem, shape: GemmShape, width: int) -> tuple:
+    """``(wpack, launcher)`` of a forward whose weights lie in packed panels of ``width``
+    columns: read in place by the tuned kernel where its panels are those (launcher None)
+    or it reads panels of ``width`` side by side; otherwise (a tuned width other than the
+    one the descriptor saw) reordered once per execution into the tuned kernel's packed B,
+    or its plain B, in the region a dry plan reserves for packing."""
+    if plan.dry:  # reserve the fallback's region (no engine: the tuned width is unknown)
+        return plan.pack_b(shape, WEI, p.wei[0]), None
+    shape = plan._math(shape)
+    g = plan.gemm_launcher(shape, static_b=True)
+    if g.packed and g.panel == width:
+        return (WEI, p.wei[0], 0, True), None
+    if reads_panels(plan.engine, shape, width):
+        return (WEI, p.wei[0], 0, True), get_gemm(plan.engine, shape, b_panel=width)
+    OCg, ICg, Kf = p.ocg, p.icg, p.icg * p.K
+    size = g.packed_size if g.packed else Kf * OCg
+    off = plan.alloc(size)
+    if g.packed:
+        lay = panel_layout(OCg, ICg, p.kernel, g.panel, off)
+        copies = [ReorderProblem.f32([1, OCg, ICg, *p.kernel], p.wei, p.wei_n, lay, off + size)]
+    else:  # plain B [Kf, OCg], kic order
+        copies = _panel_copies(p, width, off, False)
+    for rp in copies:
+        plan.reorder(rp, WEI, SCRATCH)
+    return (SCRATCH, off, size, True), None
+
+
+def _panel_copies(p: ConvProblem, width: int, plain_off: int, to_panels: bool) -> list:
+    """Reorders between weights in the forward's panels of ``width`` (``WEI``) and the plain
+    ``[Kf, OCg]`` matrix (kic order, one group) at ``plain_off`` of the scratchpad, as
+    strided views over ``[panels, Kf, width]`` (whole panels, then the last partial one):
+    both sides then run with unit stride innermost (the blocked layout's generic reorder
+    ran 10-20x slower on ResNet-50's res5 weights)."""
+    OCg, Kf = p.ocg, p.icg * p.K
+    off0 = p.wei[0]
+    full, tail = divmod(OCg, width)
+    out = []
+    for n, cols, po, wo in ((full, width, 0, 0), (1 if tail else 0, tail, full * width,
+                                                   full * Kf * width)):
+        if n == 0:
+            continue
+        plain = (plain_off + po, ((1, width, ()), (1, OCg, ()), (1, 1, ())))
+        panels = (off0 + wo, ((1, Kf * width, ()), (1, width, ()), (1, 1, ())))
+        plain_n = plain_off + OCg * Kf
+        src, dst = (plain, panels) if to_panels else (panels, plain)
+        src_n, dst_n = (plain_n, p.wei_n) if to_panels else (p.wei_n, plain_n)
+        out.append(ReorderProblem.f32([n, Kf, cols], src, src_n, dst, dst_n))
+    return out
+
+
+def _transposed_panels(plan: Plan, p: ConvProblem, shape: GemmShape,
+                       width: int) -> tuple | None:
+    """Backward data's weights B (``[OCg, Kf]``) from weights in the forward's panels of
+    ``width``: reordered straight into the tuned kernel's packed B (panels of ``w`` columns
+    of ``Kf``), one pass instead of a plain copy and its packing, where ``w`` divides ``Kf``
+    (``wpack``); else None."""
+    g = plan.gemm_launcher(plan._math(shape), static_b=True)
+    OCg, Kf = p.ocg, p.icg * p.K
+    if not g.packed or Kf % g.panel:
+        return None
+    wq = g.panel
+    off = plan.alloc(g.packed_size)
+    end = off + g.packed_size
+    full, tail = divmod(OCg, width)
+    for n, rows, po in ((full, width, 0), (1 if tail else 0, tail, full)):
+        if n == 0:
+            continue
+        src = (p.wei[0] + po * Kf * width,
+               ((1, Kf * width, ()), (1, 1, ()), (1, wq * width, ()), (1, width, ())))
+        dst = (off + po * width * wq,
+               ((1, width * wq, ()), (1, wq, ()), (1, OCg * wq, ()), (1, 1, ())))
+        plan.reorder(ReorderProblem.f32([n, rows, Kf // wq, wq], src, p.wei_n, dst, end),
+                     WEI, SCRATCH)
+    return SCRATCH, off, g.packed_size, True
+
+
+def _pack_into_panels(plan: Plan, p: ConvProblem, width: int, plain_off: int) -> bool:
+    """Backward weights into the forward's panels of ``width``: the plain ``[Kf, OCg]``
+    result at ``plain_off`` of the scratchpad packed into them by the forward GEMM's own
+    packing kernel (one launch, as fast as the forward's packing was), where that GEMM still
+    reads panels of ``width``; False otherwise (then reordered)."""
+    if plan.dry:
+        return False
+    fwd = replace(p, kind="fwd")
+    seen: dict = {}
+    _build(fwd, Im2colGemmSolver().default_params(fwd, plan.engine), None, dry=True,
+           seen=seen)
+    shape = seen.get("weights_gemm")
+    if shape is None:
+        return False
+    g = plan.gemm_launcher(plan._math(shape), static_b=True)
+    if not g.packed or g.panel != width or g.packed_size != width * -(-p.ocg // width) * (
+            p.icg * p.K):
+        return False
+    pk = g.packer(1, 0)
+    plan.launch(pk, g.packer_args(pk, SCRATCH, plain_off, WEI, p.wei[0]))
+    return True
+
+
+def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = None) -> Plan:
+    """The plan of ``p``; ``seen`` (a dry plan's caller) gets the forward's weights GEMM
+    shape (``weights_gemm``) where it reads the weights as packed B over channels-last
+    rows with ``[Kf, OCg]`` weights."""
     plan = Plan(engine, "im2col_gemm", params, dry=dry)
     pi = per_item(engine)
     lanes = copy_lanes(engine.info if engine is not None else None)
@@ -295,7 +431,16 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     # -- weights as a GEMM matrix --------------------------------------------------------------
     W = wei_matrix(p.wei, OCg, ICg, p.kernel)
     w_ref = WEI
+    # weights stored as the forward GEMM's packed panels (format_tag.any of a forward on
+    # channels-last activations, and its backward descriptors): the forward reads them in
+    # place, backward data reorders them straight into its own packed B where its panels
+    # allow (else, and backward weights, through the plain copy below)
+    panel_w = panel_width_of(p.wei, OCg, ICg, p.kernel) if G == 1 else None
+    wpanels = panel_w is not None and mode == "hwc" and p.kind == "fwd"
+    if wpanels:  # as [Kf, OCg] in kic order, for the GEMM shapes
+        W = WeiMatrix("ko", "kic", OCg, 0, p.wei[0])
     staged_W = W is None
+    w_copy = None  # the copy of staged weights into the scratchpad, added before it is read
     if staged_W:
         if mode == "hwc":  # per group [k..., ic, oc]
             order = [0, *range(3, 3 + nsp), 2, 1]
@@ -308,8 +453,9 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         W = WeiMatrix(form, kfo, Kf if form == "ok" else OCg, OCg * Kf, w_off)
         w_ref = SCRATCH
         if p.kind != "bwd_w":
-            plan.reorder(ReorderProblem.f32([G, OCg, ICg, *p.kernel], p.wei, p.wei_n, w_lay,
-                                            w_off + G * OCg * Kf), WEI, SCRATCH)
+            w_copy = ([ReorderProblem.f32([G, OCg, ICg, *p.kernel], p.wei, p.wei_n, w_lay,
+                                          w_off + G * OCg * Kf)] if panel_w is None or
+                      mode != "hwc" else _panel_copies(p, panel_w, w_off, False))
 
     # -- 1x1 shortcut: the src-side activation is the column matrix itself ---------------------
     S = None
@@ -357,7 +503,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
 
     # weights as B (forward and backward data over channels-last rows): packed once per
     # execution for every group; the GEMM shape is the same for every chunk
-    wpack = None
+    wpack, wgemm = None, None
     split_k = int(params.get("split_k", 1))
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
@@ -372,7 +518,19 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             shape = GemmShape(m=rows, n=Kf, k=OCg, lda=T.ld, ldb=W.ld,
                               ldc=Kf if S is None else S.ld, trans_a=False,
                               trans_b=W.form == "ko")
-        wpack = plan.pack_b(shape, w_ref, W.offset(0), G, W.sg)
+        if seen is not None and p.kind == "fwd" and G == 1 and W.form == "ko":
+            seen["weights_gemm"] = shape
+        if wpanels:
+            wpack, wgemm = _panel_weights(plan, p, shape, panel_w)
+        elif panel_w is not None and p.kind == "bwd_d" and not dry:
+            wpack = _transposed_panels(plan, p, shape, panel_w)
+        if wpack is None:
+            for rp in w_copy or ():
+                plan.reorder(rp, WEI, SCRATCH)
+            wpack = plan.pack_b(shape, w_ref, W.offset(0), G, W.sg)
+        w_copy = None  # (read as the packed B, or copied in)
+    for rp in w_copy or ():
+        plan.reorder(rp, WEI, SCRATCH)
 
     def weights_b(g: int):
         """Where the GEMMs read group ``g``'s weights as B (packed): (ref, offset)."""
@@ -459,7 +617,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             ip, sizes = im2col_runtime(ip)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
                         col_off=col_off, **sizes)
-        _emit(plan, calls, split_k)
+        _emit(plan, calls, split_k, wgemm)
         if p.kind == "bwd_d" and S is None:
             cp = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
@@ -494,7 +652,11 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
         plan.kernel("conv_epilogue", ep, build_epilogue, dst=SRC, bias=BIAS, n0=0, acc_off=0,
                     **sizes)
     if p.kind == "bwd_w":
-        if staged_W:
+        if staged_W and panel_w is not None and mode == "hwc":
+            if not _pack_into_panels(plan, p, panel_w, w_off):
+                for rp in _panel_copies(p, panel_w, w_off, True):
+                    plan.reorder(rp, SCRATCH, WEI)
+        elif staged_W:
             plan.reorder(ReorderProblem.f32([G, OCg, ICg, *p.kernel], w_lay,
                                             w_off + G * OCg * Kf, p.wei, p.wei_n), SCRATCH, WEI)
         if p.bias is not None:
