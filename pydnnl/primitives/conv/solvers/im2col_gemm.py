@@ -24,9 +24,10 @@ for a forward of one group whose tuned GEMM reads packed B the weights in its pa
 ``A<k...>b<w>a``, read where they lie): every GEMM reads B packed in its kernel's panels (the
 weights once per execution unless stored so, an activation B once per chunk); backward
 descriptors given such a forward as hint reorder the panels into their own packed B in one
-pass (backward data) or pack their plain result into them with the forward's packing kernel
-(backward weights); backward weights into ``[ICg*K, OCg]`` weights writes its
-patches transposed, ``[ICg*K, N*P]``, so that its GEMM reads A row by row (1x1 layers too);
+pass (backward data), or write them in place, one GEMM per panel (backward weights; with a
+k split, GPUs: its plain result packed into them by the forward's packing kernel);
+backward weights into ``[ICg*K, OCg]`` weights (or panels) writes its patches transposed,
+``[ICg*K, N*P]``, so that its GEMM reads A row by row (1x1 layers too);
 on GPUs that GEMM is split along its long k (``split_k``), as is backward data's where its
 tiles leave the device mostly idle (expanding 1x1 layers at mb 1). See docs/performance.md.
 """
@@ -437,7 +438,11 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # allow (else, and backward weights, through the plain copy below)
     panel_w = panel_width_of(p.wei, OCg, ICg, p.kernel) if G == 1 else None
     wpanels = panel_w is not None and mode == "hwc" and p.kind == "fwd"
-    if wpanels:  # as [Kf, OCg] in kic order, for the GEMM shapes
+    # backward weights into the panels (CPUs: no k split): one GEMM per panel writes it
+    # in place, [Kf, w] with row stride w, instead of a plain result packed into them
+    wgrad_panels = (panel_w is not None and mode == "hwc" and p.kind == "bwd_w"
+                    and int(params.get("split_k", 1)) <= 1)
+    if wpanels or wgrad_panels:  # as [Kf, OCg] in kic order, for the GEMM shapes
         W = WeiMatrix("ko", "kic", OCg, 0, p.wei[0])
     staged_W = W is None
     w_copy = None  # the copy of staged weights into the scratchpad, added before it is read
@@ -586,6 +591,14 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                                               ldc=W.ld, trans_a=True, beta=beta)
                             calls.append((shape, t_ref, t_off_g, x_ref, x_off, w_ref, w_off,
                                           False))
+                        elif wgrad_panels:
+                            for q in range(-(-OCg // panel_w)):
+                                cols = min(panel_w, OCg - q * panel_w)
+                                shape = GemmShape(m=Kf, n=cols, k=cnt * P, lda=x_ld,
+                                                  ldb=T.ld, ldc=panel_w, trans_a=not kmajor,
+                                                  beta=beta)
+                                calls.append((shape, x_ref, x_off, t_ref, t_off_g + q * panel_w,
+                                              WEI, p.wei[0] + q * Kf * panel_w, False))
                         else:
                             shape = GemmShape(m=Kf, n=OCg, k=cnt * P, lda=x_ld, ldb=T.ld,
                                               ldc=W.ld, trans_a=not kmajor, beta=beta)
