@@ -48,6 +48,17 @@ def lanes(channels: int, wg: int) -> int:
 
 
 def build_channel_slices(p: ChannelSlices):
+    """The kernel of ``p``: its source from a printer (:mod:`pydnnl.kernels.copy_source`, no
+    loopy import or code generation), the same kernel :func:`build_channel_slices_loopy`
+    generates."""
+    from .copy_source import channel_slices_source
+
+    src = channel_slices_source(p)
+    return src if src is not None else build_channel_slices_loopy(p)
+
+
+def build_channel_slices_loopy(p: ChannelSlices):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -83,4 +94,5 @@ def build_channel_slices(p: ChannelSlices):
     return lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
 
 
-__all__ = ["ChannelSlices", "build_channel_slices", "lanes", "slice_count"]
+__all__ = ["ChannelSlices", "build_channel_slices", "build_channel_slices_loopy", "lanes",
+           "slice_count"]

@@ -46,6 +46,7 @@ from .conv_common import (
     sym_plain_layout,
     tag_grid,
 )
+from .copy_source import bias_grad_source, im2col_baked_source, im2col_source
 from .sizevars import ceil_range, free_vars, is_var, size_var, symbolize
 
 
@@ -201,6 +202,18 @@ def _im2col_guards(p: Im2ColProblem) -> tuple:
 
 
 def build_im2col(p: Im2ColProblem):
+    """The im2col kernel of ``p``: the CPU plans' channel-block copy with run-time sizes and
+    the baked copy without channel blocks from printers (:mod:`pydnnl.kernels.copy_source`:
+    no loopy import or code generation in a first-ever creation), every other form from
+    loopy."""
+    src = im2col_source(p)
+    if src is None:
+        src = im2col_baked_source(p)
+    return src if src is not None else build_im2col_loopy(p)
+
+
+def build_im2col_loopy(p: Im2ColProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     import loopy as lp
     from pymbolic import var
     from pymbolic.primitives import Comparison, If, LogicalAnd
@@ -614,13 +627,16 @@ class BiasGradProblem:
 
 
 def build_bias_grad(p: BiasGradProblem):
+    if free_vars((p.mb, p.sp)):
+        # the run-time form's source from a printer where it covers it (kernels.copy_source:
+        # no loopy import or code generation)
+        src = bias_grad_source(p)
+        return src if src is not None else _build_bias_grad_rt(p)
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
     from pymbolic.primitives import Comparison
 
-    if free_vars((p.mb, p.sp)):
-        return _build_bias_grad_rt(p)
     NP = p.mb * prod(p.sp)
     L = max(1, min(p.wg, NP))
     J = -(-NP // L)
@@ -697,6 +713,11 @@ def _build_bias_grad_rt(p: BiasGradProblem):
     return lp.preprocess_program(finish(knl))
 
 
+def build_bias_grad_loopy(p: BiasGradProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit), never the printed source."""
+    return _build_bias_grad_rt(p) if free_vars((p.mb, p.sp)) else build_bias_grad(p)
+
+
 def bias_grad_runtime(p: BiasGradProblem) -> tuple[BiasGradProblem, dict]:
     """The run-time-size form of ``p``: ``(problem, values)``: t seen as ``[mb, channels,
     points]`` with ``mb``, the point count ``pts`` and t's strides (but unit ones) as size
@@ -746,8 +767,8 @@ def build_splitk_reduce(p: SplitKReduceProblem):
     return finish(lp.tag_inames(knl, {"i": "g.1"}))
 
 
-__all__ = ["Im2ColProblem", "build_im2col", "im2col_runtime", "Col2ImProblem", "build_col2im",
-           "col2im_runtime",
+__all__ = ["Im2ColProblem", "build_im2col", "build_im2col_loopy", "im2col_runtime",
+           "Col2ImProblem", "build_col2im", "col2im_runtime",
            "EpilogueProblem", "build_epilogue", "epilogue_runtime", "BiasGradProblem",
-           "build_bias_grad", "bias_grad_runtime", "channels_last_rows",
+           "build_bias_grad", "build_bias_grad_loopy", "bias_grad_runtime", "channels_last_rows",
            "SplitKReduceProblem", "build_splitk_reduce"]

@@ -398,7 +398,7 @@ class Gemm:
         pk = fam.pack_b(src, self.params)
         assert pk.problem.stride_b in (None, self.packed_size) or count == 1
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
-                                                      "runtime"), lambda: pk.build())
+                                                      "runtime"), lambda: _packer_source(pk))
 
     def activation_packer(self):
         """Kernel packing one B of this GEMM's shape into its panels, both places given per
@@ -411,7 +411,7 @@ class Gemm:
                               ldb=sh.ldb, runtime_offsets=True, runtime_k=rk)
         pk = fam.pack_b(src, self.params)
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
-                                                      "runtime"), lambda: pk.build())
+                                                      "runtime"), lambda: _packer_source(pk))
 
     def packer_args(self, kernel, b, b_off, bp, bp_off) -> tuple:
         """A packer's arguments, in its order: buffers, offsets and (a run-time k) k."""
@@ -517,6 +517,16 @@ def _in_order(kernel, vals: dict) -> list:
 _cache: dict = {}
 # copies of the hand-written kernel with compiled-in offsets per GEMM (see Gemm._static_nv)
 MAX_STATIC_NV = 4
+
+
+def _packer_source(pk):
+    """A packer's kernel: printed where :func:`~pydnnl.kernels.copy_source.pack_b_source`
+    covers it (one B with run-time offsets and k: no loopy in a first-ever creation), else
+    loopy's."""
+    from ..kernels.copy_source import pack_b_source
+
+    src = pack_b_source(pk)
+    return src if src is not None else pk.build()
 
 
 def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False,

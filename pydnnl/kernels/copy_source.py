@@ -1,0 +1,410 @@
+"""OpenCL source of small copy and reduction kernels, written without loopy.
+
+A first-ever creation of an im2col + GEMM backward-weights plan on a CPU generated an im2col
+copy, the GEMM's B packer, the per-channel slice sums and the bias gradient with loopy
+(ResNet-50's res2a_branch2c at mb 1 on the 2-core Xeon: loopy's import 0.13-0.17 s, then
+0.05-0.3 s of code generation per kernel; the bias gradient alone 0.26-0.3 s). The printers
+here write those kernels for the forms the CPU plans use, as :class:`KernelSource` with the
+same kernel name, argument names and order, work-group size and launch grid as loopy's, and the
+same arithmetic (the same values summed in the same order); the index arithmetic is written
+directly, so the text differs from loopy's, and ``tests/kernels/test_copy_source.py`` runs
+both on random data and compares. Each printer returns None where it does not cover a problem
+(the caller then uses loopy):
+
+* :func:`im2col_source`: the channel-block copy with run-time sizes
+  (``Im2ColProblem.ic_block`` and :func:`~pydnnl.kernels.conv_im2col.im2col_runtime`: channels
+  innermost in the source, the output width innermost in the column), two spatial dims.
+* :func:`im2col_baked_source`: the baked-size copy without channel blocks, plain source
+  layouts (the implicit-GEMM zero-padding copy of an image of fewer than 16 channels:
+  ResNet-50's conv1 forward).
+* :func:`bias_grad_source`: the run-time-size bias gradient
+  (:func:`~pydnnl.kernels.conv_im2col.bias_grad_runtime`), work-groups of 16-256 lanes.
+* :func:`channel_slices_source`: :func:`~pydnnl.kernels.channel_sums.build_channel_slices`.
+* :func:`pack_b_source`: the register-tile GEMM's packer of one B (not transposed, float32)
+  with run-time offsets and k (:meth:`pydnnl.runtime.gemm.Gemm.activation_packer`).
+"""
+from __future__ import annotations
+
+from .sizevars import is_var as _is_var
+from .source import KernelSource
+
+_PRELUDE = ("#define lid(N) ((long) get_local_id(N))\n"
+            "#define gid(N) ((long) get_group_id(N))\n")
+_CLAMP = ("static inline long pd_clamp_rt(long x, long hi) { x = x > hi ? hi : x; "
+          "return x < 0 ? 0 : x; }\n")
+
+
+def _name(x) -> str:
+    """A size (an int or a size variable) as C."""
+    return str(x) if _is_var(x) else str(int(x))
+
+
+def _plain(layout) -> tuple | None:
+    """``(offset0, strides)`` of a layout without blocks, else None."""
+    if layout is None:
+        return None
+    off0, per = layout
+    if any(blk != 1 or inner for blk, _, inner in per):
+        return None
+    return off0, tuple(st for _, st, _ in per)
+
+
+def _simple(x) -> bool:
+    """An int or a single size variable (no expression)."""
+    from pymbolic.primitives import Variable
+
+    return isinstance(x, Variable) or (not _is_var(x) and isinstance(x, int))
+
+
+def _offset(plain, idx) -> str:
+    """C of the storage offset of index ``idx`` (C strings) in a plain layout."""
+    off0, strides = plain
+    terms = []
+    for e, st in zip(idx, strides):
+        if not _is_var(st) and st == 0:
+            continue
+        terms.append(f"({e})" if not _is_var(st) and st == 1 else f"({e}) * {_name(st)}")
+    if _is_var(off0) or off0:
+        terms.append(_name(off0))
+    return " + ".join(terms) if terms else "0"
+
+
+def _head(name: str, local: tuple, params: list[str]) -> str:
+    attr = ", ".join(str(x) for x in (tuple(local) + (1, 1, 1))[:3])
+    return (f"__kernel void __attribute__ ((reqd_work_group_size({attr}))) {name}("
+            + ", ".join(params) + ")\n{\n")
+
+
+def _ptr(name: str, const: bool) -> str:
+    return f"__global float {'const ' if const else ''}*__restrict__ {name}"
+
+
+def _vars_of(*things) -> set:
+    """Names of the size variables among ``things`` (ints, size variables, nested tuples)."""
+    out = set()
+    for x in things:
+        if isinstance(x, (tuple, list)):
+            out |= _vars_of(*x)
+        elif x is not None and _is_var(x):
+            from pymbolic.mapper.dependency import DependencyMapper
+
+            out |= {v.name for v in DependencyMapper(composite_leaves=False)(x)}
+    return out
+
+
+# {{{ im2col, channel blocks, run-time sizes
+
+def im2col_source(p) -> KernelSource | None:
+    """The run-time-size channel-block im2col (``conv_im2col._ic_block_rt``) of ``p`` (an
+    ``Im2ColProblem``), or None: work-items along the output width (``a0``, guarded), the
+    output height on group axis 1, images, groups, channel blocks and taps on axis 2 (images
+    outermost), each work-item copying ``ic_block`` channels of one point."""
+    from .conv_im2col import _im2col_guards, _is_runtime
+
+    nsp = len(p.kernel)
+    B = p.ic_block
+    if not B or nsp != 2 or not _is_runtime(p) or p.icg % B:
+        return None
+    src = _plain(p.src)
+    if src is None or not all(_simple(x) for x in (*src[1], src[0], p.nb, *p.src_sp,
+                                                   *p.dst_sp)):
+        return None
+    if sorted(p.order) != list(range(3 + 2 * nsp)):
+        return None
+    wg = int(p.wg)
+    G, ICg = int(p.groups), int(p.icg)
+    outer = [p.nb, G, ICg // B, *p.kernel]
+    const = 1
+    for v in outer[1:]:
+        const *= int(v)
+    if _is_var(outer[0]):
+        a2 = f"({outer[0]}) * 1" if const == 1 else f"({const}*{outer[0]}) * 1"
+    else:
+        return None
+    # hoisted indices of axis 2 (images outermost, no remainder)
+    names = ["gi%d" % i for i in range(len(outer))]
+    lines = []
+    inner = 1
+    exprs = []
+    for d in range(len(outer) - 1, -1, -1):
+        e = "gid(2)" if inner == 1 else f"gid(2) / {inner}"
+        if d > 0:
+            e = f"({e}) % {int(outer[d])}"
+        exprs.append(e)
+        if d > 0:
+            inner *= int(outer[d])
+    exprs.reverse()
+    for nm, e in zip(names, exprs):
+        lines.append(f"    long const {nm} = {e};\n")
+    n, g, icb, k0, k1 = names
+    o = ["gid(1)", f"(lid(0) + gid(0) * {wg})"]
+    k = [k0, k1]
+    pos = [f"{o[i]} * {int(p.strides[i])} - {int(p.padding_l[i])} + {k[i]} * "
+           f"{int(p.dilates[i]) + 1}" for i in range(nsp)]
+    conds, clamped = [], []
+    for e, (lo, hi), n_ in zip(pos, _im2col_guards(p), p.src_sp):
+        if lo:
+            conds.append(f"{e} >= 0")
+        if hi:
+            conds.append(f"{e} < {_name(n_)}")
+        clamped.append(f"pd_clamp_rt({e}, {_name(n_)} + -1)" if lo or hi else e)
+    ic = f"{icb} * {B} + ici"
+    at = _offset(src, [f"n0 + {n}", f"{g} * {ICg} + {ic}", *clamped])
+    # the column's strides: the product of the sizes of the dims inside, in ``order``
+    sizes = [p.nb, G, ICg, *p.kernel, *p.dst_sp]
+    logical = [n, g, ic, *k, *o]
+    strides = [None] * len(sizes)
+    st: list = []
+    for d in reversed(p.order):
+        strides[d] = " * ".join(st) if st else "1"
+        if not (not _is_var(sizes[d]) and int(sizes[d]) == 1):
+            st = [_name(sizes[d])] + st
+    flat = " + ".join(f"({e}) * {s}" if s != "1" else f"({e})"
+                      for e, s in zip(logical, strides))
+    store = f"col[col_off + {flat}]"
+    if conds:
+        body = (f"      float const v = src[{at}];\n"
+                f"      {store} = (({' && '.join(conds)}) ? v : 0.0f);\n")
+    else:
+        body = f"      {store} = src[{at}];\n"
+    os1 = _name(p.dst_sp[-1])
+    vnames = sorted(_vars_of(p.nb, p.src_sp, p.dst_sp, p.src) - {"n0", "col_off"})
+    params = [_ptr("src", True), _ptr("col", False), "long const n0", "long const col_off",
+              *[f"long const {v}" for v in vnames]]
+    text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_conv_im2col", (wg, 1, 1), params)
+            + f"  if (lid(0) + gid(0) * {wg} < {os1})\n  {{\n" + "".join(lines)
+            + f"    for (long ici = 0; ici <= {B - 1}; ++ici)\n    {{\n" + body
+            + "    }\n  }\n}")
+    grid = (f"(({wg - 1} + {os1}) // {wg}) * {wg}", f"({_name(p.dst_sp[-2])}) * 1", a2)
+    return KernelSource("pydnnl_conv_im2col", text, None, (wg, 1, 1),
+                        ("src", "col", "n0", "col_off", *vnames), grid=grid)
+
+# }}}
+
+
+# {{{ im2col, baked sizes
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _c(e) -> str:
+    """C of a pymbolic index expression over non-negative values (floor division as C's)."""
+    return str(e).replace("//", "/")
+
+
+def im2col_baked_source(p) -> KernelSource | None:
+    """The baked-size im2col without channel blocks (``conv_im2col.build_im2col_loopy``'s
+    :func:`~pydnnl.kernels.conv_common.grid` launch: the column's innermost dims flattened
+    onto work-item axis 0 until they have ``lanes`` elements, loops inside a work-item over
+    the dims before them up to ``per_item`` elements, then group axes 1 and 2), or None. The
+    partial last work-group of axis 0 gets code of its own guarded by the local id alone, as
+    loopy's peeled slab (Intel's compiler drops a loop-free kernel's guard of a constant
+    size otherwise: see ``conv_common.split_fast``)."""
+    from pymbolic import var
+
+    from .conv_common import grid
+    from .conv_im2col import _im2col_guards, _is_runtime, _units_first
+
+    nsp = len(p.kernel)
+    if p.ic_block or _is_runtime(p) or sorted(p.order) != list(range(3 + 2 * nsp)):
+        return None
+    src = _plain(p.src)
+    if src is None or not all(isinstance(x, int) for x in (src[0], *src[1])):
+        return None
+    sizes = [int(v) for v in (p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp)]
+    order = _units_first(p.order, sizes)
+    ordered = [sizes[d] for d in order]
+    ranges, parts = grid(ordered, p.per_item, p.lanes)
+    parts = parts[len(parts) - len(ordered):]
+    logical = [None] * len(sizes)
+    for d, e in zip(order, parts):
+        logical[d] = _c(e)
+    # the column offset with the lane dims (flattened onto a0, innermost in the column) as
+    # a0 itself: loopy prints that affine form (a0's divisions and remainders left in, the
+    # pad copy of conv1 ran 1.2x slower)
+    lane_dims = [ordered.pop()]
+    while ordered and _prod(lane_dims) < p.lanes:
+        lane_dims.insert(0, ordered.pop())
+    nl = len(lane_dims)
+    flat = 0
+    for e, n in zip(parts[:len(parts) - nl], ordered):
+        flat = flat * n + e
+    flat = flat * _prod(lane_dims) + var("a0")
+    n_, g, ic = logical[:3]
+    k = logical[3:3 + nsp]
+    o = logical[3 + nsp:]
+    pos = [f"({o[i]}) * {int(p.strides[i])} + {-int(p.padding_l[i])} + ({k[i]}) * "
+           f"{int(p.dilates[i]) + 1}" for i in range(nsp)]
+    conds, clamped = [], []
+    for e, (lo, hi), sz in zip(pos, _im2col_guards(p), p.src_sp):
+        if lo:
+            conds.append(f"{e} >= 0")
+        if hi:
+            conds.append(f"{e} < {int(sz)}")
+        clamped.append(f"pd_clamp_rt({e}, {int(sz) - 1})" if lo or hi else e)
+    at = _offset(src, [f"n0 + {n_}", f"({g}) * {int(p.icg)} + {ic}", *clamped])
+    store = f"col[col_off + {_c(flat)}]"
+    A0 = int(ranges["a0"])
+    W = max(1, min(int(p.wg), A0))
+    loops = [nm for nm in ranges if nm.startswith("s")]
+    ind = "    "
+    body = []
+    for nm in loops:
+        body.append(f"{ind}for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
+        ind += "  "
+    body.append(f"{ind}{{\n")
+    if conds:
+        body.append(f"{ind}  float const v = src[{at}];\n"
+                    f"{ind}  {store} = (({' && '.join(conds)}) ? v : 0.0f);\n")
+    else:
+        body.append(f"{ind}  {store} = src[{at}];\n")
+    body.append(f"{ind}}}\n")
+    body = "".join(body)
+    heads = ("    long const a0 = lid(0) + gid(0) * %d;\n    long const a1 = gid(1);\n"
+             "    long const a2 = gid(2);\n" % W)
+    full, tail = divmod(A0, W)
+    if tail:
+        code = (f"  if (gid(0) < {full})\n  {{\n{heads}{body}  }}\n"
+                f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{heads}{body}  }}\n")
+    else:
+        code = f"  {{\n{heads}{body}  }}\n"
+    params = [_ptr("src", True), _ptr("col", False), "long const n0", "long const col_off"]
+    text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_conv_im2col", (W, 1, 1), params)
+            + code + "}")
+    return KernelSource("pydnnl_conv_im2col", text,
+                        (-(-A0 // W) * W, int(ranges["a1"]), int(ranges["a2"])), (W, 1, 1),
+                        ("src", "col", "n0", "col_off"))
+
+# }}}
+
+
+# {{{ bias gradient, run-time sizes
+
+_BG_UNROLL = 4
+
+
+def bias_grad_source(p) -> KernelSource | None:
+    """The run-time-size bias gradient (``conv_im2col._build_bias_grad_rt``) of ``p`` (a
+    ``BiasGradProblem`` from ``bias_grad_runtime``), or None: per channel one work-group of
+    ``wg`` lanes; per image, whole chunks of ``4 * wg`` points into four partial sums per
+    lane, then a guarded tail, then the lanes' sums added as loopy's tree does."""
+    L, U = int(p.wg), _BG_UNROLL
+    if L not in (16, 32, 64, 128, 256) or len(p.sp) != 1 or not _is_var(p.mb) \
+            or not _is_var(p.sp[0]) or p.t_n != -1:
+        return None
+    t, bias = _plain(p.t), _plain(p.bias)
+    if t is None or bias is None or len(t[1]) != 3 or len(bias[1]) != 1 \
+            or _vars_of(p.bias) or not all(_simple(x) for x in (t[0], *t[1])):
+        return None
+    C = int(p.channels)
+    P = _name(p.sp[0])
+    mb = _name(p.mb)
+
+    def at(nn: str, pt: str) -> str:
+        return "t[" + _offset(t, [nn, "gid(0)", pt]) + "]"
+
+    full = "".join(
+        f"        part[{u}] = part[{u}] + {at('nn', f'(jo * {U} + {u}) * {L} + lid(0)')};\n"
+        for u in range(U))
+    tail = "".join(
+        f"      acc_nt_jr = acc_nt_jr + ((pfull + {r * L} + lid(0) < {P}) ? "
+        f"{at('nt', f'pd_clamp_rt(pfull + {r * L} + lid(0), {P} + -1)')} : 0.0f);\n"
+        for r in range(U))
+    tree = []
+    s = L // 2
+    while s > 1:
+        tree.append("  barrier(CLK_LOCAL_MEM_FENCE);\n"
+                    f"  if ({mb} >= 1 && lid(0) < {s})\n"
+                    f"    acc_jl[lid(0)] = acc_jl[lid(0)] + acc_jl[{s} + lid(0)];\n")
+        s //= 2
+    vnames = sorted(_vars_of(p.mb, p.sp, p.t)) + ["pfull"]
+    params = [_ptr("t", True), _ptr("bias", False), *[f"long const {v}" for v in vnames]]
+    text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_conv_bias_grad", (L,), params)
+            + f"  __local float acc_jl[{L}];\n"
+            + f"  if ({mb} >= 1)\n  {{\n"
+            + "    float part[4];\n    float acc_nt_jr = 0.0f;\n"
+            + "".join(f"    part[{u}] = 0.0f;\n" for u in range(U))
+            + f"    for (long nn = 0; nn < {mb}; ++nn)\n"
+            + f"      for (long jo = 0; jo < (pfull + {U * L - 1}) / {U * L}; ++jo)\n"
+            + "      {\n" + full
+            + "      }\n"
+            + f"    for (long nt = 0; nt < {mb}; ++nt)\n    {{\n" + tail + "    }\n"
+            + "    acc_jl[lid(0)] = 0.0f + part[0] + part[1] + part[2] + part[3] + acc_nt_jr;\n"
+            + "  }\n" + "".join(tree)
+            + "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+            + f"  if (lid(0) == 0 && {mb} >= 1)\n  {{\n"
+            + "    acc_jl[0] = acc_jl[0] + acc_jl[1];\n"
+            + f"    bias[{_offset(bias, ['gid(0)'])}] = acc_jl[0];\n  }}\n}}")
+    return KernelSource("pydnnl_conv_bias_grad", text, (C * L,), (L,),
+                        ("t", "bias", *vnames))
+
+# }}}
+
+
+# {{{ channel slices
+
+def channel_slices_source(p) -> KernelSource | None:
+    """:func:`~pydnnl.kernels.channel_sums.build_channel_slices`'s kernel for ``p`` (a
+    ``ChannelSlices``): work-group axis 0 over channel blocks of ``lanes`` work-items, axis
+    1 over slices; each work-item sums its channel over the slice's rows in order."""
+    from .channel_sums import lanes
+
+    C, rs = int(p.channels), int(p.row_stride)
+    W = lanes(C, int(p.wg))
+    params = [_ptr("t", True), _ptr("part", False),
+              *[f"long const {v}" for v in ("t_off", "part_off", "nrows", "rps", "nslices")]]
+    text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_channel_slices", (W, 1), params)
+            + "  if (rps >= 1)\n  {\n"
+            + f"    long const c = gid(0) * {W} + lid(0);\n"
+            + "    float acc_i = 0.0f;\n"
+            + "    for (long i = 0; i < rps; ++i)\n"
+            + "      acc_i = acc_i + ((gid(1) * rps + i < nrows) ? t[t_off + pd_clamp_rt(gid(1) "
+            + f"* rps + i, nrows + -1) * {rs} + c] : 0.0f);\n"
+            + f"    part[part_off + gid(1) * {C} + c] = acc_i;\n  }}\n}}")
+    return KernelSource("pydnnl_channel_slices", text, None, (W, 1),
+                        ("t", "part", "t_off", "part_off", "nrows", "rps", "nslices"),
+                        grid=(str(C // W * W), "(nslices) * 1"))
+
+# }}}
+
+
+# {{{ B packing
+
+def pack_b_source(pk) -> KernelSource | None:
+    """The packer ``pk.build()`` makes (``pk`` a ``gemm.BPacking``) where it packs one B,
+    not transposed, float32, with run-time offsets and k: work-group axis 0 over blocks of
+    16 rows of k, axis 1 over panels, ``width`` lanes along a panel's columns."""
+    import numpy as np
+
+    src, w = pk.source, int(pk.width)
+    if (pk.count != 1 or src.trans_b or not src.runtime_offsets or not src.runtime_k
+            or np.dtype(src.dtype) != np.float32 or np.dtype(src.acc_dtype) != np.float32
+            or not isinstance(src.ldb, int) or src.batch != 1):
+        return None
+    n, ldb = int(src.n), int(src.ldb)
+    npan = -(-n // w)
+    j = f"gid(1) * {w} + lid(0)"
+    load = f"b[b_off + (kk_inner + gid(0) * 16) * {ldb} + {j}]"
+    if n % w:
+        load = f"(({j} < {n}) ? {load} : 0.0f)"
+    params = [_ptr("b", True), _ptr("bp", False), "long const b_off", "long const bp_off",
+              "long const ksize"]
+    text = (_PRELUDE + "\n" + _head("pack_b", (w, 1), params)
+            + "  __attribute__((opencl_unroll_hint))\n"
+            + "  for (long kk_inner = 0; kk_inner <= ((ksize - 16 * gid(0) >= 16) ? (long) (15)"
+            + " : ksize - 16 * gid(0) - 1); ++kk_inner)\n"
+            + f"    bp[bp_off + gid(1) * ksize * {w} + (kk_inner + gid(0) * 16) * {w} + lid(0)]"
+            + f" = {load};\n}}")
+    return KernelSource("pack_b", text, None, (w, 1),
+                        ("b", "bp", "b_off", "bp_off", "ksize"),
+                        grid=(f"((15 + ksize) // 16) * {w}", str(npan)))
+
+# }}}
+
+
+__all__ = ["bias_grad_source", "channel_slices_source", "im2col_baked_source", "im2col_source",
+           "pack_b_source"]
