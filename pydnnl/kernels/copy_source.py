@@ -20,8 +20,9 @@ both on random data and compares. Each printer returns None where it does not co
 * :func:`bias_grad_source`: the run-time-size bias gradient
   (:func:`~pydnnl.kernels.conv_im2col.bias_grad_runtime`), work-groups of 16-256 lanes.
 * :func:`channel_slices_source`: :func:`~pydnnl.kernels.channel_sums.build_channel_slices`.
-* :func:`pack_b_source`: the register-tile GEMM's packer of one B (not transposed, float32)
-  with run-time offsets and k (:meth:`pydnnl.runtime.gemm.Gemm.activation_packer`).
+* :func:`pack_b_source`: the register-tile GEMM's packers with run-time offsets (float32):
+  one B (not transposed) with a run-time k (:meth:`pydnnl.runtime.gemm.Gemm.activation_packer`)
+  and one or more B of a compile-time k (:meth:`~pydnnl.runtime.gemm.Gemm.packer`).
 """
 from __future__ import annotations
 
@@ -375,33 +376,55 @@ def channel_slices_source(p) -> KernelSource | None:
 # {{{ B packing
 
 def pack_b_source(pk) -> KernelSource | None:
-    """The packer ``pk.build()`` makes (``pk`` a ``gemm.BPacking``) where it packs one B,
-    not transposed, float32, with run-time offsets and k: work-group axis 0 over blocks of
-    16 rows of k, axis 1 over panels, ``width`` lanes along a panel's columns."""
+    """The packer ``pk.build()`` makes (``pk`` a ``gemm.BPacking``) where its source problem
+    has run-time offsets, float32, B not batched by run-time strides: one B (not transposed)
+    with a run-time k, or ``count`` B (transposed or not) of a compile-time k, ``stride_b``
+    apart. Work-group axis 0 over blocks of 16 rows of k, axis 1 over panels, axis 2 over
+    the matrices, ``width`` lanes along a panel's columns; columns past n packed as zeros."""
     import numpy as np
 
     src, w = pk.source, int(pk.width)
-    if (pk.count != 1 or src.trans_b or not src.runtime_offsets or not src.runtime_k
+    rk = bool(src.runtime_k)
+    cnt = int(pk.count)
+    if (not src.runtime_offsets or getattr(src, "runtime_strides", False)
             or np.dtype(src.dtype) != np.float32 or np.dtype(src.acc_dtype) != np.float32
-            or not isinstance(src.ldb, int) or src.batch != 1):
+            or not isinstance(src.ldb, int) or src.b_offset
+            or (rk and (cnt != 1 or src.trans_b))):
+        return None
+    batched = cnt > 1
+    if batched and not isinstance(src.stride_b, int):
         return None
     n, ldb = int(src.n), int(src.ldb)
     npan = -(-n // w)
+    k = "ksize" if rk else str(int(src.k))
+    kk = "(kk_inner + gid(0) * 16)"
     j = f"gid(1) * {w} + lid(0)"
-    load = f"b[b_off + (kk_inner + gid(0) * 16) * {ldb} + {j}]"
+    bt_src = f" + gid(2) * {int(src.stride_b)}" if batched else ""
+    at = f"({j}) * {ldb} + {kk}" if src.trans_b else f"{kk} * {ldb} + {j}"
+    load = f"b[b_off{bt_src} + {at}]"
     if n % w:
         load = f"(({j} < {n}) ? {load} : 0.0f)"
-    params = [_ptr("b", True), _ptr("bp", False), "long const b_off", "long const bp_off",
-              "long const ksize"]
-    text = (_PRELUDE + "\n" + _head("pack_b", (w, 1), params)
+    bt_dst = f" + gid(2) * {npan * w * int(src.k)}" if batched else ""
+    params = [_ptr("b", True), _ptr("bp", False), "long const b_off", "long const bp_off"]
+    if rk:
+        params.append("long const ksize")
+        bound = ("((ksize - 16 * gid(0) >= 16) ? (long) (15) : ksize - 16 * gid(0) - 1)")
+    elif int(src.k) % 16:
+        bound = f"(({k} - 16 * gid(0) >= 16) ? (long) (15) : {k} - 16 * gid(0) - 1)"
+    else:
+        bound = "15"
+    local = (w, 1, 1) if batched else (w, 1)
+    text = (_PRELUDE + "\n" + _head("pack_b", local, params)
             + "  __attribute__((opencl_unroll_hint))\n"
-            + "  for (long kk_inner = 0; kk_inner <= ((ksize - 16 * gid(0) >= 16) ? (long) (15)"
-            + " : ksize - 16 * gid(0) - 1); ++kk_inner)\n"
-            + f"    bp[bp_off + gid(1) * ksize * {w} + (kk_inner + gid(0) * 16) * {w} + lid(0)]"
+            + f"  for (long kk_inner = 0; kk_inner <= {bound}; ++kk_inner)\n"
+            + f"    bp[bp_off{bt_dst} + gid(1) * {k} * {w} + {kk} * {w} + lid(0)]"
             + f" = {load};\n}}")
-    return KernelSource("pack_b", text, None, (w, 1),
-                        ("b", "bp", "b_off", "bp_off", "ksize"),
-                        grid=(f"((15 + ksize) // 16) * {w}", str(npan)))
+    names = ("b", "bp", "b_off", "bp_off") + (("ksize",) if rk else ())
+    if rk:
+        return KernelSource("pack_b", text, None, local, names,
+                            grid=(f"((15 + ksize) // 16) * {w}", str(npan)))
+    gs = (-(-int(src.k) // 16) * w, npan) + ((cnt,) if batched else ())
+    return KernelSource("pack_b", text, gs, local, names)
 
 # }}}
 

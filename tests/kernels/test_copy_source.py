@@ -270,12 +270,32 @@ def test_pack_b_equals_loopy(engine, n, ldb, width, k):
     _compare(engine, ours, pk.build(), bufs, {"b_off": 4, "bp_off": 6, "ksize": k})
 
 
+# (n, k, ldb, trans_b, count, stride_b, width): compile-time k, one or several B
+_PACK_BAKED = [(32, 3136, 256, False, 8, 32, 32),     # res2a's weight gradient into panels
+               (64, 40, 64, False, 1, 0, 32), (100, 17, 130, False, 3, 140, 48),
+               (70, 24, 30, True, 1, 0, 32), (48, 9, 12, True, 2, 48 * 12 + 5, 16)]
+
+
+@pytest.mark.parametrize("case", _PACK_BAKED, ids=range(len(_PACK_BAKED)))
+def test_pack_b_baked_equals_loopy(engine, case):
+    n, k, ldb, tb, count, stride, width = case
+    src = fam.GemmProblem(m=1, n=n, k=k, ldb=ldb, trans_b=tb, batch=count,
+                          stride_b=None if count == 1 else stride, runtime_offsets=True)
+    params = dict(fam.normalize_params(None), cols=width, packed_b=True)
+    pk = fam.pack_b(src, params)
+    ours = pack_b_source(pk)
+    npan = -(-n // width)
+    span = (count - 1) * stride + (n * ldb if tb else k * ldb)
+    bufs = {"b": _rand(4 + span + 3, 7), "bp": _rand(6 + count * npan * width * k + 3, 8)}
+    _compare(engine, ours, pk.build(), bufs, {"b_off": 4, "bp_off": 6})
+
+
 def test_pack_b_declines():
     params = dict(fam.normalize_params(None), cols=32, packed_b=True)
-    for src in (fam.GemmProblem(m=1, n=64, k=8, ldb=8, trans_b=True, runtime_offsets=True),
-                fam.GemmProblem(m=1, n=64, k=8, ldb=64, runtime_offsets=True),
-                fam.GemmProblem(m=1, n=64, k=8, ldb=64, batch=2, stride_b=512,
-                                runtime_offsets=True)):
+    for src in (fam.GemmProblem(m=1, n=64, k=8, ldb=8, trans_b=True, runtime_k=True,
+                                runtime_offsets=True),
+                fam.GemmProblem(m=1, n=64, k=8, ldb=64),
+                fam.GemmProblem(m=1, n=64, k=8, ldb=64, b_offset=3, runtime_offsets=True)):
         assert pack_b_source(fam.pack_b(src, params)) is None
 
 # }}}
