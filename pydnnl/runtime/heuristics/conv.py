@@ -301,6 +301,7 @@ def winograd_packed_filter(info, tiles: int, b_bytes: int) -> bool:
 # res4b_branch2a 1024 x 256: 16.3 -> 20.9 (4) / 20.6 (12).
 CPU_WGRAD_SPLIT_MAX_DIM = 512
 CPU_WGRAD_SPLIT_MIN_K = 512  # fewest k per slice
+CPU_WGRAD_MAX_SLICES = 64  # the solver's default cap (its ``split_k`` parameter)
 
 
 def cpu_wgrad_slices(info, m: int, n: int, k: int, cap: int) -> int:
@@ -313,7 +314,7 @@ def cpu_wgrad_slices(info, m: int, n: int, k: int, cap: int) -> int:
     most = min(cap, k // CPU_WGRAD_SPLIT_MIN_K)
     want = -(-k // ks)
     divisors = [d for d in range(2, most + 1) if k % d == 0]
-    if not divisors:
+    if want <= 1 or not divisors:
         return 1
     above = [d for d in divisors if d >= want]
     return above[0] if above else divisors[-1]

@@ -1,5 +1,6 @@
 """The GPU weight gradient's k slices against one round of resident blocks (rule of
 ``heuristics.conv.one_round_splits``), checked on a device with an H200's traits."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -112,3 +113,25 @@ def test_winograd_res3a_products_take_the_blocks():
                      stride_a=784 * 128, stride_b=784 * 128, stride_c=128 * 128)
     t = nv_tile(H200.info, pr)
     assert t is not None and (t.bm, t.bn) == (64, 128)
+
+
+def test_cpu_weight_gradient_slices():
+    """CPUs cut a short backward-weights GEMM's long k into the fewest slices whose A and B
+    fit half the core's cache (a divisor of k, >= 512 each); wide ones, short k and
+    transposed A stay whole."""
+    from pydnnl.runtime.heuristics.conv import cpu_wgrad_slices
+
+    cpu = SimpleNamespace(is_gpu=False, core_cache_bytes=2 << 20)
+    assert cpu_wgrad_slices(cpu, 64, 64, 50176, 64) == 28      # res2a_branch2a, mb 32 chunk
+    assert cpu_wgrad_slices(cpu, 64, 256, 50176, 64) == 64     # res2a_branch2c
+    assert cpu_wgrad_slices(cpu, 147, 64, 12544, 64) == 14     # conv1, mb 1
+    assert cpu_wgrad_slices(cpu, 128, 512, 25088, 64) == 49    # slices of 512 at the least
+    assert cpu_wgrad_slices(cpu, 64, 256, 50176, 16) == 16     # the cap
+    assert cpu_wgrad_slices(cpu, 256, 1024, 6272, 64) == 1     # wide B
+    assert cpu_wgrad_slices(cpu, 1024, 256, 6272, 64) == 1     # many rows
+    assert cpu_wgrad_slices(cpu, 64, 64, 3136, 64) == 2        # res2a_branch2a, mb 1
+    assert cpu_wgrad_slices(cpu, 64, 64, 2048, 64) == 1        # fits the cache whole
+    shape = GemmShape(m=64, n=64, k=50176, lda=64, ldb=64, ldc=64, trans_a=True)
+    assert _split_count(SimpleNamespace(info=cpu), shape, 64, wgrad=True) == 1
+    # other GEMMs split by the caller's count (backward data's, where asked for)
+    assert _split_count(SimpleNamespace(info=cpu), replace(shape, trans_a=False), 8) == 8

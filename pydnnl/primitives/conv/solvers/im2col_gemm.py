@@ -51,7 +51,13 @@ from ....kernels.conv_im2col import (
 )
 from ....kernels.reorder import ReorderProblem
 from ....runtime.gemm import GemmShape, get_gemm, packed_panel, reads_panels, split_nv_tile
-from ....runtime.heuristics.conv import copy_lanes, nv_resident_blocks, one_round_splits
+from ....runtime.heuristics.conv import (
+    CPU_WGRAD_MAX_SLICES,
+    copy_lanes,
+    cpu_wgrad_slices,
+    nv_resident_blocks,
+    one_round_splits,
+)
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
 from ..problem import (
     ActMatrix,
@@ -86,14 +92,25 @@ class Im2colGemmSolver(Solver):
             elif problem.kind == "bwd_d":
                 out["split_k"] = _gpu_splits_bwd_d(problem, engine)
             return out
-        return {"chunk_mb": 16 if problem.kind == "bwd_w" else 8}
+        if problem.kind == "bwd_w":
+            # k slices that keep a short GEMM's operands in cache (heuristics.conv
+            # cpu_wgrad_slices decides per GEMM, up to this many)
+            return {"chunk_mb": 16, "split_k": CPU_WGRAD_MAX_SLICES}
+        return {"chunk_mb": 8}
 
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
         base = self.default_params(problem, engine)
         return [{**base, "chunk_mb": c} for c in (4, 8, 16, 64, 256)]
 
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
-        return _build(problem, params or {"chunk_mb": 64}, None, dry=True).scratch_bytes
+        params = params or {"chunk_mb": 64}
+        size = _build(problem, params, None, dry=True).scratch_bytes
+        if problem.kind == "bwd_w" and int(params.get("split_k", 1)) > 1:
+            # a device's rule may leave the GEMMs whole (CPUs: cpu_wgrad_slices), whose
+            # plan (packed activation B) needs other scratch than the split one
+            size = max(size, _build(problem, dict(params, split_k=1), None,
+                                    dry=True).scratch_bytes)
+        return size
 
     def weights_any(self, problem: ConvProblem, engine, dims: tuple) -> str | None:
         """The forward GEMM's packed panels (``A<k...>b<w>a``: output channels in panels of
@@ -188,7 +205,7 @@ def _splits(k: int, cap: int) -> int:
     return largest_divisor_at_most(k, max(1, min(cap, k // _SPLIT_MIN_K)))
 
 
-def _split_count(engine, shape: GemmShape, cap: int) -> int:
+def _split_count(engine, shape: GemmShape, cap: int, wgrad: bool = False) -> int:
     """k slices of a GEMM with an activation B (backward weights, split backward data): the
     largest divisor of k at most ``cap`` leaving slices of >= _SPLIT_MIN_K, fewer on NVIDIA
     GPUs where that count's batched blocks would overflow one round of the device
@@ -197,6 +214,10 @@ def _split_count(engine, shape: GemmShape, cap: int) -> int:
     first = _splits(shape.k, cap)
     if engine is None or first <= 1:
         return first
+    if wgrad and not engine.info.is_gpu:  # CPUs' backward weights: slices whose operands
+        # fit the cache, short GEMMs only
+        return 1 if shape.trans_a else cpu_wgrad_slices(engine.info, shape.m, shape.n,
+                                                        shape.k, cap)
 
     def blocks_of(s: int):
         t = split_nv_tile(engine, shape, s)
@@ -207,14 +228,26 @@ def _split_count(engine, shape: GemmShape, cap: int) -> int:
     return one_round_splits(engine.info, shape.k, first, _SPLIT_MIN_K, blocks_of)
 
 
-def _pack_runs(calls: list, split_k: int, engine=None) -> tuple[list, list, list]:
+def _wgrad_splits(p: ConvProblem, params: dict, engine, Kf: int) -> bool:
+    """Whether backward weights' GEMMs may be cut along k: GPUs (and a dry plan) wherever
+    ``split_k`` allows, CPUs where their rule cuts the chunk's ``[Kf, OCg]`` GEMM."""
+    cap = int(params.get("split_k", 1))
+    if cap <= 1 or engine is None or engine.info.is_gpu:
+        return cap > 1
+    chunk = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))
+    nb = largest_divisor_at_most(p.mb, max(1, chunk // max(p.groups * p.P * Kf, 1)))
+    return cpu_wgrad_slices(engine.info, Kf, p.ocg, nb * p.P, cap) > 1
+
+
+def _pack_runs(calls: list, split_k: int, engine=None,
+               wgrad: bool = False) -> tuple[list, list, list]:
     """How a chunk's GEMMs read their activation B: ``(split, runs, rest)``: the calls split
     along k (see :func:`_emit`), the packing runs ``(slot, shape, b, start, count, stride,
     call indices)`` (one evenly spaced run of one shape's B matrices each) and the indices
     of the other calls."""
     split, rest = [], []
     for i, c in enumerate(calls):
-        s = 1 if (split_k <= 1 or c[7]) else _split_count(engine, c[0], split_k)
+        s = 1 if (split_k <= 1 or c[7]) else _split_count(engine, c[0], split_k, wgrad)
         (split if s > 1 else rest).append((i, s))
     by_shape: dict = {}
     for i, _ in rest:
@@ -239,13 +272,13 @@ def _packed_elems(plan: Plan, shape: GemmShape) -> int:
     return g.packed_size if g.packed else 0
 
 
-def _reserve_packs(plan: Plan, chunks: list, split_k: int) -> None:
+def _reserve_packs(plan: Plan, chunks: list, split_k: int, wgrad: bool = False) -> None:
     """Size every packing slot for the most matrices any chunk packs into it. Chunks differ:
     backward weights' first GEMM of each group overwrites (beta 0) and the rest accumulate,
     so the first chunk packs fewer matrices of the accumulating shape than the others."""
     most: dict = {}
     for calls in chunks:
-        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k, plan.engine)[1]:
+        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k, plan.engine, wgrad)[1]:
             if slot in most:
                 most[slot][1] = max(most[slot][1], count)
             else:
@@ -255,7 +288,7 @@ def _reserve_packs(plan: Plan, chunks: list, split_k: int) -> None:
             plan.alloc(top * _packed_elems(plan, shape), slot)
 
 
-def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None) -> None:
+def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None, wgrad: bool = False) -> None:
     """Add a chunk's GEMMs. Weights were packed once per execution; an activation B is
     packed here, one launch per evenly spaced run of its matrices, into a scratch region all
     chunks reuse (every operand of the register-tile kernel is then read contiguously, and a
@@ -263,7 +296,7 @@ def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None) -> None:
     activation B are split along k into at most this many slices (GPUs, backward weights).
     ``wgemm``: the launcher of the GEMMs with the weights as B where it is not the tuned one
     of their shape (weights stored in panels of another width)."""
-    split, runs, rest = _pack_runs(calls, split_k, plan.engine)
+    split, runs, rest = _pack_runs(calls, split_k, plan.engine, wgrad)
     for i, s in split:
         c = calls[i]
         plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")
@@ -441,7 +474,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # backward weights into the panels (CPUs: no k split): one GEMM per panel writes it
     # in place, [Kf, w] with row stride w, instead of a plain result packed into them
     wgrad_panels = (panel_w is not None and mode == "hwc" and p.kind == "bwd_w"
-                    and int(params.get("split_k", 1)) <= 1)
+                    and not _wgrad_splits(p, params, engine, Kf))
     if wpanels or wgrad_panels:  # as [Kf, OCg] in kic order, for the GEMM shapes
         W = WeiMatrix("ko", "kic", OCg, 0, p.wei[0])
     staged_W = W is None
@@ -509,7 +542,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # weights as B (forward and backward data over channels-last rows): packed once per
     # execution for every group; the GEMM shape is the same for every chunk
     wpack, wgemm = None, None
-    split_k = int(params.get("split_k", 1))
+    split_k = 1 if wgrad_panels else int(params.get("split_k", 1))
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
     split_d = p.kind == "bwd_d" and split_k > 1
@@ -619,7 +652,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
 
     starts = range(0, p.mb, nb)
     chunks = [chunk_calls(c0) for c0 in starts]
-    _reserve_packs(plan, chunks, split_k)
+    _reserve_packs(plan, chunks, split_k, p.kind == "bwd_w")
     for c0, calls in zip(starts, chunks):
         if S is None and p.kind in ("fwd", "bwd_w"):
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
@@ -630,7 +663,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
             ip, sizes = im2col_runtime(ip)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
                         col_off=col_off, **sizes)
-        _emit(plan, calls, split_k, wgemm)
+        _emit(plan, calls, split_k, wgemm, p.kind == "bwd_w")
         if p.kind == "bwd_d" and S is None:
             cp = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
