@@ -371,3 +371,31 @@ def test_largest_int64_byte_size_is_accepted():
     m = md_([2**61 - 1], dt.f32, tag.a)
     assert m.get_size() == 4 * (2**61 - 1) <= INT64_MAX
     assert md_([2**62 - 1], dt.u8, tag.a).get_size() == 2**62 - 1
+
+
+def test_pack_of_dense_permutations_is_the_generic_scatter():
+    """``pack`` / ``unpack`` of a plain dense layout (a permutation of the dims, size-1 dims
+    anywhere) transpose instead of scattering per element: the same bytes as the scatter by
+    ``element_offsets`` for every permutation and storage type, scalars broadcast; blocked
+    layouts keep the scatter."""
+
+    from pydnnl.memory.desc import MemoryDesc
+
+    dt = dnnl.memory.data_type
+    rng = np.random.default_rng(0)
+    for dims in [(2, 3, 4, 5), (1, 3, 1, 5), (4, 1, 6), (7,)]:
+        for perm in itertools.permutations(range(len(dims))):
+            tag = "".join("abcd"[p] for p in perm)
+            for t in (dt.f32, dt.bf16, dt.s8):
+                md = MemoryDesc(dims, t, tag)
+                v = rng.integers(-5, 5, size=dims).astype(t.storage_dtype)
+                want = np.zeros(md.nelems_physical(), t.storage_dtype)
+                want[md.element_offsets()] = v
+                got = md.pack(v)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (dims, tag, t)
+                assert np.array_equal(md.unpack(got), v)
+    md = MemoryDesc((2, 3), dt.f32, "ba")
+    assert np.array_equal(md.pack(np.float32(2.5)), np.full(6, 2.5, np.float32))
+    blocked = MemoryDesc((2, 20, 3, 3), dt.f32, "aBcd16b")
+    v = rng.random((2, 20, 3, 3)).astype(np.float32)
+    assert blocked._dense_order() is None and np.array_equal(blocked.unpack(blocked.pack(v)), v)
