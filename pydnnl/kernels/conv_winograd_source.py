@@ -20,6 +20,11 @@ loopy.
 """
 from __future__ import annotations
 
+from .printing import c_size as _name
+from .printing import float_ptr as _ptr
+from .printing import kernel_head as _head
+from .printing import plain_layout as _plain
+from .printing import size_vars_of as _vars_of
 from .sizevars import is_var as _is_var
 from .source import KernelSource
 
@@ -37,21 +42,6 @@ AT2 = ((1.0, 0.5, 0.5, 0.0), (0.0, 0.5, -0.5, 0.0), (0.0, 0.5, 0.5, 1.0))
 # as in conv_winograd
 _MIN_WG = 16
 _CH_TILE = 16
-
-
-def _name(x) -> str:
-    """A size (an int or a size variable) as C."""
-    return str(x) if _is_var(x) else str(int(x))
-
-
-def _plain(layout) -> tuple | None:
-    """``(offset0, strides)`` of a layout without blocks, else None."""
-    if layout is None:
-        return None
-    off0, per = layout
-    if any(blk != 1 or inner for blk, _, inner in per):
-        return None
-    return off0, tuple(st for _, st, _ in per)
 
 
 def _offset(plain, idx) -> str:
@@ -86,19 +76,6 @@ def _combo(coeffs, terms) -> str:
     return " + ".join(out) if out else "0.0f"
 
 
-def _vars_of(*things) -> set:
-    """Names of the size variables among ``things`` (ints, size variables, nested tuples)."""
-    out = set()
-    for x in things:
-        if isinstance(x, (tuple, list)):
-            out |= _vars_of(*x)
-        elif x is not None and _is_var(x):
-            from pymbolic.mapper.dependency import DependencyMapper
-
-            out |= {v.name for v in DependencyMapper(composite_leaves=False)(x)}
-    return out
-
-
 def _divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
@@ -106,16 +83,6 @@ def _divisor_at_most(n: int, cap: int) -> int:
 def _tile_wg(channels: int, wg: int) -> int:
     best = max(d for d in range(1, min(wg, channels) + 1) if channels % d == 0)
     return best if best >= min(channels, _MIN_WG) else min(wg, channels)
-
-
-def _head(name: str, local: tuple, params: list[str]) -> str:
-    attr = ", ".join(str(x) for x in (tuple(local) + (1, 1, 1))[:3])
-    return (f"__kernel void __attribute__ ((reqd_work_group_size({attr}))) {name}("
-            + ", ".join(params) + ")\n{\n")
-
-
-def _ptr(name: str, const: bool) -> str:
-    return f"__global float {'const ' if const else ''}*__restrict__ {name}"
 
 
 def winograd_source(p) -> KernelSource | None:

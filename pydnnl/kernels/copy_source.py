@@ -26,6 +26,11 @@ both on random data and compares. Each printer returns None where it does not co
 """
 from __future__ import annotations
 
+from .printing import c_size as _name
+from .printing import float_ptr as _ptr
+from .printing import kernel_head as _head
+from .printing import plain_layout as _plain
+from .printing import size_vars_of as _vars_of
 from .sizevars import is_var as _is_var
 from .source import KernelSource
 
@@ -33,21 +38,6 @@ _PRELUDE = ("#define lid(N) ((long) get_local_id(N))\n"
             "#define gid(N) ((long) get_group_id(N))\n")
 _CLAMP = ("static inline long pd_clamp_rt(long x, long hi) { x = x > hi ? hi : x; "
           "return x < 0 ? 0 : x; }\n")
-
-
-def _name(x) -> str:
-    """A size (an int or a size variable) as C."""
-    return str(x) if _is_var(x) else str(int(x))
-
-
-def _plain(layout) -> tuple | None:
-    """``(offset0, strides)`` of a layout without blocks, else None."""
-    if layout is None:
-        return None
-    off0, per = layout
-    if any(blk != 1 or inner for blk, _, inner in per):
-        return None
-    return off0, tuple(st for _, st, _ in per)
 
 
 def _simple(x) -> bool:
@@ -68,29 +58,6 @@ def _offset(plain, idx) -> str:
     if _is_var(off0) or off0:
         terms.append(_name(off0))
     return " + ".join(terms) if terms else "0"
-
-
-def _head(name: str, local: tuple, params: list[str]) -> str:
-    attr = ", ".join(str(x) for x in (tuple(local) + (1, 1, 1))[:3])
-    return (f"__kernel void __attribute__ ((reqd_work_group_size({attr}))) {name}("
-            + ", ".join(params) + ")\n{\n")
-
-
-def _ptr(name: str, const: bool) -> str:
-    return f"__global float {'const ' if const else ''}*__restrict__ {name}"
-
-
-def _vars_of(*things) -> set:
-    """Names of the size variables among ``things`` (ints, size variables, nested tuples)."""
-    out = set()
-    for x in things:
-        if isinstance(x, (tuple, list)):
-            out |= _vars_of(*x)
-        elif x is not None and _is_var(x):
-            from pymbolic.mapper.dependency import DependencyMapper
-
-            out |= {v.name for v in DependencyMapper(composite_leaves=False)(x)}
-    return out
 
 
 # {{{ im2col, channel blocks, run-time sizes

@@ -11,8 +11,10 @@ return None (they go to loopy). Convolutions through the primitives, against the
 reference, are in tests/primitives/conv (and under Oclgrind in test_conv_kernels_oclgrind)."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
-import pyopencl as cl
 import pytest
 
 from pydnnl.constants import algorithm as A
@@ -25,7 +27,10 @@ from pydnnl.kernels.conv_winograd import (
 )
 from pydnnl.kernels.conv_winograd_source import winograd_source
 from pydnnl.kernels.sizevars import size_var
-from pydnnl.kernels.source import KernelSource, launch_size, source_from_loopy
+from pydnnl.kernels.source import KernelSource, source_from_loopy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from printed_kernels import run_source  # noqa: E402
 
 _NO_SPACE = dict(nb=0, src_sp=(), dst_sp=(), padding_l=())
 
@@ -67,23 +72,7 @@ def _extent(layout: tuple, dims) -> int:
 
 
 def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
-    """Run ``src`` once over copies of ``bufs`` (name -> float32 array) with ``values``;
-    the arrays after the run."""
-    ctx = engine.context
-    queue = cl.CommandQueue(ctx, engine.device)
-    prg = cl.Program(ctx, src.source).build()
-    knl = getattr(prg, src.name)
-    mf = cl.mem_flags
-    dev = {k: cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=v.copy())
-           for k, v in bufs.items()}
-    args = [dev[n] if n in dev else np.int64(values[n]) for n in src.arg_names]
-    knl(queue, launch_size(src, values), src.local_size, *args)
-    out = {}
-    for k, v in dev.items():
-        out[k] = np.empty_like(bufs[k])
-        cl.enqueue_copy(queue, out[k], v)
-    queue.finish()
-    return out
+    return run_source(engine, src, bufs, values)
 
 
 def _compare(engine, p: WinogradProblem, bufs: dict, values: dict) -> None:

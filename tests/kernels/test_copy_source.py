@@ -10,8 +10,10 @@ counts below, at and past whole chunks, channel counts below the lanes, ragged p
 problems they do not cover return None (they go to loopy)."""
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
-import pyopencl as cl
 import pytest
 
 from pydnnl.kernels import gemm as fam
@@ -37,25 +39,14 @@ from pydnnl.kernels.copy_source import (
     im2col_source,
     pack_b_source,
 )
-from pydnnl.kernels.source import KernelSource, launch_size, source_from_loopy
+from pydnnl.kernels.source import KernelSource, source_from_loopy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from printed_kernels import run_source  # noqa: E402
 
 
 def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
-    ctx = engine.context
-    queue = cl.CommandQueue(ctx, engine.device)
-    prg = cl.Program(ctx, src.source).build()
-    knl = getattr(prg, src.name)
-    mf = cl.mem_flags
-    dev = {k: cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=v.copy())
-           for k, v in bufs.items()}
-    args = [dev[n] if n in dev else np.int64(values[n]) for n in src.arg_names]
-    knl(queue, launch_size(src, values), src.local_size, *args)
-    out = {}
-    for k, v in dev.items():
-        out[k] = np.empty_like(bufs[k])
-        cl.enqueue_copy(queue, out[k], v)
-    queue.finish()
-    return out
+    return run_source(engine, src, bufs, values)
 
 
 def _compare(engine, ours: KernelSource, theirs, bufs: dict, values: dict,
