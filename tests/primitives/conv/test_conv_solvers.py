@@ -262,9 +262,9 @@ def test_winograd_packed_filters(engine, stream, monkeypatch, direction, case):
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 def test_im2col_backward_weights_in_k_slices(engine, stream, monkeypatch, layout):
-    """Backward weights' GEMMs cut into k slices (CPUs' rule ``cpu_wgrad_slices``, forced to
-    4 slices here on every device; GPUs split by their own rule): the slices' products and
-    their reduction, over chunks of images, against the reference."""
+    """Backward weights' GEMMs cut into k slices by CPUs' rule (``cpu_wgrad_slices`` under
+    ``wgrad_slices``, forced to 4 slices here; GPUs leave that parameter unused): the slices'
+    products and their reduction, over chunks of images, against the reference."""
     from pydnnl.primitives.conv.solvers import im2col_gemm
 
     monkeypatch.setattr(im2col_gemm, "cpu_wgrad_slices", lambda info, m, n, k, cap: 4)
@@ -272,5 +272,5 @@ def test_im2col_backward_weights_in_k_slices(engine, stream, monkeypatch, layout
                 grouped=False)
     res = run_op(engine, stream, "conv", "bwd_w", case, solver="im2col_gemm", seed=8,
                  tags={"src": layout, "dst": layout},
-                 solver_params={"chunk_mb": 0.01, "split_k": 8})
+                 solver_params={"chunk_mb": 0.01, "wgrad_slices": 8})
     assert_close(res, 1e-5, f"k slices {layout}")

@@ -132,6 +132,9 @@ def test_cpu_weight_gradient_slices():
     assert cpu_wgrad_slices(cpu, 64, 64, 3136, 64) == 2        # res2a_branch2a, mb 1
     assert cpu_wgrad_slices(cpu, 64, 64, 2048, 64) == 1        # fits the cache whole
     shape = GemmShape(m=64, n=64, k=50176, lda=64, ldb=64, ldc=64, trans_a=True)
-    assert _split_count(SimpleNamespace(info=cpu), shape, 64, wgrad=True) == 1
-    # other GEMMs split by the caller's count (backward data's, where asked for)
-    assert _split_count(SimpleNamespace(info=cpu), replace(shape, trans_a=False), 8) == 8
+    eng = SimpleNamespace(info=cpu)
+    assert _split_count(eng, shape, 1, 64) == 1  # A transposed
+    assert _split_count(eng, replace(shape, trans_a=False), 1, 64) == 28
+    assert _split_count(None, replace(shape, trans_a=False), 1, 64) == 64  # dry: the most
+    # an explicit count (solver_params split_k) cuts as asked, whatever the rule
+    assert _split_count(eng, replace(shape, trans_a=False), 8) == 8

@@ -94,8 +94,9 @@ class Im2colGemmSolver(Solver):
             return out
         if problem.kind == "bwd_w":
             # k slices that keep a short GEMM's operands in cache (heuristics.conv
-            # cpu_wgrad_slices decides per GEMM, up to this many)
-            return {"chunk_mb": 16, "split_k": CPU_WGRAD_MAX_SLICES}
+            # cpu_wgrad_slices decides per GEMM, up to ``wgrad_slices``; an explicit
+            # ``split_k`` instead cuts every activation-B GEMM as asked)
+            return {"chunk_mb": 16, "wgrad_slices": CPU_WGRAD_MAX_SLICES}
         return {"chunk_mb": 8}
 
     def tuning_space(self, problem: ConvProblem, engine) -> list[dict]:
@@ -105,10 +106,10 @@ class Im2colGemmSolver(Solver):
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
         params = params or {"chunk_mb": 64}
         size = _build(problem, params, None, dry=True).scratch_bytes
-        if problem.kind == "bwd_w" and int(params.get("split_k", 1)) > 1:
+        if problem.kind == "bwd_w" and int(params.get("wgrad_slices", 0)) > 1:
             # a device's rule may leave the GEMMs whole (CPUs: cpu_wgrad_slices), whose
             # plan (packed activation B) needs other scratch than the split one
-            size = max(size, _build(problem, dict(params, split_k=1), None,
+            size = max(size, _build(problem, dict(params, wgrad_slices=0), None,
                                     dry=True).scratch_bytes)
         return size
 
@@ -205,19 +206,23 @@ def _splits(k: int, cap: int) -> int:
     return largest_divisor_at_most(k, max(1, min(cap, k // _SPLIT_MIN_K)))
 
 
-def _split_count(engine, shape: GemmShape, cap: int, wgrad: bool = False) -> int:
+def _split_count(engine, shape: GemmShape, cap: int, wcap: int = 0) -> int:
     """k slices of a GEMM with an activation B (backward weights, split backward data): the
     largest divisor of k at most ``cap`` leaving slices of >= _SPLIT_MIN_K, fewer on NVIDIA
     GPUs where that count's batched blocks would overflow one round of the device
     (:func:`~pydnnl.runtime.heuristics.conv.one_round_splits`). A dry plan (no engine) takes
     the first count, the most scratch any device's choice needs."""
+    if cap <= 1:  # no count asked for: CPUs' backward weights may cut by their rule
+        if wcap <= 1:
+            return 1
+        if engine is None:  # a dry plan: the most scratch the rule may need
+            return _splits(shape.k, wcap)
+        if engine.info.is_gpu or shape.trans_a:
+            return 1
+        return cpu_wgrad_slices(engine.info, shape.m, shape.n, shape.k, wcap)
     first = _splits(shape.k, cap)
     if engine is None or first <= 1:
         return first
-    if wgrad and not engine.info.is_gpu:  # CPUs' backward weights: slices whose operands
-        # fit the cache, short GEMMs only
-        return 1 if shape.trans_a else cpu_wgrad_slices(engine.info, shape.m, shape.n,
-                                                        shape.k, cap)
 
     def blocks_of(s: int):
         t = split_nv_tile(engine, shape, s)
@@ -231,23 +236,26 @@ def _split_count(engine, shape: GemmShape, cap: int, wgrad: bool = False) -> int
 def _wgrad_splits(p: ConvProblem, params: dict, engine, Kf: int) -> bool:
     """Whether backward weights' GEMMs may be cut along k: GPUs (and a dry plan) wherever
     ``split_k`` allows, CPUs where their rule cuts the chunk's ``[Kf, OCg]`` GEMM."""
-    cap = int(params.get("split_k", 1))
+    if int(params.get("split_k", 1)) > 1:
+        return True
+    cap = int(params.get("wgrad_slices", 0))
     if cap <= 1 or engine is None or engine.info.is_gpu:
-        return cap > 1
+        return cap > 1 and engine is None
     chunk = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))
     nb = largest_divisor_at_most(p.mb, max(1, chunk // max(p.groups * p.P * Kf, 1)))
     return cpu_wgrad_slices(engine.info, Kf, p.ocg, nb * p.P, cap) > 1
 
 
 def _pack_runs(calls: list, split_k: int, engine=None,
-               wgrad: bool = False) -> tuple[list, list, list]:
+               wcap: int = 0) -> tuple[list, list, list]:
     """How a chunk's GEMMs read their activation B: ``(split, runs, rest)``: the calls split
     along k (see :func:`_emit`), the packing runs ``(slot, shape, b, start, count, stride,
     call indices)`` (one evenly spaced run of one shape's B matrices each) and the indices
     of the other calls."""
     split, rest = [], []
     for i, c in enumerate(calls):
-        s = 1 if (split_k <= 1 or c[7]) else _split_count(engine, c[0], split_k, wgrad)
+        s = 1 if (c[7] or (split_k <= 1 and wcap <= 1)) else _split_count(engine, c[0],
+                                                                           split_k, wcap)
         (split if s > 1 else rest).append((i, s))
     by_shape: dict = {}
     for i, _ in rest:
@@ -272,13 +280,13 @@ def _packed_elems(plan: Plan, shape: GemmShape) -> int:
     return g.packed_size if g.packed else 0
 
 
-def _reserve_packs(plan: Plan, chunks: list, split_k: int, wgrad: bool = False) -> None:
+def _reserve_packs(plan: Plan, chunks: list, split_k: int, wcap: int = 0) -> None:
     """Size every packing slot for the most matrices any chunk packs into it. Chunks differ:
     backward weights' first GEMM of each group overwrites (beta 0) and the rest accumulate,
     so the first chunk packs fewer matrices of the accumulating shape than the others."""
     most: dict = {}
     for calls in chunks:
-        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k, plan.engine, wgrad)[1]:
+        for slot, shape, _, _, count, _, _ in _pack_runs(calls, split_k, plan.engine, wcap)[1]:
             if slot in most:
                 most[slot][1] = max(most[slot][1], count)
             else:
@@ -288,7 +296,7 @@ def _reserve_packs(plan: Plan, chunks: list, split_k: int, wgrad: bool = False) 
             plan.alloc(top * _packed_elems(plan, shape), slot)
 
 
-def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None, wgrad: bool = False) -> None:
+def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None, wcap: int = 0) -> None:
     """Add a chunk's GEMMs. Weights were packed once per execution; an activation B is
     packed here, one launch per evenly spaced run of its matrices, into a scratch region all
     chunks reuse (every operand of the register-tile kernel is then read contiguously, and a
@@ -296,7 +304,7 @@ def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None, wgrad: bool = F
     activation B are split along k into at most this many slices (GPUs, backward weights).
     ``wgemm``: the launcher of the GEMMs with the weights as B where it is not the tuned one
     of their shape (weights stored in panels of another width)."""
-    split, runs, rest = _pack_runs(calls, split_k, plan.engine, wgrad)
+    split, runs, rest = _pack_runs(calls, split_k, plan.engine, wcap)
     for i, s in split:
         c = calls[i]
         plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")
@@ -543,6 +551,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # execution for every group; the GEMM shape is the same for every chunk
     wpack, wgemm = None, None
     split_k = 1 if wgrad_panels else int(params.get("split_k", 1))
+    # CPUs' backward weights: k slices by their rule, up to this many (see _split_count)
+    wcap = 0 if wgrad_panels or p.kind != "bwd_w" else int(params.get("wgrad_slices", 0))
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
     split_d = p.kind == "bwd_d" and split_k > 1
@@ -652,7 +662,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
 
     starts = range(0, p.mb, nb)
     chunks = [chunk_calls(c0) for c0 in starts]
-    _reserve_packs(plan, chunks, split_k, p.kind == "bwd_w")
+    _reserve_packs(plan, chunks, split_k, wcap)
     for c0, calls in zip(starts, chunks):
         if S is None and p.kind in ("fwd", "bwd_w"):
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
@@ -663,7 +673,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
             ip, sizes = im2col_runtime(ip)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
                         col_off=col_off, **sizes)
-        _emit(plan, calls, split_k, wgemm, p.kind == "bwd_w")
+        _emit(plan, calls, split_k, wgemm, wcap)
         if p.kind == "bwd_d" and S is None:
             cp = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
