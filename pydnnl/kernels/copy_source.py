@@ -62,12 +62,28 @@ def _offset(plain, idx) -> str:
 
 # {{{ im2col, channel blocks, run-time sizes
 
+def _guarded(pos: list, p, sizes: list, lasts: list) -> tuple[list, list]:
+    """The bound tests of im2col's source positions ``pos`` (only the sides a tap may cross)
+    and the positions clamped into the image (``sizes`` and ``lasts`` as C), which the copy
+    loads before it selects."""
+    from .conv_im2col import _im2col_guards
+
+    conds, clamped = [], []
+    for e, (lo, hi), n, last in zip(pos, _im2col_guards(p), sizes, lasts):
+        if lo:
+            conds.append(f"{e} >= 0")
+        if hi:
+            conds.append(f"{e} < {n}")
+        clamped.append(f"pd_clamp_rt({e}, {last})" if lo or hi else e)
+    return conds, clamped
+
+
 def im2col_source(p) -> KernelSource | None:
     """The run-time-size channel-block im2col (``conv_im2col._ic_block_rt``) of ``p`` (an
     ``Im2ColProblem``), or None: work-items along the output width (``a0``, guarded), the
     output height on group axis 1, images, groups, channel blocks and taps on axis 2 (images
     outermost), each work-item copying ``ic_block`` channels of one point."""
-    from .conv_im2col import _im2col_guards, _is_runtime
+    from .conv_im2col import _is_runtime
 
     nsp = len(p.kernel)
     B = p.ic_block
@@ -109,13 +125,8 @@ def im2col_source(p) -> KernelSource | None:
     k = [k0, k1]
     pos = [f"{o[i]} * {int(p.strides[i])} - {int(p.padding_l[i])} + {k[i]} * "
            f"{int(p.dilates[i]) + 1}" for i in range(nsp)]
-    conds, clamped = [], []
-    for e, (lo, hi), n_ in zip(pos, _im2col_guards(p), p.src_sp):
-        if lo:
-            conds.append(f"{e} >= 0")
-        if hi:
-            conds.append(f"{e} < {_name(n_)}")
-        clamped.append(f"pd_clamp_rt({e}, {_name(n_)} + -1)" if lo or hi else e)
+    conds, clamped = _guarded(pos, p, [_name(n_) for n_ in p.src_sp],
+                              [f"{_name(n_)} + -1" for n_ in p.src_sp])
     ic = f"{icb} * {B} + ici"
     at = _offset(src, [f"n0 + {n}", f"{g} * {ICg} + {ic}", *clamped])
     # the column's strides: the product of the sizes of the dims inside, in ``order``
@@ -175,7 +186,7 @@ def im2col_baked_source(p) -> KernelSource | None:
     from pymbolic import var
 
     from .conv_common import grid
-    from .conv_im2col import _im2col_guards, _is_runtime, _units_first
+    from .conv_im2col import _is_runtime, _units_first
 
     nsp = len(p.kernel)
     if p.ic_block or _is_runtime(p) or sorted(p.order) != list(range(3 + 2 * nsp)):
@@ -207,13 +218,8 @@ def im2col_baked_source(p) -> KernelSource | None:
     o = logical[3 + nsp:]
     pos = [f"({o[i]}) * {int(p.strides[i])} + {-int(p.padding_l[i])} + ({k[i]}) * "
            f"{int(p.dilates[i]) + 1}" for i in range(nsp)]
-    conds, clamped = [], []
-    for e, (lo, hi), sz in zip(pos, _im2col_guards(p), p.src_sp):
-        if lo:
-            conds.append(f"{e} >= 0")
-        if hi:
-            conds.append(f"{e} < {int(sz)}")
-        clamped.append(f"pd_clamp_rt({e}, {int(sz) - 1})" if lo or hi else e)
+    conds, clamped = _guarded(pos, p, [str(int(sz)) for sz in p.src_sp],
+                              [str(int(sz) - 1) for sz in p.src_sp])
     at = _offset(src, [f"n0 + {n_}", f"({g}) * {int(p.icg)} + {ic}", *clamped])
     store = f"col[col_off + {_c(flat)}]"
     A0 = int(ranges["a0"])

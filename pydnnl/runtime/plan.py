@@ -368,19 +368,13 @@ class Plan:
         Returns ``(ref, off, step, params)``: pass them on to :meth:`gemm_batched` (B
         ``t`` at ``off + t * step``); ``params`` None where the tuned kernel reads plain B
         (then B stays where it lies)."""
-        if self.dry:
-            size = shape.k * (shape.n + MAX_PANEL - 1)  # n rounded up to any panel width
-            self.steps.append(_Dry("pack_b"))
-            return SCRATCH, self.alloc(batch * size), size, None
-        sh = self._math(shape)
-        params = choose_params(self.engine, sh, static_b=True, batch=batch)
-        g = get_gemm(self.engine, sh, static_b=True, params=params)
-        if not g.packed:  # (the hand-written NVIDIA kernel, or a plain-B tile)
-            return b, int(b_off), int(stride), None
-        off = self.alloc(batch * g.packed_size)
-        pk = g.packer(batch, int(stride))
-        self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off))
-        return SCRATCH, off, g.packed_size, g.params
+        g = None
+        if not self.dry:  # the batch's tuned tile: pack_b packs for it, or leaves B plain
+            sh = self._math(shape)
+            g = get_gemm(self.engine, sh, static_b=True,
+                         params=choose_params(self.engine, sh, static_b=True, batch=batch))
+        ref, off, step, packed = self.pack_b(shape, b, b_off, batch, stride, g=g)
+        return ref, off, step, (g.params if packed and g is not None else None)
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,
                      stride_c: int, a, a_off, b, b_off, c, c_off,
