@@ -190,6 +190,15 @@ def run(eng, problem: str, opts: dict, mode: str, compare, min_seconds: float) -
         line, failed = check_line("ip", desc, problem, err, tol)
         print(line, flush=True)
         return failed
+    if mode == "K":
+        from .common import kernel_profile
+
+        b.eng = eng
+        for name, size, count, ms in kernel_profile(b):
+            print(f"kernel,--ip {desc},{problem},impl={b.pd.impl_info_str()},{name},"
+                  f"global={'x'.join(map(str, size or ()))},launches={count},"
+                  f"total_ms={ms:.4f},per_launch_us={ms / count * 1e3:.2f}", flush=True)
+        return 0
     tmin, tmed = time_ms(b.run, min_seconds, b.stream.wait)
     print(perf_line("ip", desc, problem, b.create_ms, tmin, tmed, flops=b.flops(),
                     peer=_peer(b, compare, eng, min_seconds)), flush=True)

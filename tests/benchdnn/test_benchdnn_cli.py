@@ -128,3 +128,15 @@ def test_conv_kernel_profile_mode(capsys):
     assert names.count("gemm") == 1, out
     assert all(int(f[-3].split("=")[1]) >= 1 and float(f[-2].split("=")[1]) >= 0
                for f in rows), out
+
+
+def test_ip_kernel_profile_mode(capsys):
+    """--ip --mode=K: backward weights with a bias runs its GEMM and one column-sum launch
+    (diff_bias), and says which implementation ran."""
+    rc = main(["--ip", "--mode=K", "--dir=BWD_WB", "mb8ic16oc4"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [ln.split(",") for ln in out.splitlines() if ln.startswith("kernel,")]
+    names = [f[4] for f in rows]
+    assert names.count("gemm") == 1 and names.count("pydnnl_colsum") == 1, out
+    assert all(f[3].startswith("impl=gemm") for f in rows), out
