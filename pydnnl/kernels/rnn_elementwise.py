@@ -91,6 +91,16 @@ def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
 
 
 def build_elementwise(p: ElementwiseProblem):
+    """The kernel of one stage: printed OpenCL C
+    (:func:`~pydnnl.kernels.rnn_elementwise_source.elementwise_source`: no loopy import or
+    code generation in a first-ever creation) where it covers ``p``, else loopy's."""
+    from .rnn_elementwise_source import elementwise_source
+
+    src = elementwise_source(p)
+    return src if src is not None else build_elementwise_loopy(p)
+
+
+def build_elementwise_loopy(p: ElementwiseProblem):
     """loopy TranslationUnit of one stage; args: buffers (see :func:`stage_buffers`), then
     the int32 offsets of :data:`OFFSET_ARGS` (and ``dq_off`` when quantized) and the int32
     ``batch``."""

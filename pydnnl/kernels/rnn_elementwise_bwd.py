@@ -296,6 +296,16 @@ def stage_ops(p: BackwardElementwiseProblem, emit, store) -> None:
 
 
 def build_elementwise_bwd(p: BackwardElementwiseProblem):
+    """The kernel of one backward stage: printed OpenCL C
+    (:func:`~pydnnl.kernels.rnn_elementwise_source.elementwise_bwd_source`) where it covers
+    ``p``, else loopy's."""
+    from .rnn_elementwise_source import elementwise_bwd_source
+
+    src = elementwise_bwd_source(p)
+    return src if src is not None else build_elementwise_bwd_loopy(p)
+
+
+def build_elementwise_bwd_loopy(p: BackwardElementwiseProblem):
     """loopy TranslationUnit of one backward stage: buffers, then int32 offsets."""
     import loopy as lp
     from pymbolic import var

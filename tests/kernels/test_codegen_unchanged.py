@@ -17,7 +17,8 @@ import pytest
 
 from pydnnl.constants import algorithm as A
 from pydnnl.kernels import gemm as G
-from pydnnl.kernels.rnn_elementwise import ElementwiseProblem, build_elementwise
+from pydnnl.kernels.rnn_elementwise import ElementwiseProblem
+from pydnnl.kernels.rnn_elementwise import build_elementwise_loopy as build_elementwise
 
 VERSIONS = {"loopy": "2025.2", "islpy": "2025.2.5"}
 RELU = ("eltwise", int(A.eltwise_relu), 0.0, 0.0)

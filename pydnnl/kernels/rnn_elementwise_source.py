@@ -1,0 +1,272 @@
+"""OpenCL source of the per-step RNN cell kernels, written without loopy.
+
+A first-ever creation of an RNN primitive generated its cell kernels with loopy
+(:func:`~pydnnl.kernels.rnn_elementwise.build_elementwise_loopy`,
+:func:`~pydnnl.kernels.rnn_elementwise_bwd.build_elementwise_bwd_loopy`): loopy's import and
+its code generation were about 0.5 s of the LSTM 512 training pair's creation on the 2-core
+Xeon. The printers here write the same kernels from the same cell-spec formulas as a
+:class:`KernelSource`: the same kernel name, argument names, order and types (loopy leaves out
+buffers and offsets a stage does not read, and so do we), work-group size and launch grid,
+and the same arithmetic. The formulas are printed with loopy's C rules: constants as float
+literals, each stage assignment (forward) or ``emit`` (backward) one statement, loads inlined
+where loopy inlines them, and sums and products parenthesized only where loopy does, so that
+the compiler sees the same expression trees (floating-point contraction into FMAs happens
+within one expression, so statement boundaries and association order decide the results).
+Only the index arithmetic is written differently (``n`` and ``j`` computed once).
+``tests/kernels/test_rnn_elementwise_source.py`` runs both on random data and compares.
+
+Covered: every cell kind's forward stages (peephole, cell-state clip, every vanilla RNN
+activation, with and without stored gates) and backward stages. Declined (None: loopy keeps
+them): int8 stages (``quant``), stages with the recurrent GEMM fused in (``fused_k``), and any
+formula with a construct the printer does not know (non-finite constants, other functions).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pymbolic.primitives as prim
+from pymbolic.mapper.stringifier import (
+    PREC_CALL,
+    PREC_COMPARISON,
+    PREC_LOGICAL_AND,
+    PREC_NONE,
+    PREC_PRODUCT,
+    PREC_SUM,
+)
+
+from ..error import unimplemented
+from .printing import float_ptr, kernel_head
+from .source import KernelSource
+
+# int like loopy's: the offsets are int arguments and the index arithmetic stays 32-bit
+_PRELUDE = ("#define lid(N) ((int) get_local_id(N))\n"
+            "#define gid(N) ((int) get_group_id(N))\n\n")
+_FUNCTIONS = ("exp", "tanh")
+_MULTIPLICATIVE = (prim.Quotient, prim.FloorDiv, prim.Remainder)
+
+
+class _Printer:
+    """pymbolic -> OpenCL C as loopy's ``CExpressionToCodeMapper`` prints f32 kernels:
+    parentheses only where the enclosing precedence is higher (nested sums and products of
+    equal precedence print flat, so they associate to the left as loopy's text does),
+    quotients parenthesized inside products, ``x**2`` as ``x * x``. Constants are float
+    literals in value context and integers in index context. Records every variable name
+    printed (``used``)."""
+
+    def __init__(self):
+        self.used: set[str] = set()
+
+    def __call__(self, e, prec: int = PREC_NONE, fl: bool = True) -> str:
+        if isinstance(e, (bool, np.bool_)):
+            raise unimplemented(f"rnn cell printer: boolean constant {e!r}")
+        if isinstance(e, (int, np.integer)):
+            return f"{float(e)!r}f" if fl else str(int(e))
+        if isinstance(e, (float, np.floating)):
+            if isinstance(e, np.floating) and not isinstance(e, np.float32):
+                raise unimplemented(f"rnn cell printer: constant of type {type(e).__name__}")
+            if not np.isfinite(e) or not fl:
+                raise unimplemented(f"rnn cell printer: constant {e!r}")
+            return f"{float(e)!r}f"
+        if isinstance(e, prim.Variable):
+            self.used.add(e.name)
+            return e.name
+        if isinstance(e, prim.Subscript):
+            agg = self(e.aggregate, PREC_CALL + 1, fl)
+            return _paren(f"{agg}[{self(e.index, PREC_NONE, False)}]", prec, PREC_CALL)
+        if isinstance(e, prim.Call):
+            name = getattr(e.function, "name", None)
+            if name not in _FUNCTIONS or len(e.parameters) != 1:
+                raise unimplemented(f"rnn cell printer: function {e.function!r}")
+            return _paren(f"{name}({self(e.parameters[0], PREC_NONE, fl)})", prec, PREC_CALL)
+        if isinstance(e, prim.Sum):
+            return _paren(" + ".join(self(c, PREC_SUM, fl) for c in e.children), prec, PREC_SUM)
+        if isinstance(e, prim.Product):
+            parts = []
+            for c in e.children:
+                s = self(c, PREC_PRODUCT, fl)
+                parts.append(f"({s})" if isinstance(c, _MULTIPLICATIVE) else s)
+            return _paren(" * ".join(parts), prec, PREC_PRODUCT)
+        if isinstance(e, prim.Quotient) and fl:
+            sides = []
+            for c in (e.numerator, e.denominator):
+                s = self(c, PREC_PRODUCT, fl)
+                sides.append(f"({s})" if isinstance(c, (prim.Product,) + _MULTIPLICATIVE)
+                             else s)
+            return _paren(f"{sides[0]} / {sides[1]}", prec, PREC_PRODUCT)
+        if isinstance(e, prim.Power) and isinstance(e.exponent, (int, np.integer)) \
+                and 1 <= int(e.exponent) <= 2:
+            return self(e.base if int(e.exponent) == 1 else prim.Product((e.base, e.base)),
+                        prec, fl)
+        if isinstance(e, prim.If):
+            return (f"({self(e.condition, PREC_CALL, fl)} ? {self(e.then, PREC_NONE, fl)} : "
+                    f"{self(e.else_, PREC_NONE, fl)})")
+        if isinstance(e, prim.Comparison):
+            return _paren(f"{self(e.left, PREC_COMPARISON, fl)} {e.operator} "
+                          f"{self(e.right, PREC_COMPARISON, fl)}", prec, PREC_COMPARISON)
+        if isinstance(e, prim.LogicalAnd):
+            return _paren(" && ".join(self(c, PREC_LOGICAL_AND, fl) for c in e.children),
+                          prec, PREC_LOGICAL_AND)
+        raise unimplemented(f"rnn cell printer: {type(e).__name__} {e!r}")
+
+
+def _paren(s: str, enclosing: int, mine: int) -> str:
+    return f"({s})" if enclosing > mine else s
+
+
+def _kernel(name: str, dhc: int, wg: int, bufs, written: set, offsets, lines: list[str],
+            used: set) -> KernelSource:
+    """One cell kernel: work-items along the channels (``j``, axis 0, groups of ``wg``),
+    batch rows on group axis 1 (``n``); the body guarded where ``wg`` does not divide the
+    channels, as loopy's split does."""
+    wg = min(wg, dhc)
+    bufs = [b for b in bufs if b in used]
+    offs = [o for o in offsets if o in used]
+    params = ([float_ptr(b, b not in written) for b in bufs]
+              + [f"int const {o}" for o in offs] + ["int const batch"])
+    head = "  int const n = gid(1);\n" f"  int const j = lid(0) + gid(0) * {wg};\n"
+    ngroups = -(-dhc // wg)
+    if ngroups * wg != dhc:
+        body = (f"  if (j < {dhc})\n  {{\n"
+                + "".join(f"  {line}" for line in lines) + "  }\n")
+    else:
+        body = "".join(lines)
+    text = _PRELUDE + kernel_head(name, (wg, 1), params) + head + body + "}\n"
+    return KernelSource(name, text, None, (wg, 1), (*bufs, *offs, "batch"),
+                        grid=(str(ngroups * wg), "(batch) * 1"))
+
+
+# {{{ forward
+
+def elementwise_source(p) -> KernelSource | None:
+    """The forward stage kernel of ``p`` (an ``ElementwiseProblem``) as
+    :func:`~pydnnl.kernels.rnn_elementwise.build_elementwise_loopy` generates it, or None
+    (int8, a fused recurrent GEMM, a formula the printer does not know)."""
+    if p.quant is not None or p.fused_k:
+        return None
+    try:
+        return _forward(p)
+    except unimplemented:
+        return None
+
+
+def _forward(p) -> KernelSource:
+    from pymbolic import var
+    from pymbolic.mapper.substitutor import substitute
+
+    from ..cells import get_cell
+    from .rnn_elementwise import OFFSET_ARGS, _FunctionInliner, _known_before, stage_buffers
+
+    spec = get_cell(p.cell)
+    stages = spec.forward_stages(p.peephole, p.clip is not None)
+    stage = stages[p.stage]
+    G, DHC, gates = spec.n_gates, p.dhc, spec.gate_names
+    gemm_gates = stage.recurrent_gemm.gates
+    n, j = var("n"), var("j")
+    before = set(_known_before(spec, p))
+
+    def gate_slot(g):
+        return var("gates")[var("gates_off") + (n * G + gates.index(g)) * DHC + j]
+
+    # the buffer reads of each input, built as the loopy generator builds them
+    mapping: dict = {}
+    for name in stage.inputs(()):
+        if name.startswith("gx_"):
+            g = name[3:]
+            e = var("gx")[var("gx_off") + (n * G + gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gx", g)
+            if b is not None:
+                e = e + var("bias")[var("bias_off") + b * DHC + j]
+            mapping[name] = e
+        elif name.startswith("gh_"):
+            g = name[3:]
+            e = var("gh")[var("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gh", g)
+            if b is not None:
+                e = e + var("bias")[var("bias_off") + b * DHC + j]
+            mapping[name] = e
+        elif name == "h_prev":
+            mapping[name] = var("h_prev")[var("h_prev_off") + n * p.ld_h_prev + j]
+        elif name == "c_prev":
+            mapping[name] = var("c_prev")[var("c_prev_off") + n * DHC + j]
+        elif name in ("p_i", "p_f", "p_o"):
+            mapping[name] = var("peep")[var("peep_off") + "ifo".index(name[2]) * DHC + j]
+        elif name == "att":
+            mapping[name] = var("att")[var("att_off") + n]
+        elif name in before and name in gates:
+            mapping[name] = ("load", gate_slot(name))
+        else:
+            raise unimplemented(f"cell {spec.name} stage {p.stage}: no buffer for {name!r}")
+
+    pr = _Printer()
+    lines = []
+    # earlier stages' gates first, into private values (loopy's loads)
+    for name, m in list(mapping.items()):
+        if isinstance(m, tuple):
+            lines.append(f"  float const v_{name} = {pr(m[1])};\n")
+            mapping[name] = var(f"v_{name}")
+    inline = _FunctionInliner(p.activation, p.alpha, p.clip)
+    for a in stage.assignments:
+        lines.append(f"  float const v_{a.name} = {pr(inline(substitute(a.expr, mapping)))};\n")
+        mapping[a.name] = var(f"v_{a.name}")
+    written = set()
+    last = p.stage == len(stages) - 1
+    for a in stage.assignments:
+        if a.name in gates:
+            if last and not p.store_gates:
+                continue
+            target = gate_slot(a.name)
+        elif a.name == "c":
+            target = var("c")[var("c_off") + n * DHC + j]
+        elif a.name == "h":
+            target = var("h")[var("h_off") + n * p.ld_h + j]
+        elif a.name == "rh":
+            target = var("rh")[var("rh_off") + n * DHC + j]
+        else:
+            continue  # an intermediate (u_tilde)
+        written.add(target.aggregate.name)
+        lines.append(f"  {pr(target)} = v_{a.name};\n")
+    return _kernel(f"rnn_{spec.name}_s{p.stage}", DHC, p.wg, stage_buffers(p), written,
+                   OFFSET_ARGS, lines, pr.used)
+
+# }}}
+
+
+# {{{ backward
+
+def elementwise_bwd_source(p) -> KernelSource | None:
+    """The backward stage kernel of ``p`` (a ``BackwardElementwiseProblem``) as
+    :func:`~pydnnl.kernels.rnn_elementwise_bwd.build_elementwise_bwd_loopy` generates it
+    (the same :func:`~pydnnl.kernels.rnn_elementwise_bwd.stage_ops` sequence), or None."""
+    try:
+        return _backward(p)
+    except unimplemented:
+        return None
+
+
+def _backward(p) -> KernelSource:
+    from pymbolic import var
+
+    from ..cells import get_cell
+    from .rnn_elementwise_bwd import OFFSET_ARGS, analyze, stage_ops
+
+    spec = get_cell(p.cell)
+    pr = _Printer()
+    lines: list[str] = []
+    written: set[str] = set()
+
+    def emit(name, expr):
+        lines.append(f"  float const t_{name} = {pr(expr)};\n")
+        return var(f"t_{name}")
+
+    def store(target, expr, sid):
+        written.add(target.aggregate.name)
+        lines.append(f"  {pr(target)} = {pr(expr)};\n")
+
+    stage_ops(p, emit, store)
+    bufs = [b for b, _ in analyze(p).buffers]
+    return _kernel(f"rnn_bwd_{spec.name}_s{p.stage}", p.dhc, p.wg, bufs, written,
+                   OFFSET_ARGS, lines, pr.used)
+
+# }}}
+
+
+__all__ = ["elementwise_bwd_source", "elementwise_source"]

@@ -1,0 +1,175 @@
+"""kernels.rnn_elementwise_source prints the RNN cell kernels loopy generates, text aside:
+the same kernel name, argument names, order and declared types, work-group size and launch
+grid, and bitwise the same results. Bitwise, because the printer keeps loopy's statements
+and expression trees (the same operations in the same order, so also the same floating-point
+contractions, which the compilers make within one expression only); only the index
+arithmetic is written differently. Each covered form (every cell kind's forward stages with
+and without stored gates, peephole, clip, the vanilla RNN activations, projection strides, a
+channel count the work-group does not divide; the backward stages likewise) runs beside
+loopy's kernel on the same random buffers (outputs filled beforehand, so what either leaves
+unwritten is compared too) with run-time offsets, on every device present (Intel's CPU
+runtime and PoCL). int8 and fused-GEMM forward stages return None (loopy keeps them)."""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import replace
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from pydnnl.kernels.rnn_elementwise import (
+    ElementwiseProblem,
+    build_elementwise,
+    build_elementwise_loopy,
+)
+from pydnnl.kernels.rnn_elementwise_bwd import (
+    BackwardElementwiseProblem,
+    build_elementwise_bwd,
+    build_elementwise_bwd_loopy,
+)
+from pydnnl.kernels.rnn_elementwise_source import elementwise_bwd_source, elementwise_source
+from pydnnl.kernels.source import (
+    KernelSource,
+    _signature_params,
+    launch_size,
+    scalar_types,
+    source_from_loopy,
+)
+
+DHC, SIC, WG, BATCH = 24, 40, 8, 3
+CLIP = (-0.5, 0.5, True)
+
+_F = ElementwiseProblem("vanilla_lstm", 0, False, "tanh", 0.0, DHC, SIC, DHC, wg=WG)
+FORWARD = {
+    "lstm": replace(_F, store_gates=False),
+    "lstm_train": _F,
+    "lstm_peep_clip_nan": replace(_F, peephole=True, clip=CLIP),
+    "lstm_clip_infer": replace(_F, clip=(-0.5, 0.5, False), store_gates=False),
+    "lstmp_rows": replace(_F, ld_h=DHC, ld_h_prev=16, peephole=True),
+    "lstm_ragged_wg": replace(_F, dhc=20, ld_h=20, store_gates=False),
+    "gru_s0": replace(_F, cell="vanilla_gru", ld_h_prev=DHC),
+    "gru_s1": replace(_F, cell="vanilla_gru", stage=1, ld_h_prev=DHC, store_gates=False),
+    "gru_s1_train": replace(_F, cell="vanilla_gru", stage=1, ld_h_prev=DHC),
+    "lbr_gru": replace(_F, cell="lbr_gru", ld_h_prev=DHC),
+    "lbr_gru_infer": replace(_F, cell="lbr_gru", ld_h_prev=DHC, store_gates=False),
+    "augru_s0": replace(_F, cell="vanilla_augru", ld_h_prev=DHC),
+    "augru_s1": replace(_F, cell="vanilla_augru", stage=1, ld_h_prev=DHC),
+    "lbr_augru": replace(_F, cell="lbr_augru", ld_h_prev=DHC, store_gates=False),
+    "rnn_relu": replace(_F, cell="vanilla_rnn", activation="relu", alpha=0.1),
+    "rnn_relu0": replace(_F, cell="vanilla_rnn", activation="relu", store_gates=False),
+    "rnn_tanh": replace(_F, cell="vanilla_rnn"),
+    "rnn_logistic": replace(_F, cell="vanilla_rnn", activation="logistic", dhc=20, ld_h=20),
+}
+
+_B = BackwardElementwiseProblem("vanilla_lstm", 0, False, "tanh", 0.0, DHC, SIC, DHC, True,
+                                wg=WG)
+BACKWARD = {
+    "lstm": _B,
+    "lstm_first_dhp": replace(_B, dhp_assign=True),
+    "lstm_peep_clip": replace(_B, peephole=True, clip=CLIP),
+    "lstmp": replace(_B, two_dh=False, ld_dh=DHC, peephole=True),
+    "lstm_ragged_wg": replace(_B, dhc=20, ld_dh=20),
+    "gru_s0": replace(_B, cell="vanilla_gru", ld_h_prev=DHC),
+    "gru_s1": replace(_B, cell="vanilla_gru", stage=1, ld_h_prev=DHC, dhp_assign=True),
+    "lbr_gru": replace(_B, cell="lbr_gru", ld_h_prev=DHC),
+    "augru_s0": replace(_B, cell="vanilla_augru", ld_h_prev=DHC),
+    "augru_s1": replace(_B, cell="vanilla_augru", stage=1, ld_h_prev=DHC),
+    "lbr_augru": replace(_B, cell="lbr_augru", ld_h_prev=DHC),
+    "rnn_relu": replace(_B, cell="vanilla_rnn", activation="relu", alpha=0.1),
+    "rnn_tanh": replace(_B, cell="vanilla_rnn"),
+    "rnn_logistic": replace(_B, cell="vanilla_rnn", activation="logistic"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(direction: str, name: str) -> tuple[KernelSource, KernelSource]:
+    """(printed, loopy's) sources of one form, generated once for every device."""
+    if direction == "fwd":
+        p = FORWARD[name]
+        ours, theirs = elementwise_source(p), build_elementwise_loopy(p)
+        assert build_elementwise(p) == ours
+    else:
+        p = BACKWARD[name]
+        ours, theirs = elementwise_bwd_source(p), build_elementwise_bwd_loopy(p)
+        assert build_elementwise_bwd(p) == ours
+    assert ours is not None
+    return ours, source_from_loopy(theirs)
+
+
+def _declared(src: KernelSource) -> tuple[str, ...]:
+    """The parameter declarations without their names."""
+    return tuple(re.sub(r"\s*\b\w+$", "", q) for q in _signature_params(src.source, src.name))
+
+
+def _buffers(src: KernelSource, seed: int) -> tuple[dict, dict]:
+    """Random buffers (4096 floats each, ample for these sizes) and distinct offsets for
+    every argument of ``src``; gate and attention values in (0, 1), some values past the
+    clip range, one NaN in the gate inputs (the clip's NaN rule)."""
+    rng = np.random.default_rng(seed)
+    bufs, values = {}, {"batch": BATCH}
+    for k, a in enumerate(src.arg_names):
+        if a == "batch":
+            continue
+        if a.endswith("_off"):
+            values[a] = 3 + 5 * k
+            continue
+        x = rng.standard_normal(4096).astype(np.float32)
+        if a in ("gates", "att"):
+            x = rng.uniform(0.02, 0.98, 4096).astype(np.float32)
+        if a == "gx":
+            x[values.get("gx_off", 0) + 2 * DHC + 5] = np.nan
+        bufs[a] = x
+    return bufs, values
+
+
+def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
+    """Run ``src`` once over copies of ``bufs`` with the scalar ``values`` (as the
+    kernel declares them: int); the arrays after the run."""
+    ctx = engine.context
+    queue = cl.CommandQueue(ctx, engine.device)
+    knl = getattr(cl.Program(ctx, src.source).build(), src.name)
+    mf = cl.mem_flags
+    dev = {k: cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=v.copy())
+           for k, v in bufs.items()}
+    args = [dev[n] if n in dev else typ(values[n])
+            for n, typ in zip(src.arg_names, scalar_types(src))]
+    knl(queue, launch_size(src, values), src.local_size, *args)
+    out = {k: np.empty_like(v) for k, v in bufs.items()}
+    for k, v in dev.items():
+        cl.enqueue_copy(queue, out[k], v)
+    queue.finish()
+    return out
+
+
+def _check(engine, direction: str, name: str) -> None:
+    ours, theirs = _pair(direction, name)
+    for field in ("name", "arg_names", "global_size", "local_size", "grid", "build_options"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    assert _declared(ours) == _declared(theirs)
+    bufs, values = _buffers(theirs, 7)
+    a = _run(engine, ours, bufs, values)
+    b = _run(engine, theirs, bufs, values)
+    for k in bufs:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert any(not np.array_equal(b[k], bufs[k], equal_nan=True) for k in bufs)
+
+
+@pytest.mark.parametrize("name", sorted(FORWARD))
+def test_forward_equals_loopy(engine, name):
+    _check(engine, "fwd", name)
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD))
+def test_backward_equals_loopy(engine, name):
+    _check(engine, "bwd", name)
+
+
+def test_declines():
+    p = FORWARD["lstm"]
+    int8 = replace(p, quant=(64.0, 128.0, 0, 255), dhc=16, wg=16, ld_h=16, ld_h_prev=16)
+    fused = replace(p, fused_k=SIC, ld_src=SIC, ld_u=4 * DHC)
+    for q in (int8, fused):
+        assert elementwise_source(q) is None
+        assert not isinstance(build_elementwise(q), KernelSource)  # loopy's TranslationUnit
