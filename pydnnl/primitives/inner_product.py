@@ -48,6 +48,7 @@ from ..kernels.reorder import ReorderProblem, layout_of
 from ..memory.data_types import data_type
 from ..memory.desc import MemoryDesc
 from ..runtime.gemm import GemmShape, get_gemm, packed_panel
+from ..runtime.heuristics.reduction import colsum_row_lanes
 from ..runtime.plan import SCRATCH, Plan, Ref
 from .base import ArgSpec, bias_queries, primitive, primitive_desc_base
 from .post_ops import WITH_PRELU, resolve_scales, scale_operands
@@ -495,7 +496,8 @@ class inner_product_backward_weights(_ip_base):
         bias = pd._args.get(ARG_DIFF_BIAS)
         if bias is not None:
             off = pd._staged.get(ARG_DIFF_BIAS)  # bf16/f16: summed in f32, then converted
-            plan.kernel("colsum", ColSum(width=OC, ld=lda, accumulate=False),
+            lanes = colsum_row_lanes(pd.get_engine().info)
+            plan.kernel("colsum", ColSum(width=OC, ld=lda, accumulate=False, row_lanes=lanes),
                         build_colsum, out=Ref(ARG_DIFF_BIAS) if off is None else SCRATCH,
                         src=a_ref, o_off=bias.md.offset0 if off is None else off, i_off=a_off,
                         nrows=N)
