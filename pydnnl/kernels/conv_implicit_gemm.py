@@ -354,6 +354,16 @@ def _assemble(ranges, insns, temps, tags, prios, args, name, t: TileParams, post
 
 
 def build_igemm_data(p: IgemmDataProblem):
+    """The forward / backward-data kernel of ``p`` (arguments a, wp, out[, bias]): printed
+    where :mod:`pydnnl.kernels.conv_implicit_gemm_source` covers it (no loopy import or code
+    generation in a first-ever creation), else from loopy."""
+    from .conv_implicit_gemm_source import igemm_data_source, igemm_fill_source
+
+    src = (igemm_data_source(p) if all(n > 0 for n in p.taps) else igemm_fill_source(p))
+    return src if src is not None else build_igemm_data_loopy(p)
+
+
+def build_igemm_data_loopy(p: IgemmDataProblem):
     """loopy TranslationUnit of the forward / backward-data kernel (arguments a, wp, out[,
     bias])."""
     if not all(n > 0 for n in p.taps):
@@ -527,6 +537,15 @@ def _build_fill(p: IgemmDataProblem):
 
 
 def build_wei_pack(p: WeiPackProblem):
+    """The kernel packing the weights for :func:`build_igemm_data` (arguments wei, wp):
+    printed where :mod:`pydnnl.kernels.conv_implicit_gemm_source` covers it, else loopy's."""
+    from .conv_implicit_gemm_source import wei_pack_source
+
+    src = wei_pack_source(p)
+    return src if src is not None else build_wei_pack_loopy(p)
+
+
+def build_wei_pack_loopy(p: WeiPackProblem):
     """loopy TranslationUnit packing the weights for :func:`build_igemm_data` (arguments
     wei, wp)."""
     import loopy as lp
@@ -655,5 +674,6 @@ def flops(p) -> int:
 
 
 __all__ = ["TileParams", "PlainTensor", "IgemmDataProblem", "WeiPackProblem",
-           "IgemmWeiProblem", "WeiReduceProblem", "build_igemm_data", "build_wei_pack",
+           "IgemmWeiProblem", "WeiReduceProblem", "build_igemm_data", "build_igemm_data_loopy",
+           "build_wei_pack", "build_wei_pack_loopy",
            "build_igemm_wei", "build_wei_reduce", "flops"]
