@@ -46,7 +46,13 @@ from .conv_common import (
     sym_plain_layout,
     tag_grid,
 )
-from .copy_source import bias_grad_source, im2col_baked_source, im2col_source
+from .copy_source import (
+    bias_grad_source,
+    col2im_source,
+    im2col_baked_source,
+    im2col_rt_source,
+    im2col_source,
+)
 from .sizevars import ceil_range, free_vars, is_var, size_var, symbolize
 
 
@@ -203,12 +209,14 @@ def _im2col_guards(p: Im2ColProblem) -> tuple:
 
 def build_im2col(p: Im2ColProblem):
     """The im2col kernel of ``p``: the CPU plans' channel-block copy with run-time sizes and
-    the baked copy without channel blocks from printers (:mod:`pydnnl.kernels.copy_source`:
-    no loopy import or code generation in a first-ever creation), every other form from
-    loopy."""
+    the copies without channel blocks (baked or run-time sizes) from printers
+    (:mod:`pydnnl.kernels.copy_source`: no loopy import or code generation in a first-ever
+    creation), every other form from loopy."""
     src = im2col_source(p)
     if src is None:
         src = im2col_baked_source(p)
+    if src is None:
+        src = im2col_rt_source(p)
     return src if src is not None else build_im2col_loopy(p)
 
 
@@ -378,6 +386,14 @@ def _storage_grid(sizes, layout, rt_order, per_item, wg, runtime):
 
 
 def build_col2im(p: Col2ImProblem):
+    """The col2im kernel of ``p``: printed where :func:`~pydnnl.kernels.copy_source.
+    col2im_source` covers it (no loopy in a first-ever creation), else loopy's."""
+    src = col2im_source(p)
+    return src if src is not None else build_col2im_loopy(p)
+
+
+def build_col2im_loopy(p: Col2ImProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var

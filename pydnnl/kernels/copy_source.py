@@ -346,6 +346,267 @@ def channel_slices_source(p) -> KernelSource | None:
 # }}}
 
 
+# {{{ grid launches (col2im, run-time im2col without channel blocks)
+
+def _cc(e) -> str:
+    """C of a pymbolic index expression or condition (``//`` as C's ``/``: the operands are
+    non-negative, or the result is clamped where it may not be, and a remainder is only
+    tested against zero)."""
+    from pymbolic.primitives import Comparison, LogicalAnd
+
+    if isinstance(e, LogicalAnd):
+        return " && ".join(_cc(c) for c in e.children)
+    if isinstance(e, Comparison):
+        return f"{_cc(e.left)} {e.operator} {_cc(e.right)}"
+    if not _is_var(e):
+        return str(int(e))
+    return "(" + str(e).replace("//", "/") + ")"
+
+
+def _clamp_defs(text: str) -> str:
+    """The index clamps ``text`` calls."""
+    import re
+
+    from .conv_common import clamp_helper
+
+    out = [_CLAMP] if "pd_clamp_rt(" in text else []
+    for hi in sorted({int(h) for h in re.findall(r"pd_clamp_idx_(\d+)\(", text)}):
+        out.append(clamp_helper(hi)[1] + "\n")
+    return "".join(out)
+
+
+def _grid_split(ranges: dict, per_item: int) -> int:
+    """The loop length :func:`~pydnnl.kernels.conv_common.grid_rt` splits a run-time axis-1
+    dim by (0: none), from its ranges."""
+    work = _prod([ranges[k] for k in ranges if k.startswith("s")])
+    if _is_var(ranges["a1"]) and work * 2 <= per_item:
+        return per_item // work
+    return 0
+
+
+def _hoist(exprs: list) -> tuple[list, list]:
+    """``exprs`` with those that divide the axis-2 group id (and nothing else that varies)
+    named ``gi<i>``, and their C declarations: computed once per work-item, as loopy's
+    hoisted temporaries."""
+    from pymbolic import var
+    from pymbolic.mapper.dependency import DependencyMapper
+
+    dep = DependencyMapper(composite_leaves=False)
+    out, decls = [], []
+    for i, e in enumerate(exprs):
+        if _is_var(e) and ("FloorDiv" in repr(e) or "Remainder" in repr(e)):
+            names = {v.name for v in dep(e)}
+            if "a2" in names and not any(n in ("a0", "a1") or n.startswith("s") and
+                                         n[1:].isdigit() for n in names):
+                decls.append(f"long const gi{i} = {_cc(e)};")
+                out.append(var(f"gi{i}"))
+                continue
+        out.append(e)
+    return out, decls
+
+
+def _grid_launch(ranges: dict, decls: list, wg: int, per_item: int, body: str,
+                 lane_guard: bool) -> tuple[str, tuple, tuple, tuple | None]:
+    """The code of a :func:`~pydnnl.kernels.conv_common.grid` or ``grid_rt`` launch as
+    loopy tags it, around ``body`` (C statements at indentation 0 over ``a0``, ``a1``,
+    ``a2`` and the loops ``s<i>``): axis 0 over ``a0`` in work-groups (a partial last one of
+    a constant extent in code of its own guarded by the local id alone, as loopy's peeled
+    slab; a run-time extent ``RT_LANES`` wide, its lanes past the end idle unless
+    ``lane_guard``, where the body guards them itself), axis 1 over ``a1`` (or over blocks of
+    a loop of ``a1``, as ``grid_rt`` splits it), axis 2 over ``a2``; ``decls`` (of
+    :func:`_hoist`) first. Returns (code, global size or None, grid or None,
+    local size)."""
+    from .conv_common import RT_LANES
+
+    A0, A1, A2 = ranges["a0"], ranges["a1"], ranges["a2"]
+    split = _grid_split(ranges, per_item)
+    lines = ["long const a2 = gid(2);", *decls]
+    inner = body
+    for nm in reversed([k for k in ranges if k.startswith("s")]):
+        inner = (f"for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n{{\n"
+                 + _indent(inner) + "}\n")
+    if split:
+        inner = (f"for (long a1_in = 0; a1_in <= min((long) {split - 1}, "
+                 f"{_name(A1)} + -1 + -{split} * gid(1)); ++a1_in)\n{{\n"
+                 f"  long const a1 = a1_in + gid(1) * {split};\n" + _indent(inner) + "}\n")
+    else:
+        inner = "long const a1 = gid(1);\n" + inner
+    if _is_var(A0):
+        L = min(int(wg), RT_LANES)
+        head = f"long const a0 = lid(0) + gid(0) * {L};\n"
+        code = head + (inner if lane_guard else f"if (a0 < {_name(A0)})\n{{\n"
+                       + _indent(inner) + "}\n")
+        g0 = f"(({L - 1} + {_name(A0)}) // {L}) * {L}"
+        W = L
+    else:
+        W = max(1, min(int(wg), int(A0)))
+        head = f"long const a0 = lid(0) + gid(0) * {W};\n"
+        full, tail = divmod(int(A0), W)
+        if tail:
+            code = (f"if (gid(0) < {full})\n{{\n" + _indent(head + inner) + "}\n"
+                    f"if (gid(0) == {full} && lid(0) < {tail})\n{{\n"
+                    + _indent(head + inner) + "}\n")
+        else:
+            code = head + inner
+        g0 = -(-int(A0) // W) * W
+    code = _indent("".join(x + "\n" for x in lines) + code)
+    if split:
+        g1 = f"(({split - 1} + {_name(A1)}) // {split}) * 1"
+    else:
+        g1 = f"({_name(A1)}) * 1" if _is_var(A1) else int(A1)
+    g2 = f"({A2}) * 1" if _is_var(A2) else int(A2)
+    sizes = (g0, g1, g2)
+    if all(isinstance(x, int) for x in sizes):
+        return code, sizes, None, (W, 1, 1)
+    return code, None, tuple(str(x) for x in sizes), (W, 1, 1)
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "".join(by + x if x.strip() else x for x in text.splitlines(True))
+
+
+def col2im_source(p) -> KernelSource | None:
+    """``conv_im2col.build_col2im_loopy``'s kernel for ``p`` (a ``Col2ImProblem``), or None
+    (binary post-ops, sums with a zero point, no spatial dims): a grid over the written
+    tensor in its storage order (run-time sizes: ``p.out_order``), each work-item summing
+    the column entries of its point over the taps (first tap dim outermost, as loopy's
+    reduction), then bias and post-ops."""
+    from pymbolic import var
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    from .conv_common import clamp_into, grid, grid_rt, offset, output_positions
+    from .conv_im2col import _is_runtime, _storage_order
+    from .conv_implicit_gemm_source import _chain, _postop_ok
+
+    nsp = len(p.kernel)
+    if not nsp or not _postop_ok(p.post_ops) or _is_var(p.out[0]) and not _simple(p.out[0]):
+        return None
+    if p.bias is not None and _vars_of(p.bias):
+        return None
+    sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
+    col_strides = [0] * len(sizes)
+    st = 1
+    for d in reversed(p.order):
+        col_strides[d] = st
+        st = st * sizes[d]
+    out_sizes = [p.nb, p.groups * p.icg, *p.src_sp]
+    runtime = _is_runtime(p)
+    if runtime:
+        if p.out_order is None:
+            return None
+        order = list(p.out_order)
+        ranges, parts, _ = grid_rt([out_sizes[d] for d in order], p.per_item, p.wg)
+    else:
+        order = _storage_order(p.out, out_sizes)
+        ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
+    idx = [None] * len(out_sizes)
+    for d, e in zip(order, parts[len(parts) - len(order):]):
+        idx[d] = e
+    idx, decls = _hoist(idx) if runtime else (idx, [])
+    lane_guard = runtime and _is_var(ranges["a0"])
+    if lane_guard:
+        idx = [clamp_into(e, ranges["a0"]) if e == var("a0") else e for e in idx]
+    n, c = idx[0], idx[1]
+    i_sp = idx[2:]
+    g, ic = (0, c) if p.groups == 1 else (FloorDiv(c, p.icg), Remainder(c, p.icg))
+    ks = [f"k{i}" for i in range(nsp)]
+    cond, o = output_positions(p, i_sp, ks, p.guards)
+    if cond is not None:
+        o = [clamp_into(e, n_) for e, n_ in zip(o, p.dst_sp)]
+    cidx = [n, g, ic, *[var(k) for k in ks], *o]
+    coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
+    val = f"col[{_cc(coff)}]"
+    if cond is not None:
+        val = f"(({_cc(cond)}) ? {val} : 0.0f)"
+    red = ""
+    ind = ""
+    for k, kn in zip(ks, p.kernel):
+        red += f"{ind}for (long {k} = 0; {k} < {int(kn)}; ++{k})\n"
+        ind += "  "
+    red = "float acc = 0.0f;\n" + red + f"{ind}acc = acc + {val};\n"
+    value = "acc"
+    if p.bias is not None:
+        value = f"acc + bias[{_cc(offset(p.bias, [c]))}]"
+    out_at = f"out[{_cc(offset(p.out, [var('n0') + n, c, *i_sp]))}]"
+    value = _chain(value, p.post_ops, out_at)
+    store = f"{out_at} = {value};\n"
+    if lane_guard:
+        store = f"if (a0 < {_name(ranges['a0'])})\n  {store}"
+    body = red + store
+    code, gs, grid_, local = _grid_launch(ranges, decls, p.wg, p.per_item, body, lane_guard)
+    from .conv_implicit_gemm_source import _helpers, _used
+    from .sizevars import free_vars
+
+    names = _used(code + repr(grid_), sorted(set(free_vars(p)) | set(free_vars(ranges))
+                                              - {"n0", "col_off"}))
+    params = [_ptr("col", True), _ptr("out", False)]
+    arg_names = ["col", "out"]
+    if p.bias is not None:
+        params.append(_ptr("bias", True))
+        arg_names.append("bias")
+    params += ["long const n0", "long const col_off", *[f"long const {v}" for v in names]]
+    text = (_PRELUDE + _clamp_defs(code) + _helpers(p.post_ops) + "\n"
+            + _head("pydnnl_conv_col2im", local, params) + code + "}")
+    return KernelSource("pydnnl_conv_col2im", text, gs, local,
+                        (*arg_names, "n0", "col_off", *names), grid=grid_)
+
+
+def im2col_rt_source(p) -> KernelSource | None:
+    """The run-time-size im2col without channel blocks (``conv_im2col.build_im2col_loopy``
+    over :func:`~pydnnl.kernels.conv_common.grid_rt`: the column's dims in its order, units
+    first), or None (baked sizes, channel blocks, blocked sources)."""
+    from pymbolic import var
+
+    from .conv_common import grid_rt
+    from .conv_im2col import _is_runtime, _units_first
+
+    nsp = len(p.kernel)
+    if p.ic_block or not _is_runtime(p) or sorted(p.order) != list(range(3 + 2 * nsp)):
+        return None
+    src = _plain(p.src)
+    if src is None or not _simple(src[0]) or not all(_simple(x) for x in src[1]):
+        return None
+    sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
+    order = _units_first(p.order, sizes)
+    ordered = [sizes[d] for d in order]
+    ranges, parts, _ = grid_rt(ordered, p.per_item, p.wg)
+    parts, decls = _hoist(parts[len(parts) - len(ordered):])
+    logical = [None] * len(sizes)
+    for d, e in zip(order, parts):
+        logical[d] = e
+    flat = 0
+    for e, n in zip(parts, ordered):
+        flat = flat * n + e
+    n_, g, ic = logical[:3]
+    k = logical[3:3 + nsp]
+    o = logical[3 + nsp:]
+    pos = [_cc(o[i] * p.strides[i] - p.padding_l[i] + k[i] * (p.dilates[i] + 1))
+           for i in range(nsp)]
+    conds, clamped = _guarded(pos, p, [_name(n) for n in p.src_sp],
+                              [f"{_name(n)} + -1" for n in p.src_sp])
+    at = _offset(src, [f"n0 + {_cc(n_)}", f"{_cc(g * int(p.icg) + ic)}", *clamped])
+    store = f"col[{_cc(var('col_off') + flat)}]"
+    if conds:
+        body = (f"float const v = src[{at}];\n"
+                f"{store} = (({' && '.join(conds)}) ? v : 0.0f);\n")
+    else:
+        body = f"{store} = src[{at}];\n"
+    code, gs, grid_, local = _grid_launch(ranges, decls, p.wg, p.per_item, body, False)
+    from .conv_implicit_gemm_source import _used
+    from .sizevars import free_vars
+
+    names = _used(code + repr(grid_), sorted(set(free_vars(p)) | set(free_vars(ranges))
+                                              - {"n0", "col_off"}))
+    params = [_ptr("src", True), _ptr("col", False), "long const n0", "long const col_off",
+              *[f"long const {v}" for v in names]]
+    text = (_PRELUDE + _clamp_defs(code) + "\n"
+            + _head("pydnnl_conv_im2col", local, params) + code + "}")
+    return KernelSource("pydnnl_conv_im2col", text, gs, local,
+                        ("src", "col", "n0", "col_off", *names), grid=grid_)
+
+# }}}
+
+
 # {{{ B packing
 
 def pack_b_source(pk) -> KernelSource | None:
@@ -402,5 +663,5 @@ def pack_b_source(pk) -> KernelSource | None:
 # }}}
 
 
-__all__ = ["bias_grad_source", "channel_slices_source", "im2col_baked_source", "im2col_source",
-           "pack_b_source"]
+__all__ = ["bias_grad_source", "channel_slices_source", "col2im_source", "im2col_baked_source",
+           "im2col_rt_source", "im2col_source", "pack_b_source"]

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+from pydnnl.constants import algorithm
 from pydnnl.kernels import gemm as fam
 from pydnnl.kernels.channel_sums import (
     ChannelSlices,
@@ -24,18 +25,24 @@ from pydnnl.kernels.channel_sums import (
 )
 from pydnnl.kernels.conv_im2col import (
     BiasGradProblem,
+    Col2ImProblem,
     Im2ColProblem,
     bias_grad_runtime,
     build_bias_grad,
     build_bias_grad_loopy,
+    build_col2im,
+    build_col2im_loopy,
     build_im2col,
     build_im2col_loopy,
+    col2im_runtime,
     im2col_runtime,
 )
 from pydnnl.kernels.copy_source import (
     bias_grad_source,
     channel_slices_source,
+    col2im_source,
     im2col_baked_source,
+    im2col_rt_source,
     im2col_source,
     pack_b_source,
 )
@@ -288,5 +295,104 @@ def test_pack_b_declines():
                 fam.GemmProblem(m=1, n=64, k=8, ldb=64),
                 fam.GemmProblem(m=1, n=64, k=8, ldb=64, b_offset=3, runtime_offsets=True)):
         assert pack_b_source(fam.pack_b(src, params)) is None
+
+# }}}
+
+
+# {{{ col2im and the run-time im2col without channel blocks
+
+_RELU = ("eltwise", int(algorithm.eltwise_relu), 0.0, 0.0)
+_LEAKY = ("eltwise", int(algorithm.eltwise_relu), 0.1, 0.0)
+# (G, ICg, H, W, kernel, strides, dilates, padding_l, padding_r, mb, nb, n0, column order,
+#  tag, padded, bias, post-ops, run-time sizes)
+_COL2IM = [
+    (1, 3, 20, 22, (7, 7), (2, 2), (0, 0), (3, 3), (2, 3), 1, 1, 0, (0, 3, 4, 5, 6, 1, 2),
+     "nhwc", False, False, (), False),                # conv1's backward data, smaller: baked
+    (1, 32, 9, 10, (3, 3), (2, 2), (0, 0), (1, 1), (1, 1), 2, 2, 0, (0, 3, 4, 5, 6, 1, 2),
+     "nhwc", False, False, (), True),                 # 3x3/2 channels-last: a1 in a loop
+    (1, 16, 7, 6, (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), 3, 2, 1, (1, 2, 3, 4, 0, 5, 6),
+     "nhwc", True, True, (("sum", 1.0, 0.0), _RELU), True),   # n0, an offset, bias, sum
+    (2, 8, 8, 9, (3, 3), (2, 1), (1, 0), (1, 2), (0, 1), 2, 2, 0, (1, 2, 3, 4, 0, 5, 6),
+     "nchw", False, True, (_LEAKY,), True),           # groups, dilation, the width on lanes
+    (1, 4, 19, 5, (1, 1), (2, 2), (0, 0), (0, 0), (0, 0), 1, 1, 0, (0, 1, 2, 3, 4, 5, 6),
+     "nchw", True, False, (("sum", 0.5, 0.0),), False),       # baked channels-first
+    (2, 16, 6, 6, (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), 2, 2, 0, (0, 3, 4, 5, 6, 1, 2),
+     "nhwc", False, False, (), False),                # baked, groups
+]
+
+
+def _col2im_problem(case):
+    G, ICg, H, W, ks, st, dl, pl, pr, mb, nb, n0, order, tag, padded, bias, po, rt = case
+    OH = (H + pl[0] + pr[0] - ((ks[0] - 1) * (dl[0] + 1) + 1)) // st[0] + 1
+    OW = (W + pl[1] + pr[1] - ((ks[1] - 1) * (dl[1] + 1) + 1)) // st[1] + 1
+    C = G * ICg
+    out = (_nhwc if tag == "nhwc" else _nchw)(mb, C, H, W, padded)
+    n_out = out[0] + sum((d - 1) * s for d, (_, s, _) in zip((mb, C, H, W), out[1])) + 3
+    p = Col2ImProblem(nb=nb, groups=G, icg=ICg, src_sp=(H, W), dst_sp=(OH, OW), kernel=ks,
+                      strides=st, dilates=dl, padding_l=pl, out=out, out_n=n_out, col_n=-1,
+                      order=order, bias=(1, ((1, 1, ()),)) if bias else None,
+                      bias_n=C + 2 if bias else 0, post_ops=po, per_item=64)
+    col_n = nb * C * ks[0] * ks[1] * OH * OW
+    return p, n_out, col_n
+
+
+@pytest.mark.parametrize("case", _COL2IM, ids=range(len(_COL2IM)))
+def test_col2im_equals_loopy(engine, case):
+    """Bitwise: each point's taps summed in loopy's order, then bias and post-ops."""
+    p, n_out, col_n = _col2im_problem(case)
+    if case[-1]:
+        q, sizes = col2im_runtime(p)
+        assert q is not p
+    else:  # baked: conv1's (fewer than 16 channels, channels-last) or as asked
+        q, sizes = p, {}
+        if case[1] < 16 and case[13] == "nhwc":
+            assert col2im_runtime(p) == (p, {})
+    ours = col2im_source(q)
+    assert build_col2im(q) == ours
+    bufs = {"col": _rand(col_n + 9, 1), "out": _rand(n_out, 2)}
+    if q.bias is not None:
+        bufs["bias"] = _rand(q.bias_n, 3)
+    _compare(engine, ours, build_col2im_loopy(q), bufs,
+             {"n0": case[11], "col_off": 9, **sizes})
+
+
+def test_col2im_declines():
+    p, _, _ = _col2im_problem(_COL2IM[1])
+    from dataclasses import replace
+    assert col2im_source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
+    binary = ("binary", int(algorithm.binary_add), 1, ((1, 0, ()),) * 4)
+    assert col2im_source(replace(p, post_ops=(binary,))) is None
+
+
+# (G, ICg, H, W, kernel, strides, dilates, padding_l, padding_r, mb, nb, n0, order, tag,
+#  padded)
+_IM2COL_RT = [
+    (1, 128, 12, 12, (3, 3), (2, 2), (0, 0), (1, 1), (1, 1), 1, 1, 0, (1, 2, 0, 5, 6, 3, 4),
+     "nhwc", False),                                  # v1.5 res3a_branch2b's, smaller
+    (1, 8, 9, 10, (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), 3, 2, 1, (0, 1, 2, 3, 4, 5, 6),
+     "nchw", True),                                   # the width on the lanes, n0, offset
+    (2, 16, 7, 8, (2, 3), (1, 2), (1, 0), (0, 1), (1, 1), 2, 2, 0, (1, 2, 0, 5, 6, 3, 4),
+     "nhwc", True),                                   # groups, dilation
+]
+
+
+@pytest.mark.parametrize("case", _IM2COL_RT, ids=range(len(_IM2COL_RT)))
+def test_im2col_runtime_plain_equals_loopy(engine, case):
+    G, ICg, H, W, ks, st, dl, pl, pr, mb, nb, n0, order, tag, padded = case
+    OH = (H + pl[0] + pr[0] - ((ks[0] - 1) * (dl[0] + 1) + 1)) // st[0] + 1
+    OW = (W + pl[1] + pr[1] - ((ks[1] - 1) * (dl[1] + 1) + 1)) // st[1] + 1
+    C = G * ICg
+    src = (_nhwc if tag == "nhwc" else _nchw)(mb, C, H, W, padded)
+    n_src = src[0] + sum((d - 1) * s for d, (_, s, _) in zip((mb, C, H, W), src[1])) + 3
+    p = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=(H, W), dst_sp=(OH, OW), kernel=ks,
+                      strides=st, dilates=dl, padding_l=pl, src=src, src_n=n_src, col_n=-1,
+                      order=order, per_item=64)
+    q, sizes = im2col_runtime(p)
+    assert q is not p
+    ours = im2col_rt_source(q)
+    assert build_im2col(q) == ours
+    col_n = nb * C * ks[0] * ks[1] * OH * OW
+    bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
+    _compare(engine, ours, build_im2col_loopy(q), bufs, {"n0": n0, "col_off": 7, **sizes})
 
 # }}}
