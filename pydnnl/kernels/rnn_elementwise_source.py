@@ -2,18 +2,20 @@
 
 A first-ever creation of an RNN primitive generated its cell kernels with loopy
 (:func:`~pydnnl.kernels.rnn_elementwise.build_elementwise_loopy`,
-:func:`~pydnnl.kernels.rnn_elementwise_bwd.build_elementwise_bwd_loopy`): loopy's import and
-its code generation were about 0.5 s of the LSTM 512 training pair's creation on the 2-core
-Xeon. The printers here write the same kernels from the same cell-spec formulas as a
+:func:`~pydnnl.kernels.rnn_elementwise_bwd.build_elementwise_bwd_loopy`): with loopy's import,
+0.47-0.75 s of LSTM 512 inference's first-ever creation on the 2-core Xeon (its only loopy
+kernel). The printers here write the same kernels from the same cell-spec formulas as a
 :class:`KernelSource`: the same kernel name, argument names, order and types (loopy leaves out
-buffers and offsets a stage does not read, and so do we), work-group size and launch grid,
-and the same arithmetic. The formulas are printed with loopy's C rules: constants as float
-literals, each stage assignment (forward) or ``emit`` (backward) one statement, loads inlined
-where loopy inlines them, and sums and products parenthesized only where loopy does, so that
-the compiler sees the same expression trees (floating-point contraction into FMAs happens
-within one expression, so statement boundaries and association order decide the results).
-Only the index arithmetic is written differently (``n`` and ``j`` computed once).
-``tests/kernels/test_rnn_elementwise_source.py`` runs both on random data and compares.
+buffers and offsets a stage does not read, and so do we), work-group size, launch grid and
+text. The formulas are printed with loopy's C rules (constants as float literals, an integer
+branch of a float ``If`` cast, sums and products parenthesized only where loopy does, ``x**2``
+as ``x * x``), each stage assignment (forward) or ``emit`` (backward) one statement, loads
+inlined where loopy inlines them, and the element offsets in loopy's expanded affine order
+(``gid(0)`` left out where one work-group spans the channels). With loopy 2025.2 the text is
+loopy's byte for byte, so the compiled kernels are the same; with another loopy the
+arithmetic stays the same (the same expression trees and statements: floating-point
+contraction happens within one expression). ``tests/kernels/test_rnn_elementwise_source.py``
+compares the texts and runs both kernels on random data.
 
 Covered: every cell kind's forward stages (peephole, cell-state clip, every vanilla RNN
 activation, with and without stored gates) and backward stages. Declined (None: loopy keeps
@@ -52,8 +54,10 @@ class _Printer:
     literals in value context and integers in index context. Records every variable name
     printed (``used``)."""
 
-    def __init__(self):
+    def __init__(self, dhc: int, wg: int):
         self.used: set[str] = set()
+        self.wg = min(wg, dhc)
+        self.one_group = self.wg == dhc  # (loopy then leaves gid(0) out)
 
     def __call__(self, e, prec: int = PREC_NONE, fl: bool = True) -> str:
         if isinstance(e, (bool, np.bool_)):
@@ -71,7 +75,7 @@ class _Printer:
             return e.name
         if isinstance(e, prim.Subscript):
             agg = self(e.aggregate, PREC_CALL + 1, fl)
-            return _paren(f"{agg}[{self(e.index, PREC_NONE, False)}]", prec, PREC_CALL)
+            return _paren(f"{agg}[{self._index(e.index)}]", prec, PREC_CALL)
         if isinstance(e, prim.Call):
             name = getattr(e.function, "name", None)
             if name not in _FUNCTIONS or len(e.parameters) != 1:
@@ -97,8 +101,12 @@ class _Printer:
             return self(e.base if int(e.exponent) == 1 else prim.Product((e.base, e.base)),
                         prec, fl)
         if isinstance(e, prim.If):
-            return (f"({self(e.condition, PREC_CALL, fl)} ? {self(e.then, PREC_NONE, fl)} : "
-                    f"{self(e.else_, PREC_NONE, fl)})")
+            # an integer branch beside a float one is cast, as loopy's typed If prints it
+            ints = [isinstance(x, (int, np.integer)) for x in (e.then, e.else_)]
+            then, else_ = (f"(float) ({self(x, PREC_NONE, fl)})" if i and not all(ints)
+                           else self(x, PREC_NONE, fl)
+                           for x, i in zip((e.then, e.else_), ints))
+            return f"({self(e.condition, PREC_CALL, fl)} ? {then} : {else_})"
         if isinstance(e, prim.Comparison):
             return _paren(f"{self(e.left, PREC_COMPARISON, fl)} {e.operator} "
                           f"{self(e.right, PREC_COMPARISON, fl)}", prec, PREC_COMPARISON)
@@ -108,28 +116,60 @@ class _Printer:
         raise unimplemented(f"rnn cell printer: {type(e).__name__} {e!r}")
 
 
+    def _index(self, e) -> str:
+        """An element offset, affine in the batch row ``n``, the channel ``j`` and one
+        offset argument, in loopy's expanded order (constant, ``gid(1)``, ``gid(0)``,
+        ``lid(0)``, offset): the compilers then see the addresses loopy gives them."""
+        from pymbolic.mapper.dependency import DependencyMapper
+        from pymbolic.mapper.evaluator import evaluate
+
+        names = sorted(v.name for v in DependencyMapper()(e))
+        offs = [v for v in names if v not in ("n", "j")]
+        if len(offs) > 1:
+            raise unimplemented(f"rnn cell printer: index {e} of several offsets")
+        self.used.update(names)
+        zero = dict.fromkeys(names, 0)
+        c0 = evaluate(e, zero)
+        coef = {v: evaluate(e, {**zero, v: 1}) - c0 for v in names}
+        if evaluate(e, {**zero, **dict.fromkeys(names, 2)}) != c0 + 2 * sum(coef.values()):
+            raise unimplemented(f"rnn cell printer: index {e} is not affine")
+        terms = [str(int(c0))] if c0 else []
+        if coef.get("n"):
+            terms.append("gid(1)" if coef["n"] == 1 else f"{int(coef['n'])} * gid(1)")
+        if coef.get("j"):
+            cj = int(coef["j"])
+            if not self.one_group:
+                terms.append(f"{cj * self.wg} * gid(0)")
+            terms.append("lid(0)" if cj == 1 else f"{cj} * lid(0)")
+        terms += [v for v in offs if coef[v] == 1]
+        if any(coef[v] != 1 for v in offs):
+            raise unimplemented(f"rnn cell printer: index {e} scales its offset")
+        return " + ".join(terms) if terms else "0"
+
+
 def _paren(s: str, enclosing: int, mine: int) -> str:
     return f"({s})" if enclosing > mine else s
 
 
-def _kernel(name: str, dhc: int, wg: int, bufs, written: set, offsets, lines: list[str],
-            used: set) -> KernelSource:
+def _kernel(name: str, dhc: int, wg: int, bufs, written: set, offsets, temps: list[str],
+            lines: list[str], used: set) -> KernelSource:
     """One cell kernel: work-items along the channels (``j``, axis 0, groups of ``wg``),
-    batch rows on group axis 1 (``n``); the body guarded where ``wg`` does not divide the
+    batch rows on group axis 1 (``n``); the private values ``temps`` declared first (sorted,
+    as loopy does), then the statements ``lines``, guarded where ``wg`` does not divide the
     channels, as loopy's split does."""
     wg = min(wg, dhc)
     bufs = [b for b in bufs if b in used]
     offs = [o for o in offsets if o in used]
     params = ([float_ptr(b, b not in written) for b in bufs]
               + [f"int const {o}" for o in offs] + ["int const batch"])
-    head = "  int const n = gid(1);\n" f"  int const j = lid(0) + gid(0) * {wg};\n"
     ngroups = -(-dhc // wg)
+    decl = "".join(f"  float {t};\n" for t in sorted(temps)) + "\n"
     if ngroups * wg != dhc:
-        body = (f"  if (j < {dhc})\n  {{\n"
-                + "".join(f"  {line}" for line in lines) + "  }\n")
+        body = (f"  if ({dhc - 1} + -{wg} * gid(0) + -1 * lid(0) >= 0)\n  {{\n"
+                + "".join(f"    {line}\n" for line in lines) + "  }\n")
     else:
-        body = "".join(lines)
-    text = _PRELUDE + kernel_head(name, (wg, 1), params) + head + body + "}\n"
+        body = "".join(f"  {line}\n" for line in lines)
+    text = _PRELUDE + kernel_head(name, (wg, 1), params) + decl + body + "}"
     return KernelSource(name, text, None, (wg, 1), (*bufs, *offs, "batch"),
                         grid=(str(ngroups * wg), "(batch) * 1"))
 
@@ -196,16 +236,19 @@ def _forward(p) -> KernelSource:
         else:
             raise unimplemented(f"cell {spec.name} stage {p.stage}: no buffer for {name!r}")
 
-    pr = _Printer()
-    lines = []
+    pr = _Printer(DHC, p.wg)
+    lines: list[str] = []
+    temps: list[str] = []
     # earlier stages' gates first, into private values (loopy's loads)
     for name, m in list(mapping.items()):
         if isinstance(m, tuple):
-            lines.append(f"  float const v_{name} = {pr(m[1])};\n")
+            temps.append(f"v_{name}")
+            lines.append(f"v_{name} = {pr(m[1])};")
             mapping[name] = var(f"v_{name}")
     inline = _FunctionInliner(p.activation, p.alpha, p.clip)
     for a in stage.assignments:
-        lines.append(f"  float const v_{a.name} = {pr(inline(substitute(a.expr, mapping)))};\n")
+        temps.append(f"v_{a.name}")
+        lines.append(f"v_{a.name} = {pr(inline(substitute(a.expr, mapping)))};")
         mapping[a.name] = var(f"v_{a.name}")
     written = set()
     last = p.stage == len(stages) - 1
@@ -223,9 +266,9 @@ def _forward(p) -> KernelSource:
         else:
             continue  # an intermediate (u_tilde)
         written.add(target.aggregate.name)
-        lines.append(f"  {pr(target)} = v_{a.name};\n")
+        lines.append(f"{pr(target)} = v_{a.name};")
     return _kernel(f"rnn_{spec.name}_s{p.stage}", DHC, p.wg, stage_buffers(p), written,
-                   OFFSET_ARGS, lines, pr.used)
+                   OFFSET_ARGS, temps, lines, pr.used)
 
 # }}}
 
@@ -249,22 +292,24 @@ def _backward(p) -> KernelSource:
     from .rnn_elementwise_bwd import OFFSET_ARGS, analyze, stage_ops
 
     spec = get_cell(p.cell)
-    pr = _Printer()
+    pr = _Printer(p.dhc, p.wg)
     lines: list[str] = []
+    temps: list[str] = []
     written: set[str] = set()
 
     def emit(name, expr):
-        lines.append(f"  float const t_{name} = {pr(expr)};\n")
+        temps.append(f"t_{name}")
+        lines.append(f"t_{name} = {pr(expr)};")
         return var(f"t_{name}")
 
     def store(target, expr, sid):
         written.add(target.aggregate.name)
-        lines.append(f"  {pr(target)} = {pr(expr)};\n")
+        lines.append(f"{pr(target)} = {pr(expr)};")
 
     stage_ops(p, emit, store)
     bufs = [b for b, _ in analyze(p).buffers]
     return _kernel(f"rnn_bwd_{spec.name}_s{p.stage}", p.dhc, p.wg, bufs, written,
-                   OFFSET_ARGS, lines, pr.used)
+                   OFFSET_ARGS, temps, lines, pr.used)
 
 # }}}
 

@@ -1,18 +1,21 @@
-"""kernels.rnn_elementwise_source prints the RNN cell kernels loopy generates, text aside:
-the same kernel name, argument names, order and declared types, work-group size and launch
-grid, and bitwise the same results. Bitwise, because the printer keeps loopy's statements
-and expression trees (the same operations in the same order, so also the same floating-point
-contractions, which the compilers make within one expression only); only the index
-arithmetic is written differently. Each covered form (every cell kind's forward stages with
-and without stored gates, peephole, clip, the vanilla RNN activations, projection strides, a
-channel count the work-group does not divide; the backward stages likewise) runs beside
-loopy's kernel on the same random buffers (outputs filled beforehand, so what either leaves
-unwritten is compared too) with run-time offsets, on every device present (Intel's CPU
-runtime and PoCL). int8 and fused-GEMM forward stages return None (loopy keeps them)."""
+"""kernels.rnn_elementwise_source prints the RNN cell kernels loopy generates: the same kernel
+name, argument names, order and declared types, work-group size and launch grid, the same
+text with the loopy version the printer was written against (``test_codegen_unchanged``'s
+``VERSIONS``), and bitwise the same results on every loopy: the printer keeps loopy's
+statements and expression trees (the same operations in the same order, so also the same
+floating-point contractions, which the compilers make within one expression only). Each
+covered form (every cell kind's forward stages with and without stored gates, peephole, clip
+with and without its NaN rule, the vanilla RNN activations, projection strides, a channel
+count the work-group does not divide; the backward stages likewise) runs beside loopy's kernel
+on the same random buffers (outputs filled beforehand, so what either leaves unwritten is
+compared too) with run-time offsets, on every device present (Intel's CPU runtime and PoCL).
+int8 and fused-GEMM forward stages return None (loopy keeps them)."""
 from __future__ import annotations
 
 import functools
+import pathlib
 import re
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -37,6 +40,8 @@ from pydnnl.kernels.source import (
     scalar_types,
     source_from_loopy,
 )
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 DHC, SIC, WG, BATCH = 24, 40, 8, 3
 CLIP = (-0.5, 0.5, True)
@@ -143,11 +148,22 @@ def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _same_loopy() -> bool:
+    from importlib.metadata import version
+
+    from test_codegen_unchanged import VERSIONS
+
+    return all(version(k) == v for k, v in VERSIONS.items())
+
+
 def _check(engine, direction: str, name: str) -> None:
     ours, theirs = _pair(direction, name)
     for field in ("name", "arg_names", "global_size", "local_size", "grid", "build_options"):
         assert getattr(ours, field) == getattr(theirs, field), field
     assert _declared(ours) == _declared(theirs)
+    if _same_loopy():
+        assert ours.source == theirs.source
     bufs, values = _buffers(theirs, 7)
     a = _run(engine, ours, bufs, values)
     b = _run(engine, theirs, bufs, values)
