@@ -289,12 +289,17 @@ def test_tile_rules_on_an_h100_like_device():
     h100 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
                            max_work_group_size=1024, local_mem_bytes=48 * 1024)
 
-    def pick(m, n, k, info=h100):
-        t = nv_tile(info, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n))
+    def pick(m, n, k, info=h100, ta=False, tb=False):
+        t = nv_tile(info, GemmProblem(m=m, n=n, k=k, lda=m if ta else k, ldb=k if tb else n,
+                                      ldc=n, trans_a=ta, trans_b=tb))
         return None if t is None else (t.bm, t.bn)
 
     assert pick(4096, 4096, 4096) == (128, 128)
     assert pick(1024, 1024, 1024) == (64, 128)
+    # both operands k-major (a weight gradient): 128x64 blocks instead of 64x128
+    assert pick(1024, 1024, 1024, ta=True) == (128, 64)
+    assert pick(1024, 1024, 1024, ta=True, tb=True) == (64, 128)
+    assert pick(4096, 4096, 4096, ta=True) == (128, 128)
     assert pick(1280, 2048, 512) == (64, 128)
     assert pick(512, 512, 512) == (128, 64)
     # thin m: 32x64 blocks would leave units idle (64 of them): 16x64 in two k-groups
