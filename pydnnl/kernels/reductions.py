@@ -61,8 +61,19 @@ def _args(lp, names_out, names_in, offsets):
 
 
 def build_colsum(p: ColSum):
+    """The column sum of ``p``: several row lanes in OpenCL C (:func:`_colsum_lanes`), one
+    lane printed without loopy where :func:`~pydnnl.kernels.reductions_source.colsum_source`
+    covers it, else loopy's."""
     if p.row_lanes > 1:
         return _colsum_lanes(p)
+    from .reductions_source import colsum_source
+
+    src = colsum_source(p)
+    return src if src is not None else build_colsum_loopy(p)
+
+
+def build_colsum_loopy(p: ColSum):
+    """loopy's kernel of a one-lane column sum (a TranslationUnit)."""
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -176,8 +187,19 @@ def build_add2(p: Add2):
 
 
 def build_transpose(p: Transpose):
+    """The transpose of ``p``: tiled in OpenCL C (:func:`_transpose_tiled`), untiled printed
+    without loopy where :func:`~pydnnl.kernels.reductions_source.transpose_source` covers it,
+    else loopy's."""
     if p.tile:
         return _transpose_tiled(p)
+    from .reductions_source import transpose_source
+
+    src = transpose_source(p)
+    return src if src is not None else build_transpose_loopy(p)
+
+
+def build_transpose_loopy(p: Transpose):
+    """loopy's kernel of an untiled transpose (a TranslationUnit)."""
     import loopy as lp
     from pymbolic import var
 
