@@ -356,15 +356,16 @@ def wei_pack_source(p) -> KernelSource | None:
         body.append(f"{ind}for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
         ind += "  "
     body.append(f"{ind}{store}")
-    body = "".join(body)
-    heads = ("    long const a0 = lid(0) + gid(0) * %d;\n    long const a1 = gid(1);\n"
-             "    long const a2 = gid(2);\n" % W)
+    # the ids printed in place (declared as variables, they cost Intel's compiler time: see
+    # copy_source._grid_launch)
+    ids = {"a0": f"(lid(0) + gid(0) * {W})", "a1": "gid(1)", "a2": "gid(2)"}
+    body = re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], "".join(body))
     full, tail = divmod(A0, W)
     if tail:
-        code = (f"  if (gid(0) < {full})\n  {{\n{heads}{body}  }}\n"
-                f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{heads}{body}  }}\n")
+        code = (f"  if (gid(0) < {full})\n  {{\n{body}  }}\n"
+                f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{body}  }}\n")
     else:
-        code = f"  {{\n{heads}{body}  }}\n"
+        code = f"  {{\n{body}  }}\n"
     params = [_ptr("wei", True), _ptr("wp", False)]
     text = (_PRELUDE + "".join(h + "\n" for h in helpers) + "\n"
             + _head("pydnnl_conv_igemm_pack_wei", (W, 1, 1), params) + code + "}")

@@ -26,6 +26,8 @@ both on random data and compares. Each printer returns None where it does not co
 """
 from __future__ import annotations
 
+import re
+
 from .printing import c_size as _name
 from .printing import float_ptr as _ptr
 from .printing import kernel_head as _head
@@ -420,7 +422,14 @@ def _grid_launch(ranges: dict, decls: list, wg: int, per_item: int, body: str,
 
     A0, A1, A2 = ranges["a0"], ranges["a1"], ranges["a2"]
     split = _grid_split(ranges, per_item)
-    lines = ["long const a2 = gid(2);", *decls]
+    if _is_var(A0):
+        W = min(int(wg), RT_LANES)
+    else:
+        W = max(1, min(int(wg), int(A0)))
+    # the ids printed in place: declared as variables (``long const a0 = ...``), the same
+    # col2im took Intel's compiler twice as long (conv1's: 160 against loopy's 85 ms)
+    ids = {"a0": f"(lid(0) + gid(0) * {W})", "a2": "gid(2)",
+           "a1": f"(a1_in + gid(1) * {split})" if split else "gid(1)"}
     inner = body
     for nm in reversed([k for k in ranges if k.startswith("s")]):
         inner = (f"for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n{{\n"
@@ -428,28 +437,22 @@ def _grid_launch(ranges: dict, decls: list, wg: int, per_item: int, body: str,
     if split:
         inner = (f"for (long a1_in = 0; a1_in <= min((long) {split - 1}, "
                  f"{_name(A1)} + -1 + -{split} * gid(1)); ++a1_in)\n{{\n"
-                 f"  long const a1 = a1_in + gid(1) * {split};\n" + _indent(inner) + "}\n")
-    else:
-        inner = "long const a1 = gid(1);\n" + inner
+                 + _indent(inner) + "}\n")
     if _is_var(A0):
-        L = min(int(wg), RT_LANES)
-        head = f"long const a0 = lid(0) + gid(0) * {L};\n"
-        code = head + (inner if lane_guard else f"if (a0 < {_name(A0)})\n{{\n"
-                       + _indent(inner) + "}\n")
-        g0 = f"(({L - 1} + {_name(A0)}) // {L}) * {L}"
-        W = L
+        code = inner if lane_guard else (f"if (a0 < {_name(A0)})\n{{\n" + _indent(inner)
+                                         + "}\n")
+        g0 = f"(({W - 1} + {_name(A0)}) // {W}) * {W}"
     else:
-        W = max(1, min(int(wg), int(A0)))
-        head = f"long const a0 = lid(0) + gid(0) * {W};\n"
         full, tail = divmod(int(A0), W)
         if tail:
-            code = (f"if (gid(0) < {full})\n{{\n" + _indent(head + inner) + "}\n"
-                    f"if (gid(0) == {full} && lid(0) < {tail})\n{{\n"
-                    + _indent(head + inner) + "}\n")
+            code = (f"if (gid(0) < {full})\n{{\n" + _indent(inner) + "}\n"
+                    f"if (gid(0) == {full} && lid(0) < {tail})\n{{\n" + _indent(inner)
+                    + "}\n")
         else:
-            code = head + inner
+            code = inner
         g0 = -(-int(A0) // W) * W
-    code = _indent("".join(x + "\n" for x in lines) + code)
+    code = "".join(x + "\n" for x in decls) + code
+    code = _indent(re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], code))
     if split:
         g1 = f"(({split - 1} + {_name(A1)}) // {split}) * 1"
     else:
