@@ -52,6 +52,7 @@ from .copy_source import (
     im2col_baked_source,
     im2col_rt_source,
     im2col_source,
+    splitk_reduce_source,
 )
 from .sizevars import ceil_range, free_vars, is_var, size_var, symbolize
 
@@ -763,6 +764,15 @@ class SplitKReduceProblem:
 
 
 def build_splitk_reduce(p: SplitKReduceProblem):
+    """The split-k reduction of ``p``: printed (:func:`~pydnnl.kernels.copy_source.
+    splitk_reduce_source`: no loopy in a first-ever creation) where it covers it, else
+    loopy's."""
+    src = splitk_reduce_source(p)
+    return src if src is not None else build_splitk_reduce_loopy(p)
+
+
+def build_splitk_reduce_loopy(p: SplitKReduceProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
@@ -787,4 +797,4 @@ __all__ = ["Im2ColProblem", "build_im2col", "build_im2col_loopy", "im2col_runtim
            "Col2ImProblem", "build_col2im", "col2im_runtime",
            "EpilogueProblem", "build_epilogue", "epilogue_runtime", "BiasGradProblem",
            "build_bias_grad", "build_bias_grad_loopy", "bias_grad_runtime", "channels_last_rows",
-           "SplitKReduceProblem", "build_splitk_reduce"]
+           "SplitKReduceProblem", "build_splitk_reduce", "build_splitk_reduce_loopy"]

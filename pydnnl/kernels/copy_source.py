@@ -610,6 +610,46 @@ def im2col_rt_source(p) -> KernelSource | None:
 # }}}
 
 
+# {{{ split-k reduction
+
+def splitk_reduce_source(p) -> KernelSource | None:
+    """``conv_im2col.build_splitk_reduce_loopy``'s kernel for ``p`` (a
+    ``SplitKReduceProblem``): work-items along C's columns (a partial last work-group in code
+    of its own guarded by the local id alone, as loopy's peeled slab), work-groups along its
+    rows, each summing its element over the slices in order, then ``beta * C`` added."""
+    from .conv_common import c_float
+
+    if not _simple(p.splits):
+        return None
+    m, n, ldc = int(p.m), int(p.n), int(p.ldc)
+    W = max(1, min(int(p.wg), n))
+    S = _name(p.splits)
+    j = f"(lid(0) + gid(0) * {W})"
+    c_at = f"c[c_off + gid(1) * {ldc} + {j}]"
+    value = "acc"
+    if p.beta != 0.0:
+        value += f" + {c_at}" if p.beta == 1.0 else f" + {c_float(p.beta)} * {c_at}"
+    body = ("  float acc = 0.0f;\n"
+            f"  for (long t = 0; t < {S}; ++t)\n"
+            f"    acc = acc + part[part_off + (t * {m} + gid(1)) * {n} + {j}];\n"
+            f"  {c_at} = {value};\n")
+    full, tail = divmod(n, W)
+    if tail:
+        code = (f"if (gid(0) < {full} && {S} >= 1)\n{{\n{body}}}\n"
+                f"if (gid(0) == {full} && {S} >= 1 && lid(0) < {tail})\n{{\n{body}}}\n")
+    else:
+        code = f"if ({S} >= 1)\n{{\n{body}}}\n"
+    vnames = [_name(p.splits)] if _is_var(p.splits) else []
+    params = [_ptr("part", True), _ptr("c", False), "long const part_off", "long const c_off",
+              *[f"long const {v}" for v in vnames]]
+    text = (_PRELUDE + "\n" + _head("pydnnl_conv_splitk_reduce", (W, 1), params)
+            + _indent(code) + "}")
+    return KernelSource("pydnnl_conv_splitk_reduce", text, (-(-n // W) * W, m), (W, 1),
+                        ("part", "c", "part_off", "c_off", *vnames))
+
+# }}}
+
+
 # {{{ B packing
 
 def pack_b_source(pk) -> KernelSource | None:
@@ -667,4 +707,4 @@ def pack_b_source(pk) -> KernelSource | None:
 
 
 __all__ = ["bias_grad_source", "channel_slices_source", "col2im_source", "im2col_baked_source",
-           "im2col_rt_source", "im2col_source", "pack_b_source"]
+           "im2col_rt_source", "im2col_source", "pack_b_source", "splitk_reduce_source"]

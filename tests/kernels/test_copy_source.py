@@ -27,6 +27,7 @@ from pydnnl.kernels.conv_im2col import (
     BiasGradProblem,
     Col2ImProblem,
     Im2ColProblem,
+    SplitKReduceProblem,
     bias_grad_runtime,
     build_bias_grad,
     build_bias_grad_loopy,
@@ -34,6 +35,8 @@ from pydnnl.kernels.conv_im2col import (
     build_col2im_loopy,
     build_im2col,
     build_im2col_loopy,
+    build_splitk_reduce,
+    build_splitk_reduce_loopy,
     col2im_runtime,
     im2col_runtime,
 )
@@ -45,6 +48,7 @@ from pydnnl.kernels.copy_source import (
     im2col_rt_source,
     im2col_source,
     pack_b_source,
+    splitk_reduce_source,
 )
 from pydnnl.kernels.source import KernelSource, source_from_loopy
 
@@ -394,5 +398,26 @@ def test_im2col_runtime_plain_equals_loopy(engine, case):
     col_n = nb * C * ks[0] * ks[1] * OH * OW
     bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
     _compare(engine, ours, build_im2col_loopy(q), bufs, {"n0": n0, "col_off": 7, **sizes})
+
+# }}}
+
+
+# {{{ split-k reduction
+
+@pytest.mark.parametrize("m, n, ldc, beta, wg, splits", [
+    (147, 64, 64, 0.0, 64, 3),        # conv1's weight gradient (147 x 64) in slices
+    (20, 100, 103, 1.0, 64, 5),       # a partial work-group, C accumulated
+    (5, 30, 33, 0.5, 16, 1), (7, 16, 16, -2.0, 64, 0),   # no slice: C untouched
+])
+def test_splitk_reduce_equals_loopy(engine, m, n, ldc, beta, wg, splits):
+    """Bitwise: the slices summed in order, then ``beta * C``."""
+    from pydnnl.kernels.sizevars import size_var
+
+    p = SplitKReduceProblem(m=m, n=n, splits=size_var("nsplits"), ldc=ldc, beta=beta, wg=wg)
+    ours = splitk_reduce_source(p)
+    assert build_splitk_reduce(p) == ours
+    bufs = {"part": _rand(3 + max(splits, 1) * m * n, 9), "c": _rand(5 + m * ldc, 10)}
+    _compare(engine, ours, build_splitk_reduce_loopy(p), bufs,
+             {"part_off": 3, "c_off": 5, "nsplits": splits})
 
 # }}}
