@@ -1,16 +1,16 @@
 """OpenCL source of the one-work-item-per-element transpose and column sum
 (:mod:`pydnnl.kernels.reductions`), written without loopy.
 
-After the cell kernels (:mod:`~pydnnl.kernels.rnn_elementwise_source`), these two were the
-only loopy kernels of the LSTM 512 training pair's first-ever creation (the weight
-gradients' transposed copy and the bias gradient's column sum), so that creation still paid
-loopy's import and generation (0.21-0.41 s on the 2-core Xeon). The printers write loopy's
-text for them byte for byte with loopy 2025.2 (the same name, arguments, launch grid,
-statements and summation order: rows added one by one in order from 0.0f);
+After the cell kernels (:mod:`~pydnnl.kernels.rnn_elementwise_source`), these two were the only
+loopy kernels of the LSTM 512 training pair's first-ever creation (the weight gradients'
+transposed copy and the bias gradient's column sum), so that creation still paid loopy's import
+and generation (0.21-0.46 s on the 2-core Xeon at load 2-3). The printers write loopy's text
+for them byte for byte with loopy 2025.2 (the same name, arguments, launch grid, statements and
+summation order: rows added one by one in order from 0.0f);
 ``tests/kernels/test_reductions_source.py`` compares the texts and runs both kernels. Declined
-(None: loopy keeps them): a single column or a unit row stride (loopy prints those indices
-in other shapes); the tiled transpose and the column sum over several row lanes are written
-in OpenCL C by :mod:`~pydnnl.kernels.reductions` itself.
+(None: loopy keeps them): a single column or a unit row stride (loopy prints those indices in
+other shapes); the tiled transpose and the column sum over several row lanes are written in
+OpenCL C by :mod:`~pydnnl.kernels.reductions` itself.
 """
 from __future__ import annotations
 

@@ -3,19 +3,19 @@
 A first-ever creation of an RNN primitive generated its cell kernels with loopy
 (:func:`~pydnnl.kernels.rnn_elementwise.build_elementwise_loopy`,
 :func:`~pydnnl.kernels.rnn_elementwise_bwd.build_elementwise_bwd_loopy`): with loopy's import,
-0.47-0.75 s of LSTM 512 inference's first-ever creation on the 2-core Xeon (its only loopy
-kernel). The printers here write the same kernels from the same cell-spec formulas as a
-:class:`KernelSource`: the same kernel name, argument names, order and types (loopy leaves out
-buffers and offsets a stage does not read, and so do we), work-group size, launch grid and
-text. The formulas are printed with loopy's C rules (constants as float literals, an integer
-branch of a float ``If`` cast, sums and products parenthesized only where loopy does, ``x**2``
-as ``x * x``), each stage assignment (forward) or ``emit`` (backward) one statement, loads
-inlined where loopy inlines them, and the element offsets in loopy's expanded affine order
-(``gid(0)`` left out where one work-group spans the channels). With loopy 2025.2 the text is
-loopy's byte for byte, so the compiled kernels are the same; with another loopy the
-arithmetic stays the same (the same expression trees and statements: floating-point
-contraction happens within one expression). ``tests/kernels/test_rnn_elementwise_source.py``
-compares the texts and runs both kernels on random data.
+0.19 s of LSTM 512 inference's first-ever creation on the 2-core Xeon at load 2 (0.47-0.75 s on
+a busier machine; its only loopy kernel). The printers here write the same kernels from the
+same cell-spec formulas as a :class:`KernelSource`: the same kernel name, argument names, order
+and types (loopy leaves out buffers and offsets a stage does not read, and so do we),
+work-group size, launch grid and text. The formulas are printed with loopy's C rules (constants as
+float literals, an integer branch of a float ``If`` cast, sums and products parenthesized only
+where loopy does, ``x**2`` as ``x * x``), each stage assignment (forward) or ``emit``
+(backward) one statement, loads inlined where loopy inlines them, and the element offsets in
+loopy's expanded affine order (``gid(0)`` left out where one work-group spans the channels).
+With loopy 2025.2 the text is loopy's byte for byte, so the compiled kernels are the same
+(statements and expression trees matter beyond the operations: floating-point contraction
+happens within one expression). ``tests/kernels/test_rnn_elementwise_source.py`` compares the
+texts under that loopy and, under any, the results of both kernels on random data.
 
 Covered: every cell kind's forward stages (peephole, cell-state clip, every vanilla RNN
 activation, with and without stored gates) and backward stages. Declined (None: loopy keeps
