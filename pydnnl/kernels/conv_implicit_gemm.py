@@ -581,6 +581,15 @@ def build_wei_pack_loopy(p: WeiPackProblem):
 
 
 def build_igemm_wei(p: IgemmWeiProblem):
+    """The backward-weights kernel of ``p`` (arguments src, dst, and wei or part): printed
+    where :mod:`pydnnl.kernels.conv_implicit_gemm_source` covers it, else loopy's."""
+    from .conv_implicit_gemm_source import igemm_wei_source
+
+    src = igemm_wei_source(p)
+    return src if src is not None else build_igemm_wei_loopy(p)
+
+
+def build_igemm_wei_loopy(p: IgemmWeiProblem):
     """loopy TranslationUnit of the backward-weights kernel (arguments src, dst, and wei or
     part)."""
     from pymbolic.primitives import Comparison, If
@@ -642,6 +651,15 @@ def build_igemm_wei(p: IgemmWeiProblem):
 
 
 def build_wei_reduce(p: WeiReduceProblem):
+    """The kernel adding the split slices into the weights (arguments part, wei): printed
+    where :mod:`pydnnl.kernels.conv_implicit_gemm_source` covers it, else loopy's."""
+    from .conv_implicit_gemm_source import wei_reduce_source
+
+    src = wei_reduce_source(p)
+    return src if src is not None else build_wei_reduce_loopy(p)
+
+
+def build_wei_reduce_loopy(p: WeiReduceProblem):
     """loopy TranslationUnit adding the split slices into the weights (arguments part, wei)."""
     import loopy as lp
     from loopy.symbolic import Reduction
@@ -675,5 +693,5 @@ def flops(p) -> int:
 
 __all__ = ["TileParams", "PlainTensor", "IgemmDataProblem", "WeiPackProblem",
            "IgemmWeiProblem", "WeiReduceProblem", "build_igemm_data", "build_igemm_data_loopy",
-           "build_wei_pack", "build_wei_pack_loopy",
-           "build_igemm_wei", "build_wei_reduce", "flops"]
+           "build_wei_pack", "build_wei_pack_loopy", "build_igemm_wei", "build_igemm_wei_loopy",
+           "build_wei_reduce", "build_wei_reduce_loopy", "flops"]

@@ -346,34 +346,191 @@ def wei_pack_source(p) -> KernelSource | None:
         oc, ic = (kc, ch) if p.transpose else (ch, kc)
         val = f"wei[{_c(offset(p.wei, [gg, oc, ic, *taps]))}]"
     flat = (((gg * npan + pan) * K + tap) * p.kch + kc) * p.cols + w
-    store = f"wp[{_c(p.wp_off + flat)}] = {val};\n"
+    return _grid_copy("pydnnl_conv_igemm_pack_wei", ranges, p.wg,
+                      f"wp[{_c(p.wp_off + flat)}] = {val};\n",
+                      [_ptr("wei", True), _ptr("wp", False)], ("wei", "wp"),
+                      "".join(h + "\n" for h in helpers))
+
+
+def _grid_copy(name: str, ranges: dict, wg: int, body: str, params: list, arg_names: tuple,
+               helpers: str = "") -> KernelSource:
+    """A kernel over a :func:`~pydnnl.kernels.conv_common.grid` launch tagged as
+    ``conv_common.tag_grid`` does: ``body`` (C over ``a0``, ``a1``, ``a2`` and the loops
+    ``s<i>``) inside the loops, the partial last work-group of axis 0 in code of its own
+    guarded by the local id alone (as loopy's peeled slab)."""
     A0 = int(ranges["a0"])
-    W = max(1, min(int(p.wg), A0))
-    loops = [nm for nm in ranges if nm.startswith("s")]
-    ind = "    "
-    body = []
-    for nm in loops:
-        body.append(f"{ind}for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
-        ind += "  "
-    body.append(f"{ind}{store}")
+    W = max(1, min(int(wg), A0))
+    for nm in reversed([k for k in ranges if k.startswith("s")]):
+        body = (f"for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n{{\n"
+                + "".join("  " + x for x in body.splitlines(True)) + "}\n")
     # the ids printed in place (declared as variables, they cost Intel's compiler time: see
     # copy_source._grid_launch)
     ids = {"a0": f"(lid(0) + gid(0) * {W})", "a1": "gid(1)", "a2": "gid(2)"}
-    body = re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], "".join(body))
+    body = re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], body)
+    body = "".join("    " + x for x in body.splitlines(True))
     full, tail = divmod(A0, W)
     if tail:
         code = (f"  if (gid(0) < {full})\n  {{\n{body}  }}\n"
                 f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{body}  }}\n")
     else:
         code = f"  {{\n{body}  }}\n"
-    params = [_ptr("wei", True), _ptr("wp", False)]
-    text = (_PRELUDE + "".join(h + "\n" for h in helpers) + "\n"
-            + _head("pydnnl_conv_igemm_pack_wei", (W, 1, 1), params) + code + "}")
-    return KernelSource("pydnnl_conv_igemm_pack_wei", text,
-                        (-(-A0 // W) * W, int(ranges["a1"]), int(ranges["a2"])), (W, 1, 1),
-                        ("wei", "wp"))
+    text = _PRELUDE + helpers + "\n" + _head(name, (W, 1, 1), params) + code + "}"
+    return KernelSource(name, text, (-(-A0 // W) * W, int(ranges["a1"]), int(ranges["a2"])),
+                        (W, 1, 1), arg_names)
 
 # }}}
 
 
-__all__ = ["igemm_data_source", "igemm_fill_source", "wei_pack_source"]
+# {{{ backward weights
+
+def igemm_wei_source(p) -> KernelSource | None:
+    """``conv_implicit_gemm.build_igemm_wei_loopy``'s register-tile kernel for ``p`` (an
+    ``IgemmWeiProblem``), or None (GPU tiles, scalar tiles): rows (tap, input channel),
+    columns output channels, the sum over (image, outer output point) then the innermost
+    output point, into the same ``float<vec>`` accumulators as loopy's; lane stores into the
+    weights' layout or, split, into the slices' partial sums."""
+    from pymbolic import var
+    from pymbolic.primitives import Variable
+
+    from .conv_common import decompose, offset, prod
+
+    t = p.tile
+    if tuple(t.wg) != (1, 1) or t.vec <= 1 or t.vec not in (2, 4, 8, 16) or t.cols % t.vec:
+        return None
+    nsp = len(p.kernel)
+    K = prod(p.kernel)
+    M = K * p.icg
+    R = p.rows if p.rows is not None else p.mb * prod(p.dst_sp[:-1])
+    S = int(p.splits)
+    if is_var(R) and (S > 1 or not isinstance(R, Variable)) or not is_var(R) and R % S:
+        return None  # (loopy's builder raises for these)
+    if not all(_simple(x) for x in (p.dst_sp[-1], p.wei[0])):
+        return None
+    RS = R if S == 1 else R // S
+    rm, nr, vw = t.rows, t.cols, t.vec
+    nv = nr // vw
+    N = p.ocg
+    nt = -(-N // nr)
+    io, jo = (var("gid_0"), var("gid_1")) if t.m_inner else (var("gid_1"), var("gid_0"))
+    gg = var("gid_2")
+    gv, ts = (gg, 0) if S == 1 else (gg % p.groups, gg // p.groups)
+    s, d = p.src, p.dst
+    qf = ts * RS + var("q") if S > 1 else var("q")
+    n, *o_out = decompose(qf, [p.mb, *p.dst_sp[:-1]])
+    o = [*o_out, var("w")]
+    ragged = -(-M // rm) * rm > M
+    row0 = io * rm
+
+    def row_parts(r):
+        tap, ic = decompose(r, [K, p.icg])
+        return tap, ic, decompose(tap, list(p.kernel))
+
+    rr = var("rr")
+    _, ic, taps = row_parts(rr)
+    rbase = (s.off0 + gv * (p.icg * s.sc) + ic * s.sc
+             + sum(taps[i] * ((p.dilates[i] + 1) * s.ssp[i]) for i in range(nsp)))
+    ind = "  "
+    lines = [f"  float{vw} acc[{rm} * {nv}];\n", f"  float{vw} bv[{nv}];\n",
+             f"  long rb[{rm}];\n", "\n",
+             f"{ind}{_UNROLL}\n{ind}for (long jz = 0; jz <= {nv - 1}; ++jz)\n{ind}{{\n"
+             f"{ind}  {_UNROLL}\n{ind}  for (long iz = 0; iz <= {rm - 1}; ++iz)\n"
+             f"{ind}    acc[{nv} * iz + jz] = (float) (0.0f);\n{ind}}}\n"]
+    r_ir = row0 + var("ir")
+    if ragged:
+        rdef = f"({_c(r_ir)} < {M}) ? {_c(r_ir)} : {M - 1}"
+    else:
+        rdef = _c(r_ir)
+    lines.append(f"{ind}{_UNROLL}\n{ind}for (long ir = 0; ir <= {rm - 1}; ++ir)\n{ind}{{\n"
+                 f"{ind}  long const rr = {rdef};\n{ind}  rb[ir] = {_c(rbase)};\n{ind}}}\n")
+    lines.append(f"{ind}for (long q = 0; q <= {_name(RS)} + -1; ++q)\n"
+                 f"{ind}  for (long w = 0; w <= {_name(p.dst_sp[-1])} + -1; ++w)\n")
+    d_ind = ind + "  "
+    npad = nt * nr
+    lanes = []
+    for v in range(vw):
+        col = jo * nr + var("jb") * vw + v
+        col_s = col
+        col_t = None
+        if npad > N:
+            col_t = f"(({_c(col)} < {N}) ? {_c(col)} : {N - 1})"
+            col_s = var("COLSAFE")
+        at = (d.off0 + n * d.sn + (gv * p.ocg + col_s) * d.sc
+              + sum(o[i] * d.ssp[i] for i in range(nsp)))
+        at_t = _c(at)
+        if col_t is not None:
+            at_t = at_t.replace("COLSAFE", col_t)
+        lanes.append(f"{d_ind}    bv[jb].s{v:x} = dst[{at_t}];\n")
+    a_at = var("rb_ii") + n * s.sn + sum((o[i] * p.strides[i] - p.padding_l[i]) * s.ssp[i]
+                                        for i in range(nsp))
+    a_txt = _c(a_at).replace("rb_ii", "rb[ii]")
+    lines.append(
+        f"{d_ind}{{\n"
+        f"{d_ind}  {_UNROLL}\n{d_ind}  for (long jb = 0; jb <= {nv - 1}; ++jb)\n"
+        f"{d_ind}  {{\n{''.join(lanes)}{d_ind}  }}\n"
+        f"{d_ind}  {_UNROLL}\n{d_ind}  for (long ii = 0; ii <= {rm - 1}; ++ii)\n{d_ind}  {{\n"
+        f"{d_ind}    {_UNROLL}\n{d_ind}    for (long jj = 0; jj <= {nv - 1}; ++jj)\n"
+        f"{d_ind}      acc[{nv} * ii + jj] = acc[{nv} * ii + jj] + src[{a_txt}] * bv[jj];\n"
+        f"{d_ind}  }}\n{d_ind}}}\n")
+    r_s = row0 + var("is")
+    st = []
+    for v in range(vw):
+        c_s = jo * nr + var("js") * vw + v
+        if S > 1:
+            at = f"part[{_c(p.part_off + (gg * M + r_s) * p.ocg + c_s)}]"
+        else:
+            _, ic_s, taps_s = row_parts(r_s)
+            at = f"wei[{_c(offset(p.wei, [gv, c_s, ic_s, *taps_s]))}]"
+        cc = []
+        if ragged:
+            cc.append(f"{_c(r_s)} < {M}")
+        if npad > N:
+            cc.append(f"{_c(c_s)} < {N}")
+        guard = f"if ({' && '.join(cc)})\n{ind}      " if cc else ""
+        st.append(f"{ind}    {guard}{at} = acc[{nv} * is + js].s{v:x};\n")
+    lines.append(f"{ind}{_UNROLL}\n{ind}for (long is = 0; is <= {rm - 1}; ++is)\n{ind}{{\n"
+                 f"{ind}  {_UNROLL}\n{ind}  for (long js = 0; js <= {nv - 1}; ++js)\n{ind}  {{\n"
+                 + "".join(st) + f"{ind}  }}\n{ind}}}\n")
+    body = "".join(lines)
+    body = (body.replace("gid_0", "gid(0)").replace("gid_1", "gid(1)")
+            .replace("gid_2", "gid(2)"))
+    names = _used(body, free_vars(p))
+    out = "part" if S > 1 else "wei"
+    params = [_ptr("src", True), _ptr("dst", True), _ptr(out, False),
+              *[f"long const {v}" for v in names]]
+    text = (_PRELUDE + "\n" + _head("pydnnl_conv_igemm_wei", (1, 1, 1), params) + body + "}")
+    mt = -(-M // rm)
+    gs = (mt, nt, p.groups * S) if t.m_inner else (nt, mt, p.groups * S)
+    return KernelSource("pydnnl_conv_igemm_wei", text, gs, (1, 1, 1),
+                        ("src", "dst", out, *names))
+
+
+def wei_reduce_source(p) -> KernelSource | None:
+    """``conv_implicit_gemm.build_wei_reduce_loopy``'s kernel for ``p`` (a
+    ``WeiReduceProblem``): :func:`~pydnnl.kernels.conv_common.grid`'s launch over (group,
+    row, output channel) as :func:`wei_pack_source`'s, each element the sum of its slices in
+    order."""
+    from pymbolic import var
+
+    from .conv_common import decompose, grid, offset, prod
+
+    if is_var(p.wei[0]):
+        return None
+    K = prod(p.kernel)
+    M = K * p.icg
+    ranges, idx = grid([p.groups, p.icg * K, p.ocg], p.per_item)
+    gg, row, oc = idx
+    tap, ic = decompose(row, [K, p.icg])
+    taps = decompose(tap, list(p.kernel))
+    part = p.part_off + ((var("t") * p.groups + gg) * M + row) * p.ocg + oc
+    store = (f"float acc = 0.0f;\n"
+             f"for (long t = 0; t < {int(p.splits)}; ++t)\n"
+             f"  acc = acc + part[{_c(part)}];\n"
+             f"wei[{_c(offset(p.wei, [gg, oc, ic, *taps]))}] = acc;\n")
+    return _grid_copy("pydnnl_conv_igemm_wei_reduce", ranges, p.wg, store,
+                      [_ptr("part", True), _ptr("wei", False)], ("part", "wei"))
+
+# }}}
+
+
+__all__ = ["igemm_data_source", "igemm_fill_source", "igemm_wei_source", "wei_pack_source",
+           "wei_reduce_source"]

@@ -1,13 +1,14 @@
 """kernels.conv_implicit_gemm_source writes the implicit-GEMM kernels loopy generates for the
 CPU plans (the register-tile data kernel, the fill of a phase no tap reaches, the weight
-packer), text aside: the same kernel name, argument names and order, work-group size and
-launch grid, and the same results bit for bit (the tile sums over taps then channels in
-loopy's order, with the same statement). The problems come from the implicit-GEMM solver's
-own plan (a stub records its kernels): forward and strided backward data, channels-last and
-channels-first outputs, run-time and baked sizes, tall and ragged row tiles, partial column
-panels, groups, bias, sum and eltwise post-ops. Each kernel runs beside loopy's on the same
-random buffers (outputs filled beforehand, so what either leaves unwritten is compared too)
-on every device present (Intel's CPU runtime and PoCL). Forms not covered return None."""
+packer, the backward-weights tile and its slices' reduction), text aside: the same kernel
+name, argument names and order, work-group size and launch grid, and the same results bit
+for bit (the tiles sum in loopy's order, with the same statement). The problems come from
+the implicit-GEMM solver's own plan (a stub records its kernels): forward and strided
+backward data, channels-last and channels-first outputs, run-time and baked sizes, tall and
+ragged row tiles, partial column panels, groups, bias, sum and eltwise post-ops; backward
+weights whole and in slices. Each kernel runs beside loopy's on the same random buffers
+(outputs filled beforehand, so what either leaves unwritten is compared too) on every device
+present (Intel's CPU runtime and PoCL). Forms not covered return None."""
 from __future__ import annotations
 
 import pathlib
@@ -23,7 +24,9 @@ from pydnnl.kernels import conv_implicit_gemm as ig
 from pydnnl.kernels.conv_implicit_gemm_source import (
     igemm_data_source,
     igemm_fill_source,
+    igemm_wei_source,
     wei_pack_source,
+    wei_reduce_source,
 )
 from pydnnl.kernels.source import source_from_loopy
 from pydnnl.primitives.conv.solvers import implicit_gemm as solver
@@ -185,3 +188,57 @@ def _data_problem(case_index=0):
 def test_declines(change):
     dp = _data_problem()
     assert igemm_data_source(replace(dp, **change)) is None
+
+
+# backward weights: (mb, G, ic, oc, in spatial, kernel, strides, pad l, pad r, tag, splits,
+# tile)
+WCASES = [
+    (2, 1, 3, 16, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), "nhwc", 1, T8),  # 27 rows: ragged
+    (2, 2, 8, 12, (7, 6), (3, 3), (1, 1), (1, 1), (1, 1), "nhwc", 2, T4),   # slices, panel
+    (1, 1, 4, 8, (6, 7), (1, 3), (1, 2), (0, 1), (0, 1), "nchw", 1, T16),   # staged, 16 wide
+    (2, 1, 16, 8, (5, 5), (3, 3), (1, 1), (1, 1), (1, 1), "nhwc", 5, T8),   # 5 slices
+]
+
+
+@pytest.fixture(scope="module", params=range(len(WCASES)))
+def wcase(request):
+    """A backward-weights problem and its plan's kernels."""
+    mb, G, ic, oc, isp, ksz, st, pl, pr, tag, splits, tile = WCASES[request.param]
+    p = _problem("bwd_w", mb, G, ic, oc, isp, ksz, st, pl, pr, tag, False, ())
+    plan = _StubPlan()
+    solver._weights(plan, p, {"splits": splits}, tile)
+    return p, plan
+
+
+def test_weights_printed_equals_loopy(engine, wcase):
+    """Bitwise: the tile sums over (image, outer point) then the innermost point, in loopy's
+    order; the slices added in order."""
+    p, plan = wcase
+    base = {"SRC": _rand(p.src_n + 8, 1), "DST": _rand(p.dst_n + 8, 2),
+            "WEI": _rand(p.wei_n, 4), "SCRATCH": _rand(plan.scratch + 64, 6)}
+    seen = set()
+    for family, problem, build, named in plan.kernels:
+        if family == "conv_igemm_wei":
+            ours, theirs = igemm_wei_source(problem), ig.build_igemm_wei_loopy(problem)
+        elif family == "conv_igemm_wei_reduce":
+            ours, theirs = wei_reduce_source(problem), ig.build_wei_reduce_loopy(problem)
+        else:
+            continue
+        assert build(problem) == ours
+        seen.add(family)
+        bufs = {k: base[v.key.upper()] for k, v in named.items()
+                if isinstance(v, Ref) and k in ours.arg_names}
+        values = {k: int(v) for k, v in named.items() if not isinstance(v, Ref)}
+        _compare(engine, ours, theirs, bufs, values)
+    assert "conv_igemm_wei" in seen
+
+
+def test_weights_declines():
+    mb, G, ic, oc, isp, ksz, st, pl, pr, tag, splits, tile = WCASES[0]
+    p = _problem("bwd_w", mb, G, ic, oc, isp, ksz, st, pl, pr, tag, False, ())
+    plan = _StubPlan()
+    solver._weights(plan, p, {"splits": 1}, tile)
+    wp = next(pr for f, pr, _, _ in plan.kernels if f == "conv_igemm_wei")
+    assert igemm_wei_source(replace(wp, tile=ig.TileParams(rows=4, cols=4, vec=1))) is None
+    assert igemm_wei_source(replace(wp, tile=ig.TileParams(rows=4, cols=4, vec=4,
+                                                           wg=(4, 16)))) is None
