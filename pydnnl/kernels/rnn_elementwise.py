@@ -90,6 +90,49 @@ def _known_before(spec, p: ElementwiseProblem) -> tuple[str, ...]:
     return tuple(out)
 
 
+def stage_input_reads(p: ElementwiseProblem) -> dict:
+    """Each input of stage ``p.stage`` as the buffer read (pymbolic) of row ``n``, channel
+    ``j``, without quantization or a fused recurrent GEMM: ``gx``/``gh`` with their bias, the
+    states, peepholes, attention; gates of earlier stages as ``("load", gates[...])``. Shared
+    by the loopy builder and the printed kernels, so both read the same expressions."""
+    from pymbolic import var
+
+    spec = get_cell(p.cell)
+    stage = spec.forward_stages(p.peephole, p.clip is not None)[p.stage]
+    G, DHC, gates = spec.n_gates, p.dhc, spec.gate_names
+    gemm_gates = stage.recurrent_gemm.gates
+    n, j = var("n"), var("j")
+    before = set(_known_before(spec, p))
+    reads: dict = {}
+    for name in stage.inputs(()):
+        if name.startswith("gx_"):
+            g = name[3:]
+            e = var("gx")[var("gx_off") + (n * G + gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gx", g)
+            if b is not None:
+                e = e + var("bias")[var("bias_off") + b * DHC + j]
+        elif name.startswith("gh_"):
+            g = name[3:]
+            e = var("gh")[var("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
+            b = spec.bias_gate_index("gh", g)
+            if b is not None:
+                e = e + var("bias")[var("bias_off") + b * DHC + j]
+        elif name == "h_prev":
+            e = var("h_prev")[var("h_prev_off") + n * p.ld_h_prev + j]
+        elif name == "c_prev":
+            e = var("c_prev")[var("c_prev_off") + n * DHC + j]
+        elif name in ("p_i", "p_f", "p_o"):
+            e = var("peep")[var("peep_off") + "ifo".index(name[2]) * DHC + j]
+        elif name == "att":
+            e = var("att")[var("att_off") + n]
+        elif name in before and name in gates:
+            e = ("load", var("gates")[var("gates_off") + (n * G + gates.index(name)) * DHC + j])
+        else:
+            raise ValueError(f"cell {spec.name} stage {p.stage}: no buffer for input {name!r}")
+        reads[name] = e
+    return reads
+
+
 def build_elementwise(p: ElementwiseProblem):
     """The kernel of one stage: printed OpenCL C
     (:func:`~pydnnl.kernels.rnn_elementwise_source.elementwise_source`: no loopy import or
@@ -115,7 +158,6 @@ def build_elementwise_loopy(p: ElementwiseProblem):
     gemm_gates = stage.recurrent_gemm.gates
     n, j = var("n"), var("j")
     DHC = p.dhc
-    before = set(_known_before(spec, p))
 
     def off(name):
         return var(name)
@@ -132,6 +174,7 @@ def build_elementwise_loopy(p: ElementwiseProblem):
             if name.startswith("gx_") and "gh_" + name[3:] not in inputs:
                 raise ValueError(f"cell {spec.name}: int8 needs gh_{name[3:]} beside {name}")
         q_scale, q_shift = np.float32(p.quant[0]), np.float32(p.quant[1])
+    plain = stage_input_reads(p)
     for name in inputs:
         if p.quant and name.startswith("gx_"):
             # both GEMMs' integer sums first, then one dequantization (as oneDNN's s32 sum)
@@ -148,38 +191,17 @@ def build_elementwise_loopy(p: ElementwiseProblem):
             inv = np.float32(1) / q_scale
             mapping[name] = (var("h_prev")[off("h_prev_off") + n * p.ld_h_prev + j]
                              - q_shift) * inv
-        elif name.startswith("gx_"):
+        elif p.fused_k and name.startswith("gh_"):
             g = name[3:]
-            e = var("gx")[off("gx_off") + (n * G + gates.index(g)) * DHC + j]
-            b = spec.bias_gate_index("gx", g)
-            if b is not None:
-                e = e + var("bias")[off("bias_off") + b * DHC + j]
-            mapping[name] = e
-        elif name.startswith("gh_"):
-            g = name[3:]
-            if p.fused_k:
-                e = ("gemm", lp.Reduction("sum", "k", var("src")[
-                    off("src_off") + n * p.ld_src + var("k")] * var("u")[
-                    off("u_off") + var("k") * p.ld_u + gemm_gates.index(g) * DHC + j]))
-            else:
-                e = var("gh")[off("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
+            e = ("gemm", lp.Reduction("sum", "k", var("src")[
+                off("src_off") + n * p.ld_src + var("k")] * var("u")[
+                off("u_off") + var("k") * p.ld_u + gemm_gates.index(g) * DHC + j]))
             b = spec.bias_gate_index("gh", g)
             if b is not None:
-                bias = var("bias")[off("bias_off") + b * DHC + j]
-                e = ("gemm", e[1], bias) if isinstance(e, tuple) else e + bias
+                e = ("gemm", e[1], var("bias")[off("bias_off") + b * DHC + j])
             mapping[name] = e
-        elif name == "h_prev":
-            mapping[name] = var("h_prev")[off("h_prev_off") + n * p.ld_h_prev + j]
-        elif name == "c_prev":
-            mapping[name] = var("c_prev")[off("c_prev_off") + n * DHC + j]
-        elif name in ("p_i", "p_f", "p_o"):
-            mapping[name] = var("peep")[off("peep_off") + "ifo".index(name[2]) * DHC + j]
-        elif name == "att":
-            mapping[name] = var("att")[off("att_off") + n]
-        elif name in before and name in gates:
-            mapping[name] = ("load", gate_slot(name))
         else:
-            raise ValueError(f"cell {spec.name} stage {p.stage}: no buffer for input {name!r}")
+            mapping[name] = plain[name]
 
     def fn_sub(expr):
         return _FunctionInliner(p.activation, p.alpha, p.clip)(expr)

@@ -193,48 +193,19 @@ def _forward(p) -> KernelSource:
     from pymbolic.mapper.substitutor import substitute
 
     from ..cells import get_cell
-    from .rnn_elementwise import OFFSET_ARGS, _FunctionInliner, _known_before, stage_buffers
+    from .rnn_elementwise import OFFSET_ARGS, _FunctionInliner, stage_buffers, stage_input_reads
 
     spec = get_cell(p.cell)
     stages = spec.forward_stages(p.peephole, p.clip is not None)
     stage = stages[p.stage]
     G, DHC, gates = spec.n_gates, p.dhc, spec.gate_names
-    gemm_gates = stage.recurrent_gemm.gates
     n, j = var("n"), var("j")
-    before = set(_known_before(spec, p))
 
     def gate_slot(g):
         return var("gates")[var("gates_off") + (n * G + gates.index(g)) * DHC + j]
 
-    # the buffer reads of each input, built as the loopy generator builds them
-    mapping: dict = {}
-    for name in stage.inputs(()):
-        if name.startswith("gx_"):
-            g = name[3:]
-            e = var("gx")[var("gx_off") + (n * G + gates.index(g)) * DHC + j]
-            b = spec.bias_gate_index("gx", g)
-            if b is not None:
-                e = e + var("bias")[var("bias_off") + b * DHC + j]
-            mapping[name] = e
-        elif name.startswith("gh_"):
-            g = name[3:]
-            e = var("gh")[var("gh_off") + (n * len(gemm_gates) + gemm_gates.index(g)) * DHC + j]
-            b = spec.bias_gate_index("gh", g)
-            if b is not None:
-                e = e + var("bias")[var("bias_off") + b * DHC + j]
-            mapping[name] = e
-        elif name == "h_prev":
-            mapping[name] = var("h_prev")[var("h_prev_off") + n * p.ld_h_prev + j]
-        elif name == "c_prev":
-            mapping[name] = var("c_prev")[var("c_prev_off") + n * DHC + j]
-        elif name in ("p_i", "p_f", "p_o"):
-            mapping[name] = var("peep")[var("peep_off") + "ifo".index(name[2]) * DHC + j]
-        elif name == "att":
-            mapping[name] = var("att")[var("att_off") + n]
-        elif name in before and name in gates:
-            mapping[name] = ("load", gate_slot(name))
-        else:
-            raise unimplemented(f"cell {spec.name} stage {p.stage}: no buffer for {name!r}")
+    # the buffer reads of each input: the loopy generator's expressions
+    mapping = stage_input_reads(p)
 
     pr = _Printer(DHC, p.wg)
     lines: list[str] = []

@@ -2,15 +2,18 @@
 loopy's kernel."""
 from __future__ import annotations
 
+import functools
+import re
+
 import numpy as np
 import pyopencl as cl
 
-from pydnnl.kernels.source import KernelSource, launch_size
+from pydnnl.kernels.source import KernelSource, _signature_params, launch_size, scalar_types
 
 
 def run_source(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
     """Run ``src`` once over copies of ``bufs`` (name -> array) with the scalar ``values``
-    (int64); the arrays after the run."""
+    (as the kernel declares them: int or long); the arrays after the run."""
     ctx = engine.context
     queue = cl.CommandQueue(ctx, engine.device)
     prg = cl.Program(ctx, src.source).build()
@@ -18,7 +21,8 @@ def run_source(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
     mf = cl.mem_flags
     dev = {k: cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=v.copy())
            for k, v in bufs.items()}
-    args = [dev[n] if n in dev else np.int64(values[n]) for n in src.arg_names]
+    args = [dev[n] if n in dev else (typ or np.int64)(values[n])
+            for n, typ in zip(src.arg_names, scalar_types(src))]
     knl(queue, launch_size(src, values), src.local_size, *args)
     out = {}
     for k, v in dev.items():
@@ -26,3 +30,19 @@ def run_source(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
         cl.enqueue_copy(queue, out[k], v)
     queue.finish()
     return out
+
+
+def declared_types(src: KernelSource) -> tuple[str, ...]:
+    """The parameter declarations of ``src`` without their names."""
+    return tuple(re.sub(r"\s*\b\w+$", "", q) for q in _signature_params(src.source, src.name))
+
+
+@functools.lru_cache(maxsize=None)
+def same_loopy_version() -> bool:
+    """Whether the installed loopy stack is the one the printers' texts were recorded
+    against (``test_codegen_unchanged.VERSIONS``)."""
+    from importlib.metadata import version
+
+    from test_codegen_unchanged import VERSIONS
+
+    return all(version(k) == v for k, v in VERSIONS.items())

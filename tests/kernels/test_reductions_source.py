@@ -26,7 +26,7 @@ from pydnnl.kernels.reductions_source import colsum_source, transpose_source
 from pydnnl.kernels.source import source_from_loopy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_rnn_elementwise_source import _declared, _run, _same_loopy  # noqa: E402
+from printed_kernels import declared_types, run_source, same_loopy_version  # noqa: E402
 
 TRANSPOSES = [Transpose(cols=2048, ld=2048), Transpose(cols=100, ld=130),
               Transpose(cols=16, ld=40), Transpose(cols=5, ld=7), Transpose(cols=48, ld=48, wg=32)]
@@ -53,8 +53,8 @@ def _check(engine, kind: str, k: int, nrows: int) -> None:
     p, ours, theirs = _pair(kind, k)
     for field in ("name", "arg_names", "global_size", "local_size", "grid", "build_options"):
         assert getattr(ours, field) == getattr(theirs, field), field
-    assert _declared(ours) == _declared(theirs)
-    if _same_loopy():
+    assert declared_types(ours) == declared_types(theirs)
+    if same_loopy_version():
         assert ours.source == theirs.source
     cols = p.cols if kind == "transpose" else p.width
     rng = np.random.default_rng(k)
@@ -63,8 +63,8 @@ def _check(engine, kind: str, k: int, nrows: int) -> None:
     values = {"o_off": 7, "i_off": 5, "nrows": nrows}
     if nrows == 0 and kind == "transpose":
         return  # (an empty grid: nothing to launch)
-    a = _run(engine, ours, bufs, values)
-    b = _run(engine, theirs, bufs, values)
+    a = run_source(engine, ours, bufs, values)
+    b = run_source(engine, theirs, bufs, values)
     for name in bufs:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 

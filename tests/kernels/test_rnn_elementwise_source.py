@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import functools
 import pathlib
-import re
 import sys
 from dataclasses import replace
 
 import numpy as np
-import pyopencl as cl
 import pytest
 
 from pydnnl.kernels.rnn_elementwise import (
@@ -33,15 +31,10 @@ from pydnnl.kernels.rnn_elementwise_bwd import (
     build_elementwise_bwd_loopy,
 )
 from pydnnl.kernels.rnn_elementwise_source import elementwise_bwd_source, elementwise_source
-from pydnnl.kernels.source import (
-    KernelSource,
-    _signature_params,
-    launch_size,
-    scalar_types,
-    source_from_loopy,
-)
+from pydnnl.kernels.source import KernelSource, source_from_loopy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from printed_kernels import declared_types, run_source, same_loopy_version  # noqa: E402
 
 DHC, SIC, WG, BATCH = 24, 40, 8, 3
 CLIP = (-0.5, 0.5, True)
@@ -103,11 +96,6 @@ def _pair(direction: str, name: str) -> tuple[KernelSource, KernelSource]:
     return ours, source_from_loopy(theirs)
 
 
-def _declared(src: KernelSource) -> tuple[str, ...]:
-    """The parameter declarations without their names."""
-    return tuple(re.sub(r"\s*\b\w+$", "", q) for q in _signature_params(src.source, src.name))
-
-
 def _buffers(src: KernelSource, seed: int) -> tuple[dict, dict]:
     """Random buffers (4096 floats each, ample for these sizes) and distinct offsets for
     every argument of ``src``; gate and attention values in (0, 1), some values past the
@@ -129,44 +117,16 @@ def _buffers(src: KernelSource, seed: int) -> tuple[dict, dict]:
     return bufs, values
 
 
-def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
-    """Run ``src`` once over copies of ``bufs`` with the scalar ``values`` (as the
-    kernel declares them: int); the arrays after the run."""
-    ctx = engine.context
-    queue = cl.CommandQueue(ctx, engine.device)
-    knl = getattr(cl.Program(ctx, src.source).build(), src.name)
-    mf = cl.mem_flags
-    dev = {k: cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=v.copy())
-           for k, v in bufs.items()}
-    args = [dev[n] if n in dev else typ(values[n])
-            for n, typ in zip(src.arg_names, scalar_types(src))]
-    knl(queue, launch_size(src, values), src.local_size, *args)
-    out = {k: np.empty_like(v) for k, v in bufs.items()}
-    for k, v in dev.items():
-        cl.enqueue_copy(queue, out[k], v)
-    queue.finish()
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _same_loopy() -> bool:
-    from importlib.metadata import version
-
-    from test_codegen_unchanged import VERSIONS
-
-    return all(version(k) == v for k, v in VERSIONS.items())
-
-
 def _check(engine, direction: str, name: str) -> None:
     ours, theirs = _pair(direction, name)
     for field in ("name", "arg_names", "global_size", "local_size", "grid", "build_options"):
         assert getattr(ours, field) == getattr(theirs, field), field
-    assert _declared(ours) == _declared(theirs)
-    if _same_loopy():
+    assert declared_types(ours) == declared_types(theirs)
+    if same_loopy_version():
         assert ours.source == theirs.source
     bufs, values = _buffers(theirs, 7)
-    a = _run(engine, ours, bufs, values)
-    b = _run(engine, theirs, bufs, values)
+    a = run_source(engine, ours, bufs, values)
+    b = run_source(engine, theirs, bufs, values)
     for k in bufs:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert any(not np.array_equal(b[k], bufs[k], equal_nan=True) for k in bufs)
