@@ -20,6 +20,13 @@ both on random data and compares. Each printer returns None where it does not co
 * :func:`bias_grad_source`: the run-time-size bias gradient
   (:func:`~pydnnl.kernels.conv_im2col.bias_grad_runtime`), work-groups of 16-256 lanes.
 * :func:`channel_slices_source`: :func:`~pydnnl.kernels.channel_sums.build_channel_slices`.
+* :func:`col2im_source`: col2im (:class:`~pydnnl.kernels.conv_im2col.Col2ImProblem`), baked
+  or run-time sizes, bias, sum and eltwise post-ops (ResNet-50's conv1 backward data: loopy
+  spent 89 ms on it at a first-ever creation).
+* :func:`im2col_rt_source`: the run-time-size im2col without channel blocks (a channels-first
+  or wide channels-last source's column).
+* :func:`splitk_reduce_source`: the split-k GEMM's reduction of its slices (im2col backward
+  weights: 5 loopy generations, 0.27 s, over ResNet-50's first-ever creations at mb 1).
 * :func:`pack_b_source`: the register-tile GEMM's packers with run-time offsets (float32):
   one B (not transposed) with a run-time k (:meth:`pydnnl.runtime.gemm.Gemm.activation_packer`)
   and one or more B of a compile-time k (:meth:`~pydnnl.runtime.gemm.Gemm.packer`).
