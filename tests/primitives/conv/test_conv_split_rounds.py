@@ -33,7 +33,8 @@ def test_resident_blocks_follow_the_registers():
 
 
 @pytest.mark.parametrize("m, n, k, cap, want", [
-    (2304, 256, 6272, 8, 7),     # res4a_branch2b mb32: 8 slices = 288 big blocks, 264 fit
+    (2304, 256, 6272, 8, 4),     # res4a_branch2b mb32 (im2col): 72 128x64 blocks a slice,
+                                 # 396 fit (3 a unit): 4 slices
     (4608, 512, 1568, 2, 1),     # res5a_branch2b mb32: unsplit, 288 64x128 blocks fit
     (1152, 128, 12544, 16, 16),  # res3a_branch2b's chunk: 1152 thin blocks fit (9 a unit)
     (2048, 512, 1568, 2, 2),     # res5b_branch2a mb32: 256 64x128 blocks fit
@@ -55,15 +56,18 @@ def test_rule_leaves_other_devices_and_unknown_kernels_alone():
 
 
 def test_batched_slices_with_128_wide_entries_take_the_block_kernels():
-    """A weight gradient's k slices of 1152 x 128 (res3a at mb 32) take the SGEMM's blocks;
-    alone, or with short slices, the thin tiles (k <= 1024) or the loopy family stay."""
+    """A weight gradient's k slices of 1152 x 128 (res3a at mb 32) take the SGEMM's blocks
+    (128x64: batched entries with both sides >= 128); alone, or with short slices, the thin
+    tiles (k <= 1024) or the loopy family stay."""
     got = tile(1152, 128, 784, 16)
-    assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (64, 128, 8, 8)
+    assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (128, 64, 8, 4)
     thin = tile(1152, 128, 784, 1)
     assert thin is not None and (thin.tm, thin.tn) == (4, 4)
     assert tile(1152, 128, 2048, 1) is None         # long k alone: the loopy family
     assert tile(1152, 128, 2048, 8) is not None
-    assert (tile(1152, 128, 256, 16).tm, tile(1152, 128, 256, 16).tn) == (4, 4)
+    # short slices of 128-wide entries: 128x64 blocks too (the thin ones before; Winograd
+    # res3a's 3136 x 128 x 128 products ran 134 -> 110 us on them)
+    assert (tile(1152, 128, 256, 16).bm, tile(1152, 128, 256, 16).bn) == (128, 64)
 
 
 def test_batched_64_wide_slices_take_the_thin_tiles():
@@ -139,3 +143,15 @@ def test_cpu_weight_gradient_slices():
     assert _split_count(None, replace(shape, trans_a=False), 1, 64) == 64  # dry: the most
     # an explicit count (solver_params split_k) cuts as asked, whatever the rule
     assert _split_count(eng, replace(shape, trans_a=False), 8) == 8
+
+
+def test_batched_products_take_the_128x64_blocks():
+    """Winograd's 16 products on the SGEMM take 128x64 blocks: forward / backward data with
+    a 64-wide side and k = channels (res2a 6272 x 64 x 64), both sides >= 128 (res4a, res5a:
+    where 128x128 blocks were picked before); tensor-core tiles are left alone."""
+    for m, n, k in ((6272, 64, 64), (3136, 128, 128), (1568, 256, 256), (512, 512, 512)):
+        t = tile(m, n, k, 16)
+        assert t is not None and (t.bm, t.bn) == (128, 64), (m, n, k, t)
+    pr = GemmProblem(m=512, n=512, k=512, lda=512, ldb=512, ldc=512, batch=16,
+                     stride_a=512 * 512, stride_b=512 * 512, stride_c=512 * 512)
+    assert nv_tile(H200.info, pr, "tf32").mma == "tf32"
