@@ -133,6 +133,35 @@ def stage_input_reads(p: ElementwiseProblem) -> dict:
     return reads
 
 
+def stage_store_targets(p: ElementwiseProblem) -> list:
+    """``(value name, target)`` of each value stage ``p.stage`` stores, in the stage's order:
+    activated gates (not in the last stage of inference), ``c``, ``h``, ``rh`` (pymbolic
+    subscripts of row ``n``, channel ``j``); intermediates such as ``u_tilde`` stay private."""
+    from pymbolic import var
+
+    spec = get_cell(p.cell)
+    stages = spec.forward_stages(p.peephole, p.clip is not None)
+    G, DHC, gates = spec.n_gates, p.dhc, spec.gate_names
+    n, j = var("n"), var("j")
+    last = p.stage == len(stages) - 1
+    out = []
+    for a in stages[p.stage].assignments:
+        if a.name in gates:
+            if last and not p.store_gates:
+                continue
+            target = var("gates")[var("gates_off") + (n * G + gates.index(a.name)) * DHC + j]
+        elif a.name == "c":
+            target = var("c")[var("c_off") + n * DHC + j]
+        elif a.name == "h":
+            target = var("h")[var("h_off") + n * p.ld_h + j]
+        elif a.name == "rh":
+            target = var("rh")[var("rh_off") + n * DHC + j]
+        else:
+            continue
+        out.append((a.name, target))
+    return out
+
+
 def build_elementwise(p: ElementwiseProblem):
     """The kernel of one stage: printed OpenCL C
     (:func:`~pydnnl.kernels.rnn_elementwise_source.elementwise_source`: no loopy import or
@@ -161,9 +190,6 @@ def build_elementwise_loopy(p: ElementwiseProblem):
 
     def off(name):
         return var(name)
-
-    def gate_slot(g):
-        return var("gates")[off("gates_off") + (n * G + gates.index(g)) * DHC + j]
 
     mapping = {}
     inputs = stage.inputs(())
@@ -245,29 +271,16 @@ def build_elementwise_loopy(p: ElementwiseProblem):
         prev = frozenset([iid])
         mapping[a.name] = var(tname)
     stores = []
-    last = p.stage == len(spec.forward_stages(p.peephole, p.clip is not None)) - 1
-    for a in stage.assignments:
-        if a.name in gates:
-            if last and not p.store_gates:
-                continue
-            target = gate_slot(a.name)
-        elif a.name == "c":
-            target = var("c")[off("c_off") + n * DHC + j]
-        elif a.name == "h":
-            target = var("h")[off("h_off") + n * p.ld_h + j]
-        elif a.name == "rh":
-            target = var("rh")[off("rh_off") + n * DHC + j]
-        else:
-            continue  # an intermediate (e.g. u_tilde)
-        value = var(f"v_{a.name}")
-        if p.quant and a.name in ("h", "rh"):
+    for name, target in stage_store_targets(p):
+        value = var(f"v_{name}")
+        if p.quant and name in ("h", "rh"):
             value = var(quant_helper(p.quant)[0])(value)
         # one sequential chain: the explicit order is complete (a later stage reads gates
         # written by an earlier kernel, which loopy cannot tell apart from this one's stores)
-        stores.append(lp.Assignment(target, value, id=f"s_{a.name}",
+        stores.append(lp.Assignment(target, value, id=f"s_{name}",
                                     depends_on=prev, depends_on_is_final=True,
                                     within_inames=frozenset(["n", "j"])))
-        prev = frozenset([f"s_{a.name}"])
+        prev = frozenset([f"s_{name}"])
     # every work-item touches only its own (n, j) elements: no barrier is ever needed
     all_ids = [i.id for i in insns + stores]
     nosync = frozenset((i, "any") for i in all_ids)

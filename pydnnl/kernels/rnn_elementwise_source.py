@@ -193,17 +193,18 @@ def _forward(p) -> KernelSource:
     from pymbolic.mapper.substitutor import substitute
 
     from ..cells import get_cell
-    from .rnn_elementwise import OFFSET_ARGS, _FunctionInliner, stage_buffers, stage_input_reads
+    from .rnn_elementwise import (
+        OFFSET_ARGS,
+        _FunctionInliner,
+        stage_buffers,
+        stage_input_reads,
+        stage_store_targets,
+    )
 
     spec = get_cell(p.cell)
     stages = spec.forward_stages(p.peephole, p.clip is not None)
     stage = stages[p.stage]
-    G, DHC, gates = spec.n_gates, p.dhc, spec.gate_names
-    n, j = var("n"), var("j")
-
-    def gate_slot(g):
-        return var("gates")[var("gates_off") + (n * G + gates.index(g)) * DHC + j]
-
+    DHC = p.dhc
     # the buffer reads of each input: the loopy generator's expressions
     mapping = stage_input_reads(p)
 
@@ -222,22 +223,9 @@ def _forward(p) -> KernelSource:
         lines.append(f"v_{a.name} = {pr(inline(substitute(a.expr, mapping)))};")
         mapping[a.name] = var(f"v_{a.name}")
     written = set()
-    last = p.stage == len(stages) - 1
-    for a in stage.assignments:
-        if a.name in gates:
-            if last and not p.store_gates:
-                continue
-            target = gate_slot(a.name)
-        elif a.name == "c":
-            target = var("c")[var("c_off") + n * DHC + j]
-        elif a.name == "h":
-            target = var("h")[var("h_off") + n * p.ld_h + j]
-        elif a.name == "rh":
-            target = var("rh")[var("rh_off") + n * DHC + j]
-        else:
-            continue  # an intermediate (u_tilde)
+    for name, target in stage_store_targets(p):
         written.add(target.aggregate.name)
-        lines.append(f"{pr(target)} = v_{a.name};")
+        lines.append(f"{pr(target)} = v_{name};")
     return _kernel(f"rnn_{spec.name}_s{p.stage}", DHC, p.wg, stage_buffers(p), written,
                    OFFSET_ARGS, temps, lines, pr.used)
 
