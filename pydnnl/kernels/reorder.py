@@ -169,6 +169,16 @@ def _pick_local_dim(p: ReorderProblem, dims) -> int:
 
 
 def build_reorder(p: ReorderProblem, params: dict | None = None):
+    """The reorder kernel of ``p``: printed without loopy where
+    :func:`~pydnnl.kernels.reorder_source.reorder_source` covers it (f32 between plain layouts;
+    the same text as loopy's), else :func:`build_reorder_loopy`'s."""
+    from .reorder_source import reorder_source
+
+    src = reorder_source(p, params)
+    return src if src is not None else build_reorder_loopy(p, params)
+
+
+def build_reorder_loopy(p: ReorderProblem, params: dict | None = None):
     """loopy TranslationUnit ``reorder(src, dst[, src_zp, src_scale, dst_scale, dst_zp]
     [, rnn_scale, rnn_shift | rnn_wscale])``."""
     import loopy as lp
