@@ -15,9 +15,14 @@ moved last tile storing its own rows): the LSTM training pair's backward GEMMs (
 input gradients, accumulated weight gradients) and the GRU's. Either tile also over plain B
 in a batch whose strides and count are run-time arguments (Winograd's tile products: res2a's
 first-ever creation spent 0.34-0.39 s in loopy's generation of that GEMM), n a multiple of
-the tile's width (``tests/kernels/test_gemm_template_batched.py``).
+the tile's width (``tests/kernels/test_gemm_template_batched.py``). Either tile over packed B
+adds a bias over C's columns (alpha 1, beta 0: the im2col convolutions' forward GEMMs, which
+loopy stores lane by lane; 8 kernels and 2.0 s of a ResNet-50 list's first-ever creations at
+mb 1, ``tests/kernels/test_gemm_template_forms.py``).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -48,7 +53,7 @@ LOOPY_CALL_WITH_INTEGER_TYPES(LOOPY_DEFINE_FLOOR_DIV_POS_B)
 
 __kernel void __attribute__ ((reqd_work_group_size(1, 1, 1))) gemm(__global float const \
 *__restrict__ a, __global float const *__restrict__ b, __global float *__restrict__ c, long const \
-a_off, long const b_off, long const c_off, long const m, long const ksize{batch_args})
+a_off, long const b_off, long const c_off, long const m, long const ksize{batch_args}{epi_args})
 {{
   float16 acc[8 * {nv}];
   float16 bv[{nv}];
@@ -163,6 +168,49 @@ def _stores(ind: str, n: int, ldc: int, nv: int, gc: int, alpha: float, beta: fl
             + f"{ind}}}\n")
 
 
+#: the bias the template adds (``GemmProblem.bias``'s layout): one value per column of C, from
+#: the bias buffer's start (a convolution's or inner product's bias over output channels)
+_BIAS_LAYOUT = (0, ((1, 0, ()), (1, 1, ())))
+
+
+def _bias_ok(kp) -> bool:
+    """Whether the template writes ``kp``'s epilogue: none, or a bias over C's columns alone
+    (:data:`_BIAS_LAYOUT`) stored with alpha 1 and beta 0: loopy then stores lane by lane."""
+    if kp.post_ops or kp.scales or kp.epi_swap or kp.epi_batch or kp.epi_fixed is not None:
+        return False
+    if kp.bias is None:
+        return True
+    layout, dims, _ = kp.bias
+    return (layout == _BIAS_LAYOUT and tuple(dims) == (1, kp.n) and kp.alpha == 1.0
+            and kp.beta == 0.0 and kp.panel_width is not None)
+
+
+def _bias_stores(ind: str, n: int, ldc: int, nv: int, gc: int) -> str:
+    """C's stores with a bias over columns, lane by lane as loopy prints them (one nest per
+    lane, the column guard per lane where n is no multiple of the tile's width)."""
+    w = 16 * nv
+    unroll = "__attribute__((opencl_unroll_hint))"
+    out = []
+    for lane in range(16):
+        if n > w:
+            col = f"{w} * gid({gc}) + {{}}16 * js" + (f" + {lane}" if lane else "")
+        else:  # one column tile: loopy drops its group index, the lane's constant goes first
+            col = (f"{lane} + " if lane else "") + "{}16 * js"
+        store = (f"c[{col.format(f'{ldc} * is + ')} + c_off + {ldc} * r0] = "
+                 f"acc[{nv} * is + js].s{lane:x} + bias[{col.format('')}];")
+        head = f"{ind}{unroll}\n{ind}for (long js = 0; js <= {nv - 1}; ++js)\n"
+        if n % w:
+            d = ind + "    "
+            out.append(head + f"{ind}  if (gid({gc}) * {w} + js * 16 + {lane} < {n})\n"
+                       f"{ind}  {{\n{d}{unroll}\n{d}for (long is = 0; is <= 7; ++is)\n"
+                       f"{d}  {store}\n{ind}  }}\n")
+        else:
+            d = ind + "  "
+            out.append(head + f"{ind}{{\n{d}{unroll}\n{d}for (long is = 0; is <= 7; ++is)\n"
+                       f"{d}  {store}\n{ind}}}\n")
+    return "".join(out)
+
+
 def _canonical(kp, pw: int | None = 48):
     """The key problem the template writes, for ``kp``'s n, C's leading dimension, alpha and
     beta (and B in ``pw``-column panels; ``pw`` None: a batch with run-time strides and count
@@ -219,13 +267,16 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
         return None
     if (not batched and pw not in (w, 16)) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
-            or kp != _canonical(kp, pw):
+            or not _bias_ok(kp) or replace(kp, bias=None) != _canonical(kp, pw):
         return None
     n, ldc = kp.n, kp.ldc
     gr, gc = (0, 1) if p["m_inner"] else (1, 0)
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
-    out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched else "")]
+    bias = kp.bias is not None
+    out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched else "",
+                             epi_args=", __global float const *__restrict__ bias" if bias
+                             else "")]
     ldb = kp.ldb if batched else None
     if ml > 1:
         row0 = f"(io_inner + gid({gr}) * {ml}) * 8"
@@ -253,14 +304,19 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc,
                        ldb)
                + f"{ind}  }}\n{ind}}}\n")
-    out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
-                       "gid(2) * stride_c" if batched else "0"))
+    if bias:
+        out.append(_bias_stores(ind, n, ldc, nv, gc))
+    else:
+        out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
+                           "gid(2) * stride_c" if batched else "0"))
     if ml > 1:
         out.append("  }\n")
     out.append("}")
     rows = f"(({8 * ml - 1} + m) // {8 * ml}) * 1"
     grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
     names = ("a", "b", "c", "a_off", "b_off", "c_off", "m", "ksize")
+    if bias:
+        return KernelSource("gemm", "".join(out), None, (1, 1), names + ("bias",), grid=grid)
     if batched:
         return KernelSource("gemm", "".join(out), None, (1, 1, 1),
                             names + ("stride_a", "stride_b", "stride_c", "nbatch"),

@@ -1,0 +1,105 @@
+"""kernels.gemm_template's forms beyond the plain product: a bias over C's columns (the
+im2col convolutions' forward GEMMs), written byte for byte as loopy generates it
+(kernels.gemm.build_gemm) and run against loopy's kernel; the forms it declines return None."""
+from __future__ import annotations
+
+import functools
+import pathlib
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pydnnl.constants import algorithm as A
+from pydnnl.kernels import gemm as G
+from pydnnl.kernels import gemm_template as T
+from pydnnl.kernels.source import source_from_loopy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from printed_kernels import run_source, same_loopy_version  # noqa: E402
+
+BIAS_LAYOUT = (0, ((1, 0, ()), (1, 1, ())))
+
+
+def _bias_problem(n, ldc, pw, m=20, k=10):
+    return G.GemmProblem(m=m, n=n, k=k, lda=k, ldb=pw, ldc=ldc, b_layout=f"panel{pw}",
+                         runtime_offsets=True, runtime_m="tall", runtime_k=True,
+                         bias=(BIAS_LAYOUT, (1, n), n))
+
+
+@functools.lru_cache(maxsize=None)
+def _loopy(pr, params_items):
+    # module-wide: each case's loopy kernel is generated once (0.2-0.4 s each)
+    return source_from_loopy(G.build_gemm(pr, dict(params_items)))
+
+
+# (tile, m_inner, m_loop, n, ldc, panel width): column guards (n no multiple of the tile),
+# one column tile (loopy drops its group index), C wider than n, 16-column panels
+BIAS_CASES = [
+    (0, False, 1, 64, 64, 48),
+    (0, True, 4, 96, 96, 48),
+    (0, False, 4, 48, 48, 48),
+    (0, True, 1, 32, 40, 48),
+    (0, False, 1, 80, 80, 16),
+    (1, False, 1, 64, 64, 32),
+    (1, True, 1, 80, 96, 32),
+    (1, True, 4, 32, 32, 32),
+    (1, False, 4, 256, 256, 32),
+]
+
+
+def _case(case):
+    ti, mi, ml, n, ldc, pw = case
+    return _bias_problem(n, ldc, pw), dict(T.TILES[ti], m_inner=mi, m_loop=ml)
+
+
+@pytest.mark.parametrize("case", BIAS_CASES, ids=[str(c) for c in BIAS_CASES])
+def test_bias_equals_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", [BIAS_CASES[i] for i in (1, 3, 4, 6)],
+                         ids=[str(BIAS_CASES[i]) for i in (1, 3, 4, 6)])
+def test_bias_runs_as_loopy(engine, case):
+    """Template and loopy kernels write the same C (exactly), and it is A @ B + bias."""
+    pr, p = _case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    rng = np.random.default_rng(0)
+    m, k, n, ldc = 19, 13, pr.n, pr.ldc  # run-time m and k other than the sample's
+    a_off, c_off = 3, 5
+    a = rng.standard_normal(a_off + m * k).astype(np.float32)
+    bm = rng.standard_normal((k, n)).astype(np.float32)
+    plain = replace(pr, m=m, k=k, lda=k, b_layout="plain", ldb=n)
+    bp = G.pack_b(plain, dict(p, cols=pr.panel_width)).pack(bm)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c = np.full(c_off + m * ldc + 7, 9.0, np.float32)
+    bufs = {"a": a, "b": bp, "c": c, "bias": bias}
+    values = {"a_off": a_off, "b_off": 0, "c_off": c_off, "m": m, "ksize": k}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    got = ours["c"][c_off:c_off + m * ldc].reshape(m, ldc)
+    ref = a[a_off:].reshape(m, k) @ bm + bias
+    np.testing.assert_allclose(got[:, :n], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[:, n:], 9.0)  # C's columns past n untouched
+    np.testing.assert_array_equal(ours["c"][:c_off], 9.0)
+
+
+@pytest.mark.parametrize("change", [
+    {"alpha": 2.0}, {"beta": 1.0},                            # C read: the vector epilogue
+    {"bias": ((1, ((1, 0, ()), (1, 1, ()))), (1, 64), 65)},   # bias from an offset
+    {"bias": (BIAS_LAYOUT, (64, 64), 4096)},                  # a bias over rows too
+    {"post_ops": (("eltwise", int(A.eltwise_relu), 0.0, 0.0),)},
+    {"epi_swap": True},
+])
+def test_bias_template_declines_other_epilogues(change):
+    pr, p = _case(BIAS_CASES[0])
+    assert T.register_source(pr, p) is not None
+    assert T.register_source(replace(pr, **change), p) is None
