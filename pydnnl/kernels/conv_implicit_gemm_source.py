@@ -27,6 +27,7 @@ import re
 
 from .printing import c_size as _name
 from .printing import float_ptr as _ptr
+from .printing import indent, peeled
 from .printing import kernel_head as _head
 from .sizevars import free_vars, is_var
 from .source import KernelSource
@@ -370,13 +371,7 @@ def _grid_copy(name: str, ranges: dict, wg: int, body: str, params: list, arg_na
     # copy_source._grid_launch)
     ids = {"a0": f"(lid(0) + gid(0) * {W})", "a1": "gid(1)", "a2": "gid(2)"}
     body = re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], body)
-    body = "".join("    " + x for x in body.splitlines(True))
-    full, tail = divmod(A0, W)
-    if tail:
-        code = (f"  if (gid(0) < {full})\n  {{\n{body}  }}\n"
-                f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{body}  }}\n")
-    else:
-        code = f"  {{\n{body}  }}\n"
+    code = indent(peeled(body, A0, W))
     text = _PRELUDE + helpers + "\n" + _head(name, (W, 1, 1), params) + code + "}"
     return KernelSource(name, text, (-(-A0 // W) * W, int(ranges["a1"]), int(ranges["a2"])),
                         (W, 1, 1), arg_names)

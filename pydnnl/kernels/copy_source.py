@@ -37,6 +37,7 @@ import re
 
 from .printing import c_size as _name
 from .printing import float_ptr as _ptr
+from .printing import indent, peeled
 from .printing import kernel_head as _head
 from .printing import plain_layout as _plain
 from .printing import size_vars_of as _vars_of
@@ -234,7 +235,7 @@ def im2col_baked_source(p) -> KernelSource | None:
     A0 = int(ranges["a0"])
     W = max(1, min(int(p.wg), A0))
     loops = [nm for nm in ranges if nm.startswith("s")]
-    ind = "    "
+    ind = ""
     body = []
     for nm in loops:
         body.append(f"{ind}for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
@@ -247,14 +248,9 @@ def im2col_baked_source(p) -> KernelSource | None:
         body.append(f"{ind}  {store} = src[{at}];\n")
     body.append(f"{ind}}}\n")
     body = "".join(body)
-    heads = ("    long const a0 = lid(0) + gid(0) * %d;\n    long const a1 = gid(1);\n"
-             "    long const a2 = gid(2);\n" % W)
-    full, tail = divmod(A0, W)
-    if tail:
-        code = (f"  if (gid(0) < {full})\n  {{\n{heads}{body}  }}\n"
-                f"  if (gid(0) == {full} && lid(0) < {tail})\n  {{\n{heads}{body}  }}\n")
-    else:
-        code = f"  {{\n{heads}{body}  }}\n"
+    heads = ("long const a0 = lid(0) + gid(0) * %d;\nlong const a1 = gid(1);\n"
+             "long const a2 = gid(2);\n" % W)
+    code = indent(peeled(heads + body, A0, W))
     params = [_ptr("src", True), _ptr("col", False), "long const n0", "long const col_off"]
     text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_conv_im2col", (W, 1, 1), params)
             + code + "}")
@@ -440,26 +436,20 @@ def _grid_launch(ranges: dict, decls: list, wg: int, per_item: int, body: str,
     inner = body
     for nm in reversed([k for k in ranges if k.startswith("s")]):
         inner = (f"for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n{{\n"
-                 + _indent(inner) + "}\n")
+                 + indent(inner) + "}\n")
     if split:
         inner = (f"for (long a1_in = 0; a1_in <= min((long) {split - 1}, "
                  f"{_name(A1)} + -1 + -{split} * gid(1)); ++a1_in)\n{{\n"
-                 + _indent(inner) + "}\n")
+                 + indent(inner) + "}\n")
     if _is_var(A0):
-        code = inner if lane_guard else (f"if (a0 < {_name(A0)})\n{{\n" + _indent(inner)
+        code = inner if lane_guard else (f"if (a0 < {_name(A0)})\n{{\n" + indent(inner)
                                          + "}\n")
         g0 = f"(({W - 1} + {_name(A0)}) // {W}) * {W}"
     else:
-        full, tail = divmod(int(A0), W)
-        if tail:
-            code = (f"if (gid(0) < {full})\n{{\n" + _indent(inner) + "}\n"
-                    f"if (gid(0) == {full} && lid(0) < {tail})\n{{\n" + _indent(inner)
-                    + "}\n")
-        else:
-            code = inner
+        code = peeled(inner, int(A0), W) if int(A0) % W else inner
         g0 = -(-int(A0) // W) * W
     code = "".join(x + "\n" for x in decls) + code
-    code = _indent(re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], code))
+    code = indent(re.sub(r"\ba[012]\b", lambda m: ids[m.group(0)], code))
     if split:
         g1 = f"(({split - 1} + {_name(A1)}) // {split}) * 1"
     else:
@@ -469,10 +459,6 @@ def _grid_launch(ranges: dict, decls: list, wg: int, per_item: int, body: str,
     if all(isinstance(x, int) for x in sizes):
         return code, sizes, None, (W, 1, 1)
     return code, None, tuple(str(x) for x in sizes), (W, 1, 1)
-
-
-def _indent(text: str, by: str = "  ") -> str:
-    return "".join(by + x if x.strip() else x for x in text.splitlines(True))
 
 
 def col2im_source(p) -> KernelSource | None:
@@ -636,21 +622,16 @@ def splitk_reduce_source(p) -> KernelSource | None:
     value = "acc"
     if p.beta != 0.0:
         value += f" + {c_at}" if p.beta == 1.0 else f" + {c_float(p.beta)} * {c_at}"
-    body = ("  float acc = 0.0f;\n"
-            f"  for (long t = 0; t < {S}; ++t)\n"
-            f"    acc = acc + part[part_off + (t * {m} + gid(1)) * {n} + {j}];\n"
-            f"  {c_at} = {value};\n")
-    full, tail = divmod(n, W)
-    if tail:
-        code = (f"if (gid(0) < {full} && {S} >= 1)\n{{\n{body}}}\n"
-                f"if (gid(0) == {full} && {S} >= 1 && lid(0) < {tail})\n{{\n{body}}}\n")
-    else:
-        code = f"if ({S} >= 1)\n{{\n{body}}}\n"
+    body = ("float acc = 0.0f;\n"
+            f"for (long t = 0; t < {S}; ++t)\n"
+            f"  acc = acc + part[part_off + (t * {m} + gid(1)) * {n} + {j}];\n"
+            f"{c_at} = {value};\n")
+    code = peeled(body, n, W, f"{S} >= 1")
     vnames = [_name(p.splits)] if _is_var(p.splits) else []
     params = [_ptr("part", True), _ptr("c", False), "long const part_off", "long const c_off",
               *[f"long const {v}" for v in vnames]]
     text = (_PRELUDE + "\n" + _head("pydnnl_conv_splitk_reduce", (W, 1), params)
-            + _indent(code) + "}")
+            + indent(code) + "}")
     return KernelSource("pydnnl_conv_splitk_reduce", text, (-(-n // W) * W, m), (W, 1),
                         ("part", "c", "part_off", "c_off", *vnames))
 

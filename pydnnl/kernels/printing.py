@@ -43,3 +43,21 @@ def kernel_head(name: str, local: tuple, params: list[str]) -> str:
 def float_ptr(name: str, const: bool) -> str:
     """A float buffer parameter (``const`` for inputs), restrict-qualified."""
     return f"__global float {'const ' if const else ''}*__restrict__ {name}"
+
+
+def indent(text: str, by: str = "  ") -> str:
+    """``text`` with every non-blank line indented ``by``."""
+    return "".join(by + x if x.strip() else x for x in text.splitlines(True))
+
+
+def peeled(body: str, total: int, width: int, guard: str = "") -> str:
+    """C running ``body`` over ``total`` work-items along axis 0 in work-groups of
+    ``width`` (loopy's peeled slab): the whole groups in one copy, the partial last group in a
+    copy of its own guarded by the local id alone. ``guard``: a condition both copies also
+    test. Unindented; ``body`` is indented into its braces."""
+    g = f" && {guard}" if guard else ""
+    full, tail = divmod(int(total), width)
+    if tail:
+        return (f"if (gid(0) < {full}{g})\n{{\n{indent(body)}}}\n"
+                f"if (gid(0) == {full}{g} && lid(0) < {tail})\n{{\n{indent(body)}}}\n")
+    return f"if ({guard})\n{{\n{indent(body)}}}\n" if guard else f"{{\n{indent(body)}}}\n"
