@@ -18,7 +18,9 @@ first-ever creation spent 0.34-0.39 s in loopy's generation of that GEMM), n a m
 the tile's width (``tests/kernels/test_gemm_template_batched.py``). Either tile over packed B
 adds a bias over C's columns (alpha 1, beta 0: the im2col convolutions' forward GEMMs, which
 loopy stores lane by lane; 8 kernels and 2.0 s of a ResNet-50 list's first-ever creations at
-mb 1, ``tests/kernels/test_gemm_template_forms.py``).
+mb 1, ``tests/kernels/test_gemm_template_forms.py``). A batch over plain B may read A with a
+baked leading dimension (the weight gradients' slices of the images' rows: 4 kernels, 1.3 s
+at mb 1).
 """
 from __future__ import annotations
 
@@ -72,12 +74,14 @@ _BATCH_ARGS = (", long const stride_a, long const stride_b, long const stride_c,
 
 
 def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 48,
-            npan: int | None = None, gc: int = 0, ldb: int | None = None) -> str:
+            npan: int | None = None, gc: int = 0, ldb: int | None = None,
+            lda: str = "ksize") -> str:
     """The k step (B loads, the tile's products) at indentation ``ind``: ``nv`` vectors of 16
     columns, k unrolled by ``ku``, B in ``pw``-column panels (``pw`` the tile's width, or 16:
     the tile reads ``nv`` panels side by side, the last one clamped to panel ``npan - 1``
     where the tiles reach past n); column tiles on grid axis ``gc``. ``pw`` None: a batch
-    entry (grid axis 2) of plain B with leading dimension ``ldb``."""
+    entry (grid axis 2) of plain B with leading dimension ``ldb``. ``lda``: A's leading
+    dimension as printed (``ksize``: a dense A)."""
     kk = f"(k_inner + k_outer * {ku})"
     a_at = "a_off + "
     if pw is None:
@@ -105,7 +109,7 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 4
             f"{ind}    __attribute__((opencl_unroll_hint))\n"
             f"{ind}    for (long jj = 0; jj <= {nv - 1}; ++jj)\n"
             f"{ind}      acc[{nv} * ii + jj] = acc[{nv} * ii + jj] + a[{a_at}(r0 + ii) * "
-            f"ksize + k_inner + k_outer * {ku}] * bv[jj];\n"
+            f"{lda} + k_inner + k_outer * {ku}] * bv[jj];\n"
             f"{ind}  }}\n"
             f"{ind}}}\n")
 
@@ -214,17 +218,20 @@ def _bias_stores(ind: str, n: int, ldc: int, nv: int, gc: int) -> str:
 def _canonical(kp, pw: int | None = 48):
     """The key problem the template writes, for ``kp``'s n, C's leading dimension, alpha and
     beta (and B in ``pw``-column panels; ``pw`` None: a batch with run-time strides and count
-    over plain B of ``kp``'s leading dimension)."""
+    over plain B of ``kp``'s leading dimension); A dense (``ksize`` its leading dimension)
+    or, where ``kp`` bakes one, of ``kp``'s leading dimension (e.g. a weight gradient's slice
+    of the images' rows)."""
     from .gemm import GemmProblem, key_problem
 
+    k, lda = (512, 512) if kp.lda == 1 else (1, kp.lda)
     if pw is None:
         return key_problem(GemmProblem(
-            m=3200, n=kp.n, k=512, lda=512, ldb=kp.ldb, ldc=kp.ldc, alpha=kp.alpha,
+            m=3200, n=kp.n, k=k, lda=lda, ldb=kp.ldb, ldc=kp.ldc, alpha=kp.alpha,
             beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=3,
             stride_a=3200 * 512, stride_b=512 * kp.ldb, stride_c=3200 * kp.ldc,
             runtime_offsets=True, runtime_m="tall", runtime_k=True))
     return key_problem(GemmProblem(
-        m=3200, n=kp.n, k=512, lda=512, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
+        m=3200, n=kp.n, k=k, lda=lda, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
         alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32,
         runtime_offsets=True, runtime_m="tall", runtime_k=True))
 
@@ -263,7 +270,8 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     if batched and (p["packed_b"] or not kp.runtime_batch or kp.n % w or kp.trans_b
                     or kp.ldb is None or kp.ldb < kp.n):
         return None
-    if not batched and not p["packed_b"]:
+    if not batched and (not p["packed_b"] or kp.lda != 1):
+        # (a baked lda over packed B: loopy folds A's index into one affine sum)
         return None
     if (not batched and pw not in (w, 16)) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
@@ -278,6 +286,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
                              epi_args=", __global float const *__restrict__ bias" if bias
                              else "")]
     ldb = kp.ldb if batched else None
+    lda = "ksize" if kp.lda == 1 else str(kp.lda)
     if ml > 1:
         row0 = f"(io_inner + gid({gr}) * {ml}) * 8"
         out.append(f"  for (long io_inner = 0; io_inner <= ((-{8 * ml - 7} + m + -{8 * ml} * "
@@ -297,12 +306,13 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
         f"{ind}/* bulk slab for 'k_outer' */\n"
         f"{ind}for (long k_outer = 0; k_outer <= -2 + loopy_floor_div_pos_b_int64({ku - 1} + "
         f"ksize, {ku}); ++k_outer)\n{ind}{{\n")
-    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc, ldb) + f"{ind}}}\n")
+    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc, ldb, lda)
+               + f"{ind}}}\n")
     out.append(f"{ind}/* final slab for 'k_outer' */\n{ind}{{\n"
                f"{ind}  long const k_outer = {_FINAL_K[ku]};\n\n"
                f"{ind}  if (k_outer >= 0)\n{ind}  {{\n")
     out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc,
-                       ldb)
+                       ldb, lda)
                + f"{ind}  }}\n{ind}}}\n")
     if bias:
         out.append(_bias_stores(ind, n, ldc, nv, gc))

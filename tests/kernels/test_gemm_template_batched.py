@@ -46,7 +46,7 @@ def test_batched_plain_b_equals_loopy(tile, m_inner, m_loop, n, ldb, ldc, alpha,
 @pytest.mark.parametrize("change", [
     {"trans_b": True},
     {"runtime_m": None, "runtime_k": False},  # baked strides: no run-time batch
-    {"lda": 128},
+    {"dtype": np.float64, "acc_dtype": np.float64},  # (a baked lda: test_gemm_template_forms)
 ])
 def test_batched_template_declines_other_problems(change):
     assert T.register_source(replace(_problem(64, 64, 64), **change),

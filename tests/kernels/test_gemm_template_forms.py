@@ -103,3 +103,64 @@ def test_bias_template_declines_other_epilogues(change):
     pr, p = _case(BIAS_CASES[0])
     assert T.register_source(pr, p) is not None
     assert T.register_source(replace(pr, **change), p) is None
+
+
+# {{{ a baked leading dimension of A (batched plain B)
+
+def _lda_problem(n, lda, tile_cols, m=20, k=12, batch=3):
+    return G.GemmProblem(m=m, n=n, k=k, lda=lda, ldb=n, ldc=n, batch=batch,
+                         stride_a=m * lda, stride_b=k * n, stride_c=m * n,
+                         runtime_offsets=True, runtime_m="tall", runtime_k=True)
+
+
+# (tile, m_inner, m_loop, n, lda): a weight gradient's slices of the images' rows (A's rows
+# lda apart, k a slice of them)
+LDA_CASES = [(1, False, 1, 64, 40), (1, True, 4, 96, 50), (0, False, 4, 96, 40),
+             (0, True, 1, 48, 13)]
+
+
+def _lda_case(case):
+    ti, mi, ml, n, lda = case
+    return (_lda_problem(n, lda, T.TILES[ti]["cols"]),
+            dict(T.TILES[ti], packed_b=False, m_inner=mi, m_loop=ml))
+
+
+@pytest.mark.parametrize("case", LDA_CASES, ids=[str(c) for c in LDA_CASES])
+def test_baked_lda_equals_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _lda_case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", LDA_CASES[1:3], ids=[str(c) for c in LDA_CASES[1:3]])
+def test_baked_lda_runs_as_loopy(engine, case):
+    pr, p = _lda_case(case)
+    src = T.register_source(pr, p)
+    rng = np.random.default_rng(1)
+    m, k, n, lda, nb = 17, 9, pr.n, pr.lda, 2
+    sa, sb, sc = m * lda + 3, k * n + 5, m * n + 2
+    a = rng.standard_normal(nb * sa).astype(np.float32)
+    b = rng.standard_normal(nb * sb).astype(np.float32)
+    c = np.full(nb * sc, 9.0, np.float32)
+    values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k, "stride_a": sa,
+              "stride_b": sb, "stride_c": sc, "nbatch": nb}
+    bufs = {"a": a, "b": b, "c": c}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    for t in range(nb):
+        am = np.lib.stride_tricks.as_strided(a[t * sa:], (m, k), (lda * 4, 4))
+        ref = am @ b[t * sb:t * sb + k * n].reshape(k, n)
+        np.testing.assert_allclose(ours["c"][t * sc:t * sc + m * n].reshape(m, n), ref,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_baked_lda_over_packed_b_declines():
+    # loopy folds A's index into one affine sum there: left to loopy
+    pr, p = _case(BIAS_CASES[0])
+    assert T.register_source(replace(pr, lda=pr.k + 5, bias=None), p) is None
+
+# }}}
