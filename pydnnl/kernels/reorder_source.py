@@ -6,14 +6,15 @@ run-time form, :func:`~pydnnl.kernels.reorder.runtime_form`: offsets and the out
 arguments): the ResNet-50 list's backward data asks for 22 of them, 3-10 ms of loopy kernel
 building each plus its code generation and, for the first, loopy's import. The printer writes
 loopy's text byte for byte with loopy 2025.2 (same name, arguments, work-group size, grid,
-statement, loop nest and index sums: the constant offset first, terms in dim order, a dim split
-over work-groups after them as ``W*s * gid(0) + s * lid(0)``, the run-time offset last);
-``tests/kernels/test_reorder_source.py`` compares the texts and runs both kernels.
+statement, loop nest (extent-1 sequential dims as blocks declaring their index) and index
+sums: the constant offset first, terms in dim order, a dim split over work-groups after them as
+``W*s * gid(0) + s * lid(0)``, the run-time offset last); ``tests/kernels/test_reorder_source.py``
+compares the texts and runs both kernels.
 
 Declined (None: loopy keeps them): data type conversions, scales, zero points, RNN
-quantization, blocked layouts, sequential dims of extent 1 (loopy prints them as a constant
-block), the local dim being the run-time outer dim, more than 10 dims, negative strides and
-constants beyond int (the run-time outer size and offsets are long arguments, as in loopy's).
+quantization, blocked layouts, the local dim being the run-time outer dim, more than 10 dims,
+negative strides and constants beyond int (the run-time outer size and offsets are long
+arguments, as in loopy's).
 """
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ from .source import KernelSource
 _PRELUDE = ("#define lid(N) ((int) get_local_id(N))\n"
             "#define gid(N) ((int) get_group_id(N))\n\n")
 _INT_MAX = (1 << 31) - 1
+
+
+def _indent(text: str) -> str:
+    """``text`` with every non-blank line indented two spaces (loopy's blank lines stay
+    empty)."""
+    return "".join("  " + x if x.strip() else x for x in text.splitlines(True))
+
+
+def _under(body: str) -> str:
+    """``body`` as the statement of a for or if: a block as it is, else indented."""
+    return body if body.startswith("{") else _indent(body)
 
 
 def _term(coef: int, name: str) -> str | None:
@@ -75,9 +87,7 @@ def reorder_source(p, params: dict | None = None) -> KernelSource | None:
     split = dims[ld] >= wg
     others = sorted((d for d in range(nd) if d != ld), key=lambda d: -dims[d])
     axis = {d: k + (1 if split else 0) for k, d in enumerate(others[:2])}
-    loops = sorted(others[2:])
-    if any(dims[d] == 1 for d in loops):
-        return None
+    loops = sorted(others[2:])  # nested in dim order
     w = wg if split else dims[ld]
     groups0 = -(-dims[ld] // wg) if split else 1
 
@@ -95,7 +105,7 @@ def reorder_source(p, params: dict | None = None) -> KernelSource | None:
             elif d in axis:
                 if dims[d] > 1:
                     terms.append(_term(s, f"gid({axis[d]})"))
-            else:
+            elif dims[d] > 1:  # (an extent-1 loop is the constant 0)
                 terms.append(_term(s, f"i{d}"))
         if split:
             terms += lane
@@ -108,16 +118,17 @@ def reorder_source(p, params: dict | None = None) -> KernelSource | None:
     value = f"src[{index(src, 'src_off')}]"
     if beta is not None:
         value += f" + {tgt}" if p.beta == 1.0 else f" + {beta} * {tgt}"
-    stmt = f"{tgt} = {value};\n"
-    depth = 1
-    body = ""
+    body = f"{tgt} = {value};\n"
+    # inside out: an extent-1 loop is a block declaring its index, the others for loops;
+    # loopy sets a block under a for or if at the same indentation
+    for d in reversed(loops):
+        if dims[d] == 1:
+            body = f"{{\n  int const i{d} = 0;\n\n{_indent(body)}}}\n"
+        else:
+            body = f"for (int i{d} = 0; i{d} <= {dims[d] - 1}; ++i{d})\n{_under(body)}"
     if split and dims[ld] % wg:
-        body += f"  if ({dims[ld] - 1} + -{wg} * gid(0) + -1 * lid(0) >= 0)\n"
-        depth += 1
-    for d in loops:
-        body += "  " * depth + f"for (int i{d} = 0; i{d} <= {dims[d] - 1}; ++i{d})\n"
-        depth += 1
-    body += "  " * depth + stmt
+        body = f"if ({dims[ld] - 1} + -{wg} * gid(0) + -1 * lid(0) >= 0)\n{_under(body)}"
+    body = _indent(body)
     params_c = [float_ptr("src", True), float_ptr("dst", False)]
     names = ("src", "dst")
     if p.runtime:

@@ -2,9 +2,9 @@
 arguments and declared types, launch sizes, loopy's text byte for byte under the loopy version
 recorded in ``test_codegen_unchanged`` (the listed forms and a seeded sweep of random ones) and,
 on every loopy, bitwise the same results on every device present (Intel's CPU runtime and
-PoCL): run-time and fixed forms, split and whole work-groups, partial groups, sequential dims,
-broadcast sources, accumulation. Conversions, scales, zero points, RNN quantization, blocked
-layouts and extent-1 sequential dims return None (loopy keeps them)."""
+PoCL): run-time and fixed forms, split and whole work-groups, partial groups, sequential dims
+(extent-1 ones too), broadcast sources, accumulation. Conversions, scales, zero points, RNN
+quantization and blocked layouts return None (loopy keeps them)."""
 from __future__ import annotations
 
 import functools
@@ -54,6 +54,14 @@ CASES = [
     (_problem((64, 3), (0, 1), (3, 1)), 32, None),  # broadcast source
     (_problem((6, 2, 45), (90, 45, 1), (2, 1, 12), beta=-2.0, runtime=True), 32, (4, 0, 6)),
     (_problem((16, 4), (4, 1), (1, 16)), 8, None),
+    # extent-1 sequential dims (blocks declaring their index), MobileNet's depthwise weights
+    (_problem((2, 32, 1, 32), (1024, 1, 1024, 32), (1024, 32, 2048, 1), runtime=True), 32,
+     (1, 3, 2)),
+    (_problem((4, 1, 3, 5, 7), (105, 105, 35, 7, 1), (1, 4, 4, 12, 60), beta=1.0), 32, None),
+    (_problem((3, 4, 2, 1, 5, 1, 40), (1600, 400, 200, 200, 40, 40, 1),
+              (1, 3, 12, 24, 24, 120, 120), so=5, do=7), 16, None),
+    (_problem((2, 3, 1, 4, 1, 45), (1, 2, 6, 6, 24, 24), (540, 180, 180, 45, 45, 1)), 32,
+     None),  # under the partial group's guard
 ]
 
 
@@ -132,7 +140,6 @@ def test_declines():
               replace(p, beta=0.1),  # (not a float32: loopy's spelling unchecked)
               replace(p, src_layout=(5, ((1, 240, ()), (8, 30, ((8, 1, 1),)), (1, 10, ()),
                                          (1, 1, ())))),  # blocked
-              _problem((4, 1, 3, 5, 7), (105, 105, 35, 7, 1), (1, 4, 4, 12, 60)),  # i1 = 0
               _problem((1,), (1,), (1,))):
         assert reorder_source(q, {"wg": wg}) is None
     q = ReorderProblem(dims=(4, 8), src_dt=F32, dst_dt=data_type.u8, src_layout=_lay(0, (8, 1)),
