@@ -164,3 +164,70 @@ def test_baked_lda_over_packed_b_declines():
     assert T.register_source(replace(pr, lda=pr.k + 5, bias=None), p) is None
 
 # }}}
+
+
+# {{{ A transposed (weight gradients: m baked, k at run time, batched plain B)
+
+def _ta_problem(m, n, lda, alpha=1.0, beta=0.0, k=40, batch=4):
+    return G.GemmProblem(m=m, n=n, k=k, trans_a=True, lda=lda, ldb=n, ldc=n, batch=batch,
+                         alpha=alpha, beta=beta, runtime_offsets=True, runtime_k=True)
+
+
+# (tile, m_inner, m, n, lda, alpha, beta): C accumulated (beta 1, the second image slice's
+# product), one row tile, A's rows wider than m
+TA_CASES = [(1, False, 64, 64, 64, 1.0, 0.0), (1, True, 16, 96, 16, 1.0, 1.0),
+            (1, False, 8, 32, 24, 0.5, -2.0), (0, False, 24, 96, 24, 1.0, 1.0),
+            (0, True, 16, 48, 40, 1.0, 0.0)]
+
+
+def _ta_case(case):
+    ti, mi, m, n, lda, alpha, beta = case
+    return (_ta_problem(m, n, lda, alpha, beta),
+            dict(T.TILES[ti], packed_b=False, m_inner=mi, m_loop=1))
+
+
+@pytest.mark.parametrize("case", TA_CASES, ids=[str(c) for c in TA_CASES])
+def test_trans_a_equals_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _ta_case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", TA_CASES[1:4], ids=[str(c) for c in TA_CASES[1:4]])
+def test_trans_a_runs_as_loopy(engine, case):
+    pr, p = _ta_case(case)
+    src = T.register_source(pr, p)
+    rng = np.random.default_rng(2)
+    m, n, lda, k, nb = pr.m, pr.n, pr.lda, 11, 3  # k other than the sample's
+    sa, sb, sc = k * lda + 1, k * n + 3, m * n + 2
+    a = rng.standard_normal(nb * sa).astype(np.float32)
+    b = rng.standard_normal(nb * sb).astype(np.float32)
+    c = rng.standard_normal(nb * sc).astype(np.float32)
+    values = {"a_off": 0, "b_off": 0, "c_off": 0, "ksize": k, "stride_a": sa,
+              "stride_b": sb, "stride_c": sc, "nbatch": nb}
+    bufs = {"a": a, "b": b, "c": c}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    for t in range(nb):
+        at = np.lib.stride_tricks.as_strided(a[t * sa:], (k, m), (lda * 4, 4))
+        ref = pr.alpha * (at.T @ b[t * sb:t * sb + k * n].reshape(k, n)) \
+            + pr.beta * c[t * sc:t * sc + m * n].reshape(m, n)
+        np.testing.assert_allclose(ours["c"][t * sc:t * sc + m * n].reshape(m, n), ref,
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("change, params", [
+    ({"m": 20, "lda": 20}, {}),             # ragged rows: clamped A columns
+    ({}, {"m_loop": 4}),                    # row tiles looped over a baked m
+    ({"batch": 1}, {}),                     # one entry: no run-time batch
+])
+def test_trans_a_declines(change, params):
+    pr, p = _ta_case(TA_CASES[0])
+    assert T.register_source(pr, p) is not None
+    assert T.register_source(replace(pr, **change), dict(p, **params)) is None
+
+# }}}
