@@ -21,7 +21,9 @@ loopy stores lane by lane; 8 kernels and 2.0 s of a ResNet-50 list's first-ever 
 mb 1, ``tests/kernels/test_gemm_template_forms.py``). A batch over plain B may read A with a
 baked leading dimension (the weight gradients' slices of the images' rows: 4 kernels, 1.3 s
 at mb 1), or A transposed with m baked in whole row tiles (the weight gradients' per-image
-products, C accumulated or not: 8 kernels, 3.9 s at mb 32).
+products, C accumulated or not: 8 kernels, 3.9 s at mb 32). Packed B takes a batch with
+run-time strides and count too (Winograd's products over packed weights at mb 32: 3 kernels,
+1.8 s forward).
 """
 from __future__ import annotations
 
@@ -75,26 +77,26 @@ _BATCH_ARGS = (", long const stride_a, long const stride_b, long const stride_c,
 
 def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 48,
             npan: int | None = None, gc: int = 0, ldb: int | None = None,
-            lda: str = "ksize", ta_rows: str | None = None) -> str:
+            lda: str = "ksize", ta_rows: str | None = None, batch: bool = False) -> str:
     """The k step (B loads, the tile's products) at indentation ``ind``: ``nv`` vectors of 16
     columns, k unrolled by ``ku``, B in ``pw``-column panels (``pw`` the tile's width, or 16:
     the tile reads ``nv`` panels side by side, the last one clamped to panel ``npan - 1``
     where the tiles reach past n); column tiles on grid axis ``gc``. ``pw`` None: a batch
     entry (grid axis 2) of plain B with leading dimension ``ldb``. ``lda``: A's leading
     dimension as printed (``ksize``: a dense A); ``ta_rows``: A transposed, the tile's first
-    row (A's column) as printed."""
+    row (A's column) as printed. ``batch``: packed B's batch entries on grid axis 2 too."""
     kk = f"(k_inner + k_outer * {ku})"
-    a_at = "a_off + "
+    bat = "gid(2) * stride_b + " if batch or pw is None else ""
+    a_at = "a_off + gid(2) * stride_a + " if batch or pw is None else "a_off + "
     if pw is None:
-        base = f"b_off + gid(2) * stride_b + {kk} * {ldb} + gid({gc}) * {16 * nv} + jb * 16"
-        a_at = "a_off + gid(2) * stride_a + "
+        base = f"b_off + {bat}{kk} * {ldb} + gid({gc}) * {16 * nv} + jb * 16"
     elif pw == 16 * nv:
-        base = f"b_off + gid({gc}) * ksize * {pw} + {kk} * {pw} + jb * 16"
+        base = f"b_off + {bat}gid({gc}) * ksize * {pw} + {kk} * {pw} + jb * 16"
     else:
         panel = f"gid({gc}) * {nv} + jb"
         if npan is not None:
             panel = f"({panel} < {npan}) ? {panel} : (long) ({npan - 1})"
-        base = f"b_off + ({panel}) * ksize * 16 + {kk} * 16"
+        base = f"b_off + {bat}({panel}) * ksize * 16 + {kk} * 16"
     a_idx = (f"{a_at}{kk} * {lda} + {ta_rows} + ii" if ta_rows else
              f"{a_at}(r0 + ii) * {lda} + k_inner + k_outer * {ku}")
     lanes = "".join(
@@ -238,9 +240,10 @@ def _canonical(kp, pw: int | None = 48):
             beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=3,
             stride_a=3200 * 512, stride_b=512 * kp.ldb, stride_c=3200 * kp.ldc,
             runtime_offsets=True, runtime_m="tall", runtime_k=True))
+    batch = 3 if kp.batch > 1 else 1  # (a batch: run-time strides and count)
     return key_problem(GemmProblem(
         m=3200, n=kp.n, k=k, lda=lda, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
-        alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32,
+        alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=batch,
         runtime_offsets=True, runtime_m="tall", runtime_k=True))
 
 
@@ -285,6 +288,11 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     if not batched and (not p["packed_b"] or kp.lda != 1):
         # (a baked lda over packed B: loopy folds A's index into one affine sum)
         return None
+    # a batch over packed B (Winograd's products over packed weights): run-time strides and
+    # count, no epilogue
+    pbatch = not batched and kp.batch > 1
+    if pbatch and (not kp.runtime_batch or kp.bias is not None):
+        return None
     if (not batched and pw not in (w, 16)) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
             or not _bias_ok(kp) or replace(kp, bias=None) != _canonical(kp, pw):
@@ -294,7 +302,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
     bias = kp.bias is not None
-    out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched else "",
+    out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched or pbatch else "",
                              epi_args=", __global float const *__restrict__ bias" if bias
                              else "", m_arg="" if ta else "long const m, ",
                              r0_decl="" if ta else "  long r0;\n")]
@@ -320,13 +328,14 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
         f"{ind}for (long k_outer = 0; k_outer <= -2 + loopy_floor_div_pos_b_int64({ku - 1} + "
         f"ksize, {ku}); ++k_outer)\n{ind}{{\n")
     ta_rows = f"gid({gr}) * 8" if ta else None
-    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc, ldb, lda, ta_rows)
+    out.append(_k_step(ind + "  ", str(ku - 1), nv, ku, pw, npan, gc, ldb, lda, ta_rows,
+                       pbatch)
                + f"{ind}}}\n")
     out.append(f"{ind}/* final slab for 'k_outer' */\n{ind}{{\n"
                f"{ind}  long const k_outer = {_FINAL_K[ku]};\n\n"
                f"{ind}  if (k_outer >= 0)\n{ind}  {{\n")
     out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc,
-                       ldb, lda, ta_rows)
+                       ldb, lda, ta_rows, pbatch)
                + f"{ind}  }}\n{ind}}}\n")
     if bias:
         out.append(_bias_stores(ind, n, ldc, nv, gc))
@@ -335,7 +344,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
                                False, c_batch="gid(2) * stride_c", rbase=ta_rows))
     else:
         out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
-                           "gid(2) * stride_c" if batched else "0"))
+                           "gid(2) * stride_c" if batched or pbatch else "0"))
     if ml > 1:
         out.append("  }\n")
     out.append("}")
@@ -344,7 +353,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     names = ("a", "b", "c", "a_off", "b_off", "c_off") + (() if ta else ("m",)) + ("ksize",)
     if bias:
         return KernelSource("gemm", "".join(out), None, (1, 1), names + ("bias",), grid=grid)
-    if batched:
+    if batched or pbatch:
         return KernelSource("gemm", "".join(out), None, (1, 1, 1),
                             names + ("stride_a", "stride_b", "stride_c", "nbatch"),
                             grid=grid + ("(nbatch) * 1",))

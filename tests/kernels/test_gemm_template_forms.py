@@ -231,3 +231,69 @@ def test_trans_a_declines(change, params):
     assert T.register_source(replace(pr, **change), dict(p, **params)) is None
 
 # }}}
+
+
+# {{{ a batch over packed B (Winograd's tile products over packed weights)
+
+def _pbatch_problem(n, ldc, pw, alpha=1.0, beta=0.0):
+    return G.GemmProblem(m=20, n=n, k=10, lda=10, ldb=pw, ldc=ldc, batch=4,
+                         b_layout=f"panel{pw}", alpha=alpha, beta=beta, runtime_offsets=True,
+                         runtime_m="tall", runtime_k=True)
+
+
+# (tile, m_inner, m_loop, n, ldc, panel width, alpha, beta)
+PBATCH_CASES = [(1, False, 1, 128, 128, 32, 1.0, 0.0), (1, True, 4, 80, 96, 32, 1.0, 1.0),
+                (0, False, 4, 96, 96, 48, 0.5, -2.0), (0, True, 1, 80, 80, 16, 1.0, 0.0),
+                (1, False, 1, 32, 32, 32, 1.0, 0.0)]
+
+
+def _pbatch_case(case):
+    ti, mi, ml, n, ldc, pw, alpha, beta = case
+    return (_pbatch_problem(n, ldc, pw, alpha, beta),
+            dict(T.TILES[ti], m_inner=mi, m_loop=ml))
+
+
+@pytest.mark.parametrize("case", PBATCH_CASES, ids=[str(c) for c in PBATCH_CASES])
+def test_batched_packed_b_equals_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _pbatch_case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", PBATCH_CASES[1:4], ids=[str(c) for c in PBATCH_CASES[1:4]])
+def test_batched_packed_b_runs_as_loopy(engine, case):
+    pr, p = _pbatch_case(case)
+    src = T.register_source(pr, p)
+    rng = np.random.default_rng(3)
+    m, k, n, ldc, nb = 19, 13, pr.n, pr.ldc, 3
+    one = G.GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=ldc)
+    bms = [rng.standard_normal((k, n)).astype(np.float32) for _ in range(nb)]
+    packs = [G.pack_b(one, dict(p, cols=pr.panel_width)).pack(bm) for bm in bms]
+    sa, sb, sc = m * k + 2, packs[0].size + 5, m * ldc + 1
+    a = rng.standard_normal(nb * sa).astype(np.float32)
+    b = np.zeros(nb * sb, np.float32)
+    for t, pk in enumerate(packs):
+        b[t * sb:t * sb + pk.size] = pk
+    c = rng.standard_normal(nb * sc).astype(np.float32)
+    values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k, "stride_a": sa,
+              "stride_b": sb, "stride_c": sc, "nbatch": nb}
+    bufs = {"a": a, "b": b, "c": c}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    for t in range(nb):
+        cm = c[t * sc:t * sc + m * ldc].reshape(m, ldc)[:, :n]
+        ref = pr.alpha * (a[t * sa:t * sa + m * k].reshape(m, k) @ bms[t]) + pr.beta * cm
+        got = ours["c"][t * sc:t * sc + m * ldc].reshape(m, ldc)
+        np.testing.assert_allclose(got[:, :n], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_packed_b_declines_baked_batches():
+    pr, p = _pbatch_case(PBATCH_CASES[0])
+    assert T.register_source(replace(pr, runtime_m=None, runtime_k=False), p) is None
+    assert T.register_source(replace(pr, bias=(BIAS_LAYOUT, (1, pr.n), pr.n)), p) is None
+
+# }}}
