@@ -9,6 +9,10 @@ int8 RNN quantization (oneDNN's ``rnn_data_qparams`` / ``rnn_weights_qparams`` r
 ``x * scale + shift`` for data, with the product and the sum each rounded to f32, and
 ``x * scale[masked index]`` for weights; the destination's saturating round-half-even
 conversion to u8/s8 follows.
+
+The f32 reorder between plain layouts (every staging reorder of a convolution's first creation)
+is printed without loopy, with loopy's text (:mod:`~pydnnl.kernels.reorder_source`);
+:func:`build_reorder_loopy` keeps the other forms.
 """
 from __future__ import annotations
 
