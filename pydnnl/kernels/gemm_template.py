@@ -23,7 +23,8 @@ baked leading dimension (the weight gradients' slices of the images' rows: 4 ker
 at mb 1), or A transposed with m baked in whole row tiles (the weight gradients' per-image
 products, C accumulated or not: 8 kernels, 3.9 s at mb 32). Packed B takes a batch with
 run-time strides and count too (Winograd's products over packed weights at mb 32: 3 kernels,
-1.8 s forward).
+1.8 s forward). A's baked leading dimension goes with packed B too (the GRU's backward GEMMs
+over a slice of its gates: 2 kernels, 0.35 s of its training pair's creation).
 """
 from __future__ import annotations
 
@@ -99,6 +100,8 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 4
         base = f"b_off + {bat}({panel}) * ksize * 16 + {kk} * 16"
     a_idx = (f"{a_at}{kk} * {lda} + {ta_rows} + ii" if ta_rows else
              f"{a_at}(r0 + ii) * {lda} + k_inner + k_outer * {ku}")
+    if lda != "ksize" and not bat:  # affine: loopy prints it as one sorted sum
+        a_idx = f"{lda} * ii + {ku} * k_outer + k_inner + a_off + {lda} * r0"
     lanes = "".join(
         f"{ind}    bv[jb].s{lane:x} = b[{base}{f' + {lane}' if lane else ''}];\n"
         for lane in range(16))
@@ -285,8 +288,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     ta = kp.trans_a
     if ta and (not batched or kp.runtime_m or kp.m % 8 or ml != 1):
         return None
-    if not batched and (not p["packed_b"] or kp.lda != 1):
-        # (a baked lda over packed B: loopy folds A's index into one affine sum)
+    if not batched and not p["packed_b"]:
         return None
     # a batch over packed B (Winograd's products over packed weights): run-time strides and
     # count, no epilogue

@@ -158,10 +158,47 @@ def test_baked_lda_runs_as_loopy(engine, case):
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_baked_lda_over_packed_b_declines():
-    # loopy folds A's index into one affine sum there: left to loopy
-    pr, p = _case(BIAS_CASES[0])
-    assert T.register_source(replace(pr, lda=pr.k + 5, bias=None), p) is None
+# (tile, m_inner, m_loop, n, lda, panel width, beta): packed B, one entry: the GRU's backward
+# GEMMs over a slice of its gates' columns (loopy prints A's index as one sorted sum)
+PLDA_CASES = [(1, False, 1, 64, 30, 32, 1.0), (1, True, 4, 96, 40, 32, 0.0),
+              (0, False, 4, 96, 25, 48, 0.5), (0, True, 1, 80, 12, 16, 1.0)]
+
+
+def _plda_case(case):
+    ti, mi, ml, n, lda, pw, beta = case
+    pr = G.GemmProblem(m=20, n=n, k=10, lda=lda, ldb=pw, ldc=n, b_layout=f"panel{pw}",
+                       beta=beta, runtime_offsets=True, runtime_m="tall", runtime_k=True)
+    return pr, dict(T.TILES[ti], m_inner=mi, m_loop=ml)
+
+
+@pytest.mark.parametrize("case", PLDA_CASES, ids=[str(c) for c in PLDA_CASES])
+def test_baked_lda_over_packed_b_equals_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _plda_case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", PLDA_CASES[:2], ids=[str(c) for c in PLDA_CASES[:2]])
+def test_baked_lda_over_packed_b_runs_as_loopy(engine, case):
+    pr, p = _plda_case(case)
+    src = T.register_source(pr, p)
+    rng = np.random.default_rng(4)
+    m, k, n, lda = 19, 7, pr.n, pr.lda
+    a = rng.standard_normal(m * lda + 3).astype(np.float32)
+    bm = rng.standard_normal((k, n)).astype(np.float32)
+    bp = G.pack_b(G.GemmProblem(m=m, n=n, k=k), dict(p, cols=pr.panel_width)).pack(bm)
+    c = rng.standard_normal(m * n).astype(np.float32)
+    values = {"a_off": 3, "b_off": 0, "c_off": 0, "m": m, "ksize": k}
+    bufs = {"a": a, "b": bp, "c": c}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    am = np.lib.stride_tricks.as_strided(a[3:], (m, k), (lda * 4, 4))
+    ref = am @ bm + pr.beta * c.reshape(m, n)
+    np.testing.assert_allclose(ours["c"].reshape(m, n), ref, rtol=1e-5, atol=1e-5)
 
 # }}}
 
