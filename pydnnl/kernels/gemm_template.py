@@ -24,7 +24,9 @@ at mb 1), or A transposed with m baked in whole row tiles (the weight gradients'
 products, C accumulated or not: 8 kernels, 3.9 s at mb 32). Packed B takes a batch with
 run-time strides and count too (Winograd's products over packed weights at mb 32: 3 kernels,
 1.8 s forward). A's baked leading dimension goes with packed B too (the GRU's backward GEMMs
-over a slice of its gates: 2 kernels, 0.35 s of its training pair's creation).
+over a slice of its gates: 2 kernels, 0.35 s of its training pair's creation). An n that is no
+multiple of the vector width stores lane by lane (alpha 1, beta 0, panels of the tile's width:
+conv1's backward-data GEMM, n 147).
 """
 from __future__ import annotations
 
@@ -197,9 +199,10 @@ def _bias_ok(kp) -> bool:
             and kp.beta == 0.0 and kp.panel_width is not None)
 
 
-def _bias_stores(ind: str, n: int, ldc: int, nv: int, gc: int) -> str:
-    """C's stores with a bias over columns, lane by lane as loopy prints them (one nest per
-    lane, the column guard per lane where n is no multiple of the tile's width)."""
+def _lane_stores(ind: str, n: int, ldc: int, nv: int, gc: int, bias: bool) -> str:
+    """C's stores lane by lane as loopy prints them (one nest per lane, the column guard per
+    lane where n is no multiple of the tile's width), with a bias over columns or without
+    (n no multiple of the vector width)."""
     w = 16 * nv
     unroll = "__attribute__((opencl_unroll_hint))"
     out = []
@@ -209,7 +212,8 @@ def _bias_stores(ind: str, n: int, ldc: int, nv: int, gc: int) -> str:
         else:  # one column tile: loopy drops its group index, the lane's constant goes first
             col = (f"{lane} + " if lane else "") + "{}16 * js"
         store = (f"c[{col.format(f'{ldc} * is + ')} + c_off + {ldc} * r0] = "
-                 f"acc[{nv} * is + js].s{lane:x} + bias[{col.format('')}];")
+                 f"acc[{nv} * is + js].s{lane:x}"
+                 + (f" + bias[{col.format('')}];" if bias else ";"))
         head = f"{ind}{unroll}\n{ind}for (long js = 0; js <= {nv - 1}; ++js)\n"
         if n % w:
             d = ind + "    "
@@ -295,7 +299,11 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     pbatch = not batched and kp.batch > 1
     if pbatch and (not kp.runtime_batch or kp.bias is not None):
         return None
-    if (not batched and pw not in (w, 16)) or kp.n % 16 or kp.ldc is None or kp.ldc < kp.n \
+    # n no multiple of the vector width: lane stores (C not read), panels of the tile's width
+    lanes = kp.bias is not None or kp.n % 16
+    if kp.n % 16 and (batched or pbatch or pw != w or kp.alpha != 1.0 or kp.beta != 0.0):
+        return None
+    if (not batched and pw not in (w, 16)) or kp.ldc is None or kp.ldc < kp.n \
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
             or not _bias_ok(kp) or replace(kp, bias=None) != _canonical(kp, pw):
         return None
@@ -339,8 +347,8 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     out.append(_k_step(ind + "    ", f"-1 + ksize + -{ku} * k_outer", nv, ku, pw, npan, gc,
                        ldb, lda, ta_rows, pbatch)
                + f"{ind}  }}\n{ind}}}\n")
-    if bias:
-        out.append(_bias_stores(ind, n, ldc, nv, gc))
+    if lanes:
+        out.append(_lane_stores(ind, n, ldc, nv, gc, bias))
     elif ta:  # no moved last tile: every tile stores as the C-reading baked kernel does
         out.append(_store_nest(ind, "is", "js", n, ldc, nv, gc, _value(kp.alpha, kp.beta),
                                False, c_batch="gid(2) * stride_c", rbase=ta_rows))

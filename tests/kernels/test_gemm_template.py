@@ -34,7 +34,7 @@ def test_template_equals_loopy(m, n, k, ldc):
 
 
 @pytest.mark.parametrize("change", [
-    {"n": 1000, "ldc": 1000},          # n not a multiple of the vector width
+    {"n": 1000, "ldc": 1000, "beta": 1.0},  # n not a multiple of the vector width, C read
     {"a_offset": 16}, {"dtype": np.float64, "acc_dtype": np.float64},
     {"runtime_m": "any"}, {"runtime_k": False}, {"c_offset": 16},
     {"b_offset": 16},  # (a run-time batch over packed B: test_gemm_template_forms)

@@ -334,3 +334,56 @@ def test_batched_packed_b_declines_baked_batches():
     assert T.register_source(replace(pr, bias=(BIAS_LAYOUT, (1, pr.n), pr.n)), p) is None
 
 # }}}
+
+
+# {{{ n no multiple of the vector width (lane stores): conv1's backward-data GEMM (n 147)
+
+# (tile, m_inner, m_loop, n, ldc, bias)
+LANE_CASES = [(1, False, 1, 147, 147, False), (1, True, 4, 20, 24, False),
+              (0, False, 4, 100, 100, True), (0, True, 1, 3, 3, False)]
+
+
+def _lane_case(case):
+    ti, mi, ml, n, ldc, bias = case
+    pw = T.TILES[ti]["cols"]
+    pr = replace(_bias_problem(n, ldc, pw), bias=(BIAS_LAYOUT, (1, n), n) if bias else None)
+    return pr, dict(T.TILES[ti], m_inner=mi, m_loop=ml)
+
+
+@pytest.mark.parametrize("case", LANE_CASES, ids=[str(c) for c in LANE_CASES])
+def test_lane_stores_equal_loopy(case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = _lane_case(case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
+
+
+@pytest.mark.parametrize("case", LANE_CASES[:2], ids=[str(c) for c in LANE_CASES[:2]])
+def test_lane_stores_run_as_loopy(engine, case):
+    pr, p = _lane_case(case)
+    src = T.register_source(pr, p)
+    rng = np.random.default_rng(5)
+    m, k, n, ldc = 19, 7, pr.n, pr.ldc
+    a = rng.standard_normal(m * k).astype(np.float32)
+    bm = rng.standard_normal((k, n)).astype(np.float32)
+    bp = G.pack_b(G.GemmProblem(m=m, n=n, k=k), dict(p, cols=pr.panel_width)).pack(bm)
+    c = np.full(m * ldc, 9.0, np.float32)
+    values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k}
+    bufs = {"a": a, "b": bp, "c": c}
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    got = ours["c"].reshape(m, ldc)
+    np.testing.assert_allclose(got[:, :n], a.reshape(m, k) @ bm, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[:, n:], 9.0)
+
+
+@pytest.mark.parametrize("change", [{"beta": 1.0}, {"alpha": 2.0},
+                                    {"ldb": 16, "b_layout": "panel16"}])
+def test_lane_stores_decline(change):
+    pr, p = _lane_case(LANE_CASES[0])
+    assert T.register_source(replace(pr, **change), p) is None
+
+# }}}
