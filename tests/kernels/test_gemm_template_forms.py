@@ -54,16 +54,6 @@ def _case(case):
     return _bias_problem(n, ldc, pw), dict(T.TILES[ti], m_inner=mi, m_loop=ml)
 
 
-@pytest.mark.parametrize("case", BIAS_CASES, ids=[str(c) for c in BIAS_CASES])
-def test_bias_equals_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
-
-
 @pytest.mark.parametrize("case", [BIAS_CASES[i] for i in (1, 3, 4, 6)],
                          ids=[str(BIAS_CASES[i]) for i in (1, 3, 4, 6)])
 def test_bias_runs_as_loopy(engine, case):
@@ -125,16 +115,6 @@ def _lda_case(case):
             dict(T.TILES[ti], packed_b=False, m_inner=mi, m_loop=ml))
 
 
-@pytest.mark.parametrize("case", LDA_CASES, ids=[str(c) for c in LDA_CASES])
-def test_baked_lda_equals_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _lda_case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
-
-
 @pytest.mark.parametrize("case", LDA_CASES[1:3], ids=[str(c) for c in LDA_CASES[1:3]])
 def test_baked_lda_runs_as_loopy(engine, case):
     pr, p = _lda_case(case)
@@ -169,16 +149,6 @@ def _plda_case(case):
     pr = G.GemmProblem(m=20, n=n, k=10, lda=lda, ldb=pw, ldc=n, b_layout=f"panel{pw}",
                        beta=beta, runtime_offsets=True, runtime_m="tall", runtime_k=True)
     return pr, dict(T.TILES[ti], m_inner=mi, m_loop=ml)
-
-
-@pytest.mark.parametrize("case", PLDA_CASES, ids=[str(c) for c in PLDA_CASES])
-def test_baked_lda_over_packed_b_equals_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _plda_case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
 
 
 @pytest.mark.parametrize("case", PLDA_CASES[:2], ids=[str(c) for c in PLDA_CASES[:2]])
@@ -221,16 +191,6 @@ def _ta_case(case):
     ti, mi, m, n, lda, alpha, beta = case
     return (_ta_problem(m, n, lda, alpha, beta),
             dict(T.TILES[ti], packed_b=False, m_inner=mi, m_loop=1))
-
-
-@pytest.mark.parametrize("case", TA_CASES, ids=[str(c) for c in TA_CASES])
-def test_trans_a_equals_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _ta_case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
 
 
 @pytest.mark.parametrize("case", TA_CASES[1:4], ids=[str(c) for c in TA_CASES[1:4]])
@@ -290,16 +250,6 @@ def _pbatch_case(case):
             dict(T.TILES[ti], m_inner=mi, m_loop=ml))
 
 
-@pytest.mark.parametrize("case", PBATCH_CASES, ids=[str(c) for c in PBATCH_CASES])
-def test_batched_packed_b_equals_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _pbatch_case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
-
-
 @pytest.mark.parametrize("case", PBATCH_CASES[1:4], ids=[str(c) for c in PBATCH_CASES[1:4]])
 def test_batched_packed_b_runs_as_loopy(engine, case):
     pr, p = _pbatch_case(case)
@@ -350,16 +300,6 @@ def _lane_case(case):
     return pr, dict(T.TILES[ti], m_inner=mi, m_loop=ml)
 
 
-@pytest.mark.parametrize("case", LANE_CASES, ids=[str(c) for c in LANE_CASES])
-def test_lane_stores_equal_loopy(case):
-    if not same_loopy_version():
-        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
-    pr, p = _lane_case(case)
-    src = T.register_source(pr, p)
-    assert src is not None
-    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
-
-
 @pytest.mark.parametrize("case", LANE_CASES[:2], ids=[str(c) for c in LANE_CASES[:2]])
 def test_lane_stores_run_as_loopy(engine, case):
     pr, p = _lane_case(case)
@@ -387,3 +327,25 @@ def test_lane_stores_decline(change):
     assert T.register_source(replace(pr, **change), p) is None
 
 # }}}
+
+
+# every form's text against loopy's, for each of its cases
+FORMS = {
+    "bias": (_case, BIAS_CASES),
+    "lda": (_lda_case, LDA_CASES),
+    "plda": (_plda_case, PLDA_CASES),
+    "ta": (_ta_case, TA_CASES),
+    "pbatch": (_pbatch_case, PBATCH_CASES),
+    "lane": (_lane_case, LANE_CASES),
+}
+TEXT_CASES = [(form, c) for form, (_, cases) in FORMS.items() for c in cases]
+
+
+@pytest.mark.parametrize("form, case", TEXT_CASES, ids=[f"{f}-{c}" for f, c in TEXT_CASES])
+def test_text_equals_loopy(form, case):
+    if not same_loopy_version():
+        pytest.skip("texts recorded under test_codegen_unchanged.VERSIONS")
+    pr, p = FORMS[form][0](case)
+    src = T.register_source(pr, p)
+    assert src is not None
+    assert src.to_json() == _loopy(pr, tuple(sorted(p.items()))).to_json()
