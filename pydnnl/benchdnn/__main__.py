@@ -54,10 +54,10 @@ the first generation) and ``loaded`` (programs read from cached binaries), ``fre
 for the fresh process (``kernel_cache.creation_costs()``). ``--conv --mode=CREATE`` (and
 ``--deconv``) gives the same fields for this process's creation only.
 
---rnn --mode=K (and --conv, --deconv, --ip): where the time goes: one ``kernel`` line per kernel name
-and launch size with the launches and device time of one execution (RNN: forward, plus
-backward with --prop=BWD_DW; convolution and inner product: the --dir), from OpenCL profiling events, slowest
-first.
+--rnn --mode=K (and --conv, --deconv, --ip): where the time goes: one ``kernel`` line per
+kernel name and launch size with the launches and device time of one execution (RNN:
+forward, plus backward with --prop=BWD_DW; convolution and inner product: the --dir), from
+OpenCL profiling events, slowest first.
 """
 from __future__ import annotations
 
