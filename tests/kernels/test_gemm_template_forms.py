@@ -36,6 +36,15 @@ def _loopy(pr, params_items):
 
 # (tile, m_inner, m_loop, n, ldc, panel width): column guards (n no multiple of the tile),
 # one column tile (loopy drops its group index), C wider than n, 16-column panels
+def _run_as_loopy(engine, src, pr, params, bufs, values) -> dict:
+    """Run the template's ``src`` and loopy's kernel for ``pr`` on the same buffers; C must
+    come out bitwise equal. The template's outputs."""
+    ours = run_source(engine, src, bufs, values)
+    theirs = run_source(engine, _loopy(pr, tuple(sorted(params.items()))), bufs, values)
+    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    return ours
+
+
 BIAS_CASES = [
     (0, False, 1, 64, 64, 48),
     (0, True, 4, 96, 96, 48),
@@ -72,9 +81,7 @@ def test_bias_runs_as_loopy(engine, case):
     c = np.full(c_off + m * ldc + 7, 9.0, np.float32)
     bufs = {"a": a, "b": bp, "c": c, "bias": bias}
     values = {"a_off": a_off, "b_off": 0, "c_off": c_off, "m": m, "ksize": k}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     got = ours["c"][c_off:c_off + m * ldc].reshape(m, ldc)
     ref = a[a_off:].reshape(m, k) @ bm + bias
     np.testing.assert_allclose(got[:, :n], ref, rtol=1e-5, atol=1e-5)
@@ -128,9 +135,7 @@ def test_baked_lda_runs_as_loopy(engine, case):
     values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k, "stride_a": sa,
               "stride_b": sb, "stride_c": sc, "nbatch": nb}
     bufs = {"a": a, "b": b, "c": c}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     for t in range(nb):
         am = np.lib.stride_tricks.as_strided(a[t * sa:], (m, k), (lda * 4, 4))
         ref = am @ b[t * sb:t * sb + k * n].reshape(k, n)
@@ -163,9 +168,7 @@ def test_baked_lda_over_packed_b_runs_as_loopy(engine, case):
     c = rng.standard_normal(m * n).astype(np.float32)
     values = {"a_off": 3, "b_off": 0, "c_off": 0, "m": m, "ksize": k}
     bufs = {"a": a, "b": bp, "c": c}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     am = np.lib.stride_tricks.as_strided(a[3:], (m, k), (lda * 4, 4))
     ref = am @ bm + pr.beta * c.reshape(m, n)
     np.testing.assert_allclose(ours["c"].reshape(m, n), ref, rtol=1e-5, atol=1e-5)
@@ -206,9 +209,7 @@ def test_trans_a_runs_as_loopy(engine, case):
     values = {"a_off": 0, "b_off": 0, "c_off": 0, "ksize": k, "stride_a": sa,
               "stride_b": sb, "stride_c": sc, "nbatch": nb}
     bufs = {"a": a, "b": b, "c": c}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     for t in range(nb):
         at = np.lib.stride_tricks.as_strided(a[t * sa:], (k, m), (lda * 4, 4))
         ref = pr.alpha * (at.T @ b[t * sb:t * sb + k * n].reshape(k, n)) \
@@ -268,9 +269,7 @@ def test_batched_packed_b_runs_as_loopy(engine, case):
     values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k, "stride_a": sa,
               "stride_b": sb, "stride_c": sc, "nbatch": nb}
     bufs = {"a": a, "b": b, "c": c}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     for t in range(nb):
         cm = c[t * sc:t * sc + m * ldc].reshape(m, ldc)[:, :n]
         ref = pr.alpha * (a[t * sa:t * sa + m * k].reshape(m, k) @ bms[t]) + pr.beta * cm
@@ -312,9 +311,7 @@ def test_lane_stores_run_as_loopy(engine, case):
     c = np.full(m * ldc, 9.0, np.float32)
     values = {"a_off": 0, "b_off": 0, "c_off": 0, "m": m, "ksize": k}
     bufs = {"a": a, "b": bp, "c": c}
-    ours = run_source(engine, src, bufs, values)
-    theirs = run_source(engine, _loopy(pr, tuple(sorted(p.items()))), bufs, values)
-    np.testing.assert_array_equal(ours["c"], theirs["c"])
+    ours = _run_as_loopy(engine, src, pr, p, bufs, values)
     got = ours["c"].reshape(m, ldc)
     np.testing.assert_allclose(got[:, :n], a.reshape(m, k) @ bm, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[:, n:], 9.0)
