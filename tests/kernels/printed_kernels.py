@@ -46,3 +46,14 @@ def same_loopy_version() -> bool:
     from test_codegen_unchanged import VERSIONS
 
     return all(version(k) == v for k, v in VERSIONS.items())
+
+
+def printed_and_loopy(p, printer, build, build_loopy) -> tuple[KernelSource, KernelSource]:
+    """``(printed, loopy's)`` sources of problem ``p``: the printer must cover it, and the
+    family's builder must hand out the printed one."""
+    from pydnnl.kernels.source import source_from_loopy
+
+    ours = printer(p)
+    assert ours is not None
+    assert build(p) == ours
+    return ours, source_from_loopy(build_loopy(p))

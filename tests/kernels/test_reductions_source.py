@@ -23,10 +23,14 @@ from pydnnl.kernels.reductions import (
     build_transpose_loopy,
 )
 from pydnnl.kernels.reductions_source import colsum_source, transpose_source
-from pydnnl.kernels.source import source_from_loopy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from printed_kernels import declared_types, run_source, same_loopy_version  # noqa: E402
+from printed_kernels import (  # noqa: E402
+    declared_types,
+    printed_and_loopy,
+    run_source,
+    same_loopy_version,
+)
 
 TRANSPOSES = [Transpose(cols=2048, ld=2048), Transpose(cols=100, ld=130),
               Transpose(cols=16, ld=40), Transpose(cols=5, ld=7), Transpose(cols=48, ld=48, wg=32)]
@@ -39,14 +43,9 @@ COLSUMS = [ColSum(width=2048, ld=2048), ColSum(width=1536, ld=2048, accumulate=F
 def _pair(kind: str, k: int):
     if kind == "transpose":
         p = TRANSPOSES[k]
-        ours, theirs = transpose_source(p), build_transpose_loopy(p)
-        assert build_transpose(p) == ours
-    else:
-        p = COLSUMS[k]
-        ours, theirs = colsum_source(p), build_colsum_loopy(p)
-        assert build_colsum(p) == ours
-    assert ours is not None
-    return p, ours, source_from_loopy(theirs)
+        return p, *printed_and_loopy(p, transpose_source, build_transpose, build_transpose_loopy)
+    p = COLSUMS[k]
+    return p, *printed_and_loopy(p, colsum_source, build_colsum, build_colsum_loopy)
 
 
 def _check(engine, kind: str, k: int, nrows: int) -> None:

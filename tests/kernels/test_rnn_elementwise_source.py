@@ -31,10 +31,15 @@ from pydnnl.kernels.rnn_elementwise_bwd import (
     build_elementwise_bwd_loopy,
 )
 from pydnnl.kernels.rnn_elementwise_source import elementwise_bwd_source, elementwise_source
-from pydnnl.kernels.source import KernelSource, source_from_loopy
+from pydnnl.kernels.source import KernelSource
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from printed_kernels import declared_types, run_source, same_loopy_version  # noqa: E402
+from printed_kernels import (  # noqa: E402
+    declared_types,
+    printed_and_loopy,
+    run_source,
+    same_loopy_version,
+)
 
 DHC, SIC, WG, BATCH = 24, 40, 8, 3
 CLIP = (-0.5, 0.5, True)
@@ -85,15 +90,10 @@ BACKWARD = {
 def _pair(direction: str, name: str) -> tuple[KernelSource, KernelSource]:
     """(printed, loopy's) sources of one form, generated once for every device."""
     if direction == "fwd":
-        p = FORWARD[name]
-        ours, theirs = elementwise_source(p), build_elementwise_loopy(p)
-        assert build_elementwise(p) == ours
-    else:
-        p = BACKWARD[name]
-        ours, theirs = elementwise_bwd_source(p), build_elementwise_bwd_loopy(p)
-        assert build_elementwise_bwd(p) == ours
-    assert ours is not None
-    return ours, source_from_loopy(theirs)
+        return printed_and_loopy(FORWARD[name], elementwise_source, build_elementwise,
+                                 build_elementwise_loopy)
+    return printed_and_loopy(BACKWARD[name], elementwise_bwd_source, build_elementwise_bwd,
+                             build_elementwise_bwd_loopy)
 
 
 def _buffers(src: KernelSource, seed: int) -> tuple[dict, dict]:
