@@ -569,3 +569,20 @@ def hoist_group_indices(exprs: list, inames=("a2",), prefix: str = "gi"):
                                           address_space=lp.AddressSpace.PRIVATE))
         out.append(var(name))
     return out, insns, temps
+
+
+def col2im_column(p, n, c, i_sp, ks):
+    """col2im's read of the column buffer for input point (n, channel ``c``, spatial
+    positions ``i_sp``) at taps ``ks`` (C loop names): ``(cond, cidx)``, the condition that
+    the tap meets an output point (None: always) and the column index (n, group, channel in
+    the group, taps..., output positions...), clamped into range whatever the condition. One
+    group keeps the channel as it is (no division per work-item, so loads along channels
+    stay recognisably contiguous)."""
+    from pymbolic import var
+    from pymbolic.primitives import FloorDiv, Remainder
+
+    g, ic = (0, c) if p.groups == 1 else (FloorDiv(c, p.icg), Remainder(c, p.icg))
+    cond, o = output_positions(p, i_sp, ks, p.guards)
+    if cond is not None:  # a valid address whatever the condition (see clamped_positions)
+        o = [clamp_into(e, n_) for e, n_ in zip(o, p.dst_sp)]
+    return cond, [n, g, ic, *[var(k) for k in ks], *o]

@@ -26,6 +26,7 @@ from .conv_common import (
     _extent,
     apply_postops,
     clamp_into,
+    col2im_column,
     decompose,
     domain_rt,
     finish,
@@ -35,7 +36,6 @@ from .conv_common import (
     hoist_group_indices,
     make_args,
     offset,
-    output_positions,
     plain_strides,
     postop_arg_specs,
     prod,
@@ -398,7 +398,7 @@ def build_col2im_loopy(p: Col2ImProblem):
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var
-    from pymbolic.primitives import Comparison, FloorDiv, If, Remainder
+    from pymbolic.primitives import Comparison, If
 
     nsp = len(p.kernel)
     sizes = [p.nb, p.groups, p.icg, *p.kernel, *p.dst_sp]
@@ -422,16 +422,9 @@ def build_col2im_loopy(p: Col2ImProblem):
         # 1.0 ms with the guard, 0.37 ms baked)
         lane_guard = Comparison(var("a0"), "<", ranges["a0"])
         idx = [clamp_into(e, ranges["a0"]) if e == var("a0") else e for e in idx]
-    n, c = idx[0], idx[1]
-    i_sp = idx[2:]
-    # one group: the channel is the column's channel (no division per work-item, so loads
-    # along channels stay recognisably contiguous)
-    g, ic = (0, c) if p.groups == 1 else (FloorDiv(c, p.icg), Remainder(c, p.icg))
+    n, c, i_sp = idx[0], idx[1], idx[2:]
     ks = [f"k{i}" for i in range(nsp)]
-    cond, o = output_positions(p, i_sp, ks, p.guards)
-    if cond is not None:  # a valid address whatever the condition (see clamped_positions)
-        o = [clamp_into(e, n_) for e, n_ in zip(o, p.dst_sp)]
-    cidx = [n, g, ic, *[var(k) for k in ks], *o]
+    cond, cidx = col2im_column(p, n, c, i_sp, ks)
     coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
     val = var("col")[coff] if cond is None else If(cond, var("col")[coff], np.float32(0))
     value = Reduction("sum", tuple(ks), val) if nsp else val

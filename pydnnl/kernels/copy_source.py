@@ -468,9 +468,8 @@ def col2im_source(p) -> KernelSource | None:
     the column entries of its point over the taps (first tap dim outermost, as loopy's
     reduction), then bias and post-ops."""
     from pymbolic import var
-    from pymbolic.primitives import FloorDiv, Remainder
 
-    from .conv_common import clamp_into, grid, grid_rt, offset, output_positions
+    from .conv_common import clamp_into, col2im_column, grid, grid_rt, offset
     from .conv_im2col import _is_runtime, _storage_order
     from .conv_implicit_gemm_source import _chain, _postop_ok
 
@@ -502,14 +501,9 @@ def col2im_source(p) -> KernelSource | None:
     lane_guard = runtime and _is_var(ranges["a0"])
     if lane_guard:
         idx = [clamp_into(e, ranges["a0"]) if e == var("a0") else e for e in idx]
-    n, c = idx[0], idx[1]
-    i_sp = idx[2:]
-    g, ic = (0, c) if p.groups == 1 else (FloorDiv(c, p.icg), Remainder(c, p.icg))
+    n, c, i_sp = idx[0], idx[1], idx[2:]
     ks = [f"k{i}" for i in range(nsp)]
-    cond, o = output_positions(p, i_sp, ks, p.guards)
-    if cond is not None:
-        o = [clamp_into(e, n_) for e, n_ in zip(o, p.dst_sp)]
-    cidx = [n, g, ic, *[var(k) for k in ks], *o]
+    cond, cidx = col2im_column(p, n, c, i_sp, ks)
     coff = var("col_off") + sum(e * s for e, s in zip(cidx, col_strides))
     val = f"col[{_cc(coff)}]"
     if cond is not None:
