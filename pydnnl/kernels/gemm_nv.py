@@ -32,7 +32,8 @@ and ``long ksize`` after the offsets; a run-time m clamps the A rows each work-i
 a dense plain A, its leading dimension. (An ``#pragma unroll`` 2 or 4 on the run-time k loop
 measured 10-40% slower on the H100.)
 
-Coverage (:func:`supports`): float32, plain B, ``k`` a multiple of ``bk``,
+Coverage (:func:`supports`): float32, plain B, any baked ``k`` (a partial last slice reads
+zeros past k; run-time k and k shared among groups: a multiple of ``bk``),
 the contiguous extent of a transposed A (``m``) or plain B (``n``) a multiple of 4; batches,
 run-time offsets, any ``lda/ldb/ldc``, ``alpha`` and ``beta``, and the fused epilogue of
 :class:`~pydnnl.kernels.gemm.GemmProblem` (scales, bias, post-ops) applied in registers before
@@ -56,7 +57,7 @@ __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes
            "counters_at",
            "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-8"
+GENERATOR_VERSION = "gemm_nv-9"
 
 #: tensor-core kinds: (k per mma.sync, its PTX shape and types, the packing conversion of a
 #: pair of floats into one 32-bit register, or None where each register holds one TF32)
@@ -174,7 +175,9 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     if pr.panel_width is not None:
         return False
-    if pr.k % tile.bk:
+    # a partial last slice (k not a multiple of bk) reads zeros past k: baked k, one k-group
+    # walking every slice (the shares are counted in whole slices)
+    if pr.k % tile.bk and (pr.runtime_k or tile.ksplit > 1 or tile.kslices > 1):
         return False
     # k-groups walk equal whole shares of the slices, counted at build time
     if tile.ksplit > 1 and (pr.runtime_k or (pr.k // tile.bk) % tile.ksplit):
@@ -225,6 +228,8 @@ class _Gen:
         self.K = "K" if pr.runtime_k else str(pr.k)
         dense_a = pr.runtime_k and not pr.trans_a and pr.lda == pr.k
         self.lda = "K" if dense_a else str(pr.lda)
+        #: k is not a multiple of bk: the last slice is partial, its loads past k read zeros
+        self.tail = not pr.runtime_k and pr.k % t.bk != 0
 
     # {{{ global -> registers -> shared
 
@@ -269,6 +274,17 @@ class _Gen:
             out.append((off, step, dst))
         return out
 
+    def _kpos(self, which: str) -> list[tuple[str, bool]]:
+        """Per float4 of :meth:`_loads`: its first k inside the slice (C) and whether its four
+        elements run along k (else they share that k)."""
+        t = self.t
+        kcontig = _a_kcontig(self.pr) if which == "a" else _b_kcontig(self.pr)
+        span = t.bm if which == "a" else t.bn
+        q = t.bk // 4 if kcontig else span // 4
+        return [(f"((tid + {i * self.nt}) % {q}) * 4" if kcontig
+                 else f"((tid + {i * self.nt}) / {q})", kcontig)
+                for i in range(span * t.bk // (4 * self.nt))]
+
     # }}}
 
     def body(self, vec: dict) -> str:
@@ -288,16 +304,30 @@ class _Gen:
         for name, loads in (("a", la), ("b", lb)):
             w(f"float4 r{name}[{len(loads)}];")
 
-        def gload(name):
+        def gload(name, tail=None):
+            """Loads of the next slice; ``tail``: the index of the partial last slice, whose
+            elements past k are zeros (and not read)."""
             ptr, v = name.upper(), vec[name]
+            kpos = self._kpos(name)
             for i, (_, step, _) in enumerate(la if name == "a" else lb):
                 p = f"{ptr} + {name}p{i}"
                 if v == "1":
-                    w(f"r{name}[{i}] = *(__global const float4*)({p});")
+                    full = f"*(__global const float4*)({p})"
                 elif v == "0":
-                    w(f"r{name}[{i}] = vload4(0, {p});")
+                    full = f"vload4(0, {p})"
                 else:
-                    w(f"r{name}[{i}] = {v} ? *(__global const float4*)({p}) : vload4(0, {p});")
+                    full = f"({v} ? *(__global const float4*)({p}) : vload4(0, {p}))"
+                if tail is None:
+                    w(f"r{name}[{i}] = {full};")
+                else:
+                    ke, along_k = kpos[i]
+                    kg = f"{tail * t.bk} + {ke}"
+                    if along_k:
+                        parts = ", ".join(f"({kg} + {e} < {pr.k}) ? ({p})[{e}] : 0.0f"
+                                          for e in range(4))
+                        w(f"r{name}[{i}] = (float4)({parts});")
+                    else:
+                        w(f"r{name}[{i}] = ({kg} < {pr.k}) ? {full} : (float4)(0.0f);")
                 w(f"{name}p{i} += {step};")
 
         # TF32: rounded once, when stored; 16-bit kinds convert pairs as the fragments are read
@@ -457,27 +487,41 @@ class _Gen:
         w("}")
 
     def nk_group(self):
-        """Slices of k each k-group walks (a C expression or an int)."""
+        """Slices of k each k-group walks (a C expression or an int; a partial last slice
+        counts)."""
         if self.pr.runtime_k:
             return f"{self.K} / {self.t.bk}"
+        if self.tail:
+            return -(-self.pr.k // self.t.bk)
         return self.pr.k // self.t.bk // self.t.ksplit // self.t.kslices
 
     def _pipeline(self, w, gload, sstore, sza: int, szb: int, slice_) -> None:
         """The k loop: slice 0 staged into shared memory, then per slice the next one loaded
         from global memory into registers while ``slice_()`` multiplies the current one
-        (``cur``), stored into the other buffer, one barrier per slice."""
-        gload("a")
-        gload("b")
+        (``cur``), stored into the other buffer, one barrier per slice. A partial last slice
+        (``tail``) has loads of its own, which read zeros past k."""
+        nk = self.nk_group()
+        first = nk - 1 if self.tail and nk == 1 else None
+        gload("a", first)
+        gload("b", first)
         sstore("a", "0")
         sstore("b", "0")
         w("barrier(CLK_LOCAL_MEM_FENCE);")
-        nk = self.nk_group()
         w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
         w("  const int cur = kt & 1;")
-        w(f"  if (kt + 1 < {nk}) {{")
-        gload("a")
-        gload("b")
-        w("  }")
+        if self.tail:
+            w(f"  if (kt + 2 < {nk}) {{")
+            gload("a")
+            gload("b")
+            w(f"  }} else if (kt + 1 < {nk}) {{")
+            gload("a", nk - 1)
+            gload("b", nk - 1)
+            w("  }")
+        else:
+            w(f"  if (kt + 1 < {nk}) {{")
+            gload("a")
+            gload("b")
+            w("  }")
         slice_()
         w(f"  if (kt + 1 < {nk}) {{")
         sstore("a", f"(cur ^ 1) * {sza}")

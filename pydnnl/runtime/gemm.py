@@ -244,8 +244,9 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
     98.1 / 100.8; weight gradients, A transposed: 512x2048x1024 58.3 / 77.7, 512x2048x2048
     113.4 / 152.4), so the SIMT kernel keeps k baked (a new k compiles a program); the TF32
     kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
-    transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time."""
-    rk = runtime_k(shape, None) and tile.mma is not None
+    transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time, whole
+    slices only (a partial last slice is baked)."""
+    rk = runtime_k(shape, None) and tile.mma is not None and shape.k % tile.bk == 0
     return _problem(shape, None, runtime_m(shape, None), rk)
 
 
@@ -346,7 +347,8 @@ class Gemm:
             if sh.k % t == 0:
                 part = replace(sh, k=sh.k // t, ldc=sh.n, beta=0.0)
                 prob = _problem(part, **_batch(t, self._split_strides(t)))
-                if rules.nv_tile(self.engine.info, prob, sh.math) is not None:
+                tile = rules.nv_tile(self.engine.info, prob, sh.math)
+                if tile is not None and part.k % tile.bk == 0:  # whole slices, as measured
                     return t
             t //= 2
         return S

@@ -80,6 +80,12 @@ CASES = [
     # k-groups' shares: 8 slices of 16 (4 groups: 2 each), a ragged m and n
     (37, 70, 128, False, False, 1.0, 0.5, 0, 0, 0, 1, True),
     (20, 64, 128, True, False, 1.0, 0.0, 4, 4, 0, 2, False),
+    # a partial last slice (k not a multiple of the tiles' 8 or 16): its loads past k read
+    # zeros, along k (plain A, transposed B) and across it (transposed A, plain B)
+    (70, 64, 147, False, False, 1.0, 0.0, 0, 0, 0, 1, True),
+    (36, 40, 21, True, True, 1.0, 0.5, 1, 2, 0, 1, True),
+    (64, 24, 5, False, True, 1.0, 0.0, 0, 0, 0, 2, False),
+    (48, 68, 3, True, False, 0.5, 0.0, 0, 0, 3, 1, False),
 ]
 
 
@@ -238,7 +244,10 @@ def test_gemm_nv_epilogue(engine, stream, case):
 def test_supports_rules():
     t = NvTile()
     assert supports(GemmProblem(m=5, n=8, k=16), t)
-    assert not supports(GemmProblem(m=5, n=8, k=12), t)  # k not a multiple of bk
+    assert supports(GemmProblem(m=5, n=8, k=12), t)  # a partial slice of k
+    # ... but not shared among k-groups, nor with k at run time
+    assert not supports(GemmProblem(m=5, n=8, k=24), NvTile(32, 64, 16, 4, 4, ksplit=2))
+    assert not supports(GemmProblem(m=5, n=8, k=12, runtime_k=True), t)
     assert not supports(GemmProblem(m=5, n=6, k=16), t)  # plain B, n % 4
     assert supports(GemmProblem(m=5, n=6, k=16, trans_b=True), t)
     assert not supports(GemmProblem(m=6, n=8, k=16, trans_a=True), t)  # transposed A, m % 4
@@ -310,6 +319,11 @@ def test_tile_rules_on_an_h100_like_device():
     assert pick(64, 8192, 512) == (32, 64)  # 256 blocks fill the units
     assert pick(2048, 64, 512) == (64, 32)
     assert pick(64, 2048, 8192) is None  # long k: the loopy family splits it
+    # k not a multiple of 16: a partial last slice (ResNet-50 conv1's 147 taps x channels),
+    # the 8-deep blocks first where their slices divide k
+    assert pick(100352, 64, 147) == (64, 32)
+    assert pick(1024, 1024, 147) == (64, 128)
+    assert pick(4096, 4096, 440) == (128, 128) and pick(1024, 1024, 440) == (128, 128)
     assert pick(16, 4096, 512) is None
     assert pick(64, 512, 512) is None
     assert pick(1024, 1024, 1024, SimpleNamespace(**{**vars(h100), "vendor_family": "amd"})) \

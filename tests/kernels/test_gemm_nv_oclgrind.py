@@ -1,7 +1,8 @@
 """The hand-written NVIDIA SGEMM's SIMT kernel (pydnnl.kernels.gemm_nv: plain OpenCL C) under
 the Oclgrind simulator: no out-of-bounds access, no data race in its double-buffered shared
 tiles or in the k-groups' sum, no uninitialized read, and C equal to numpy's product. Ragged
-edges (clamped loads, guarded stores), one k-group and two and four k-groups."""
+edges (clamped loads, guarded stores), one k-group and two and four k-groups, and a partial
+last k slice (its loads past k neither read nor counted)."""
 from __future__ import annotations
 
 import pathlib
@@ -15,7 +16,8 @@ from oclgrind_helpers import GEMM_NV_PROBE_PRELUDE, has_oclgrind, run_probe  # n
 PROBE = "SEED = 5\n" + GEMM_NV_PROBE_PRELUDE + r"""
 for name, tile, (m, n, k) in (("plain", NvTile(32, 64, 16, 4, 4), (37, 68, 32)),
                               ("k2", NvTile(16, 64, 16, 4, 4, ksplit=2), (20, 64, 64)),
-                              ("k4", NvTile(16, 32, 16, 4, 4, ksplit=4), (21, 36, 64))):
+                              ("k4", NvTile(16, 32, 16, 4, 4, ksplit=4), (21, 36, 64)),
+                              ("tail", NvTile(32, 64, 16, 4, 4), (37, 68, 21))):
     pr = GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, beta=0.5)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
@@ -34,4 +36,4 @@ print(json.dumps(results))
 def test_gemm_nv_under_oclgrind():
     # built unoptimized: Oclgrind's uninitialized-value plugin aborts on the optimizer's freeze
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
-    assert results == {"plain": True, "k2": True, "k4": True}
+    assert results == {"plain": True, "k2": True, "k4": True, "tail": True}

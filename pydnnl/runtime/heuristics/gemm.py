@@ -471,7 +471,10 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
         order.insert(0, _NV_WIDE)
     if blocks(_NV_BIG) >= 1.9 * units:
         order.insert(0, _NV_BIG)
-    order += [t for t in (_NV_BIG, _NV_WIDE) if t not in order]  # k not a multiple of 16
+    order += [t for t in (_NV_BIG, _NV_WIDE) if t not in order]
+    # tiles whose slices divide k first (k = 8 x odd: the 8-deep blocks, as measured before
+    # partial slices existed); a partial last slice otherwise
+    order.sort(key=lambda t: prob.k % t.bk != 0)
     for t in order:
         if fits(t):
             return t
