@@ -111,6 +111,12 @@ class Im2ColProblem:
     # run-time form (:func:`im2col_runtime`): per spatial dim, whether positions may fall
     # left of / right of the source (None: derived from the sizes, which are ints then)
     guards: tuple | None = None
+    # the baked copy without channel blocks (``copy_source.im2col_baked_source``): values of
+    # group axis 1 each work-item copies in a loop, and 32-bit index arithmetic (the caller
+    # checks that the column chunk and the source have fewer than 2**31 elements); GPUs, see
+    # ``heuristics.conv.copy_rows``
+    rows_per_item: int = 1
+    index32: bool = False
 
 
 def _im2col_indices(p: Im2ColProblem):

@@ -48,6 +48,8 @@ _PRELUDE = ("#define lid(N) ((long) get_local_id(N))\n"
             "#define gid(N) ((long) get_group_id(N))\n")
 _CLAMP = ("static inline long pd_clamp_rt(long x, long hi) { x = x > hi ? hi : x; "
           "return x < 0 ? 0 : x; }\n")
+_CLAMP_I = ("static inline int pd_clamp_i(int x, int hi) { x = x > hi ? hi : x; "
+            "return x < 0 ? 0 : x; }\n")
 
 
 def _simple(x) -> bool:
@@ -72,10 +74,11 @@ def _offset(plain, idx) -> str:
 
 # {{{ im2col, channel blocks, run-time sizes
 
-def _guarded(pos: list, p, sizes: list, lasts: list) -> tuple[list, list]:
+def _guarded(pos: list, p, sizes: list, lasts: list,
+             clamp: str = "pd_clamp_rt") -> tuple[list, list]:
     """The bound tests of im2col's source positions ``pos`` (only the sides a tap may cross)
-    and the positions clamped into the image (``sizes`` and ``lasts`` as C), which the copy
-    loads before it selects."""
+    and the positions clamped into the image (``sizes`` and ``lasts`` as C) by ``clamp``,
+    which the copy loads before it selects."""
     from .conv_im2col import _im2col_guards
 
     conds, clamped = [], []
@@ -84,7 +87,7 @@ def _guarded(pos: list, p, sizes: list, lasts: list) -> tuple[list, list]:
             conds.append(f"{e} >= 0")
         if hi:
             conds.append(f"{e} < {n}")
-        clamped.append(f"pd_clamp_rt({e}, {last})" if lo or hi else e)
+        clamped.append(f"{clamp}({e}, {last})" if lo or hi else e)
     return conds, clamped
 
 
@@ -228,8 +231,12 @@ def im2col_baked_source(p) -> KernelSource | None:
     o = logical[3 + nsp:]
     pos = [f"({o[i]}) * {int(p.strides[i])} + {-int(p.padding_l[i])} + ({k[i]}) * "
            f"{int(p.dilates[i]) + 1}" for i in range(nsp)]
+    # 32-bit indices (``index32``): the divisions by the column's constant extents cost a
+    # GPU a multiply-high each, emulated in 64 bits; n0 and col_off stay 64-bit
+    it = "int" if p.index32 else "long"
     conds, clamped = _guarded(pos, p, [str(int(sz)) for sz in p.src_sp],
-                              [str(int(sz) - 1) for sz in p.src_sp])
+                              [str(int(sz) - 1) for sz in p.src_sp],
+                              "pd_clamp_i" if p.index32 else "pd_clamp_rt")
     at = _offset(src, [f"n0 + {n_}", f"({g}) * {int(p.icg)} + {ic}", *clamped])
     store = f"col[col_off + {_c(flat)}]"
     A0 = int(ranges["a0"])
@@ -238,7 +245,7 @@ def im2col_baked_source(p) -> KernelSource | None:
     ind = ""
     body = []
     for nm in loops:
-        body.append(f"{ind}for (long {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
+        body.append(f"{ind}for ({it} {nm} = 0; {nm} < {int(ranges[nm])}; ++{nm})\n")
         ind += "  "
     body.append(f"{ind}{{\n")
     if conds:
@@ -248,14 +255,30 @@ def im2col_baked_source(p) -> KernelSource | None:
         body.append(f"{ind}  {store} = src[{at}];\n")
     body.append(f"{ind}}}\n")
     body = "".join(body)
-    heads = ("long const a0 = lid(0) + gid(0) * %d;\nlong const a1 = gid(1);\n"
-             "long const a2 = gid(2);\n" % W)
+    A1, R = int(ranges["a1"]), max(1, min(int(p.rows_per_item), int(ranges["a1"])))
+    if p.index32:
+        heads = (f"int const a0 = (int) get_local_id(0) + (int) get_group_id(0) * {W};\n"
+                 "int const a2 = (int) get_group_id(2);\n")
+        row = "(int) get_group_id(1)"
+    else:
+        heads = "long const a0 = lid(0) + gid(0) * %d;\n" % W
+        row = "gid(1)"
+    if R > 1:  # R values of axis 1 per work-item (a GPU's work-group per few copies idles)
+        guard = f"if (a1 < {A1})\n" if A1 % R else ""
+        body = (f"for ({it} r = 0; r < {R}; ++r)\n{{\n"
+                + indent(f"{it} const a1 = {row} * {R} + r;\n" + guard
+                         + (indent(body) if guard else body)) + "}\n")
+    else:
+        heads += f"{it} const a1 = {row};\n"
+    if not p.index32:
+        heads += "long const a2 = gid(2);\n"
     code = indent(peeled(heads + body, A0, W))
     params = [_ptr("src", True), _ptr("col", False), "long const n0", "long const col_off"]
-    text = (_PRELUDE + _CLAMP + "\n" + _head("pydnnl_conv_im2col", (W, 1, 1), params)
+    clamp = _CLAMP_I if p.index32 else _CLAMP
+    text = (_PRELUDE + clamp + "\n" + _head("pydnnl_conv_im2col", (W, 1, 1), params)
             + code + "}")
     return KernelSource("pydnnl_conv_im2col", text,
-                        (-(-A0 // W) * W, int(ranges["a1"]), int(ranges["a2"])), (W, 1, 1),
+                        (-(-A0 // W) * W, -(-A1 // R), int(ranges["a2"])), (W, 1, 1),
                         ("src", "col", "n0", "col_off"))
 
 # }}}

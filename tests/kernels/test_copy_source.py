@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -171,6 +172,37 @@ def test_im2col_baked_equals_loopy(engine, case):
     col_n = nb * C * ks[0] * ks[1] * OH * OW
     bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
     _compare(engine, ours, build_im2col_loopy(p), bufs, {"n0": n0, "col_off": 7})
+
+
+# (the baked cases' index) a GPU's launch shape of them: 256 work-items, 4 rows each (a ragged
+# last row block where the rows do not divide), 32-bit indices; plus conv1's forward column
+# (rows of taps and channels), smaller
+_ROWS_CASES = [0, 2, 4, 5, (1, 3, 20, 22, (7, 7), (2, 2), (0, 0), (3, 3), (2, 3), 2, 2, 0,
+                            (0, 5, 6, 1, 3, 4, 2), "nhwc", True, 4, 256)]
+
+
+@pytest.mark.parametrize("case", _ROWS_CASES, ids=range(len(_ROWS_CASES)))
+def test_im2col_baked_rows_per_item_equals_loopy(engine, case):
+    """``rows_per_item`` and ``index32`` (the printer's alone) copy what loopy's kernel of
+    the same problem copies, into the same places, and nothing else."""
+    case = _IM2COL_BAKED[case] if isinstance(case, int) else case
+    G, ICg, H, W, ks, st, dl, pl, pr, mb, nb, n0, order, kind, padded, pi, lanes = case
+    OH = (H + pl[0] + pr[0] - ((ks[0] - 1) * (dl[0] + 1) + 1)) // st[0] + 1
+    OW = (W + pl[1] + pr[1] - ((ks[1] - 1) * (dl[1] + 1) + 1)) // st[1] + 1
+    C = G * ICg
+    src = (_nhwc if kind == "nhwc" else _nchw)(mb, C, H, W, padded)
+    n_src = src[0] + sum((d - 1) * s for d, (_, s, _) in zip((mb, C, H, W), src[1])) + 3
+    p = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=(H, W), dst_sp=(OH, OW), kernel=ks,
+                      strides=st, dilates=dl, padding_l=pl, src=src, src_n=n_src, col_n=-1,
+                      order=order, per_item=pi, lanes=lanes)
+    ours = im2col_baked_source(replace(p, wg=256, rows_per_item=4, index32=True))
+    assert ours is not None and "long const a0" not in ours.source
+    col_n = nb * C * ks[0] * ks[1] * OH * OW
+    bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
+    vals = {"n0": n0, "col_off": 7}
+    a = _run(engine, ours, bufs, vals)
+    b = _run(engine, source_from_loopy(build_im2col_loopy(p)), bufs, vals)
+    np.testing.assert_array_equal(a["col"], b["col"])
 
 
 def test_im2col_declines():

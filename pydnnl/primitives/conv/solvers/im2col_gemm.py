@@ -54,6 +54,7 @@ from ....runtime.gemm import GemmShape, get_gemm, packed_panel, reads_panels, sp
 from ....runtime.heuristics.conv import (
     CPU_WGRAD_MAX_SLICES,
     copy_lanes,
+    copy_rows,
     cpu_wgrad_slices,
     nv_resident_blocks,
     one_round_splits,
@@ -152,6 +153,18 @@ def _hwc_dense(nimg: int, ch: int, sp: tuple, off: int) -> tuple[tuple, ActMatri
     for v in sp:
         P *= v
     return lay, ActMatrix("hwc", ch, P * ch, off, True)
+
+
+def _baked_copy_shape(ip: Im2ColProblem, engine, col_elems: int, p: ConvProblem):
+    """``ip`` with the device's work-group width, rows per work-item and index width
+    (:func:`~pydnnl.runtime.heuristics.conv.copy_rows`): 32-bit where the chunk's column
+    and one image of the source (its positions past the image index) stay below 2**31."""
+    wg, rows, narrow = copy_rows(engine.info if engine is not None else None)
+    if narrow:
+        _, per = ip.src
+        image = sum((n - 1) * abs(int(d[1])) for n, d in zip([1, p.ic, *p.src_sp], per))
+        narrow = col_elems < 2 ** 31 and image + abs(int(ip.src[0])) < 2 ** 31
+    return replace(ip, wg=wg, rows_per_item=rows, index32=narrow)
 
 
 def per_item(engine) -> int:
@@ -671,6 +684,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                                col_n=-1, order=col_order, per_item=pi, ic_block=ic_block,
                                lanes=lanes)
             ip, sizes = im2col_runtime(ip)
+            if not sizes:  # baked sizes: the device's launch shape (heuristics.conv)
+                ip = _baked_copy_shape(ip, engine, nb * G * Kf * P, p)
             plan.kernel("conv_im2col", ip, build_im2col, src=SRC, col=SCRATCH, n0=c0,
                         col_off=col_off, **sizes)
         _emit(plan, calls, split_k, wgemm, wcap)
