@@ -321,7 +321,12 @@ def test_tile_rules_on_an_h100_like_device():
     assert pick(64, 2048, 8192) is None  # long k: the loopy family splits it
     # k not a multiple of 16: a partial last slice (ResNet-50 conv1's 147 taps x channels),
     # the 8-deep blocks first where their slices divide k
-    assert pick(100352, 64, 147) == (64, 32)
+    assert pick(100352, 64, 147) == (128, 64)
+    # tall GEMMs whose n is a block's width (a convolution's rows x 64 or 128 channels)
+    assert pick(12544, 64, 576) == (64, 32) and pick(100352, 64, 64) == (128, 64)
+    assert pick(25088, 128, 256) == (64, 128) and pick(12544, 128, 1152) == (64, 128)
+    assert pick(6272, 128, 2304) == (64, 32) and pick(3136, 128, 1152) == (64, 32)
+    assert pick(2048, 128, 2304) is None
     assert pick(1024, 1024, 147) == (64, 128)
     assert pick(4096, 4096, 440) == (128, 128) and pick(1024, 1024, 440) == (128, 128)
     assert pick(16, 4096, 512) is None

@@ -423,6 +423,34 @@ def _batched_mid(prob: GemmProblem) -> bool:
     return short >= 128 or (short >= 64 and prob.k < _NV_BATCH_MIN_K)
 
 
+# Tall GEMMs (one matrix, thousands of rows) whose n is one block's width: a convolution's
+# [N*P, OC] rows with 64 or 128 output channels. n = 128: the 64x128 blocks where they give
+# every compute unit one, else the thin tiles whatever k (the loopy family's split k ran
+# slower there); n = 64: the 128x64 blocks from two per unit. H200, kernel us, thin tiles /
+# 128x64 / 64x128 (loopy): 25088x128x256 62.5 / 49.1 / 42.3; 25088x128x512 121 / 91.3 /
+# 75.8; 12544x128x576 71.1 / 70.8 / 60.6; 12544x128x1152 139.7 / 140.2 / 113.2 (171.6);
+# 25088x128x1152 258.6 / 193.3 / 159.6 (246.3); 6272x128x2304 (98 blocks of 64x128) 138.6 /
+# 195.7 / 181.2 (201.9); 3136x128x1152 48.2 / 41.0 (k shared) / 48.1 (89.2);
+# 100352x64x64 34.7 / 30.0; 100352x64x147 90.7 / 66.4; 100352x64x256 118.3 / 92.5;
+# 12544x64x576 (98 blocks of 128x64) 38.4 / 40.7. From 3072 rows (the fewest measured: 3136)
+_TALL_MIN_M = 3072
+
+
+def _tall_tile(prob: GemmProblem, units: int, blocks, fits) -> NvTile | None:
+    """The blocking of a tall GEMM whose n is 64 or 128 (see ``_TALL_MIN_M``), or None to
+    leave it to the other rules."""
+    if prob.batch > 1 or prob.m < _TALL_MIN_M or prob.n not in (64, 128):
+        return None
+    if prob.n == 128:
+        if blocks(_NV_WIDE) >= units and not (prob.trans_a and not prob.trans_b) \
+                and fits(_NV_WIDE):
+            return _NV_WIDE
+        return _NV_THIN_N if fits(_NV_THIN_N) else None
+    if blocks(_NV_MID) >= 2 * units and fits(_NV_MID):
+        return _NV_MID
+    return None
+
+
 def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
     if info is None or not info.is_gpu or info.vendor_family != "nvidia":
         return None
@@ -453,6 +481,9 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
         return supports(prob, t) and t.threads <= info.max_work_group_size \
             and smem_bytes(t) <= info.local_mem_bytes
 
+    tall = _tall_tile(prob, units, blocks, fits)
+    if tall is not None:
+        return tall
     batched_blocks = prob.batch > 1 and min(prob.m, prob.n) >= _NV_BATCH_MIN_DIM \
         and prob.k >= _NV_BATCH_MIN_K and blocks(_NV_WIDE) >= 0.5 * units
     if (prob.m < _NV_MIN_DIM or prob.n < _NV_MIN_DIM) and not batched_blocks:
