@@ -214,3 +214,40 @@ def test_one_text_under_two_kernel_names(first_engine, binary_cache, monkeypatch
     for k, f in zip(ks, (2, 3)):
         assert k.kernel.function_name == k.name
         np.testing.assert_array_equal(_run(first_engine, k), f * x)
+
+
+def test_requests_a_few_ms_apart_share_one_program(first_engine, binary_cache, monkeypatch):
+    """A creation's kernels arrive one by one: the first finds the build thread idle, which
+    gathers the requests that follow within ``_QUIET_S`` of each other instead of compiling
+    it alone; a wait for a kernel starts the compilation at once."""
+    import time
+
+    tag = abs(hash(str(binary_cache))) % 10**9
+    K.warm_up(first_engine.context, first_engine.device)
+    K._build_thread().submit(int).result()  # the thread idle, its compiler started
+    before = K.build_costs()
+    with kernel_cache.deferred_builds(wait=False) as pending:
+        ks = []
+        for n, f, t in _SPECS:
+            ks.append(kernel_cache.get_kernel(first_engine, "test_merge",
+                                              (str(binary_cache), (n, f)),
+                                              lambda n=n, f=f, t=t: _source(n, f, t, tag)))
+            time.sleep(0.001)
+    kernel_cache.finish_builds(pending)
+    after = K.build_costs()
+    assert after["programs_built"] - before["programs_built"] == 1
+    assert after["programs_merged"] - before["programs_merged"] == 3
+    for (_, f, _), k in zip(_SPECS, ks):
+        np.testing.assert_array_equal(_run(first_engine, k), _expected(f))
+
+    # a wait starts the compilation at once, however long the thread would gather
+    monkeypatch.setattr(K, "_QUIET_S", 30.0)
+    monkeypatch.setattr(K, "_HOLD_S", 30.0)
+    K._build_thread().submit(int).result()
+    src = _source("alone", 9, "long", tag)
+    t0 = time.perf_counter()
+    k = kernel_cache.get_kernel(first_engine, "test_merge", (str(binary_cache), "alone"),
+                                lambda: src)
+    k.wait()
+    assert time.perf_counter() - t0 < 20.0
+    np.testing.assert_array_equal(_run(first_engine, k), _expected(9))
