@@ -17,13 +17,14 @@ import numpy as np
 
 from ..error import invalid_arguments
 from ..kernels import gemm as fam
-from ..kernels import gemm_nv
+from ..kernels import gemm_nv, pack_source
 from ..kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
 from ..kernels.gemm_template import register_source
 from ..kernels.sizevars import size_var
 from ..kernels.source import launch_size
 from ..tuning import choose
 from .heuristics import gemm as rules
+from .heuristics import packing
 from .heuristics.gemm_slices import sliced_tile
 from .kernel_cache import get_kernel
 
@@ -393,6 +394,8 @@ class Gemm:
         k at run time too (an activation whose rows are spatial points, e.g. im2col's
         backward weights)."""
         sh = self.shape
+        if packing.runtime_packer(self.engine.info):
+            return self._runtime_packer()
         rk = count == 1 and not sh.trans_b
         src = fam.GemmProblem(m=1, n=sh.n, k=1 if rk else sh.k, trans_b=sh.trans_b,
                               ldb=sh.ldb, batch=count, stride_b=None if rk else stride,
@@ -408,6 +411,8 @@ class Gemm:
         For B that changes every execution (activations), with one kernel for every
         offset."""
         sh = self.shape
+        if packing.runtime_packer(self.engine.info):
+            return self._runtime_packer()
         rk = not sh.trans_b  # B's rows are k: one kernel for every k (T*N in weight gradients)
         src = fam.GemmProblem(m=1, n=sh.n, k=1 if rk else sh.k, trans_b=sh.trans_b,
                               ldb=sh.ldb, runtime_offsets=True, runtime_k=rk)
@@ -415,10 +420,27 @@ class Gemm:
         return get_kernel(self.engine, "gemm_pack", (fam.GENERATOR_VERSION, src, self.panel,
                                                       "runtime"), lambda: _packer_source(pk))
 
-    def packer_args(self, kernel, b, b_off, bp, bp_off) -> tuple:
-        """A packer's arguments, in its order: buffers, offsets and (a run-time k) k."""
+    def _runtime_packer(self):
+        """The packer of every k, n, ``ldb``, panel width and matrix count
+        (:func:`~pydnnl.kernels.pack_source.pack_b_runtime_source`): one program per
+        transposition of B on the device."""
+        from ..kernels.pack_source import pack_b_runtime_source
+
+        trans = bool(self.shape.trans_b)
+        return get_kernel(self.engine, "gemm_pack_rt", ("f32", trans),
+                          lambda: pack_b_runtime_source(trans))
+
+    def packer_args(self, kernel, b, b_off, bp, bp_off, count: int = 1,
+                    stride: int = 0) -> tuple:
+        """A packer's arguments, in its order: buffers, offsets and the sizes it takes at
+        run time (``count`` and ``stride`` as given to :meth:`packer`)."""
+        sh = self.shape
         vals = {"b": b, "bp": bp, "b_off": np.int64(b_off), "bp_off": np.int64(bp_off),
-                "ksize": np.int64(self.shape.k)}
+                "ksize": np.int64(sh.k)}
+        if kernel.src.arg_names == pack_source.ARG_NAMES:
+            sizes = pack_source.runtime_args(sh.k, sh.n, sh.ldb, int(self.params["cols"]),
+                                             count, stride, self.packed_size)
+            vals.update((name, np.int64(v)) for name, v in sizes.items())
         return tuple(vals[n] for n in kernel.src.arg_names)
 
     def _static_nv(self, a_off: int, b_off: int, c_off: int):

@@ -357,7 +357,7 @@ class Plan:
             return b, int(b_off), int(stride), False
         off = self.alloc(count * g.packed_size, slot)
         pk = g.packer(count, int(stride))
-        self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off))
+        self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off, count, int(stride)))
         return SCRATCH, off, g.packed_size, True
 
     def pack_b_batched(self, shape: GemmShape, batch: int, b, b_off: int,

@@ -8,7 +8,13 @@ import re
 import numpy as np
 import pyopencl as cl
 
-from pydnnl.kernels.source import KernelSource, _signature_params, launch_size, scalar_types
+from pydnnl.kernels.source import (
+    KernelSource,
+    _signature_params,
+    launch_size,
+    local_launch_size,
+    scalar_types,
+)
 
 
 def run_source(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
@@ -23,7 +29,7 @@ def run_source(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
            for k, v in bufs.items()}
     args = [dev[n] if n in dev else (typ or np.int64)(values[n])
             for n, typ in zip(src.arg_names, scalar_types(src))]
-    knl(queue, launch_size(src, values), src.local_size, *args)
+    knl(queue, launch_size(src, values), local_launch_size(src, values), *args)
     out = {}
     for k, v in dev.items():
         out[k] = np.empty_like(bufs[k])

@@ -120,7 +120,8 @@ class PlanBuilder:
             return ref, base + col_off, stride
         off = self.pd.scratch["pk_" + role]
         pk = gemm.packer(count, stride)
-        self.plan.launch(pk, gemm.packer_args(pk, ref, base + col_off, SCRATCH, off))
+        self.plan.launch(pk, gemm.packer_args(pk, ref, base + col_off, SCRATCH, off, count,
+                                              stride))
         return SCRATCH, off, gemm.packed_size
 
     def execute(self, stream, args) -> None:
