@@ -55,6 +55,7 @@ from ....runtime.heuristics.conv import (
     CPU_WGRAD_MAX_SLICES,
     copy_lanes,
     copy_rows,
+    im2col_per_item,
     cpu_wgrad_slices,
     nv_resident_blocks,
     one_round_splits,
@@ -87,7 +88,11 @@ class Im2colGemmSolver(Solver):
         # GEMM (ResNet-50 at mb32, 2-core EPYC: 3x3 forward 77 -> 54 ms, conv1 backward
         # weights 204 -> 104 ms going from 64 to 8-16 MB); GPUs want the largest GEMMs
         if engine is not None and engine.info.is_gpu:
-            out = {"chunk_mb": 64}
+            # forward: one chunk up to 256 MB of patches (H200, mb 32, min ms, 64 -> 256:
+            # v1.5 res3a_branch2b 0.372 -> 0.276, conv1 0.350 -> 0.329, v1.5 res5a_branch2b
+            # 0.427 -> 0.409, the others within 3%); backward weights kept 64 (conv1 0.834 ->
+            # 0.876 with 256, the others within noise)
+            out = {"chunk_mb": 256 if problem.kind == "fwd" else 64}
             if problem.kind == "bwd_w":
                 out["split_k"] = _gpu_splits(problem, engine)
             elif problem.kind == "bwd_d":
@@ -445,6 +450,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     plan = Plan(engine, "im2col_gemm", params, dry=dry)
     pi = per_item(engine)
     lanes = copy_lanes(engine.info if engine is not None else None)
+    pi_col = im2col_per_item(engine.info if engine is not None else None, pi)
     nsp = p.nsp
     G, ICg, OCg, P, K = p.groups, p.icg, p.ocg, p.P, p.K
     Kf = ICg * K
@@ -681,8 +687,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
                                padding_l=p.padding_l, src=p.src, src_n=p.src_n,
-                               col_n=-1, order=col_order, per_item=pi, ic_block=ic_block,
-                               lanes=lanes)
+                               col_n=-1, order=col_order, per_item=pi_col,
+                               ic_block=ic_block, lanes=lanes)
             ip, sizes = im2col_runtime(ip)
             if not sizes:  # baked sizes: the device's launch shape (heuristics.conv)
                 ip = _baked_copy_shape(ip, engine, nb * G * Kf * P, p)
