@@ -154,8 +154,8 @@ _IM2COL_BAKED = [
 ]
 
 
-@pytest.mark.parametrize("case", _IM2COL_BAKED, ids=range(len(_IM2COL_BAKED)))
-def test_im2col_baked_equals_loopy(engine, case):
+def _baked_problem(case) -> tuple:
+    """(problem, its buffers, n0) of an ``_IM2COL_BAKED``-style case."""
     G, ICg, H, W, ks, st, dl, pl, pr, mb, nb, n0, order, kind, padded, pi, lanes = case
     OH = (H + pl[0] + pr[0] - ((ks[0] - 1) * (dl[0] + 1) + 1)) // st[0] + 1
     OW = (W + pl[1] + pr[1] - ((ks[1] - 1) * (dl[1] + 1) + 1)) // st[1] + 1
@@ -165,12 +165,17 @@ def test_im2col_baked_equals_loopy(engine, case):
     p = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=(H, W), dst_sp=(OH, OW), kernel=ks,
                       strides=st, dilates=dl, padding_l=pl, src=src, src_n=n_src, col_n=-1,
                       order=order, per_item=pi, lanes=lanes)
-    if kind == "nhwc" and ICg < 16:
+    col_n = nb * C * ks[0] * ks[1] * OH * OW
+    return p, {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}, n0
+
+
+@pytest.mark.parametrize("case", _IM2COL_BAKED, ids=range(len(_IM2COL_BAKED)))
+def test_im2col_baked_equals_loopy(engine, case):
+    p, bufs, n0 = _baked_problem(case)
+    if case[13] == "nhwc" and p.icg < 16:
         assert im2col_runtime(p) == (p, {})  # (what the plans ask for: baked)
     ours = im2col_baked_source(p)
     assert build_im2col(p) == ours
-    col_n = nb * C * ks[0] * ks[1] * OH * OW
-    bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
     _compare(engine, ours, build_im2col_loopy(p), bufs, {"n0": n0, "col_off": 7})
 
 
@@ -185,20 +190,9 @@ _ROWS_CASES = [0, 2, 4, 5, (1, 3, 20, 22, (7, 7), (2, 2), (0, 0), (3, 3), (2, 3)
 def test_im2col_baked_rows_per_item_equals_loopy(engine, case):
     """``rows_per_item`` and ``index32`` (the printer's alone) copy what loopy's kernel of
     the same problem copies, into the same places, and nothing else."""
-    case = _IM2COL_BAKED[case] if isinstance(case, int) else case
-    G, ICg, H, W, ks, st, dl, pl, pr, mb, nb, n0, order, kind, padded, pi, lanes = case
-    OH = (H + pl[0] + pr[0] - ((ks[0] - 1) * (dl[0] + 1) + 1)) // st[0] + 1
-    OW = (W + pl[1] + pr[1] - ((ks[1] - 1) * (dl[1] + 1) + 1)) // st[1] + 1
-    C = G * ICg
-    src = (_nhwc if kind == "nhwc" else _nchw)(mb, C, H, W, padded)
-    n_src = src[0] + sum((d - 1) * s for d, (_, s, _) in zip((mb, C, H, W), src[1])) + 3
-    p = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=(H, W), dst_sp=(OH, OW), kernel=ks,
-                      strides=st, dilates=dl, padding_l=pl, src=src, src_n=n_src, col_n=-1,
-                      order=order, per_item=pi, lanes=lanes)
+    p, bufs, n0 = _baked_problem(_IM2COL_BAKED[case] if isinstance(case, int) else case)
     ours = im2col_baked_source(replace(p, wg=256, rows_per_item=4, index32=True))
     assert ours is not None and "long const a0" not in ours.source
-    col_n = nb * C * ks[0] * ks[1] * OH * OW
-    bufs = {"src": _rand(n_src, 1), "col": _rand(col_n + 11, 2)}
     vals = {"n0": n0, "col_off": 7}
     a = _run(engine, ours, bufs, vals)
     b = _run(engine, source_from_loopy(build_im2col_loopy(p)), bufs, vals)
