@@ -115,17 +115,18 @@ PACKED = NvTile(128, 128, 32, 8, 8, mma="bf16", wm=64, wn=64, packed=True)
 TC_ALL = TC + [PACKED]
 
 
+@pytest.mark.parametrize("k", [128, 147], ids=["k128", "k147"])  # 147: a partial last slice
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("tile,kind", [(t, k) for t in range(len(TC_ALL))
                                        for k in ("tf32", "bf16", "f16")
                                        if not (TC_ALL[t].packed and k == "tf32")])
-def test_tensor_core_kernel_against_float64(engine, stream, ta, tb, tile, kind):
+def test_tensor_core_kernel_against_float64(engine, stream, ta, tb, tile, kind, k):
     _nvidia(engine)
     from dataclasses import replace
 
     from pydnnl.runtime.kernel import Kernel
 
-    m, n, k = 200, 136, 128
+    m, n = 200, 136
     rng = np.random.default_rng(tile)
     A = rng.standard_normal((m, k)).astype(np.float32)
     B = rng.standard_normal((k, n)).astype(np.float32)
