@@ -102,7 +102,8 @@ def panel_width(layout: str) -> int | None:
 
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
-                      "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False}
+                      "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False,
+                      "runtime_ldc": False}
 #: the scale operands an epilogue may take, in argument order (see ``GemmProblem.scales``)
 SCALE_KINDS = ("src", "wei", "dst")
 
@@ -182,6 +183,11 @@ class GemmProblem:
     #: supports it for B not transposed); local tiles: any k (the last k tile zero-filled);
     #: the NVIDIA kernel: k a multiple of its k slice, one batch entry, no epilogue.
     runtime_k: bool = False
+    #: the kernel takes ``ldc`` (int64, C's leading dimension) after ``ksize`` (and m): one
+    #: program serves every row stride of C (``ldc`` above is a sample): GRU's two recurrent
+    #: GEMMs, whose C are 2 and 1 gates wide, share one kernel. One batch entry, run-time
+    #: offsets.
+    runtime_ldc: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -257,6 +263,10 @@ class GemmProblem:
         if self.runtime_m and self.trans_a:
             raise ValueError("GemmProblem: runtime_m needs A not transposed")
         setf("runtime_k", bool(self.runtime_k))
+        setf("runtime_ldc", bool(self.runtime_ldc))
+        if self.runtime_ldc and (self.batch > 1 or not self.runtime_offsets):
+            raise ValueError("GemmProblem: runtime_ldc needs one batch entry and run-time "
+                             "offsets")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -414,6 +424,8 @@ def key_problem(problem: GemmProblem) -> GemmProblem:
         # lda == k stays so (A's leading dimension follows k); another lda is kept
         lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda
         problem = replace(problem, k=1, lda=lda, stride_a=None, stride_b=None)
+    if problem.runtime_ldc:  # C's row stride is an argument: keyed as a dense C
+        problem = replace(problem, ldc=None, stride_c=None)
     if rs:  # batch strides are arguments too, and so is the count where it can be
         problem = replace(problem, stride_a=None, stride_b=None, stride_c=None,
                           batch=2 if problem.runtime_batch else problem.batch)
@@ -525,6 +537,11 @@ class _Layout:
         return pr.lda
 
     @property
+    def ldc(self):
+        """C's leading dimension: the constant, or the kernel's ``ldc`` argument."""
+        return _var("ldc") if self.pr.runtime_ldc else self.pr.ldc
+
+    @property
     def ragged_m(self) -> bool:
         """Whether rows past ``m`` are computed (and so clamped on reads, never stored)."""
         return self.pr.runtime_m or self.mp > self.pr.m
@@ -565,7 +582,7 @@ class _Layout:
 
     def c_index(self, i, j):
         pr = self.pr
-        return _off(pr, "c") + self.bt * self.stride("c") + i * pr.ldc + j
+        return _off(pr, "c") + self.bt * self.stride("c") + i * self.ldc + j
 
     def store(self, i, j, acc_expr, row_pred=None):
         """(assignee, value, predicates) of the C update for element (i, j); ``row_pred``
@@ -824,6 +841,7 @@ def _core_args(pr: GemmProblem, reads_c: bool):
             lp.ValueArg("c_off", np.int64),
         ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else []) + (
             [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else []) + (
+            [lp.ValueArg("ldc", np.int64)] if pr.runtime_ldc else []) + (
             [lp.ValueArg(f"stride_{w}", np.int64) for w in "abc"]
             if pr.runtime_strides else []) + (
             [lp.ValueArg("nbatch", np.int64)] if pr.runtime_batch else [])

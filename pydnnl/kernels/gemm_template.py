@@ -61,7 +61,7 @@ LOOPY_CALL_WITH_INTEGER_TYPES(LOOPY_DEFINE_FLOOR_DIV_POS_B)
 
 __kernel void __attribute__ ((reqd_work_group_size(1, 1, 1))) gemm(__global float const \
 *__restrict__ a, __global float const *__restrict__ b, __global float *__restrict__ c, long const \
-a_off, long const b_off, long const c_off, {m_arg}long const ksize{batch_args}{epi_args})
+a_off, long const b_off, long const c_off, {m_arg}long const ksize{ldc_arg}{batch_args}{epi_args})
 {{
   float16 acc[8 * {nv}];
   float16 bv[{nv}];
@@ -137,7 +137,7 @@ def _value(alpha: float, beta: float) -> str:
     return value
 
 
-def _store_nest(ind: str, i: str, j: str, n: int, ldc: int, nv: int, gc: int, value: str,
+def _store_nest(ind: str, i: str, j: str, n: int, ldc: int | str, nv: int, gc: int, value: str,
                 rows_outer: bool, row_guard: str | None = None, c_batch: str = "0",
                 rbase: str = "r0") -> str:
     """One loop nest of vector stores (rows ``i``, vectors ``j``) at indentation ``ind``:
@@ -168,7 +168,7 @@ def _store_nest(ind: str, i: str, j: str, n: int, ldc: int, nv: int, gc: int, va
     return head + f"{ind}{{\n{rows}{ind}}}\n"
 
 
-def _stores(ind: str, n: int, ldc: int, nv: int, gc: int, alpha: float, beta: float,
+def _stores(ind: str, n: int, ldc: int | str, nv: int, gc: int, alpha: float, beta: float,
             row0: str, c_batch: str = "0") -> str:
     """C's stores: every tile's rows, or where C is read (beta), the moved last tile's own
     rows in a nest of their own and every other tile's in the usual one."""
@@ -251,7 +251,7 @@ def _canonical(kp, pw: int | None = 48):
     return key_problem(GemmProblem(
         m=3200, n=kp.n, k=k, lda=lda, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
         alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=batch,
-        runtime_offsets=True, runtime_m="tall", runtime_k=True))
+        runtime_offsets=True, runtime_m="tall", runtime_k=True, runtime_ldc=kp.runtime_ldc))
 
 
 #: the tiles the template writes besides :data:`PARAMS` (``normalize_params``'s form): 8x32
@@ -307,7 +307,10 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
             or not (np.isfinite(kp.alpha) and np.isfinite(kp.beta)) \
             or not _bias_ok(kp) or replace(kp, bias=None) != _canonical(kp, pw):
         return None
-    n, ldc = kp.n, kp.ldc
+    # a run-time ldc (GemmProblem.runtime_ldc): one tile's vector stores, no batch
+    if kp.runtime_ldc and (batched or pbatch or ta or lanes):
+        return None
+    n, ldc = kp.n, ("ldc" if kp.runtime_ldc else kp.ldc)
     gr, gc = (0, 1) if p["m_inner"] else (1, 0)
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
@@ -315,6 +318,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     out = [_PRELUDE_T.format(nv=nv, batch_args=_BATCH_ARGS if batched or pbatch else "",
                              epi_args=", __global float const *__restrict__ bias" if bias
                              else "", m_arg="" if ta else "long const m, ",
+                             ldc_arg=", long const ldc" if kp.runtime_ldc else "",
                              r0_decl="" if ta else "  long r0;\n")]
     ldb = kp.ldb if batched else None
     lda = "ksize" if kp.lda == 1 else str(kp.lda)
@@ -360,7 +364,8 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     out.append("}")
     rows = str(kp.m // 8) if ta else f"(({8 * ml - 1} + m) // {8 * ml}) * 1"
     grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
-    names = ("a", "b", "c", "a_off", "b_off", "c_off") + (() if ta else ("m",)) + ("ksize",)
+    names = ("a", "b", "c", "a_off", "b_off", "c_off") + (() if ta else ("m",)) + ("ksize",) \
+        + (("ldc",) if kp.runtime_ldc else ())
     if bias:
         return KernelSource("gemm", "".join(out), None, (1, 1), names + ("bias",), grid=grid)
     if batched or pbatch:

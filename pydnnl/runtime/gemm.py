@@ -77,7 +77,8 @@ class GemmShape:
 
 
 def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None = None,
-             runtime_k: bool = False, **batch) -> fam.GemmProblem:
+             runtime_k: bool = False, runtime_ldc: bool = False,
+             **batch) -> fam.GemmProblem:
     return fam.GemmProblem(m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
                        trans_b=shape.trans_b if panel is None else False, alpha=shape.alpha,
                        beta=shape.beta, lda=shape.lda, ldb=shape.ldb if panel is None else None,
@@ -85,7 +86,8 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        b_layout="plain" if panel is None else fam.panel_layout(panel),
                        bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
-                       scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k, **batch)
+                       scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k,
+                       runtime_ldc=runtime_ldc, **batch)
 
 
 def _epilogue_shares_m(shape: GemmShape) -> bool:
@@ -131,6 +133,19 @@ def runtime_m(shape: GemmShape, params: dict | None, batch: int = 1,
     if params["local_prefetch"]:
         return "any" if _fits32(shape, _batch(batch, strides)) else None
     return "tall" if shape.m >= params["rows"] else "any"
+
+
+def runtime_ldc(shape: GemmShape, params: dict | None, packed: bool) -> bool:
+    """Whether the kernel for ``shape`` takes C's leading dimension at run time
+    (``GemmProblem.runtime_ldc``): register tiles over packed B (``packed``) with a run-time
+    m, one batch entry, no epilogue, n a multiple of the vectors (the forms
+    :mod:`pydnnl.kernels.gemm_template` prints). The stride only enters the address of each
+    vector store: GRU 512 T=50 N=64's two forward recurrent GEMMs (C 1024 and 512 wide)
+    then share one program (a GEMM cost 55-60 ms of compilation inside a merged program on
+    the 2-core AVX-512 Xeon); run time: see the commit that added it."""
+    return (params is not None and not params["local_prefetch"] and packed
+            and not shape.has_epilogue and not shape.trans_a and shape.n % 16 == 0
+            and runtime_m(shape, params) is not None)
 
 
 def _batch(batch: int, strides: dict | None) -> dict:
@@ -319,7 +334,8 @@ class Gemm:
             self._build_split()
         else:
             prob = _problem(shape, self.panel, runtime_m(shape, self.params),
-                            runtime_k(shape, self.params))
+                            runtime_k(shape, self.params),
+                            runtime_ldc(shape, self.params, self.packed))
             self.packed_size = prob.extent("b") if self.packed else 0
             self.kernel = _build(engine, prob, self.params)
         self._names = self.kernel.src.arg_names
@@ -472,7 +488,8 @@ class Gemm:
         """The kernel's arguments, in its order, for these buffers and offsets."""
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
-                "ksize": np.int64(self.shape.k), **self._sizes, **(extra or {})}
+                "ksize": np.int64(self.shape.k), "ldc": np.int64(self.shape.ldc),
+                **self._sizes, **(extra or {})}
         return _in_order(self.kernel, vals)
 
     def __call__(self, stream, a, a_off, b, b_off, c, c_off, part=None, part_off=0,
