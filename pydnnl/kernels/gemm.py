@@ -103,7 +103,7 @@ def panel_width(layout: str) -> int | None:
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
                       "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False,
-                      "runtime_ldc": False}
+                      "runtime_ldc": False, "runtime_n": False}
 #: the scale operands an epilogue may take, in argument order (see ``GemmProblem.scales``)
 SCALE_KINDS = ("src", "wei", "dst")
 
@@ -188,6 +188,12 @@ class GemmProblem:
     #: GEMMs, whose C are 2 and 1 gates wide, share one kernel. One batch entry, run-time
     #: offsets.
     runtime_ldc: bool = False
+    #: the column guard of a last column tile reaching past n compares with the kernel's
+    #: ``ncols`` argument (int64, after ``ksize`` and ``ldc``): kernels whose n differ only
+    #: there share one text (the launch grid still follows n): GRU's two recurrent weight
+    #: gradients, 1024 and 512 columns in 48-column tiles. Register tiles over B packed in
+    #: panels of the tile's width, one batch entry, run-time offsets.
+    runtime_n: bool = False
 
     def __post_init__(self):
         def setf(name, value):
@@ -264,9 +270,11 @@ class GemmProblem:
             raise ValueError("GemmProblem: runtime_m needs A not transposed")
         setf("runtime_k", bool(self.runtime_k))
         setf("runtime_ldc", bool(self.runtime_ldc))
-        if self.runtime_ldc and (self.batch > 1 or not self.runtime_offsets):
-            raise ValueError("GemmProblem: runtime_ldc needs one batch entry and run-time "
-                             "offsets")
+        setf("runtime_n", bool(self.runtime_n))
+        for name in ("runtime_ldc", "runtime_n"):
+            if getattr(self, name) and (self.batch > 1 or not self.runtime_offsets):
+                raise ValueError(f"GemmProblem: {name} needs one batch entry and run-time "
+                                 "offsets")
         if self.batch > 1 and self.stride_c < self.extent("c"):
             raise ValueError(f"GemmProblem: stride_c={self.stride_c} makes batch entries of C "
                              f"overlap (one entry spans {self.extent('c')} elements)")
@@ -600,7 +608,7 @@ class _Layout:
         elif self.ragged_m:
             preds.append(_lt(i, self.m))
         if self.np_ > pr.n:
-            preds.append(_lt(j, pr.n))
+            preds.append(_lt(j, _var("ncols") if pr.runtime_n else pr.n))
         if has_epilogue(pr):
             value = self._epilogue(i, j, value)
         # narrowing to a C narrower than acc_dtype happens in the assignment (see _store_insns)
@@ -842,6 +850,7 @@ def _core_args(pr: GemmProblem, reads_c: bool):
         ] + ([lp.ValueArg("m", np.int64)] if pr.runtime_m else []) + (
             [lp.ValueArg("ksize", np.int64)] if pr.runtime_k else []) + (
             [lp.ValueArg("ldc", np.int64)] if pr.runtime_ldc else []) + (
+            [lp.ValueArg("ncols", np.int64)] if pr.runtime_n else []) + (
             [lp.ValueArg(f"stride_{w}", np.int64) for w in "abc"]
             if pr.runtime_strides else []) + (
             [lp.ValueArg("nbatch", np.int64)] if pr.runtime_batch else [])

@@ -61,7 +61,8 @@ LOOPY_CALL_WITH_INTEGER_TYPES(LOOPY_DEFINE_FLOOR_DIV_POS_B)
 
 __kernel void __attribute__ ((reqd_work_group_size(1, 1, 1))) gemm(__global float const \
 *__restrict__ a, __global float const *__restrict__ b, __global float *__restrict__ c, long const \
-a_off, long const b_off, long const c_off, {m_arg}long const ksize{ldc_arg}{batch_args}{epi_args})
+a_off, long const b_off, long const c_off, {m_arg}long const ksize{ldc_arg}{n_arg}\
+{batch_args}{epi_args})
 {{
   float16 acc[8 * {nv}];
   float16 bv[{nv}];
@@ -139,12 +140,14 @@ def _value(alpha: float, beta: float) -> str:
 
 def _store_nest(ind: str, i: str, j: str, n: int, ldc: int | str, nv: int, gc: int, value: str,
                 rows_outer: bool, row_guard: str | None = None, c_batch: str = "0",
-                rbase: str = "r0") -> str:
+                rbase: str = "r0", ncols: int | str | None = None) -> str:
     """One loop nest of vector stores (rows ``i``, vectors ``j``) at indentation ``ind``:
     vectors outer (the tiles' stores) or rows outer behind ``row_guard`` (the moved last
-    tile's own rows); the column guard where n is no multiple of the tile's width."""
+    tile's own rows); the column guard where n is no multiple of the tile's width (against
+    ``ncols`` where given: a run-time n)."""
     w = 16 * nv
-    guard = f"if (gid({gc}) * {w} + {j} * 16 + 0 < {n})" if n % w else None
+    bound = n if ncols is None else ncols
+    guard = f"if (gid({gc}) * {w} + {j} * 16 + 0 < {bound})" if n % w else None
     store = (f"long cidx = c_off + {c_batch} + ({rbase} + {i}) * {ldc} + gid({gc}) * {w} + {j} * 16"
              " + 0;",
              f"long cacc = {i} * {nv} + {j};", "", f"vstore16({value}, 0, c + cidx);")
@@ -169,16 +172,19 @@ def _store_nest(ind: str, i: str, j: str, n: int, ldc: int | str, nv: int, gc: i
 
 
 def _stores(ind: str, n: int, ldc: int | str, nv: int, gc: int, alpha: float, beta: float,
-            row0: str, c_batch: str = "0") -> str:
+            row0: str, c_batch: str = "0", ncols: int | str | None = None) -> str:
     """C's stores: every tile's rows, or where C is read (beta), the moved last tile's own
     rows in a nest of their own and every other tile's in the usual one."""
     value = _value(alpha, beta)
     if beta == 0.0:
-        return _store_nest(ind, "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch)
+        return _store_nest(ind, "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch,
+                           ncols=ncols)
     edge = _store_nest(ind, "ie", "je", n, ldc, nv, gc, value, True,
-                       f"if (r0 != {row0} + 0 && r0 + ie >= {row0} + 0)", c_batch)
+                       f"if (r0 != {row0} + 0 && r0 + ie >= {row0} + 0)", c_batch,
+                       ncols=ncols)
     return (edge + f"{ind}if (r0 == {row0} + 0)\n{ind}{{\n"
-            + _store_nest(ind + "  ", "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch)
+            + _store_nest(ind + "  ", "is", "js", n, ldc, nv, gc, value, False, c_batch=c_batch,
+                          ncols=ncols)
             + f"{ind}}}\n")
 
 
@@ -251,7 +257,8 @@ def _canonical(kp, pw: int | None = 48):
     return key_problem(GemmProblem(
         m=3200, n=kp.n, k=k, lda=lda, ldb=pw, ldc=kp.ldc, b_layout=f"panel{pw}",
         alpha=kp.alpha, beta=kp.beta, dtype=np.float32, acc_dtype=np.float32, batch=batch,
-        runtime_offsets=True, runtime_m="tall", runtime_k=True, runtime_ldc=kp.runtime_ldc))
+        runtime_offsets=True, runtime_m="tall", runtime_k=True, runtime_ldc=kp.runtime_ldc,
+        runtime_n=kp.runtime_n))
 
 
 #: the tiles the template writes besides :data:`PARAMS` (``normalize_params``'s form): 8x32
@@ -308,9 +315,12 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
             or not _bias_ok(kp) or replace(kp, bias=None) != _canonical(kp, pw):
         return None
     # a run-time ldc (GemmProblem.runtime_ldc): one tile's vector stores, no batch
-    if kp.runtime_ldc and (batched or pbatch or ta or lanes):
+    if (kp.runtime_ldc or kp.runtime_n) and (batched or pbatch or ta or lanes):
+        return None
+    if kp.runtime_n and pw != w:  # (narrower panels: the last panel's index follows n)
         return None
     n, ldc = kp.n, ("ldc" if kp.runtime_ldc else kp.ldc)
+    ncols = "ncols" if kp.runtime_n else n
     gr, gc = (0, 1) if p["m_inner"] else (1, 0)
     ntiles = -(-n // w)
     npan = n // 16 if pw == 16 and ntiles * nv > n // 16 else None
@@ -319,6 +329,7 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
                              epi_args=", __global float const *__restrict__ bias" if bias
                              else "", m_arg="" if ta else "long const m, ",
                              ldc_arg=", long const ldc" if kp.runtime_ldc else "",
+                             n_arg=", long const ncols" if kp.runtime_n else "",
                              r0_decl="" if ta else "  long r0;\n")]
     ldb = kp.ldb if batched else None
     lda = "ksize" if kp.lda == 1 else str(kp.lda)
@@ -358,14 +369,14 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
                                False, c_batch="gid(2) * stride_c", rbase=ta_rows))
     else:
         out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
-                           "gid(2) * stride_c" if batched or pbatch else "0"))
+                           "gid(2) * stride_c" if batched or pbatch else "0", ncols))
     if ml > 1:
         out.append("  }\n")
     out.append("}")
     rows = str(kp.m // 8) if ta else f"(({8 * ml - 1} + m) // {8 * ml}) * 1"
     grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
     names = ("a", "b", "c", "a_off", "b_off", "c_off") + (() if ta else ("m",)) + ("ksize",) \
-        + (("ldc",) if kp.runtime_ldc else ())
+        + (("ldc",) if kp.runtime_ldc else ()) + (("ncols",) if kp.runtime_n else ())
     if bias:
         return KernelSource("gemm", "".join(out), None, (1, 1), names + ("bias",), grid=grid)
     if batched or pbatch:

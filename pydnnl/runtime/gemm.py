@@ -77,7 +77,7 @@ class GemmShape:
 
 
 def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None = None,
-             runtime_k: bool = False, runtime_ldc: bool = False,
+             runtime_k: bool = False, runtime_ldc: bool = False, runtime_n: bool = False,
              **batch) -> fam.GemmProblem:
     return fam.GemmProblem(m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
                        trans_b=shape.trans_b if panel is None else False, alpha=shape.alpha,
@@ -87,7 +87,7 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
                        scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k,
-                       runtime_ldc=runtime_ldc, **batch)
+                       runtime_ldc=runtime_ldc, runtime_n=runtime_n, **batch)
 
 
 def _epilogue_shares_m(shape: GemmShape) -> bool:
@@ -146,6 +146,17 @@ def runtime_ldc(shape: GemmShape, params: dict | None, packed: bool) -> bool:
     return (params is not None and not params["local_prefetch"] and packed
             and not shape.has_epilogue and not shape.trans_a and shape.n % 16 == 0
             and runtime_m(shape, params) is not None)
+
+
+def runtime_n(shape: GemmShape, params: dict | None, panel: int | None) -> bool:
+    """Whether the column guard of the kernel for ``shape`` compares with a run-time n
+    (``GemmProblem.runtime_n``): the kernels :func:`runtime_ldc` covers whose last column
+    tile reaches past n, over B packed in panels of the tile's width. The guard stays where
+    it was (one compare per vector store): GRU 512 T=50 N=64's two recurrent weight
+    gradients (1024 and 512 columns in 48-column tiles) then share one program; run time:
+    see the commit that added it."""
+    return (runtime_ldc(shape, params, panel is not None) and panel == params["cols"]
+            and shape.n % params["cols"] != 0)
 
 
 def _batch(batch: int, strides: dict | None) -> dict:
@@ -335,7 +346,8 @@ class Gemm:
         else:
             prob = _problem(shape, self.panel, runtime_m(shape, self.params),
                             runtime_k(shape, self.params),
-                            runtime_ldc(shape, self.params, self.packed))
+                            runtime_ldc(shape, self.params, self.packed),
+                            runtime_n(shape, self.params, self.panel))
             self.packed_size = prob.extent("b") if self.packed else 0
             self.kernel = _build(engine, prob, self.params)
         self._names = self.kernel.src.arg_names
@@ -489,6 +501,7 @@ class Gemm:
         vals = {"a": a, "b": b, "c": c, "a_off": np.int64(a_off), "b_off": np.int64(b_off),
                 "c_off": np.int64(c_off), "m": np.int64(self.shape.m),
                 "ksize": np.int64(self.shape.k), "ldc": np.int64(self.shape.ldc),
+                "ncols": np.int64(self.shape.n),
                 **self._sizes, **(extra or {})}
         return _in_order(self.kernel, vals)
 

@@ -1,7 +1,8 @@
-"""A register-tile GEMM with C's leading dimension at run time (``GemmProblem.runtime_ldc``):
-kernels.gemm_template writes it byte for byte as loopy generates it; one text serves every
-``ldc`` (keyed as a dense C), and its kernel computes what the baked-``ldc`` kernel computes,
-bit for bit, writing nothing outside C's rows."""
+"""A register-tile GEMM with C's leading dimension at run time (``GemmProblem.runtime_ldc``)
+or its column guard against a run-time n (``runtime_n``): kernels.gemm_template writes it
+byte for byte as loopy generates it; one text serves every ``ldc`` (keyed as a dense C) and
+every n of a ragged last column tile, and its kernel computes what the baked kernel computes,
+bit for bit, writing nothing outside C's rows and columns."""
 from __future__ import annotations
 
 import pathlib
@@ -82,3 +83,53 @@ def test_runs_as_the_baked_kernel(engine, n, ldc, beta, m):
     np.testing.assert_allclose(out, cm, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(out[:, n:], c[7:7 + m * ldc].reshape(m, ldc)[:, n:])
     np.testing.assert_array_equal(got["c"][:7], c[:7])
+
+
+_RAGGED = [(1024, 1536, 1.0, 512, 40), (512, 1536, 1.0, 512, 40), (1040, 1040, 0.0, 64, 17),
+           (16, 40, 0.0, 9, 5)]
+
+
+@pytest.mark.parametrize("m_inner, m_loop", [(False, 4), (True, 1)])
+@pytest.mark.parametrize("ldc_too", [True, False])
+@pytest.mark.parametrize("n, ldc, beta, m, k", _RAGGED)
+def test_runtime_n_template_equals_loopy(m_inner, m_loop, ldc_too, n, ldc, beta, m, k):
+    p = dict(T.PARAMS, m_inner=m_inner, m_loop=m_loop)
+    pr = replace(BASE, m=m, n=n, k=k, lda=k, ldc=ldc, ldb=48, b_layout="panel48", beta=beta,
+                 runtime_ldc=ldc_too, runtime_n=True)
+    src = T.register_source(pr, p)
+    assert src is not None and "< ncols)" in src.source
+    assert src.to_json() == source_from_loopy(G.build_gemm(pr, p)).to_json()
+    assert src.arg_names[-1] == "ncols"
+    # another n of a ragged last tile: the same text (the grid follows n)
+    other = T.register_source(replace(pr, n=n + 16 if (n + 16) % 48 else n - 16), p)
+    assert other.source == src.source
+
+
+def test_runtime_n_declines_narrower_panels():
+    pr = replace(BASE, n=1024, ldb=16, b_layout="panel16", runtime_n=True)
+    assert T.register_source(pr, dict(T.PARAMS)) is None
+
+
+@pytest.mark.parametrize("n, ldc, beta, m, k", _RAGGED)
+def test_runtime_n_runs_as_the_baked_kernel(engine, n, ldc, beta, m, k):
+    pr = replace(BASE, m=m, n=n, k=k, lda=k, ldc=ldc, ldb=48, b_layout="panel48", beta=beta,
+                 runtime_n=True)
+    ours = T.register_source(pr, T.PARAMS)
+    theirs = T.register_source(replace(pr, runtime_ldc=False, runtime_n=False), T.PARAMS)
+    assert ours.source != theirs.source
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(5 + m * k).astype(np.float32)
+    bl = rng.standard_normal((k, n)).astype(np.float32)
+    bp = G.pack_b(G.GemmProblem(m=1, n=n, k=k, ldb=n), T.PARAMS).pack(bl).ravel()
+    c = rng.standard_normal(7 + m * ldc + 3).astype(np.float32)
+    bufs = {"a": a, "b": np.concatenate([np.zeros(2, np.float32), bp]), "c": c}
+    values = {"a_off": 5, "b_off": 2, "c_off": 7, "m": m, "ksize": k, "ldc": ldc, "ncols": n}
+    got = run_source(engine, ours, bufs, values)
+    want = run_source(engine, theirs, bufs, values)
+    for name in bufs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    cm = c[7:7 + m * ldc].reshape(m, ldc).copy()
+    cm[:, :n] = a[5:].reshape(m, k) @ bl + beta * cm[:, :n]
+    out = got["c"][7:7 + m * ldc].reshape(m, ldc)
+    np.testing.assert_allclose(out, cm, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(out[:, n:], c[7:7 + m * ldc].reshape(m, ldc)[:, n:])
