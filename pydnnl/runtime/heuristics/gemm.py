@@ -445,7 +445,7 @@ def _tall_tile(prob: GemmProblem, units: int, blocks, fits) -> NvTile | None:
         if blocks(_NV_WIDE) >= units and not (prob.trans_a and not prob.trans_b) \
                 and fits(_NV_WIDE):
             return _NV_WIDE
-        return _NV_THIN_N if fits(_NV_THIN_N) else None
+        return _NV_THIN_N if fits(_NV_THIN_N) and prob.k % _NV_THIN_N.bk == 0 else None
     if blocks(_NV_MID) >= 2 * units and fits(_NV_MID):
         return _NV_MID
     return None
@@ -496,7 +496,10 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
         t = _NV_THIN_M if prob.m <= prob.n else _NV_THIN_N
         if t is _NV_THIN_M and blocks(t) < units and fits(_NV_THIN_M_KSPLIT):
             return _NV_THIN_M_KSPLIT
-        return t if fits(t) else None
+        # whole slices only: a thin GEMM whose k is not a multiple of 16 keeps the loopy
+        # family, which shares k among work-groups where blocks are few (gemm_slices: the
+        # classifier's 32 x 2048 x 1000 in 5 shares of 8-deep slices)
+        return t if fits(t) and prob.k % t.bk == 0 else None
     order = [_NV_MID]
     if blocks(_NV_WIDE) >= 0.9 * units and not (prob.trans_a and not prob.trans_b):
         order.insert(0, _NV_WIDE)

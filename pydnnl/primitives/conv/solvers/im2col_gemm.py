@@ -55,8 +55,8 @@ from ....runtime.heuristics.conv import (
     CPU_WGRAD_MAX_SLICES,
     copy_lanes,
     copy_rows,
-    im2col_per_item,
     cpu_wgrad_slices,
+    im2col_per_item,
     nv_resident_blocks,
     one_round_splits,
 )
