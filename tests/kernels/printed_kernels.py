@@ -63,3 +63,17 @@ def printed_and_loopy(p, printer, build, build_loopy) -> tuple[KernelSource, Ker
     assert ours is not None
     assert build(p) == ours
     return ours, source_from_loopy(build_loopy(p))
+
+
+def packer_case(case) -> tuple:
+    """``(packer, panels, span of B)`` of a B-packer case ``(n, k, ldb, trans_b, count,
+    stride_b, width)``: the family's ``BPacking`` of ``count`` float32 B with run-time
+    offsets into panels of ``width`` columns, its panel count, and the elements its B span."""
+    from pydnnl.kernels import gemm as fam
+
+    n, k, ldb, tb, count, stride, width = case
+    src = fam.GemmProblem(m=1, n=n, k=k, ldb=ldb, trans_b=tb, batch=count,
+                          stride_b=None if count == 1 else stride, runtime_offsets=True)
+    params = dict(fam.normalize_params(None), cols=width, packed_b=True)
+    span = (count - 1) * stride + (n * ldb if tb else k * ldb)
+    return fam.pack_b(src, params), -(-n // width), span

@@ -54,7 +54,7 @@ from pydnnl.kernels.copy_source import (
 from pydnnl.kernels.source import KernelSource, source_from_loopy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from printed_kernels import run_source  # noqa: E402
+from printed_kernels import packer_case, run_source  # noqa: E402
 
 
 def _run(engine, src: KernelSource, bufs: dict, values: dict) -> dict:
@@ -306,14 +306,9 @@ _PACK_BAKED = [(32, 3136, 256, False, 8, 32, 32),     # res2a's weight gradient 
 
 @pytest.mark.parametrize("case", _PACK_BAKED, ids=range(len(_PACK_BAKED)))
 def test_pack_b_baked_equals_loopy(engine, case):
-    n, k, ldb, tb, count, stride, width = case
-    src = fam.GemmProblem(m=1, n=n, k=k, ldb=ldb, trans_b=tb, batch=count,
-                          stride_b=None if count == 1 else stride, runtime_offsets=True)
-    params = dict(fam.normalize_params(None), cols=width, packed_b=True)
-    pk = fam.pack_b(src, params)
+    k, width, count = case[1], case[6], case[4]
+    pk, npan, span = packer_case(case)
     ours = pack_b_source(pk)
-    npan = -(-n // width)
-    span = (count - 1) * stride + (n * ldb if tb else k * ldb)
     bufs = {"b": _rand(4 + span + 3, 7), "bp": _rand(6 + count * npan * width * k + 3, 8)}
     _compare(engine, ours, pk.build(), bufs, {"b_off": 4, "bp_off": 6})
 

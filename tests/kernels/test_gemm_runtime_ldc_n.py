@@ -63,20 +63,26 @@ def test_runs_as_the_baked_kernel(engine, n, ldc, beta, m):
     ours = T.register_source(pr, TILE32)
     theirs = T.register_source(baked, TILE32)
     assert ours is not None and theirs is not None and ours.source != theirs.source
-    rng = np.random.default_rng(3)
+    pack = G.pack_b(replace(pr, b_layout="plain", ldb=n, runtime_ldc=False, runtime_m=None,
+                            runtime_k=False, runtime_offsets=False), TILE32).pack
+    _runs_alike(engine, ours, theirs, pack, m, n, k, ldc, beta, 3, {})
+
+
+def _runs_alike(engine, ours, theirs, pack, m, n, k, ldc, beta, seed, values) -> None:
+    """``ours`` and ``theirs`` (the baked kernel) on the same random operands (B packed by
+    ``pack``; offsets 5, 2, 7): every buffer bit for bit equal, C's rows numpy's product
+    where its n columns are and untouched elsewhere."""
+    rng = np.random.default_rng(seed)
     a = rng.standard_normal(5 + m * k).astype(np.float32)
     bl = rng.standard_normal((k, n)).astype(np.float32)
-    bp = G.pack_b(replace(pr, b_layout="plain", ldb=n, runtime_ldc=False, runtime_m=None,
-                          runtime_k=False, runtime_offsets=False),
-                  TILE32).pack(bl).ravel()
+    bp = pack(bl).ravel()
     c = rng.standard_normal(7 + m * ldc + 3).astype(np.float32)
     bufs = {"a": a, "b": np.concatenate([np.zeros(2, np.float32), bp]), "c": c}
-    values = {"a_off": 5, "b_off": 2, "c_off": 7, "m": m, "ksize": k, "ldc": ldc}
+    values = {"a_off": 5, "b_off": 2, "c_off": 7, "m": m, "ksize": k, "ldc": ldc, **values}
     got = run_source(engine, ours, bufs, values)
     want = run_source(engine, theirs, bufs, values)
     for name in bufs:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    # and numpy's product where C's rows are, the rest of C untouched
     cm = c[7:7 + m * ldc].reshape(m, ldc).copy()
     cm[:, :n] = a[5:].reshape(m, k) @ bl + beta * cm[:, :n]
     out = got["c"][7:7 + m * ldc].reshape(m, ldc)
@@ -117,19 +123,5 @@ def test_runtime_n_runs_as_the_baked_kernel(engine, n, ldc, beta, m, k):
     ours = T.register_source(pr, T.PARAMS)
     theirs = T.register_source(replace(pr, runtime_ldc=False, runtime_n=False), T.PARAMS)
     assert ours.source != theirs.source
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal(5 + m * k).astype(np.float32)
-    bl = rng.standard_normal((k, n)).astype(np.float32)
-    bp = G.pack_b(G.GemmProblem(m=1, n=n, k=k, ldb=n), T.PARAMS).pack(bl).ravel()
-    c = rng.standard_normal(7 + m * ldc + 3).astype(np.float32)
-    bufs = {"a": a, "b": np.concatenate([np.zeros(2, np.float32), bp]), "c": c}
-    values = {"a_off": 5, "b_off": 2, "c_off": 7, "m": m, "ksize": k, "ldc": ldc, "ncols": n}
-    got = run_source(engine, ours, bufs, values)
-    want = run_source(engine, theirs, bufs, values)
-    for name in bufs:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    cm = c[7:7 + m * ldc].reshape(m, ldc).copy()
-    cm[:, :n] = a[5:].reshape(m, k) @ bl + beta * cm[:, :n]
-    out = got["c"][7:7 + m * ldc].reshape(m, ldc)
-    np.testing.assert_allclose(out, cm, rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(out[:, n:], c[7:7 + m * ldc].reshape(m, ldc)[:, n:])
+    pack = G.pack_b(G.GemmProblem(m=1, n=n, k=k, ldb=n), T.PARAMS).pack
+    _runs_alike(engine, ours, theirs, pack, m, n, k, ldc, beta, 5, {"ncols": n})

@@ -12,12 +12,11 @@ import sys
 import numpy as np
 import pytest
 
-from pydnnl.kernels import gemm as fam
 from pydnnl.kernels.pack_source import ARG_NAMES, pack_b_runtime_source, runtime_args
 from pydnnl.kernels.source import source_from_loopy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from printed_kernels import run_source  # noqa: E402
+from printed_kernels import packer_case, run_source  # noqa: E402
 
 # (n, k, ldb, trans_b, count, stride_b, width)
 _CASES = [(32, 3136, 256, False, 8, 32, 32),     # res2a's weight gradient into panels
@@ -35,13 +34,8 @@ def _rand(n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("case", _CASES, ids=range(len(_CASES)))
 def test_runtime_packer_equals_baked(engine, case):
     n, k, ldb, tb, count, stride, width = case
-    src = fam.GemmProblem(m=1, n=n, k=k, ldb=ldb, trans_b=tb, batch=count,
-                          stride_b=None if count == 1 else stride, runtime_offsets=True)
-    params = dict(fam.normalize_params(None), cols=width, packed_b=True)
-    pk = fam.pack_b(src, params)
-    npan = -(-n // width)
+    pk, npan, span = packer_case(case)
     packed = npan * width * k
-    span = (count - 1) * stride + (n * ldb if tb else k * ldb)
     b = _rand(4 + span + 3, 7)
     bufs = {"b": b, "bp": _rand(6 + count * packed + 3, 8)}
     ours = pack_b_runtime_source(tb)
