@@ -14,8 +14,11 @@ Each source keeps its meaning inside the merged text:
 - a preamble (the text before the first ``__kernel``) whose helpers (all but its one-line
   ``#define`` and ``#pragma`` lines) equal those of one already in the program, leaving no
   macro of their own defined, keeps only those lines the second time (loopy's floor
-  division helpers); anything else that two sources both define (helper functions, types)
-  makes the merged build fail, and the caller then builds the sources one by one.
+  division helpers); a helper function that two kept preambles both define would fail the
+  merged build, so :func:`merge_sources` declines such sources (None) and the caller builds
+  them one by one without that failed build (a failed build also shows as an error under
+  Oclgrind); anything else that two sources both define (types) makes the merged build
+  fail, and the caller then builds the sources one by one.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import re
 _KERNEL_LINE = re.compile(r"^[ \t]*__kernel\b", re.M)
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
 _UNDEF = re.compile(r"^[ \t]*#[ \t]*undef[ \t]+(\w+)", re.M)
+# a function definition outside macros: its name, then a parameter list, then its body
+_FUNCTION = re.compile(r"^[^#\n]*?\b(\w+)\s*\([^;{}]*\)\s*\{", re.M)
 
 
 def _kernel_pattern(name: str):
@@ -54,6 +59,7 @@ def merge_sources(sources) -> tuple[str, list[str]] | None:
     names: list[str] = []
     seen_names: set[str] = set()
     seen_preambles: set[str] = set()
+    seen_functions: set[str] = set()
     for i, (name, text) in enumerate(sources):
         new = name
         if new in seen_names:
@@ -77,6 +83,10 @@ def merge_sources(sources) -> tuple[str, list[str]] | None:
                 preamble = simple  # the same helpers are already in the program
             else:
                 seen_preambles.add(helpers)
+                functions = set(_FUNCTION.findall(helpers))
+                if functions & seen_functions:
+                    return None  # a function defined twice: the merged build would fail
+                seen_functions |= functions
         defined = sorted(set(_DEFINE.findall(text)))
         undefs = "".join(f"#undef {d}\n" for d in defined)
         parts.append(f"/* pydnnl merged program: part {i}, kernel {new} */\n"

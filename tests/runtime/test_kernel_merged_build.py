@@ -111,6 +111,19 @@ def test_merge_sources_renames_and_scopes():
     assert merge_sources([("a", "__kernel void b(__global float *x) {}")]) is None
 
 
+def test_merge_sources_declines_a_helper_defined_twice():
+    """Two preambles that differ but define the same function would fail the merged build:
+    the sources are declined (built one by one), where the same preamble twice is kept
+    once."""
+    def src(name, extra):
+        return (name, "static inline int pd_h(int x) { return x + 1; }\n" + extra
+                + f"__kernel void {name}(__global int *y) {{ y[0] = pd_h(y[0]); }}\n")
+
+    assert merge_sources([src("a", ""), src("b", "")]) is not None
+    assert merge_sources([src("a", ""), src("b", "static int pd_g(int x) { return x; }\n")]) \
+        is None
+
+
 def test_merged_build_equals_separate_builds(first_engine, binary_cache, monkeypatch):
     tag = abs(hash(str(binary_cache))) % 10**9
     reqs = [((n, f), _source(n, f, t, tag)) for n, f, t in _SPECS]
