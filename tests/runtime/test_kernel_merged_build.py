@@ -232,12 +232,16 @@ def test_one_text_under_two_kernel_names(first_engine, binary_cache, monkeypatch
 def test_requests_a_few_ms_apart_share_one_program(first_engine, binary_cache, monkeypatch):
     """A creation's kernels arrive one by one: the first finds the build thread idle, which
     gathers the requests that follow within ``_QUIET_S`` of each other instead of compiling
-    it alone; a wait for a kernel starts the compilation at once."""
+    it alone; a wait for a kernel starts the compilation at once (here the window is long,
+    so that only the waits end it)."""
     import time
 
     tag = abs(hash(str(binary_cache))) % 10**9
     K.warm_up(first_engine.context, first_engine.device)
     K._build_thread().submit(int).result()  # the thread idle, its compiler started
+    # a window far longer than a loaded machine's stalls: the wait at the end starts it
+    monkeypatch.setattr(K, "_QUIET_S", 5.0)
+    monkeypatch.setattr(K, "_HOLD_S", 5.0)
     before = K.build_costs()
     with kernel_cache.deferred_builds(wait=False) as pending:
         ks = []
