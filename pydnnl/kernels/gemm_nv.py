@@ -274,17 +274,6 @@ class _Gen:
             out.append((off, step, dst))
         return out
 
-    def _kpos(self, which: str) -> list[tuple[str, bool]]:
-        """Per float4 of :meth:`_loads`: its first k inside the slice (C) and whether its four
-        elements run along k (else they share that k)."""
-        t = self.t
-        kcontig = _a_kcontig(self.pr) if which == "a" else _b_kcontig(self.pr)
-        span = t.bm if which == "a" else t.bn
-        q = t.bk // 4 if kcontig else span // 4
-        return [(f"((tid + {i * self.nt}) % {q}) * 4" if kcontig
-                 else f"((tid + {i * self.nt}) / {q})", kcontig)
-                for i in range(span * t.bk // (4 * self.nt))]
-
     # }}}
 
     def body(self, vec: dict) -> str:
@@ -308,8 +297,8 @@ class _Gen:
             """Loads of the next slice; ``tail``: the index of the partial last slice, whose
             elements past k are zeros (and not read)."""
             ptr, v = name.upper(), vec[name]
-            kpos = self._kpos(name)
-            for i, (_, step, _) in enumerate(la if name == "a" else lb):
+            # each load's first k inside the slice, and whether its float4 runs along k
+            for i, (_, step, (ke, _, along_k)) in enumerate(la if name == "a" else lb):
                 p = f"{ptr} + {name}p{i}"
                 if v == "1":
                     full = f"*(__global const float4*)({p})"
@@ -320,7 +309,6 @@ class _Gen:
                 if tail is None:
                     w(f"r{name}[{i}] = {full};")
                 else:
-                    ke, along_k = kpos[i]
                     kg = f"{tail * t.bk} + {ke}"
                     if along_k:
                         parts = ", ".join(f"({kg} + {e} < {pr.k}) ? ({p})[{e}] : 0.0f"
