@@ -218,8 +218,9 @@ _QUEUE: list = []
 # GRU 512 T=50 N=64 training pair on the 2-core AVX-512 Xeon: the backward's first GEMM was
 # built alone (90 ms), then its 14 other kernels (550 ms); first-ever creation 1005-1028 ->
 # 993-997 ms with a 10 ms window (load 0.1-0.25). Its requests come 1-2 ms apart on a
-# quiet machine, but on one loaded by other jobs (load 4 on the 2 cores) a 10 ms window still split a creation's kernels into two programs once in
-# three: 25 ms. A creation's end waits for its kernels, which starts the build at once.
+# quiet machine, but on one loaded by other jobs (load 4 on the 2 cores) a 10 ms window
+# still split a creation's kernels into two programs once in three: 25 ms. A creation's
+# end waits for its kernels, which starts the build at once.
 _QUIET_S = 0.025
 _HOLD_S = 0.100
 _LAST_REQUEST = [0.0]
