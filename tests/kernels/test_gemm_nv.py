@@ -566,3 +566,30 @@ def test_runtime_m_with_a_column_epilogue_one_program(engine, stream, monkeypatc
                                    atol=1e-5 * np.abs(want).max())
         np.testing.assert_array_equal(got[m * n:], c0[m * n:])
     assert kernels[0] is kernels[1]
+
+
+def test_batched_and_tall_blocks_follow_the_measured_rules():
+    """The blocks the rules give the convolution GEMMs they were measured on (H200-like
+    traits): conv1's backward-weights slices (147 x 64, n = 64) the 128x64 blocks, res2a's
+    (64 x 256, m = 64) the thin ones, Winograd res3a's products (3136 x 128) the 64x128."""
+    from types import SimpleNamespace
+
+    from pydnnl.runtime.heuristics.gemm import nv_tile
+
+    h200 = SimpleNamespace(is_gpu=True, vendor_family="nvidia", compute_units=132,
+                           max_work_group_size=1024, local_mem_bytes=48 * 1024,
+                           inline_ptx=True, arch="sm_90")
+
+    def pick(m, n, k, batch):
+        t = nv_tile(h200, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n, batch=batch))
+        return None if t is None else (t.bm, t.bn)
+
+    assert pick(147, 64, 512, 196) == (128, 64)
+    assert pick(256, 64, 512, 98) == (128, 64)
+    assert pick(147, 64, 784, 16) == (64, 32)  # mb 1: too few 128x64 blocks for the units
+    assert pick(64, 256, 896, 112) == (32, 64)
+    assert pick(64, 64, 512, 196) == (32, 64)
+    t = nv_tile(h200, GemmProblem(m=3136, n=128, k=128, lda=128, ldb=128, ldc=128, batch=16))
+    assert (t.bm, t.bn) == (64, 128)
+    t = nv_tile(h200, GemmProblem(m=128, n=128, k=784, lda=784, ldb=128, ldc=128, batch=64))
+    assert (t.bm, t.bn) == (128, 64)

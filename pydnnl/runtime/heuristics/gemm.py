@@ -365,7 +365,14 @@ _NV_BATCH_MIN_K = 512
 # 0.144, res5a 0.201 -> 0.158 (backward data alike); at mb 1 the v1.5 backward weights 10-15%
 # faster, res3a_branch2a 0.055 -> 0.060. Products of 512^3 x 16 took 163 us in 128x128
 # blocks, 122 in 128x64 (Winograd res5a). A 64-wide side with a long k keeps the thin tiles:
-# res2a_branch1 / 2a / 2c backward weights lost 12-15% on 128x64 blocks (0.234 -> 0.269)
+# res2a_branch1 / 2a / 2c backward weights lost 12-15% on 128x64 blocks (0.234 -> 0.269).
+# Entries of n = 64 with m >= 128 (backward weights' [IC*K, OC] with 64 output channels)
+# take them whatever k: the n side fills the block (2026-11-29, min ms, thin -> 128x64):
+# conv1 (147 x 64 x 512, 196 entries) 0.830 -> 0.724, res2b_branch2a (256 x 64) 0.311 ->
+# 0.295, res2a_branch2b through im2col (576 x 64) 0.654 -> 0.583; with m = 64 they lose
+# (res2a_branch1, 64 x 256: 0.249 -> 0.269; res2a_branch2a, 64 x 64: 0.134 -> 0.143), and
+# so do entries too few to give every compute unit a block (conv1 at mb 1, 16 slices of
+# 147 x 64 x 784: 0.074 -> 0.093)
 
 
 # TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars, a
@@ -409,18 +416,21 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     tensor-core tile of that kind where the device has them and the shape suits one."""
     t = _nv_tile(info, prob, math)
     if t is not None and not t.mma and prob.batch > 1 and t is not _NV_MID \
-            and _batched_mid(prob) and supports(prob, _NV_MID) \
+            and not (t is _NV_WIDE and _tall(prob)) and _batched_mid(prob, info) \
+            and supports(prob, _NV_MID) \
             and _NV_MID.threads <= info.max_work_group_size \
             and smem_bytes(_NV_MID) <= info.local_mem_bytes:
         return _NV_MID
     return t
 
 
-def _batched_mid(prob: GemmProblem) -> bool:
+def _batched_mid(prob: GemmProblem, info) -> bool:
     """Whether a batched GEMM on the SIMT kernel takes the 128x64 blocks (measured next to
     ``_NV_BATCH_MIN_K``)."""
     short = min(prob.m, prob.n)
-    return short >= 128 or (short >= 64 and prob.k < _NV_BATCH_MIN_K)
+    return short >= 128 or (short >= 64 and prob.k < _NV_BATCH_MIN_K) \
+        or (prob.n == 64 and prob.m >= 128
+            and -(-prob.m // _NV_MID.bm) * prob.batch >= max(1, info.compute_units))
 
 
 # Tall GEMMs (one matrix, thousands of rows) whose n is one block's width: a convolution's
@@ -432,19 +442,29 @@ def _batched_mid(prob: GemmProblem) -> bool:
 # 25088x128x1152 258.6 / 193.3 / 159.6 (246.3); 6272x128x2304 (98 blocks of 64x128) 138.6 /
 # 195.7 / 181.2 (201.9); 3136x128x1152 48.2 / 41.0 (k shared) / 48.1 (89.2);
 # 100352x64x64 34.7 / 30.0; 100352x64x147 90.7 / 66.4; 100352x64x256 118.3 / 92.5;
-# 12544x64x576 (98 blocks of 128x64) 38.4 / 40.7. From 3072 rows (the fewest measured: 3136)
+# 12544x64x576 (98 blocks of 128x64) 38.4 / 40.7. From 3072 rows (the fewest measured: 3136).
+# Batched entries alike where the 64x128 blocks are enough: Winograd res3a's 16 products
+# of 3136 x 128 x 128 at mb 32 (forward / backward data, min ms): 128x64 0.175-0.187 /
+# 0.175-0.177, 64x128 0.166 / 0.164, thin 0.208 / 0.201, 128x128 0.238 / 0.226
 _TALL_MIN_M = 3072
+
+
+def _tall(prob: GemmProblem) -> bool:
+    """Whether ``prob`` (each entry of a batched one) is tall with n one block's width."""
+    return prob.m >= _TALL_MIN_M and prob.n in (64, 128)
 
 
 def _tall_tile(prob: GemmProblem, units: int, blocks, fits) -> NvTile | None:
     """The blocking of a tall GEMM whose n is 64 or 128 (see ``_TALL_MIN_M``), or None to
     leave it to the other rules."""
-    if prob.batch > 1 or prob.m < _TALL_MIN_M or prob.n not in (64, 128):
+    if not _tall(prob):
         return None
     if prob.n == 128:
         if blocks(_NV_WIDE) >= units and not (prob.trans_a and not prob.trans_b) \
                 and fits(_NV_WIDE):
             return _NV_WIDE
+        if prob.batch > 1:  # measured on batched entries with blocks enough only
+            return None
         return _NV_THIN_N if fits(_NV_THIN_N) and prob.k % _NV_THIN_N.bk == 0 else None
     if blocks(_NV_MID) >= 2 * units and fits(_NV_MID):
         return _NV_MID
