@@ -37,3 +37,23 @@ def test_cell_wg_respects_the_device_limit_and_gpus_keep_a_warp():
     gpu = _info("gpu", simd_width=32, max_work_group_size=1024)
     assert rules.cell_wg(gpu, 512) == rules.GPU_CELL_WG
     assert rules.cell_wg(gpu, 16) == 16
+
+
+def test_weights_panel_8wide_cpus_take_the_6x16_tile():
+    """8-wide CPUs store inference weights in 16-column panels (8 where a gate is no whole
+    number of 16) read by a 6x16 tile unrolled by 4, whatever tile the tuned GEMM has; 16-wide
+    CPUs keep panels of one vector read by the tuned tile; GPUs store none."""
+    from pydnnl.kernels.gemm import DEFAULT_CPU_PARAMS
+
+    tuned8 = dict(DEFAULT_CPU_PARAMS, rows=4, cols=24, vec=8, packed_b=True)
+    avx2 = _info("cpu", simd_width=8)
+    for role in ("iter", "layer"):
+        w, tile = rules.weights_panel(avx2, role, tuned8, 512)
+        assert w == 16 and (tile["rows"], tile["cols"], tile["k_unroll"]) == (6, 16, 4)
+        assert tile["vec"] == 8 and tile["packed_b"] and not tile["local_prefetch"]
+        assert rules.weights_panel(avx2, role, tuned8, 24)[0] == 8
+    tuned16 = dict(DEFAULT_CPU_PARAMS, rows=8, cols=48, vec=16, k_unroll=2, packed_b=True)
+    avx512 = _info("cpu", simd_width=16)
+    assert rules.weights_panel(avx512, "iter", tuned16, 512) == (16, None)
+    assert rules.weights_panel(avx2, "iter", dict(tuned8, packed_b=False), 512) is None
+    assert rules.weights_panel(_info("gpu", simd_width=32), "iter", tuned8, 512) is None

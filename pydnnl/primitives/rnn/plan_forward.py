@@ -206,7 +206,7 @@ def weights_panels(engine, s, training: bool) -> dict:
             params = choose_params(engine, exact_half_math(s, role, shape), static_b=True)
             pick = None
             if params["packed_b"]:
-                pick = rnn_rules.weights_panel(engine.info, kind, params)
+                pick = rnn_rules.weights_panel(engine.info, kind, params, s.DHC)
             if pick is None or s.DHC % pick[0]:
                 picks.add(None)
             else:

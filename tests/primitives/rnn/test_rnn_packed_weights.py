@@ -34,10 +34,21 @@ def per_step(monkeypatch):
 
 
 def _panel_width(engine) -> int:
+    """Columns of the panels the tuned GEMM reads (one vector)."""
     w = 16 if engine.info.simd_width >= 16 else 8
     if not reads_panels(engine, GemmShape(m=64, n=4 * 32, k=32, lda=32, ldb=128, ldc=128), w):
         pytest.skip("this device's tuned GEMM reads no weights panels")
     return w
+
+
+def _weights_width(engine, dhc: int) -> int | None:
+    """Columns of the panels ``any`` weights of ``dhc`` channels a gate resolve to: one
+    vector, or on 8-wide CPUs 16 where the gates allow (``heuristics.rnn.weights_panel``:
+    a 6x16 tile there); None where a gate is no whole number of panels."""
+    w = _panel_width(engine)
+    if w == 8 and dhc % 16 == 0:
+        return 16
+    return w if dhc % w == 0 else None
 
 
 def _reference(p, a) -> dict:
@@ -86,6 +97,9 @@ CASES = {
     "lbr_gru": Problem("lbr_gru", 5, 8, 16, 32),
     "rnn_bi_concat": Problem("rnn", 4, 5, 32, 48, direction="bidirectional_concat"),
     "lstm_r2l_bi_sum": Problem("lstm", 4, 3, 16, 16, L=2, direction="bidirectional_sum"),
+    # gates of 24 channels (8-wide CPUs: 8-column panels read two at a time by the 6x16
+    # tile), k not a multiple of the tile's k unrolling (13 and 24 by 4), 7 rows (6-row tiles)
+    "lstm_dhc24_slc13": Problem("lstm", 4, 7, 13, 24),
 }
 
 
@@ -96,8 +110,8 @@ def test_any_weights_resolve_to_gemm_panels(engine, stream, per_step, name):
     plan packs only the others per execution and the
     outputs match the reference (each gate a whole number of panels, GRU's stages reading
     their gates' panels, layers and directions their matrices)."""
-    w = _panel_width(engine)
     p = CASES[name]
+    w = _weights_width(engine, p.DHC)
     a = p.arrays(3)
     out, pd, prim = _run(engine, stream, p, a, INFER)
     dims = p.dims()
@@ -105,6 +119,8 @@ def test_any_weights_resolve_to_gemm_panels(engine, stream, per_step, name):
     assert panels.get("weights_iter") == w
     if w == 16:  # one GEMM program for both roles (first-ever creation)
         assert panels.get("weights_layer") == (16 if p.DHC % 16 == 0 else None)
+    if _panel_width(engine) == 8:  # both roles read them with the same 6x16 tile
+        assert panels.get("weights_layer") == w
     for n in WEIGHTS:
         want = dnnl.memory.desc(list(dims[n]), F32,
                                 f"abdEc{panels[n]}e" if n in panels else TAG.ldigo)
@@ -133,8 +149,8 @@ def test_plain_weights_still_packed_per_execution(engine, stream, per_step, name
 
 def test_panel_weights_given_explicitly(engine, stream, per_step):
     """Weights described as ``ldgOi<w>o`` by the user (not any) are read in place too."""
-    w = _panel_width(engine)
     p = CASES["lstm"]
+    w = _weights_width(engine, p.DHC)
     a = p.arrays(5)
     out, pd, prim = _run(engine, stream, p, a, INFER, weights_tag=f"abdEc{w}e")
     assert pd.weights_iter_desc() == dnnl.memory.desc(list(p.dims()["weights_iter"]), F32,
@@ -150,8 +166,8 @@ def test_panel_weights_given_explicitly(engine, stream, per_step):
 def test_panel_weights_reorder_back(engine, stream, per_step):
     """The chosen layout is a real memory desc: reordering out of it gives the user's weights
     back, and its panels hold the values at the places ``ldgOi<w>o`` names."""
-    w = _panel_width(engine)
     p = CASES["lstm"]
+    w = _weights_width(engine, p.DHC)
     L, D, I, G, O = p.dims()["weights_iter"]
     x = np.random.default_rng(0).uniform(-1, 1, (L, D, I, G, O)).astype(np.float32)
     pd = _run(engine, stream, p, p.arrays(6), INFER, executions=1)[1]
@@ -195,6 +211,35 @@ def test_gemm_reads_narrower_panels(engine, stream, m, n, k):
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     bp = b.reshape(k, n // w, w).transpose(1, 0, 2).reshape(-1)
+    md = lambda size: dnnl.memory.desc([size], F32, TAG.a)  # noqa: E731
+    A, B = dnnl.memory(md(a.size), engine), dnnl.memory(md(bp.size), engine)
+    C = dnnl.memory(md(m * n), engine)
+    A.write(a.reshape(-1))
+    B.write(bp)
+    g(stream, A.buffer, 0, B.buffer, 0, C.buffer, 0)
+    stream.wait()
+    got = C.to_numpy().reshape(m, n)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("pw", [8, 16])
+@pytest.mark.parametrize("m,n,k", [(64, 2048, 512), (7, 96, 13), (200, 1024, 28), (13, 48, 6)])
+def test_gemm_8wide_panel_tile(engine, stream, pw, m, n, k):
+    """The tile 8-wide CPUs read inference weights with (``heuristics.rnn.weights_panel``:
+    6x16, k unrolled by 4) over 16- and 8-column panels: rows that are no multiple of 6, k no
+    multiple of 4."""
+    from pydnnl.kernels.gemm import DEFAULT_CPU_PARAMS
+    from pydnnl.runtime.heuristics import rnn as rnn_rules
+
+    if not engine.info.is_cpu:
+        pytest.skip("a CPU register tile")
+    tile = dict(DEFAULT_CPU_PARAMS, vec=8, packed_b=True, **rnn_rules.PANEL_8WIDE_TILE)
+    shape = GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n)
+    g = get_gemm(engine, shape, static_b=True, b_panel=pw, params=tile)
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    bp = b.reshape(k, n // pw, pw).transpose(1, 0, 2).reshape(-1)
     md = lambda size: dnnl.memory.desc([size], F32, TAG.a)  # noqa: E731
     A, B = dnnl.memory(md(a.size), engine), dnnl.memory(md(bp.size), engine)
     C = dnnl.memory(md(m * n), engine)
