@@ -18,6 +18,7 @@ TILES = {
     "64x128x16/8x8": NvTile(64, 128, 16, 8, 8),
     "128x64x16/8x4": NvTile(128, 64, 16, 8, 4),
     "64x64x16/4x4": NvTile(64, 64, 16, 4, 4),
+    "64x64x16/8x4": NvTile(64, 64, 16, 8, 4),
     "32x64x16/4x4": NvTile(32, 64, 16, 4, 4),
     "64x32x16/4x4": NvTile(64, 32, 16, 4, 4),
     # k-groups: each a share of k's slices, their tiles added in shared memory
@@ -571,7 +572,8 @@ def test_runtime_m_with_a_column_epilogue_one_program(engine, stream, monkeypatc
 def test_batched_and_tall_blocks_follow_the_measured_rules():
     """The blocks the rules give the convolution GEMMs they were measured on (H200-like
     traits): conv1's backward-weights slices (147 x 64, n = 64) the 128x64 blocks, res2a's
-    (64 x 256, m = 64) the thin ones, Winograd res3a's products (3136 x 128) the 64x128."""
+    (64 x 256) the 64x64 ones, 64 x 64 slices the thin ones, Winograd res3a's products
+    (3136 x 128) the 64x128."""
     from types import SimpleNamespace
 
     from pydnnl.runtime.heuristics.gemm import nv_tile
@@ -587,7 +589,10 @@ def test_batched_and_tall_blocks_follow_the_measured_rules():
     assert pick(147, 64, 512, 196) == (128, 64)
     assert pick(256, 64, 512, 98) == (128, 64)
     assert pick(147, 64, 784, 16) == (64, 32)  # mb 1: too few 128x64 blocks for the units
-    assert pick(64, 256, 896, 112) == (32, 64)
+    assert pick(64, 256, 896, 112) == (64, 64)  # res2a_branch1's slices
+    assert pick(1152, 128, 784, 16) == (64, 64)  # v1.5 res3a_branch2b's
+    assert pick(4608, 512, 784, 2) == (128, 64)
+    assert pick(1024, 256, 784, 8) == (128, 64)  # res4b_branch2a's: lost on 64x64
     assert pick(64, 64, 512, 196) == (32, 64)
     t = nv_tile(h200, GemmProblem(m=3136, n=128, k=128, lda=128, ldb=128, ldc=128, batch=16))
     assert (t.bm, t.bn) == (64, 128)

@@ -375,6 +375,22 @@ _NV_BATCH_MIN_K = 512
 # 147 x 64 x 784: 0.074 -> 0.093)
 
 
+# Batched entries (backward weights' k slices, long k) 64 rows by 256 or more, or 1024 to 3071
+# rows by 128 or 256 and at least 8 times as tall as wide, take 64x64 blocks of 8x4 where
+# those give every unit one: more blocks than 128x64 ones, each half as tall. H200,
+# ResNet-50 backward weights at mb 32 (min ms, the rules' tile -> 64x64, same card; forced,
+# then the rule in the whole list): res2a_branch1 (64 x 256 x 784, 128 slices) 0.242 ->
+# 0.206, 0.234 -> 0.207; res2a_branch2c 0.238 -> 0.204, 0.234 -> 0.207; v1.5 res3a_branch2b
+# (1152 x 128 x 784, 16) 0.441 -> 0.416, 0.436 -> 0.419; v1.5 res4a_branch2b (2304 x 256)
+# 0.361-0.367 -> 0.339, 0.370 -> 0.342. Others lost on them: 64 x 64 entries
+# (res2a_branch2a 0.131 -> 0.141; Winograd res2a 0.384 -> 0.415), 128 x 128 (Winograd res3a
+# 0.198 -> 0.234), 1024 x 256 (res4b_branch2a 0.159 -> 0.173); 4608 x 512 (v1.5
+# res5a_branch2b) stayed 0.287. With 4x4 per work-item (256 work-items) the v1.5 layers lost
+# 5-35%
+_NV_SQUARE = NvTile(64, 64, 16, 8, 4)
+_SQUARE_MIN_M = 1024
+
+
 # TF32 tensor-core tiles (mma.sync m16n8k8 over 16-deep slices, fragments read as scalars, a
 # plain A kept m-major in shared memory), measured on the H100 (2026-11, us; the SIMT kernel /
 # cuBLAS TF32 in brackets): 64x128 blocks of 32x32 warp tiles (1024^3: 38 [100 / 18];
@@ -415,6 +431,9 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     ``math="tf32"``, ``"bf16"`` or ``"f16"`` (the user's fpmath mode allows it) picks a
     tensor-core tile of that kind where the device has them and the shape suits one."""
     t = _nv_tile(info, prob, math)
+    if t is not None and not t.mma and _batched_square(prob, info) and fits_on(info, prob,
+                                                                             _NV_SQUARE):
+        return _NV_SQUARE
     if t is not None and not t.mma and prob.batch > 1 and t is not _NV_MID \
             and not (t is _NV_WIDE and _tall(prob)) and _batched_mid(prob, info) \
             and supports(prob, _NV_MID) \
@@ -422,6 +441,23 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
             and smem_bytes(_NV_MID) <= info.local_mem_bytes:
         return _NV_MID
     return t
+
+
+def fits_on(info, prob: GemmProblem, t: NvTile) -> bool:
+    """Whether the kernel covers ``prob`` with ``t`` within the device's limits."""
+    return supports(prob, t) and t.threads <= info.max_work_group_size \
+        and smem_bytes(t) <= info.local_mem_bytes
+
+
+def _batched_square(prob: GemmProblem, info) -> bool:
+    """Whether a batched GEMM takes the 64x64 blocks (measured next to ``_NV_SQUARE``)."""
+    if prob.batch <= 1 or prob.k < _NV_BATCH_MIN_K:
+        return False
+    wide = prob.m == 64 and prob.n >= 256
+    tall = _SQUARE_MIN_M <= prob.m < _TALL_MIN_M and prob.n in (128, 256) \
+        and prob.m >= 8 * prob.n
+    blocks = -(-prob.m // _NV_SQUARE.bm) * -(-prob.n // _NV_SQUARE.bn) * prob.batch
+    return (wide or tall) and blocks >= max(1, info.compute_units)
 
 
 def _batched_mid(prob: GemmProblem, info) -> bool:
