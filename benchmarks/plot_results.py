@@ -2,6 +2,7 @@
 
     python -m pydnnl.benchdnn --rnn --compare=torch --batch=benchmarks/rnn/inference.txt > cpu.txt
     python benchmarks/plot_results.py --out docs/img/rnn_vs_peers.png "CPU vs PyTorch"=cpu.txt ...
+    python benchmarks/plot_results.py --out docs/img/conv.png FWD_B=fwd.txt BWD_D=bwd_d.txt ...
 
 Each positional argument is ``LABEL=FILE``: a series of bars (one per perf line of the file
 that has a peer time). Bars above 1 mean pydnnl is faster. Needs matplotlib.
@@ -14,23 +15,33 @@ import re
 _NAME = re.compile(r'n"([^"]+)"')
 
 
+# ResNet-50 list names: the model's prefix, shortened
+_PREFIXES = (("resnet_50_v1_5:", "v1.5 "), ("resnet_50:", ""))
+
+
 def read_perf(path: str) -> list[tuple[str, float]]:
-    """(problem name, speed_vs_peer) of each perf line that has a peer comparison."""
+    """(problem name, peer time / pydnnl time) of each perf line that has a peer comparison:
+    the RNN and primitive drivers' ``speed_vs_<peer>=`` field, the conv driver's ``ratio=``."""
     out = []
     for line in open(path):
-        if not line.startswith("perf,") or "speed_vs_" not in line:
+        if not line.startswith("perf,"):
             continue
         fields = line.strip().split(",")
-        opts, prob = fields[1], fields[2]
-        m = _NAME.search(prob)
-        name = m.group(1) if m else prob
-        if "BWD" in opts and "bwd" not in name:
+        ratios = [f.split("=")[1].rstrip("x") for f in fields
+                  if f.startswith("speed_vs_") or f.startswith("ratio=")]
+        if not ratios:
+            continue
+        opts = fields[1]
+        m = _NAME.search(line)
+        name = m.group(1) if m else fields[2]
+        for long, short in _PREFIXES:
+            if name.startswith(long):
+                name = short + name[len(long):]
+        if opts.startswith("--rnn") and "BWD" in opts and "bwd" not in name:
             name += " fwd+bwd"
         if "--seq-lengths" in opts:
             name += " (lengths)"
-        ratio = next(float(f.split("=")[1].rstrip("x")) for f in fields
-                     if f.startswith("speed_vs_"))
-        out.append((name, ratio))
+        out.append((name, float(ratios[0])))
     return out
 
 
