@@ -51,6 +51,10 @@ class ElementwiseProblem:
     # rh written are quantized: clamp(rint(v * scale + shift), lo, hi) (oneDNN's
     # ref_postgemm_lstm.cpp / ref_postgemm_gru.cpp)
     quant: tuple | None = None
+    # tanh printed as 2 / (1 + exp(-2 x)) - 1 (one exp and a division) instead of a call of
+    # tanh (a device rule: ``heuristics.rnn.cell_tanh_via_exp``); within 2 ulp-ish absolute
+    # error of tanh, infinities and NaN as tanh's
+    tanh_exp: bool = False
 
 
 def stage_buffers(p: ElementwiseProblem) -> tuple[str, ...]:
@@ -230,7 +234,7 @@ def build_elementwise_loopy(p: ElementwiseProblem):
             mapping[name] = plain[name]
 
     def fn_sub(expr):
-        return _FunctionInliner(p.activation, p.alpha, p.clip)(expr)
+        return _FunctionInliner(p.activation, p.alpha, p.clip, p.tanh_exp)(expr)
 
     temps, insns = [], []
     prev = frozenset()  # the instructions the next one waits for
@@ -327,8 +331,10 @@ def quant_helper(quant: tuple) -> tuple[str, str, type, type]:
 class _FunctionInliner:
     """Replace calls of logistic/tanh/act by OpenCL expressions loopy understands."""
 
-    def __init__(self, activation: str, alpha: float, clip: tuple | None = None):
+    def __init__(self, activation: str, alpha: float, clip: tuple | None = None,
+                 tanh_exp: bool = False):
         self.activation, self.alpha, self.clip = activation, alpha, clip
+        self.tanh_exp = tanh_exp
 
     def __call__(self, expr):
         from pymbolic.mapper import IdentityMapper
@@ -342,11 +348,10 @@ class _FunctionInliner:
                 if name == "logistic":
                     return _logistic(params[0])
                 if name == "tanh":
-                    from pymbolic import var
-
-                    return var("tanh")(params[0])
+                    return _tanh(params[0], outer.tanh_exp)
                 if name == "act":
-                    return _activation(outer.activation, outer.alpha, params[0])
+                    return _activation(outer.activation, outer.alpha, params[0],
+                                       outer.tanh_exp)
                 if name == "clip":
                     return _clip(outer.clip, params[0])
                 return type(e)(e.function, params)
@@ -373,12 +378,21 @@ def _logistic(x):
     return 1.0 / (1.0 + var("exp")(-x))
 
 
-def _activation(kind: str, alpha: float, x):
-    import pymbolic.primitives as prim
+def _tanh(x, via_exp: bool = False):
+    """tanh(x): a call, or ``via_exp`` 2 / (1 + exp(-2 x)) - 1 (exp overflowing to inf gives
+    -1, underflowing to 0 gives 1; absolute error a few f32 ulps of 1)."""
     from pymbolic import var
 
+    if via_exp:
+        return 2.0 / (1.0 + var("exp")(-2.0 * x)) - 1.0
+    return var("tanh")(x)
+
+
+def _activation(kind: str, alpha: float, x, tanh_exp: bool = False):
+    import pymbolic.primitives as prim
+
     if kind == "tanh":
-        return var("tanh")(x)
+        return _tanh(x, tanh_exp)
     if kind == "logistic":
         return _logistic(x)
     if kind == "relu":

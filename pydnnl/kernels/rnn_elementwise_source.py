@@ -217,7 +217,7 @@ def _forward(p) -> KernelSource:
             temps.append(f"v_{name}")
             lines.append(f"v_{name} = {pr(m[1])};")
             mapping[name] = var(f"v_{name}")
-    inline = _FunctionInliner(p.activation, p.alpha, p.clip)
+    inline = _FunctionInliner(p.activation, p.alpha, p.clip, p.tanh_exp)
     for a in stage.assignments:
         temps.append(f"v_{a.name}")
         lines.append(f"v_{a.name} = {pr(inline(substitute(a.expr, mapping)))};")

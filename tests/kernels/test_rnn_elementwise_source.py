@@ -64,6 +64,14 @@ FORWARD = {
     "rnn_relu0": replace(_F, cell="vanilla_rnn", activation="relu", store_gates=False),
     "rnn_tanh": replace(_F, cell="vanilla_rnn"),
     "rnn_logistic": replace(_F, cell="vanilla_rnn", activation="logistic", dhc=20, ld_h=20),
+    # tanh as 2 / (1 + exp(-2x)) - 1 (CPU inference: heuristics.rnn.cell_tanh_via_exp)
+    "lstm_tanh_exp": replace(_F, store_gates=False, tanh_exp=True),
+    "lstm_clip_tanh_exp": replace(_F, clip=CLIP, store_gates=False, tanh_exp=True),
+    "gru_s1_tanh_exp": replace(_F, cell="vanilla_gru", stage=1, ld_h_prev=DHC,
+                               store_gates=False, tanh_exp=True),
+    "lbr_gru_tanh_exp": replace(_F, cell="lbr_gru", ld_h_prev=DHC, store_gates=False,
+                                tanh_exp=True),
+    "rnn_tanh_exp": replace(_F, cell="vanilla_rnn", store_gates=False, tanh_exp=True),
 }
 
 _B = BackwardElementwiseProblem("vanilla_lstm", 0, False, "tanh", 0.0, DHC, SIC, DHC, True,
@@ -149,3 +157,17 @@ def test_declines():
     for q in (int8, fused):
         assert elementwise_source(q) is None
         assert not isinstance(build_elementwise(q), KernelSource)  # loopy's TranslationUnit
+
+
+def test_tanh_exp_accuracy():
+    """The exp form of tanh stays within a few f32 ulps of 1 of tanh over the f32 range,
+    ±inf and NaN included (numpy, the same formula in f32)."""
+    from pydnnl.kernels.rnn_elementwise import _tanh  # noqa: F401  (the form the kernels print)
+
+    x = np.concatenate([np.linspace(-40, 40, 200001), [-np.inf, np.inf, 0.0, -0.0, 1e-30,
+                                                       -1e-30, 3e38, -3e38]]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        got = np.float32(2) / (np.float32(1) + np.exp(np.float32(-2) * x)) - np.float32(1)
+    want = np.tanh(x.astype(np.float64))
+    assert np.max(np.abs(got - want)) < 4e-7
+    assert np.isnan(np.float32(2) / (np.float32(1) + np.exp(np.float32(np.nan))) - 1)

@@ -57,3 +57,9 @@ def test_weights_panel_8wide_cpus_take_the_6x16_tile():
     assert rules.weights_panel(avx512, "iter", tuned16, 512) == (16, None)
     assert rules.weights_panel(avx2, "iter", dict(tuned8, packed_b=False), 512) is None
     assert rules.weights_panel(_info("gpu", simd_width=32), "iter", tuned8, 512) is None
+
+
+def test_cell_tanh_via_exp_cpu_inference_only():
+    assert rules.cell_tanh_via_exp(_info("cpu", simd_width=8), training=False)
+    assert not rules.cell_tanh_via_exp(_info("cpu", simd_width=8), training=True)
+    assert not rules.cell_tanh_via_exp(_info("gpu", simd_width=32), training=False)

@@ -419,7 +419,9 @@ class ForwardPlanBuilder(PlanBuilder):
             ep = ElementwiseProblem(spec.name, k, s.peephole, s.activation, s.alpha, DHC,
                                     ld_h_prev=s.SIC, ld_h=DHC if s.projection else s.DIC,
                                     clip=clip_key(s), wg=rnn_rules.cell_wg(eng.info, DHC),
-                                    store_gates=pd.training, quant=self.quant, **fuse)
+                                    store_gates=pd.training, quant=self.quant,
+                                    tanh_exp=rnn_rules.cell_tanh_via_exp(eng.info, pd.training),
+                                    **fuse)
             kern = self.plan.get("rnn_elementwise", ep, build_elementwise)
             self.stage_kernels.append((st, kern, self.gemm.get(f"iter{k}"), f"iter{k}"))
 

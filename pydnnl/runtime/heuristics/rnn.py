@@ -336,6 +336,21 @@ def cell_wg(info, dhc: int) -> int:
     return min(cap, -(-wg // simd) * simd)
 
 
+# The forward cell kernels' tanh as 2 / (1 + exp(-2 x)) - 1 on CPUs, inference (training's
+# forward was not measured): the runtimes' vector tanh costs more than an exp and a division.
+# 2-core AMD EPYC (Zen 3, AVX2), isolated LSTM cell kernels, gx read cold, the steps' summed
+# kernel time, min ms of 12 interleaved rounds (machine shared, load 6): Intel's runtime, N 200
+# 256 channels T 28 (MNIST rows) 12.2 -> 8.2, N 64 512 channels T 50 9.0 -> 7.1; PoCL 113 ->
+# 110 and 85 -> 70 (8 rounds). Without either tanh (timing only) Intel's took 20.8 against
+# 28.2 (load 8): tanh was a third of the cell. Largest error against float64 tanh 2.2e-7 in h
+# (tanh's own 1.2e-7); exp's overflow gives -1, its underflow 1, NaN stays NaN. Tried and not
+# taken: native_exp (error 9e-5) and -cl-fast-relaxed-math (6e-5), beyond the f32 tests' 1e-5.
+def cell_tanh_via_exp(info, training: bool) -> bool:
+    """Whether the forward cell kernels compute tanh as 2 / (1 + exp(-2 x)) - 1
+    (``ElementwiseProblem.tanh_exp``) rather than calling tanh: CPU inference."""
+    return info.is_cpu and not training
+
+
 def weight_gradient_copies(info, k: int, n: int, itemsize: int = 4) -> bool:
     """Whether the weight-gradient GEMMs (B: ``k`` rows, time steps x batch, of ``n``
     columns) read A transposed and B packed into scratch copies: CPUs, once B outgrows the
