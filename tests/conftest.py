@@ -42,7 +42,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "sampled(every): on devices after the first, run every n-th case of this "
                    "device-parametrized sweep (the first device runs all of them; the kernels "
-                   "come from the same generators, and CI time is finite)")
+                   "come from the same generators, and CI time is finite); pick n coprime with "
+                   "the counts of the fastest-varying parameters (the last id fields), so "
+                   "that every value of each still runs on every device")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -143,6 +143,7 @@ def _run(eng, s, d, md, prop, flags, vec: bool, kind="f32"):
     check_backward(b, kind, dx, dsc, dsh)
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("flags", [F.use_scale | F.use_shift, F.none, F.use_shift,
                                    F.use_global_stats | F.use_scale],

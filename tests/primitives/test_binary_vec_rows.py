@@ -71,6 +71,7 @@ def _close(got, want, rtol=2e-6):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6)
 
 
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("alg", VEC_ALGS, ids=[a.name[7:] for a in VEC_ALGS])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_vector_rows_match_reference(engine, stream, forced, alg, shape):

@@ -75,6 +75,7 @@ SHAPES = {"whole": ([3, 5, 32], "abc"), "tail": ([3, 5, 37], "abc"),
           "transposed_rows": ([3, 4, 21], "bac")}
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("flags,prop", [
     (F.none, PK.backward), (F.use_scale | F.use_shift, PK.backward),

@@ -60,6 +60,7 @@ UNEVEN = [
 ]
 
 
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("case,images", UNEVEN, ids=lambda v: str(v))

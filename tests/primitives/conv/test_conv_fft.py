@@ -48,6 +48,7 @@ OWN = [
 ]
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("case", STRIDE1 + OWN, ids=str)
 def test_convolution(engine, stream, case, direction):

@@ -25,6 +25,7 @@ from pydnnl.primitives.conv.solvers import get_solver  # noqa: E402
 SOLVER = "implicit_gemm"
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_convolution(engine, stream, case, direction):
@@ -34,6 +35,7 @@ def test_convolution(engine, stream, case, direction):
     assert_close(res, 1e-5, f"{case} {direction}")
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("case", DECONV_CASES, ids=str)
 def test_deconvolution(engine, stream, case, direction):

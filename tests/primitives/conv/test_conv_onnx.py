@@ -189,6 +189,7 @@ def test_node_cases_present():
 NODE_PARAMS = [(n, ("direct", "im2col_gemm")[i % 2]) for i, n in enumerate(NODE_NAMES)]
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("name, solver", NODE_PARAMS)
 def test_node_case(engine, stream, name, solver):
     (case,) = [c for c in node_cases() if c.name == name]
@@ -215,6 +216,7 @@ def test_pytorch_converted_present():
     assert len(PYTORCH_CASES) >= 28, PYTORCH_CASES
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("case", PYTORCH_CASES)
 def test_pytorch_converted(engine, stream, case):
     d = os.path.join(PYTORCH_DIR, case)

@@ -56,6 +56,7 @@ SOLVERS = ["direct", "im2col_gemm"]
 DIRS = ["fwd", "bwd_d", "bwd_w"]
 
 
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -70,6 +71,7 @@ DECONV_CASES = [c for c in CASES if c.name in (
     "2d_g2_s21_d10_asym", "2d_dw_mult_negpad", "3d_mixed", "2d_1x1")]
 
 
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("direction", DIRS)
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("case", DECONV_CASES, ids=str)

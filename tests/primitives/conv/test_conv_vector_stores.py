@@ -68,6 +68,7 @@ def _run(engine, stream, solver, chain, n, ic, oc, hw, k, stride, pad, bias=True
     return pd
 
 
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("shape", [
     (1, 3, 64, 23, 7, 2, 3),   # the stem's form: 12x12 rows, 64 channels

@@ -247,6 +247,7 @@ GLOBAL_CASES = {
 }
 
 
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("ks, kc, rn, jb", [(128, 256, 4, 16), (16, 64, 2, 16), (1, 32, 3, 16),
                                             (4, 128, 8, 16), (64, 64, 1, 16), (8, 64, 2, 8)])
 @pytest.mark.parametrize("name", list(GLOBAL_CASES))
