@@ -79,6 +79,7 @@ def test_inference_matches_reference(engine, stream, monkeypatch, name, path):
         assert_close(got, want[k], f"{path} {name} {k}")
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("name", ["lstm_bi_concat_L2", "gru_sum", "lbr_gru_L2", "rnn_r2l",
                                   "lstm_clip_r2l"])
 def test_training_workspace_gives_the_same_gradients(engine, stream, monkeypatch, name):
@@ -490,6 +491,7 @@ ONE_GROUP_SEQ = {  # the one-group form (any device) with lengths
 }
 
 
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("name", list(ONE_GROUP_SEQ))
 def test_one_group_sequence_lengths(engine, stream, monkeypatch, name):
     """The one-group form with lengths (weights in registers or read as they lie): inference
