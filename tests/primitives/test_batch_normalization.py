@@ -67,7 +67,7 @@ LAYOUTS = {"nc": ([6, 5], "ab"), "ncw": ([3, 4, 7], "abc"), "nwc": ([3, 4, 7], "
            "ndhwc": ([2, 3, 2, 3, 2], "acdeb"), "cn": ([5, 6], "ba")}
 
 
-@pytest.mark.sampled(every=3)
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: f"f{int(f)}")
 def test_forward_training_and_backward_match_reference(engine, stream, layout, flags):
@@ -330,7 +330,7 @@ def _low_close(got, want, kind):
     assert np.all(np.abs(got - want) <= bound), float(np.max(np.abs(got - want) - bound))
 
 
-@pytest.mark.sampled(every=2)
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("kind", ["bf16", "f16"])
 @pytest.mark.parametrize("dims,t", [([2, 5, 3, 4], "abcd"), ([4, 3, 40, 40], "acdb"),
                                     ([2, 11, 3, 3], "aBcd8b")], ids=["nchw", "nhwc", "nChw8c"])

@@ -80,7 +80,7 @@ SHAPES = [  # (src0 dims, src1 dims)
 ]
 
 
-@pytest.mark.sampled(every=3)
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("alg", ALGS, ids=[a.name[7:] for a in ALGS])
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
 def test_matches_reference(engine, stream, alg, shape):

@@ -62,7 +62,7 @@ CASES = [
 CASE_IDS = [f"{'x'.join(map(str, c[0]))}-{'x'.join(map(str, c[1]))}-{c[2]}" for c in CASES]
 
 
-@pytest.mark.sampled(every=3)
+@pytest.mark.sampled(every=5)
 @pytest.mark.parametrize("alg", ALGS, ids=lambda a: a.name[10:])
 @pytest.mark.parametrize("sdims,ddims,st,dtg", CASES, ids=CASE_IDS)
 def test_matches_reference(engine, stream, alg, sdims, ddims, st, dtg):
@@ -108,7 +108,7 @@ ONNX = [("ReduceMax", A.reduction_max, 1.0), ("ReduceMin", A.reduction_min, 1.0)
         ("ReduceSumSquare", A.reduction_norm_lp_power_p_sum, 2.0)]
 
 
-@pytest.mark.sampled(every=2)
+@pytest.mark.sampled(every=3)
 @pytest.mark.parametrize("op,alg,p", ONNX, ids=[o[0] for o in ONNX])
 @pytest.mark.parametrize("axes", [(2, 3), (0,), (1, 3)], ids=["inner", "outer", "mixed"])
 def test_matches_onnx(engine, stream, op, alg, p, axes):

@@ -346,7 +346,7 @@ def _arg_words(arg: int) -> list[str]:
 EXEC_CASES = _execute_cases()
 
 
-@pytest.mark.sampled(every=3)
+@pytest.mark.sampled(every=2)
 @pytest.mark.parametrize("case", list(EXEC_CASES))
 @pytest.mark.parametrize("base", ["lstm", "rnn"])
 def test_execute_rejects_bad_args_before_writing(engine, stream, base, case):
