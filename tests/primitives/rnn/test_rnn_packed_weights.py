@@ -206,8 +206,12 @@ def test_gemm_reads_narrower_panels(engine, stream, m, n, k):
     shape = GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n)
     if not reads_panels(engine, shape, w):
         pytest.skip(f"the tuned kernel of {m}x{n}x{k} reads no {w}-column panels")
-    g = get_gemm(engine, shape, b_panel=w)
-    rng = np.random.default_rng(1)
+    _check_panel_gemm(engine, stream, get_gemm(engine, shape, b_panel=w), m, n, k, w, seed=1)
+
+
+def _check_panel_gemm(engine, stream, g, m, n, k, w, seed):
+    """Run ``g`` on random A and B packed in ``w``-column panels; compare with float64."""
+    rng = np.random.default_rng(seed)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     bp = b.reshape(k, n // w, w).transpose(1, 0, 2).reshape(-1)
@@ -236,19 +240,7 @@ def test_gemm_8wide_panel_tile(engine, stream, pw, m, n, k):
     tile = dict(DEFAULT_CPU_PARAMS, vec=8, packed_b=True, **rnn_rules.PANEL_8WIDE_TILE)
     shape = GemmShape(m=m, n=n, k=k, lda=k, ldb=n, ldc=n)
     g = get_gemm(engine, shape, static_b=True, b_panel=pw, params=tile)
-    rng = np.random.default_rng(2)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
-    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    bp = b.reshape(k, n // pw, pw).transpose(1, 0, 2).reshape(-1)
-    md = lambda size: dnnl.memory.desc([size], F32, TAG.a)  # noqa: E731
-    A, B = dnnl.memory(md(a.size), engine), dnnl.memory(md(bp.size), engine)
-    C = dnnl.memory(md(m * n), engine)
-    A.write(a.reshape(-1))
-    B.write(bp)
-    g(stream, A.buffer, 0, B.buffer, 0, C.buffer, 0)
-    stream.wait()
-    got = C.to_numpy().reshape(m, n)
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    _check_panel_gemm(engine, stream, g, m, n, k, pw, seed=2)
 
 
 @pytest.mark.parametrize("tile", [0, 1])
