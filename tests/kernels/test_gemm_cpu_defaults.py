@@ -1,6 +1,6 @@
-"""16-wide CPUs' shape defaults (heuristics.gemm._cpu_shape_default): wide register tiles over
-many row tiles walk several row tiles per work-item (m_loop); the kernels they build compute
-every run-time m like the reference."""
+"""CPUs' shape defaults (heuristics.gemm): on 16-wide CPUs wide register tiles over many row
+tiles walk several row tiles per work-item (m_loop); 8-wide CPUs take narrow tiles over few
+columns; the kernels they build compute like the reference."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -93,3 +93,53 @@ def test_wide_default_with_run_time_m(eng, beta):
         cv = want[2:2 + m * ldc].reshape(m, ldc)
         cv[:, :n] = av @ b.reshape(k, n).astype(np.float64) + beta * cv[:, :n]
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def _avx2():
+    return replace(dnnl.engine.list_devices()[0], type="cpu", simd_width=8,
+                   preferred_float_vector_width=8, max_work_group_size=8192,
+                   max_work_item_sizes=(8192, 8192, 8192))
+
+
+def test_eight_wide_cpus_take_narrow_tiles_over_few_columns():
+    """8-wide CPUs: 8x8 tiles up to 8 columns, 6x16 up to 16, the 4x24 default beyond; the
+    16-wide rules leave them alone."""
+    info = _avx2()
+    want = {1: (8, 8), 8: (8, 8), 9: (6, 16), 16: (6, 16), 17: (4, 24), 2048: (4, 24)}
+    for n, tile in want.items():
+        p = _default(info, 512, n, 512)
+        assert (p["rows"], p["cols"], p["vec"]) == (*tile, 8), n
+    assert (_default(_avx512(), 512, 8, 512)["cols"]) == H._AVX512_NARROW_TILE[1]
+
+
+@pytest.mark.parametrize("eng", CPUS, ids=[e.info.platform.split()[0] for e in CPUS])
+@pytest.mark.parametrize("n", [3, 8, 11, 16])
+def test_narrow_eight_wide_tiles_compute(eng, n):
+    """The 8-wide narrow tiles, B packed and plain, ragged rows and columns, against numpy."""
+    import pyopencl as cl
+
+    s = dnnl.stream(eng)
+    m, k = 37, 29
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    mf = cl.mem_flags
+    A = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    pr = G.GemmProblem(m, n, k)
+    p = _default(_avx2(), m, n, k)
+    for packed in (True, False):
+        params = G.normalize_params(dict(p, packed_b=packed))
+        kpr, bb = pr, b
+        if packed:
+            pk = G.pack_b(pr, params)
+            kpr, bb = pk.problem, pk.pack(b)
+        B = cl.Buffer(eng.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bb)
+        C = cl.Buffer(eng.context, mf.READ_WRITE, size=m * n * 4)
+        kern = get_kernel(eng, "gemm", G.cache_key(kpr, params),
+                          lambda kpr=kpr, params=params: G.build_gemm(kpr, params))
+        vals = {"a": A, "b": B, "c": C}
+        kern(s, *[vals[nm] for nm in kern.src.arg_names])
+        out = np.empty((m, n), np.float32)
+        cl.enqueue_copy(s.queue, out, C)
+        s.queue.finish()
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)

@@ -131,6 +131,24 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     return cand if is_valid(prob, normalize_params(cand), info) else default
 
 
+# 8-wide (AVX2) CPUs keep the 4x24 tile except over at most 16 columns, where its panels are
+# mostly padding: 8x8 tiles up to 8 columns (an RNN's input gradient over 8 features, a
+# Winograd weight gradient's 8 x 8 products), 6x16 up to 16. 2-core AMD EPYC (Zen 3), Intel's
+# runtime, 2026-11-29, kernel GFLOP/s, medians of 4 interleaved rounds, 4x24 -> this tile:
+# 512x8x512 28-30 -> 68-69; 2048x8x304 29-31 -> 66-70; 512x16x512 58-62 -> 85-90; 512x12x512
+# 43-46 -> 62-65 (8x8 there: 51-57)
+_AVX2_NARROW_TILES = ((8, (8, 8)), (16, (6, 16)))
+
+
+def _cpu8_shape_default(info, prob: GemmProblem, default: dict) -> dict:
+    """8-wide CPUs: the narrow tiles of ``_AVX2_NARROW_TILES`` where n is at most 16."""
+    for widest, (rows, cols) in _AVX2_NARROW_TILES:
+        if prob.n <= widest:
+            cand = dict(default, rows=rows, cols=cols, vec=8, k_unroll=1)
+            return cand if is_valid(prob, normalize_params(cand), info) else default
+    return default
+
+
 def default_params(info=None) -> dict:
     """Heuristic parameters for a device.
 
@@ -241,6 +259,9 @@ def shape_default(info, prob: GemmProblem, default: dict, batch: int = 1) -> dic
     if info is not None and info.is_cpu and not default.get("local_prefetch") \
             and _limits(info)[4] >= 16 and prob.dtype.itemsize == 4:
         return _cpu_shape_default(info, prob, default)
+    if info is not None and info.is_cpu and not default.get("local_prefetch") \
+            and _limits(info)[4] == 8 and prob.dtype.itemsize == 4 and default["vec"] == 8:
+        return _cpu8_shape_default(info, prob, default)
     if info is None or not info.is_gpu or info.vendor_family != "nvidia" \
             or not default.get("local_prefetch"):
         return default

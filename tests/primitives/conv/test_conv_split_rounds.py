@@ -56,27 +56,34 @@ def test_rule_leaves_other_devices_and_unknown_kernels_alone():
 
 
 def test_batched_slices_with_128_wide_entries_take_the_block_kernels():
-    """A weight gradient's k slices of 1152 x 128 (res3a at mb 32) take the SGEMM's blocks
-    (128x64: batched entries with both sides >= 128); alone, or with short slices, the thin
-    tiles (k <= 1024) or the loopy family stay."""
+    """A weight gradient's k slices of 1152 x 128 (v1.5 res3a_branch2b at mb 32: 9 times as
+    tall as wide) take the SGEMM's 64x64 blocks of 8x4, slices 4 times as tall as wide
+    (res4b_branch2a's 1024 x 256) its 128x64 ones; alone, the thin tiles (k <= 1024) or the
+    loopy family stay."""
     got = tile(1152, 128, 784, 16)
+    assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (64, 64, 8, 4)
+    got = tile(1024, 256, 784, 16)
     assert got is not None and (got.bm, got.bn, got.tm, got.tn) == (128, 64, 8, 4)
+    # two slices give fewer 64x64 blocks than compute units: the 128x64 ones
+    assert (tile(1152, 128, 784, 2).bm, tile(1152, 128, 784, 2).bn) == (128, 64)
     thin = tile(1152, 128, 784, 1)
     assert thin is not None and (thin.tm, thin.tn) == (4, 4)
     assert tile(1152, 128, 2048, 1) is None         # long k alone: the loopy family
     assert tile(1152, 128, 2048, 8) is not None
-    # short slices of 128-wide entries: 128x64 blocks too (the thin ones before; Winograd
-    # res3a's 3136 x 128 x 128 products ran 134 -> 110 us on them)
+    # short slices of 128-wide entries: 128x64 blocks (Winograd res3a's 3136 x 128 x 128
+    # products ran 134 -> 110 us on them against the thin ones)
     assert (tile(1152, 128, 256, 16).bm, tile(1152, 128, 256, 16).bn) == (128, 64)
 
 
-def test_batched_64_wide_slices_take_the_thin_tiles():
-    """res2a's weight-gradient slices (64 x 256 x 784 by 128) and Winograd's 64 x 64
-    products take the thin tiles when batched with k >= 512; a lone 64 x 256 GEMM does not
-    (its long side is short of 1024)."""
-    for m, n in ((64, 256), (64, 64), (256, 64)):
+def test_batched_64_wide_slices_by_their_long_side():
+    """Batched slices with k >= 512 and a 64-wide side: res2a's weight-gradient slices
+    (64 x 256 x 784 by 128) take 64x64 blocks of 8x4, Winograd's 64 x 64 products the thin
+    tiles, 256 x 64 (n = 64, m >= 128) the 128x64 blocks; a lone 64 x 256 GEMM keeps the loopy
+    family (its long side is short of 1024)."""
+    want = {(64, 256): (64, 64, 8, 4), (64, 64): (32, 64, 4, 4), (256, 64): (128, 64, 8, 4)}
+    for (m, n), blocking in want.items():
         t = tile(m, n, 784, 128)
-        assert t is not None and (t.tm, t.tn) == (4, 4), (m, n, t)
+        assert t is not None and (t.bm, t.bn, t.tm, t.tn) == blocking, (m, n, t)
     assert tile(64, 256, 784, 1) is None
     assert tile(64, 64, 392, 128) is None  # short slices: the loopy family
 
@@ -148,10 +155,12 @@ def test_cpu_weight_gradient_slices():
 def test_batched_products_take_the_128x64_blocks():
     """Winograd's 16 products on the SGEMM take 128x64 blocks: forward / backward data with
     a 64-wide side and k = channels (res2a 6272 x 64 x 64), both sides >= 128 (res4a, res5a:
-    where 128x128 blocks were picked before); tensor-core tiles are left alone."""
+    where 128x128 blocks were picked before); tall ones whose n is 128 (res3a's 3136 x 128)
+    the 64x128 blocks; tensor-core tiles are left alone."""
     for m, n, k in ((6272, 64, 64), (3136, 128, 128), (1568, 256, 256), (512, 512, 512)):
         t = tile(m, n, k, 16)
-        assert t is not None and (t.bm, t.bn) == (128, 64), (m, n, k, t)
+        want = (64, 128) if (m, n) == (3136, 128) else (128, 64)
+        assert t is not None and (t.bm, t.bn) == want, (m, n, k, t)
     pr = GemmProblem(m=512, n=512, k=512, lda=512, ldb=512, ldc=512, batch=16,
                      stride_a=512 * 512, stride_b=512 * 512, stride_c=512 * 512)
     assert nv_tile(H200.info, pr, "tf32").mma == "tf32"
