@@ -248,13 +248,14 @@ class ConvBench:
             hint = self._hint(fwd_cls, eng, prop, md(p.src_dims(), h_dt, stag),
                               md(p.weights_dims(), h_dt, wtag), md(p.dst_dims(), h_dt, dtag),
                               geo, solver)
+            # the attributes too (the fpmath mode; post-ops, which backward passes refuse)
             if self.direction == "bwd_d":
                 self.pd = bwd_d_cls.primitive_desc(
-                    eng, alg, src_md, wei_md, dst_md, *geo, hint, **pin)
+                    eng, alg, src_md, wei_md, dst_md, *geo, hint, attr, **pin)
                 self.prim = bwd_d_cls(self.pd)
             else:
                 self.pd = bwd_w_cls.primitive_desc(
-                    eng, alg, src_md, wei_md, bias_md, dst_md, *geo, hint, **pin)
+                    eng, alg, src_md, wei_md, bias_md, dst_md, *geo, hint, attr, **pin)
                 self.prim = bwd_w_cls(self.pd)
         self.create_ms = (time.perf_counter() - t0) * 1e3
         #: kernel_cache.creation_costs() before and after creating the primitive

@@ -246,3 +246,15 @@ def test_deconv_correctness_mode_every_direction(capsys):
     assert len(checks) == 5 and all(",passed," in ln for ln in checks), out
     assert "tests:5 passed:5" in out
     assert "g2ic4ih5oc6oh9kh3sh2ph1" in checks[0]  # benchdnn's deconv output size
+
+
+@pytest.mark.parametrize("direction", ["BWD_D", "BWD_WB"])
+def test_backward_passes_take_the_fpmath_mode(cpu_engine, direction):
+    """``--attr-fpmath`` reaches the backward descriptors as it does the forward one (oneDNN's
+    CI runs BWD_D with tf32): their attributes report the mode asked for."""
+    p = parse_conv_problem("mb2ic3ih6oc4oh3kh3sh2ph1")
+    for mode in ("tf32", "bf16"):
+        o = conv_drv.ConvOptions(dir=direction, fpmath=mode)
+        b = conv_drv.ConvBench(cpu_engine, p, o)
+        assert b.pd.get_primitive_attr().get_fpmath_mode() \
+            == getattr(dnnl.fpmath_mode, mode), (direction, mode)
