@@ -85,9 +85,12 @@ def contiguous_copy(p: ReorderProblem) -> tuple[int, int, int] | None:
 
 def runtime_form(p: ReorderProblem) -> ReorderProblem | None:
     """The problem's kernel-cache form with run-time offsets and outer size (offsets 0,
-    dims[0] 1), or None where dim 0 is blocked on either side or scales or zero points
-    apply (their operands are sized by the dims)."""
-    if p.runtime or not p.dims or _scaled(p):
+    dims[0] 1), or None where dim 0 is blocked on either side or a scale, zero point or RNN
+    weights scale varies along dim 0 (its operand is then sized by it). RNN data
+    quantization (two scalars) and masks without dim 0 keep their operands' sizes."""
+    masks = (p.src_scale_mask, p.dst_scale_mask, p.src_zp_mask, p.dst_zp_mask,
+             p.rnn_weights_mask)
+    if p.runtime or not p.dims or any(m is not None and m & 1 for m in masks):
         return None
     for layout in (p.src_layout, p.dst_layout):
         blk, _stride, inner = layout[1][0]

@@ -140,9 +140,15 @@ class _Copy:
         return [self]
 
     def launch(self, stream, bufs, wait_for=None):
-        evt = _cl().enqueue_copy(stream.queue, bufs[self.dst.key], bufs[self.src.key],
-                                 byte_count=self.nbytes, src_offset=self.src_offset,
-                                 dst_offset=self.dst_offset, wait_for=wait_for)
+        src, dst = bufs[self.src.key], bufs[self.dst.key]
+        if src.int_ptr == dst.int_ptr and self.src_offset == self.dst_offset:
+            # one memory given as both (a user's reorder in place): nothing moves, and
+            # OpenCL refuses an overlapping copy
+            evt = _cl().enqueue_marker(stream.queue, wait_for=wait_for)
+        else:
+            evt = _cl().enqueue_copy(stream.queue, dst, src, byte_count=self.nbytes,
+                                     src_offset=self.src_offset, dst_offset=self.dst_offset,
+                                     wait_for=wait_for)
         stream.record(self.name, evt)
         return evt
 

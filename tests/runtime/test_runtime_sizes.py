@@ -103,6 +103,52 @@ def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
     assert len({key for fam, key in requested if fam == "reorder"}) == 1
 
 
+def test_reorder_primitives_share_one_program_across_outer_sizes(engine, stream, requested):
+    """User reorders whose outer size differs (T of an RNN's tnc data) ask for one program
+    each: a layout change, a quantization with per-channel scales (mask without dim 0) and
+    RNN data quantization (two scalars); each against numpy. A same-layout f32 reorder is a
+    buffer copy (no program)."""
+    f32, u8, tag = dnnl.memory.data_type.f32, dnnl.memory.data_type.u8, dnnl.memory.format_tag
+    FROM, TO = dnnl.ARG_FROM, dnnl.ARG_TO
+    N, C = 3, 5
+    sc = np.array([0.5, 2.0, 0.25, 4.0, 1.0], np.float32)
+    keys = []
+    for T in (4, 7):
+        requested.clear()
+        rng = np.random.default_rng(T)
+        x = (rng.integers(-64, 64, (T, N, C)) / 4).astype(np.float32)
+        src = dnnl.memory(dnnl.memory.desc([T, N, C], f32, tag.abc), engine, x)
+        got = {}
+        # layout change (dim 0 stays outermost: the other strides do not depend on T)
+        dst = dnnl.memory(dnnl.memory.desc([T, N, C], f32, tag.acb), engine)
+        dnnl.reorder(src, dst).execute(stream, src, dst)
+        got["layout"] = (dst, x)
+        # per-channel scales on the source (mask over dim 2)
+        attr = dnnl.primitive_attr()
+        attr.set_scales_mask(FROM, 1 << 2)
+        q = dnnl.memory(dnnl.memory.desc([T, N, C], f32, tag.acb), engine)
+        smem = dnnl.memory(dnnl.memory.desc([C], f32, tag.a), engine, sc)
+        dnnl.reorder(src, q, attr).execute(stream, {FROM: src, TO: q,
+                                                    dnnl.ARG_ATTR_SCALES | FROM: smem})
+        got["scaled"] = (q, x * sc)
+        # RNN data quantization: round(x * 8 + 64), saturated to u8
+        attr = dnnl.primitive_attr()
+        attr.set_rnn_data_qparams(8.0, 64.0)
+        d8 = dnnl.memory(dnnl.memory.desc([T, N, C], u8, tag.abc), engine)
+        dnnl.reorder(src, d8, attr).execute(stream, src, d8)
+        got["rnn_data"] = (d8, np.clip(np.rint(x.astype(np.float64) * 8 + 64), 0, 255))
+        # same layout: a copy
+        same = dnnl.memory(dnnl.memory.desc([T, N, C], f32, tag.abc), engine)
+        dnnl.reorder(src, same).execute(stream, src, same)
+        got["copy"] = (same, x)
+        stream.wait()
+        for name, (mem, want) in got.items():
+            np.testing.assert_array_equal(mem.to_numpy(), want, err_msg=f"{name} T={T}")
+        keys.append({key for fam, key in requested if fam == "reorder"})
+    assert len(keys[0]) == 3, keys[0]   # the copy asks for none
+    assert keys[1] == keys[0], keys[1] - keys[0]
+
+
 # the implicit-GEMM data and weight-gradient kernels and their zero-padding copy
 # (conv_im2col, 16 channels or more) take minibatch and spatial sizes at run time
 _IGEMM_FAMILIES = ("conv_igemm_data", "conv_igemm_pack_wei", "conv_igemm_wei", "conv_im2col")
