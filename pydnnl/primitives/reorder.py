@@ -154,6 +154,9 @@ class reorder(primitive):
         if not named:  # a buffer copy, or a program shared by every outer size and offset
             self._plan.reorder(self._problem, Ref(ARG_FROM), Ref(ARG_TO))
             return
+        if self._plan.strided_reorder(self._problem, src=Ref(ARG_FROM), dst=Ref(ARG_TO),
+                                      **named):
+            return
         rt = runtime_form(self._problem)
         if rt is not None:  # its operands do not vary along dim 0
             named.update(src_off=self._problem.src_layout[0],

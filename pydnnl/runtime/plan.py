@@ -480,6 +480,8 @@ class Plan:
             size = problem.src_dt.itemsize
             self.steps.append(_Copy(src, dst, copy[0] * size, copy[1] * size, copy[2] * size))
             return
+        if self.strided_reorder(problem, src=src, dst=dst):
+            return
         rt = runtime_form(problem)
         if rt is not None:  # offsets and the outer size as arguments: shared across shapes
             self.launch(self.get("reorder", rt, build_reorder), src=src, dst=dst,
@@ -487,6 +489,24 @@ class Plan:
                         d0=problem.dims[0])
             return
         self.launch(self.get("reorder", problem, build_reorder), (src, dst))
+
+    def strided_reorder(self, problem: ReorderProblem, **operands) -> bool:
+        """Add ``problem`` as the strided program of its layout class (every size and stride
+        an argument) where the device's rule takes it; ``operands``: the kernel's buffers
+        and scalars by name. False (nothing added) elsewhere."""
+        from ..kernels.reorder_strided import build_strided_reorder, strided_form
+        from .heuristics.reorder import strided_reorder
+
+        elems = int(np.prod(problem.dims)) if problem.dims else 0
+        if not strided_reorder(self.engine.info, elems):
+            return False
+        form = strided_form(problem)
+        if form is None:
+            return False
+        key, sizes = form
+        self.launch(self.get("reorder_strided", key, build_strided_reorder), **operands,
+                    **sizes)
+        return True
 
     def zero(self, ref: Ref, offset_elems: int, nelems: int, itemsize: int = 4,
              name: str = "zero") -> None:

@@ -100,7 +100,7 @@ def test_reorder_with_runtime_offsets_and_outer_size(engine, stream, requested):
         np.testing.assert_array_equal(rows[:, :, :C], x[6:].reshape(T, N, C))
         np.testing.assert_array_equal(rows[:, :, C:], -1.0)  # the padding is not written
         np.testing.assert_array_equal(out[:2], [-1.0, -1.0])
-    assert len({key for fam, key in requested if fam == "reorder"}) == 1
+    assert len({key for fam, key in requested if fam.startswith("reorder")}) == 1
 
 
 def test_reorder_primitives_share_one_program_across_outer_sizes(engine, stream, requested):
@@ -144,7 +144,7 @@ def test_reorder_primitives_share_one_program_across_outer_sizes(engine, stream,
         stream.wait()
         for name, (mem, want) in got.items():
             np.testing.assert_array_equal(mem.to_numpy(), want, err_msg=f"{name} T={T}")
-        keys.append({key for fam, key in requested if fam == "reorder"})
+        keys.append({key for fam, key in requested if fam.startswith("reorder")})
     assert len(keys[0]) == 3, keys[0]   # the copy asks for none
     assert keys[1] == keys[0], keys[1] - keys[0]
 
