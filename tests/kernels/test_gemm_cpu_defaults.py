@@ -102,20 +102,22 @@ def _avx2():
 
 
 def test_eight_wide_cpus_take_narrow_tiles_over_few_columns():
-    """8-wide CPUs: 8x8 tiles up to 8 columns, 6x16 up to 16, the 4x24 default beyond; the
-    16-wide rules leave them alone."""
+    """8-wide CPUs: 8x8 tiles up to 8 columns, 6x16 up to 16, 6x16 unrolled by 4 beyond;
+    the 16-wide rules leave them alone."""
     info = _avx2()
-    want = {1: (8, 8), 8: (8, 8), 9: (6, 16), 16: (6, 16), 17: (4, 24), 2048: (4, 24)}
+    want = {1: (8, 8, 1), 8: (8, 8, 1), 9: (6, 16, 1), 16: (6, 16, 1), 17: (6, 16, 4),
+            2048: (6, 16, 4)}
     for n, tile in want.items():
         p = _default(info, 512, n, 512)
-        assert (p["rows"], p["cols"], p["vec"]) == (*tile, 8), n
+        assert (p["rows"], p["cols"], p["k_unroll"], p["vec"]) == (*tile, 8), n
     assert (_default(_avx512(), 512, 8, 512)["cols"]) == H._AVX512_NARROW_TILE[1]
 
 
 @pytest.mark.parametrize("eng", CPUS, ids=[e.info.platform.split()[0] for e in CPUS])
-@pytest.mark.parametrize("n", [3, 8, 11, 16])
-def test_narrow_eight_wide_tiles_compute(eng, n):
-    """The 8-wide narrow tiles, B packed and plain, ragged rows and columns, against numpy."""
+@pytest.mark.parametrize("n", [3, 8, 11, 16, 37])
+def test_eight_wide_tiles_compute(eng, n):
+    """The 8-wide default tiles, B packed and plain, ragged rows, columns and k (k unrolled
+    by 4 beyond 16 columns), against numpy."""
     import pyopencl as cl
 
     s = dnnl.stream(eng)

@@ -131,22 +131,32 @@ def _cpu_shape_default(info, prob: GemmProblem, default: dict) -> dict:
     return cand if is_valid(prob, normalize_params(cand), info) else default
 
 
-# 8-wide (AVX2) CPUs keep the 4x24 tile except over at most 16 columns, where its panels are
-# mostly padding: 8x8 tiles up to 8 columns (an RNN's input gradient over 8 features, a
-# Winograd weight gradient's 8 x 8 products), 6x16 up to 16. 2-core AMD EPYC (Zen 3), Intel's
-# runtime, 2026-11-29, kernel GFLOP/s, medians of 4 interleaved rounds, 4x24 -> this tile:
-# 512x8x512 28-30 -> 68-69; 2048x8x304 29-31 -> 66-70; 512x16x512 58-62 -> 85-90; 512x12x512
-# 43-46 -> 62-65 (8x8 there: 51-57)
+# 8-wide (AVX2) CPUs: 6x16 tiles with the k loop unrolled by 4 (12 accumulators, 2 B vectors,
+# 1 broadcast: 15 of the 16 registers), and narrower tiles over at most 16 columns, where
+# wider panels are mostly padding. 2-core AMD EPYC (Zen 3), 2026-11-29, kernel GFLOP/s,
+# medians of 5 interleaved rounds on a quiet machine, 4x24 (the former default) / 4x24
+# unrolled by 4 / 6x16 unrolled by 4 [numpy]: Intel's runtime 64x2048x512 57 / 103 / 102
+# [90]; 1280x2048x512 120 / 124 / 124 [122]; 1024^3 116 / 124 / 122 [119]; 3136x64x256
+# 46 / 80 / 84 [64]; 196x256x1024 62 / 105 / 112 [94]; 784x128x1152 97 / 119 / 135 [90];
+# 12544x64x147 54 / 63 / 59 [63]; PoCL 64x2048x512 92 / 108 / 106, 3136x64x256 81 / 73 /
+# 89, 784x128x1152 115 / 126 / 144. Narrow (Intel's runtime, medians of 4 rounds, 4x24 ->
+# this tile): 8x8 up to 8 columns (an RNN's input gradient over 8 features, a Winograd
+# weight gradient's 8 x 8 products): 512x8x512 28-30 -> 68-69, 2048x8x304 29-31 -> 66-70;
+# 6x16 up to 16: 512x16x512 58-62 -> 85-90, 512x12x512 43-46 -> 62-65 (8x8 there: 51-57)
 _AVX2_NARROW_TILES = ((8, (8, 8)), (16, (6, 16)))
+_AVX2_TILE = (6, 16)
+_AVX2_K_UNROLL = 4
 
 
 def _cpu8_shape_default(info, prob: GemmProblem, default: dict) -> dict:
-    """8-wide CPUs: the narrow tiles of ``_AVX2_NARROW_TILES`` where n is at most 16."""
-    for widest, (rows, cols) in _AVX2_NARROW_TILES:
+    """8-wide CPUs: the tiles of ``_AVX2_TILE`` and ``_AVX2_NARROW_TILES``."""
+    (rows, cols), ku = _AVX2_TILE, _AVX2_K_UNROLL
+    for widest, tile in _AVX2_NARROW_TILES:
         if prob.n <= widest:
-            cand = dict(default, rows=rows, cols=cols, vec=8, k_unroll=1)
-            return cand if is_valid(prob, normalize_params(cand), info) else default
-    return default
+            (rows, cols), ku = tile, 1
+            break
+    cand = dict(default, rows=rows, cols=cols, vec=8, k_unroll=ku)
+    return cand if is_valid(prob, normalize_params(cand), info) else default
 
 
 def default_params(info=None) -> dict:
