@@ -33,6 +33,9 @@ _MASK_OF = {"src_zp": "src_zp_mask", "src_scale": "src_scale_mask",
             "dst_scale": "dst_scale_mask", "dst_zp": "dst_zp_mask",
             "rnn_wscale": "rnn_weights_mask"}
 _INT_MAX = (1 << 31) - 1
+# how each operand acts on the value (zero points are int arrays)
+_APPLY = {"rnn_wscale": "({v}) * {t}", "src_zp": "({v}) - ({ct}) {t}",
+          "src_scale": "({v}) * {t}", "dst_scale": "({v}) / {t}", "dst_zp": "({v}) + ({ct}) {t}"}
 
 
 @dataclass(frozen=True)
@@ -163,15 +166,7 @@ def build_strided_reorder(key: StridedReorder) -> KernelSource:
             helpers.append(_RNN_DATA[1])
             value = f"{_RNN_DATA[0]}({value}, rnn_scale, rnn_shift)"
         for k in key.operands:
-            term = f"{k}[{off[k]}]"
-            if k == "rnn_wscale" or k == "src_scale":
-                value = f"({value}) * {term}"
-            elif k == "src_zp":
-                value = f"({value}) - ({ct}) {term}"
-            elif k == "dst_scale":
-                value = f"({value}) / {term}"
-            else:
-                value = f"({value}) + ({ct}) {term}"
+            value = _APPLY[k].format(v=value, t=f"{k}[{off[k]}]", ct=ct)
         value = f"{st[0]}({value})"
     if key.beta != 0.0:
         beta = repr(float(key.beta))
