@@ -70,11 +70,10 @@ def _mask_strides(mask: int, dims) -> tuple[int, ...]:
     return tuple(out)
 
 
-def strided_form(p, src_off: int = 0, dst_off: int = 0):
+def strided_form(p):
     """``(key, sizes)`` of ``p`` (a ``ReorderProblem``) as a strided program, or None where
     a layout is blocked, the rank is above :data:`MAX_DIMS` or a stride is negative. ``sizes``
-    maps the kernel's size arguments to their values (``src_off``/``dst_off`` are added to
-    the layouts' own offsets)."""
+    maps the kernel's size arguments to their values."""
     from .reorder import _check_rnn
 
     src, dst = _plain(p.src_layout), _plain(p.dst_layout)
@@ -97,7 +96,7 @@ def strided_form(p, src_off: int = 0, dst_off: int = 0):
     total = 1
     for d in order:
         total *= p.dims[d]
-    offs = {"src": src[0] + src_off, "dst": dst[0] + dst_off}
+    offs = {"src": src[0], "dst": dst[0]}
     reach = max([total] + [offs[k] + sum((p.dims[d] - 1) * strides[k][d] for d in range(nd))
                            for k in ("src", "dst")])
     key = StridedReorder(len(order), p.src_dt, p.dst_dt, operands, p.rnn_data, p.beta,

@@ -113,7 +113,7 @@ class reorder(primitive):
         super().__init__(pd)
 
     def _create(self) -> None:
-        from ..kernels.reorder import ReorderProblem, build_reorder, layout_of, runtime_form
+        from ..kernels.reorder import ReorderProblem, layout_of
 
         pd = self._pd
         src, dst = pd._args[ARG_FROM].md, pd._args[ARG_TO].md
@@ -151,18 +151,7 @@ class reorder(primitive):
             off = self._plan.index(np.asarray(rnn.scales, np.float32).view(np.int32))
             assert off == 0  # the kernel reads the table from its start
             named["rnn_wscale"] = INDEX
-        if not named:  # a buffer copy, or a program shared by every outer size and offset
-            self._plan.reorder(self._problem, Ref(ARG_FROM), Ref(ARG_TO))
-            return
-        if self._plan.strided_reorder(self._problem, src=Ref(ARG_FROM), dst=Ref(ARG_TO),
-                                      **named):
-            return
-        rt = runtime_form(self._problem)
-        if rt is not None:  # its operands do not vary along dim 0
-            named.update(src_off=self._problem.src_layout[0],
-                         dst_off=self._problem.dst_layout[0], d0=self._problem.dims[0])
-        kern = self._plan.get("reorder", rt or self._problem, build_reorder)
-        self._plan.launch(kern, src=Ref(ARG_FROM), dst=Ref(ARG_TO), **named)
+        self._plan.reorder(self._problem, Ref(ARG_FROM), Ref(ARG_TO), **named)
 
     def execute(self, s, *args):
         """``execute(stream, src, dst)`` or ``execute(stream, {ARG_FROM: src, ARG_TO: dst})``."""

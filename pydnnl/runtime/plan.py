@@ -467,9 +467,12 @@ class Plan:
         self.launch(kern, a=a, bp=SCRATCH, c=c, a_off=a_off, bp_off=bp_off, c_off=c_off,
                     m=problem.m, **named)
 
-    def reorder(self, problem: ReorderProblem, src, dst) -> None:
-        """Add a reorder (layout and data type conversion) from ``src`` to ``dst``; one
-        between equal dense layouts is a buffer copy (no kernel to generate for its sizes)."""
+    def reorder(self, problem: ReorderProblem, src, dst, **operands) -> None:
+        """Add a reorder (layout and data type conversion) from ``src`` to ``dst``;
+        ``operands``: the scales', zero points' and RNN quantization's kernel arguments by
+        name. One between equal dense layouts is a buffer copy (no kernel to generate for its
+        sizes); a small plain one the strided program of its class; else the program takes
+        its offsets and outer size where it can."""
         if self.dry:
             self.steps.append(_Dry("reorder"))
             return
@@ -480,15 +483,15 @@ class Plan:
             size = problem.src_dt.itemsize
             self.steps.append(_Copy(src, dst, copy[0] * size, copy[1] * size, copy[2] * size))
             return
-        if self.strided_reorder(problem, src=src, dst=dst):
+        if self.strided_reorder(problem, src=src, dst=dst, **operands):
             return
         rt = runtime_form(problem)
         if rt is not None:  # offsets and the outer size as arguments: shared across shapes
             self.launch(self.get("reorder", rt, build_reorder), src=src, dst=dst,
                         src_off=problem.src_layout[0], dst_off=problem.dst_layout[0],
-                        d0=problem.dims[0])
+                        d0=problem.dims[0], **operands)
             return
-        self.launch(self.get("reorder", problem, build_reorder), (src, dst))
+        self.launch(self.get("reorder", problem, build_reorder), src=src, dst=dst, **operands)
 
     def strided_reorder(self, problem: ReorderProblem, **operands) -> bool:
         """Add ``problem`` as the strided program of its layout class (every size and stride
