@@ -366,8 +366,8 @@ class Plan:
         self.launch(pk, g.packer_args(pk, b, int(b_off), SCRATCH, off, count, int(stride)))
         return SCRATCH, off, g.packed_size, True
 
-    def pack_b_batched(self, shape: GemmShape, batch: int, b, b_off: int,
-                       stride: int) -> tuple[Ref, int, int, dict | None]:
+    def pack_b_batched(self, shape: GemmShape, batch: int, b, b_off: int, stride: int,
+                       slot: str | None = None) -> tuple[Ref, int, int, dict | None]:
         """Have the ``batch`` B operands of a batched GEMM of ``shape`` (the first at
         ``b_off`` of ``b``, then every ``stride`` elements) packed into the panels its tuned
         kernel reads, one launch (e.g. once per execution, for every chunk's products).
@@ -379,7 +379,7 @@ class Plan:
             sh = self._math(shape)
             g = get_gemm(self.engine, sh, static_b=True,
                          params=choose_params(self.engine, sh, static_b=True, batch=batch))
-        ref, off, step, packed = self.pack_b(shape, b, b_off, batch, stride, g=g)
+        ref, off, step, packed = self.pack_b(shape, b, b_off, batch, stride, slot=slot, g=g)
         return ref, off, step, (g.params if packed and g is not None else None)
 
     def gemm_batched(self, shape: GemmShape, batch: int, stride_a: int, stride_b: int,

@@ -184,6 +184,10 @@ def test_backward_weights_with_hint(engine, stream, case):
             dnnl.ARG_DIFF_WEIGHTS: dnnl.memory(pd.diff_weights_desc(), e),
             dnnl.ARG_DIFF_BIAS: dnnl.memory(pd.diff_bias_desc(), e)}
     prim = dnnl.convolution_backward_weights(pd)
+    # the full panels in one batched launch, a ragged last panel in its own
+    w = _panel(pd.diff_weights_desc())
+    gemms = [st for st in prim._plan.steps if getattr(st, "name", "") == "gemm"]
+    assert len(gemms) == (OC // w > 0) + (OC % w > 0), (w, len(gemms))
     for _ in range(2):
         prim.execute(s, args)
     s.wait()
