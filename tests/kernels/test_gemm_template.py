@@ -49,7 +49,7 @@ def test_template_declines_other_params(change):
     assert T.register_source(BASE, dict(T.PARAMS, **change)) is None
 
 
-@pytest.mark.parametrize("tile", [T.PARAMS, T.TILES[1]])
+@pytest.mark.parametrize("tile", T.TILES, ids=["8x48", "8x32", "6x16", "6x16k1"])
 @pytest.mark.parametrize("m_inner, m_loop", [(False, 1), (True, 4), (True, 1)])
 @pytest.mark.parametrize("n, ldc, alpha, beta", [
     (2048, 2048, 1.0, 0.0),

@@ -25,7 +25,7 @@ def _params(tile, m_inner=False, m_loop=1):
     return dict(tile, packed_b=False, m_inner=m_inner, m_loop=m_loop)
 
 
-@pytest.mark.parametrize("tile", T.TILES, ids=["8x48", "8x32"])
+@pytest.mark.parametrize("tile", T.TILES, ids=["8x48", "8x32", "6x16", "6x16k1"])
 @pytest.mark.parametrize("m_inner, m_loop", [(False, 1), (True, 4), (True, 1), (False, 4)])
 @pytest.mark.parametrize("n, ldb, ldc, alpha, beta", [
     (64, 64, 64, 1.0, 0.0),        # res2a's Winograd products (64 channels)

@@ -55,6 +55,9 @@ BIAS_CASES = [
     (1, True, 1, 80, 96, 32),
     (1, True, 4, 32, 32, 32),
     (1, False, 4, 256, 256, 32),
+    (2, False, 1, 64, 64, 16),
+    (2, True, 4, 40, 40, 16),
+    (3, False, 1, 16, 16, 16),
 ]
 
 
@@ -63,8 +66,8 @@ def _case(case):
     return _bias_problem(n, ldc, pw), dict(T.TILES[ti], m_inner=mi, m_loop=ml)
 
 
-@pytest.mark.parametrize("case", [BIAS_CASES[i] for i in (1, 3, 4, 6)],
-                         ids=[str(BIAS_CASES[i]) for i in (1, 3, 4, 6)])
+@pytest.mark.parametrize("case", [BIAS_CASES[i] for i in (1, 3, 4, 6, 10)],
+                         ids=[str(BIAS_CASES[i]) for i in (1, 3, 4, 6, 10)])
 def test_bias_runs_as_loopy(engine, case):
     """Template and loopy kernels write the same C (exactly), and it is A @ B + bias."""
     pr, p = _case(case)
@@ -113,7 +116,8 @@ def _lda_problem(n, lda, tile_cols, m=20, k=12, batch=3):
 # (tile, m_inner, m_loop, n, lda): a weight gradient's slices of the images' rows (A's rows
 # lda apart, k a slice of them)
 LDA_CASES = [(1, False, 1, 64, 40), (1, True, 4, 96, 50), (0, False, 4, 96, 40),
-             (0, True, 1, 48, 13)]
+             (0, True, 1, 48, 13), (2, False, 1, 64, 40), (2, True, 4, 32, 13),
+             (3, False, 1, 16, 40)]
 
 
 def _lda_case(case):
@@ -146,7 +150,9 @@ def test_baked_lda_runs_as_loopy(engine, case):
 # (tile, m_inner, m_loop, n, lda, panel width, beta): packed B, one entry: the GRU's backward
 # GEMMs over a slice of its gates' columns (loopy prints A's index as one sorted sum)
 PLDA_CASES = [(1, False, 1, 64, 30, 32, 1.0), (1, True, 4, 96, 40, 32, 0.0),
-              (0, False, 4, 96, 25, 48, 0.5), (0, True, 1, 80, 12, 16, 1.0)]
+              (0, False, 4, 96, 25, 48, 0.5), (0, True, 1, 80, 12, 16, 1.0),
+              (2, False, 1, 64, 30, 16, 1.0), (2, True, 4, 48, 12, 16, 0.0),
+              (3, False, 1, 16, 30, 16, 1.0)]
 
 
 def _plda_case(case):
@@ -187,7 +193,8 @@ def _ta_problem(m, n, lda, alpha=1.0, beta=0.0, k=40, batch=4):
 # product), one row tile, A's rows wider than m
 TA_CASES = [(1, False, 64, 64, 64, 1.0, 0.0), (1, True, 16, 96, 16, 1.0, 1.0),
             (1, False, 8, 32, 24, 0.5, -2.0), (0, False, 24, 96, 24, 1.0, 1.0),
-            (0, True, 16, 48, 40, 1.0, 0.0)]
+            (0, True, 16, 48, 40, 1.0, 0.0), (2, False, 18, 64, 18, 1.0, 1.0),
+            (2, True, 12, 32, 20, 0.5, -2.0), (3, False, 18, 16, 18, 1.0, 1.0)]
 
 
 def _ta_case(case):
@@ -242,7 +249,9 @@ def _pbatch_problem(n, ldc, pw, alpha=1.0, beta=0.0):
 # (tile, m_inner, m_loop, n, ldc, panel width, alpha, beta)
 PBATCH_CASES = [(1, False, 1, 128, 128, 32, 1.0, 0.0), (1, True, 4, 80, 96, 32, 1.0, 1.0),
                 (0, False, 4, 96, 96, 48, 0.5, -2.0), (0, True, 1, 80, 80, 16, 1.0, 0.0),
-                (1, False, 1, 32, 32, 32, 1.0, 0.0)]
+                (1, False, 1, 32, 32, 32, 1.0, 0.0), (2, False, 1, 64, 64, 16, 1.0, 0.0),
+                (2, True, 4, 48, 64, 16, 1.0, 1.0), (3, False, 1, 16, 16, 16, 1.0, 0.0),
+                (3, False, 1, 16, 16, 16, 1.0, 1.0)]
 
 
 def _pbatch_case(case):
@@ -289,7 +298,9 @@ def test_batched_packed_b_declines_baked_batches():
 
 # (tile, m_inner, m_loop, n, ldc, bias)
 LANE_CASES = [(1, False, 1, 147, 147, False), (1, True, 4, 20, 24, False),
-              (0, False, 4, 100, 100, True), (0, True, 1, 3, 3, False)]
+              (0, False, 4, 100, 100, True), (0, True, 1, 3, 3, False),
+              (2, False, 1, 147, 147, False), (2, True, 4, 20, 24, False),
+              (2, False, 4, 100, 100, True), (3, False, 1, 12, 12, False)]
 
 
 def _lane_case(case):
