@@ -93,7 +93,7 @@ class NvTile:
     #: register tiles are then added through shared memory before the epilogue. Shortens the
     #: chain of slices a work-item walks where C has few blocks and k is long
     ksplit: int = 1
-    #: SIMT only: work-groups per block of C (grid axis 2), each over its contiguous share of
+    #: work-groups per block of C (grid axis 2), each over its contiguous share of
     #: k's slices. Each writes its register tile to a workspace, counts its arrival on the
     #: block's counter and the last to arrive adds the shares in slice order (the sum does not
     #: depend on who arrives last), resets the counter and runs the epilogue: one launch for a
@@ -141,9 +141,9 @@ class NvTile:
             raise ValueError(f"NvTile: {self.threads} work-items per group (needs 32..1024)")
         if self.ksplit < 1 or (self.ksplit > 1 and self.mma):
             raise ValueError(f"NvTile: ksplit {self.ksplit} needs the SIMT kernel (no mma)")
-        if self.kslices < 1 or (self.kslices > 1 and (self.mma or self.ksplit > 1)):
-            raise ValueError(f"NvTile: kslices {self.kslices} needs the SIMT kernel without "
-                             f"k-groups (ksplit {self.ksplit}, mma {self.mma})")
+        if self.kslices < 1 or (self.kslices > 1 and self.ksplit > 1):
+            raise ValueError(f"NvTile: kslices {self.kslices} needs a kernel without "
+                             f"k-groups (ksplit {self.ksplit})")
         if self.fence not in ("cl", "ptx"):
             raise ValueError(f"NvTile: fence must be 'cl' or 'ptx', got {self.fence!r}")
         if self.ksplit > 1 and (self.ksplit - 1) * self.bm * self.bn \
@@ -434,10 +434,15 @@ class _Gen:
             w("}")
         return "\n".join("    " + x for x in L)
 
-    def _slices_meet(self, w) -> None:
+    def _slices_meet(self, w, dims: tuple | None = None) -> None:
         """``kslices``: store this share's tile, arrive; the last arrival adds every share's
-        tile in slice order into ``acc`` (the others return)."""
+        tile in slice order into ``acc`` (the others return). ``dims``: the accumulator
+        array's shape where it is not the SIMT register tile's ``(tm, tn)`` (the tensor-core
+        kernel's ``(mt, nt, 4)``); each work-item keeps its own elements in the same order in
+        every share, so the shares add element by element."""
         t = self.t
+        if dims is not None:
+            return self._slices_meet_flat(w, dims)
         tile_n, S = t.tm * t.tn, t.kslices
         fence = ('asm volatile("membar.gl;" ::: "memory");' if t.fence == "ptx"
                  else "mem_fence(CLK_GLOBAL_MEM_FENCE);")
@@ -472,6 +477,48 @@ class _Gen:
         w(f"        s += V[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
         w("      acc[i][j] = s;")
         w("    }")
+        w("}")
+
+    def _slices_meet_flat(self, w, dims: tuple) -> None:
+        t = self.t
+        S, E = t.kslices, 1
+        for d in dims:
+            E *= d
+        idx = ["i", "j", "e"][:len(dims)]
+        lin = idx[0]
+        for name, d in zip(idx[1:], dims[1:]):
+            lin = f"({lin}) * {d} + {name}"
+        acc = "acc" + "".join(f"[{x}]" for x in idx)
+        fence = ('asm volatile("membar.gl;" ::: "memory");' if t.fence == "ptx"
+                 else "mem_fence(CLK_GLOBAL_MEM_FENCE);")
+
+        def loops(body):
+            for d, (x, n) in enumerate(zip(idx, dims)):
+                w("#pragma unroll")
+                w("  " * (d + 1) + f"for (int {x} = 0; {x} < {n}; ++{x})")
+            for line in body:
+                w("  " * (len(dims) + 1) + line)
+
+        w("{")
+        w("  const int blk = get_group_id(1) * get_num_groups(0) + get_group_id(0);")
+        w(f"  __global float* P = ws + ws_off + (long)blk * {S * t.bm * t.bn};")
+        loops([f"P[((int)get_group_id(2) * {E} + {lin}) * {self.nt} + tid] = {acc};"])
+        w(f"  {fence}")
+        w("  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
+        w("  if (tid == 0) {")
+        w("    volatile __global int* cnt = (volatile __global int*)(ws + cnt_off) + blk;")
+        w("    const int before = atomic_inc(cnt);")
+        w(f"    pd_last = before == {S - 1};")
+        w("    if (pd_last) atomic_xchg(cnt, 0);  // ready for the next launch")
+        w("  }")
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w("  if (!pd_last) return;")
+        w(f"  {fence}")
+        w("  volatile __global const float* V = P;")
+        loops(["{", f"  float s = V[({lin}) * {self.nt} + tid];",
+               f"  for (int h = 1; h < {S}; ++h)",
+               f"    s += V[(h * {E} + {lin}) * {self.nt} + tid];",
+               f"  {acc} = s;", "}"])
         w("}")
 
     def nk_group(self):
@@ -624,6 +671,8 @@ class _Gen:
             w("  }")
 
         self._pipeline(w, gload, sstore, sza, szb, slice_)
+        if t.kslices > 1:
+            self._slices_meet(w, (mt, nt_, 4))
 
         def colx(j, e):
             return f"(n0 + wn0 + {8 * j} + 2 * q + {e})"

@@ -33,7 +33,7 @@ def _nv_tile(info, prob: fam.GemmProblem, math: str, slices: bool = False):
     """The hand-written kernel's blocking (:func:`rules.nv_tile`), with k shared over a
     block's work-groups where ``slices`` lets the caller bind their workspace."""
     tile = rules.nv_tile(info, prob, math)
-    return sliced_tile(info, prob, tile) if slices else tile
+    return sliced_tile(info, prob, tile, math or "strict") if slices else tile
 
 
 @dataclass(frozen=True)
@@ -274,8 +274,10 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
     113.4 / 152.4), so the SIMT kernel keeps k baked (a new k compiles a program); the TF32
     kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
     transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time, whole
-    slices only (a partial last slice is baked)."""
-    rk = runtime_k(shape, None) and tile.mma is not None and shape.k % tile.bk == 0
+    slices only (a partial last slice is baked), and not where its blocks share k among
+    work-groups (the shares are counted at build time)."""
+    rk = runtime_k(shape, None) and tile.mma is not None and tile.kslices == 1 \
+        and shape.k % tile.bk == 0
     return _problem(shape, None, runtime_m(shape, None), rk)
 
 

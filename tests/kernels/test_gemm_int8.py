@@ -162,10 +162,10 @@ def test_mma_cover_and_rule():
 @pytest.mark.parametrize("case", MMA_CASES, ids=lambda c: "x".join(map(str, c[:3])))
 def test_mma(engine, case):
     """On NVIDIA GPUs: the tensor-core kernel, exact."""
-    from pydnnl.runtime.heuristics.gemm import _tensor_cores
+    from pydnnl.runtime.heuristics.gemm import tensor_cores
 
     if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"
-            and _tensor_cores(engine.info)):
+            and tensor_cores(engine.info)):
         pytest.skip("int8 mma.sync runs on NVIDIA GPUs of compute capability 8.0 on")
     from pydnnl.kernels.gemm_int8 import mma_covers
 
@@ -180,10 +180,10 @@ def test_mma(engine, case):
 @pytest.mark.parametrize("block", [64, 128])
 def test_mma_src_zero_point_per_k(engine, block):
     """On NVIDIA GPUs: the tensor-core kernel's store subtracts the per-k weighted sums."""
-    from pydnnl.runtime.heuristics.gemm import _tensor_cores
+    from pydnnl.runtime.heuristics.gemm import tensor_cores
 
     if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"
-            and _tensor_cores(engine.info)):
+            and tensor_cores(engine.info)):
         pytest.skip("int8 mma.sync runs on NVIDIA GPUs of compute capability 8.0 on")
     from pydnnl.kernels.gemm_int8 import mma_covers
 

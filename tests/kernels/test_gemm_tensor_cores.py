@@ -251,3 +251,75 @@ def test_tf32_split_k_runs_on_tensor_cores(engine, stream):
     stream.wait()
     err = _rel(mem["c"].to_numpy().reshape(m, n), A.astype(np.float64) @ B.astype(np.float64))
     assert 10 * STRICT_BOUND < err < TF32_BOUND, err
+
+
+def test_thin_products_take_tensor_cores_with_k_shared():
+    """An RNN step's products at batch 32 (few blocks of C, a long k): with tf32 the rule for
+    callers that bind the k shares' workspace gives a thin tensor-core tile, k shared where
+    its blocks leave units idle; strict keeps the SIMT tile."""
+    from pydnnl.runtime.gemm import _nv_tile
+
+    def sliced(m, n, k, math):
+        t = _nv_tile(H100, GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=n), math, True)
+        return None if t is None else (t.bm, t.bn, t.kslices, t.mma)
+
+    # DeepSpeech2's LSTM (1760 channels, N 32): the step's forward and backward products
+    # (up to 8 work-groups per unit, shares of at least 256)
+    assert sliced(32, 7040, 1760, "tf32") == (32, 64, 5, "tf32")   # 110 blocks, shares of 352
+    assert sliced(32, 1760, 7040, "tf32") == (32, 64, 22, "tf32")  # 28 blocks, shares of 320
+    assert sliced(1760, 32, 7040, "bf16") == (64, 32, 22, "bf16")
+    simt = (0, 0, 0, None)  # (None: the loopy family)
+    assert (sliced(32, 7040, 1760, "strict") or simt)[3] is None
+    assert (sliced(64, 2048, 512, "tf32") or simt)[3] is None  # 64 rows: the rule of nv_tile
+    assert (sliced(32, 1760, 64, "tf32") or simt)[3] is None  # short k
+
+
+@pytest.mark.parametrize("math", ["tf32", "bf16"])
+def test_tensor_core_shares_match_float64(engine, stream, math):
+    """The tensor-core tile with k shared among work-groups: the last arrival adds the shares'
+    accumulators (each work-item's, in the mma fragments' order), over launches that must
+    find the counters at zero again."""
+    from pydnnl.kernels.gemm_nv import counters_at, workspace
+    from pydnnl.runtime.kernel import Kernel
+
+    tile = NvTile(32, 64, 16, 4, 4, mma=math, wm=16, wn=32, kslices=4, fence="ptx")
+    pr = GemmProblem(m=40, n=136, k=512, lda=512, ldb=136, ldc=136, beta=1.0,
+                     runtime_offsets=True)
+    src = build_gemm_nv(pr, tile)
+    assert "mma.sync" in src.source and "atomic_inc" in src.source
+    _nvidia(engine)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 136)).astype(np.float32)
+    c0 = rng.standard_normal((40, 136)).astype(np.float32)
+    f32 = dnnl.memory.data_type.f32
+
+    def mem(v):
+        return dnnl.memory(dnnl.memory.desc([v.size], f32, "a"), engine, v.ravel().copy())
+
+    size = workspace(pr, tile)
+    ma, mb, mc, mw = mem(a), mem(b), mem(c0), mem(np.zeros(size, np.float32))
+    vals = {"a": ma.buffer, "b": mb.buffer, "c": mc.buffer, "ws": mw.buffer,
+            "a_off": np.int64(0), "b_off": np.int64(0), "c_off": np.int64(0),
+            "ws_off": np.int64(0), "cnt_off": np.int64(counters_at(pr, tile))}
+    kern = Kernel(engine.context, engine.device, src)
+    want = c0.astype(np.float64)
+    for _ in range(3):
+        want = a.astype(np.float64) @ b.astype(np.float64) + want
+        kern(stream, *[vals[x] for x in src.arg_names])
+        stream.wait()
+        err = _rel(mc.to_numpy().reshape(40, 136), want)
+        assert 10 * STRICT_BOUND < err < BOUND[math], err
+
+
+def test_shared_k_keeps_k_baked():
+    """The tensor-core kernel takes k at run time, except where its blocks share k among
+    work-groups: the shares are counted when it is built."""
+    from pydnnl.runtime.gemm import GemmShape, _nv_problem
+
+    shape = GemmShape(m=32, n=7040, k=1760, lda=1760, ldb=7040, ldc=7040, math="tf32")
+    tile = NvTile(32, 64, 16, 4, 4, mma="tf32", wm=16, wn=32)
+    assert _nv_problem(shape, tile).runtime_k
+    shared = NvTile(32, 64, 16, 4, 4, mma="tf32", wm=16, wn=32, kslices=2)
+    prob = _nv_problem(shape, shared)
+    assert not prob.runtime_k and supports(prob, shared)

@@ -449,7 +449,7 @@ _PACKED_KINDS = ("bf16", "f16")
 _TC_MIN_SIDE = 128
 
 
-def _tensor_cores(info) -> bool:
+def tensor_cores(info) -> bool:
     """TF32 mma.sync: inline PTX and compute capability 8.0 or later."""
     arch = str(getattr(info, "arch", ""))
     return bool(info.inline_ptx) and arch.startswith("sm_") and arch[3:].isdigit() \
@@ -544,7 +544,7 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
     def blocks(t):
         return -(-prob.m // t.bm) * -(-prob.n // t.bn) * prob.batch
 
-    if math in MMA_KINDS and _tensor_cores(info) and prob.k >= _TC_MIN_K \
+    if math in MMA_KINDS and tensor_cores(info) and prob.k >= _TC_MIN_K \
             and min(prob.m, prob.n) >= 32 and (min(prob.m, prob.n) >= _TC_MIN_SIDE
                                                or blocks(_TC_MID) >= 0.5 * units):
         if blocks(_TC_BIG) >= 1.9 * units:

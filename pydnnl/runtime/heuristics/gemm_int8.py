@@ -31,9 +31,9 @@ def default_params(info: DeviceInfo, problem=None) -> Int8Params:
     NVIDIA GPUs with mma.sync (compute capability 8.0 on) take the tensor-core kernel where
     it covers the problem (panels of its blocks, else 4 rows x that many lanes): 128 x 128
     blocks where there are as many as compute units, else 64 x 64 (see ``MMA_128``)."""
-    from .gemm import _tensor_cores
+    from .gemm import tensor_cores
 
-    if info.is_gpu and info.vendor_family == "nvidia" and _tensor_cores(info):
+    if info.is_gpu and info.vendor_family == "nvidia" and tensor_cores(info):
         block = MMA_BLOCK
         if problem is not None and MMA_128:
             blocks = -(-problem.m // 128) * -(-problem.n // 128) * problem.batch
