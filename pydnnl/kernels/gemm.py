@@ -103,7 +103,7 @@ def panel_width(layout: str) -> int | None:
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
                       "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False,
-                      "runtime_ldc": False, "runtime_n": False}
+                      "runtime_ldc": False, "runtime_n": False, "a_conv": None}
 #: the scale operands an epilogue may take, in argument order (see ``GemmProblem.scales``)
 SCALE_KINDS = ("src", "wei", "dst")
 
@@ -194,6 +194,14 @@ class GemmProblem:
     #: gradients, 1024 and 512 columns in 48-column tiles. Register tiles over B packed in
     #: panels of the tile's width, one batch entry, run-time offsets.
     runtime_n: bool = False
+    #: A is gathered from a channels-last image batch instead of read as a matrix (an
+    #: implicit-GEMM convolution): ``(ih, iw, c, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)``;
+    #: row ``r`` is output point ``(n, y, x)`` of ``n * oh * ow + y * ow + x``, column ``k``
+    #: is tap ``(ky, kx)`` and channel ``ch`` of ``(ky * kw + kx) * c + ch``, and the element
+    #: is the input at ``(n, y * sh - ph + ky * dh, x * sw - pw + kx * dw, ch)`` (images
+    #: ``ih * iw * c`` apart), 0 outside it. A not transposed, k = kh * kw * c. The
+    #: hand-written NVIDIA kernel alone takes it (``gemm_nv.supports``)
+    a_conv: tuple | None = None
 
     def __post_init__(self):
         def setf(name, value):
@@ -271,6 +279,13 @@ class GemmProblem:
         setf("runtime_k", bool(self.runtime_k))
         setf("runtime_ldc", bool(self.runtime_ldc))
         setf("runtime_n", bool(self.runtime_n))
+        if self.a_conv is not None:
+            g = tuple(int(v) for v in self.a_conv)
+            if len(g) != 13 or self.trans_a or g[2] * g[3] * g[4] != self.k:
+                raise ValueError(f"GemmProblem: a_conv must be (ih, iw, c, kh, kw, oh, ow, sh, "
+                                 f"sw, ph, pw, dh, dw) with k = kh * kw * c and A not "
+                                 f"transposed, got {self.a_conv!r} (k {self.k})")
+            setf("a_conv", g)
         for name in ("runtime_ldc", "runtime_n"):
             if getattr(self, name) and (self.batch > 1 or not self.runtime_offsets):
                 raise ValueError(f"GemmProblem: {name} needs one batch entry and run-time "
@@ -325,6 +340,9 @@ class GemmProblem:
         """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
         if which == "b" and self.panel_width is not None:
             return self._b_dense_stride()
+        if which == "a" and self.a_conv is not None:  # the images the rows reach
+            ih, iw, c, _, _, oh, ow = self.a_conv[:7]
+            return -(-self.m // (oh * ow)) * ih * iw * c
         cols = {"a": self.m if self.trans_a else self.k,
                 "b": self.k if self.trans_b else self.n, "c": self.n}[which]
         ld = {"a": self.lda, "b": self.ldb, "c": self.ldc}[which]

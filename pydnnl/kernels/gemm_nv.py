@@ -175,6 +175,11 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     if pr.panel_width is not None:
         return False
+    if pr.a_conv is not None:  # a gathered A: whole slices inside one tap, float4 channels
+        c = pr.a_conv[2]
+        if c % tile.bk or c % 4 or tile.ksplit > 1 or tile.kslices > 1 or pr.runtime_k \
+                or pr.batch > 1:
+            return False
     # a partial last slice (k not a multiple of bk) reads zeros past k: baked k, one k-group
     # walking every slice (the shares are counted in whole slices)
     if pr.k % tile.bk and (pr.runtime_k or tile.ksplit > 1 or tile.kslices > 1):
@@ -283,7 +288,12 @@ class _Gen:
         la, lb = self._loads("a"), self._loads("b")
         L = []
         w = L.append
+        conv = pr.a_conv
+        if conv is not None:
+            self._gather_rows(w, la)
         for name, loads in (("a", la), ("b", lb)):
+            if name == "a" and conv is not None:
+                continue
             for i, (off, step, _) in enumerate(loads):
                 if t.ksplit > 1:  # this k-group's first slice
                     off = f"{off} + kg * {self.nk_group()} * ({step})"
@@ -297,6 +307,8 @@ class _Gen:
             """Loads of the next slice; ``tail``: the index of the partial last slice, whose
             elements past k are zeros (and not read)."""
             ptr, v = name.upper(), vec[name]
+            if name == "a" and conv is not None:
+                return self._gather_slice(w, la, v)
             # each load's first k inside the slice, and whether its float4 runs along k
             for i, (_, step, (ke, _, along_k)) in enumerate(la if name == "a" else lb):
                 p = f"{ptr} + {name}p{i}"
@@ -433,6 +445,44 @@ class _Gen:
         if t.ksplit > 1:
             w("}")
         return "\n".join("    " + x for x in L)
+
+    def _gather_rows(self, w, loads) -> None:
+        """A gathered from images (``a_conv``): per float4 this work-item loads, its row's
+        image base (plus its channels within the slice) and first input row and column."""
+        ih, iw, c, _, _, oh, ow, sh, sw, ph, pw = self.pr.a_conv[:11]
+        ragged = bool(self.pr.runtime_m) or self.pr.m % self.t.bm
+        for i, (_, _, (kc, r, _)) in enumerate(loads):
+            g = f"(m0 + {r})"
+            if ragged:
+                g = f"min({g}, {_minus(self.M, 1)})"
+            w(f"const int ag{i} = {g}, an{i} = ag{i} / {oh * ow}, "
+              f"aq{i} = ag{i} - an{i} * {oh * ow};")
+            w(f"const int ay{i} = aq{i} / {ow}, ax{i} = aq{i} - ay{i} * {ow};")
+            w(f"const int ab{i} = an{i} * {ih * iw * c} + {kc};")
+            w(f"const int ah{i} = ay{i} * {sh} - {ph}, aw{i} = ax{i} * {sw} - {pw};")
+        w("int aks = 0;  // the first k of the next slice of A")
+
+    def _gather_slice(self, w, loads, v: str) -> None:
+        """The next slice of a gathered A: one tap and ``bk`` of its channels (the slices lie
+        inside taps: ``c`` is a multiple of ``bk``); zeros outside the image."""
+        ih, iw, c, _, kw = self.pr.a_conv[:5]
+        dh, dw = self.pr.a_conv[11:]
+        w("{")
+        w(f"  const int tap = aks / {c}, c0 = aks - tap * {c};")
+        w(f"  const int ky = tap / {kw}, kx = tap - ky * {kw};")
+        for i in range(len(loads)):
+            p = f"A + ab{i} + (y * {iw} + x) * {c} + c0"
+            if v == "1":
+                full = f"*(__global const float4*)({p})"
+            elif v == "0":
+                full = f"vload4(0, {p})"
+            else:
+                full = f"({v} ? *(__global const float4*)({p}) : vload4(0, {p}))"
+            w(f"  {{ const int y = ah{i} + ky * {dh}, x = aw{i} + kx * {dw};")
+            w(f"    ra[{i}] = (y >= 0 && y < {ih} && x >= 0 && x < {iw}) ? {full} : "
+              "(float4)(0.0f); }")
+        w(f"  aks += {self.t.bk};")
+        w("}")
 
     def _slices_meet(self, w, dims: tuple | None = None) -> None:
         """``kslices``: store this share's tile, arrive; the last arrival adds every share's

@@ -64,6 +64,9 @@ class GemmShape:
     #: same); None: the mode in
     #: force where the launcher is made (see :mod:`pydnnl.runtime.fpmath`)
     math: str | None = None
+    #: A gathered from channels-last images (``GemmProblem.a_conv``: an implicit-GEMM
+    #: convolution); only where :func:`gathers` says the device's kernel takes it
+    a_conv: tuple | None = None
 
     @property
     def has_epilogue(self) -> bool:
@@ -87,7 +90,18 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        bias=shape.bias, post_ops=shape.post_ops, epi_batch=shape.epi_batch,
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
                        scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k,
-                       runtime_ldc=runtime_ldc, runtime_n=runtime_n, **batch)
+                       runtime_ldc=runtime_ldc, runtime_n=runtime_n, a_conv=shape.a_conv,
+                       **batch)
+
+
+def gathers(engine, shape: GemmShape) -> bool:
+    """Whether ``get_gemm`` runs ``shape`` (with ``a_conv``) on the device: the hand-written
+    NVIDIA kernel's rule picks a tile that gathers A (no other kernel does)."""
+    shape = resolved(shape)
+    if engine is None or shape.a_conv is None:
+        return False
+    tile = _nv_tile(engine.info, _problem(shape), shape.math)
+    return tile is not None and gemm_nv.supports(_nv_problem(shape, tile), tile)
 
 
 def _epilogue_shares_m(shape: GemmShape) -> bool:
@@ -327,6 +341,9 @@ class Gemm:
             self._names = self.kernel.src.arg_names
             self._static: dict = {}
             return
+        if shape.a_conv is not None:
+            raise invalid_arguments(f"gemm {shape.m}x{shape.n}x{shape.k}: no kernel on this "
+                                    f"device gathers A from images (see gathers())")
         self.params = (choose_params(engine, shape, static_b) if params is None
                        else fam.normalize_params(params))
         self.packed = bool(self.params["packed_b"])

@@ -283,7 +283,8 @@ class conv_pd_base(bias_queries, primitive_desc_base):
             # every non-Winograd method, GEMM-based ones included), led by a stored find
             # result of the family
             names = list(solvers()) if allowed is None else allowed
-            order = [n for n in heuristic_order(kind, self._geom.as_convolution(), self._engine)
+            order = [n for n in heuristic_order(kind, self._geom.as_convolution(), self._engine,
+                                                self._gemm_math() or "strict")
                      if n in names]
             order += [n for n in names if n not in order]
             if use_db:

@@ -47,12 +47,13 @@ def get_solver(name: str) -> Solver:
     return s
 
 
-def heuristic_order(kind: str, geom: ConvGeometry, engine) -> list[str]:
+def heuristic_order(kind: str, geom: ConvGeometry, engine, math: str = "strict") -> list[str]:
     """Solver names, most promising first, from the problem's shape and the device
-    (:func:`pydnnl.runtime.heuristics.conv.solver_order`), limited to the solvers present.
+    (:func:`pydnnl.runtime.heuristics.conv.solver_order`; ``math``: what the fpmath mode
+    lets the GEMMs compute in), limited to the solvers present.
     ``geom``: the convolution's geometry (a deconvolution's
     :meth:`~pydnnl.conv_shapes.ConvGeometry.as_convolution`)."""
-    order = rules.solver_order(kind, geom, engine.info, saving(kind, geom))
+    order = rules.solver_order(kind, geom, engine.info, saving(kind, geom), math)
     return [n for n in order if n in solvers()]
 
 

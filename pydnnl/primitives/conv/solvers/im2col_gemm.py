@@ -50,7 +50,14 @@ from ....kernels.conv_im2col import (
     im2col_runtime,
 )
 from ....kernels.reorder import ReorderProblem
-from ....runtime.gemm import GemmShape, get_gemm, packed_panel, reads_panels, split_nv_tile
+from ....runtime.gemm import (
+    GemmShape,
+    gathers,
+    get_gemm,
+    packed_panel,
+    reads_panels,
+    split_nv_tile,
+)
 from ....runtime.heuristics.conv import (
     CPU_WGRAD_MAX_SLICES,
     copy_lanes,
@@ -449,6 +456,31 @@ def _pack_into_panels(plan: Plan, p: ConvProblem, width: int, plain_off: int) ->
     return True
 
 
+def _gather_shape(p: ConvProblem, engine, ldb: int, trans_b: bool, T, beta: float,
+                  epi: dict) -> GemmShape | None:
+    """The forward's GEMM over every image with A gathered from a dense channels-last
+    source (``GemmShape.a_conv``; weights B in kic order, ``ldb`` and ``trans_b`` as they
+    lie), where the device's kernel takes it (:func:`gathers`: NVIDIA's hand-written kernel,
+    input channels in whole k slices); else None (im2col)."""
+    # (1x1 layers keep the copy: strided ones lost with the gather, H200 mb 32, min ms, copy
+    # / gathered: strict res3a/res4a/res5a_branch1 0.177/0.175/0.214 / 0.267/0.256/0.276,
+    # tf32 res5a_branch1 0.118 / 0.156; dense ones read the source as A already)
+    if engine is None or p.nsp != 2 or p.kind != "fwd" or p.groups != 1 or T is None \
+            or not T.fold or p.K == 1:
+        return None
+    nhwc = with_offset(dense_layout([p.mb, p.ic, *p.src_sp], [0, 2, 3, 1]), p.src[0])
+    if p.src != nhwc:
+        return None
+    (ih, iw), (oh, ow) = p.src_sp, p.dst_sp
+    (kh, kw), (sh, sw) = p.kernel, p.strides
+    geom = (ih, iw, p.ic, kh, kw, oh, ow, sh, sw, *p.padding_l,
+            p.dilates[0] + 1, p.dilates[1] + 1)
+    Kf = p.icg * p.K
+    shape = GemmShape(m=p.mb * p.P, n=p.ocg, k=Kf, lda=Kf, ldb=ldb, ldc=T.ld,
+                      trans_b=trans_b, beta=beta, a_conv=geom, **epi)
+    return shape if gathers(engine, shape) else None
+
+
 def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = None) -> Plan:
     """The plan of ``p``; ``seen`` (a dry plan's caller) gets the forward's weights GEMM
     shape (``weights_gemm``) where it reads the weights as packed B over channels-last
@@ -498,6 +530,12 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # -- weights as a GEMM matrix --------------------------------------------------------------
     W = wei_matrix(p.wei, OCg, ICg, p.kernel)
     w_ref = WEI
+    # a forward that gathers its A from the images reads weights in kic order: others (oihw)
+    # are staged so
+    may_gather = mode == "hwc" and not staged_acc and not dry and \
+        _gather_shape(p, engine, OCg, False, T, beta_fwd, epi) is not None
+    if may_gather and W is not None and W.kf_order != "kic":
+        W = None
     # weights stored as the forward GEMM's packed panels (format_tag.any of a forward on
     # channels-last activations, and its backward descriptors): the forward reads them in
     # place, backward data reorders them straight into its own packed B where its panels
@@ -541,11 +579,17 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
             S = None  # col2im applies sums against the prior diff_src generically
     s_ref = SRC
 
+    # -- forward through a GEMM that gathers its A from the images (no patch matrix) ---------
+    gather = None
+    if may_gather and S is None and not wpanels:
+        gather = _gather_shape(p, engine, W.ld, W.form == "ok", T, beta_fwd, epi)
+
     # -- chunks of images ------------------------------------------------------------------------
     cap = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))  # float32 elements
     per_image = G * P * Kf
-    nb = p.mb if S is not None else largest_divisor_at_most(p.mb, max(1, cap // max(per_image, 1)))
-    col_off = plan.alloc(nb * per_image) if S is None else 0
+    nb = p.mb if S is not None or gather is not None else \
+        largest_divisor_at_most(p.mb, max(1, cap // max(per_image, 1)))
+    col_off = plan.alloc(nb * per_image) if S is None and gather is None else 0
     acc_off = 0
     if staged_acc:
         acc_off = plan.alloc(nb * p.oc * P)
@@ -581,7 +625,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
     split_d = p.kind == "bwd_d" and split_k > 1
-    if mode == "hwc" and p.kind in ("fwd", "bwd_d") and not split_d:
+    if mode == "hwc" and p.kind in ("fwd", "bwd_d") and not split_d and gather is None:
         rows = image_groups(0)[0][1] * P
         if p.kind == "fwd":
             shape = GemmShape(m=rows, n=OCg, k=Kf, lda=Kf if S is None else S.ld, ldb=W.ld,
@@ -691,6 +735,10 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
         return calls
 
     starts = range(0, p.mb, nb)
+    if gather is not None:  # every image in one GEMM, A read from the source itself
+        plan.gemm(gather, SRC, p.src[0], w_ref, W.offset(0), t_ref, T.offset(0, 0),
+                  bias=BIAS if gather.bias is not None else None)
+        starts = range(0)
     chunks = [chunk_calls(c0) for c0 in starts]
     _reserve_packs(plan, chunks, split_k, wcap)
     for c0, calls in zip(starts, chunks):

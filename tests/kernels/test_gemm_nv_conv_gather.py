@@ -1,0 +1,105 @@
+"""The hand-written NVIDIA GEMM with A gathered from channels-last images (``GemmProblem.
+a_conv``: an implicit-GEMM convolution, no patch matrix). The SIMT kernel is plain OpenCL C,
+so the gather runs on every device here against numpy's float64 patches; the tensor-core
+kernels on NVIDIA GPUs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+from pydnnl.kernels.gemm import GemmProblem
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, supports
+from pydnnl.runtime.kernel import Kernel
+
+F32 = dnnl.memory.data_type.f32
+
+# (n, ih, iw, c, kh, kw, sh, sw, ph, pw, dh, dw, oc)
+GEOMS = [
+    (2, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 24),    # a 3x3 layer, rows past m in the last block
+    (1, 9, 8, 32, 3, 3, 2, 2, 1, 0, 2, 1, 40),    # stride 2, dilation, one-sided padding
+    (3, 5, 6, 16, 1, 1, 1, 1, 0, 0, 1, 1, 64),    # 1x1
+]
+SIMT = NvTile(32, 32, 16, 4, 4)
+TC = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32)
+
+
+def _problem(geom, **kw):
+    n, ih, iw, c, kh, kw_, sh, sw, ph, pw, dh, dw, oc = geom
+    oh = (ih + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (iw + 2 * pw - dw * (kw_ - 1) - 1) // sw + 1
+    return GemmProblem(m=n * oh * ow, n=oc, k=kh * kw_ * c, ldb=oc, ldc=oc,
+                       a_conv=(ih, iw, c, kh, kw_, oh, ow, sh, sw, ph, pw, dh, dw),
+                       runtime_offsets=True, **kw)
+
+
+def _patches(x, pr):
+    """The patch matrix the kernel gathers, in float64: [n * oh * ow, kh * kw * c]."""
+    ih, iw, c, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw = pr.a_conv
+    n = x.shape[0]
+    out = np.zeros((n, oh, ow, kh, kw, c))
+    for y in range(oh):
+        for xx in range(ow):
+            for ky in range(kh):
+                for kx in range(kw):
+                    iy, ix = y * sh - ph + ky * dh, xx * sw - pw + kx * dw
+                    if 0 <= iy < ih and 0 <= ix < iw:
+                        out[:, y, xx, ky, kx] = x[:, iy, ix]
+    return out.reshape(n * oh * ow, kh * kw * c)
+
+
+def _run(engine, stream, pr, tile, x, w, x_off=4):
+    src = build_gemm_nv(pr, tile)
+    kern = Kernel(engine.context, engine.device, src)
+
+    def mem(v):
+        return dnnl.memory(dnnl.memory.desc([v.size], F32, "a"), engine, v.ravel().copy())
+
+    xa = np.concatenate([np.full(x_off, np.nan, np.float32), x.ravel()])
+    c = np.full(pr.m * pr.ldc + 5, 7.0, np.float32)
+    mx, mw, mc = mem(xa), mem(w), mem(c)
+    vals = {"a": mx.buffer, "b": mw.buffer, "c": mc.buffer, "a_off": np.int64(x_off),
+            "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(pr.m)}
+    kern(stream, *[vals[a] for a in src.arg_names])
+    stream.wait()
+    return mc.to_numpy()
+
+
+@pytest.mark.parametrize("gi", range(len(GEOMS)))
+def test_gathered_a_matches_the_patches(engine, stream, gi):
+    pr = _problem(GEOMS[gi], runtime_m="any")
+    assert supports(pr, SIMT)
+    rng = np.random.default_rng(gi)
+    n, ih, iw, c = GEOMS[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    w = rng.standard_normal((pr.k, pr.n)).astype(np.float32)
+    got = _run(engine, stream, pr, SIMT, x, w)
+    want = _patches(x.astype(np.float64), pr) @ w.astype(np.float64)
+    np.testing.assert_allclose(got[:pr.m * pr.n].reshape(pr.m, pr.n), want, rtol=1e-4,
+                               atol=1e-4)
+    assert (got[pr.m * pr.n:] == 7.0).all()  # nothing past C
+
+
+def test_gather_supports_whole_slices_only():
+    pr = _problem(GEOMS[0])
+    assert supports(pr, SIMT) and supports(pr, TC)
+    odd = _problem((1, 5, 5, 24, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 24 channels: a slice spans taps
+    assert not supports(odd, SIMT)
+    assert not supports(pr, NvTile(32, 32, 16, 4, 4, kslices=3))
+    with pytest.raises(ValueError, match="a_conv"):
+        GemmProblem(m=8, n=8, k=10, a_conv=(4, 4, 16, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1))
+
+
+@pytest.mark.parametrize("gi", range(len(GEOMS)))
+def test_tensor_cores_gather(engine, stream, gi):
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("tensor-core kernels run on NVIDIA GPUs only (inline PTX mma.sync)")
+    pr = _problem(GEOMS[gi], runtime_m="any")
+    rng = np.random.default_rng(10 + gi)
+    n, ih, iw, c = GEOMS[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    w = rng.standard_normal((pr.k, pr.n)).astype(np.float32)
+    got = _run(engine, stream, pr, TC, x, w)[:pr.m * pr.n].reshape(pr.m, pr.n)
+    want = _patches(x.astype(np.float64), pr) @ w.astype(np.float64)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's

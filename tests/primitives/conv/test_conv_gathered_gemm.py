@@ -1,0 +1,107 @@
+"""Forward convolutions whose GEMM gathers its A from the channels-last source (no patch
+matrix: ``GemmShape.a_conv``). NVIDIA GPUs take it by their rule; the test gives the GEMM
+launcher the hand-written kernel's SIMT tile (plain OpenCL C) for every gathered problem, so
+that the solver's path runs on every device here (and on these small shapes), against the
+float64 reference (the tensor-core tiles' gather: tests/kernels/test_gemm_nv_conv_gather.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydnnl as dnnl
+import pydnnl.runtime.gemm as rg
+from pydnnl.kernels.gemm_nv import NvTile
+from pydnnl.reference import conv as R
+
+MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
+FWD = dnnl.prop_kind.forward_inference
+DIRECT = dnnl.algorithm.convolution_direct
+
+# (mb, ic, oc, ih, iw, k, stride, dilate, pad_l, pad_r)
+CASES = {
+    "3x3": (2, 16, 24, 7, 7, 3, 1, 0, 1, 1),
+    "3x3_s2_dilated": (1, 32, 40, 9, 8, 3, 2, 1, 1, 0),
+    "5x5_s2": (3, 16, 64, 9, 9, 5, 2, 0, 2, 1),
+}
+
+
+@pytest.fixture
+def gathering(monkeypatch):
+    """Gathered GEMMs on the hand-written kernel's SIMT tile, other GEMMs as the rules say."""
+    orig = rg._nv_tile
+
+    def tile(info, prob, math, slices=False):
+        if prob.a_conv is not None:
+            return NvTile(32, 32, 16, 4, 4)
+        return orig(info, prob, math, slices)
+
+    monkeypatch.setattr(rg, "_nv_tile", tile)
+
+
+@pytest.mark.parametrize("wtag", ["hwio", "oihw"])  # (oihw: weights staged as [Kf, OC])
+@pytest.mark.parametrize("name", list(CASES))
+def test_gathered_forward_matches_reference(engine, stream, gathering, name, wtag):
+    mb, ic, oc, ih, iw, k, s, d, pl, pr = CASES[name]
+    oh = (ih + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
+    ow = (iw + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal((mb, ic, ih, iw)).astype(np.float32)
+    w = (rng.standard_normal((oc, ic, k, k)) / 4).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    po = dnnl.post_ops()
+    po.append_eltwise(dnnl.algorithm.eltwise_relu, 0.0, 0.0)
+    attr = dnnl.primitive_attr()
+    attr.set_post_ops(po)
+    pd = dnnl.convolution_forward.primitive_desc(
+        engine, FWD, DIRECT, MD(list(x.shape), F32, "nhwc"), MD(list(w.shape), F32, wtag),
+        MD([oc], F32, "x"), MD([mb, oc, oh, ow], F32, "nhwc"), [s, s], [d, d], [pl, pl],
+        [pr, pr], attr=attr, solver="im2col_gemm")
+    prim = dnnl.convolution_forward(pd)
+    names = [getattr(st, "name", "") for st in prim._plan.steps]
+    assert "pydnnl_conv_im2col" not in names, names  # no patch matrix
+    src = dnnl.memory(pd.src_desc(), engine, x)  # (arrays in logical order)
+    wei = dnnl.memory(pd.weights_desc(), engine, w)
+    bias = dnnl.memory(pd.bias_desc(), engine, b)
+    dst = dnnl.memory(pd.dst_desc(), engine)
+    prim.execute(stream, {dnnl.ARG_SRC: src, dnnl.ARG_WEIGHTS: wei, dnnl.ARG_BIAS: bias,
+                          dnnl.ARG_DST: dst})
+    stream.wait()
+    got = dst.to_numpy()
+    ref = np.maximum(R.conv_forward(x, w, b, [s, s], [d, d], [pl, pl], [pr, pr],
+                                    dtype=np.float64), 0)
+    tol = 2e-3 if dnnl.get_default_fpmath_mode().name in ("tf32", "any") else 1e-5
+    assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+
+
+def test_rule_puts_the_gathering_gemm_ahead_of_winograd_where_measured():
+    """NVIDIA GPUs: 3x3 forward layers of up to 64 input channels (128 with tensor cores)
+    and at least 25088 output rows take the gathering GEMM before Winograd."""
+    from types import SimpleNamespace
+
+    from pydnnl.conv_shapes import ConvGeometry
+    from pydnnl.runtime.heuristics.conv import solver_order
+
+    h200 = SimpleNamespace(is_gpu=True, is_cpu=False, vendor_family="nvidia",
+                           compute_units=132)
+
+    def first(mb, c, sp, math):
+        g = ConvGeometry(mb=mb, groups=1, ic=c, oc=c, src_spatial=(sp, sp),
+                         dst_spatial=(sp, sp), kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
+                         padding_l=(1, 1), padding_r=(1, 1))
+        return solver_order("fwd", g, h200, 1.0, math)[0]
+
+    assert first(32, 64, 56, "strict") == "im2col_gemm"
+    assert first(32, 128, 28, "strict") == "winograd_f2x3"
+    assert first(32, 128, 28, "tf32") == "im2col_gemm"
+    assert first(32, 256, 14, "tf32") == "winograd_f2x3"
+    assert first(1, 64, 56, "tf32") == "winograd_f2x3"  # 3136 rows: not measured
+
+
+def test_1x1_layers_keep_the_copy(engine, gathering):
+    """A strided 1x1 layer keeps its im2col copy (the gather lost there on the H200)."""
+    pd = dnnl.convolution_forward.primitive_desc(
+        engine, FWD, DIRECT, MD([2, 16, 6, 6], F32, "nhwc"), MD([32, 16, 1, 1], F32, "hwio"),
+        None, MD([2, 32, 3, 3], F32, "nhwc"), [2, 2], [0, 0], [0, 0], [0, 0],
+        solver="im2col_gemm")
+    names = [getattr(st, "name", "") for st in dnnl.convolution_forward(pd)._plan.steps]
+    assert "pydnnl_conv_im2col" in names, names
