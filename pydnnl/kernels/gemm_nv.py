@@ -491,20 +491,14 @@ class _Gen:
         kernel's ``(mt, nt, 4)``); each work-item keeps its own elements in the same order in
         every share, so the shares add element by element."""
         t = self.t
-        if dims is not None:
-            return self._slices_meet_flat(w, dims)
-        tile_n, S = t.tm * t.tn, t.kslices
+        S = t.kslices
+        store, add = (self._tile_shares(S) if dims is None else self._flat_shares(S, dims))
         fence = ('asm volatile("membar.gl;" ::: "memory");' if t.fence == "ptx"
                  else "mem_fence(CLK_GLOBAL_MEM_FENCE);")
         w("{")
         w("  const int blk = get_group_id(1) * get_num_groups(0) + get_group_id(0);")
         w(f"  __global float* P = ws + ws_off + (long)blk * {S * t.bm * t.bn};")
-        w("#pragma unroll")
-        w(f"  for (int i = 0; i < {t.tm}; ++i)")
-        w("#pragma unroll")
-        w(f"    for (int j = 0; j < {t.tn}; ++j)")
-        w(f"      P[((int)get_group_id(2) * {tile_n} + i * {t.tn} + j) * {self.nt} + tid] = "
-          "acc[i][j];")
+        store(w)
         w(f"  {fence}")
         w("  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
         w("  if (tid == 0) {")
@@ -518,20 +512,38 @@ class _Gen:
         w(f"  {fence}")
         # volatile: the other groups' tiles are read from L2, not a stale L1 line
         w("  volatile __global const float* V = P;")
-        w("#pragma unroll")
-        w(f"  for (int i = 0; i < {t.tm}; ++i)")
-        w("#pragma unroll")
-        w(f"    for (int j = 0; j < {t.tn}; ++j) {{")
-        w(f"      float s = V[(i * {t.tn} + j) * {self.nt} + tid];")
-        w(f"      for (int h = 1; h < {S}; ++h)")
-        w(f"        s += V[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
-        w("      acc[i][j] = s;")
-        w("    }")
+        add(w)
         w("}")
 
-    def _slices_meet_flat(self, w, dims: tuple) -> None:
+    def _tile_shares(self, S: int):
+        """The SIMT register tile's share store and sum (see :meth:`_slices_meet`)."""
         t = self.t
-        S, E = t.kslices, 1
+        tile_n = t.tm * t.tn
+
+        def store(w):
+            w("#pragma unroll")
+            w(f"  for (int i = 0; i < {t.tm}; ++i)")
+            w("#pragma unroll")
+            w(f"    for (int j = 0; j < {t.tn}; ++j)")
+            w(f"      P[((int)get_group_id(2) * {tile_n} + i * {t.tn} + j) * {self.nt} + tid]"
+              " = acc[i][j];")
+
+        def add(w):
+            w("#pragma unroll")
+            w(f"  for (int i = 0; i < {t.tm}; ++i)")
+            w("#pragma unroll")
+            w(f"    for (int j = 0; j < {t.tn}; ++j) {{")
+            w(f"      float s = V[(i * {t.tn} + j) * {self.nt} + tid];")
+            w(f"      for (int h = 1; h < {S}; ++h)")
+            w(f"        s += V[(h * {tile_n} + i * {t.tn} + j) * {self.nt} + tid];")
+            w("      acc[i][j] = s;")
+            w("    }")
+
+        return store, add
+
+    def _flat_shares(self, S: int, dims: tuple):
+        """The share store and sum of an accumulator array of shape ``dims``."""
+        E = 1
         for d in dims:
             E *= d
         idx = ["i", "j", "e"][:len(dims)]
@@ -539,37 +551,24 @@ class _Gen:
         for name, d in zip(idx[1:], dims[1:]):
             lin = f"({lin}) * {d} + {name}"
         acc = "acc" + "".join(f"[{x}]" for x in idx)
-        fence = ('asm volatile("membar.gl;" ::: "memory");' if t.fence == "ptx"
-                 else "mem_fence(CLK_GLOBAL_MEM_FENCE);")
 
-        def loops(body):
+        def loops(w, body):
             for d, (x, n) in enumerate(zip(idx, dims)):
                 w("#pragma unroll")
                 w("  " * (d + 1) + f"for (int {x} = 0; {x} < {n}; ++{x})")
             for line in body:
                 w("  " * (len(dims) + 1) + line)
 
-        w("{")
-        w("  const int blk = get_group_id(1) * get_num_groups(0) + get_group_id(0);")
-        w(f"  __global float* P = ws + ws_off + (long)blk * {S * t.bm * t.bn};")
-        loops([f"P[((int)get_group_id(2) * {E} + {lin}) * {self.nt} + tid] = {acc};"])
-        w(f"  {fence}")
-        w("  barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
-        w("  if (tid == 0) {")
-        w("    volatile __global int* cnt = (volatile __global int*)(ws + cnt_off) + blk;")
-        w("    const int before = atomic_inc(cnt);")
-        w(f"    pd_last = before == {S - 1};")
-        w("    if (pd_last) atomic_xchg(cnt, 0);  // ready for the next launch")
-        w("  }")
-        w("  barrier(CLK_LOCAL_MEM_FENCE);")
-        w("  if (!pd_last) return;")
-        w(f"  {fence}")
-        w("  volatile __global const float* V = P;")
-        loops(["{", f"  float s = V[({lin}) * {self.nt} + tid];",
-               f"  for (int h = 1; h < {S}; ++h)",
-               f"    s += V[(h * {E} + {lin}) * {self.nt} + tid];",
-               f"  {acc} = s;", "}"])
-        w("}")
+        def store(w):
+            loops(w, [f"P[((int)get_group_id(2) * {E} + {lin}) * {self.nt} + tid] = {acc};"])
+
+        def add(w):
+            loops(w, ["{", f"  float s = V[({lin}) * {self.nt} + tid];",
+                      f"  for (int h = 1; h < {S}; ++h)",
+                      f"    s += V[(h * {E} + {lin}) * {self.nt} + tid];",
+                      f"  {acc} = s;", "}"])
+
+        return store, add
 
     def nk_group(self):
         """Slices of k each k-group walks (a C expression or an int; a partial last slice
