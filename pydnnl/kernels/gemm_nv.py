@@ -200,6 +200,16 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
     return max([pr.extent("a"), pr.extent("b"), pr.extent("c")] + epi) < 2 ** 31 - 1
 
 
+def _float4_load(p: str, v: str) -> str:
+    """A float4 read at pointer expression ``p``: aligned (``v`` "1"), element-wise ("0"),
+    or as the C condition ``v`` says."""
+    if v == "1":
+        return f"*(__global const float4*)({p})"
+    if v == "0":
+        return f"vload4(0, {p})"
+    return f"({v} ? *(__global const float4*)({p}) : vload4(0, {p}))"
+
+
 def _f(x: float) -> str:
     return repr(float(np.float32(x))) + "f"
 
@@ -312,12 +322,7 @@ class _Gen:
             # each load's first k inside the slice, and whether its float4 runs along k
             for i, (_, step, (ke, _, along_k)) in enumerate(la if name == "a" else lb):
                 p = f"{ptr} + {name}p{i}"
-                if v == "1":
-                    full = f"*(__global const float4*)({p})"
-                elif v == "0":
-                    full = f"vload4(0, {p})"
-                else:
-                    full = f"({v} ? *(__global const float4*)({p}) : vload4(0, {p}))"
+                full = _float4_load(p, v)
                 if tail is None:
                     w(f"r{name}[{i}] = {full};")
                 else:
@@ -471,13 +476,7 @@ class _Gen:
         w(f"  const int tap = aks / {c}, c0 = aks - tap * {c};")
         w(f"  const int ky = tap / {kw}, kx = tap - ky * {kw};")
         for i in range(len(loads)):
-            p = f"A + ab{i} + (y * {iw} + x) * {c} + c0"
-            if v == "1":
-                full = f"*(__global const float4*)({p})"
-            elif v == "0":
-                full = f"vload4(0, {p})"
-            else:
-                full = f"({v} ? *(__global const float4*)({p}) : vload4(0, {p}))"
+            full = _float4_load(f"A + ab{i} + (y * {iw} + x) * {c} + c0", v)
             w(f"  {{ const int y = ah{i} + ky * {dh}, x = aw{i} + kx * {dw};")
             w(f"    ra[{i}] = (y >= 0 && y < {ih} && x >= 0 && x < {iw}) ? {full} : "
               "(float4)(0.0f); }")
