@@ -464,15 +464,15 @@ def nv_tile(info, prob: GemmProblem, math: str = "strict") -> NvTile | None:
     t = _nv_tile(info, prob, math)
     if t is None or t.mma:
         return t
-    if _batched_square(prob, info) and _fits(info, prob, _NV_SQUARE):
+    if _batched_square(prob, info) and tile_fits(info, prob, _NV_SQUARE):
         return _NV_SQUARE
     if prob.batch > 1 and t is not _NV_MID and not (t is _NV_WIDE and _tall(prob)) \
-            and _batched_mid(prob, info) and _fits(info, prob, _NV_MID):
+            and _batched_mid(prob, info) and tile_fits(info, prob, _NV_MID):
         return _NV_MID
     return t
 
 
-def _fits(info, prob: GemmProblem, t: NvTile) -> bool:
+def tile_fits(info, prob: GemmProblem, t: NvTile) -> bool:
     """Whether the kernel covers ``prob`` with ``t`` within the device's limits."""
     return supports(prob, t) and t.threads <= info.max_work_group_size \
         and smem_bytes(t) <= info.local_mem_bytes
@@ -558,11 +558,11 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
             if t is not None and t.bm == _TC_BIG.bm and t.bn == _TC_BIG.bn \
                     and math in _PACKED_KINDS and not prob.trans_a and prob.k % 32 == 0:
                 t = replace(t, bk=32, packed=True)
-            if _fits(info, prob, t):
+            if tile_fits(info, prob, t):
                 return t
 
     def fits(t):
-        return _fits(info, prob, t)
+        return tile_fits(info, prob, t)
 
     tall = _tall_tile(prob, units, blocks, fits)
     if tall is not None:

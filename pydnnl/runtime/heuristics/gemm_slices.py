@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...kernels.gemm import GemmProblem
-from ...kernels.gemm_nv import MMA_KINDS, NvTile, blocks, smem_bytes, supports
-from .gemm import tensor_cores
+from ...kernels.gemm_nv import MMA_KINDS, NvTile, blocks
+from .gemm import tensor_cores, tile_fits
 
 # thin blocks by C's short side (m below 32: one 16-row block; m; n) and slice depth (8-deep
 # where k is not a whole number of 16-deep slices: a classifier's backward data, k = 1000)
@@ -70,11 +70,6 @@ def _shares(info, prob: GemmProblem, base: NvTile, per_unit: int = SLICES_PER_UN
     return 1
 
 
-def _fits(info, prob: GemmProblem, t: NvTile) -> bool:
-    return supports(prob, t) and t.threads <= info.max_work_group_size \
-        and smem_bytes(t) <= info.local_mem_bytes
-
-
 def _sliced_tc(info, prob: GemmProblem, math: str) -> NvTile | None:
     """A thin tensor-core tile, k shared where its blocks are few, for a product the
     tensor-core rule left to the SIMT kernel for want of blocks (C's short side 32 to 63)."""
@@ -87,7 +82,7 @@ def _sliced_tc(info, prob: GemmProblem, math: str) -> NvTile | None:
     if blocks(prob, base) <= TC_SLICES_PER_UNIT * max(1, info.compute_units):
         s = _shares(info, prob, base, TC_SLICES_PER_UNIT, TC_SHARE_K)
     t = replace(base, kslices=s)
-    return t if _fits(info, prob, t) else None
+    return t if tile_fits(info, prob, t) else None
 
 
 def sliced_tile(info, prob: GemmProblem, tile: NvTile | None,
@@ -117,4 +112,4 @@ def sliced_tile(info, prob: GemmProblem, tile: NvTile | None,
     if s == 1:
         return tile
     t = replace(base, kslices=s, fence="ptx" if getattr(info, "inline_ptx", False) else "cl")
-    return t if _fits(info, prob, t) else tile
+    return t if tile_fits(info, prob, t) else tile
