@@ -23,7 +23,11 @@ through inline PTX (the driver's OpenCL compiler takes ``asm``), each warp a ``w
 shared memory, whose rows are padded by 8 so that the fragment reads hit 32 distinct banks.
 (Permuting each warp tile's columns so that a lane reads its fragments as float4s measured
 10-50% slower on the H100: the permuted stores conflict.)
-Callers pick it only where the user's ``fpmath_mode`` allows TF32.
+Callers pick it only where the user's ``fpmath_mode`` allows TF32. With ``NvTile.stages``
+the TF32 kernel copies its tiles from global into shared memory with ``cp.async`` instead of
+through registers, ``stages - 1`` slices ahead of the one multiplied (a B with rows along k
+kept n-major, a gathered A's float4s outside the image copied as zeros), and rounds each
+fragment to TF32 as it is read: the same bits as the register-staged kernel.
 
 Sizes at run time (``GemmProblem.runtime_m``, ``runtime_k``): the kernel takes ``long m``
 and ``long ksize`` after the offsets; a run-time m clamps the A rows each work-item loads
@@ -57,7 +61,7 @@ __all__ = ["NvTile", "supports", "build_gemm_nv", "aligned_offsets", "smem_bytes
            "counters_at",
            "GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "gemm_nv-9"
+GENERATOR_VERSION = "gemm_nv-10"
 
 #: tensor-core kinds: (k per mma.sync, its PTX shape and types, the packing conversion of a
 #: pair of floats into one 32-bit register, or None where each register holds one TF32)
@@ -103,6 +107,10 @@ class NvTile:
     #: ``mem_fence``) or ``"ptx"`` (NVIDIA's ``membar.gl``, which the OpenCL fence does not
     #: promise across work-groups)
     fence: str = "cl"
+    #: tensor cores (tf32) only: 0 keeps the register-staged double buffer; 2 or more copies
+    #: the tiles from global into shared memory with ``cp.async`` (sm_80), that many slices
+    #: in flight, no registers in between; the fragments are rounded to TF32 as they are read
+    stages: int = 0
 
     @property
     def group_threads(self) -> int:
@@ -144,6 +152,9 @@ class NvTile:
         if self.kslices < 1 or (self.kslices > 1 and self.ksplit > 1):
             raise ValueError(f"NvTile: kslices {self.kslices} needs a kernel without "
                              f"k-groups (ksplit {self.ksplit})")
+        if self.stages and (self.stages < 2 or self.stages > 8 or self.mma != "tf32"):
+            raise ValueError(f"NvTile: stages {self.stages} needs 2..8 and mma 'tf32' "
+                             f"(got mma {self.mma!r})")
         if self.fence not in ("cl", "ptx"):
             raise ValueError(f"NvTile: fence must be 'cl' or 'ptx', got {self.fence!r}")
         if self.ksplit > 1 and (self.ksplit - 1) * self.bm * self.bn \
@@ -180,6 +191,9 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         if c % tile.bk or c % 4 or tile.ksplit > 1 or tile.kslices > 1 or pr.runtime_k \
                 or pr.batch > 1:
             return False
+    # cp.async: whole slices of k
+    if tile.stages and pr.k % tile.bk:
+        return False
     # a partial last slice (k not a multiple of bk) reads zeros past k: baked k, one k-group
     # walking every slice (the shares are counted in whole slices)
     if pr.k % tile.bk and (pr.runtime_k or tile.ksplit > 1 or tile.kslices > 1):
@@ -228,6 +242,11 @@ class _Gen:
         self.rak = t.bk + _pads(t)[1]
         self.sza = t.bm * self.rak if self.a_mmajor else t.bk * (t.bm + self.pa)
         self.szb = t.bk * (t.bn + self.pb)
+        # cp.async copies B's rows as they lie: a transposed B (rows along k) stays n-major,
+        # rows of bk + 4 like an m-major A
+        self.b_nmajor = bool(t.stages) and _b_kcontig(pr)
+        if self.b_nmajor:
+            self.szb = t.bn * self.rak
         # ``packed``: 16-bit kinds keep the tiles in shared memory as they are multiplied, one
         # 32-bit word per pair of k (the smaller in the low half), rounded once when stored;
         # half the bytes, so 32-deep slices fit. Pairs across two loaded rows are stored as
@@ -310,8 +329,9 @@ class _Gen:
                 if t.kslices > 1:  # this work-group's first slice
                     off = f"{off} + (int)get_group_id(2) * {self.nk_group()} * ({step})"
                 w(f"int {name}p{i} = {off};")
-        for name, loads in (("a", la), ("b", lb)):
-            w(f"float4 r{name}[{len(loads)}];")
+        if not t.stages:
+            for name, loads in (("a", la), ("b", lb)):
+                w(f"float4 r{name}[{len(loads)}];")
 
         def gload(name, tail=None):
             """Loads of the next slice; ``tail``: the index of the partial last slice, whose
@@ -356,8 +376,35 @@ class _Gen:
                       f"{cvt}4(r{name}[{i}]);" if cvt else
                       f"*(__local float4*)&{arr}[{buf} + {r} * {row} + {c}] = r{name}[{i}];")
 
+        def issue(stage):
+            """cp.async of the next slice into shared buffer ``stage`` (a C expression)."""
+            for name, loads in (("a", la), ("b", lb)):
+                arr, ptr, v = name.capitalize() + "s", name.upper(), vec[name]
+                sz, row = (self.sza, t.bm + self.pa) if name == "a" else (self.szb,
+                                                                         t.bn + self.pb)
+
+                def copy(dst, src, size=None, v=v):
+                    z = "z" if size else ""
+                    tail = f", {size}" if size else ""
+                    if v == "1":
+                        w(f"pd_cp16{z}({dst}, {src}{tail});")
+                    elif v == "0":
+                        w(f"pd_cp4x4{z}({dst}, {src}{tail});")
+                    else:
+                        w(f"if ({v}) pd_cp16{z}({dst}, {src}{tail}); "
+                          f"else pd_cp4x4{z}({dst}, {src}{tail});")
+
+                if name == "a" and conv is not None:
+                    self._gather_slice_async(w, loads, stage, copy)
+                    continue
+                for i, (_, step, (r, c, _)) in enumerate(loads):
+                    nmajor = self.a_mmajor if name == "a" else self.b_nmajor
+                    at = f"{c} * {self.rak} + {r}" if nmajor else f"{r} * {row} + {c}"
+                    copy(f"{arr} + ({stage}) * {sz} + {at}", f"{ptr} + {name}p{i}")
+                    w(f"{name}p{i} += {step};")
+
         if t.mma:
-            self._mma_body(w, gload, sstore)
+            self._mma_body(w, gload, sstore, issue)
             return "\n".join("    " + x for x in L)
 
         ga, gb = t.tm // 4, t.tn // 4
@@ -480,6 +527,23 @@ class _Gen:
             w(f"  {{ const int y = ah{i} + ky * {dh}, x = aw{i} + kx * {dw};")
             w(f"    ra[{i}] = (y >= 0 && y < {ih} && x >= 0 && x < {iw}) ? {full} : "
               "(float4)(0.0f); }")
+        w(f"  aks += {self.t.bk};")
+        w("}")
+
+    def _gather_slice_async(self, w, loads, stage: str, copy) -> None:
+        """:meth:`_gather_slice` through cp.async: a float4 outside the image copies no
+        bytes and lands as zeros (the copy's source size 0)."""
+        ih, iw, c, _, kw = self.pr.a_conv[:5]
+        dh, dw = self.pr.a_conv[11:]
+        w("{")
+        w(f"  const int tap = aks / {c}, c0 = aks - tap * {c};")
+        w(f"  const int ky = tap / {kw}, kx = tap - ky * {kw};")
+        for i, (_, _, (kc, r, _)) in enumerate(loads):
+            w(f"  {{ const int y = ah{i} + ky * {dh}, x = aw{i} + kx * {dw};")
+            w(f"    const bool in = y >= 0 && y < {ih} && x >= 0 && x < {iw};")
+            copy(f"As + ({stage}) * {self.sza} + {r} * {self.rak} + {kc}",
+                 f"A + ab{i} + (in ? (y * {iw} + x) * {c} + c0 : 0)", "in")
+            w("  }")
         w(f"  aks += {self.t.bk};")
         w("}")
 
@@ -613,7 +677,30 @@ class _Gen:
         w("  barrier(CLK_LOCAL_MEM_FENCE);")
         w("}")
 
-    def _mma_body(self, w, gload, sstore) -> None:
+    def _pipeline_async(self, w, issue, slice_) -> None:
+        """The k loop with ``cp.async``: the first ``stages - 1`` slices in flight before it;
+        per slice, wait for the current one (every work-item's copies: a barrier, which also
+        frees the buffer read in the step before), start the copy of the slice ``stages - 1``
+        ahead into that buffer, multiply the current one. One commit group per step, empty
+        past the last slice, so that the wait counts the same groups everywhere."""
+        S, nk = self.t.stages, self.nk_group()
+        for s in range(S - 1):
+            w(f"if ({s} < {nk}) {{")
+            issue(str(s))
+            w("}")
+            w('asm volatile("cp.async.commit_group;" ::: "memory");')
+        w(f"for (int kt = 0; kt < {nk}; ++kt) {{")
+        w(f'  asm volatile("cp.async.wait_group {S - 2};" ::: "memory");')
+        w("  barrier(CLK_LOCAL_MEM_FENCE);")
+        w(f"  if (kt + {S - 1} < {nk}) {{")
+        issue(f"(kt + {S - 1}) % {S}")
+        w("  }")
+        w('  asm volatile("cp.async.commit_group;" ::: "memory");')
+        w(f"  const int cur = kt % {S};")
+        slice_()
+        w("}")
+
+    def _mma_body(self, w, gload, sstore, issue=None) -> None:
         """The tensor-core main loop and store: warp ``wid`` owns rows ``wm0..wm0+wm`` and
         columns ``wn0..wn0+wn`` of the block as ``(wm/16) x (wn/8)`` m16n8 accumulators;
         lane ``g = lane/4, q = lane%4`` holds rows g, g+8 and columns 2q, 2q+1 of each."""
@@ -633,6 +720,8 @@ class _Gen:
         w("    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;")
 
         kstep, shape, pack = MMA_KINDS[t.mma]
+        # tiles copied by cp.async are rounded to TF32 as their fragments are read
+        rd = "pd_tf32" if t.stages else ""
 
         def slice_():
             if pack:
@@ -642,17 +731,23 @@ class _Gen:
                   " + q;")
             else:
                 w(f"  __local const float* as = As + cur * {sza} + q * {ra} + wm0 + g;")
-            w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
+            if self.b_nmajor:
+                w(f"  __local const float* bs = Bs + cur * {szb} + (wn0 + g) * {self.rak}"
+                  " + q;")
+            else:
+                w(f"  __local const float* bs = Bs + cur * {szb} + q * {rb} + wn0 + g;")
             w("#pragma unroll")
             w(f"  for (int kk = 0; kk < {t.bk}; kk += 8) {{")
             for i in range(mt):
                 for r, (dk, dm) in enumerate(((0, 0), (0, 8), (4, 0), (4, 8))):
                     at = (f"{16 * i + dm} * {self.rak} + kk + {dk}" if self.a_mmajor
                           else f"(kk + {dk}) * {ra} + {16 * i + dm}")
-                    w(f"    const uint a{i}_{r} = as_uint(as[{at}]);")
+                    w(f"    const uint a{i}_{r} = as_uint({rd}(as[{at}]));")
             for j in range(nt_):
                 for r, dk in enumerate((0, 4)):
-                    w(f"    const uint b{j}_{r} = as_uint(bs[(kk + {dk}) * {rb} + {8 * j}]);")
+                    at = (f"{8 * j} * {self.rak} + kk + {dk}" if self.b_nmajor
+                          else f"(kk + {dk}) * {rb} + {8 * j}")
+                    w(f"    const uint b{j}_{r} = as_uint({rd}(bs[{at}]));")
             mmas()
             w("  }")
 
@@ -718,7 +813,10 @@ class _Gen:
             mmas()
             w("  }")
 
-        self._pipeline(w, gload, sstore, sza, szb, slice_)
+        if t.stages:
+            self._pipeline_async(w, issue, slice_)
+        else:
+            self._pipeline(w, gload, sstore, sza, szb, slice_)
         if t.kslices > 1:
             self._slices_meet(w, (mt, nt_, 4))
 
@@ -878,6 +976,8 @@ class _Gen:
 
         cvt = [_TF32_HELPERS] if t.mma == "tf32" else [_pack_helper(MMA_KINDS[t.mma][2])] \
             if t.mma else []
+        if t.stages:
+            cvt = cvt + [_CP_ASYNC_HELPERS]
         if t.ksplit > 1:  # each k-group its own double buffers
             ks = t.ksplit
             # one array: the k-groups' tiles are added through all of it
@@ -889,8 +989,9 @@ class _Gen:
                     f"    __local float* As = As_all + kg * {2 * sza};",
                     f"    __local float* Bs = Bs_all + kg * {2 * szb};"]
         else:
-            head = [f"    __local {stype} As[{2 * sza}] __attribute__((aligned(16)));",
-                    f"    __local {stype} Bs[{2 * szb}] __attribute__((aligned(16)));",
+            nb = _buffers(t)
+            head = [f"    __local {stype} As[{nb * sza}] __attribute__((aligned(16)));",
+                    f"    __local {stype} Bs[{nb * szb}] __attribute__((aligned(16)));",
                     "    const int tid = get_local_id(0);"]
         if t.kslices > 1:
             head = head + ["    __local int pd_last;"]
@@ -921,6 +1022,33 @@ class _Gen:
         lines.append("}")
         return "\n".join(lines) + "\n"
 
+
+# cp.async from global into shared memory: 16 bytes (both addresses 16-byte aligned, L1
+# bypassed) or a float4 as four 4-byte copies; the shared address is the 32-bit offset a
+# __local pointer holds
+_CP_ASYNC_HELPERS = """inline void pd_cp16(__local float* s, __global const float* g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"((uint)(size_t)s), "l"(g) : "memory");
+}
+inline void pd_cp4x4(__local float* s, __global const float* g)
+{
+    for (int e = 0; e < 4; ++e)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;"
+                     :: "r"((uint)(size_t)(s + e)), "l"(g + e) : "memory");
+}
+inline void pd_cp16z(__local float* s, __global const float* g, bool in)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((uint)(size_t)s), "l"(g), "r"(in ? 16u : 0u) : "memory");
+}
+inline void pd_cp4x4z(__local float* s, __global const float* g, bool in)
+{
+    for (int e = 0; e < 4; ++e)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                     :: "r"((uint)(size_t)(s + e)), "l"(g + e), "r"(in ? 4u : 0u) : "memory");
+}
+"""
 
 # round to TF32 (nearest, ties away) once per element, as the tensor cores read it
 _TF32_HELPERS = """inline float pd_tf32(float x)
@@ -1007,7 +1135,13 @@ def smem_bytes(tile: NvTile) -> int:
         return 2 * (a + kp * (tile.bn + pad)) * 4
     pad, apad = _pads(tile)
     a = max(tile.bk * (tile.bm + pad), tile.bm * (tile.bk + apad) if tile.mma else 0)
-    return 2 * (a + tile.bk * (tile.bn + pad)) * 4
+    b = max(tile.bk * (tile.bn + pad), tile.bn * (tile.bk + apad) if tile.stages else 0)
+    return _buffers(tile) * (a + b) * 4
+
+
+def _buffers(tile: NvTile) -> int:
+    """Slices of A and B held in shared memory at once."""
+    return max(2, tile.stages)
 
 
 def _epilogue_names(pr: GemmProblem) -> tuple[str, ...]:

@@ -103,3 +103,34 @@ def test_tensor_cores_gather(engine, stream, gi):
     want = _patches(x.astype(np.float64), pr) @ w.astype(np.float64)
     err = np.abs(got - want).max() / np.abs(want).max()
     assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's
+
+
+ASYNC = NvTile(128, 64, 16, 8, 8, mma="tf32", wm=64, wn=32, stages=3)
+
+
+def test_async_gather_source():
+    """cp.async gathers a float4 outside the image as a copy of no bytes (zeros)."""
+    src = build_gemm_nv(_problem(GEOMS[1], runtime_m="any"), ASYNC).source
+    assert "pd_cp16z(" in src and "in ? 16u : 0u" in src and "ra[" not in src
+
+
+@pytest.mark.parametrize("x_off", [4, 1], ids=["aligned", "offset1"])
+@pytest.mark.parametrize("gi", range(len(GEOMS)))
+def test_async_gather_gives_the_register_staged_bits(engine, stream, gi, x_off):
+    """The cp.async gather (zero-filled copies at the image's edges; element-wise copies of
+    a misaligned source) computes the register-staged gather's bits, both against float64."""
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("tensor-core kernels run on NVIDIA GPUs only (inline PTX mma.sync)")
+    pr = _problem(GEOMS[gi], runtime_m="any")
+    assert supports(pr, ASYNC)
+    rng = np.random.default_rng(20 + gi)
+    n, ih, iw, c = GEOMS[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    w = rng.standard_normal((pr.k, pr.n)).astype(np.float32)
+    got = _run(engine, stream, pr, ASYNC, x, w, x_off)
+    staged = _run(engine, stream, pr, NvTile(128, 64, 16, 8, 8, mma="tf32", wm=64, wn=32),
+                  x, w, x_off)
+    want = _patches(x.astype(np.float64), pr) @ w.astype(np.float64)
+    err = np.abs(got[:pr.m * pr.n].reshape(pr.m, pr.n) - want).max() / np.abs(want).max()
+    assert 1e-5 < err < 2e-3, err
+    assert np.array_equal(got, staged) and (got[pr.m * pr.n:] == 7.0).all()

@@ -32,7 +32,7 @@ def _pick(m, n, k, math="tf32", info=H100):
 
 
 def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
-    assert _pick(1024, 1024, 1024) == (64, 128, "tf32")
+    assert _pick(1024, 1024, 1024) == (64, 64, "tf32")  # too few 128x128 blocks: cp.async
     assert _pick(4096, 4096, 4096) == (128, 128, "tf32")
     assert _pick(1024, 1024, 1024, "strict") == (64, 128, None)
     assert _pick(25088, 256, 64) == (128, 128, None)  # short k: the SIMT kernel is faster
@@ -40,7 +40,7 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
     # where its blocks leave units idle) or the loopy family
     assert _pick(64, 2048, 512) == (16, 64, None)
     assert _pick(64, 512, 2048) is None
-    assert _pick(25088, 64, 576) == (64, 128, "tf32")  # thin but tall: blocks enough
+    assert _pick(25088, 64, 576) == (128, 64, "tf32")  # thin but tall: blocks enough
     assert _pick(1568, 256, 2304) == (64, 64, "tf32")  # few blocks: smaller ones
     for other in ({"arch": "sm_75"}, {"inline_ptx": False}, {"arch": "unknown"}):
         assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100), **other}))[2] \
@@ -48,7 +48,7 @@ def test_tf32_tiles_only_where_the_mode_and_the_device_allow():
     assert _pick(1024, 1024, 1024, info=SimpleNamespace(**{**vars(H100),
                                                             "vendor_family": "amd"})) is None
     # the 16-bit modes take the same blocks with their own mma kind
-    assert _pick(1024, 1024, 1024, "bf16") == (64, 128, "bf16")
+    assert _pick(1024, 1024, 1024, "bf16") == (64, 128, "bf16")  # (cp.async: tf32 only)
     assert _pick(4096, 4096, 4096, "f16") == (128, 128, "f16")
     assert _pick(64, 2048, 512, "bf16") == (16, 64, None)
     # big blocks of a 16-bit kind with a plain A keep their tiles packed, 32 deep
@@ -323,3 +323,93 @@ def test_shared_k_keeps_k_baked():
     shared = NvTile(32, 64, 16, 4, 4, mma="tf32", wm=16, wn=32, kslices=2)
     prob = _nv_problem(shape, shared)
     assert not prob.runtime_k and supports(prob, shared)
+
+
+def _stages(m, n, k, math="tf32", **kw):
+    t = nv_tile(H100, GemmProblem(m=m, n=n, k=k, **kw), math)
+    return None if t is None else (t.bm, t.bn, t.stages)
+
+
+def test_async_tiles_where_blocks_are_few():
+    """tf32 GEMMs with too few blocks for two 128x128 per unit copy their tiles with
+    cp.async (stages in flight); big ones, the 16-bit kinds and gathered A keep the
+    register-staged kernel."""
+    assert _stages(1568, 256, 2304) == (64, 64, 4)
+    assert _stages(1568, 256, 2304, trans_b=True) == (64, 64, 4)
+    assert _stages(1024, 1024, 1024, trans_a=True) == (64, 64, 4)
+    assert _stages(25088, 64, 576) == (128, 64, 3)
+    assert _stages(4096, 4096, 4096) == (128, 128, 0)
+    assert _stages(1568, 256, 2304, "bf16") == (64, 64, 0)
+    assert _stages(1568, 256, 2304, "f16") == (64, 64, 0)
+    # tall products of 128 columns keep the register-staged 64x128 blocks; 64 columns take
+    # 128x64 async blocks, gathered from images too
+    assert _stages(25088, 128, 256) == (64, 128, 0)
+    conv = (28, 28, 128, 3, 3, 28, 28, 1, 1, 1, 1, 1, 1)  # 3x3 on 28x28, 128 channels
+    assert _stages(32 * 784, 128, 1152, a_conv=conv) == (64, 128, 0)
+    conv = (56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+    assert _stages(32 * 3136, 64, 576, a_conv=conv) == (128, 64, 3)
+
+
+ASYNC = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=4)
+
+
+def test_async_source_and_coverage():
+    pr = GemmProblem(m=200, n=136, k=128, trans_b=True, runtime_offsets=True)
+    src = build_gemm_nv(pr, ASYNC).source
+    assert src.count("cp.async.commit_group") == 4  # 3 slices ahead of the loop, 1 in it
+    assert "cp.async.wait_group 2;" in src and "pd_cp16(" in src and "pd_cp4x4(" in src
+    assert "float4 ra[" not in src  # no registers between global and shared memory
+    assert "__local float As[5120]" in src  # 4 stages of 64 rows of 16 + 4
+    plain = GemmProblem(m=200, n=136, k=128, runtime_offsets=True)
+    assert build_gemm_nv(plain, ASYNC, aligned=True).source.count(
+        "pd_cp4x4(") == 1  # aligned: only the helper's definition
+    assert supports(plain, ASYNC) and not supports(GemmProblem(m=200, n=136, k=136), ASYNC)
+    with pytest.raises(ValueError, match="stages"):
+        NvTile(64, 64, 16, 8, 8, mma="bf16", wm=32, wn=32, stages=4).check()
+    with pytest.raises(ValueError, match="stages"):
+        NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=1).check()
+    with pytest.raises(ValueError, match="stages"):
+        NvTile(64, 64, 16, 8, 8, stages=3).check()  # SIMT
+
+
+ASYNC_TILES = [ASYNC, NvTile(128, 64, 16, 8, 8, mma="tf32", wm=64, wn=32, stages=3),
+               NvTile(128, 128, 8, 8, 8, mma="tf32", wm=64, wn=64, stages=2)]
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("tile", range(len(ASYNC_TILES)))
+@pytest.mark.parametrize("off", [0, 1], ids=["aligned", "offset1"])
+def test_async_tiles_give_the_register_staged_bits(engine, stream, ta, tb, tile, off):
+    """The cp.async kernel rounds each fragment to TF32 as it reads it and multiplies in the
+    same order as the register-staged one (rounded when stored): the same bits, ragged
+    edges and element-wise copies of misaligned operands included; both against float64."""
+    _nvidia(engine)
+    from pydnnl.runtime.kernel import Kernel
+
+    m, n, k = 200, 136, 160
+    rng = np.random.default_rng(11 + tile)
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    B = rng.standard_normal((k, n)).astype(np.float32)
+    C0 = rng.standard_normal((m, n)).astype(np.float32)
+    pr = GemmProblem(m=m, n=n, k=k, trans_a=ta, trans_b=tb, lda=m if ta else k,
+                     ldb=k if tb else n, ldc=n, beta=1.0, runtime_offsets=True)
+    f32 = dnnl.memory.data_type.f32
+
+    def run(t):
+        src = build_gemm_nv(pr, t)
+        mem = {w: dnnl.memory(dnnl.memory.desc([v.size + off], f32, "a"), engine,
+                              np.concatenate([np.zeros(off, np.float32), v.ravel()]))
+               for w, v in (("a", (A.T if ta else A).copy()), ("b", (B.T if tb else B).copy()),
+                            ("c", C0))}
+        args = {**{w: m_.buffer for w, m_ in mem.items()}, "a_off": np.int64(off),
+                "b_off": np.int64(off), "c_off": np.int64(off)}
+        Kernel(engine.context, engine.device, src)(stream, *[args[a] for a in src.arg_names])
+        stream.wait()
+        return mem["c"].to_numpy()[off:].reshape(m, n)
+
+    t = ASYNC_TILES[tile]
+    got = run(t)
+    staged = run(NvTile(t.bm, t.bn, 16, 8, 8, mma="tf32", wm=t.wm, wn=t.wn))
+    want = A.astype(np.float64) @ B.astype(np.float64) + C0
+    assert 1e-6 < _rel(got, want) < TF32_BOUND
+    assert np.array_equal(got, staged)

@@ -436,6 +436,20 @@ _TC_BIG = NvTile(128, 128, 16, 8, 8, mma="tf32", wm=64, wn=64)
 _TC_MID = NvTile(64, 128, 16, 8, 8, mma="tf32", wm=32, wn=32)
 _TC_SMALL = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32)
 _TC_MIN_K = 128
+# tf32 tiles that copy global -> shared with cp.async (``NvTile.stages``: slices in flight,
+# no registers in between), where C has too few blocks for two 128x128 per SM. H200,
+# 2026-11-29, kernel us, register-staged -> cp.async (cuBLAS TF32): 1568x256x2304 64x64
+# 81.6 -> 43.9 (38.3); 6272x128x1152 64x128 41.8 -> 64x64 39.9 (31.6); 1024^3 64x128 38.1 ->
+# 64x64 36.2 (29.3); 1280x2048x512 64x128 46.0 -> 64x64 45.7; 25088x64x576 64x128 48.8 ->
+# 128x64 of three 16-deep stages 41.6 (50.0). The big blocks keep their registers: 4096^3
+# 1025 against 1296 (four 8-deep stages) and 1120 (two 16-deep); 25088x256x576 101 against
+# 89 (128x64 async) was not taken on one run. ResNet-50 at mb 32 with tf32 (min ms, before
+# -> 64x64 async): tall products of 128 columns lost (25088x128x256 0.064 -> 0.074,
+# 25088x128x512 0.070 -> 0.076) and keep the 64x128 blocks; 1568x512x1024 0.075 -> 0.055,
+# 1568x2048x1024 0.135 -> 0.125. Outputs are the register-staged kernel's bits (the same
+# rounding and mma order)
+_TC_SMALL_ASYNC = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=4)
+_TC_NARROW_ASYNC = NvTile(128, 64, 16, 8, 8, mma="tf32", wm=64, wn=32, stages=3)
 # bf16/f16 on the big blocks with a plain A (rows along k): tiles packed in shared memory as
 # the mma reads them, 32-deep slices (H200, 2026-11, ms: 4096^3 0.78 against 0.99 unpacked
 # with 16-deep slices). Elsewhere the unpacked kernel stayed ahead (its fragments convert f32
@@ -550,10 +564,14 @@ def _nv_tile(info, prob: GemmProblem, math: str) -> NvTile | None:
         if blocks(_TC_BIG) >= 1.9 * units:
             order = (_TC_BIG, _TC_MID)
         elif blocks(_TC_MID) >= 0.5 * units:
-            order = (_TC_MID,)
+            order = (_TC_MID,) if _tall(prob) else (_TC_SMALL_ASYNC, _TC_MID)
         else:
-            order = (_TC_SMALL, _TC_MID)
+            order = (_TC_SMALL_ASYNC, _TC_SMALL, _TC_MID)
+        if prob.n <= 64:  # (wider blocks leave half their columns idle)
+            order = (_TC_NARROW_ASYNC,) + order
         for t in order:
+            if t.stages and math != "tf32":  # (cp.async tiles: tf32 only)
+                continue
             t = replace(t, mma=math)  # the same blocking for every kind (16-deep slices)
             if t is not None and t.bm == _TC_BIG.bm and t.bn == _TC_BIG.bn \
                     and math in _PACKED_KINDS and not prob.trans_a and prob.k % 32 == 0:
