@@ -162,14 +162,21 @@ GATHER_FIRST_MIN_ROWS = 25088  # the fewest measured (res3a at mb 32: 32 x 28 x 
 
 
 def gathered_first(kind: str, geom: ConvGeometry, info, math: str) -> bool:
-    """Whether a forward convolution's gathering GEMM goes ahead of Winograd."""
-    if not (info.is_gpu and info.vendor_family == "nvidia") or kind != "fwd" \
-            or geom.groups != 1 or geom.icg % 16:
+    """Whether a convolution's gathering GEMM goes ahead of Winograd: the forward (gathering
+    the source's channels), or the backward data of a stride-1 layer (gathering diff_dst's:
+    the same GEMM over the output gradient, rows of diff_src)."""
+    if not (info.is_gpu and info.vendor_family == "nvidia") or geom.groups != 1:
+        return False
+    if kind == "fwd":
+        ch, sp = geom.icg, geom.dst_spatial
+    elif kind == "bwd_d" and all(s == 1 for s in geom.strides):
+        ch, sp = geom.ocg, geom.src_spatial
+    else:
         return False
     rows = geom.mb
-    for v in geom.dst_spatial:
+    for v in sp:
         rows *= v
-    return geom.icg <= GATHER_FIRST_MAX_CHANNELS.get(math or "strict", 64) \
+    return ch % 16 == 0 and ch <= GATHER_FIRST_MAX_CHANNELS.get(math or "strict", 64) \
         and rows >= GATHER_FIRST_MIN_ROWS
 
 

@@ -84,17 +84,21 @@ def test_rule_puts_the_gathering_gemm_ahead_of_winograd_where_measured():
     h200 = SimpleNamespace(is_gpu=True, is_cpu=False, vendor_family="nvidia",
                            compute_units=132)
 
-    def first(mb, c, sp, math):
+    def first(mb, c, sp, math, kind="fwd"):
         g = ConvGeometry(mb=mb, groups=1, ic=c, oc=c, src_spatial=(sp, sp),
                          dst_spatial=(sp, sp), kernel=(3, 3), strides=(1, 1), dilates=(0, 0),
                          padding_l=(1, 1), padding_r=(1, 1))
-        return solver_order("fwd", g, h200, 1.0, math)[0]
+        return solver_order(kind, g, h200, 1.0, math)[0]
 
     assert first(32, 64, 56, "strict") == "im2col_gemm"
     assert first(32, 128, 28, "strict") == "winograd_f2x3"
     assert first(32, 128, 28, "tf32") == "im2col_gemm"
     assert first(32, 256, 14, "tf32") == "winograd_f2x3"
     assert first(1, 64, 56, "tf32") == "winograd_f2x3"  # 3136 rows: not measured
+    # backward data of stride-1 layers gathers diff_dst by the same rule
+    assert first(32, 64, 56, "strict", "bwd_d") == "im2col_gemm"
+    assert first(32, 128, 28, "tf32", "bwd_d") == "im2col_gemm"
+    assert first(32, 256, 14, "tf32", "bwd_d") == "winograd_f2x3"
 
 
 def test_1x1_layers_keep_the_copy(engine, gathering):
@@ -105,3 +109,59 @@ def test_1x1_layers_keep_the_copy(engine, gathering):
         solver="im2col_gemm")
     names = [getattr(st, "name", "") for st in dnnl.convolution_forward(pd)._plan.steps]
     assert "pydnnl_conv_im2col" in names, names
+
+
+# stride 1 (mb, ic, oc, ih, iw, k, dilate, pad_l, pad_r): diff_dst's channels (oc) in whole
+# 16-deep slices
+BWD_D_CASES = {
+    "3x3": (2, 24, 32, 7, 7, 3, 0, 1, 1),
+    "3x3_dilated_asym": (1, 16, 16, 9, 8, 3, 1, 2, 0),
+    "5x5_asym": (2, 8, 32, 8, 8, 5, 0, 2, 1),
+}
+
+
+@pytest.mark.parametrize("wtag", ["hwio", "oihw"])
+@pytest.mark.parametrize("name", list(BWD_D_CASES))
+def test_gathered_backward_data_matches_reference(engine, stream, gathering, name, wtag):
+    """Backward data of a stride-1 layer: one GEMM gathering diff_dst at ``y + ph - kh *
+    dh`` (negative padding and dilation), the weights staged as [taps][oc][ic]; no patch
+    matrix, no col2im."""
+    mb, ic, oc, ih, iw, k, d, pl, pr = BWD_D_CASES[name]
+    oh = ih + pl + pr - (d + 1) * (k - 1)
+    ow = iw + pl + pr - (d + 1) * (k - 1)
+    rng = np.random.default_rng(7 + len(name))
+    dy = rng.standard_normal((mb, oc, oh, ow)).astype(np.float32)
+    w = (rng.standard_normal((oc, ic, k, k)) / 4).astype(np.float32)
+    args = ([1, 1], [d, d], [pl, pl], [pr, pr])
+    src_md, dst_md = MD([mb, ic, ih, iw], F32, "nhwc"), MD([mb, oc, oh, ow], F32, "nhwc")
+    fwd = dnnl.convolution_forward.primitive_desc(
+        engine, dnnl.prop_kind.forward_training, DIRECT, src_md, MD(list(w.shape), F32, wtag),
+        None, dst_md, *args)
+    pd = dnnl.convolution_backward_data.primitive_desc(
+        engine, DIRECT, src_md, MD(list(w.shape), F32, wtag), dst_md, *args, fwd,
+        solver="im2col_gemm")
+    prim = dnnl.convolution_backward_data(pd)
+    names = [getattr(st, "name", "") for st in prim._plan.steps]
+    assert not any("col2im" in n or "im2col" in n for n in names), names
+    dx = dnnl.memory(pd.diff_src_desc(), engine, np.full((mb, ic, ih, iw), np.nan, np.float32))
+    prim.execute(stream, {dnnl.ARG_DIFF_DST: dnnl.memory(pd.diff_dst_desc(), engine, dy),
+                          dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine, w),
+                          dnnl.ARG_DIFF_SRC: dx})
+    stream.wait()
+    ref = R.conv_backward_data(dy, w, (mb, ic, ih, iw), *args, dtype=np.float64)
+    tol = 2e-3 if dnnl.get_default_fpmath_mode().name in ("tf32", "any") else 1e-5
+    assert np.abs(dx.to_numpy() - ref).max() <= tol * np.abs(ref).max()
+
+
+def test_strided_backward_data_keeps_col2im(engine, gathering):
+    """Stride 2: diff_src's rows would read diff_dst at fractional positions."""
+    src_md, dst_md = MD([1, 16, 8, 8], F32, "nhwc"), MD([1, 32, 4, 4], F32, "nhwc")
+    args = ([2, 2], [0, 0], [1, 1], [0, 0])
+    fwd = dnnl.convolution_forward.primitive_desc(
+        engine, dnnl.prop_kind.forward_training, DIRECT, src_md, MD([32, 16, 3, 3], F32, "hwio"),
+        None, dst_md, *args)
+    pd = dnnl.convolution_backward_data.primitive_desc(
+        engine, DIRECT, src_md, MD([32, 16, 3, 3], F32, "hwio"), dst_md, *args, fwd,
+        solver="im2col_gemm")
+    names = [getattr(st, "name", "") for st in dnnl.convolution_backward_data(pd)._plan.steps]
+    assert any("col2im" in n for n in names), names

@@ -481,10 +481,47 @@ def _gather_shape(p: ConvProblem, engine, ldb: int, trans_b: bool, T, beta: floa
     return shape if gathers(engine, shape) else None
 
 
+def _gather_bwd_d_shape(p: ConvProblem, engine) -> GemmShape | None:
+    """Backward data of a stride-1 layer as a gathering GEMM over diff_dst (no patch
+    matrix, no col2im): row (n, y, x) of diff_src sums tap (kh, kw) of diff_dst at
+    ``y + ph - kh * dh``, a convolution with padding ``-ph`` and dilation ``-dh``; B is the
+    weights as ``[taps][oc][ic]``. Dense channels-last diff_dst and diff_src, one group, no
+    bias or post-ops, where the device's kernel takes it (:func:`gathers`); else None."""
+    if engine is None or p.nsp != 2 or p.kind != "bwd_d" or p.groups != 1 or p.K == 1 \
+            or any(s != 1 for s in p.strides) or p.post_ops or p.bias is not None:
+        return None
+    for lay, ch, sp in ((p.dst, p.oc, p.dst_sp), (p.src, p.ic, p.src_sp)):
+        if lay != with_offset(dense_layout([p.mb, ch, *sp], [0, 2, 3, 1]), lay[0]):
+            return None
+    (oh, ow), (ih, iw) = p.dst_sp, p.src_sp
+    (kh, kw), (ph, pw) = p.kernel, p.padding_l
+    geom = (oh, ow, p.oc, kh, kw, ih, iw, 1, 1, -ph, -pw, -(p.dilates[0] + 1),
+            -(p.dilates[1] + 1))
+    shape = GemmShape(m=p.mb * ih * iw, n=p.ic, k=p.oc * p.K, lda=p.oc * p.K, ldb=p.ic,
+                      ldc=p.ic, a_conv=geom)
+    return shape if gathers(engine, shape) else None
+
+
+def _gathered_bwd_d(p: ConvProblem, params: dict, engine, shape: GemmShape) -> Plan:
+    """The plan of :func:`_gather_bwd_d_shape`: the weights staged as ``[taps][oc][ic]``,
+    one GEMM into diff_src."""
+    plan = Plan(engine, "im2col_gemm", params)
+    n = p.oc * p.ic * p.K
+    w_off = plan.alloc(n)
+    dims = [1, p.oc, p.ic, *p.kernel]
+    plan.reorder(ReorderProblem.f32(dims, p.wei, p.wei_n, with_offset(
+        dense_layout(dims, [0, 3, 4, 1, 2]), w_off), w_off + n), WEI, SCRATCH)
+    plan.gemm(shape, DST, p.dst[0], SCRATCH, w_off, SRC, p.src[0])
+    return plan
+
+
 def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = None) -> Plan:
     """The plan of ``p``; ``seen`` (a dry plan's caller) gets the forward's weights GEMM
     shape (``weights_gemm``) where it reads the weights as packed B over channels-last
     rows with ``[Kf, OCg]`` weights."""
+    gather_d = None if dry else _gather_bwd_d_shape(p, engine)
+    if gather_d is not None:
+        return _gathered_bwd_d(p, params, engine, gather_d)
     plan = Plan(engine, "im2col_gemm", params, dry=dry)
     pi = per_item(engine)
     lanes = copy_lanes(engine.info if engine is not None else None)
