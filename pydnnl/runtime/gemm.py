@@ -289,9 +289,10 @@ def _nv_problem(shape: GemmShape, tile) -> fam.GemmProblem:
     kernel loses nothing (1024^3 37 / 37-38 with run-time offsets, 512x2048x2048 A
     transposed 64.1 / 63.5, 2048x2048x512 48.8 / 48.5) and takes k at run time, whole
     slices only (a partial last slice is baked), and not where its blocks share k among
-    work-groups (the shares are counted at build time)."""
+    work-groups (the shares are counted at build time) nor where it gathers A from images
+    (the taps are counted at build time)."""
     rk = runtime_k(shape, None) and tile.mma is not None and tile.kslices == 1 \
-        and shape.k % tile.bk == 0
+        and shape.k % tile.bk == 0 and shape.a_conv is None
     return _problem(shape, None, runtime_m(shape, None), rk)
 
 

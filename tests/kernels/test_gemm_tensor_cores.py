@@ -413,3 +413,17 @@ def test_async_tiles_give_the_register_staged_bits(engine, stream, ta, tb, tile,
     want = A.astype(np.float64) @ B.astype(np.float64) + C0
     assert 1e-6 < _rel(got, want) < TF32_BOUND
     assert np.array_equal(got, staged)
+
+
+def test_gathered_a_keeps_k_baked():
+    """A tensor-core GEMM gathering A from images keeps k baked (the kernel counts the taps
+    at build time), with or without an epilogue: a run-time k would leave the device's rule
+    without a kernel and the convolution on patch matrices."""
+    from pydnnl.runtime.gemm import GemmShape, _nv_problem
+
+    geom = (56, 56, 64, 3, 3, 56, 56, 1, 1, -1, -1, -1, -1)  # (a backward data's gather)
+    tile = NvTile(128, 64, 16, 8, 8, mma="tf32", wm=64, wn=32, stages=3)
+    shape = GemmShape(m=32 * 3136, n=64, k=576, lda=576, ldb=64, ldc=64, a_conv=geom,
+                      math="tf32")
+    prob = _nv_problem(shape, tile)
+    assert not prob.runtime_k and supports(prob, tile)
