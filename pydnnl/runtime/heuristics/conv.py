@@ -156,7 +156,9 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float,
 # saves multiplies but moves the activations through memory in three passes. H200, ResNet-50
 # 3x3 layers at mb 32, min ms, gathered / Winograd: strict res2a (64 channels, 56x56) 0.209 /
 # 0.231, res3a (128, 28x28) 0.191 / 0.166, res4a (256, 14x14) 0.265 / 0.145, res5a (512,
-# 7x7) 0.297 / 0.158; with tf32 0.136 / 0.227, 0.101 / 0.150, 0.129 / 0.105, 0.152 / 0.092
+# 7x7) 0.297 / 0.158; with tf32 0.136 / 0.227, 0.101 / 0.150, 0.129 / 0.105, 0.152 / 0.092.
+# Backward data of stride-1 layers gathering diff_dst, with tf32: res2a 0.128 / 0.224, res3a
+# 0.107 / 0.146, res2a at mb 8 0.057 / 0.069; strict only on a par (0.216 / 0.223) or behind
 GATHER_FIRST_MAX_CHANNELS = {"strict": 64, "tf32": 128, "bf16": 128, "f16": 128}
 GATHER_FIRST_MIN_ROWS = 25088  # the fewest measured (res3a at mb 32: 32 x 28 x 28)
 
@@ -169,7 +171,9 @@ def gathered_first(kind: str, geom: ConvGeometry, info, math: str) -> bool:
         return False
     if kind == "fwd":
         ch, sp = geom.icg, geom.dst_spatial
-    elif kind == "bwd_d" and all(s == 1 for s in geom.strides):
+    elif kind == "bwd_d" and all(s == 1 for s in geom.strides) and math not in (None,
+                                                                                "strict"):
+        # (strict, res2a: mb 32 0.216 against Winograd's 0.223 ms, mb 8 0.089 against 0.069)
         ch, sp = geom.ocg, geom.src_spatial
     else:
         return False
