@@ -166,3 +166,23 @@ def test_strided_backward_data_keeps_col2im(engine, gathering):
         solver="im2col_gemm")
     names = [getattr(st, "name", "") for st in dnnl.convolution_backward_data(pd)._plan.steps]
     assert any("col2im" in n for n in names), names
+
+
+@pytest.mark.parametrize("kind,wtag", [("fwd", "oihw"), ("bwd_d", "oihw"), ("bwd_d", "hwio")])
+def test_scratchpad_holds_the_staged_weights(kind, wtag):
+    """A 7x7 map at mb 1 (res5a_branch2b): the weights a gathering plan stages (512 x 512 x
+    9; backward data always, as [taps][oc][ic]) outgrow the patch matrix (49 x 4608) that
+    a plan without an engine sizes; the descriptor reserves for both."""
+    from pydnnl.primitives.conv.solvers.im2col_gemm import Im2colGemmSolver
+
+    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+    src, dst = MD([1, 512, 7, 7], F32, "nhwc"), MD([1, 512, 7, 7], F32, "nhwc")
+    wei = MD([512, 512, 3, 3], F32, wtag)
+    args = ([1, 1], [0, 0], [1, 1], [1, 1])
+    fwd = dnnl.convolution_forward.primitive_desc(
+        eng, dnnl.prop_kind.forward_training, DIRECT, src, wei, None, dst, *args,
+        solver="im2col_gemm")
+    pd = fwd if kind == "fwd" else dnnl.convolution_backward_data.primitive_desc(
+        eng, DIRECT, src, wei, dst, *args, fwd, solver="im2col_gemm")
+    size = Im2colGemmSolver().workspace_bytes(pd._problem_, pd._params)
+    assert size >= 4 * 512 * 512 * 9

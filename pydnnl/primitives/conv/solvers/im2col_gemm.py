@@ -119,6 +119,8 @@ class Im2colGemmSolver(Solver):
     def workspace_bytes(self, problem: ConvProblem, params: dict | None = None) -> int:
         params = params or {"chunk_mb": 64}
         size = _build(problem, params, None, dry=True).scratch_bytes
+        if _may_gather(problem):  # (a device whose GEMM gathers stages the weights instead)
+            size = max(size, 4 * problem.groups * problem.ocg * problem.icg * problem.K)
         if problem.kind == "bwd_w" and int(params.get("wgrad_slices", 0)) > 1:
             # a device's rule may leave the GEMMs whole (CPUs: cpu_wgrad_slices), whose
             # plan (packed activation B) needs other scratch than the split one
@@ -465,11 +467,7 @@ def _gather_shape(p: ConvProblem, engine, ldb: int, trans_b: bool, T, beta: floa
     # (1x1 layers keep the copy: strided ones lost with the gather, H200 mb 32, min ms, copy
     # / gathered: strict res3a/res4a/res5a_branch1 0.177/0.175/0.214 / 0.267/0.256/0.276,
     # tf32 res5a_branch1 0.118 / 0.156; dense ones read the source as A already)
-    if engine is None or p.nsp != 2 or p.kind != "fwd" or p.groups != 1 or T is None \
-            or not T.fold or p.K == 1:
-        return None
-    nhwc = with_offset(dense_layout([p.mb, p.ic, *p.src_sp], [0, 2, 3, 1]), p.src[0])
-    if p.src != nhwc:
+    if engine is None or p.kind != "fwd" or T is None or not T.fold or not _may_gather(p):
         return None
     (ih, iw), (oh, ow) = p.src_sp, p.dst_sp
     (kh, kw), (sh, sw) = p.kernel, p.strides
@@ -481,18 +479,32 @@ def _gather_shape(p: ConvProblem, engine, ldb: int, trans_b: bool, T, beta: floa
     return shape if gathers(engine, shape) else None
 
 
+def _dense_nhwc(lay: tuple, nimg: int, ch: int, sp: tuple) -> bool:
+    return lay == with_offset(dense_layout([nimg, ch, *sp], [0, 2, 3, 1]), lay[0])
+
+
+def _may_gather(p: ConvProblem) -> bool:
+    """Whether a device's GEMM could gather ``p``'s patches from the images (the layouts and
+    geometry of :func:`_gather_shape` and :func:`_gather_bwd_d_shape`; not the device's
+    rule): its plan then stages at most the weights, which may outgrow the patch matrix
+    (7x7 maps at mb 1), so the scratchpad reserves for either."""
+    if p.nsp != 2 or p.groups != 1 or p.K == 1:
+        return False
+    if p.kind == "fwd":
+        return _dense_nhwc(p.src, p.mb, p.ic, p.src_sp)
+    return p.kind == "bwd_d" and all(s == 1 for s in p.strides) and not p.post_ops \
+        and p.bias is None and _dense_nhwc(p.dst, p.mb, p.oc, p.dst_sp) \
+        and _dense_nhwc(p.src, p.mb, p.ic, p.src_sp)
+
+
 def _gather_bwd_d_shape(p: ConvProblem, engine) -> GemmShape | None:
     """Backward data of a stride-1 layer as a gathering GEMM over diff_dst (no patch
     matrix, no col2im): row (n, y, x) of diff_src sums tap (kh, kw) of diff_dst at
     ``y + ph - kh * dh``, a convolution with padding ``-ph`` and dilation ``-dh``; B is the
     weights as ``[taps][oc][ic]``. Dense channels-last diff_dst and diff_src, one group, no
     bias or post-ops, where the device's kernel takes it (:func:`gathers`); else None."""
-    if engine is None or p.nsp != 2 or p.kind != "bwd_d" or p.groups != 1 or p.K == 1 \
-            or any(s != 1 for s in p.strides) or p.post_ops or p.bias is not None:
+    if engine is None or p.kind != "bwd_d" or not _may_gather(p):
         return None
-    for lay, ch, sp in ((p.dst, p.oc, p.dst_sp), (p.src, p.ic, p.src_sp)):
-        if lay != with_offset(dense_layout([p.mb, ch, *sp], [0, 2, 3, 1]), lay[0]):
-            return None
     (oh, ow), (ih, iw) = p.dst_sp, p.src_sp
     (kh, kw), (ph, pw) = p.kernel, p.padding_l
     geom = (oh, ow, p.oc, kh, kw, ih, iw, 1, 1, -ph, -pw, -(p.dilates[0] + 1),
