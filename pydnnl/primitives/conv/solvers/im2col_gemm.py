@@ -34,6 +34,7 @@ tiles leave the device mostly idle (expanding 1x1 layers at mb 1). See docs/perf
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from ....conv_shapes import ConvProblem
 from ....error import runtime_error
@@ -273,6 +274,22 @@ def _wgrad_splits(p: ConvProblem, params: dict, engine, Kf: int) -> bool:
     return cpu_wgrad_slices(engine.info, Kf, p.ocg, nb * p.P, cap) > 1
 
 
+class _Call(NamedTuple):
+    """One GEMM of a chunk: ``C = op(A) @ op(B)`` at the operands' refs and offsets;
+    ``weights``: B is the layer's weights (packed once per execution); ``batch``: ``(count,
+    B stride, C stride)`` where it is ``count`` GEMMs in one launch, A shared."""
+
+    shape: GemmShape
+    a: object
+    a_off: int
+    b: object
+    b_off: int
+    c: object
+    c_off: int
+    weights: bool
+    batch: tuple | None = None
+
+
 def _pack_runs(calls: list, split_k: int, engine=None,
                wcap: int = 0) -> tuple[list, list, list]:
     """How a chunk's GEMMs read their activation B: ``(split, runs, rest)``: the calls split
@@ -281,20 +298,20 @@ def _pack_runs(calls: list, split_k: int, engine=None,
     of the other calls."""
     split, rest = [], []
     for i, c in enumerate(calls):
-        s = 1 if (c[7] or len(c) > 8 or (split_k <= 1 and wcap <= 1)) else \
-            _split_count(engine, c[0], split_k, wcap)
+        s = 1 if (c.weights or c.batch or (split_k <= 1 and wcap <= 1)) else \
+            _split_count(engine, c.shape, split_k, wcap)
         (split if s > 1 else rest).append((i, s))
     by_shape: dict = {}
     for i, _ in rest:
-        if not calls[i][7] and len(calls[i]) == 8:
-            by_shape.setdefault((calls[i][0], calls[i][3].key), []).append(i)
+        if not calls[i].weights and not calls[i].batch:
+            by_shape.setdefault((calls[i].shape, calls[i].b.key), []).append(i)
     runs = []
     for (shape, key), idx in by_shape.items():
-        prog = _progressions([calls[i][4] for i in idx])
+        prog = _progressions([calls[i].b_off for i in idx])
         if len(prog) > _PACK_GROUPS:
             continue
         for r, (first, count, start, stride) in enumerate(prog):
-            runs.append((f"act_b{r}:{key}:{shape}", shape, calls[idx[first]][3], start, count,
+            runs.append((f"act_b{r}:{key}:{shape}", shape, calls[idx[first]].b, start, count,
                          stride, idx[first:first + count]))
     return split, runs, [i for i, _ in rest]
 
@@ -334,16 +351,16 @@ def _emit(plan: Plan, calls: list, split_k: int = 1, wgemm=None, wcap: int = 0) 
     split, runs, rest = _pack_runs(calls, split_k, plan.engine, wcap)
     for i, s in split:
         c = calls[i]
-        plan.gemm_split(c[0], *c[1:7], splits=s, slot=f"split:{c[0]}")
+        plan.gemm_split(c.shape, *c[1:7], splits=s, slot=f"split:{c.shape}")
     placed: dict[int, tuple] = {}
     for slot, shape, b, start, count, stride, idx in runs:
         ref, off0, step, packed = plan.pack_b(shape, b, start, count, stride, slot=slot)
         for j, i in enumerate(idx):
             placed[i] = (ref, off0 + j * step, packed)
     for i in rest:
-        shape, a, a_off, b, b_off, c, c_off, is_w = calls[i][:8]
-        if len(calls[i]) > 8:  # (count, B stride, C stride): one launch, A shared
-            count, b_step, c_step = calls[i][8]
+        shape, a, a_off, b, b_off, c, c_off, is_w, batch = calls[i]
+        if batch:  # one launch, A shared
+            count, b_step, c_step = batch
             ref, off, step, params = plan.pack_b_batched(shape, count, b, b_off, b_step,
                                                          slot=f"batch_b:{shape}")
             plan.gemm_batched(shape, count, 0, step, c_step, a, a_off, ref, off, c, c_off,
@@ -708,7 +725,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     def chunk_calls(c0: int) -> list:
         """The GEMMs of the chunk from image ``c0`` (in order: the first of each group
         overwrites its backward-weights result)."""
-        calls = []  # (shape, a, a_off, b, b_off, c, c_off, b is the weights)
+        calls: list[_Call] = []
         for g in range(G):
             for n, cnt in image_groups(c0):
                 nl = n - c0
@@ -724,25 +741,28 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                         shape = GemmShape(m=cnt * P, n=OCg, k=Kf, lda=x_ld, ldb=W.ld, ldc=T.ld,
                                           trans_a=False, trans_b=W.form == "ok", beta=beta_fwd,
                                           **epi)
-                        calls.append((shape, x_ref, x_off, *weights_b(g), t_ref, t_off_g, True))
+                        calls.append(_Call(shape, x_ref, x_off, *weights_b(g), t_ref, t_off_g,
+                                           True))
                     else:
                         shape = GemmShape(m=OCg, n=P, k=Kf, lda=W.ld, ldb=x_ld, ldc=T.ld,
                                           trans_a=W.form == "ko", trans_b=False, beta=beta_fwd)
-                        calls.append((shape, w_ref, w_off, x_ref, x_off, t_ref, t_off_g, False))
+                        calls.append(_Call(shape, w_ref, w_off, x_ref, x_off, t_ref, t_off_g,
+                                           False))
                 elif p.kind == "bwd_d":
                     if mode == "hwc":
                         shape = GemmShape(m=cnt * P, n=Kf, k=OCg, lda=T.ld, ldb=W.ld, ldc=x_ld,
                                           trans_a=False, trans_b=W.form == "ko")
                         if split_d:
-                            calls.append((shape, t_ref, t_off_g, w_ref, w_off, x_ref, x_off,
-                                          False))
+                            calls.append(_Call(shape, t_ref, t_off_g, w_ref, w_off, x_ref, x_off,
+                                               False))
                         else:
-                            calls.append((shape, t_ref, t_off_g, *weights_b(g), x_ref, x_off,
-                                          True))
+                            calls.append(_Call(shape, t_ref, t_off_g, *weights_b(g), x_ref, x_off,
+                                               True))
                     else:
                         shape = GemmShape(m=Kf, n=P, k=OCg, lda=W.ld, ldb=T.ld, ldc=x_ld,
                                           trans_a=W.form == "ok", trans_b=False)
-                        calls.append((shape, w_ref, w_off, t_ref, t_off_g, x_ref, x_off, False))
+                        calls.append(_Call(shape, w_ref, w_off, t_ref, t_off_g, x_ref, x_off,
+                                           False))
                 else:  # bwd_w
                     beta = 0.0 if first[g] else 1.0
                     first[g] = False
@@ -750,8 +770,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                         if W.form == "ok":
                             shape = GemmShape(m=OCg, n=Kf, k=cnt * P, lda=T.ld, ldb=x_ld,
                                               ldc=W.ld, trans_a=True, beta=beta)
-                            calls.append((shape, t_ref, t_off_g, x_ref, x_off, w_ref, w_off,
-                                          False))
+                            calls.append(_Call(shape, t_ref, t_off_g, x_ref, x_off, w_ref, w_off,
+                                               False))
                         elif wgrad_panels:
                             # the full panels in one batched launch (one per panel cost
                             # 25-45% at mb 1 with 16-column panels), the ragged one alone
@@ -761,26 +781,27 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                                 shape = GemmShape(m=Kf, n=cols, k=cnt * P, lda=x_ld,
                                                   ldb=T.ld, ldc=panel_w, trans_a=not kmajor,
                                                   beta=beta)
-                                call = (shape, x_ref, x_off, t_ref, t_off_g + q * panel_w,
-                                        WEI, p.wei[0] + q * Kf * panel_w, False)
-                                calls.append(call + ((full, panel_w, Kf * panel_w),)
-                                             if q == 0 and full > 1 else call)
+                                calls.append(_Call(
+                                    shape, x_ref, x_off, t_ref, t_off_g + q * panel_w, WEI,
+                                    p.wei[0] + q * Kf * panel_w, False,
+                                    (full, panel_w, Kf * panel_w) if q == 0 and full > 1
+                                    else None))
                         else:
                             shape = GemmShape(m=Kf, n=OCg, k=cnt * P, lda=x_ld, ldb=T.ld,
                                               ldc=W.ld, trans_a=not kmajor, beta=beta)
-                            calls.append((shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
-                                          False))
+                            calls.append(_Call(shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
+                                               False))
                     else:
                         if W.form == "ok":
                             shape = GemmShape(m=OCg, n=Kf, k=P, lda=T.ld, ldb=x_ld, ldc=W.ld,
                                               trans_b=True, beta=beta)
-                            calls.append((shape, t_ref, t_off_g, x_ref, x_off, w_ref, w_off,
-                                          False))
+                            calls.append(_Call(shape, t_ref, t_off_g, x_ref, x_off, w_ref, w_off,
+                                               False))
                         else:
                             shape = GemmShape(m=Kf, n=OCg, k=P, lda=x_ld, ldb=T.ld, ldc=W.ld,
                                               trans_b=True, beta=beta)
-                            calls.append((shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
-                                          False))
+                            calls.append(_Call(shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
+                                               False))
         return calls
 
     starts = range(0, p.mb, nb)
