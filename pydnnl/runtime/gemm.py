@@ -339,7 +339,6 @@ class Gemm:
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%
             self._aligned = _build_nv(engine, prob, self.nv_tile, aligned=True)
-            self._names = self.kernel.src.arg_names
             self._static: dict = {}
             return
         if shape.a_conv is not None:
@@ -371,8 +370,23 @@ class Gemm:
                             runtime_ldc(shape, self.params, self.packed),
                             runtime_n(shape, self.params, self.panel))
             self.packed_size = prob.extent("b") if self.packed else 0
-            self.kernel = _build(engine, prob, self.params)
-        self._names = self.kernel.src.arg_names
+            self._prob = prob  # its kernel is built when first asked for (see get_gemm)
+
+    @property
+    def kernel(self):
+        """The GEMM kernel (the split one's batched product); built on first use."""
+        k = self.__dict__.get("_kernel")
+        if k is None:
+            k = self._kernel = _build(self.engine, self._prob, self.params)
+        return k
+
+    @kernel.setter
+    def kernel(self, k) -> None:
+        self._kernel = k
+
+    @property
+    def _names(self) -> tuple:
+        return self.kernel.src.arg_names
 
     def _split_strides(self, S: int) -> dict:
         sh = self.shape
@@ -607,7 +621,7 @@ def _packer_source(pk):
 
 def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = False,
              b_panel: int | None = None, params: dict | None = None,
-             slices: bool = False) -> Gemm:
+             slices: bool = False, kernel: bool = True) -> Gemm:
     """The GEMM launcher for ``shape``; ``static_b`` allows a kernel that reads packed B,
     ``split`` one that cuts k into slices (the caller then provides the partial buffer);
     ``b_panel``: B is given packed in panels of that many columns (``panel<w>``, see
@@ -615,7 +629,10 @@ def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = Fal
     instead of the tuned one (a layout-bound caller's device rule, e.g. a tile as wide as the
     panels its weights are stored in); ``slices``: the caller binds a workspace (``ws``,
     ``ws_off``; :meth:`Plan.gemm` does), so the hand-written NVIDIA kernel may share k among
-    the work-groups of a block (:mod:`~pydnnl.runtime.heuristics.gemm_slices`)."""
+    the work-groups of a block (:mod:`~pydnnl.runtime.heuristics.gemm_slices`);
+    ``kernel=False``: the caller asks only for the tuned tile and its packing (e.g. a batched
+    GEMM's panels), and the launcher's own kernel is not built until something launches it
+    (every other caller gets it built here, at creation, never at execution)."""
     shape = resolved(shape)
     pkey = None if params is None else repr(sorted(fam.normalize_params(params).items()))
     key = (id(engine.context), shape, static_b, split, b_panel, pkey, slices)
@@ -623,6 +640,8 @@ def get_gemm(engine, shape: GemmShape, static_b: bool = False, split: bool = Fal
     if g is None:
         g = _cache[key] = Gemm(engine, shape, static_b or b_panel is not None, split, b_panel,
                                params, slices)
+    if kernel:
+        g.kernel  # noqa: B018 (built now)
     return g
 
 

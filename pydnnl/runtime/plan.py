@@ -377,7 +377,7 @@ class Plan:
         g = None
         if not self.dry:  # the batch's tuned tile: pack_b packs for it, or leaves B plain
             sh = self._math(shape)
-            g = get_gemm(self.engine, sh, static_b=True,
+            g = get_gemm(self.engine, sh, static_b=True, kernel=False,
                          params=choose_params(self.engine, sh, static_b=True, batch=batch))
         ref, off, step, packed = self.pack_b(shape, b, b_off, batch, stride, slot=slot, g=g)
         return ref, off, step, (g.params if packed and g is not None else None)
