@@ -53,7 +53,7 @@ a_off, long const b_off, long const c_off, {m_arg}long const ksize{ldc_arg}{n_ar
 {batch_args}{epi_args})
 {{
   float{vec} acc[{rows} * {nv}];
-  float{vec} bv[{nv}];
+{arow_decl}  float{vec} bv[{nv}];
 {r0_decl}
 """
 
@@ -88,7 +88,7 @@ _BATCH_ARGS = (", long const stride_a, long const stride_b, long const stride_c,
 def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 48,
             npan: int | None = None, gc: int = 0, ldb: int | None = None,
             lda: str = "ksize", ta_rows: str | None = None, batch: bool = False,
-            vec: int = 16, rows: int = 8) -> str:
+            vec: int = 16, rows: int = 8, ta_clamped: bool = False) -> str:
     """The k step (B loads, the tile's products) at indentation ``ind``: ``nv`` vectors of
     ``vec`` columns by ``rows`` rows, k unrolled by ``ku``, B in ``pw``-column panels (``pw``
     the tile's width, or 16 (16-wide vectors):
@@ -96,7 +96,8 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 4
     where the tiles reach past n); column tiles on grid axis ``gc``. ``pw`` None: a batch
     entry (grid axis 2) of plain B with leading dimension ``ldb``. ``lda``: A's leading
     dimension as printed (``ksize``: a dense A); ``ta_rows``: A transposed, the tile's first
-    row (A's column) as printed. ``batch``: packed B's batch entries on grid axis 2 too.
+    row (A's column) as printed; ``ta_clamped``: those rows read through ``arow`` (the last
+    tile's clamped to m). ``batch``: packed B's batch entries on grid axis 2 too.
     ``ku`` 1: one loop over k, as loopy prints a k it does not split."""
     kk = "k" if ku == 1 else f"(k_inner + k_outer * {ku})"
     k_of = "k" if ku == 1 else f"k_inner + k_outer * {ku}"
@@ -111,8 +112,8 @@ def _k_step(ind: str, k_bound: str, nv: int = 3, ku: int = 2, pw: int | None = 4
         if npan is not None:
             panel = f"({panel} < {npan}) ? {panel} : (long) ({npan - 1})"
         base = f"b_off + {bat}({panel}) * ksize * 16 + {kk} * 16"
-    a_idx = (f"{a_at}{kk} * {lda} + {ta_rows} + ii" if ta_rows else
-             f"{a_at}(r0 + ii) * {lda} + {k_of}")
+    a_idx = (f"{a_at}{kk} * {lda} + " + ("arow[ii]" if ta_clamped else f"{ta_rows} + ii")
+             if ta_rows else f"{a_at}(r0 + ii) * {lda} + {k_of}")
     if lda != "ksize" and not bat:  # affine: loopy prints it as one sorted sum
         k_sum = "k" if ku == 1 else f"{ku} * k_outer + k_inner"
         a_idx = f"{lda} * ii + {k_sum} + a_off + {lda} * r0"
@@ -154,11 +155,11 @@ def _value(alpha: float, beta: float, vec: int = 16) -> str:
 def _store_nest(ind: str, i: str, j: str, n: int, ldc: int | str, nv: int, gc: int, value: str,
                 rows_outer: bool, row_guard: str | None = None, c_batch: str = "0",
                 rbase: str = "r0", ncols: int | str | None = None, vec: int = 16,
-                rows: int = 8) -> str:
+                rows: int = 8, row_limit: int | None = None) -> str:
     """One loop nest of vector stores (rows ``i``, vectors ``j``) at indentation ``ind``:
     vectors outer (the tiles' stores) or rows outer behind ``row_guard`` (the moved last
     tile's own rows); the column guard where n is no multiple of the tile's width (against
-    ``ncols`` where given: a run-time n)."""
+    ``ncols`` where given: a run-time n); ``row_limit``: rows from it on are not stored."""
     w = vec * nv
     bound = n if ncols is None else ncols
     guard = f"if (gid({gc}) * {w} + {j} * {vec} + 0 < {bound})" if n % w else None
@@ -179,7 +180,9 @@ def _store_nest(ind: str, i: str, j: str, n: int, ldc: int | str, nv: int, gc: i
                 f"{ind}  {row_guard}\n{ind}  {{\n{inner}{ind}  }}\n")
     head = f"{ind}{unroll}\n{ind}for (long {j} = 0; {j} <= {nv - 1}; ++{j})\n"
     d = ind + ("    " if guard else "  ")
-    nest = f"{d}{unroll}\n{d}for (long {i} = 0; {i} <= {rows - 1}; ++{i})\n" + block(d, store)
+    nest = f"{d}{unroll}\n{d}for (long {i} = 0; {i} <= {rows - 1}; ++{i})\n" + (
+        f"{d}  if ({rbase} + {i} < {row_limit})\n" + block(d + "  ", store)
+        if row_limit is not None else block(d, store))
     if guard:
         return head + f"{ind}  {guard}\n{ind}  {{\n{nest}{ind}  }}\n"
     return head + f"{ind}{{\n{nest}{ind}}}\n"
@@ -319,10 +322,12 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     if batched and (p["packed_b"] or not kp.runtime_batch or kp.n % w or kp.trans_b
                     or kp.ldb is None or kp.ldb < kp.n):
         return None
-    # A transposed (weight gradients: m baked, whole row tiles, one per work-item)
+    # A transposed (weight gradients: m baked, one row tile per work-item; a last tile past
+    # m reads clamped rows and stores its own, n a multiple of the tile)
     ta = kp.trans_a
-    if ta and (not batched or kp.runtime_m or kp.m % R or ml != 1):
+    if ta and (not batched or kp.runtime_m or ml != 1 or (kp.m % R and kp.n % w)):
         return None
+    ta_clamped = ta and kp.m % R != 0
     if not batched and not p["packed_b"]:
         return None
     # a batch over packed B (Winograd's products over packed weights): run-time strides and
@@ -356,7 +361,8 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
                              else "", m_arg="" if ta else "long const m, ",
                              ldc_arg=", long const ldc" if kp.runtime_ldc else "",
                              n_arg=", long const ncols" if kp.runtime_n else "",
-                             r0_decl="" if ta else "  long r0;\n")]
+                             r0_decl="" if ta else "  long r0;\n",
+                             arow_decl=f"  long arow[{R}];\n" if ta_clamped else "")]
     ldb = kp.ldb if batched else None
     lda = "ksize" if kp.lda == 1 else str(kp.lda)
     if ml > 1:
@@ -376,8 +382,13 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
         f"{ind}  for (long iz = 0; iz <= {R - 1}; ++iz)\n"
         f"{ind}    acc[{nv} * iz + jz] = (float) (0.0f);\n{ind}}}\n")
     ta_rows = f"gid({gr}) * {R}" if ta else None
+    if ta_clamped:
+        out.append(f"{ind}__attribute__((opencl_unroll_hint))\n"
+                   f"{ind}for (long ia = 0; ia <= {R - 1}; ++ia)\n"
+                   f"{ind}  arow[ia] = (({ta_rows} + ia < {kp.m}) ? {ta_rows} + ia : "
+                   f"(long) ({kp.m - 1}));\n")
     step = dict(nv=nv, ku=ku, pw=pw, npan=npan, gc=gc, ldb=ldb, lda=lda, ta_rows=ta_rows,
-                batch=pbatch, vec=V, rows=R)
+                batch=pbatch, vec=V, rows=R, ta_clamped=ta_clamped)
     if ku == 1:  # k not split: one loop
         out.append(_k_step(ind, "", **step))
     else:
@@ -396,14 +407,14 @@ def register_source(problem, params: dict | None) -> KernelSource | None:
     elif ta:  # no moved last tile: every tile stores as the C-reading baked kernel does
         out.append(_store_nest(ind, "is", "js", n, ldc, nv, gc, _value(kp.alpha, kp.beta, V),
                                False, c_batch="gid(2) * stride_c", rbase=ta_rows, vec=V,
-                               rows=R))
+                               rows=R, row_limit=kp.m if ta_clamped else None))
     else:
         out.append(_stores(ind, n, ldc, nv, gc, kp.alpha, kp.beta, row0,
                            "gid(2) * stride_c" if batched or pbatch else "0", ncols, V, R))
     if ml > 1:
         out.append("  }\n")
     out.append("}")
-    rows = str(kp.m // R) if ta else f"(({R * ml - 1} + m) // {R * ml}) * 1"
+    rows = str(-(-kp.m // R)) if ta else f"(({R * ml - 1} + m) // {R * ml}) * 1"
     grid = (rows, str(ntiles)) if p["m_inner"] else (str(ntiles), rows)
     names = ("a", "b", "c", "a_off", "b_off", "c_off") + (() if ta else ("m",)) + ("ksize",) \
         + (("ldc",) if kp.runtime_ldc else ()) + (("ncols",) if kp.runtime_n else ())

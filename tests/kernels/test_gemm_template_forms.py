@@ -190,11 +190,15 @@ def _ta_problem(m, n, lda, alpha=1.0, beta=0.0, k=40, batch=4):
 
 
 # (tile, m_inner, m, n, lda, alpha, beta): C accumulated (beta 1, the second image slice's
-# product), one row tile, A's rows wider than m
+# product), one row tile, A's rows wider than m; m no multiple of the tile's rows (the last
+# tile reads clamped rows of A and stores its own: Winograd's 128 x 128 weight-gradient
+# products in 6-row tiles)
 TA_CASES = [(1, False, 64, 64, 64, 1.0, 0.0), (1, True, 16, 96, 16, 1.0, 1.0),
             (1, False, 8, 32, 24, 0.5, -2.0), (0, False, 24, 96, 24, 1.0, 1.0),
             (0, True, 16, 48, 40, 1.0, 0.0), (2, False, 18, 64, 18, 1.0, 1.0),
-            (2, True, 12, 32, 20, 0.5, -2.0), (3, False, 18, 16, 18, 1.0, 1.0)]
+            (2, True, 12, 32, 20, 0.5, -2.0), (3, False, 18, 16, 18, 1.0, 1.0),
+            (2, False, 20, 32, 24, 1.0, 1.0), (2, True, 128, 128, 128, 1.0, 0.0),
+            (1, False, 20, 64, 20, 0.5, -2.0), (3, True, 14, 16, 14, 1.0, 0.0)]
 
 
 def _ta_case(case):
@@ -203,7 +207,8 @@ def _ta_case(case):
             dict(T.TILES[ti], packed_b=False, m_inner=mi, m_loop=1))
 
 
-@pytest.mark.parametrize("case", TA_CASES[1:4], ids=[str(c) for c in TA_CASES[1:4]])
+@pytest.mark.parametrize("case", TA_CASES[1:4] + TA_CASES[8:9],
+                         ids=[str(c) for c in TA_CASES[1:4] + TA_CASES[8:9]])
 def test_trans_a_runs_as_loopy(engine, case):
     pr, p = _ta_case(case)
     src = T.register_source(pr, p)
@@ -226,7 +231,7 @@ def test_trans_a_runs_as_loopy(engine, case):
 
 
 @pytest.mark.parametrize("change, params", [
-    ({"m": 20, "lda": 20}, {}),             # ragged rows: clamped A columns
+    ({"m": 20, "lda": 20, "n": 48, "ldb": 48, "ldc": 48}, {}),  # ragged rows and columns
     ({}, {"m_loop": 4}),                    # row tiles looped over a baked m
     ({"batch": 1}, {}),                     # one entry: no run-time batch
 ])
