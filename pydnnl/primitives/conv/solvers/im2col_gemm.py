@@ -51,6 +51,8 @@ from ....kernels.conv_im2col import (
     im2col_runtime,
 )
 from ....kernels.reorder import ReorderProblem
+from ....kernels.transpose_source import BLOCK as TRANSPOSE_BLOCK
+from ....kernels.transpose_source import TransposeProblem, build_transpose
 from ....runtime.gemm import (
     GemmShape,
     gathers,
@@ -61,6 +63,7 @@ from ....runtime.gemm import (
 )
 from ....runtime.heuristics.conv import (
     CPU_WGRAD_MAX_SLICES,
+    blocked_transpose,
     copy_lanes,
     copy_rows,
     cpu_wgrad_slices,
@@ -811,8 +814,17 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
         starts = range(0)
     chunks = [chunk_calls(c0) for c0 in starts]
     _reserve_packs(plan, chunks, split_k, wcap)
+    # 1x1 backward weights on CPUs: the patches are the source transposed, [points,
+    # channels] -> [channels, points], copied in 8x8 register blocks (heuristics.conv)
+    blocked = kmajor and G == 1 and p.is_1x1_dense() and ICg % TRANSPOSE_BLOCK == 0 \
+        and _dense_nhwc(p.src, p.mb, p.ic, p.src_sp) \
+        and blocked_transpose(engine.info if engine is not None else None)
     for c0, calls in zip(starts, chunks):
-        if S is None and p.kind in ("fwd", "bwd_w"):
+        if blocked:
+            plan.kernel("transpose8", TransposeProblem(cols=ICg, ldi=p.ic), build_transpose,
+                        src=SRC, dst=SCRATCH, src_off=p.src[0] + c0 * P * p.ic,
+                        dst_off=col_at(0, 0), nrows=nb * P, ldo=nb * P)
+        elif S is None and p.kind in ("fwd", "bwd_w"):
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
                                padding_l=p.padding_l, src=p.src, src_n=p.src_n,
