@@ -43,15 +43,13 @@ def mem(md, a=None):
 """
 
 
-# The start of a probe of the hand-written NVIDIA SGEMM (plain OpenCL C): imports, the
-# simulator's engine and stream, a seeded generator ``rng`` (the probe sets ``SEED`` first),
-# the ``results`` dict the probe prints and ``buf``, a flat f32 memory of an array.
-GEMM_NV_PROBE_PRELUDE = r"""
+# The start of a probe of printed kernels launched directly: imports, the simulator's engine
+# and stream, a seeded generator ``rng`` (the probe sets ``SEED`` first), the ``results``
+# dict the probe prints and ``buf``, a flat f32 memory of an array.
+KERNEL_PROBE_PRELUDE = r"""
 import json
 import numpy as np
 import pydnnl as dnnl
-from pydnnl.kernels.gemm import GemmProblem
-from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, counters_at, workspace
 from pydnnl.runtime.kernel import Kernel
 
 eng = dnnl.engine.from_name("Oclgrind")
@@ -63,6 +61,12 @@ results = {}
 def buf(a):
     md = dnnl.memory.desc([a.size], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
     return dnnl.memory(md, eng, a.reshape(-1))
+"""
+
+# The same for the hand-written NVIDIA SGEMM (plain OpenCL C).
+GEMM_NV_PROBE_PRELUDE = KERNEL_PROBE_PRELUDE + r"""
+from pydnnl.kernels.gemm import GemmProblem
+from pydnnl.kernels.gemm_nv import NvTile, build_gemm_nv, counters_at, workspace
 """
 
 

@@ -14,7 +14,7 @@ import pydnnl as dnnl
 from pydnnl.kernels.transpose_source import TransposeProblem, build_transpose
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from oclgrind_helpers import has_oclgrind, run_probe  # noqa: E402
+from oclgrind_helpers import KERNEL_PROBE_PRELUDE, has_oclgrind, run_probe  # noqa: E402
 from printed_kernels import run_source  # noqa: E402
 
 
@@ -74,22 +74,8 @@ def test_1x1_backward_weights_copies_blocks_on_cpus(engine, stream):
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
-PROBE = r"""
-import json
-import numpy as np
-import pydnnl as dnnl
+PROBE = "SEED = 2\n" + KERNEL_PROBE_PRELUDE + r"""
 from pydnnl.kernels.transpose_source import TransposeProblem, build_transpose
-from pydnnl.runtime.kernel import Kernel
-
-eng = dnnl.engine.from_name("Oclgrind")
-assert eng.is_simulator
-s = dnnl.stream(eng)
-rng = np.random.default_rng(2)
-results = {}
-
-def buf(a):
-    md = dnnl.memory.desc([a.size], dnnl.memory.data_type.f32, dnnl.memory.format_tag.a)
-    return dnnl.memory(md, eng, a.reshape(-1))
 
 for rows, cols, ldi, ldo in ((19, 16, 24, 21), (8, 8, 8, 8)):
     src = build_transpose(TransposeProblem(cols=cols, ldi=ldi))
