@@ -325,6 +325,7 @@ class Gemm:
         #: share k among work-groups (``slices``), see :func:`pydnnl.kernels.gemm_nv.workspace`
         self.ws_elems = 0
         self.ws_counters = 0  # floats from the workspace's start to its counters
+        self._kernel = None  # (the plain path builds it on first use: see kernel)
         # the hand-written NVIDIA kernel where the device rules pick it: plain B, never split
         # into launches (its blocks may share k among work-groups of one launch)
         self.nv_tile = _nv_tile(engine.info, _problem(shape), shape.math, slices)
@@ -335,7 +336,7 @@ class Gemm:
             prob = _nv_problem(shape, self.nv_tile)
             self.ws_elems = gemm_nv.workspace(prob, self.nv_tile)
             self.ws_counters = gemm_nv.counters_at(prob, self.nv_tile)
-            self.kernel = _build_nv(engine, prob, self.nv_tile)
+            self._kernel = _build_nv(engine, prob, self.nv_tile)
             # calls whose offsets keep float4 accesses aligned (nearly all) run the copy that
             # assumes so: the general kernel's per-access test costs 10-15%
             self._aligned = _build_nv(engine, prob, self.nv_tile, aligned=True)
@@ -375,14 +376,9 @@ class Gemm:
     @property
     def kernel(self):
         """The GEMM kernel (the split one's batched product); built on first use."""
-        k = self.__dict__.get("_kernel")
-        if k is None:
-            k = self._kernel = _build(self.engine, self._prob, self.params)
-        return k
-
-    @kernel.setter
-    def kernel(self, k) -> None:
-        self._kernel = k
+        if self._kernel is None:
+            self._kernel = _build(self.engine, self._prob, self.params)
+        return self._kernel
 
     @property
     def _names(self) -> tuple:
@@ -426,7 +422,7 @@ class Gemm:
         self.packed, self.panel, self.packed_size = False, None, 0
         part_shape = replace(sh, k=ks, ldc=n, beta=0.0)
         strides = self._split_strides(S)
-        self.kernel = gemm_kernel(self.engine, part_shape, self.params, batch=S, **strides)
+        self._kernel = gemm_kernel(self.engine, part_shape, self.params, batch=S, **strides)
         self._sizes = batch_sizes(part_shape, **strides, batch=S)
         self.reduce = splitk_reduce(self.engine, sh)
         self.part_elems = S * m * n
