@@ -244,6 +244,20 @@ def bias_grad_slicing(info, rows: int, channels: int) -> tuple[int, int] | None:
 # across neighbours). 2-core EPYC, Intel's runtime, the copy alone, min ms: [3136, 256]
 # 1.7-1.8 -> 0.17 (element-wise kernels: 0.49-0.91). GPUs keep the im2col copy (work-groups
 # of one work-item: not measured there)
+def wgrad_kmajor_patches(info, kf: int) -> bool:
+    """Whether backward weights into ``[Kf, OCg]`` weights write their patches transposed,
+    ``[Kf, points]``, so that the GEMM reads A row by row (1x1 layers included: a copy of the
+    source). CPUs: a transposed A ran 2-3x slower there (ResNet-50 res4 1x1 at mb 32: 60 ms
+    GEMM against 19 ms GEMM + 5 ms copy). GPUs: the tiled GEMM loads a transposed A as
+    coalesced as a plain one, so the patches keep the forward's ``[points, Kf]`` order and a
+    dense 1x1 layer reads its source in place (H200, mb 32, tf32: res2b_branch2a 0.241 ->
+    0.105 ms, v1.5 res3a_branch2a 0.299 -> 0.127; 3x3 stride 2 layers 14-20% faster, their
+    copy coalesced), except where ``kf`` is not a multiple of 4: the tiled kernel reads a
+    transposed A in float4s along m (conv1's 147 rows went to the generic GEMM: 0.615 ->
+    1.051 ms)."""
+    return info is None or not info.is_gpu or kf % 4 != 0
+
+
 def blocked_transpose(info) -> bool:
     """Whether 1x1 backward-weights patches are copied by ``kernels.transpose_source``."""
     return info is not None and not info.is_gpu

@@ -70,6 +70,7 @@ from ....runtime.heuristics.conv import (
     im2col_per_item,
     nv_resident_blocks,
     one_round_splits,
+    wgrad_kmajor_patches,
 )
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
 from ..problem import (
@@ -637,11 +638,10 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
 
     # -- 1x1 shortcut: the src-side activation is the column matrix itself ---------------------
     S = None
-    # backward weights into [Kf, OCg] weights: the patches are written transposed, [Kf, N*P]
-    # per group, so that the GEMM reads its A row by row: a transposed A ran 2-3x slower,
-    # which outweighs the transposing copy even for 1x1 layers (ResNet-50 res4 1x1 at mb32:
-    # 60 ms GEMM vs 19 ms GEMM + 5 ms copy; even at mb1)
-    kmajor = p.kind == "bwd_w" and mode == "hwc" and W.form == "ko"
+    # backward weights into [Kf, OCg] weights: on CPUs the patches are written transposed,
+    # [Kf, N*P] per group, so that the GEMM reads its A row by row (heuristics.conv)
+    kmajor = p.kind == "bwd_w" and mode == "hwc" and W.form == "ko" and \
+        wgrad_kmajor_patches(engine.info if engine is not None else None, Kf)
     if p.is_1x1_dense() and not kmajor:
         S = _act_view(p, "src", mode)
         if p.kind == "bwd_d" and S is not None and sums:
