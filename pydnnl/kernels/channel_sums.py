@@ -36,6 +36,28 @@ class ChannelSlices:
     channels: int
     row_stride: int
     wg: int = 16
+    #: channels per work-item (1 or 4: float4 loads; channels and row stride multiples of 4)
+    vec: int = 1
+    #: work-items per slice along the rows (a power of two): each sums every
+    #: ``row_lanes``-th row of the slice, and the work-group adds their sums in local memory.
+    #: 1: one work-item walks the slice's rows in order (the loopy kernel's form)
+    row_lanes: int = 1
+
+    def __post_init__(self):
+        if self.vec not in (1, 4) or (self.vec == 4 and (self.channels % 4
+                                                          or self.row_stride % 4)):
+            raise ValueError(f"ChannelSlices: vec must be 1 or 4 (4 with channels and "
+                             f"row_stride multiples of 4), got vec {self.vec}, channels "
+                             f"{self.channels}, row_stride {self.row_stride}")
+        if self.row_lanes < 1 or self.row_lanes & (self.row_lanes - 1):
+            raise ValueError(f"ChannelSlices: row_lanes must be a power of two, got "
+                             f"{self.row_lanes}")
+
+    @property
+    def wide(self) -> bool:
+        """Whether the kernel is the printed wide form (float4 or several row lanes), which
+        loopy does not generate."""
+        return self.vec > 1 or self.row_lanes > 1
 
 
 def lanes(channels: int, wg: int) -> int:
@@ -51,14 +73,19 @@ def build_channel_slices(p: ChannelSlices):
     """The kernel of ``p``: its source from a printer (:mod:`pydnnl.kernels.copy_source`, no
     loopy import or code generation), the same kernel :func:`build_channel_slices_loopy`
     generates."""
-    from .copy_source import channel_slices_source
+    from .copy_source import channel_slices_source, channel_slices_wide_source
 
+    if p.wide:
+        return channel_slices_wide_source(p)
     src = channel_slices_source(p)
     return src if src is not None else build_channel_slices_loopy(p)
 
 
 def build_channel_slices_loopy(p: ChannelSlices):
-    """The loopy kernel of ``p`` (a TranslationUnit)."""
+    """The loopy kernel of ``p`` (a TranslationUnit); not the wide form."""
+    if p.wide:
+        raise ValueError("build_channel_slices_loopy: the wide form (vec or row_lanes) is "
+                         "printed only (copy_source.channel_slices_wide_source)")
     import loopy as lp
     from loopy.symbolic import Reduction
     from pymbolic import var

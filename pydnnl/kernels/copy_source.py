@@ -371,6 +371,52 @@ def channel_slices_source(p) -> KernelSource | None:
                         ("t", "part", "t_off", "part_off", "nrows", "rps", "nslices"),
                         grid=(str(C // W * W), "(nslices) * 1"))
 
+
+def channel_slices_wide_source(p) -> KernelSource:
+    """The wide form of the slices' sums (``p.vec`` channels per work-item, ``p.row_lanes``
+    work-items per slice along its rows, their sums added in local memory; no loopy
+    counterpart): axis 0 over channel groups, axis 1 over slices times row lanes. A float4
+    is read aligned where ``t_off`` is a multiple of 4 (the row stride is), else element by
+    element."""
+    from .channel_sums import lanes
+
+    C, rs, V, L = int(p.channels), int(p.row_stride), int(p.vec), int(p.row_lanes)
+    W = lanes(C // V, int(p.wg))
+    vt = "float4" if V == 4 else "float"
+    params = [_ptr("t", True), _ptr("part", False),
+              *[f"long const {v}" for v in ("t_off", "part_off", "nrows", "rps", "nslices")]]
+    if V == 4:
+        load = ("(al ? *(__global const float4 *)(t + t_off + r * {rs} + c) : "
+                "vload4(0, t + t_off + r * {rs} + c))").format(rs=rs)
+        store = "vstore4(red[0][lid(0)], 0, part + part_off + s * {C} + c)".format(C=C)
+    else:
+        load = f"t[t_off + r * {rs} + c]"
+        store = f"part[part_off + s * {C} + c] = red[0][lid(0)]"
+    lines = [
+        f"  __local {vt} red[{L}][{W}];",
+        "  long const s = gid(1);",
+        f"  long const c = (gid(0) * {W} + lid(0)) * {V};",
+        "  int const al = (t_off & 3) == 0;" if V == 4 else "",
+        f"  {vt} acc = ({vt})(0.0f);",
+        "  long const r0 = s * rps;",
+        "  long const r1 = min(r0 + rps, nrows);",
+        f"  for (long r = r0 + lid(1); r < r1; r += {L})",
+        f"    acc += {load};",
+        "  red[lid(1)][lid(0)] = acc;",
+    ]
+    h = L // 2
+    while h >= 1:
+        lines += ["  barrier(CLK_LOCAL_MEM_FENCE);",
+                  f"  if (lid(1) < {h})",
+                  f"    red[lid(1)][lid(0)] += red[lid(1) + {h}][lid(0)];"]
+        h //= 2
+    lines += ["  if (lid(1) == 0 && s < nslices)", f"    {store};"]
+    text = (_PRELUDE + "\n" + _head("pydnnl_channel_slices_wide", (W, L), params)
+            + "\n".join(x for x in lines if x) + "\n}\n")
+    return KernelSource("pydnnl_channel_slices_wide", text, None, (W, L),
+                        ("t", "part", "t_off", "part_off", "nrows", "rps", "nslices"),
+                        grid=(str(C // V // W * W), f"(nslices) * {L}"))
+
 # }}}
 
 
@@ -711,5 +757,6 @@ def pack_b_source(pk) -> KernelSource | None:
 # }}}
 
 
-__all__ = ["bias_grad_source", "channel_slices_source", "col2im_source", "im2col_baked_source",
-           "im2col_rt_source", "im2col_source", "pack_b_source", "splitk_reduce_source"]
+__all__ = ["bias_grad_source", "channel_slices_source", "channel_slices_wide_source",
+           "col2im_source", "im2col_baked_source", "im2col_rt_source", "im2col_source",
+           "pack_b_source", "splitk_reduce_source"]

@@ -218,11 +218,15 @@ def workspace_limit(info) -> int:
 
 
 
-def bias_grad_slicing(info, rows: int, channels: int) -> tuple[int, int] | None:
-    """(rows per slice, work-group width) of a channels-last bias gradient in two passes
-    (:mod:`pydnnl.kernels.channel_sums`: work-items along the channels, slices of rows,
-    then the slices' sums added), or None for the one-pass kernel (a work-group per channel,
-    its work-items along the points).
+GPU_ROW_LANES = 16
+
+
+def bias_grad_slicing(info, rows: int, channels: int) -> tuple[int, int, int, int] | None:
+    """(rows per slice, work-group width, channels per work-item, work-items per slice along
+    its rows) of a channels-last bias gradient in two passes (:mod:`pydnnl.kernels.
+    channel_sums`: work-items along the channels, slices of rows, then the slices' sums
+    added), or None for the one-pass kernel (a work-group per channel, its work-items along
+    the points).
 
     Measured, bias gradient alone (ms, one pass -> two passes). 2-core AVX-512 Xeon, Intel's
     runtime (256 rows a slice, 16 channels a work-group: one vector): diff_dst 32x64x56x56
@@ -230,12 +234,20 @@ def bias_grad_slicing(info, rows: int, channels: int) -> tuple[int, int] | None:
     64 channels a work-group: 16-row slices 32x64x56x56 0.094 -> 0.025, 32x64x112x112
     0.357 -> 0.068, 32x256x14x14 -> 0.013; 256-row slices left too few work-groups on small
     tensors (1x64x56x56 0.006 -> 0.029, 32x512x7x7 0.019 -> 0.045), so GPUs keep the
-    one-pass kernel below 2^20 values."""
+    one-pass kernel below 2^20 values. The slices are at most ``MAX_SLICES`` (1024), so a
+    large tensor's slices are long (32x64x56x56: 98 rows), walked by one work-item each
+    (H200 tf32 backward weights at mb 32: 19-60 us of res2b_branch2a's 105 and conv1's 620):
+    GPUs read float4s of channels where they are a multiple of 4, ``GPU_ROW_LANES`` work-items
+    per slice along its rows, up to 256 work-items a group."""
     if info is not None and info.is_gpu:
         if rows * channels < 1 << 20:
             return None
-        return 16, 64
-    return 256, 16
+        from ...kernels.channel_sums import lanes
+
+        vec = 4 if channels % 4 == 0 else 1
+        width = lanes(channels // vec, 64)
+        return 16, 64, vec, max(1, min(GPU_ROW_LANES, 256 // width))
+    return 256, 16, 1, 1
 
 
 # CPUs: a 1x1 layer's backward-weights patches (the channels-last source's [points,

@@ -172,9 +172,9 @@ def add_bias_grad(plan: Plan, p: ConvProblem) -> None:
         rule = conv_rules.bias_grad_slicing(plan.engine.info if plan.engine else None,
                                             nrows, ch)
     if rule is not None:
-        per_slice, wg = rule
+        per_slice, wg, vec, row_lanes = rule
         S = slice_count(nrows, per_slice)
-        cs = ChannelSlices(channels=ch, row_stride=ch, wg=wg)
+        cs = ChannelSlices(channels=ch, row_stride=ch, wg=wg, vec=vec, row_lanes=row_lanes)
         plan.kernel("channel_slices", cs, build_channel_slices, t=ref, part=SCRATCH,
                     t_off=t_off, part_off=part_off, nrows=nrows, rps=-(-nrows // S),
                     nslices=S)
