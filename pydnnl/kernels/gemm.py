@@ -199,8 +199,12 @@ class GemmProblem:
     #: row ``r`` is output point ``(n, y, x)`` of ``n * oh * ow + y * ow + x``, column ``k``
     #: is tap ``(ky, kx)`` and channel ``ch`` of ``(ky * kw + kx) * c + ch``, and the element
     #: is the input at ``(n, y * sh - ph + ky * dh, x * sw - pw + kx * dw, ch)`` (images
-    #: ``ih * iw * c`` apart), 0 outside it. A not transposed, k = kh * kw * c. The
-    #: hand-written NVIDIA kernel alone takes it (``gemm_nv.supports``)
+    #: ``ih * iw * c`` apart), 0 outside it. A not transposed, k = kh * kw * c. With
+    #: ``trans_a`` the same patch matrix is A's storage (a weight gradient's ``patches^T @
+    #: diff_dst``): k runs over the output points, m = kh * kw * c over the taps and channels,
+    #: ``lda`` = m; batch entry ``t`` starts at point ``t * stride_a / lda`` (k slices of one
+    #: product, A's pointer does not move). The hand-written NVIDIA kernel alone takes it
+    #: (``gemm_nv.supports``)
     a_conv: tuple | None = None
 
     def __post_init__(self):
@@ -281,10 +285,14 @@ class GemmProblem:
         setf("runtime_n", bool(self.runtime_n))
         if self.a_conv is not None:
             g = tuple(int(v) for v in self.a_conv)
-            if len(g) != 13 or self.trans_a or g[2] * g[3] * g[4] != self.k:
+            taps = self.m if self.trans_a else self.k
+            if len(g) != 13 or g[2] * g[3] * g[4] != taps or (
+                    self.trans_a and (self.lda != self.m or self.stride_a % self.m)):
                 raise ValueError(f"GemmProblem: a_conv must be (ih, iw, c, kh, kw, oh, ow, sh, "
-                                 f"sw, ph, pw, dh, dw) with k = kh * kw * c and A not "
-                                 f"transposed, got {self.a_conv!r} (k {self.k})")
+                                 f"sw, ph, pw, dh, dw) with {'m' if self.trans_a else 'k'} = "
+                                 f"kh * kw * c (transposed: lda = m, stride_a a multiple of "
+                                 f"it), got {self.a_conv!r} (m {self.m}, k {self.k}, lda "
+                                 f"{self.lda}, stride_a {self.stride_a})")
             setf("a_conv", g)
         for name in ("runtime_ldc", "runtime_n"):
             if getattr(self, name) and (self.batch > 1 or not self.runtime_offsets):
@@ -340,9 +348,10 @@ class GemmProblem:
         """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
         if which == "b" and self.panel_width is not None:
             return self._b_dense_stride()
-        if which == "a" and self.a_conv is not None:  # the images the rows reach
+        if which == "a" and self.a_conv is not None:  # the images the points reach
             ih, iw, c, _, _, oh, ow = self.a_conv[:7]
-            return -(-self.m // (oh * ow)) * ih * iw * c
+            points = self.k * self.batch if self.trans_a else self.m
+            return -(-points // (oh * ow)) * ih * iw * c
         cols = {"a": self.m if self.trans_a else self.k,
                 "b": self.k if self.trans_b else self.n, "c": self.n}[which]
         ld = {"a": self.lda, "b": self.ldb, "c": self.ldc}[which]
@@ -352,6 +361,8 @@ class GemmProblem:
         """Elements the buffer ``which`` must hold (offset included)."""
         off = {"a": self.a_offset, "b": self.b_offset, "c": self.c_offset}[which]
         stride = {"a": self.stride_a, "b": self.stride_b, "c": self.stride_c}[which]
+        if which == "a" and self.a_conv is not None and self.trans_a:
+            return off + self.extent("a")  # (every entry's points: A does not move)
         return off + (self.batch - 1) * stride + self.extent(which)
 
 # }}}

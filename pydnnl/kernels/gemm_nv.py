@@ -186,7 +186,12 @@ def supports(pr: GemmProblem, tile: NvTile) -> bool:
         return False
     if pr.panel_width is not None:
         return False
-    if pr.a_conv is not None:  # a gathered A: whole slices inside one tap, float4 channels
+    if pr.a_conv is not None and pr.trans_a:  # gathered columns: float4 channels, whole
+        # slices of points (a batch entry's points follow from its stride, see a_conv)
+        if pr.a_conv[2] % 4 or pr.k % tile.bk or tile.ksplit > 1 or tile.kslices > 1 \
+                or pr.runtime_k:
+            return False
+    elif pr.a_conv is not None:  # a gathered A: whole slices inside one tap, float4 channels
         c = pr.a_conv[2]
         if c % tile.bk or c % 4 or tile.ksplit > 1 or tile.kslices > 1 or pr.runtime_k \
                 or pr.batch > 1:
@@ -318,7 +323,9 @@ class _Gen:
         L = []
         w = L.append
         conv = pr.a_conv
-        if conv is not None:
+        if conv is not None and pr.trans_a:
+            self._gather_cols(w, la)
+        elif conv is not None:
             self._gather_rows(w, la)
         for name, loads in (("a", la), ("b", lb)):
             if name == "a" and conv is not None:
@@ -338,7 +345,8 @@ class _Gen:
             elements past k are zeros (and not read)."""
             ptr, v = name.upper(), vec[name]
             if name == "a" and conv is not None:
-                return self._gather_slice(w, la, v)
+                return (self._gather_slice_t(w, la, v) if pr.trans_a
+                        else self._gather_slice(w, la, v))
             # each load's first k inside the slice, and whether its float4 runs along k
             for i, (_, step, (ke, _, along_k)) in enumerate(la if name == "a" else lb):
                 p = f"{ptr} + {name}p{i}"
@@ -395,7 +403,8 @@ class _Gen:
                           f"else pd_cp4x4{z}({dst}, {src}{tail});")
 
                 if name == "a" and conv is not None:
-                    self._gather_slice_async(w, loads, stage, copy)
+                    (self._gather_slice_async_t if pr.trans_a
+                     else self._gather_slice_async)(w, loads, stage, copy)
                     continue
                 for i, (_, step, (r, c, _)) in enumerate(loads):
                     nmajor = self.a_mmajor if name == "a" else self.b_nmajor
@@ -543,6 +552,58 @@ class _Gen:
             w(f"    const bool in = y >= 0 && y < {ih} && x >= 0 && x < {iw};")
             copy(f"As + ({stage}) * {self.sza} + {r} * {self.rak} + {kc}",
                  f"A + ab{i} + (in ? (y * {iw} + x) * {c} + c0 : 0)", "in")
+            w("  }")
+        w(f"  aks += {self.t.bk};")
+        w("}")
+
+    def _gather_cols(self, w, loads) -> None:
+        """A transposed A gathered from images (``a_conv`` with ``trans_a``): per float4 this
+        work-item loads, its (fixed) columns' tap and channel, and its row in the slice; the
+        first point of the next slice follows the batch entry."""
+        pr, t = self.pr, self.t
+        c, _, kw = pr.a_conv[2:5]
+        ph, pw, dh, dw = pr.a_conv[9:]
+        for i, (_, _, (kr, col, _)) in enumerate(loads):
+            g = f"(m0 + {col})"
+            if pr.m % t.bm:
+                g = f"min({g}, {pr.m - 4})"
+            w(f"const int ag{i} = {g}, at{i} = ag{i} / {c}, ach{i} = ag{i} - at{i} * {c};")
+            w(f"const int aky{i} = at{i} / {kw}, akx{i} = at{i} - aky{i} * {kw};")
+            w(f"const int aoy{i} = aky{i} * {dh} - {ph}, aox{i} = akx{i} * {dw} - {pw};")
+            w(f"const int akr{i} = {kr};")
+        first = f"(int)get_group_id(2) * {pr.stride_a // pr.lda}" if pr.batch > 1 else "0"
+        w(f"int aks = {first};  // the first point of the next slice of A")
+
+    def _gather_point(self, w, i: int) -> None:
+        """C declaring ``p`` (load ``i``'s point in the slice), its input row ``iy`` and
+        column ``ix`` and ``in`` (inside the image)."""
+        ih, iw, _, _, _, oh, ow, sh, sw = self.pr.a_conv[:9]
+        w(f"  {{ const int p = aks + akr{i}, n = p / {oh * ow}, q = p - n * {oh * ow};")
+        w(f"    const int y = q / {ow}, x = q - y * {ow};")
+        w(f"    const int iy = y * {sh} + aoy{i}, ix = x * {sw} + aox{i};")
+        w(f"    const bool in = iy >= 0 && iy < {ih} && ix >= 0 && ix < {iw};")
+
+    def _gather_slice_t(self, w, loads, v: str) -> None:
+        """The next slice of a gathered transposed A: ``bk`` points, each float4 four channels
+        of its column's tap; zeros outside the image."""
+        ih, iw, c = self.pr.a_conv[:3]
+        w("{")
+        for i in range(len(loads)):
+            self._gather_point(w, i)
+            full = _float4_load(f"A + n * {ih * iw * c} + (iy * {iw} + ix) * {c} + ach{i}", v)
+            w(f"    ra[{i}] = in ? {full} : (float4)(0.0f); }}")
+        w(f"  aks += {self.t.bk};")
+        w("}")
+
+    def _gather_slice_async_t(self, w, loads, stage: str, copy) -> None:
+        """:meth:`_gather_slice_t` through cp.async (zeros: a copy of source size 0)."""
+        ih, iw, c = self.pr.a_conv[:3]
+        row = self.t.bm + self.pa
+        w("{")
+        for i, (_, _, (kr, col, _)) in enumerate(loads):
+            self._gather_point(w, i)
+            copy(f"As + ({stage}) * {self.sza} + {kr} * {row} + {col}",
+                 f"A + (in ? n * {ih * iw * c} + (iy * {iw} + ix) * {c} + ach{i} : 0)", "in")
             w("  }")
         w(f"  aks += {self.t.bk};")
         w("}")
@@ -969,6 +1030,8 @@ class _Gen:
                 parts.append(f"{bt} * {stride}")
             return " + ".join(parts) or "0"
 
+        # a gathered transposed A's batch entries are k slices of the same images
+        a_stride = 0 if pr.a_conv is not None and pr.trans_a else pr.stride_a
         sza, szb = self.sza, self.szb
         stype = "uint" if self.packed else "float"
         vec = _vector_ops(pr)
@@ -1003,7 +1066,7 @@ class _Gen:
             ["    const int K = (int)ksize;"] if pr.runtime_k else []) + [
             f"    const int tx = tid % {self.wx}, ty = tid / {self.wx};",
             f"    const int n0 = get_group_id(0) * {t.bn}, m0 = get_group_id(1) * {t.bm};",
-            f"    const long ao = {base('a', pr.a_offset, pr.stride_a)};",
+            f"    const long ao = {base('a', pr.a_offset, a_stride)};",
             f"    const long bo = {base('b', pr.b_offset, pr.stride_b)};",
             f"    const long co = {base('c', pr.c_offset, pr.stride_c)};",
             "    __global const float* A = a + ao;",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..error import invalid_arguments
+from ..error import invalid_arguments, runtime_error
 from ..kernels import gemm as fam
 from ..kernels import gemm_nv, pack_source
 from ..kernels.conv_im2col import SplitKReduceProblem, build_splitk_reduce
@@ -94,12 +94,23 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        **batch)
 
 
-def gathers(engine, shape: GemmShape) -> bool:
+def gathers(engine, shape: GemmShape, splits: int = 1) -> bool:
     """Whether ``get_gemm`` runs ``shape`` (with ``a_conv``) on the device: the hand-written
-    NVIDIA kernel's rule picks a tile that gathers A (no other kernel does)."""
+    NVIDIA kernel's rule picks a tile that gathers A (no other kernel does); with ``splits``
+    > 1, whether the batched kernel of :meth:`Plan.gemm_split`'s k slices does."""
     shape = resolved(shape)
     if engine is None or shape.a_conv is None:
         return False
+    if splits > 1:
+        if shape.k % splits:
+            return False
+        ks = shape.k // splits
+        part = replace(shape, k=ks, ldc=shape.n, beta=0.0)
+        prob = _problem(part, **_batch(splits, dict(
+            stride_a=ks * (shape.lda if shape.trans_a else 1),
+            stride_b=ks * (1 if shape.trans_b else shape.ldb), stride_c=shape.m * shape.n)))
+        tile = rules.nv_tile(engine.info, prob, part.math)
+        return tile is not None and gemm_nv.supports(prob, tile)
     tile = _nv_tile(engine.info, _problem(shape), shape.math)
     return tile is not None and gemm_nv.supports(_nv_problem(shape, tile), tile)
 
@@ -669,6 +680,9 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
         prob = _problem(shape, **bk)
         tile = rules.nv_tile(engine.info, prob, shape.math)
         if tile is not None:
+            if prob.a_conv is not None and not gemm_nv.supports(prob, tile):
+                raise runtime_error(f"gemm: the gathering GEMM {prob} has no kernel here "
+                                    f"(the caller checks gathers() first)")
             return _build_nv(engine, prob, tile)
     strides = {k: v for k, v in bk.items() if k != "batch"}
     prob = _problem(shape, panel, runtime_m(shape, params, batch, strides),

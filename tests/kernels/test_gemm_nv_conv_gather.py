@@ -134,3 +134,101 @@ def test_async_gather_gives_the_register_staged_bits(engine, stream, gi, x_off):
     err = np.abs(got[:pr.m * pr.n].reshape(pr.m, pr.n) - want).max() / np.abs(want).max()
     assert 1e-5 < err < 2e-3, err
     assert np.array_equal(got, staged) and (got[pr.m * pr.n:] == 7.0).all()
+
+
+# {{{ transposed: a weight gradient's patches^T @ diff_dst
+
+# (n, ih, iw, c, kh, kw, sh, sw, ph, pw, dh, dw, oc): point counts multiples of 16
+GEOMS_T = [
+    (2, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 24),    # 3x3, 144 rows: a ragged last block
+    (8, 9, 8, 32, 3, 3, 2, 2, 1, 0, 2, 1, 40),    # stride 2, dilation, one-sided padding
+    (2, 8, 8, 16, 1, 1, 2, 2, 0, 0, 1, 1, 64),    # 1x1 stride 2, 16 rows
+]
+
+
+def _problem_t(geom, batch=1, **kw):
+    n, ih, iw, c, kh, kw_, sh, sw, ph, pw, dh, dw, oc = geom
+    oh = (ih + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (iw + 2 * pw - dw * (kw_ - 1) - 1) // sw + 1
+    m, points = kh * kw_ * c, n * oh * ow
+    ks = points // batch
+    strides = dict(batch=batch, stride_a=ks * m, stride_b=ks * oc, stride_c=m * oc) \
+        if batch > 1 else {}
+    return GemmProblem(m=m, n=oc, k=ks, lda=m, ldb=oc, ldc=oc, trans_a=True,
+                       a_conv=(ih, iw, c, kh, kw_, oh, ow, sh, sw, ph, pw, dh, dw),
+                       runtime_offsets=True, **strides, **kw)
+
+
+def _run_t(engine, stream, pr, tile, x, dy, x_off=4):
+    src = build_gemm_nv(pr, tile)
+    kern = Kernel(engine.context, engine.device, src)
+
+    def mem(v):
+        return dnnl.memory(dnnl.memory.desc([v.size], F32, "a"), engine, v.ravel().copy())
+
+    xa = np.concatenate([np.full(x_off, np.nan, np.float32), x.ravel()])
+    c = np.full(pr.batch * pr.m * pr.ldc + 5, 7.0, np.float32)
+    mx, mw, mc = mem(xa), mem(dy), mem(c)
+    vals = {"a": mx.buffer, "b": mw.buffer, "c": mc.buffer, "a_off": np.int64(x_off),
+            "b_off": np.int64(0), "c_off": np.int64(0)}
+    kern(stream, *[vals[a] for a in src.arg_names])
+    stream.wait()
+    return mc.to_numpy()
+
+
+def _want_t(x, dy, pr):
+    ih, iw, c, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw = pr.a_conv
+    full = GemmProblem(m=dy.shape[0], n=1, k=kh * kw * c, a_conv=pr.a_conv)
+    return _patches(x.astype(np.float64), full).T @ dy.astype(np.float64)
+
+
+@pytest.mark.parametrize("batch", [1, 2], ids=["whole", "two_slices"])
+@pytest.mark.parametrize("gi", range(len(GEOMS_T)))
+def test_gathered_transposed_a_matches_the_patches(engine, stream, gi, batch):
+    """C = patches^T @ diff_dst (one product, or its two k slices as batch entries, added
+    here as the split reduction would), on the SIMT tile every device runs."""
+    pr = _problem_t(GEOMS_T[gi], batch)
+    assert supports(pr, SIMT)
+    rng = np.random.default_rng(30 + gi)
+    n, ih, iw, c = GEOMS_T[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    dy = rng.standard_normal((pr.k * batch, pr.n)).astype(np.float32)
+    got = _run_t(engine, stream, pr, SIMT, x, dy)
+    parts = got[:batch * pr.m * pr.n].reshape(batch, pr.m, pr.n)
+    want = _want_t(x, dy, pr)
+    np.testing.assert_allclose(parts.astype(np.float64).sum(0), want, rtol=1e-4, atol=1e-4)
+    assert (got[batch * pr.m * pr.n:] == 7.0).all()  # nothing past C
+
+
+def test_transposed_gather_rules():
+    pr = _problem_t(GEOMS_T[0])
+    assert supports(pr, SIMT) and supports(pr, TC)
+    assert not supports(pr, NvTile(32, 32, 16, 4, 4, kslices=2))
+    ragged_k = _problem_t((1, 5, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 25 points
+    assert not supports(ragged_k, SIMT)
+    with pytest.raises(ValueError, match="a_conv"):  # lda must be m
+        GemmProblem(m=144, n=8, k=16, lda=160, trans_a=True,
+                    a_conv=(4, 4, 16, 3, 3, 4, 4, 1, 1, 1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("stages", [0, 3], ids=["registers", "cp_async"])
+@pytest.mark.parametrize("batch", [1, 2], ids=["whole", "two_slices"])
+@pytest.mark.parametrize("gi", range(len(GEOMS_T)))
+def test_tensor_cores_transposed_gather(engine, stream, gi, batch, stages):
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("tensor-core kernels run on NVIDIA GPUs only (inline PTX mma.sync)")
+    tile = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=stages)
+    pr = _problem_t(GEOMS_T[gi], batch)
+    assert supports(pr, tile)
+    rng = np.random.default_rng(40 + gi)
+    n, ih, iw, c = GEOMS_T[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    dy = rng.standard_normal((pr.k * batch, pr.n)).astype(np.float32)
+    got = _run_t(engine, stream, pr, tile, x, dy)
+    parts = got[:batch * pr.m * pr.n].reshape(batch, pr.m, pr.n).astype(np.float64)
+    want = _want_t(x, dy, pr)
+    err = np.abs(parts.sum(0) - want).max() / np.abs(want).max()
+    assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's
+    assert (got[batch * pr.m * pr.n:] == 7.0).all()
+
+# }}}

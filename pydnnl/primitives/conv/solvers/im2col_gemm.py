@@ -500,6 +500,22 @@ def _gather_shape(p: ConvProblem, engine, ldb: int, trans_b: bool, T, beta: floa
     return shape if gathers(engine, shape) else None
 
 
+def _gather_wgrad_geom(p: ConvProblem, engine, ldt: int, ldw: int, split_k: int,
+                       wcap: int) -> tuple | None:
+    """The ``a_conv`` geometry of backward weights as one GEMM over every image, ``[Kf,
+    OCg] = patches^T @ diff_dst`` with the patches gathered from the dense channels-last
+    source (a transposed A, ``GemmProblem.a_conv``), where the device's kernel takes it, its
+    k slices included (:func:`gathers`); else None (im2col)."""
+    (ih, iw), (oh, ow) = p.src_sp, p.dst_sp
+    geom = (ih, iw, p.ic, *p.kernel, oh, ow, *p.strides, *p.padding_l,
+            p.dilates[0] + 1, p.dilates[1] + 1)
+    Kf = p.icg * p.K
+    shape = GemmShape(m=Kf, n=p.ocg, k=p.mb * p.P, lda=Kf, ldb=ldt, ldc=ldw, trans_a=True,
+                      a_conv=geom)
+    splits = _split_count(engine, shape, split_k, wcap)
+    return geom if gathers(engine, shape, splits) else None
+
+
 def _dense_nhwc(lay: tuple, nimg: int, ch: int, sp: tuple) -> bool:
     return lay == with_offset(dense_layout([nimg, ch, *sp], [0, 2, 3, 1]), lay[0])
 
@@ -653,12 +669,23 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     if may_gather and S is None and not wpanels:
         gather = _gather_shape(p, engine, W.ld, W.form == "ok", T, beta_fwd, epi)
 
+    split_k = 1 if wgrad_panels else int(params.get("split_k", 1))
+    # CPUs' backward weights: k slices by their rule, up to this many (see _split_count)
+    wcap = 0 if wgrad_panels or p.kind != "bwd_w" else int(params.get("wgrad_slices", 0))
+
+    # -- backward weights through a GEMM that gathers its transposed A (no patch matrix) -------
+    gather_w = None
+    if not dry and p.kind == "bwd_w" and S is None and not kmajor and W.form == "ko" \
+            and (W.kf_order == "kic" or p.K == 1) and T.fold and nsp == 2 and G == 1 \
+            and _dense_nhwc(p.src, p.mb, p.ic, p.src_sp):
+        gather_w = _gather_wgrad_geom(p, engine, T.ld, W.ld, split_k, wcap)
+
     # -- chunks of images ------------------------------------------------------------------------
     cap = max(1, int(float(params.get("chunk_mb", 64)) * (1 << 18)))  # float32 elements
     per_image = G * P * Kf
-    nb = p.mb if S is not None or gather is not None else \
-        largest_divisor_at_most(p.mb, max(1, cap // max(per_image, 1)))
-    col_off = plan.alloc(nb * per_image) if S is None and gather is None else 0
+    direct = S is not None or gather is not None or gather_w is not None
+    nb = p.mb if direct else largest_divisor_at_most(p.mb, max(1, cap // max(per_image, 1)))
+    col_off = plan.alloc(nb * per_image) if not direct else 0
     acc_off = 0
     if staged_acc:
         acc_off = plan.alloc(nb * p.oc * P)
@@ -688,9 +715,6 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     # weights as B (forward and backward data over channels-last rows): packed once per
     # execution for every group; the GEMM shape is the same for every chunk
     wpack, wgemm = None, None
-    split_k = 1 if wgrad_panels else int(params.get("split_k", 1))
-    # CPUs' backward weights: k slices by their rule, up to this many (see _split_count)
-    wcap = 0 if wgrad_panels or p.kind != "bwd_w" else int(params.get("wgrad_slices", 0))
     # backward data split along k reads the weights as they lie (a slice of packed panels is
     # no matrix the split GEMM takes)
     split_d = p.kind == "bwd_d" and split_k > 1
@@ -734,6 +758,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                 nl = n - c0
                 if S is not None:
                     x_ref, x_off, x_ld = s_ref, S.offset(n, g * ICg), S.ld
+                elif gather_w is not None:  # the source itself, gathered by the GEMM
+                    x_ref, x_off, x_ld = SRC, p.src[0], Kf
                 else:
                     x_ref, x_off = SCRATCH, col_at(g, nl)
                     x_ld = nb * P if kmajor else Kf if mode == "hwc" else P
@@ -791,7 +817,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
                                     else None))
                         else:
                             shape = GemmShape(m=Kf, n=OCg, k=cnt * P, lda=x_ld, ldb=T.ld,
-                                              ldc=W.ld, trans_a=not kmajor, beta=beta)
+                                              ldc=W.ld, trans_a=not kmajor, beta=beta,
+                                              a_conv=gather_w)
                             calls.append(_Call(shape, x_ref, x_off, t_ref, t_off_g, w_ref, w_off,
                                                False))
                     else:
@@ -824,7 +851,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
             plan.kernel("transpose8", TransposeProblem(cols=ICg, ldi=p.ic), build_transpose,
                         src=SRC, dst=SCRATCH, src_off=p.src[0] + c0 * P * p.ic,
                         dst_off=col_at(0, 0), nrows=nb * P, ldo=nb * P)
-        elif S is None and p.kind in ("fwd", "bwd_w"):
+        elif S is None and gather_w is None and p.kind in ("fwd", "bwd_w"):
             ip = Im2ColProblem(nb=nb, groups=G, icg=ICg, src_sp=p.src_sp, dst_sp=p.dst_sp,
                                kernel=p.kernel, strides=p.strides, dilates=p.dilates,
                                padding_l=p.padding_l, src=p.src, src_n=p.src_n,
