@@ -270,6 +270,21 @@ def wgrad_kmajor_patches(info, kf: int) -> bool:
     return info is None or not info.is_gpu or kf % 4 != 0
 
 
+def gathered_wgrad(info, math: str, splits: int) -> bool:
+    """Whether backward weights' GEMM that could gather its transposed A from the images
+    (no patch matrix, ``GemmProblem.a_conv``) does: on tensor cores always; on the SIMT
+    kernel (strict f32) where the product is cut into k slices. H200, mb 32, min ms, patch
+    matrix -> gathered: tf32 v1.5 res3a_branch2b 0.249 -> 0.114, res4a_branch2b 0.184 ->
+    0.147, res5a_branch2b 0.186 -> 0.163, the strided 1x1 layers 0-19% faster; strict
+    res3a_branch2b 0.347 -> 0.260, res4a_branch2b 0.300 -> 0.262, the strided 1x1 layers
+    0-20% faster, but res5a_branch2b (one unsplit 4608 x 512 x 1568 product on the same
+    128 x 64 tile) 0.288 -> 0.379: its gathered kernel alone 0.243 -> 0.361."""
+    from ...kernels.gemm_nv import MMA_KINDS
+    from .gemm import tensor_cores
+
+    return (math in MMA_KINDS and tensor_cores(info)) or splits > 1
+
+
 def blocked_transpose(info) -> bool:
     """Whether 1x1 backward-weights patches are copied by ``kernels.transpose_source``."""
     return info is not None and not info.is_gpu

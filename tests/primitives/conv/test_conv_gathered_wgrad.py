@@ -15,6 +15,7 @@ import pydnnl.primitives.conv.solvers.im2col_gemm as solver
 import pydnnl.runtime.heuristics.gemm as rules
 from pydnnl.kernels.gemm_nv import NvTile
 from pydnnl.reference import conv as R
+from pydnnl.runtime.heuristics.conv import gathered_wgrad
 
 MD, F32 = dnnl.memory.desc, dnnl.memory.data_type.f32
 
@@ -38,6 +39,7 @@ def gathering(monkeypatch):
 
     monkeypatch.setattr(rules, "nv_tile", tile)
     monkeypatch.setattr(solver, "wgrad_kmajor_patches", lambda info, kf: False)
+    monkeypatch.setattr(solver, "gathered_wgrad", lambda info, math, splits: True)
 
 
 def _oh(n, k, s, d, pad):
@@ -103,3 +105,10 @@ def test_ragged_slices_keep_the_patch_matrix(engine, stream, gathering):
     want = R.conv_backward_weights(x, dy, [8, 16, 3, 3], *args, with_bias=False,
                                    dtype=np.float64)[0]
     assert np.abs(dw.to_numpy() - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_rule_gathers_on_tensor_cores_or_in_slices(engine):
+    info = engine.info
+    assert gathered_wgrad(info, "strict", 2)  # SIMT: where the product is cut along k
+    assert not gathered_wgrad(info, "strict", 1)
+    assert gathered_wgrad(info, "tf32", 1) == rules.tensor_cores(info)

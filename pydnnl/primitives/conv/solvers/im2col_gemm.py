@@ -59,6 +59,7 @@ from ....runtime.gemm import (
     get_gemm,
     packed_panel,
     reads_panels,
+    resolved,
     split_nv_tile,
 )
 from ....runtime.heuristics.conv import (
@@ -67,6 +68,7 @@ from ....runtime.heuristics.conv import (
     copy_lanes,
     copy_rows,
     cpu_wgrad_slices,
+    gathered_wgrad,
     im2col_per_item,
     nv_resident_blocks,
     one_round_splits,
@@ -513,6 +515,8 @@ def _gather_wgrad_geom(p: ConvProblem, engine, ldt: int, ldw: int, split_k: int,
     shape = GemmShape(m=Kf, n=p.ocg, k=p.mb * p.P, lda=Kf, ldb=ldt, ldc=ldw, trans_a=True,
                       a_conv=geom)
     splits = _split_count(engine, shape, split_k, wcap)
+    if not gathered_wgrad(engine.info, resolved(shape).math, splits):
+        return None
     return geom if gathers(engine, shape, splits) else None
 
 
