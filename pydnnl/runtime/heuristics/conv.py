@@ -127,7 +127,8 @@ def solver_order(kind: str, geom: ConvGeometry, info, fft_saving: float,
     big_maps = len(dsp) == 2 and dsp[0] * dsp[1] >= 784
     if kind == "bwd_w":
         first = wino_ok and not small and (big_maps or (info.is_gpu and tiles >= 512)
-                                           or (info.is_cpu and wide))
+                                           or (info.is_cpu and wide)) \
+            and not gathered_first(kind, geom, info, math)
     else:
         first = wino_ok and not small and (info.is_gpu or wide) \
             and not gathered_first(kind, geom, info, math)
@@ -165,11 +166,15 @@ GATHER_FIRST_MIN_ROWS = 25088  # the fewest measured (res3a at mb 32: 32 x 28 x 
 
 def gathered_first(kind: str, geom: ConvGeometry, info, math: str) -> bool:
     """Whether a convolution's gathering GEMM goes ahead of Winograd: the forward (gathering
-    the source's channels), or the backward data of a stride-1 layer (gathering diff_dst's:
-    the same GEMM over the output gradient, rows of diff_src)."""
+    the source's channels), the backward data of a stride-1 layer (gathering diff_dst's:
+    the same GEMM over the output gradient, rows of diff_src), or the backward weights
+    (gathering the source's channels, its k the output points). Backward weights, H200 mb 32,
+    min ms, Winograd against the gathering GEMM: tf32 res2a_branch2b 0.311 / 0.149,
+    res3a_branch2b 0.153 / 0.115, res4a_branch2b 0.110 / 0.142, res5a_branch2b 0.103 / 0.163;
+    strict res2a 0.378 / 0.270, res3a 0.192 / 0.258."""
     if not (info.is_gpu and info.vendor_family == "nvidia") or geom.groups != 1:
         return False
-    if kind == "fwd":
+    if kind in ("fwd", "bwd_w"):
         ch, sp = geom.icg, geom.dst_spatial
     elif kind == "bwd_d" and all(s == 1 for s in geom.strides) and math not in (None,
                                                                                 "strict"):

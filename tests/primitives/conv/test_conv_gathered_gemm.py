@@ -100,6 +100,11 @@ def test_rule_puts_the_gathering_gemm_ahead_of_winograd_where_measured():
     assert first(32, 128, 28, "tf32", "bwd_d") == "im2col_gemm"
     assert first(32, 64, 56, "strict", "bwd_d") == "winograd_f2x3"
     assert first(32, 256, 14, "tf32", "bwd_d") == "winograd_f2x3"
+    # backward weights gathers the source's channels by the same thresholds
+    assert first(32, 64, 56, "strict", "bwd_w") == "im2col_gemm"
+    assert first(32, 128, 28, "strict", "bwd_w") == "winograd_f2x3"
+    assert first(32, 128, 28, "tf32", "bwd_w") == "im2col_gemm"
+    assert first(32, 256, 14, "tf32", "bwd_w") == "winograd_f2x3"
 
 
 def test_1x1_layers_keep_the_copy(engine, gathering):
