@@ -174,13 +174,13 @@ def test_strided_backward_data_keeps_col2im(engine, gathering):
 
 
 @pytest.mark.parametrize("kind,wtag", [("fwd", "oihw"), ("bwd_d", "oihw"), ("bwd_d", "hwio")])
-def test_scratchpad_holds_the_staged_weights(kind, wtag):
+def test_scratchpad_holds_the_staged_weights(engine, kind, wtag):
     """A 7x7 map at mb 1 (res5a_branch2b): the weights a gathering plan stages (512 x 512 x
     9; backward data always, as [taps][oc][ic]) outgrow the patch matrix (49 x 4608) that
     a plan without an engine sizes; the descriptor reserves for both."""
     from pydnnl.primitives.conv.solvers.im2col_gemm import Im2colGemmSolver
 
-    eng = dnnl.engine(dnnl.engine.kind.cpu, 0)
+    eng = engine  # (descriptors only: every device, a GPU-only machine's included)
     src, dst = MD([1, 512, 7, 7], F32, "nhwc"), MD([1, 512, 7, 7], F32, "nhwc")
     wei = MD([512, 512, 3, 3], F32, wtag)
     args = ([1, 1], [0, 0], [1, 1], [1, 1])
