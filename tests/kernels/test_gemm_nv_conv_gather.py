@@ -56,7 +56,7 @@ def _run(engine, stream, pr, tile, x, w, x_off=4):
         return dnnl.memory(dnnl.memory.desc([v.size], F32, "a"), engine, v.ravel().copy())
 
     xa = np.concatenate([np.full(x_off, np.nan, np.float32), x.ravel()])
-    c = np.full(pr.m * pr.ldc + 5, 7.0, np.float32)
+    c = np.full(pr.batch * pr.m * pr.ldc + 5, 7.0, np.float32)
     mx, mw, mc = mem(xa), mem(w), mem(c)
     vals = {"a": mx.buffer, "b": mw.buffer, "c": mc.buffer, "a_off": np.int64(x_off),
             "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(pr.m)}
@@ -159,27 +159,25 @@ def _problem_t(geom, batch=1, **kw):
                        runtime_offsets=True, **strides, **kw)
 
 
-def _run_t(engine, stream, pr, tile, x, dy, x_off=4):
-    src = build_gemm_nv(pr, tile)
-    kern = Kernel(engine.context, engine.device, src)
-
-    def mem(v):
-        return dnnl.memory(dnnl.memory.desc([v.size], F32, "a"), engine, v.ravel().copy())
-
-    xa = np.concatenate([np.full(x_off, np.nan, np.float32), x.ravel()])
-    c = np.full(pr.batch * pr.m * pr.ldc + 5, 7.0, np.float32)
-    mx, mw, mc = mem(xa), mem(dy), mem(c)
-    vals = {"a": mx.buffer, "b": mw.buffer, "c": mc.buffer, "a_off": np.int64(x_off),
-            "b_off": np.int64(0), "c_off": np.int64(0)}
-    kern(stream, *[vals[a] for a in src.arg_names])
-    stream.wait()
-    return mc.to_numpy()
-
-
 def _want_t(x, dy, pr):
     ih, iw, c, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw = pr.a_conv
     full = GemmProblem(m=dy.shape[0], n=1, k=kh * kw * c, a_conv=pr.a_conv)
     return _patches(x.astype(np.float64), full).T @ dy.astype(np.float64)
+
+
+def _slices_t(engine, stream, gi, batch, tile, seed):
+    """The batch entries' products of geometry ``gi`` on ``tile`` (float64) and the float64
+    patches^T @ diff_dst; nothing past C written."""
+    pr = _problem_t(GEOMS_T[gi], batch)
+    assert supports(pr, tile)
+    rng = np.random.default_rng(seed + gi)
+    n, ih, iw, c = GEOMS_T[gi][:4]
+    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
+    dy = rng.standard_normal((pr.k * batch, pr.n)).astype(np.float32)
+    got = _run(engine, stream, pr, tile, x, dy)
+    assert (got[batch * pr.m * pr.n:] == 7.0).all()
+    return (got[:batch * pr.m * pr.n].reshape(batch, pr.m, pr.n).astype(np.float64),
+            _want_t(x, dy, pr))
 
 
 @pytest.mark.parametrize("batch", [1, 2], ids=["whole", "two_slices"])
@@ -187,17 +185,8 @@ def _want_t(x, dy, pr):
 def test_gathered_transposed_a_matches_the_patches(engine, stream, gi, batch):
     """C = patches^T @ diff_dst (one product, or its two k slices as batch entries, added
     here as the split reduction would), on the SIMT tile every device runs."""
-    pr = _problem_t(GEOMS_T[gi], batch)
-    assert supports(pr, SIMT)
-    rng = np.random.default_rng(30 + gi)
-    n, ih, iw, c = GEOMS_T[gi][:4]
-    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
-    dy = rng.standard_normal((pr.k * batch, pr.n)).astype(np.float32)
-    got = _run_t(engine, stream, pr, SIMT, x, dy)
-    parts = got[:batch * pr.m * pr.n].reshape(batch, pr.m, pr.n)
-    want = _want_t(x, dy, pr)
-    np.testing.assert_allclose(parts.astype(np.float64).sum(0), want, rtol=1e-4, atol=1e-4)
-    assert (got[batch * pr.m * pr.n:] == 7.0).all()  # nothing past C
+    parts, want = _slices_t(engine, stream, gi, batch, SIMT, 30)
+    np.testing.assert_allclose(parts.sum(0), want, rtol=1e-4, atol=1e-4)
 
 
 def test_transposed_gather_rules():
@@ -218,17 +207,8 @@ def test_tensor_cores_transposed_gather(engine, stream, gi, batch, stages):
     if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
         pytest.skip("tensor-core kernels run on NVIDIA GPUs only (inline PTX mma.sync)")
     tile = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=stages)
-    pr = _problem_t(GEOMS_T[gi], batch)
-    assert supports(pr, tile)
-    rng = np.random.default_rng(40 + gi)
-    n, ih, iw, c = GEOMS_T[gi][:4]
-    x = rng.standard_normal((n, ih, iw, c)).astype(np.float32)
-    dy = rng.standard_normal((pr.k * batch, pr.n)).astype(np.float32)
-    got = _run_t(engine, stream, pr, tile, x, dy)
-    parts = got[:batch * pr.m * pr.n].reshape(batch, pr.m, pr.n).astype(np.float64)
-    want = _want_t(x, dy, pr)
+    parts, want = _slices_t(engine, stream, gi, batch, tile, 40)
     err = np.abs(parts.sum(0) - want).max() / np.abs(want).max()
     assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's
-    assert (got[batch * pr.m * pr.n:] == 7.0).all()
 
 # }}}
