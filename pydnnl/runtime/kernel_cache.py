@@ -3,9 +3,10 @@
 A kernel generator returns a loopy ``TranslationUnit`` (its sizes fixed, or runtime size
 arguments). Code generation runs once per (family, problem, parameters): the OpenCL source and
 launch sizes are stored in a per-user cache folder, so a second process neither imports loopy
-nor regenerates. Next to each source, one program binary per device and driver
-(``<family>-<hash>.<device hash>.bin``) spares a second process the OpenCL compilation too,
-also where pyopencl keeps no binaries (it leaves NVIDIA's builds to the driver).
+nor regenerates. Next to the sources, one program binary per kernel text, device and driver
+(``<family>-t<text hash>.<device hash>.bin``: keys with equal texts share it) spares a second
+process the OpenCL compilation too, also where pyopencl keeps no binaries (it leaves NVIDIA's
+builds to the driver).
 ``PYDNNL_NO_KERNEL_CACHE=1`` turns both off; ``PYOPENCL_NO_CACHE=1`` turns off the binaries
 (kernel checkers want source builds). Compilations run on one build thread, whose compiler
 starts while the first kernel is generated, and :func:`get_kernel` returns while its kernel
@@ -91,14 +92,19 @@ def _key_hash_fast(family: str, key) -> str:
 
 def _binary_path(engine, source_path: Path, src: KernelSource) -> Path | None:
     """Where the program binary of ``src`` for ``engine``'s device and driver lives, or
-    None where binaries are not cached."""
+    None where binaries are not cached. Named by the kernel's text (its name, source and
+    build options), not by its key: keys whose generated sources are equal share the binary,
+    so a new key whose text is cached loads it instead of compiling (LSTM inference's GEMM is
+    one text for 256, 384 and 512 channels: its column count is only the launch grid)."""
     if (os.environ.get("PYDNNL_NO_KERNEL_CACHE") == "1"
             or os.environ.get("PYOPENCL_NO_CACHE", "").lower() in ("1", "true", "yes")):
         return None
     info = engine.info
     dev = hashlib.sha256(repr((info.signature, info.device_version, src.build_options))
                          .encode()).hexdigest()[:12]
-    return source_path.with_name(f"{source_path.stem}.{dev}.bin")
+    text = hashlib.sha256(f"{src.name}\0{src.source}".encode()).hexdigest()[:32]
+    family = source_path.stem.rsplit("-", 1)[0]
+    return source_path.with_name(f"{family}-t{text}.{dev}.bin")
 
 
 def get_kernel(engine, family: str, key, build: Callable[[], object]) -> Kernel:

@@ -122,8 +122,9 @@ def test_primitive_creation_returns_with_its_kernels_built(first_engine, fresh_c
 
 
 def test_equal_sources_share_one_compilation(first_engine, fresh_cache, monkeypatch):
-    """Two keys whose generated sources are equal (here: launch sizes differ) compile once;
-    each keeps its own binary in the cache, so a later process loads both."""
+    """Two keys whose generated sources are equal (here: launch sizes differ) compile once
+    and share one binary in the cache; a third key of that text, asked for later, loads it
+    instead of compiling."""
     from pathlib import Path
 
     from pydnnl.runtime.kernel import build_costs
@@ -147,7 +148,12 @@ def test_equal_sources_share_one_compilation(first_engine, fresh_cache, monkeypa
     y = _run(first_engine, k4, x)
     np.testing.assert_array_equal(y[:4], 13 * x[:4])
     np.testing.assert_array_equal(y[4:], x[4:])
-    assert len(list(Path(fresh_cache).glob("test_share-*.bin"))) == 2
+    assert len(list(Path(fresh_cache).glob("test_share-*.bin"))) == 1
+    k2 = kernel_cache.get_kernel(first_engine, "test_share", (fresh_cache, 2), lambda: src(2))
+    assert k2.built_from == "binary" and build_costs()["programs_built"] == before + 1
+    z = _run(first_engine, k2, x)
+    np.testing.assert_array_equal(z[:2], 13 * x[:2])
+    np.testing.assert_array_equal(z[2:], x[2:])
 
 
 def test_a_failure_raised_at_first_use_is_not_raised_again_by_a_creation(first_engine,

@@ -60,7 +60,9 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
     files = sorted(p.name for p in cache.iterdir())
     # the generated source, and the program binary for this device and driver
     assert len(files) == 2 and all(f.startswith("reorder-") for f in files)
-    assert files[0].endswith(".bin") and files[1].endswith(".json")
+    assert sorted(f.rsplit(".", 1)[1] for f in files) == ["bin", "json"]
+    binary = next(f for f in files if f.endswith(".bin"))
+    source = next(f for f in files if f.endswith(".json"))
     assert first["built_from"] == ["source"]
     # creation_costs counts what happened: one kernel generated and compiled, none loaded
     c = first["costs"]
@@ -83,11 +85,11 @@ def test_second_process_does_not_regenerate(tmp_path, record_property):
           f"second process {second['create_s'] * 1e3:.1f} ms")
 
     # a damaged binary is compiled again from the source, not trusted
-    (cache / files[0]).write_bytes(b"not a program")
+    (cache / binary).write_bytes(b"not a program")
     again = _run(cache)
     assert again["correct"] and again["built_from"] == ["source"] and not again["loopy_after"]
 
     # a damaged cache entry is regenerated, not trusted
-    (cache / files[1]).write_text("{not json")
+    (cache / source).write_text("{not json")
     third = _run(cache)
     assert third["correct"] and third["loopy_after"]
