@@ -104,11 +104,7 @@ def gathers(engine, shape: GemmShape, splits: int = 1) -> bool:
     if splits > 1:
         if shape.k % splits:
             return False
-        ks = shape.k // splits
-        part = replace(shape, k=ks, ldc=shape.n, beta=0.0)
-        prob = _problem(part, **_batch(splits, dict(
-            stride_a=ks * (shape.lda if shape.trans_a else 1),
-            stride_b=ks * (1 if shape.trans_b else shape.ldb), stride_c=shape.m * shape.n)))
+        part, prob = _split_problem(shape, splits)
         tile = rules.nv_tile(engine.info, prob, part.math)
         return tile is not None and gemm_nv.supports(prob, tile)
     tile = _nv_tile(engine.info, _problem(shape), shape.math)
@@ -712,9 +708,16 @@ def split_nv_tile(engine, shape: GemmShape, splits: int):
     """The hand-written NVIDIA kernel's blocking that :meth:`Plan.gemm_split` launches for
     ``shape`` cut into ``splits`` k slices (one batched GEMM of ``k / splits`` each), or None
     where the loopy family runs them (other devices, shapes the kernel does not take)."""
+    part, prob = _split_problem(resolved(shape), splits)
+    return rules.nv_tile(engine.info, prob, part.math)
+
+
+def _split_problem(shape: GemmShape, splits: int) -> tuple:
+    """``(part, problem)``: the shape of one of :meth:`Plan.gemm_split`'s ``splits`` k slices
+    of ``shape`` and the kernel problem of their batched GEMM."""
     ks = shape.k // splits
-    part = resolved(replace(shape, k=ks, ldc=shape.n, beta=0.0))
+    part = replace(shape, k=ks, ldc=shape.n, beta=0.0)
     strides = dict(stride_a=ks * (shape.lda if shape.trans_a else 1),
                    stride_b=ks * (1 if shape.trans_b else shape.ldb),
                    stride_c=shape.m * shape.n)
-    return rules.nv_tile(engine.info, _problem(part, **_batch(splits, strides)), part.math)
+    return part, _problem(part, **_batch(splits, strides))
