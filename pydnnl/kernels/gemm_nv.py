@@ -413,7 +413,7 @@ class _Gen:
                     w(f"{name}p{i} += {step};")
 
         if t.mma:
-            self._mma_body(w, gload, sstore, issue)
+            self._mma_body(w, gload, sstore, issue, vec_c=vec["c"])
             return "\n".join("    " + x for x in L)
 
         ga, gb = t.tm // 4, t.tn // 4
@@ -761,10 +761,11 @@ class _Gen:
         slice_()
         w("}")
 
-    def _mma_body(self, w, gload, sstore, issue=None) -> None:
+    def _mma_body(self, w, gload, sstore, issue=None, vec_c: str = "0") -> None:
         """The tensor-core main loop and store: warp ``wid`` owns rows ``wm0..wm0+wm`` and
         columns ``wn0..wn0+wn`` of the block as ``(wm/16) x (wn/8)`` m16n8 accumulators;
-        lane ``g = lane/4, q = lane%4`` holds rows g, g+8 and columns 2q, 2q+1 of each."""
+        lane ``g = lane/4, q = lane%4`` holds rows g, g+8 and columns 2q, 2q+1 of each.
+        ``vec_c``: the C condition under which C is 16-byte aligned ("0": never)."""
         pr, t = self.pr, self.t
         mt, nt_ = t.wm // 16, t.wn // 8
         ra, rb = t.bm + self.pa, t.bn + self.pb
@@ -894,13 +895,31 @@ class _Gen:
                 w(f"  if (row < {self.M}) {{")
                 for j in range(nt_):
                     w(f"    const int col{j} = n0 + wn0 + {8 * j} + 2 * q;")
-                    for e in range(2):
-                        v = self._value(f"acc[{i}][{j}][{2 * h + e}]")
+                    vals = [self._value(f"acc[{i}][{j}][{2 * h + e}]") for e in range(2)]
+                    # a fragment's pair of columns as one float2 (col is even; with n and
+                    # ldc multiples of 4 and C 16-byte aligned, both columns are inside
+                    # or outside): half the store instructions, each lane's 8 bytes
+                    # contiguous with its neighbours' (memory-bound products, short k)
+                    if vec_c != "0":
+                        w(f"    if ({vec_c} && col{j} < {pr.n}) {{")
+                        w(f"      __global float2* cp = (__global float2*)(C + row * "
+                          f"{pr.ldc} + col{j});")
+                        if self.reads_old:
+                            w("      const float2 old = *cp;")
+                        parts = [self._final(v, f"old.{'xy'[e]}", f"col{j} + {e}",
+                                             breg.get(colx(j, e)))
+                                 for e, v in enumerate(vals)]
+                        w(f"      *cp = (float2)({', '.join(parts)});")
+                        w("    } else {")
+                    else:
+                        w("    {")
+                    for e, v in enumerate(vals):
                         w(f"    if (col{j} + {e} < {pr.n}) {{")
                         w(f"      __global float* cp = C + row * {pr.ldc} + col{j} + {e};")
                         br = breg.get(colx(j, e))
                         w(f"      *cp = {self._final(v, '*cp', f'col{j} + {e}', br)};")
                         w("    }")
+                    w("    }")
                 w("  }")
                 w("}")
 

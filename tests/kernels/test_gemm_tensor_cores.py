@@ -415,6 +415,46 @@ def test_async_tiles_give_the_register_staged_bits(engine, stream, ta, tb, tile,
     assert np.array_equal(got, staged)
 
 
+@pytest.mark.parametrize("tile", [TC[0], ASYNC], ids=["staged", "async"])
+def test_pair_stores_match_element_stores(engine, stream, tile):
+    """The tensor-core store writes a fragment's two columns as one float2 where C is
+    16-byte aligned (n and ldc multiples of 4) and element by element otherwise: a bias per
+    column, beta, a sum and a relu post-op give the same bits both ways, match float64, and
+    leave C's padding columns alone."""
+    _nvidia(engine)
+    from pydnnl.constants import algorithm as A
+    from pydnnl.runtime.kernel import Kernel
+
+    m, n, k, ldc = 200, 136, 128, 140
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, ldc)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    pr = GemmProblem(m=m, n=n, k=k, lda=k, ldb=n, ldc=ldc, beta=1.0, runtime_offsets=True,
+                     bias=((0, ((1, 0, ()), (1, 1, ()))), (1, n), n),
+                     post_ops=(("sum", 2.0, 0), ("eltwise", int(A.eltwise_relu), 0.0, 0.0)))
+    src = build_gemm_nv(pr, tile)
+    assert "__global float2* cp" in src.source
+    f32 = dnnl.memory.data_type.f32
+    outs = []
+    for off in (0, 1):  # aligned: float2 stores; one element off: element stores
+        mem = {w: dnnl.memory(dnnl.memory.desc([v.size + off], f32, "a"), engine,
+                              np.concatenate([np.zeros(off, np.float32), v.ravel()]))
+               for w, v in (("a", a), ("b", b), ("c", c0))}
+        mbias = dnnl.memory(dnnl.memory.desc([n], f32, "a"), engine, bias)
+        args = {**{w: m_.buffer for w, m_ in mem.items()}, "bias": mbias.buffer,
+                "a_off": np.int64(off), "b_off": np.int64(off), "c_off": np.int64(off)}
+        Kernel(engine.context, engine.device, src)(stream, *[args[x] for x in src.arg_names])
+        stream.wait()
+        outs.append(mem["c"].to_numpy()[off:].reshape(m, ldc))
+    prior = c0[:, :n].astype(np.float64)
+    want = np.maximum(a.astype(np.float64) @ b + prior + bias + 2.0 * prior, 0)
+    assert np.array_equal(outs[0], outs[1])
+    assert _rel(outs[0][:, :n], want) < TF32_BOUND
+    assert np.array_equal(outs[0][:, n:], c0[:, n:])
+
+
 def test_gathered_a_keeps_k_baked():
     """A tensor-core GEMM gathering A from images keeps k baked (the kernel counts the taps
     at build time), with or without an epilogue: a run-time k would leave the device's rule
