@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..kernels.source import KernelSource, source_from_loopy
+from .heuristics.program_binaries import keeps_program_binaries
 from .kernel import Kernel, build_costs, warm_up
 
 # Bump when generators change in a way their keys do not capture (the sources of the kernel
@@ -100,6 +101,8 @@ def _binary_path(engine, source_path: Path, src: KernelSource) -> Path | None:
             or os.environ.get("PYOPENCL_NO_CACHE", "").lower() in ("1", "true", "yes")):
         return None
     info = engine.info
+    if not keeps_program_binaries(info):  # (PoCL: its own cache, see the rule)
+        return None
     dev = hashlib.sha256(repr((info.signature, info.device_version, src.build_options))
                          .encode()).hexdigest()[:12]
     text = hashlib.sha256(f"{src.name}\0{src.source}".encode()).hexdigest()[:32]
