@@ -480,27 +480,10 @@ class _Gen:
                 w(f"  if (row < {self.M}) {{")
                 for h in range(gb):
                     w(f"    const int col{h} = n0 + {h * sb} + tx * 4;")
-                    vals = [self._value(f"acc[{i}][{h * 4 + e}]") for e in range(4)]
-                    if vec["c"] != "0":
-                        w(f"    if ({vec['c']} && col{h} < {pr.n}) {{")
-                        w(f"      __global float4* cp = (__global float4*)(C + row * {pr.ldc}"
-                          f" + col{h});")
-                        if self.reads_old:
-                            w("      const float4 old = *cp;")
-                        parts = [self._final(v, f"old.{comps[e]}", f"col{h} + {e}",
-                                             breg.get(f"(n0 + {h * sb} + tx * 4 + {e})"))
-                                 for e, v in enumerate(vals)]
-                        w(f"      *cp = (float4)({', '.join(parts)});")
-                        w("    } else {")
-                    else:
-                        w("    {")
-                    for e in range(4):
-                        w(f"      if (col{h} + {e} < {pr.n}) {{")
-                        w(f"        __global float* cp = C + row * {pr.ldc} + col{h} + {e};")
-                        br = breg.get(f"(n0 + {h * sb} + tx * 4 + {e})")
-                        w(f"        *cp = {self._final(vals[e], '*cp', f'col{h} + {e}', br)};")
-                        w("      }")
-                    w("    }")
+                    self._store_c(w, vec["c"], f"col{h}",
+                                  [self._value(f"acc[{i}][{h * 4 + e}]") for e in range(4)],
+                                  [breg.get(f"(n0 + {h * sb} + tx * 4 + {e})")
+                                   for e in range(4)])
                 w("  }")
                 w("}")
         if t.ksplit > 1:
@@ -766,7 +749,7 @@ class _Gen:
         columns ``wn0..wn0+wn`` of the block as ``(wm/16) x (wn/8)`` m16n8 accumulators;
         lane ``g = lane/4, q = lane%4`` holds rows g, g+8 and columns 2q, 2q+1 of each.
         ``vec_c``: the C condition under which C is 16-byte aligned ("0": never)."""
-        pr, t = self.pr, self.t
+        t = self.t
         mt, nt_ = t.wm // 16, t.wn // 8
         ra, rb = t.bm + self.pa, t.bn + self.pb
         sza, szb = self.sza, self.szb
@@ -895,33 +878,41 @@ class _Gen:
                 w(f"  if (row < {self.M}) {{")
                 for j in range(nt_):
                     w(f"    const int col{j} = n0 + wn0 + {8 * j} + 2 * q;")
-                    vals = [self._value(f"acc[{i}][{j}][{2 * h + e}]") for e in range(2)]
                     # a fragment's pair of columns as one float2 (col is even; with n and
                     # ldc multiples of 4 and C 16-byte aligned, both columns are inside
                     # or outside): half the store instructions, each lane's 8 bytes
                     # contiguous with its neighbours' (memory-bound products, short k)
-                    if vec_c != "0":
-                        w(f"    if ({vec_c} && col{j} < {pr.n}) {{")
-                        w(f"      __global float2* cp = (__global float2*)(C + row * "
-                          f"{pr.ldc} + col{j});")
-                        if self.reads_old:
-                            w("      const float2 old = *cp;")
-                        parts = [self._final(v, f"old.{'xy'[e]}", f"col{j} + {e}",
-                                             breg.get(colx(j, e)))
-                                 for e, v in enumerate(vals)]
-                        w(f"      *cp = (float2)({', '.join(parts)});")
-                        w("    } else {")
-                    else:
-                        w("    {")
-                    for e, v in enumerate(vals):
-                        w(f"    if (col{j} + {e} < {pr.n}) {{")
-                        w(f"      __global float* cp = C + row * {pr.ldc} + col{j} + {e};")
-                        br = breg.get(colx(j, e))
-                        w(f"      *cp = {self._final(v, '*cp', f'col{j} + {e}', br)};")
-                        w("    }")
-                    w("    }")
+                    self._store_c(w, vec_c, f"col{j}",
+                                  [self._value(f"acc[{i}][{j}][{2 * h + e}]")
+                                   for e in range(2)],
+                                  [breg.get(colx(j, e)) for e in range(2)])
                 w("  }")
                 w("}")
+
+    def _store_c(self, w, cond: str, col: str, vals: list, bias_regs: list) -> None:
+        """Store ``vals`` at row ``row``, columns ``col`` + 0, 1, ...: as one float2 or
+        float4 where ``cond`` holds (C 16-byte aligned; n and ldc multiples of 4, ``col`` of
+        the vector's width), else element by element inside n; ``cond`` "0": never a vector.
+        ``bias_regs``: per element, a register already holding its bias, or None."""
+        pr, n = self.pr, len(vals)
+        if cond != "0":
+            w(f"    if ({cond} && {col} < {pr.n}) {{")
+            w(f"      __global float{n}* cp = (__global float{n}*)(C + row * {pr.ldc}"
+              f" + {col});")
+            if self.reads_old:
+                w(f"      const float{n} old = *cp;")
+            parts = [self._final(v, f"old.{'xyzw'[e]}", f"{col} + {e}", bias_regs[e])
+                     for e, v in enumerate(vals)]
+            w(f"      *cp = (float{n})({', '.join(parts)});")
+            w("    } else {")
+        else:
+            w("    {")
+        for e, v in enumerate(vals):
+            w(f"      if ({col} + {e} < {pr.n}) {{")
+            w(f"        __global float* cp = C + row * {pr.ldc} + {col} + {e};")
+            w(f"        *cp = {self._final(v, '*cp', f'{col} + {e}', bias_regs[e])};")
+            w("      }")
+        w("    }")
 
     def _sstore_packed(self, w, name, buf, loads, arr, row) -> None:
         """Store this work-item's float4s of ``name`` into the packed tile: pairs along k
