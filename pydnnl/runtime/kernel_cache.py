@@ -6,7 +6,8 @@ launch sizes are stored in a per-user cache folder, so a second process neither 
 nor regenerates. Next to the sources, one program binary per kernel text, device and driver
 (``<family>-t<text hash>.<device hash>.bin``: keys with equal texts share it) spares a second
 process the OpenCL compilation too, also where pyopencl keeps no binaries (it leaves NVIDIA's
-builds to the driver).
+builds to the driver); PoCL's binaries are not kept, its own cache serves it
+(:func:`~pydnnl.runtime.heuristics.program_binaries.keeps_program_binaries`).
 ``PYDNNL_NO_KERNEL_CACHE=1`` turns both off; ``PYOPENCL_NO_CACHE=1`` turns off the binaries
 (kernel checkers want source builds). Compilations run on one build thread, whose compiler
 starts while the first kernel is generated, and :func:`get_kernel` returns while its kernel
@@ -101,7 +102,7 @@ def _binary_path(engine, source_path: Path, src: KernelSource) -> Path | None:
             or os.environ.get("PYOPENCL_NO_CACHE", "").lower() in ("1", "true", "yes")):
         return None
     info = engine.info
-    if not keeps_program_binaries(info):  # (PoCL: its own cache, see the rule)
+    if not keeps_program_binaries(info):
         return None
     dev = hashlib.sha256(repr((info.signature, info.device_version, src.build_options))
                          .encode()).hexdigest()[:12]

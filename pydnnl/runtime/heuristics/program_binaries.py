@@ -9,4 +9,4 @@ def keeps_program_binaries(info) -> bool:
     9.0 s), where building from source and compiling at the first launch takes 1.9 s and
     PoCL's own kernel cache keeps the result (a second process: 63 ms build, 11 ms first
     launch)."""
-    return info is None or info.runtime != "pocl"
+    return info.runtime != "pocl"
