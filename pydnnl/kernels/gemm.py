@@ -103,7 +103,8 @@ def panel_width(layout: str) -> int | None:
 # fields printed only when set: plain fixed-size GEMMs keep the keys perf databases know
 _EPILOGUE_DEFAULTS = {"bias": None, "post_ops": (), "epi_batch": (), "epi_fixed": None,
                       "epi_swap": False, "scales": (), "runtime_m": None, "runtime_k": False,
-                      "runtime_ldc": False, "runtime_n": False, "a_conv": None}
+                      "runtime_ldc": False, "runtime_n": False, "a_conv": None,
+                      "c_rows": None}
 #: the scale operands an epilogue may take, in argument order (see ``GemmProblem.scales``)
 SCALE_KINDS = ("src", "wei", "dst")
 
@@ -206,6 +207,12 @@ class GemmProblem:
     #: product, A's pointer does not move). The hand-written NVIDIA kernel alone takes it
     #: (``gemm_nv.supports``)
     a_conv: tuple | None = None
+    #: C's rows scattered over a strided grid instead of ``ldc`` apart (one phase of a
+    #: strided convolution's backward data): ``(hp, wp, rn, ra, rb)``; row ``r`` of C is
+    #: point ``(t, a, b)`` of ``r = (t * hp + a) * wp + b`` and lies at row ``t * rn + a *
+    #: ra + b * rb`` of the ``ldc``-strided storage from C's offset. One batch entry, A not
+    #: transposed, no epilogue; the hand-written NVIDIA kernel alone takes it
+    c_rows: tuple | None = None
 
     def __post_init__(self):
         def setf(name, value):
@@ -294,6 +301,15 @@ class GemmProblem:
                                  f"it), got {self.a_conv!r} (m {self.m}, k {self.k}, lda "
                                  f"{self.lda}, stride_a {self.stride_a})")
             setf("a_conv", g)
+        if self.c_rows is not None:
+            g = tuple(int(v) for v in self.c_rows)
+            if len(g) != 5 or min(g) < 1 or self.m % (g[0] * g[1]) or self.batch > 1 \
+                    or self.trans_a or self.bias is not None or self.post_ops or self.scales:
+                raise ValueError(f"GemmProblem: c_rows must be (hp, wp, rn, ra, rb), positive, "
+                                 f"with m a multiple of hp * wp, one batch entry, A not "
+                                 f"transposed and no epilogue, got {self.c_rows!r} (m {self.m}, "
+                                 f"batch {self.batch})")
+            setf("c_rows", g)
         for name in ("runtime_ldc", "runtime_n"):
             if getattr(self, name) and (self.batch > 1 or not self.runtime_offsets):
                 raise ValueError(f"GemmProblem: {name} needs one batch entry and run-time "
@@ -348,6 +364,10 @@ class GemmProblem:
         """Elements one batch entry of ``which`` ('a', 'b' or 'c') spans from its first one."""
         if which == "b" and self.panel_width is not None:
             return self._b_dense_stride()
+        if which == "c" and self.c_rows is not None:  # the last point's row
+            hp, wp, rn, ra, rb = self.c_rows
+            last = (self.m // (hp * wp) - 1) * rn + (hp - 1) * ra + (wp - 1) * rb
+            return last * self.ldc + self.n
         if which == "a" and self.a_conv is not None:  # the images the points reach
             ih, iw, c, _, _, oh, ow = self.a_conv[:7]
             points = self.k * self.batch if self.trans_a else self.m
@@ -455,8 +475,9 @@ def key_problem(problem: GemmProblem) -> GemmProblem:
     """``problem`` as kernel caches know it: a run-time ``m`` or ``k`` replaced by 1 (and
     what follows from it), so that every sample size shares one key."""
     rs = problem.runtime_strides
-    if problem.runtime_m:
-        problem = replace(problem, m=1, stride_a=None, stride_c=None)
+    if problem.runtime_m:  # (scattered rows: whole grids of them)
+        m = problem.c_rows[0] * problem.c_rows[1] if problem.c_rows else 1
+        problem = replace(problem, m=m, stride_a=None, stride_c=None)
     if problem.runtime_k:
         # lda == k stays so (A's leading dimension follows k); another lda is kept
         lda = 1 if not problem.trans_a and problem.lda == problem.k else problem.lda

@@ -478,6 +478,7 @@ class _Gen:
                 w("{")
                 w(f"  const int row = m0 + {g * sa} + ty * 4 + {q};")
                 w(f"  if (row < {self.M}) {{")
+                self._scatter_row(w)
                 for h in range(gb):
                     w(f"    const int col{h} = n0 + {h * sb} + tx * 4;")
                     self._store_c(w, vec["c"], f"col{h}",
@@ -876,6 +877,7 @@ class _Gen:
                 w("{")
                 w(f"  const int row = m0 + wm0 + {16 * i + 8 * h} + g;")
                 w(f"  if (row < {self.M}) {{")
+                self._scatter_row(w)
                 for j in range(nt_):
                     w(f"    const int col{j} = n0 + wn0 + {8 * j} + 2 * q;")
                     # a fragment's pair of columns as one float2 (col is even; with n and
@@ -889,15 +891,24 @@ class _Gen:
                 w("  }")
                 w("}")
 
+    def _scatter_row(self, w) -> None:
+        """``crow``: the storage row of C's row ``row`` where C's rows are scattered
+        (``c_rows``: one phase of a strided backward data)."""
+        if self.pr.c_rows is not None:
+            hp, wp, rn, ra, rb = self.pr.c_rows
+            w(f"    const int crow = row / {hp * wp} * {rn} + row / {wp} % {hp} * {ra}"
+              f" + row % {wp} * {rb};")
+
     def _store_c(self, w, cond: str, col: str, vals: list, bias_regs: list) -> None:
         """Store ``vals`` at row ``row``, columns ``col`` + 0, 1, ...: as one float2 or
         float4 where ``cond`` holds (C 16-byte aligned; n and ldc multiples of 4, ``col`` of
         the vector's width), else element by element inside n; ``cond`` "0": never a vector.
         ``bias_regs``: per element, a register already holding its bias, or None."""
         pr, n = self.pr, len(vals)
+        row = "row" if pr.c_rows is None else "crow"
         if cond != "0":
             w(f"    if ({cond} && {col} < {pr.n}) {{")
-            w(f"      __global float{n}* cp = (__global float{n}*)(C + row * {pr.ldc}"
+            w(f"      __global float{n}* cp = (__global float{n}*)(C + {row} * {pr.ldc}"
               f" + {col});")
             if self.reads_old:
                 w(f"      const float{n} old = *cp;")
@@ -909,7 +920,7 @@ class _Gen:
             w("    {")
         for e, v in enumerate(vals):
             w(f"      if ({col} + {e} < {pr.n}) {{")
-            w(f"        __global float* cp = C + row * {pr.ldc} + {col} + {e};")
+            w(f"        __global float* cp = C + {row} * {pr.ldc} + {col} + {e};")
             w(f"        *cp = {self._final(v, '*cp', f'{col} + {e}', bias_regs[e])};")
             w("      }")
         w("    }")

@@ -67,6 +67,9 @@ class GemmShape:
     #: A gathered from channels-last images (``GemmProblem.a_conv``: an implicit-GEMM
     #: convolution); only where :func:`gathers` says the device's kernel takes it
     a_conv: tuple | None = None
+    #: C's rows scattered over a strided grid (``GemmProblem.c_rows``: one phase of a
+    #: strided backward data); only where :func:`gathers` says the device's kernel takes it
+    c_rows: tuple | None = None
 
     @property
     def has_epilogue(self) -> bool:
@@ -91,15 +94,16 @@ def _problem(shape: GemmShape, panel: int | None = None, runtime_m: str | None =
                        epi_fixed=shape.epi_fixed, epi_swap=shape.epi_swap,
                        scales=shape.scales, runtime_m=runtime_m, runtime_k=runtime_k,
                        runtime_ldc=runtime_ldc, runtime_n=runtime_n, a_conv=shape.a_conv,
-                       **batch)
+                       c_rows=shape.c_rows, **batch)
 
 
 def gathers(engine, shape: GemmShape, splits: int = 1) -> bool:
-    """Whether ``get_gemm`` runs ``shape`` (with ``a_conv``) on the device: the hand-written
-    NVIDIA kernel's rule picks a tile that gathers A (no other kernel does); with ``splits``
-    > 1, whether the batched kernel of :meth:`Plan.gemm_split`'s k slices does."""
+    """Whether ``get_gemm`` runs ``shape`` (with ``a_conv`` or ``c_rows``) on the device:
+    the hand-written NVIDIA kernel's rule picks a tile that gathers A and scatters C's rows
+    (no other kernel does); with ``splits`` > 1, whether the batched kernel of
+    :meth:`Plan.gemm_split`'s k slices does."""
     shape = resolved(shape)
-    if engine is None or shape.a_conv is None:
+    if engine is None or (shape.a_conv is None and shape.c_rows is None):
         return False
     if splits > 1:
         if shape.k % splits:
@@ -349,9 +353,10 @@ class Gemm:
             self._aligned = _build_nv(engine, prob, self.nv_tile, aligned=True)
             self._static: dict = {}
             return
-        if shape.a_conv is not None:
+        if shape.a_conv is not None or shape.c_rows is not None:
             raise invalid_arguments(f"gemm {shape.m}x{shape.n}x{shape.k}: no kernel on this "
-                                    f"device gathers A from images (see gathers())")
+                                    f"device gathers A from images or scatters C's rows "
+                                    f"(see gathers())")
         self.params = (choose_params(engine, shape, static_b) if params is None
                        else fam.normalize_params(params))
         self.packed = bool(self.params["packed_b"])
@@ -676,7 +681,8 @@ def gemm_kernel(engine, shape: GemmShape, params: dict, batch: int = 1, stride_a
         prob = _problem(shape, **bk)
         tile = rules.nv_tile(engine.info, prob, shape.math)
         if tile is not None:
-            if prob.a_conv is not None and not gemm_nv.supports(prob, tile):
+            if (prob.a_conv is not None or prob.c_rows is not None) and \
+                    not gemm_nv.supports(prob, tile):
                 raise runtime_error(f"gemm: the gathering GEMM {prob} has no kernel here "
                                     f"(the caller checks gathers() first)")
             return _build_nv(engine, prob, tile)

@@ -56,7 +56,7 @@ def _run(engine, stream, pr, tile, x, w, x_off=4):
         return dnnl.memory(dnnl.memory.desc([v.size], F32, "a"), engine, v.ravel().copy())
 
     xa = np.concatenate([np.full(x_off, np.nan, np.float32), x.ravel()])
-    c = np.full(pr.batch * pr.m * pr.ldc + 5, 7.0, np.float32)
+    c = np.full(max(pr.batch * pr.m * pr.ldc, pr.size("c")) + 5, 7.0, np.float32)
     mx, mw, mc = mem(xa), mem(w), mem(c)
     vals = {"a": mx.buffer, "b": mw.buffer, "c": mc.buffer, "a_off": np.int64(x_off),
             "b_off": np.int64(0), "c_off": np.int64(0), "m": np.int64(pr.m)}
@@ -210,5 +210,65 @@ def test_tensor_cores_transposed_gather(engine, stream, gi, batch, stages):
     parts, want = _slices_t(engine, stream, gi, batch, tile, 40)
     err = np.abs(parts.sum(0) - want).max() / np.abs(want).max()
     assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's
+
+# }}}
+
+
+# {{{ scattered C rows: one phase of a strided backward data
+
+def _scatter_case(seed):
+    """A gathered product over a 3 x 4 grid of points per image (two images) whose rows go
+    to every second row and third column of a 7 x 11 map (rows 22 + 2 * ... apart)."""
+    pr0 = _problem(GEOMS[0], runtime_m="any")  # 2 images of 7 x 7 points, 16 channels
+    geom = list(pr0.a_conv)
+    geom[5:7] = [3, 4]  # the gathered grid (its rows read the same taps of the images)
+    hp, wp, H, W = 3, 4, 7, 11
+    rows = (hp, wp, H * W, 2 * W, 3)
+    pr = GemmProblem(m=2 * hp * wp, n=pr0.n, k=pr0.k, ldb=pr0.n, ldc=pr0.n + 4,
+                     a_conv=tuple(geom), c_rows=rows, runtime_offsets=True, runtime_m="any")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, *geom[:3])).astype(np.float32)
+    w = rng.standard_normal((pr.k, pr.n)).astype(np.float32)
+    want = _patches(x.astype(np.float64), pr) @ w.astype(np.float64)
+    at = np.array([t * H * W + a * 2 * W + b * 3 for t in range(2) for a in range(hp)
+                   for b in range(wp)])
+    return pr, x, w, want, at
+
+
+def _scattered(got, pr, at):
+    """C's rows where the scatter put them; everything else must still hold 7."""
+    c = got.copy()
+    rows = c[:(at.max() + 1) * pr.ldc].reshape(-1, pr.ldc)
+    out = rows[at, :pr.n].astype(np.float64)
+    rows[at, :pr.n] = 7.0
+    assert (c == 7.0).all()  # nothing else written: other rows, padding columns, past C
+    return out
+
+
+def test_scattered_rows_match_the_patches(engine, stream):
+    pr, x, w, want, at = _scatter_case(50)
+    assert supports(pr, SIMT)
+    got = _run(engine, stream, pr, SIMT, x, w)
+    np.testing.assert_allclose(_scattered(got, pr, at), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stages", [0, 3], ids=["registers", "cp_async"])
+def test_tensor_cores_scatter_rows(engine, stream, stages):
+    if not (engine.info.is_gpu and engine.info.vendor_family == "nvidia"):
+        pytest.skip("tensor-core kernels run on NVIDIA GPUs only (inline PTX mma.sync)")
+    pr, x, w, want, at = _scatter_case(51)
+    tile = NvTile(64, 64, 16, 8, 8, mma="tf32", wm=32, wn=32, stages=stages)
+    got = _scattered(_run(engine, stream, pr, tile, x, w), pr, at)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert 1e-5 < err < 2e-3, err  # TF32's inputs, not f32's
+
+
+def test_scattered_rows_rules():
+    pr, *_ = _scatter_case(0)
+    assert pr.extent("c") == (2 * 77 - 77 + 2 * 22 + 9) * pr.ldc + pr.n
+    with pytest.raises(ValueError, match="c_rows"):  # m not whole grids
+        GemmProblem(m=10, n=8, k=16, c_rows=(3, 4, 77, 22, 3))
+    with pytest.raises(ValueError, match="c_rows"):  # no epilogue
+        GemmProblem(m=12, n=8, k=16, c_rows=(3, 4, 77, 22, 3), post_ops=(("eltwise", 1),))
 
 # }}}

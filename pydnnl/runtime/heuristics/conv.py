@@ -189,6 +189,20 @@ def gathered_first(kind: str, geom: ConvGeometry, info, math: str) -> bool:
         and rows >= GATHER_FIRST_MIN_ROWS
 
 
+def gathered_phases(info, rows: int) -> bool:
+    """Whether backward data of a strided layer runs as one gathering GEMM per output phase
+    (``im2col_gemm``: no patch matrix, no col2im; ``rows``: the fewest rows of diff_src a
+    phase's GEMM writes) instead of one GEMM into the patch matrix and col2im: NVIDIA GPUs,
+    phases of at least ``GATHER_FIRST_MIN_ROWS`` rows. H200, ResNet-50 v1.5 stride-2 3x3
+    layers at mb 32, min ms of two rounds, phases / col2im: res3a_branch2b (25088 rows a
+    phase) tf32 0.141-0.143 / 0.231 (cuDNN TF32 0.125), strict 0.230-0.232 / 0.310-0.325;
+    res4a_branch2b (6272) tf32 0.157-0.164 / 0.157-0.159, strict 0.312-0.322 /
+    0.241-0.249; res5a_branch2b (1568) tf32 0.199-0.202 / 0.132-0.133 (their short GEMMs
+    leave most of the device idle)."""
+    return bool(info.is_gpu and info.vendor_family == "nvidia") and \
+        rows >= GATHER_FIRST_MIN_ROWS
+
+
 def winograd_chunk_mb(info) -> float | None:
     """MiB of transformed tiles per chunk of images of a CPU's Winograd plans (input and
     diff_dst tiles for backward weights, input and product tiles otherwise, all 16 products),

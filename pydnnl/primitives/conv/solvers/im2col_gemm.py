@@ -68,6 +68,7 @@ from ....runtime.heuristics.conv import (
     copy_lanes,
     copy_rows,
     cpu_wgrad_slices,
+    gathered_phases,
     gathered_wgrad,
     im2col_per_item,
     nv_resident_blocks,
@@ -75,6 +76,7 @@ from ....runtime.heuristics.conv import (
     wgrad_kmajor_patches,
 )
 from ....runtime.plan import MAX_PANEL, SCRATCH, Plan
+from ..phases import Phase, phases_2d
 from ..problem import (
     ActMatrix,
     WeiMatrix,
@@ -526,16 +528,16 @@ def _dense_nhwc(lay: tuple, nimg: int, ch: int, sp: tuple) -> bool:
 
 def _may_gather(p: ConvProblem) -> bool:
     """Whether a device's GEMM could gather ``p``'s patches from the images (the layouts and
-    geometry of :func:`_gather_shape` and :func:`_gather_bwd_d_shape`; not the device's
+    geometry of :func:`_gather_shape`, :func:`_gather_bwd_d_shape` and
+    :func:`_gather_bwd_d_phases`; not the device's
     rule): its plan then stages at most the weights, which may outgrow the patch matrix
     (7x7 maps at mb 1), so the scratchpad reserves for either."""
     if p.nsp != 2 or p.groups != 1 or p.K == 1:
         return False
     if p.kind == "fwd":
         return _dense_nhwc(p.src, p.mb, p.ic, p.src_sp)
-    return p.kind == "bwd_d" and all(s == 1 for s in p.strides) and not p.post_ops \
-        and p.bias is None and _dense_nhwc(p.dst, p.mb, p.oc, p.dst_sp) \
-        and _dense_nhwc(p.src, p.mb, p.ic, p.src_sp)
+    return p.kind == "bwd_d" and not p.post_ops and p.bias is None \
+        and _dense_nhwc(p.dst, p.mb, p.oc, p.dst_sp) and _dense_nhwc(p.src, p.mb, p.ic, p.src_sp)
 
 
 def _gather_bwd_d_shape(p: ConvProblem, engine) -> GemmShape | None:
@@ -544,7 +546,8 @@ def _gather_bwd_d_shape(p: ConvProblem, engine) -> GemmShape | None:
     ``y + ph - kh * dh``, a convolution with padding ``-ph`` and dilation ``-dh``; B is the
     weights as ``[taps][oc][ic]``. Dense channels-last diff_dst and diff_src, one group, no
     bias or post-ops, where the device's kernel takes it (:func:`gathers`); else None."""
-    if engine is None or p.kind != "bwd_d" or not _may_gather(p):
+    if engine is None or p.kind != "bwd_d" or not _may_gather(p) \
+            or any(s != 1 for s in p.strides):
         return None
     (oh, ow), (ih, iw) = p.dst_sp, p.src_sp
     (kh, kw), (ph, pw) = p.kernel, p.padding_l
@@ -568,6 +571,80 @@ def _gathered_bwd_d(p: ConvProblem, params: dict, engine, shape: GemmShape) -> P
     return plan
 
 
+def _tap_view(layout: tuple, ph: Phase) -> tuple | None:
+    """The weights ``[1, OC, IC, kh, kw]`` seen over phase ``ph``'s taps only (every
+    ``step``-th from its first, per dimension), or None where their kernel dims are blocked."""
+    off, terms = layout
+    out = list(terms)
+    for d, ph1 in ((3, ph.y), (4, ph.x)):
+        blk, stride, inner = terms[d]
+        if blk != 1 or inner:
+            return None
+        gap = ph1.taps[1] - ph1.taps[0] if len(ph1.taps) > 1 else 1
+        off += ph1.taps[0] * stride
+        out[d] = (1, stride * gap, ())
+    return (off, tuple(out))
+
+
+def _gather_bwd_d_phases(p: ConvProblem, engine) -> list | None:
+    """Backward data of a strided layer as one gathering GEMM per output phase
+    (:mod:`..phases`): phase ``(ry, rx)``'s rows of diff_src (every stride-th point from
+    ``(ry, rx)``: C's rows scattered, ``GemmShape.c_rows``) sum its taps of diff_dst as a
+    stride-1 convolution, its weights ``[taps][oc][ic]``; no patch matrix, no col2im. Dense
+    channels-last diff_dst and diff_src, one group, no bias or post-ops, plain kernel dims in
+    the weights, where the device's rule takes it (``gathered_phases``) and its kernel
+    gathers every phase's GEMM; else None. Entries: ``(phase, shape, weights view)``, a
+    phase without taps as ``(phase, None, None)``."""
+    if engine is None or p.kind != "bwd_d" or all(s == 1 for s in p.strides) \
+            or not _may_gather(p):
+        return None
+    oh, ow = p.dst_sp
+    ih, iw = p.src_sp
+    phases = phases_2d(p.src_sp, p.kernel, p.strides, p.padding_l, p.dilates)
+    rows = [p.mb * ph.y.count * ph.x.count for ph in phases if not ph.empty]
+    if not rows or not gathered_phases(engine.info, min(rows)):
+        return None
+    out = []
+    for ph in phases:
+        if ph.empty:
+            out.append((ph, None, None))
+            continue
+        view = _tap_view(p.wei, ph)
+        if view is None:
+            return None
+        ty, tx = len(ph.y.taps), len(ph.x.taps)
+        geom = (oh, ow, p.oc, ty, tx, ph.y.count, ph.x.count, 1, 1, -ph.y.off0, -ph.x.off0,
+                -ph.y.step, -ph.x.step)
+        scatter = (ph.y.count, ph.x.count, ih * iw, p.strides[0] * iw, p.strides[1])
+        shape = GemmShape(m=p.mb * ph.y.count * ph.x.count, n=p.ic, k=p.oc * ty * tx,
+                          lda=p.oc * ty * tx, ldb=p.ic, ldc=p.ic, a_conv=geom, c_rows=scatter)
+        if not gathers(engine, shape):
+            return None
+        out.append((ph, shape, view))
+    return out
+
+
+def _phased_bwd_d(p: ConvProblem, params: dict, engine, phases: list) -> Plan:
+    """The plan of :func:`_gather_bwd_d_phases`: diff_src zeroed first where a phase has no
+    taps; per phase its weights staged as ``[taps][oc][ic]`` and one GEMM into its rows."""
+    plan = Plan(engine, "im2col_gemm", params)
+    iw = p.src_sp[1]
+    if any(shape is None for _, shape, _ in phases):
+        plan.zero(SRC, p.src[0], p.mb * p.ic * p.src_sp[0] * iw)
+    for ph, shape, view in phases:
+        if shape is None:
+            continue
+        ty, tx = len(ph.y.taps), len(ph.x.taps)
+        n = p.oc * p.ic * ty * tx
+        w_off = plan.alloc(n)
+        dims = [1, p.oc, p.ic, ty, tx]
+        plan.reorder(ReorderProblem.f32(dims, view, p.wei_n, with_offset(
+            dense_layout(dims, [0, 3, 4, 1, 2]), w_off), w_off + n), WEI, SCRATCH)
+        plan.gemm(shape, DST, p.dst[0], SCRATCH, w_off, SRC,
+                  p.src[0] + (ph.y.r * iw + ph.x.r) * p.ic)
+    return plan
+
+
 def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = None) -> Plan:
     """The plan of ``p``; ``seen`` (a dry plan's caller) gets the forward's weights GEMM
     shape (``weights_gemm``) where it reads the weights as packed B over channels-last
@@ -575,6 +652,9 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool, seen: dict | None = 
     gather_d = None if dry else _gather_bwd_d_shape(p, engine)
     if gather_d is not None:
         return _gathered_bwd_d(p, params, engine, gather_d)
+    phases = None if dry else _gather_bwd_d_phases(p, engine)
+    if phases is not None:
+        return _phased_bwd_d(p, params, engine, phases)
     plan = Plan(engine, "im2col_gemm", params, dry=dry)
     pi = per_item(engine)
     lanes = copy_lanes(engine.info if engine is not None else None)
