@@ -37,3 +37,49 @@ def test_gemm_nv_under_oclgrind():
     # built unoptimized: Oclgrind's uninitialized-value plugin aborts on the optimizer's freeze
     results = run_probe(PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
     assert results == {"plain": True, "k2": True, "k4": True, "tail": True}
+
+
+# A gathered from channels-last images (an implicit-GEMM convolution: stride 2, padding, a
+# ragged last row block) and C's rows scattered over a strided grid (one phase of a strided
+# backward data); C's other rows must keep their values
+GATHER_PROBE = "SEED = 6\n" + GEMM_NV_PROBE_PRELUDE + r"""
+ih, iw, c, kh, kw, oh, ow = 5, 6, 16, 3, 3, 3, 3
+geom = (ih, iw, c, kh, kw, oh, ow, 2, 2, 1, 1, 1, 1)
+n_img, oc = 2, 20
+x = rng.uniform(-1, 1, (n_img, ih, iw, c)).astype(np.float32)
+w = rng.uniform(-1, 1, (kh * kw * c, oc)).astype(np.float32)
+patches = np.zeros((n_img, oh, ow, kh, kw, c))
+for y in range(oh):
+    for xx in range(ow):
+        for ky in range(kh):
+            for kx in range(kw):
+                iy, ix = 2 * y - 1 + ky, 2 * xx - 1 + kx
+                if 0 <= iy < ih and 0 <= ix < iw:
+                    patches[:, y, xx, ky, kx] = x[:, iy, ix]
+want = patches.reshape(n_img * oh * ow, -1) @ w.astype(np.float64)
+tile = NvTile(32, 32, 16, 4, 4)
+for name, rows in (("gather", None), ("scatter", (oh, ow, 7 * 8, 2 * 8, 2))):
+    m = n_img * oh * ow
+    pr = GemmProblem(m=m, n=oc, k=kh * kw * c, ldb=oc, ldc=oc, a_conv=geom, c_rows=rows)
+    cm = np.full(pr.size("c"), 3.0, np.float32)
+    X, W, C = buf(x), buf(w), buf(cm)
+    Kernel(eng.context, eng.device, build_gemm_nv(pr, tile))(s, X.buffer, W.buffer, C.buffer)
+    s.wait()
+    got = C.to_numpy()
+    if rows is None:
+        out = got.reshape(m, oc)
+    else:
+        at = [t * 56 + a * 16 + b * 2 for t in range(n_img) for a in range(oh) for b in range(ow)]
+        mat = got.reshape(-1, oc)
+        out = mat[at].copy()
+        mat[at] = 3.0
+        results[name + "_rest"] = bool((got == 3.0).all())
+    results[name] = bool(np.allclose(out, want, rtol=1e-4, atol=1e-4))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not has_oclgrind(), reason="Oclgrind OpenCL platform not installed")
+def test_gathering_gemm_nv_under_oclgrind():
+    results = run_probe(GATHER_PROBE, OCLGRIND_BUILD_OPTIONS="-cl-opt-disable")
+    assert results == {"gather": True, "scatter": True, "scatter_rest": True}
