@@ -89,7 +89,9 @@ class Kernel:
         k = self.__dict__.get("_kernel")
         if k is None:
             program = self.program
-            k = self.__dict__["_kernel"] = getattr(program, self.cl_name)
+            # (a kernel of its own: Kernels sharing one program by text each set their
+            # arguments; getattr on the program would warn of every retrieval after the first)
+            k = self.__dict__["_kernel"] = _cl().Kernel(program, self.cl_name)
         return k
 
     def __call__(self, stream, *args, wait_for=None):
