@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import cmath
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -210,16 +211,27 @@ def _uses_n0(spec) -> bool:
     return spec[0] == "tensor" and any(t == "n0" for dim in spec[3] for t, _ in dim)
 
 
-def build_fft_pass(p: FftPass):
-    import loopy as lp
+class FftProgram(NamedTuple):
+    """A pass as straight-line code over work-item ``f`` (< ``total``): private float
+    temporaries ``(name, expression)`` in order, then the stores ``(address, value)``
+    (pymbolic); ``specs``: the arguments (:func:`~.conv_common.make_args`), ``name``: the
+    kernel's. Both the loopy kernel and the printed one (``conv_fft_source``) are made of it."""
+
+    total: int
+    temps: list
+    stores: list
+    specs: list
+    name: str
+
+
+def fft_program(p: FftPass) -> FftProgram:
+    """The straight-line program of pass ``p``."""
     from pymbolic import var
 
     total = int(np.prod(p.lines)) if p.lines else 1
     f = var("f")
     line = decompose(f, list(p.lines)) if p.lines else []
-    within = frozenset(["f"])
     g = _Graph()
-    insns = []
 
     # -- loads ------------------------------------------------------------------------------
     src = p.src
@@ -253,14 +265,14 @@ def build_fft_pass(p: FftPass):
 
     # -- stores -----------------------------------------------------------------------------
     dst = p.dst
-    stores = []  # (address expression, value expression, reads destination)
+    stores = []  # (address expression, value expression)
     for u, pos in enumerate(p.out_pos):
         re, im = spectrum[pos]
         if dst[0] == "planar":
             o = var("out_off") + _linear(dst[1], dst[2], line, u)
-            stores.append((var("out")[o], _scaled(re, p.scale), ()))
+            stores.append((var("out")[o], _scaled(re, p.scale)))
             if not p.out_real:
-                stores.append((var("out")[o + dst[3]], _scaled(im, p.scale), ()))
+                stores.append((var("out")[o + dst[3]], _scaled(im, p.scale)))
         elif dst[0] == "tensor":
             idx = [_index(d, line, u) for d in dst[3]]
             at = var("out")[offset(dst[1], idx)]
@@ -268,36 +280,21 @@ def build_fft_pass(p: FftPass):
             if p.bias is not None:
                 value = value + var("bias")[offset(p.bias, [idx[1]])]
             value = apply_postops(value, p.post_ops, at, at=idx)
-            stores.append((at, value, ()))
+            stores.append((at, value))
         else:
             raise ValueError(f"fft pass: unknown destination {dst[0]!r}")
 
     # -- keep only the temporaries the stores reach -----------------------------------------
     need: set = set()
-    for _, value, _ in stores:
+    for _, value in stores:
         need |= _names(value)
     defs = dict(g.defs)
     order = [name for name, _ in g.defs]
     for name in reversed(order):
         if name in need and isinstance(defs[name], dict):
             need |= set(defs[name])
-    temps = []
-    for name in order:
-        if name not in need:
-            continue
-        d = defs[name]
-        expr = _expr(d) if isinstance(d, dict) else d
-        deps = frozenset(d) if isinstance(d, dict) else frozenset()
-        insns.append(lp.Assignment(var(name), expr, within_inames=within, id=name,
-                                   depends_on=deps))
-        temps.append(lp.TemporaryVariable(name, np.float32, shape=(),
-                                          address_space=lp.AddressSpace.PRIVATE))
-    for i, (at, value, _) in enumerate(stores):
-        insns.append(lp.Assignment(at, value, within_inames=within, id=f"st{i}",
-                                   depends_on=frozenset(_names(value) & need),
-                                   # the stores write different elements
-                                   no_sync_with=frozenset([("st*", "any")]) if len(stores) > 1
-                                   else frozenset()))
+    temps = [(name, _expr(defs[name]) if isinstance(defs[name], dict) else defs[name])
+             for name in order if name in need]
 
     has_sum = any(op[0] == "sum" for op in p.post_ops)
     # run-time offsets (image chunks, scratch regions): no static bounds check
@@ -310,12 +307,46 @@ def build_fft_pass(p: FftPass):
         specs.append(("out_off", None))
     if _uses_n0(src) or _uses_n0(dst):
         specs.append(("n0", None))
-    name = "pydnnl_conv_fft_inv" if p.inverse else "pydnnl_conv_fft_fwd"
     specs += postop_arg_specs(p.post_ops)
-    knl = lp.make_kernel("{[f]: 0 <= f < %d}" % total, insns, make_args(specs) + temps,
-                         name=name, lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
-                         index_dtype=INDEX_DTYPE, silenced_warnings=["v1_scheduler_fallback"])
-    knl = split_fast(knl, "f", total, p.wg)
+    name = "pydnnl_conv_fft_inv" if p.inverse else "pydnnl_conv_fft_fwd"
+    return FftProgram(total, temps, stores, specs, name)
+
+
+def build_fft_pass(p: FftPass):
+    """The pass's kernel: printed without loopy where :mod:`.conv_fft_source` covers it (no
+    post-ops), else generated with loopy from the same program."""
+    from .conv_fft_source import fft_pass_source
+
+    src = fft_pass_source(p)
+    return src if src is not None else build_fft_pass_loopy(p)
+
+
+def build_fft_pass_loopy(p: FftPass):
+    """The pass's kernel generated with loopy."""
+    import loopy as lp
+    from pymbolic import var
+
+    prog = fft_program(p)
+    within = frozenset(["f"])
+    need = {name for name, _ in prog.temps}
+    insns, temps = [], []
+    for name, expr in prog.temps:
+        insns.append(lp.Assignment(var(name), expr, within_inames=within, id=name,
+                                   depends_on=frozenset(_names(expr) & need)))
+        temps.append(lp.TemporaryVariable(name, np.float32, shape=(),
+                                          address_space=lp.AddressSpace.PRIVATE))
+    stores = prog.stores
+    for i, (at, value) in enumerate(stores):
+        insns.append(lp.Assignment(at, value, within_inames=within, id=f"st{i}",
+                                   depends_on=frozenset(_names(value) & need),
+                                   # the stores write different elements
+                                   no_sync_with=frozenset([("st*", "any")]) if len(stores) > 1
+                                   else frozenset()))
+    knl = lp.make_kernel("{[f]: 0 <= f < %d}" % prog.total, insns,
+                         make_args(prog.specs) + temps, name=prog.name, lang_version=(2018, 2),
+                         target=lp.PyOpenCLTarget(), index_dtype=INDEX_DTYPE,
+                         silenced_warnings=["v1_scheduler_fallback"])
+    knl = split_fast(knl, "f", prog.total, p.wg)
     return finish(knl, p.post_ops)
 
 
@@ -335,4 +366,5 @@ def _names(expr) -> set:
     return {d.name for d in deps if d.name.startswith("v") and d.name[1:].isdigit()}
 
 
-__all__ = ["FftPass", "build_fft_pass", "fft_factors", "good_length"]
+__all__ = ["FftPass", "FftProgram", "build_fft_pass", "build_fft_pass_loopy", "fft_factors",
+           "fft_program", "good_length"]
