@@ -45,6 +45,10 @@ def pytest_configure(config):
                    "come from the same generators, and CI time is finite); pick n coprime with "
                    "the counts of the fastest-varying parameters (the last id fields), so "
                    "that every value of each still runs on every device")
+    config.addinivalue_line(
+        "markers", "gpu_sweep: a case of a sweep that GPUs run and CPU devices leave out "
+                   "(deselected there; kernels written for GPUs, whose indexing CPUs check on "
+                   "the sweep's other cases)")
 
 
 #: a sweep over the ``engine`` fixture runs one case in each run of this many on CPU devices
@@ -73,10 +77,14 @@ def _kept(item, eng, n: int) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """Deselect (never skip) the cases a sweep leaves out on later devices (see
-    ``LATER_CPU_EVERY`` and the ``sampled`` marker)."""
+    ``LATER_CPU_EVERY`` and the ``sampled`` marker) and those only GPUs run (``gpu_sweep``)."""
     keep, drop, seen = [], [], {}
     for item in items:
         eng = getattr(getattr(item, "callspec", None), "params", {}).get("engine")
+        if eng is not None and eng.get_kind() == dnnl.engine.kind.cpu \
+                and item.get_closest_marker("gpu_sweep") is not None:
+            drop.append(item)
+            continue
         if eng is not None and eng is not ENGINES[0]:
             key = (item.nodeid.split("[")[0], id(eng))
             n = seen[key] = seen.get(key, -1) + 1
