@@ -14,6 +14,7 @@ import time
 from ..engine import _cl
 from ..error import runtime_error
 from ..kernels.source import KernelSource, launch_size, local_launch_size, scalar_types
+from .invokers import memoize as memoize_invokers
 
 
 class Kernel:
@@ -91,6 +92,7 @@ class Kernel:
             program = self.program
             # (a kernel of its own: Kernels sharing one program by text each set their
             # arguments; getattr on the program would warn of every retrieval after the first)
+            memoize_invokers()
             k = self.__dict__["_kernel"] = _cl().Kernel(program, self.cl_name)
         return k
 
@@ -506,6 +508,7 @@ class BoundKernel:
         self.kernel = kernel
         self.name = kernel.name
         program = kernel.program  # (waits for the build, which sets cl_name)
+        memoize_invokers()
         self.k = cl.Kernel(program, kernel.cl_name)
         self.dyn = []
         for i, a in enumerate(args):
