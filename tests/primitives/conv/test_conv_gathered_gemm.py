@@ -131,19 +131,17 @@ BWD_D_CASES = {
 }
 
 
-@pytest.mark.parametrize("wtag", ["hwio", "oihw"])
-@pytest.mark.parametrize("name", list(BWD_D_CASES))
-def test_gathered_backward_data_matches_reference(engine, stream, gathering, name, wtag):
-    """Backward data of a stride-1 layer: one GEMM gathering diff_dst at ``y + ph - kh *
-    dh`` (negative padding and dilation), the weights staged as [taps][oc][ic]; no patch
-    matrix, no col2im."""
-    mb, ic, oc, ih, iw, k, d, pl, pr = BWD_D_CASES[name]
-    oh = ih + pl + pr - (d + 1) * (k - 1)
-    ow = iw + pl + pr - (d + 1) * (k - 1)
-    rng = np.random.default_rng(7 + len(name))
+def _gathered_backward_data(engine, stream, case: tuple, wtag: str, seed: int) -> None:
+    """Backward data of ``case`` ``(mb, ic, oc, ih, iw, k, stride, dilate, pad_l, pad_r)``
+    on channels-last activations through im2col_gemm: no patch matrix and no col2im in its
+    plan, every point of diff_src written (NaN before), against the float64 reference."""
+    mb, ic, oc, ih, iw, k, s, d, pl, pr = case
+    oh = (ih + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
+    ow = (iw + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
+    rng = np.random.default_rng(seed)
     dy = rng.standard_normal((mb, oc, oh, ow)).astype(np.float32)
     w = (rng.standard_normal((oc, ic, k, k)) / 4).astype(np.float32)
-    args = ([1, 1], [d, d], [pl, pl], [pr, pr])
+    args = ([s, s], [d, d], [pl, pl], [pr, pr])
     src_md, dst_md = MD([mb, ic, ih, iw], F32, "nhwc"), MD([mb, oc, oh, ow], F32, "nhwc")
     fwd = dnnl.convolution_forward.primitive_desc(
         engine, dnnl.prop_kind.forward_training, DIRECT, src_md, MD(list(w.shape), F32, wtag),
@@ -162,6 +160,17 @@ def test_gathered_backward_data_matches_reference(engine, stream, gathering, nam
     ref = R.conv_backward_data(dy, w, (mb, ic, ih, iw), *args, dtype=np.float64)
     tol = 2e-3 if dnnl.get_default_fpmath_mode().name in ("tf32", "any") else 1e-5
     assert np.abs(dx.to_numpy() - ref).max() <= tol * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("wtag", ["hwio", "oihw"])
+@pytest.mark.parametrize("name", list(BWD_D_CASES))
+def test_gathered_backward_data_matches_reference(engine, stream, gathering, name, wtag):
+    """Backward data of a stride-1 layer: one GEMM gathering diff_dst at ``y + ph - kh *
+    dh`` (negative padding and dilation), the weights staged as [taps][oc][ic]; no patch
+    matrix, no col2im."""
+    mb, ic, oc, ih, iw, k, d, pl, pr = BWD_D_CASES[name]
+    _gathered_backward_data(engine, stream, (mb, ic, oc, ih, iw, k, 1, d, pl, pr), wtag,
+                            7 + len(name))
 
 
 # strided (mb, ic, oc, ih, iw, k, stride, dilate, pad_l, pad_r)
@@ -185,33 +194,8 @@ def phased(gathering, monkeypatch):
 @pytest.mark.parametrize("name", list(PHASED_CASES))
 def test_strided_backward_data_gathers_per_phase(engine, stream, phased, name, wtag):
     """Backward data of a strided layer: per output phase one GEMM gathering diff_dst as a
-    stride-1 convolution and scattering its rows into every stride-th point of diff_src
-    (no patch matrix, no col2im); every point of diff_src written (NaN before)."""
-    mb, ic, oc, ih, iw, k, s, d, pl, pr = PHASED_CASES[name]
-    oh = (ih + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
-    ow = (iw + pl + pr - (d + 1) * (k - 1) - 1) // s + 1
-    rng = np.random.default_rng(3 + len(name))
-    dy = rng.standard_normal((mb, oc, oh, ow)).astype(np.float32)
-    w = (rng.standard_normal((oc, ic, k, k)) / 4).astype(np.float32)
-    args = ([s, s], [d, d], [pl, pl], [pr, pr])
-    src_md, dst_md = MD([mb, ic, ih, iw], F32, "nhwc"), MD([mb, oc, oh, ow], F32, "nhwc")
-    fwd = dnnl.convolution_forward.primitive_desc(
-        engine, dnnl.prop_kind.forward_training, DIRECT, src_md, MD(list(w.shape), F32, wtag),
-        None, dst_md, *args)
-    pd = dnnl.convolution_backward_data.primitive_desc(
-        engine, DIRECT, src_md, MD(list(w.shape), F32, wtag), dst_md, *args, fwd,
-        solver="im2col_gemm")
-    prim = dnnl.convolution_backward_data(pd)
-    names = [getattr(st, "name", "") for st in prim._plan.steps]
-    assert not any("col2im" in n or "im2col" in n for n in names), names
-    dx = dnnl.memory(pd.diff_src_desc(), engine, np.full((mb, ic, ih, iw), np.nan, np.float32))
-    prim.execute(stream, {dnnl.ARG_DIFF_DST: dnnl.memory(pd.diff_dst_desc(), engine, dy),
-                          dnnl.ARG_WEIGHTS: dnnl.memory(pd.weights_desc(), engine, w),
-                          dnnl.ARG_DIFF_SRC: dx})
-    stream.wait()
-    ref = R.conv_backward_data(dy, w, (mb, ic, ih, iw), *args, dtype=np.float64)
-    tol = 2e-3 if dnnl.get_default_fpmath_mode().name in ("tf32", "any") else 1e-5
-    assert np.abs(dx.to_numpy() - ref).max() <= tol * np.abs(ref).max()
+    stride-1 convolution and scattering its rows into every stride-th point of diff_src."""
+    _gathered_backward_data(engine, stream, PHASED_CASES[name], wtag, 3 + len(name))
 
 
 def test_strided_backward_data_keeps_col2im_elsewhere(engine, gathering):
