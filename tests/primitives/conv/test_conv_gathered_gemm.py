@@ -199,7 +199,8 @@ def test_strided_backward_data_gathers_per_phase(engine, stream, phased, name, w
 
 
 def test_strided_backward_data_keeps_col2im_elsewhere(engine, gathering):
-    """Without the device's rule (CPUs) a strided layer keeps its patch matrix and col2im."""
+    """Where the device's rule declines (CPUs; on NVIDIA phases of fewer than 25088 rows,
+    as here) a strided layer keeps its patch matrix and col2im."""
     src_md, dst_md = MD([1, 16, 8, 8], F32, "nhwc"), MD([1, 32, 4, 4], F32, "nhwc")
     args = ([2, 2], [0, 0], [1, 1], [0, 0])
     fwd = dnnl.convolution_forward.primitive_desc(
@@ -209,8 +210,7 @@ def test_strided_backward_data_keeps_col2im_elsewhere(engine, gathering):
         engine, DIRECT, src_md, MD([32, 16, 3, 3], F32, "hwio"), dst_md, *args, fwd,
         solver="im2col_gemm")
     names = [getattr(st, "name", "") for st in dnnl.convolution_backward_data(pd)._plan.steps]
-    nvidia = engine.info.is_gpu and engine.info.vendor_family == "nvidia"
-    assert any("col2im" in n for n in names) != nvidia, names
+    assert any("col2im" in n for n in names), names
 
 
 @pytest.mark.parametrize("kind,wtag", [("fwd", "oihw"), ("bwd_d", "oihw"), ("bwd_d", "hwio")])
