@@ -146,7 +146,10 @@ def test_covers_every_feature(representative):
     assert any(f[3] for f in feats) and any(f[5] for f in feats) and any(f[7] for f in feats)
 
 
-def test_printed_passes_compute_what_loopy_generates(engine, representative):
+def test_printed_passes_compute_what_loopy_generates(first_engine, representative):
+    """(On the first device: the same program's two texts; the FFT convolutions' own tests
+    run the printed passes on every device.)"""
+    engine = first_engine
     rng = np.random.default_rng(5)
     values = {"in_off": 3, "out_off": 5, "n0": 1}
     for name, p, theirs in representative:
