@@ -222,15 +222,23 @@ class FftProgram(NamedTuple):
     stores: list
     specs: list
     name: str
+    #: with ``named_lines``: the line indices ``(name, expression of f)`` the program's
+    #: expressions name instead of spelling them out
+    lines: list = []
 
 
-def fft_program(p: FftPass) -> FftProgram:
-    """The straight-line program of pass ``p``."""
+def fft_program(p: FftPass, named_lines: bool = False) -> FftProgram:
+    """The straight-line program of pass ``p``; ``named_lines``: the line indices as
+    variables of their own (``FftProgram.lines``), computed once per work-item."""
     from pymbolic import var
 
     total = int(np.prod(p.lines)) if p.lines else 1
     f = var("f")
     line = decompose(f, list(p.lines)) if p.lines else []
+    lines = []
+    if named_lines:
+        lines = [(f"pd_l{i}", e) for i, e in enumerate(line)]
+        line = [var(name) for name, _ in lines]
     g = _Graph()
 
     # -- loads ------------------------------------------------------------------------------
@@ -309,7 +317,7 @@ def fft_program(p: FftPass) -> FftProgram:
         specs.append(("n0", None))
     specs += postop_arg_specs(p.post_ops)
     name = "pydnnl_conv_fft_inv" if p.inverse else "pydnnl_conv_fft_fwd"
-    return FftProgram(total, temps, stores, specs, name)
+    return FftProgram(total, temps, stores, specs, name, lines)
 
 
 def build_fft_pass(p: FftPass):
