@@ -60,6 +60,10 @@ class FftPass:
     bias_n: int = 0
     post_ops: tuple = ()
     wg: int = 64
+    #: printed kernels (``conv_fft_source``) take the last line index from the local id
+    #: where the work-groups tile its dimension (CPUs: ``heuristics.conv.fft_lid_lines``);
+    #: loopy finds its own index forms
+    lid_lines: bool = False
 
 
 def fft_factors(n: int) -> list[int]:

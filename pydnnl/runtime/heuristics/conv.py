@@ -203,6 +203,14 @@ def gathered_phases(info, rows: int) -> bool:
         rows >= GATHER_FIRST_MIN_ROWS
 
 
+def fft_lid_lines(info) -> bool:
+    """Whether the FFT's printed line passes take the last line index from the local id
+    (``FftPass.lid_lines``): CPUs, whose compilers vectorize across work-items and then see
+    neighbouring addresses (2-core EPYC, the first forward pass of k7_64c_32px 6.7 -> 3.9 ms,
+    loopy's 3.9-4.4); not GPUs (H200 forward passes 3-19% slower that way)."""
+    return bool(info.is_cpu)
+
+
 def winograd_chunk_mb(info) -> float | None:
     """MiB of transformed tiles per chunk of images of a CPU's Winograd plans (input and
     diff_dst tiles for backward weights, input and product tiles otherwise, all 16 products),

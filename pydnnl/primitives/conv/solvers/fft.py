@@ -30,6 +30,7 @@ from ....conv_shapes import ConvGeometry, ConvProblem
 from ....kernels.conv_direct import largest_divisor_at_most
 from ....kernels.conv_fft import FftPass, build_fft_pass, good_length
 from ....runtime.gemm import GemmShape
+from ....runtime.heuristics.conv import fft_lid_lines
 from ....runtime.plan import SCRATCH, Plan
 from ..roles import BIAS, DST, SRC, WEI
 from .base import Solver
@@ -336,6 +337,8 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
     tmps = [plan.alloc(tmp_size), plan.alloc(tmp_size)] if tmp_size else []
     gemm_off = {"a": a_off, "b": b_off}
 
+    lid_lines = engine is not None and fft_lid_lines(engine.info)
+
     def run(passes, ref_in, gemm_at, n0=None):
         k = 0
         for ps, src, dst, _ in passes:
@@ -355,7 +358,7 @@ def _build(p: ConvProblem, params: dict, engine, dry: bool) -> Plan:
             if n0 is not None:
                 named["n0"] = n0
             # arguments a pass kernel does not take (bias, n0, offsets) are left unbound
-            plan.kernel("conv_fft", ps, build_fft_pass, **named)
+            plan.kernel("conv_fft", replace(ps, lid_lines=lid_lines), build_fft_pass, **named)
             k += 1
 
     if p.kind != "bwd_w":
