@@ -562,13 +562,20 @@ def _gathered_bwd_d(p: ConvProblem, params: dict, engine, shape: GemmShape) -> P
     """The plan of :func:`_gather_bwd_d_shape`: the weights staged as ``[taps][oc][ic]``,
     one GEMM into diff_src."""
     plan = Plan(engine, "im2col_gemm", params)
-    n = p.oc * p.ic * p.K
-    w_off = plan.alloc(n)
-    dims = [1, p.oc, p.ic, *p.kernel]
-    plan.reorder(ReorderProblem.f32(dims, p.wei, p.wei_n, with_offset(
-        dense_layout(dims, [0, 3, 4, 1, 2]), w_off), w_off + n), WEI, SCRATCH)
+    w_off = _stage_taps(plan, p, p.wei, p.kernel)
     plan.gemm(shape, DST, p.dst[0], SCRATCH, w_off, SRC, p.src[0])
     return plan
+
+
+def _stage_taps(plan: Plan, p: ConvProblem, wei: tuple, taps: tuple) -> int:
+    """Stage the weights ``wei`` (a layout of ``[1, OC, IC, *taps]``) as backward data's B,
+    ``[taps][oc][ic]``, in the scratchpad; returns their offset."""
+    dims = [1, p.oc, p.ic, *taps]
+    n = p.oc * p.ic * taps[0] * taps[1]
+    w_off = plan.alloc(n)
+    plan.reorder(ReorderProblem.f32(dims, wei, p.wei_n, with_offset(
+        dense_layout(dims, [0, 3, 4, 1, 2]), w_off), w_off + n), WEI, SCRATCH)
+    return w_off
 
 
 def _tap_view(layout: tuple, ph: Phase) -> tuple | None:
@@ -634,12 +641,7 @@ def _phased_bwd_d(p: ConvProblem, params: dict, engine, phases: list) -> Plan:
     for ph, shape, view in phases:
         if shape is None:
             continue
-        ty, tx = len(ph.y.taps), len(ph.x.taps)
-        n = p.oc * p.ic * ty * tx
-        w_off = plan.alloc(n)
-        dims = [1, p.oc, p.ic, ty, tx]
-        plan.reorder(ReorderProblem.f32(dims, view, p.wei_n, with_offset(
-            dense_layout(dims, [0, 3, 4, 1, 2]), w_off), w_off + n), WEI, SCRATCH)
+        w_off = _stage_taps(plan, p, view, (len(ph.y.taps), len(ph.x.taps)))
         plan.gemm(shape, DST, p.dst[0], SCRATCH, w_off, SRC,
                   p.src[0] + (ph.y.r * iw + ph.x.r) * p.ic)
     return plan
