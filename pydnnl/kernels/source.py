@@ -7,6 +7,7 @@ kept as integer expressions over those arguments and evaluated per launch
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from contextlib import contextmanager
@@ -68,24 +69,41 @@ _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
 def eval_size(expr: str, values: dict) -> int:
     """The integer value of a grid expression (``+ - * // %``, ``min``, ``max``, integer
     constants and the names in ``values``); anything else raises."""
-    def ev(node):
+    return _compiled_size(expr)(values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_size(expr: str):
+    """``expr`` checked once and turned into a function of the size values: a plan binds
+    every launch of every execution through it (parsing per call cost an RNN's bind 70 us
+    a launch)."""
+    def build(node):
         if isinstance(node, ast.Expression):
-            return ev(node.body)
+            return build(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
+            c = node.value
+            return lambda v: c
         if isinstance(node, ast.Name):
-            if node.id not in values:
-                raise runtime_error(f"grid expression {expr!r}: no value for size {node.id!r}")
-            return int(values[node.id])
+            name = node.id
+
+            def look(v):
+                if name not in v:
+                    raise runtime_error(f"grid expression {expr!r}: no value for size "
+                                        f"{name!r}")
+                return int(v[name])
+            return look
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            op, left, right = _BINOPS[type(node.op)], build(node.left), build(node.right)
+            return lambda v: op(left(v), right(v))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
+            inner = build(node.operand)
+            return lambda v: -inner(v)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id in ("min", "max") and not node.keywords):
-            return (min if node.func.id == "min" else max)(ev(a) for a in node.args)
+            f, parts = (min if node.func.id == "min" else max), [build(a) for a in node.args]
+            return lambda v: f(p(v) for p in parts)
         raise runtime_error(f"grid expression {expr!r}: unsupported {ast.dump(node)[:60]}")
-    return ev(ast.parse(expr, mode="eval"))
+    return build(ast.parse(expr, mode="eval"))
 
 
 def launch_size(src: KernelSource, args) -> tuple[int, ...]:

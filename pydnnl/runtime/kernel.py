@@ -425,10 +425,20 @@ def _from_binary(context, device, src: KernelSource, path):
             warnings.simplefilter("ignore", cl.CompilerWarning)
             prg = cl.Program(context, [device], [binary])
             program = prg.build(options=list(src.build_options), devices=[device])
+        _no_source(program)
         _count("programs_loaded", 1)
         return program
     except (cl.Error, RuntimeError, ValueError):
         return None
+
+
+def _no_source(program) -> None:
+    """Give a program made from a binary the ``_source`` attribute pyopencl's ``Kernel``
+    reads: without it the read falls through to ``Program.__getattr__``, which tries to
+    create a kernel of that name and fails, about 40 us per ``cl.Kernel`` (a bound launch
+    creates one: an RNN's plan hundreds)."""
+    if "_source" not in getattr(program, "__dict__", {"_source": None}):
+        program._source = None
 
 
 # merged programs loaded from the cache in this process: a second kernel of the same

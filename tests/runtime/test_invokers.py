@@ -45,3 +45,37 @@ def test_second_kernel_reads_no_cache(first_engine, monkeypatch):
     cl.enqueue_copy(q, out, a_buf)
     q.finish()
     np.testing.assert_array_equal(out, 0.5 * b + 3)
+
+
+def test_kernel_of_a_binary_program_asks_no_other_kernel(first_engine, tmp_path, monkeypatch):
+    """A program read from a binary has no ``_source``; pyopencl's ``Kernel`` reads it, and
+    without it ``Program.__getattr__`` would try (and fail) to create a kernel named
+    ``_source`` each time (``runtime/kernel.py``: ``_no_source``)."""
+    from pydnnl.kernels.source import KernelSource
+    from pydnnl.runtime.kernel import Kernel
+
+    name = f"pd_binary_probe_{id(tmp_path) % 10**8}"
+    src = KernelSource(name, f"__kernel void {name}(__global float *a) {{ a[0] = 2.0f; }}",
+                       (1,), None, ("a",))
+    path = tmp_path / "probe.bin"
+    ctx, dev = first_engine.context, first_engine.device
+    Kernel(ctx, dev, src, binary_path=path).wait()  # compiles and keeps the binary
+    if not path.exists():
+        import pytest
+        pytest.skip("this runtime gives no program binaries")
+    loaded = Kernel(ctx, dev, src, binary_path=path)
+    assert loaded.built_from == "binary"
+    asked = []
+    real = cl.Program.__getattr__
+    monkeypatch.setattr(cl.Program, "__getattr__",
+                        lambda self, attr: asked.append(attr) or real(self, attr))
+    k = cl.Kernel(loaded.program, name)
+    assert asked == []
+    q = cl.CommandQueue(ctx, dev)
+    a = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
+    k.set_arg(0, a)
+    cl.enqueue_nd_range_kernel(q, k, (1,), None)
+    out = np.zeros(1, np.float32)
+    cl.enqueue_copy(q, out, a)
+    q.finish()
+    assert out[0] == 2.0
