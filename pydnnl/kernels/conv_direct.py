@@ -50,17 +50,26 @@ class DirectParams(NamedTuple):
 
 
 def build_direct(p: ConvProblem, params: DirectParams, guards: tuple | None = None):
-    """loopy TranslationUnit of the direct kernel of ``p`` in direction ``p.kind``: ``fwd``
+    """The direct kernel of ``p`` in direction ``p.kind`` (printed as C text by
+    :mod:`pydnnl.kernels.conv_direct_source` where it covers the problem, else a loopy
+    TranslationUnit): ``fwd``
     writes dst, ``bwd_d`` src (diff_src), ``bwd_w`` wei (arguments src, wei, dst[, bias]; the
     bias is added to the written activation, so backward weights takes none).
 
     ``guards`` (the run-time form, :func:`direct_runtime`, whose sizes are size variables):
     per spatial dim, whether the input positions (fwd, bwd_w) or output positions (bwd_d)
     are tested against 0 and against the end; None: derived from the int sizes."""
-    build = {"fwd": _build_fwd, "bwd_d": _build_bwd_d, "bwd_w": _build_bwd_w}.get(p.kind)
-    if build is None:
-        raise ValueError(f"direct convolution: unknown direction {p.kind!r}")
-    return build(p, params, guards)
+    from .conv_direct_source import direct_source
+
+    src = direct_source(p, params, guards)
+    return src if src is not None else build_direct_loopy(p, params, guards)
+
+
+def build_direct_loopy(p: ConvProblem, params: DirectParams, guards: tuple | None = None):
+    """:func:`build_direct` through loopy (a TranslationUnit), whatever the printer covers:
+    the forms it does not (binary post-ops, register tiles along the width), and the
+    printed kernels' tests."""
+    return _loopy_from_spec(direct_spec(p, params, guards), p, params)
 
 
 def direct_runtime(p: ConvProblem, padded: bool,
@@ -173,13 +182,14 @@ def _domain(ranges: dict) -> str:
     return "{[" + names + "]: " + cond + "}"
 
 
-def _args(p: ConvProblem, out: str, reads_out: bool, ranges: dict):
+def _arg_specs(p: ConvProblem, out: str, reads_out: bool) -> list:
+    """:func:`make_args` specs of the arrays (the sizes' arguments follow them)."""
     specs = [("src", p.src_n, out == "src", out != "src" or reads_out),
              ("wei", p.wei_n, out == "wei", out != "wei" or reads_out),
              ("dst", p.dst_n, out == "dst", out != "dst" or reads_out)]
     if p.bias is not None and p.kind != "bwd_w":
         specs.append(("bias", p.bias_n, False, True))
-    return make_args(specs + postop_arg_specs(p.post_ops)) + rt_value_args(p, ranges)
+    return specs + postop_arg_specs(p.post_ops)
 
 
 def _has_sum(p: ConvProblem) -> bool:
@@ -261,9 +271,46 @@ def _make(domain, insn, args, name, p, t: DirectParams, fast, fast_size, tile_in
     return finish(knl, p.post_ops)
 
 
-def _build_fwd(p: ConvProblem, params: DirectParams, guards=None):
+class DirectSpec(NamedTuple):
+    """One direct kernel as index expressions, for loopy (:func:`_make`) and the printer
+    (:mod:`pydnnl.kernels.conv_direct_source`): each work-item of the launch inames
+    (``fast`` along axis 0, then ``r`` and ``q``, or ``q`` alone) and tile entry ``t`` sums
+    ``term`` over ``red`` (outermost first), then stores ``rest(sum)`` at ``assignee``."""
+
+    name: str
+    ranges: dict
+    term: object
+    red: tuple
+    rest: object  # the sum -> the stored value (bias, post-ops)
+    assignee: object
+    out: str  # the written array
+    reads_out: bool  # whether the store reads it first (a sum post-op)
+    fast: str
+    fast_size: object
+    arg_specs: list  # :func:`make_args` specs
+
+
+def _loopy_from_spec(sp: DirectSpec, p: ConvProblem, params: DirectParams):
     import loopy as lp
     from loopy.symbolic import Reduction
+
+    value = sp.rest(Reduction("sum", sp.red, sp.term))
+    launch = frozenset([sp.fast, "q", "t"] + ([] if sp.fast == "x" else ["r"]))
+    insn = lp.Assignment(sp.assignee, value, within_inames=launch)
+    args = make_args(sp.arg_specs) + rt_value_args(p, sp.ranges)
+    return _make(_domain(sp.ranges), insn, args, sp.name, p, params, sp.fast, sp.fast_size,
+                 "t", list(sp.red))
+
+
+def direct_spec(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
+    """The :class:`DirectSpec` of ``p`` in direction ``p.kind`` (see :func:`build_direct`)."""
+    spec = {"fwd": _spec_fwd, "bwd_d": _spec_bwd_d, "bwd_w": _spec_bwd_w}.get(p.kind)
+    if spec is None:
+        raise ValueError(f"direct convolution: unknown direction {p.kind!r}")
+    return spec(p, params, guards)
+
+
+def _spec_fwd(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
     from pymbolic import var
 
     nsp = len(p.kernel)
@@ -285,20 +332,18 @@ def _build_fwd(p: ConvProblem, params: DirectParams, guards=None):
         cond = _in_bounds(pos, guards, p.src_sp)
     x = _load(cond, "src", p.src, [n, g * p.icg + ic], pos, p.src_sp, p.src_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
-    value = Reduction("sum", tuple(["ic"] + ks), x * w)
     c = g * p.ocg + oc
-    if p.bias is not None:
-        value = value + var("bias")[offset(p.bias, [c])]
     dst_at = var("dst")[offset(p.dst, [n, c, *o])]
-    value = apply_postops(value, p.post_ops, dst_at, at=[n, c, *o])
-    insn = lp.Assignment(dst_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "dst", _has_sum(p), ranges),
-                 "pydnnl_conv_direct_fwd", p, params, "w", W, "t", ["ic"] + ks)
+
+    def rest(value):
+        if p.bias is not None:
+            value = value + var("bias")[offset(p.bias, [c])]
+        return apply_postops(value, p.post_ops, dst_at, at=[n, c, *o])
+    return DirectSpec("pydnnl_conv_direct_fwd", ranges, x * w, tuple(["ic"] + ks), rest,
+                      dst_at, "dst", _has_sum(p), "w", W, _arg_specs(p, "dst", _has_sum(p)))
 
 
-def _build_bwd_d(p: ConvProblem, params: DirectParams, guards=None):
-    import loopy as lp
-    from loopy.symbolic import Reduction
+def _spec_bwd_d(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
     from pymbolic import var
 
     nsp = len(p.kernel)
@@ -315,20 +360,18 @@ def _build_bwd_d(p: ConvProblem, params: DirectParams, guards=None):
     cond, o = output_positions(p, i_sp, ks, guards)
     dy = _load(cond, "dst", p.dst, [n, g * p.ocg + oc], o, p.dst_sp, p.dst_n)
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
-    value = Reduction("sum", tuple(["oc"] + ks), dy * w)
     c = g * p.icg + ic
-    if p.bias is not None:
-        value = value + var("bias")[offset(p.bias, [c])]
     out_at = var("src")[offset(p.src, [n, c, *i_sp])]
-    value = apply_postops(value, p.post_ops, out_at, at=[n, c, *i_sp])
-    insn = lp.Assignment(out_at, value, within_inames=frozenset(["w", "r", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "src", _has_sum(p), ranges),
-                 "pydnnl_conv_direct_bwd_data", p, params, "w", W, "t", ["oc"] + ks)
+
+    def rest(value):
+        if p.bias is not None:
+            value = value + var("bias")[offset(p.bias, [c])]
+        return apply_postops(value, p.post_ops, out_at, at=[n, c, *i_sp])
+    return DirectSpec("pydnnl_conv_direct_bwd_data", ranges, dy * w, tuple(["oc"] + ks), rest,
+                      out_at, "src", _has_sum(p), "w", W, _arg_specs(p, "src", _has_sum(p)))
 
 
-def _build_bwd_w(p: ConvProblem, params: DirectParams, guards=None):
-    import loopy as lp
-    from loopy.symbolic import Reduction
+def _spec_bwd_w(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
     from pymbolic import var
 
     nsp = len(p.kernel)
@@ -352,11 +395,10 @@ def _build_bwd_w(p: ConvProblem, params: DirectParams, guards=None):
         cond = _in_bounds(pos, guards, p.src_sp)
     x = _load(cond, "src", p.src, [n, g * p.icg + ic], pos, p.src_sp, p.src_n)
     dy = var("dst")[offset(p.dst, [n, g * p.ocg + oc, *[var(o) for o in os_]])]
-    value = Reduction("sum", tuple(["n"] + os_), x * dy)
     out_at = var("wei")[offset(p.wei, [g, oc, ic, *kk])]
-    insn = lp.Assignment(out_at, value, within_inames=frozenset(["x", "q", "t"]))
-    return _make(_domain(ranges), insn, _args(p, "wei", False, ranges),
-                 "pydnnl_conv_direct_bwd_weights", p, params, "x", X, "t", ["n"] + os_)
+    return DirectSpec("pydnnl_conv_direct_bwd_weights", ranges, x * dy, tuple(["n"] + os_),
+                      lambda value: value, out_at, "wei", False, "x", X,
+                      _arg_specs(p, "wei", False))
 
 
 def largest_divisor_at_most(n: int, cap: int) -> int:
@@ -367,4 +409,6 @@ def largest_divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-__all__ = ["DirectParams", "build_direct", "direct_runtime", "largest_divisor_at_most"]
+__all__ = ["DirectParams", "DirectSpec", "build_direct", "build_direct_loopy", "direct_runtime",
+           "direct_spec",
+           "largest_divisor_at_most"]

@@ -535,6 +535,16 @@ class EpilogueProblem:
 
 
 def build_epilogue(p: EpilogueProblem):
+    """The epilogue kernel of ``p``: printed where :func:`~pydnnl.kernels.copy_source.
+    epilogue_source` covers it (no loopy in a first-ever creation), else loopy's."""
+    from .copy_source import epilogue_source
+
+    src = epilogue_source(p)
+    return src if src is not None else build_epilogue_loopy(p)
+
+
+def build_epilogue_loopy(p: EpilogueProblem):
+    """The loopy kernel of ``p`` (a TranslationUnit)."""
     import loopy as lp
     from pymbolic import var
 

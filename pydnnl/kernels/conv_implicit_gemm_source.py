@@ -61,14 +61,17 @@ def _postop_ok(post_ops: tuple) -> bool:
     return all(op[0] == "eltwise" or op[0] == "sum" and op[2] == 0 for op in post_ops)
 
 
-def _chain(value: str, post_ops: tuple, prior: str, zero: bool = False) -> str:
+def _chain(value: str, post_ops: tuple, prior: str, zero: bool = False, skip: int = 0) -> str:
     """C of ``value`` after the chain as loopy prints ``post_ops.apply``'s expression: a sum
     entry's prior term and the value's terms added left to right, unparenthesized (pymbolic
     prints nested sums flat), so the order of the additions is loopy's; ``zero``: ``value``
-    is the literal 0, which a sum entry drops."""
+    is the literal 0, which a sum entry drops; the first ``skip`` entries are left out (the
+    helpers keep their places' names)."""
     from .conv_common import c_float
 
     for i, op in enumerate(post_ops):
+        if i < skip:
+            continue
         if op[0] == "sum":
             p = prior if op[1] == 1.0 else f"{c_float(op[1])} * {prior}"
             value = p if zero else f"{p} + {value}"

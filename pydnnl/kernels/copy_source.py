@@ -610,6 +610,59 @@ def col2im_source(p) -> KernelSource | None:
                         (*arg_names, "n0", "col_off", *names), grid=grid_)
 
 
+def epilogue_source(p) -> KernelSource | None:
+    """``conv_im2col.build_epilogue_loopy``'s kernel for ``p`` (an ``EpilogueProblem``), or
+    None (binary post-ops, sums with a zero point): a grid over dst in its storage order
+    (run-time sizes: ``p.order``), each work-item adding the bias to its accumulator (or to
+    dst itself, in place) and running the post-ops (the first, a sum, left out where the
+    GEMM already added it)."""
+    from pymbolic import var
+
+    from .conv_common import grid, grid_rt, offset
+    from .conv_im2col import _storage_order
+    from .conv_implicit_gemm_source import _chain, _helpers, _postop_ok, _used
+    from .sizevars import free_vars
+
+    if not _postop_ok(p.post_ops):
+        return None
+    sizes = [p.nb, p.channels, *p.sp]
+    runtime = bool(free_vars((p.nb, p.sp)))
+    if runtime:
+        if p.order is None:
+            return None
+        order = list(p.order)
+        ranges, parts, _ = grid_rt([sizes[d] for d in order], p.per_item, p.wg)
+    else:
+        order = _storage_order(p.dst, sizes)
+        ranges, parts = grid([sizes[d] for d in order], p.per_item)
+    idx = [None] * len(sizes)
+    for d, e in zip(order, parts[len(parts) - len(order):]):
+        idx[d] = e
+    n, c, sp = idx[0], idx[1], idx[2:]
+    dst_at = f"dst[{_cc(offset(p.dst, [var('n0') + n, c, *sp]))}]"
+    value = dst_at if p.acc is None else \
+        f"acc[{_cc(var('acc_off') + offset(p.acc, [n, c, *sp]))}]"
+    if p.bias is not None:
+        value = f"{value} + bias[{_cc(offset(p.bias, [c]))}]"
+    body = f"{dst_at} = {_chain(value, p.post_ops, dst_at, skip=int(p.sum_done))};\n"
+    code, gs, grid_, local = _grid_launch(ranges, [], p.wg, p.per_item, body, False)
+    names = _used(code + repr(grid_), sorted(set(free_vars(p)) | set(free_vars(ranges))
+                                              - {"n0", "acc_off"}))
+    params, arg_names = [_ptr("dst", False)], ["dst"]
+    if p.acc is not None:
+        params.append(_ptr("acc", True))
+        arg_names.append("acc")
+    if p.bias is not None:
+        params.append(_ptr("bias", True))
+        arg_names.append("bias")
+    offs = ["n0"] + (["acc_off"] if p.acc is not None else [])  # (loopy drops it unread)
+    params += [f"long const {v}" for v in offs + names]
+    text = (_PRELUDE + _clamp_defs(code) + _helpers(p.post_ops) + "\n"
+            + _head("pydnnl_conv_epilogue", local, params) + code + "}")
+    return KernelSource("pydnnl_conv_epilogue", text, gs, local,
+                        (*arg_names, *offs, *names), grid=grid_)
+
+
 def im2col_rt_source(p) -> KernelSource | None:
     """The run-time-size im2col without channel blocks (``conv_im2col.build_im2col_loopy``
     over :func:`~pydnnl.kernels.conv_common.grid_rt`: the column's dims in its order, units

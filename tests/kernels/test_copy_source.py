@@ -27,6 +27,7 @@ from pydnnl.kernels.channel_sums import (
 from pydnnl.kernels.conv_im2col import (
     BiasGradProblem,
     Col2ImProblem,
+    EpilogueProblem,
     Im2ColProblem,
     SplitKReduceProblem,
     bias_grad_runtime,
@@ -34,17 +35,21 @@ from pydnnl.kernels.conv_im2col import (
     build_bias_grad_loopy,
     build_col2im,
     build_col2im_loopy,
+    build_epilogue,
+    build_epilogue_loopy,
     build_im2col,
     build_im2col_loopy,
     build_splitk_reduce,
     build_splitk_reduce_loopy,
     col2im_runtime,
+    epilogue_runtime,
     im2col_runtime,
 )
 from pydnnl.kernels.copy_source import (
     bias_grad_source,
     channel_slices_source,
     col2im_source,
+    epilogue_source,
     im2col_baked_source,
     im2col_rt_source,
     im2col_source,
@@ -387,6 +392,57 @@ def test_col2im_declines():
     assert col2im_source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
     binary = ("binary", int(algorithm.binary_add), 1, ((1, 0, ()),) * 4)
     assert col2im_source(replace(p, post_ops=(binary,))) is None
+
+
+# {{{ the im2col + GEMM epilogue
+
+# (dst tag, accumulator (None: in place), mb, nb, n0, C, H, W, bias, post-ops, sum done,
+#  per item, run-time sizes)
+_SUM_RELU = (("sum", 0.5, 0.0), _RELU)
+_EPI = [
+    ("nchw", "nhwc", 3, 2, 1, 12, 5, 7, True, _SUM_RELU, False, 64, False),   # a chunk, n0
+    ("nhwc", "nhwc", 2, 2, 0, 20, 3, 5, True, (_LEAKY,), False, 1, True),
+    ("nhwc", None, 2, 2, 0, 24, 4, 3, True, _SUM_RELU, True, 4, True),         # sum done
+    ("nchw", None, 1, 1, 0, 6, 9, 11, False, (("sum", 1.0, 0.0),), False, 64, False),
+    ("nhwc", "nhwc", 2, 2, 0, 3, 7, 7, False, (), False, 64, False),           # 3 channels
+]
+
+
+def _epi_problem(case):
+    tag, acc, mb, nb, n0, C, H, W, bias, po, done, pi, rt = case
+    lay = _nhwc if tag == "nhwc" else _nchw
+    dst = lay(mb, C, H, W, not rt)  # (run-time forms need the points to fold: dense)
+    n_dst = dst[0] + sum((d - 1) * s for d, (_, s, _) in zip((mb, C, H, W), dst[1])) + 3
+    acc_lay = None if acc is None else _nhwc(nb, C, H, W, False)
+    p = EpilogueProblem(nb=nb, channels=C, sp=(H, W), dst=dst, dst_n=n_dst, acc=acc_lay,
+                        acc_n=-1 if acc else 0, bias=(2, ((1, 1, ()),)) if bias else None,
+                        bias_n=C + 2 if bias else 0, post_ops=po, sum_done=done, per_item=pi)
+    return p, n_dst, nb * C * H * W
+
+
+@pytest.mark.parametrize("case", _EPI, ids=range(len(_EPI)))
+def test_epilogue_equals_loopy(engine, case):
+    """Bitwise: the accumulator (or dst itself) plus the bias, then the post-ops."""
+    p, n_dst, n_acc = _epi_problem(case)
+    q, sizes = epilogue_runtime(p) if case[-1] else (p, {})
+    assert (q is not p) == case[-1]
+    ours = epilogue_source(q)
+    assert build_epilogue(q) == ours
+    bufs = {"dst": _rand(n_dst, 1)}
+    if q.acc is not None:
+        bufs["acc"] = _rand(n_acc + 5, 2)
+    if q.bias is not None:
+        bufs["bias"] = _rand(q.bias_n, 3)
+    _compare(engine, ours, build_epilogue_loopy(q), bufs,
+             {"n0": case[4], "acc_off": 5, **sizes})
+
+
+def test_epilogue_declines():
+    p, _, _ = _epi_problem(_EPI[0])
+    from dataclasses import replace
+    assert epilogue_source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
+    binary = ("binary", int(algorithm.binary_add), 1, ((1, 0, ()),) * 4)
+    assert epilogue_source(replace(p, post_ops=(binary,))) is None
 
 
 # (G, ICg, H, W, kernel, strides, dilates, padding_l, padding_r, mb, nb, n0, order, tag,
