@@ -2,12 +2,13 @@
 the same kernel name, argument names and order, work-group size and launch grid, and the same
 results bit for bit (each tile entry sums the taps in loopy's loop order with the same
 statement, then adds the bias and runs the post-ops). Forward, backward data and backward
-weights; 1-D to 3-D; baked sizes (with a partial last work-group) and run-time ones (the
-width's last work-group moved back, bounds tested or not); plain, channels-last and blocked
-layouts; groups, strides, dilation, asymmetric padding; channel tiles; bias, sum and eltwise
-post-ops. Each kernel runs beside loopy's on the same random buffers (outputs filled
-beforehand, so what either leaves unwritten is compared too) on every device present. Binary
-post-ops and register tiles along the width stay with loopy."""
+weights (stride-1 backward data: loopy's kernel stays with strides); 1-D to 3-D; baked sizes
+(with a partial last work-group) and run-time ones (the width's last work-group moved back,
+bounds tested or not); plain, channels-last and blocked layouts; groups, strides, dilation,
+asymmetric padding; channel tiles; bias, sum and eltwise post-ops. Each kernel runs beside
+loopy's on the same random buffers (outputs filled beforehand, so what either leaves unwritten
+is compared too) on every device present. Binary post-ops and register tiles along the width
+stay with loopy."""
 from __future__ import annotations
 
 import pathlib
@@ -72,13 +73,13 @@ CASES = [
      DirectParams(1, 16), "padded"),                         # depthwise 1-D
     ("fwd", 1, 1, 4, 6, (5, 6), (2, 2), (1, 1), (0, 0), (0, 0), (1, 1), "nchw", "oihw", True,
      (RELU,), DirectParams(2, 4, 1, False), "baked"),        # 32-bit indices
-    ("bwd_d", 2, 1, 4, 6, (7, 8), (3, 3), (2, 2), (0, 0), (1, 1), (1, 0), "nchw", "oihw",
+    ("bwd_d", 2, 1, 4, 6, (7, 8), (3, 3), (1, 1), (0, 0), (1, 1), (1, 0), "nchw", "oihw",
      False, (), DirectParams(2, 4), "baked"),
     ("bwd_d", 1, 2, 6, 4, (6, 20), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), "nhwc", "goihw",
      True, (("sum", 0.25, 0.0), RELU), DirectParams(3, 8), "runtime"),
     ("bwd_d", 2, 1, 4, 4, (5, 18), (3, 3), (1, 1), (1, 1), (4, 4), (4, 4), "nchw", "oihw",
      False, (), DirectParams(1, 16), "padded"),
-    ("bwd_d", 1, 1, 2, 3, (3, 4, 5), (2, 2, 3), (1, 2, 1), (0, 0, 0), (0, 1, 1), (1, 0, 1),
+    ("bwd_d", 1, 1, 2, 3, (3, 4, 5), (2, 2, 3), (1, 1, 1), (0, 1, 0), (0, 1, 1), (1, 0, 1),
      "ncdhw", "oidhw", False, (), DirectParams(1, 4), "baked"),
     ("bwd_w", 2, 1, 3, 4, (6, 9), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), "nchw", "oihw",
      False, (), DirectParams(1, 8), "baked"),
@@ -128,6 +129,7 @@ def test_printed_equals_loopy(engine, case):
 
 
 @pytest.mark.parametrize("change", [
+    {"strides": (2, 1)},  # backward data: loopy's kernel measured faster
     {"post_ops": (("binary", int(algorithm.binary_add),
                    (0, ((1, 0, ()), (1, 1, ()), (1, 0, ()), (1, 0, ()))), (1, 4, 1, 1), 4),)},
     {"params": DirectParams(1, 4, wtile=2)},
@@ -136,6 +138,8 @@ def test_declines(change):
     p, q, params, guards, _ = _key(CASES[0])
     if "params" in change:
         params = change["params"]
+    elif "strides" in change:
+        q = replace(q, kind="bwd_d", strides=change["strides"])
     else:
         q = replace(q, post_ops=change["post_ops"])
     assert direct_source(q, params, guards) is None
