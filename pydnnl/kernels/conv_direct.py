@@ -310,6 +310,18 @@ def direct_spec(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec
     return spec(p, params, guards)
 
 
+def _biased(p: ConvProblem, out_at, at: list):
+    """The stored value as a function of the sum: bias of channel ``at[1]``, then the
+    post-ops (their prior term ``out_at``, their operands at position ``at``)."""
+    from pymbolic import var
+
+    def rest(value):
+        if p.bias is not None:
+            value = value + var("bias")[offset(p.bias, [at[1]])]
+        return apply_postops(value, p.post_ops, out_at, at=at)
+    return rest
+
+
 def _spec_fwd(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
     from pymbolic import var
 
@@ -334,13 +346,9 @@ def _spec_fwd(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     c = g * p.ocg + oc
     dst_at = var("dst")[offset(p.dst, [n, c, *o])]
-
-    def rest(value):
-        if p.bias is not None:
-            value = value + var("bias")[offset(p.bias, [c])]
-        return apply_postops(value, p.post_ops, dst_at, at=[n, c, *o])
-    return DirectSpec("pydnnl_conv_direct_fwd", ranges, x * w, tuple(["ic"] + ks), rest,
-                      dst_at, "dst", _has_sum(p), "w", W, _arg_specs(p, "dst", _has_sum(p)))
+    return DirectSpec("pydnnl_conv_direct_fwd", ranges, x * w, tuple(["ic"] + ks),
+                      _biased(p, dst_at, [n, c, *o]), dst_at, "dst", _has_sum(p), "w", W,
+                      _arg_specs(p, "dst", _has_sum(p)))
 
 
 def _spec_bwd_d(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:
@@ -362,13 +370,9 @@ def _spec_bwd_d(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec
     w = var("wei")[offset(p.wei, [g, oc, ic, *[var(k) for k in ks]])]
     c = g * p.icg + ic
     out_at = var("src")[offset(p.src, [n, c, *i_sp])]
-
-    def rest(value):
-        if p.bias is not None:
-            value = value + var("bias")[offset(p.bias, [c])]
-        return apply_postops(value, p.post_ops, out_at, at=[n, c, *i_sp])
-    return DirectSpec("pydnnl_conv_direct_bwd_data", ranges, dy * w, tuple(["oc"] + ks), rest,
-                      out_at, "src", _has_sum(p), "w", W, _arg_specs(p, "src", _has_sum(p)))
+    return DirectSpec("pydnnl_conv_direct_bwd_data", ranges, dy * w, tuple(["oc"] + ks),
+                      _biased(p, out_at, [n, c, *i_sp]), out_at, "src", _has_sum(p), "w", W,
+                      _arg_specs(p, "src", _has_sum(p)))
 
 
 def _spec_bwd_w(p: ConvProblem, params: DirectParams, guards=None) -> DirectSpec:

@@ -538,8 +538,8 @@ def col2im_source(p) -> KernelSource | None:
     reduction), then bias and post-ops."""
     from pymbolic import var
 
-    from .conv_common import clamp_into, col2im_column, grid, grid_rt, offset
-    from .conv_im2col import _is_runtime, _storage_order
+    from .conv_common import clamp_into, col2im_column, offset
+    from .conv_im2col import _is_runtime, _storage_grid
     from .conv_implicit_gemm_source import _chain, _postop_ok
 
     nsp = len(p.kernel)
@@ -555,17 +555,9 @@ def col2im_source(p) -> KernelSource | None:
         st = st * sizes[d]
     out_sizes = [p.nb, p.groups * p.icg, *p.src_sp]
     runtime = _is_runtime(p)
-    if runtime:
-        if p.out_order is None:
-            return None
-        order = list(p.out_order)
-        ranges, parts, _ = grid_rt([out_sizes[d] for d in order], p.per_item, p.wg)
-    else:
-        order = _storage_order(p.out, out_sizes)
-        ranges, parts = grid([out_sizes[d] for d in order], p.per_item)
-    idx = [None] * len(out_sizes)
-    for d, e in zip(order, parts[len(parts) - len(order):]):
-        idx[d] = e
+    if runtime and p.out_order is None:
+        return None
+    ranges, idx, _ = _storage_grid(out_sizes, p.out, p.out_order, p.per_item, p.wg, runtime)
     idx, decls = _hoist(idx) if runtime else (idx, [])
     lane_guard = runtime and _is_var(ranges["a0"])
     if lane_guard:
@@ -618,8 +610,8 @@ def epilogue_source(p) -> KernelSource | None:
     GEMM already added it)."""
     from pymbolic import var
 
-    from .conv_common import grid, grid_rt, offset
-    from .conv_im2col import _storage_order
+    from .conv_common import offset
+    from .conv_im2col import _storage_grid
     from .conv_implicit_gemm_source import _chain, _helpers, _postop_ok, _used
     from .sizevars import free_vars
 
@@ -627,17 +619,9 @@ def epilogue_source(p) -> KernelSource | None:
         return None
     sizes = [p.nb, p.channels, *p.sp]
     runtime = bool(free_vars((p.nb, p.sp)))
-    if runtime:
-        if p.order is None:
-            return None
-        order = list(p.order)
-        ranges, parts, _ = grid_rt([sizes[d] for d in order], p.per_item, p.wg)
-    else:
-        order = _storage_order(p.dst, sizes)
-        ranges, parts = grid([sizes[d] for d in order], p.per_item)
-    idx = [None] * len(sizes)
-    for d, e in zip(order, parts[len(parts) - len(order):]):
-        idx[d] = e
+    if runtime and p.order is None:
+        return None
+    ranges, idx, _ = _storage_grid(sizes, p.dst, p.order, p.per_item, p.wg, runtime)
     n, c, sp = idx[0], idx[1], idx[2:]
     dst_at = f"dst[{_cc(offset(p.dst, [var('n0') + n, c, *sp]))}]"
     value = dst_at if p.acc is None else \
