@@ -12,7 +12,7 @@ less what loopy's range analysis removes (:func:`simplify`: a depthwise layer's 
 indices cost divisions per work-item without it, 4-12% of its forward time). Kernel times
 against loopy's on MobileNet's depthwise layers (2-core EPYC, interleaved launches): forward
 0.93-1.03x, backward weights 0.83-0.89x, stride-1 backward data 0.99-1.02x. Returns None where
-it does not apply (binary post-ops, register tiles along the width, strided backward data):
+it does not apply (register tiles along the width, strided backward data):
 :func:`pydnnl.kernels.conv_direct.build_direct` then uses loopy.
 """
 from __future__ import annotations
@@ -48,6 +48,8 @@ def cexpr(e) -> str:
         return f"{c(e.aggregate)}[{c(idx)}]"
     if isinstance(e, (P.Sum, P.Product)):
         return "(" + _flat(e) + ")"
+    if isinstance(e, P.Quotient):  # (float division: a binary post-op's div)
+        return f"({c(e.numerator)} / {c(e.denominator)})"
     if isinstance(e, (P.FloorDiv, P.Remainder)):
         return f"({c(e.numerator)} {_OPS[type(e).__name__]} {c(e.denominator)})"
     if isinstance(e, P.Comparison):
@@ -121,13 +123,15 @@ def _flat(e) -> str:
 
 
 def _param(spec, idx: str) -> str:
+    from .post_ops import _C_TYPE
+
     name, n = spec[0], spec[1]
     if n is None:
         return f"{idx} const {name}"
-    if len(spec) > 4 and np.dtype(spec[4]) != np.float32:
-        raise TypeError("direct kernel printer: f32 arrays only")
+    # (a binary post-op's operand is stored in its own type)
+    ctype = _C_TYPE[spec[4]] if len(spec) > 4 else "float"
     const = "" if spec[2] else "const "
-    return f"__global float {const}*__restrict__ {name}"
+    return f"__global {ctype} {const}*__restrict__ {name}"
 
 
 def direct_source(p, params, guards=None) -> KernelSource | None:
@@ -137,9 +141,8 @@ def direct_source(p, params, guards=None) -> KernelSource | None:
     from pymbolic.mapper.substitutor import substitute
 
     from .conv_direct import direct_spec
-    from .post_ops import has_binary
 
-    if params.wtile > 1 or has_binary(p.post_ops):
+    if params.wtile > 1:
         return None
     if p.kind == "bwd_d" and any(s > 1 for s in p.strides):
         # the output positions' divisions of possibly negative values: loopy's kernel ran

@@ -5,10 +5,10 @@ statement, then adds the bias and runs the post-ops). Forward, backward data and
 weights (stride-1 backward data: loopy's kernel stays with strides); 1-D to 3-D; baked sizes
 (with a partial last work-group) and run-time ones (the width's last work-group moved back,
 bounds tested or not); plain, channels-last and blocked layouts; groups, strides, dilation,
-asymmetric padding; channel tiles; bias, sum and eltwise post-ops. Each kernel runs beside
-loopy's on the same random buffers (outputs filled beforehand, so what either leaves unwritten
-is compared too) on every device present. Binary post-ops and register tiles along the width
-stay with loopy."""
+asymmetric padding; channel tiles; bias, sum and eltwise post-ops, binary ones with operands of
+other types. Each kernel runs beside loopy's on the same random buffers (outputs filled
+beforehand, so what either leaves unwritten is compared too) on every device present. Register
+tiles along the width stay with loopy."""
 from __future__ import annotations
 
 import pathlib
@@ -29,6 +29,7 @@ from pydnnl.kernels.conv_direct import (
     direct_runtime,
 )
 from pydnnl.kernels.conv_direct_source import direct_source
+from pydnnl.kernels.post_ops import src1_storage
 from pydnnl.kernels.reorder import layout_of
 from pydnnl.kernels.source import KernelSource, launch_size, source_from_loopy
 
@@ -87,12 +88,38 @@ CASES = [
      False, (), DirectParams(3, 16), "runtime"),
     ("bwd_w", 2, 1, 4, 8, (6, 7), (3, 3), (1, 1), (0, 0), (0, 0), (0, 0), "nchw", "oihw",
      False, (), DirectParams(2, 8), "padded"),
+    # binary post-ops: a per-channel f32 add, a whole-tensor s8 mul, a per-image bf16 max
+    # (operands in their own types), between a sum and an eltwise
+    ("fwd", 2, 1, 3, 4, (6, 9), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), "nchw", "oihw", True,
+     ("per_oc:f32:binary_add", ("sum", 0.5, 0.0), "full:s8:binary_mul", RELU,
+      "per_mb:bf16:binary_max"), DirectParams(2, 8), "baked"),
+    ("bwd_d", 1, 2, 6, 4, (6, 20), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1), "nhwc", "goihw",
+     True, ("per_oc:f32:binary_div", "full:f32:binary_ge"), DirectParams(3, 8), "baked"),
 ]
+
+
+def _binary(spec: str, out_dims: tuple) -> tuple:
+    """A binary post-op entry (``kernels.post_ops``' form) over the destination's dims:
+    ``"<per_oc|per_mb|full>:<type>:<algorithm>"``, its operand plain and dense."""
+    kind, dt, alg = spec.split(":")
+    dims = {"per_oc": (1, out_dims[1]) + (1,) * (len(out_dims) - 2),
+            "per_mb": (out_dims[0],) + (1,) * (len(out_dims) - 1), "full": out_dims}[kind]
+    strides, st = [], 1
+    for d in reversed(dims):
+        strides.insert(0, st if d > 1 else 0)
+        st *= d
+    layout = (0, tuple((1, s, ()) for s in strides))
+    a = int(getattr(algorithm, alg))
+    entry = a if dt == "f32" else (a, int(getattr(dnnl.memory.data_type, dt)))
+    return ("binary", entry, layout, dims, st)
 
 
 def _key(case):
     kind, mb, G, ic, oc, isp, ksz, st, dil, pl, pr, tag, wtag, bias, po, params, form = case
-    p = _problem(kind, mb, G, ic, oc, isp, ksz, st, dil, pl, pr, tag, wtag, bias, po)
+    p = _problem(kind, mb, G, ic, oc, isp, ksz, st, dil, pl, pr, tag, wtag, bias, ())
+    out_dims = (mb, oc if kind == "fwd" else ic, *(p.dst_sp if kind == "fwd" else p.src_sp))
+    p = replace(p, post_ops=tuple(_binary(x, out_dims) if isinstance(x, str) else x
+                                  for x in po))
     if kind == "bwd_w":
         p = replace(p, bias=None, bias_n=0)
     if form == "baked":
@@ -120,6 +147,12 @@ def test_printed_equals_loopy(engine, case):
     bufs = {"src": _rand(p.src_n + 8, 1), "wei": _rand(p.wei_n, 2), "dst": _rand(p.dst_n + 8, 3)}
     if "bias" in ours.arg_names:
         bufs["bias"] = _rand(p.bias_n, 4)
+    for i, op in enumerate(p.post_ops):  # binary operands, stored in their types
+        if op[0] == "binary":
+            typ = src1_storage(op)
+            raw = _rand(op[4], 10 + i) * 4
+            bufs[f"po{i}_src1"] = (raw.astype(typ) if typ != np.uint16
+                                   else (raw.view(np.uint32) >> 16).astype(np.uint16))
     a = run_source(engine, ours, bufs, values)
     b = run_source(engine, theirs, bufs, values)
     out = {"fwd": "dst", "bwd_d": "src", "bwd_w": "wei"}[p.kind]
@@ -130,17 +163,13 @@ def test_printed_equals_loopy(engine, case):
 
 @pytest.mark.parametrize("change", [
     {"strides": (2, 1)},  # backward data: loopy's kernel measured faster
-    {"post_ops": (("binary", int(algorithm.binary_add),
-                   (0, ((1, 0, ()), (1, 1, ()), (1, 0, ()), (1, 0, ()))), (1, 4, 1, 1), 4),)},
     {"params": DirectParams(1, 4, wtile=2)},
 ])
 def test_declines(change):
     p, q, params, guards, _ = _key(CASES[0])
     if "params" in change:
         params = change["params"]
-    elif "strides" in change:
-        q = replace(q, kind="bwd_d", strides=change["strides"])
     else:
-        q = replace(q, post_ops=change["post_ops"])
+        q = replace(q, kind="bwd_d", strides=change["strides"])
     assert direct_source(q, params, guards) is None
     assert not isinstance(build_direct(q, params, guards), KernelSource)
