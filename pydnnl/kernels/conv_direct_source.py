@@ -191,10 +191,11 @@ def direct_source(p, params, guards=None) -> KernelSource | None:
     sums = "".join(f"{ind}  {a} = {a} + {cexpr(term)};\n" for a, term in zip(acc, terms))
     inner.append(text + ind + "{\n" + sums + ind + "}")
     stores = []
-    for t, a in enumerate(acc):
+    for t in range(T):
         at = simplify(substitute(sp.assignee, {"t": t}), ext)
-        value = simplify(substitute(sp.rest(var("pd_sum")), {"t": t}), ext)
-        stores.append(f"{cexpr(at)} = {cexpr(value).replace('pd_sum', a)};")
+        value = simplify(substitute(sp.rest(var("acc")[t] if T > 1 else var("acc")),
+                                    {"t": t}), ext)
+        stores.append(f"{cexpr(at)} = {cexpr(value)};")
     if runtime:  # the last group's first lanes computed points of the group before
         stores = [f"if ({fast} >= own)", "{"] + ["  " + s for s in stores] + ["}"]
     inner += stores

@@ -386,12 +386,16 @@ def test_col2im_equals_loopy(engine, case):
              {"n0": case[11], "col_off": 9, **sizes})
 
 
-def test_col2im_declines():
-    p, _, _ = _col2im_problem(_COL2IM[1])
+@pytest.mark.parametrize("printer", ["col2im", "epilogue"])
+def test_grid_printers_decline(printer):
+    """col2im's and the epilogue's printers leave sums with a zero point and binary post-ops
+    to loopy."""
     from dataclasses import replace
-    assert col2im_source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
+    p, source = ((_col2im_problem(_COL2IM[1])[0], col2im_source) if printer == "col2im"
+                 else (_epi_problem(_EPI[0])[0], epilogue_source))
+    assert source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
     binary = ("binary", int(algorithm.binary_add), 1, ((1, 0, ()),) * 4)
-    assert col2im_source(replace(p, post_ops=(binary,))) is None
+    assert source(replace(p, post_ops=(binary,))) is None
 
 
 # {{{ the im2col + GEMM epilogue
@@ -435,14 +439,6 @@ def test_epilogue_equals_loopy(engine, case):
         bufs["bias"] = _rand(q.bias_n, 3)
     _compare(engine, ours, build_epilogue_loopy(q), bufs,
              {"n0": case[4], "acc_off": 5, **sizes})
-
-
-def test_epilogue_declines():
-    p, _, _ = _epi_problem(_EPI[0])
-    from dataclasses import replace
-    assert epilogue_source(replace(p, post_ops=(("sum", 1.0, 2.0),))) is None
-    binary = ("binary", int(algorithm.binary_add), 1, ((1, 0, ()),) * 4)
-    assert epilogue_source(replace(p, post_ops=(binary,))) is None
 
 
 # (G, ICg, H, W, kernel, strides, dilates, padding_l, padding_r, mb, nb, n0, order, tag,
